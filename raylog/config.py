@@ -1,0 +1,119 @@
+"""Frozen, validated configurations.
+
+Each scope has one frozen dataclass. Fields use Python names with units
+(``segment_bytes``, ``retention_ms``); :meth:`from_properties` also accepts Kafka's
+property names (``segment.bytes``, ``retention.ms``) with string or numeric values, as
+users type them in topic configs. Unknown keys are rejected with the list of known ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from raylog.errors import InvalidConfigError
+
+#: Kafka writes "never" as Long.MAX_VALUE; so do we, for flush and retention limits.
+NEVER = 2**63 - 1
+
+_KIB = 1024
+_MIB = 1024 * _KIB
+_GIB = 1024 * _MIB
+
+
+def _kafka_name(field_name: str) -> str:
+    return field_name.replace("_", ".")
+
+
+def _coerce(value: Any, to: type, key: str) -> Any:
+    if to is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
+    if to is int:
+        if isinstance(value, bool):
+            raise InvalidConfigError(f"{key} must be an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None
+    return str(value)
+
+
+class _Config:
+    """Shared behaviour of the frozen config dataclasses."""
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any] | None = None, **overrides: Any):
+        """Build a config from Kafka property names and/or field names.
+
+        Raises:
+            InvalidConfigError: an unknown key, a value of the wrong type or out of range.
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        by_kafka_name = {_kafka_name(name): name for name in fields}
+        values: dict[str, Any] = {}
+        for key, value in {**(properties or {}), **overrides}.items():
+            name = key if key in fields else by_kafka_name.get(key)
+            if name is None:
+                known = ", ".join(sorted(by_kafka_name))
+                raise InvalidConfigError(f"unknown config {key!r} for {cls.__name__}; known: {known}")
+            values[name] = _coerce(value, type(fields[name].default), key)
+        return cls(**values)
+
+    def to_properties(self) -> dict[str, str]:
+        """The config as Kafka property names with string values (what describe shows)."""
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            out[_kafka_name(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+    def _require(self, condition: bool, message: str) -> None:
+        if not condition:
+            raise InvalidConfigError(f"{type(self).__name__}: {message}")
+
+
+@dataclass(frozen=True)
+class LogConfig(_Config):
+    """How one partition's log stores, indexes, flushes and deletes its data.
+
+    Defaults follow Kafka's, except ``max_message_bytes``: raylog's calls carry large
+    batches (a Ray call costs ~1 ms, so throughput needs MiB-sized batches), so the largest
+    accepted batch is 8 MiB rather than Kafka's 1 MiB.
+    """
+
+    segment_bytes: int = _GIB
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_index_bytes: int = 10 * _MIB
+    index_interval_bytes: int = 4096
+    flush_messages: int = NEVER
+    flush_ms: int = NEVER
+    retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
+    retention_bytes: int = -1  # -1: no size limit
+    max_message_bytes: int = 8 * _MIB
+    message_timestamp_type: str = "CreateTime"
+
+    def __post_init__(self) -> None:
+        self._require(self.segment_bytes >= 1024, f"segment.bytes must be >= 1024, got {self.segment_bytes}")
+        self._require(self.segment_bytes < 2**31, "segment.bytes must fit in 31 bits (index positions)")
+        self._require(self.segment_ms >= 1, f"segment.ms must be >= 1, got {self.segment_ms}")
+        self._require(self.segment_index_bytes >= 64, "segment.index.bytes must be >= 64")
+        self._require(self.index_interval_bytes >= 0, "index.interval.bytes must be >= 0")
+        self._require(self.flush_messages >= 1, "flush.messages must be >= 1")
+        self._require(self.flush_ms >= 0, "flush.ms must be >= 0")
+        self._require(self.retention_ms >= -1, "retention.ms must be -1 (forever) or >= 0")
+        self._require(self.retention_bytes >= -1, "retention.bytes must be -1 (no limit) or >= 0")
+        self._require(self.max_message_bytes >= 64, "max.message.bytes must be >= 64")
+        self._require(
+            self.message_timestamp_type in ("CreateTime", "LogAppendTime"),
+            f"message.timestamp.type must be CreateTime or LogAppendTime, got {self.message_timestamp_type!r}",
+        )
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"

@@ -1,0 +1,9 @@
+"""raylog's storage engine: plain Python, no Ray.
+
+- :mod:`record_batch` — the batch format shared by producer, disk and consumer;
+- :mod:`compression` — body codecs;
+- :mod:`file_records` — an append-only file of batches;
+- :mod:`index` — sparse offset and time indexes;
+- :mod:`segment` — a log file with its indexes;
+- :mod:`log` — a partition's log: append, read, roll, truncate, recover, retention.
+"""

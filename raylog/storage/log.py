@@ -1,0 +1,450 @@
+"""A partition's log: a directory of segments, appended at the end, read anywhere.
+
+Directory layout::
+
+    00000000000000000000.log / .index / .timeindex     one segment per base offset
+    recovery-point                                     offset below which all is flushed
+
+Invariants: segments are sorted by base offset and never overlap; the last one (the
+active segment) takes every append; ``log_start_offset`` is the base offset of the first
+segment and ``log_end_offset`` (LEO) the offset the next record will get; everything below
+the recovery point was fsync'd. When the log is opened, segments from the one holding the
+recovery point onwards are verified batch by batch (CRC) and cut at the first bad byte;
+later segments are then dropped, so what survives is always a prefix of what was written.
+
+Concurrency: one writer thread calls the mutating methods (``append_*``, ``truncate_*``,
+``flush``, ``maybe_flush``, ``apply_retention``, ``close``). ``read``,
+``offsets_for_time`` and the offset properties may run in other threads at the same time:
+they work on an immutable snapshot of the segment list and never see bytes past the LEO
+they read first. A segment deleted by retention stays readable by a reader that already
+holds it. ``truncate_to`` must not race with readers of the offsets it removes (callers
+truncate only while they are not serving those offsets).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from raylog.config import LogConfig
+from raylog.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
+from raylog.storage import record_batch
+from raylog.storage.record_batch import BatchHeader
+from raylog.storage.segment import AppendedBatch, LogSegment
+
+RECOVERY_POINT_FILE = "recovery-point"
+_SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """The outcome of an append: offsets as stamped, inclusive at both ends."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    record_count: int
+    batches: tuple[BatchHeader, ...]  # headers as written (offsets and epoch stamped)
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What opening the log found and repaired."""
+
+    recovered_segments: int  # segments verified batch by batch
+    truncated_bytes: int  # torn or corrupt bytes cut off, deleted segments included
+    deleted_segments: int  # segments after a cut, dropped whole
+    rebuilt_indexes: bool  # always true after recovery of a segment
+
+
+@dataclass(frozen=True)
+class TimestampOffset:
+    offset: int
+    timestamp_ms: int
+
+
+class Log:
+    """See the module docstring. Open with :meth:`open`."""
+
+    def __init__(self, directory: str, config: LogConfig, clock: Callable[[], int]):
+        self.dir = directory
+        self.config = config
+        self._clock = clock
+        self._segments: tuple[LogSegment, ...] = ()
+        self._bases: tuple[int, ...] = ()
+        self._next_offset = 0
+        self._recovery_point = 0
+        self._unflushed_records = 0
+        self._last_flush_ms = clock()
+        self.recovery = RecoveryReport(0, 0, 0, False)
+
+    # --- opening ----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: str, config: LogConfig | None = None, clock: Callable[[], int] = wall_clock_ms) -> Log:
+        """Open (creating if needed) the log in ``directory`` and recover it.
+
+        Raises:
+            StorageError: the directory cannot be created or read.
+        """
+        log = cls(directory, config or LogConfig(), clock)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create log directory {directory}: {exc}") from exc
+        log._load()
+        return log
+
+    def _load(self) -> None:
+        self._recovery_point = self._read_recovery_point()
+        bases = self._discover_segments()
+        segments: list[LogSegment] = []
+        recovered = truncated = deleted = 0
+        cut = False
+        for i, base in enumerate(bases):
+            segment = self._new_segment(base)
+            if cut:  # an earlier segment was cut: nothing after it can follow on
+                truncated += segment.size
+                segment.close()
+                segment.delete()
+                deleted += 1
+                continue
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            try:
+                segment.load()
+                end = segment.next_offset if next_base is None else next_base
+                clean = end <= self._recovery_point
+            except CorruptRecordError:
+                clean = False
+            if not clean:
+                dropped = segment.recover(self.config.max_message_bytes)
+                recovered += 1
+                truncated += dropped
+                cut = dropped > 0 and next_base is not None
+            segments.append(segment)
+        if not segments:
+            segments.append(self._new_segment(0))
+        self._publish(tuple(segments))
+        self._next_offset = segments[-1].next_offset
+        self.recovery = RecoveryReport(recovered, truncated, deleted, recovered > 0)
+        if recovered or self._recovery_point > self._next_offset:
+            self.flush()
+
+    def _discover_segments(self) -> list[int]:
+        """Base offsets of the segments on disk; stray index or temporary files removed."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError as exc:
+            raise StorageError(f"cannot list {self.dir}: {exc}") from exc
+        bases = set()
+        for name in names:
+            stem, suffix = os.path.splitext(name)
+            if suffix == ".log" and len(stem) == 20 and stem.isdigit():
+                bases.add(int(stem))
+        for name in names:
+            stem, suffix = os.path.splitext(name)
+            orphan_index = suffix in _SEGMENT_SUFFIXES[1:] and not (stem.isdigit() and int(stem) in bases)
+            if orphan_index or name.endswith(".tmp"):
+                os.unlink(os.path.join(self.dir, name))
+        return sorted(bases)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(
+            self.dir,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            index_max_bytes=self.config.segment_index_bytes,
+            created_ms=self._clock(),
+        )
+
+    def _publish(self, segments: tuple[LogSegment, ...]) -> None:
+        # Readers take self._segments once; publish bases first so a reader's bisect on a
+        # newer bases tuple never indexes past an older segments tuple.
+        self._bases = tuple(s.base_offset for s in segments)
+        self._segments = segments
+
+    # --- offsets ----------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    # --- appending --------------------------------------------------------------------
+
+    def append_as_leader(self, data: Any, leader_epoch: int) -> AppendInfo:
+        """Validate batches from a producer, give them offsets and the leader epoch, append.
+
+        Args:
+            data: one or more whole batches (bytes-like).
+            leader_epoch: the epoch stamped into every batch.
+
+        Raises:
+            CorruptRecordError: a batch fails validation; nothing is appended.
+            RecordTooLargeError: a batch is above ``max.message.bytes``; nothing is appended.
+            StorageError: the disk failed; nothing is appended.
+        """
+        view = memoryview(data).cast("B")
+        checked = record_batch.validate(view, max_batch_bytes=self.config.max_message_bytes)
+        now_ms = self._clock()
+        append_time = now_ms if self.config.log_append_time else -1
+        buffers: list = []
+        batches = []
+        offset = self._next_offset
+        for position, header in checked:
+            if append_time >= 0:
+                rewritten = record_batch.with_log_append_time(view, position, header, append_time)
+                view_of_batch, position = memoryview(rewritten), 0
+                header = record_batch.read_header(view_of_batch)
+            else:
+                view_of_batch = view
+            header = header._replace(base_offset=offset, leader_epoch=leader_epoch)
+            buffers.append(record_batch.stamp(header, offset, leader_epoch))
+            buffers.append(view_of_batch[position + record_batch.STAMP.size : position + header.size])
+            batches.append(header)
+            offset = header.next_offset
+        return self._append(buffers, batches, append_time)
+
+    def append_as_follower(self, data: Any) -> AppendInfo:
+        """Append batches copied from the leader, offsets as they are.
+
+        Raises:
+            CorruptRecordError: a batch fails validation; nothing is appended.
+            InvalidRequestError: offsets below the log end offset or not rising.
+            StorageError: the disk failed; nothing is appended.
+        """
+        view = memoryview(data).cast("B")
+        checked = record_batch.validate(view)
+        expected = self._next_offset
+        for _, header in checked:
+            if header.base_offset < expected:
+                raise InvalidRequestError(
+                    f"follower append at offset {header.base_offset} below the expected {expected}"
+                )
+            expected = header.next_offset
+        return self._append([view], [h for _, h in checked], -1)
+
+    def _append(self, buffers: list, headers: list[BatchHeader], append_time: int) -> AppendInfo:
+        size = sum(h.size for h in headers)
+        first, last = headers[0].base_offset, headers[-1].last_offset
+        max_ts = max(h.max_timestamp for h in headers)
+        segment = self._maybe_roll(size, first, last, max_ts)
+        segment.append(buffers, [AppendedBatch(h.base_offset, h.next_offset, h.max_timestamp, h.size) for h in headers])
+        self._next_offset = headers[-1].next_offset
+        records = sum(h.record_count for h in headers)
+        self._unflushed_records += records
+        if self._unflushed_records >= self.config.flush_messages:
+            self.flush()
+        else:
+            self.maybe_flush()
+        return AppendInfo(first, last, max_ts, append_time, records, tuple(headers))
+
+    def _maybe_roll(self, size: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
+        active = self._segments[-1]
+        aged = active.size > 0 and active.time_waited_ms(self._clock(), max_timestamp) > self.config.segment_ms
+        if not (aged or active.is_full_for(size, last_offset, self.config.segment_bytes)):
+            return active
+        return self.roll(first_offset)
+
+    def roll(self, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at ``base_offset`` (default: the log end offset)."""
+        base = self._next_offset if base_offset is None else base_offset
+        active = self._segments[-1]
+        if active.size == 0:
+            return active
+        # The old segment's time index gets its final entry (all records below base).
+        active.time_index.maybe_append(active.max_timestamp, active.next_offset)
+        segment = self._new_segment(base)
+        self._publish(self._segments + (segment,))
+        return segment
+
+    # --- reading ----------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (but at least
+        one batch), all below ``max_offset`` (exclusive; e.g. the high watermark).
+
+        Returns:
+            The raw batch bytes, exactly as stored (empty at or past ``max_offset``). Reads
+            stop at a segment's end; read again from the next offset for more.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is below the log start or above the log end.
+        """
+        end_offset = self._next_offset  # read before the segments: never past this
+        segments, bases = self._segments, self._bases
+        if offset < segments[0].base_offset or offset > end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{segments[0].base_offset}, {end_offset}] of {self.dir}"
+            )
+        stop = end_offset if max_offset is None else min(max_offset, end_offset)
+        i = bisect.bisect_right(bases, offset) - 1
+        while offset < stop and i < len(segments):
+            segment = segments[i]
+            next_offset, size = segment.published
+            # ``limit``: where the batches readable below ``stop`` end in this segment.
+            limit = size if stop >= next_offset else segment.find_position(stop, size)
+            start = segment.find_position(offset, limit) if limit else None
+            if start is not None:
+                return segment.read(start, segment.end_position(start, max_bytes, limit))
+            i += 1
+            offset = max(offset, bases[i]) if i < len(bases) else offset
+        return b""
+
+    def offsets_for_time(self, timestamp_ms: int) -> TimestampOffset | None:
+        """The first record with a timestamp >= ``timestamp_ms``, or None if there is none."""
+        end_offset = self._next_offset
+        for segment in self._segments:
+            if segment.max_timestamp < timestamp_ms:
+                continue
+            _, size = segment.published
+            start = segment.find_position(segment.time_index.lookup(timestamp_ms), size)
+            if start is None:
+                continue
+            for position, header in segment.records.batch_headers(start, size):
+                if header.base_offset >= end_offset:
+                    break
+                if header.max_timestamp >= timestamp_ms:
+                    table = record_batch.decode_table(segment.read(position, position + header.size))
+                    timestamps = table.column("timestamp_ms").to_numpy()
+                    i = int((timestamps >= timestamp_ms).argmax())
+                    return TimestampOffset(int(table.column("offset")[i].as_py()), int(timestamps[i]))
+        return None
+
+    # --- truncation -------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= ``offset`` (a follower diverged).
+
+        Whole batches go, so the log end offset may land below ``offset`` when it falls
+        inside a batch. Returns the new log end offset.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is below the log start offset (use
+                :meth:`truncate_fully_and_start_at`).
+        """
+        if offset >= self._next_offset:
+            return self._next_offset
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(f"cannot truncate to {offset}, below the log start {self.log_start_offset}")
+        segments = list(self._segments)
+        while len(segments) > 1 and segments[-1].base_offset >= offset:
+            doomed = segments.pop()
+            self._publish(tuple(segments))
+            doomed.delete()
+        segments[-1].truncate_to(offset)
+        self._next_offset = segments[-1].next_offset
+        self._recovery_point = min(self._recovery_point, self._next_offset)
+        self._write_recovery_point()
+        return self._next_offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything and start an empty log at ``offset``."""
+        kept = None
+        for segment in self._segments:
+            if segment.base_offset == offset:
+                segment.truncate_to(offset)  # its files have the right name: reuse them emptied
+                kept = segment
+            else:
+                segment.delete()
+        self._publish((kept or self._new_segment(offset),))
+        self._next_offset = offset
+        self._recovery_point = offset
+        self._write_recovery_point()
+
+    # --- retention --------------------------------------------------------------------
+
+    def apply_retention(self) -> list[int]:
+        """Delete whole segments past ``retention.ms`` or beyond ``retention.bytes``,
+        oldest first, never the active segment.
+
+        Returns:
+            The base offsets of the deleted segments.
+        """
+        segments = list(self._segments)
+        now_ms = self._clock()
+        retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+        excess = sum(s.size for s in segments) - retention_bytes if retention_bytes >= 0 else 0
+        deleted = []
+        while len(segments) > 1:
+            oldest = segments[0]
+            expired = retention_ms >= 0 and oldest.max_timestamp < now_ms - retention_ms
+            oversize = retention_bytes >= 0 and excess - oldest.size >= 0
+            if not (expired or oversize):
+                break
+            segments.pop(0)
+            excess -= oldest.size
+            deleted.append(oldest.base_offset)
+            self._publish(tuple(segments))
+            oldest.delete()
+        return deleted
+
+    # --- durability -------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment with unflushed data and move the recovery point to the LEO."""
+        end = self._next_offset
+        for segment in self._segments:
+            if segment.next_offset > self._recovery_point or segment is self._segments[-1]:
+                segment.flush()
+        self._recovery_point = end
+        self._unflushed_records = 0
+        self._last_flush_ms = self._clock()
+        self._write_recovery_point()
+
+    def maybe_flush(self) -> None:
+        """Flush if ``flush.ms`` has passed since the last flush with data unflushed."""
+        if self._unflushed_records and self._clock() - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    def close(self) -> None:
+        """Flush and close every file; the next open needs no recovery."""
+        self.flush()
+        for segment in self._segments:
+            segment.close()
+
+    def _read_recovery_point(self) -> int:
+        path = os.path.join(self.dir, RECOVERY_POINT_FILE)
+        try:
+            with open(path, encoding="ascii") as f:
+                return max(0, int(f.read().strip()))
+        except (FileNotFoundError, ValueError):
+            return 0  # no (valid) checkpoint: verify everything
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc}") from exc
+
+    def _write_recovery_point(self) -> None:
+        path = os.path.join(self.dir, RECOVERY_POINT_FILE)
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "w", encoding="ascii") as f:
+                f.write(str(self._recovery_point))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc

@@ -1,0 +1,528 @@
+"""The record batch: one format from producer to disk to consumer.
+
+A batch is a fixed 61-byte header followed by a body. Header fields, big-endian:
+
+    field               type  notes
+    base_offset         i64   stamped by the leader; outside the CRC
+    batch_length        i32   bytes after this field (batch size = 12 + batch_length)
+    leader_epoch        i32   stamped by the leader; outside the CRC
+    magic               i8    format version, ``MAGIC``; parsers dispatch on it
+    crc                 u32   CRC-32C (Kafka's checksum) of every byte after this field
+    attributes          i16   codec, timestamp type, flags, which body columns are present
+    last_offset_delta   i32   offset of the last record minus base_offset
+    base_timestamp      i64   smallest record timestamp (ms)
+    max_timestamp       i64   largest record timestamp, or the log append time
+    producer_id         i64   -1 when not idempotent
+    producer_epoch      i16
+    base_sequence       i32   sequence number of the first record, -1 when not idempotent
+    record_count        i32   >= 1
+
+The body is one Arrow IPC record-batch message (without the schema: the schema follows
+from ``magic`` and the attribute bits) with the columns, in order, each only when its
+attribute bit says so: ``key`` binary, ``value`` binary (always), ``timestamp_delta``
+int32 (int64 when WIDE_TIMESTAMP_DELTA), ``offset_delta`` int32, ``headers``
+list<struct<key: string, value: binary>>. Columns that carry nothing are left out: keys
+when all are null, headers when none were sent, timestamp deltas when all timestamps are
+equal, offset deltas until compaction leaves gaps. The body may be compressed as a whole
+(see :mod:`raylog.storage.compression`).
+
+Invariants checked by :func:`validate`: the magic is known, lengths are consistent, the
+CRC matches, the body decodes to exactly ``record_count`` rows of the promised schema,
+offset deltas rise strictly and end at ``last_offset_delta``, and timestamps agree with
+``max_timestamp``. Decoding never runs a Python loop per record.
+
+Functions here are pure and thread-safe.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+
+from raylog.errors import CorruptRecordError, RecordTooLargeError
+from raylog.storage import compression
+
+MAGIC = 1
+
+_FIELDS = (
+    ("base_offset", "q"),
+    ("batch_length", "i"),
+    ("leader_epoch", "i"),
+    ("magic", "b"),
+    ("crc", "I"),
+    ("attributes", "h"),
+    ("last_offset_delta", "i"),
+    ("base_timestamp", "q"),
+    ("max_timestamp", "q"),
+    ("producer_id", "q"),
+    ("producer_epoch", "h"),
+    ("base_sequence", "i"),
+    ("record_count", "i"),
+)
+HEADER = struct.Struct(">" + "".join(code for _, code in _FIELDS))
+HEADER_SIZE = HEADER.size
+
+
+def _offset_of(name: str) -> int:
+    index = [n for n, _ in _FIELDS].index(name)
+    return struct.calcsize(">" + "".join(code for _, code in _FIELDS[:index]))
+
+
+LENGTH_OFFSET = _offset_of("batch_length")
+#: Bytes before the batch_length field is counted: batch size = LOG_OVERHEAD + batch_length.
+LOG_OVERHEAD = _offset_of("leader_epoch")
+CRC_OFFSET = _offset_of("crc")
+ATTRIBUTES_OFFSET = _offset_of("attributes")
+MAX_TIMESTAMP_OFFSET = _offset_of("max_timestamp")
+#: The leader rewrites this prefix (base_offset, batch_length, leader_epoch): outside the CRC.
+STAMP = struct.Struct(">qii")
+assert STAMP.size == ATTRIBUTES_OFFSET - 5 == CRC_OFFSET - 1
+
+# Attribute bits.
+CODEC_MASK = 0x07
+LOG_APPEND_TIME = 0x08
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+HAS_KEY = 0x40
+HAS_HEADERS = 0x80
+HAS_OFFSET_DELTA = 0x100
+HAS_TIMESTAMP_DELTA = 0x200
+WIDE_TIMESTAMP_DELTA = 0x400
+_SCHEMA_BITS = HAS_KEY | HAS_HEADERS | HAS_OFFSET_DELTA | HAS_TIMESTAMP_DELTA | WIDE_TIMESTAMP_DELTA
+_KNOWN_BITS = CODEC_MASK | LOG_APPEND_TIME | TRANSACTIONAL | CONTROL | _SCHEMA_BITS
+
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+#: The table every decode returns (clients add topic and partition columns).
+OUTPUT_SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp_ms", pa.int64(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADERS_TYPE),
+    ]
+)
+
+_INT32_MAX = 2**31 - 1
+
+
+class BatchHeader(NamedTuple):
+    """The decoded fixed header of one batch."""
+
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole batch, header included."""
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & CODEC_MASK
+
+
+@lru_cache(maxsize=64)
+def body_schema(attributes: int) -> pa.Schema:
+    """The Arrow schema of a body, from the attribute bits (magic 1)."""
+    fields = []
+    if attributes & HAS_KEY:
+        fields.append(pa.field("key", pa.binary()))
+    fields.append(pa.field("value", pa.binary()))
+    if attributes & HAS_TIMESTAMP_DELTA:
+        wide = attributes & WIDE_TIMESTAMP_DELTA
+        fields.append(pa.field("timestamp_delta", pa.int64() if wide else pa.int32(), nullable=False))
+    if attributes & HAS_OFFSET_DELTA:
+        fields.append(pa.field("offset_delta", pa.int32(), nullable=False))
+    if attributes & HAS_HEADERS:
+        fields.append(pa.field("headers", HEADERS_TYPE))
+    return pa.schema(fields)
+
+
+# ---------------------------------------------------------------------------------------
+# Building batches (producer side)
+
+
+def build(
+    values: Sequence[Any],
+    keys: Sequence[Any] | None = None,
+    timestamps_ms: Sequence[int] | None = None,
+    headers: Sequence[Any] | None = None,
+    **options: Any,
+) -> bytes:
+    """Build one batch from Python lists.
+
+    Args:
+        values: bytes (or str, encoded as UTF-8) or None per record.
+        keys: like values, or None when no record has a key.
+        timestamps_ms: per-record timestamps, or None to stamp all with ``now_ms``.
+        headers: per record a list of ``(str, bytes)`` pairs (or None).
+        options: as for :func:`build_arrow`.
+
+    Returns:
+        The batch bytes, base_offset 0 and leader_epoch -1 until a leader stamps them.
+
+    Raises:
+        TypeError: a value, key or header of a type that is not bytes, str or None.
+
+    Example:
+        >>> batch = build([b"a", b"b"], keys=[b"k", None])
+        >>> decode_table(batch).column("value").to_pylist()
+        [b'a', b'b']
+    """
+    try:
+        value_array = pa.array(values, type=pa.binary())
+        key_array = None if keys is None else pa.array(keys, type=pa.binary())
+        header_array = None if headers is None else pa.array(headers, type=HEADERS_TYPE)
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
+        raise TypeError(f"records must be bytes, str or None: {exc}") from None
+    ts_array = None if timestamps_ms is None else np.asarray(timestamps_ms, dtype=np.int64)
+    return build_arrow(value_array, key_array, ts_array, header_array, **options)
+
+
+def build_arrow(
+    values: pa.Array,
+    keys: pa.Array | None = None,
+    timestamps_ms: pa.Array | np.ndarray | None = None,
+    headers: pa.Array | None = None,
+    *,
+    codec: int = compression.NONE,
+    now_ms: int | None = None,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    control: bool = False,
+) -> bytes:
+    """Build one batch from Arrow arrays (binary or string values and keys).
+
+    Args:
+        values: the record values; at least one.
+        keys: keys of the same length, or None.
+        timestamps_ms: int64 timestamps of the same length, or None for ``now_ms``.
+        headers: a ``HEADERS_TYPE`` array of the same length, or None.
+        codec: a :mod:`raylog.storage.compression` codec id.
+        now_ms: the timestamp for records without one (default: the wall clock).
+        producer_id, producer_epoch, base_sequence: idempotence fields.
+        transactional, control: the transaction flags.
+    """
+    count = len(values)
+    if count == 0:
+        raise ValueError("a batch holds at least one record")
+    columns: dict[str, pa.Array] = {}
+    attributes = codec & CODEC_MASK
+    if transactional:
+        attributes |= TRANSACTIONAL
+    if control:
+        attributes |= CONTROL
+    if keys is not None and keys.null_count < len(keys):
+        _require_length(keys, count, "keys")
+        columns["key"] = _as_binary(keys)
+        attributes |= HAS_KEY
+    columns["value"] = _as_binary(values)
+
+    if timestamps_ms is None:
+        base_ts = max_ts = int(now_ms if now_ms is not None else time.time_ns() // 1_000_000)
+    else:
+        _require_length(timestamps_ms, count, "timestamps_ms")
+        ts = timestamps_ms.to_numpy() if isinstance(timestamps_ms, (pa.Array, pa.ChunkedArray)) else timestamps_ms
+        ts = np.asarray(ts, dtype=np.int64)
+        base_ts, max_ts = int(ts.min()), int(ts.max())
+        if max_ts != base_ts:
+            delta = ts - base_ts
+            if max_ts - base_ts > _INT32_MAX:
+                attributes |= HAS_TIMESTAMP_DELTA | WIDE_TIMESTAMP_DELTA
+                columns["timestamp_delta"] = pa.array(delta, type=pa.int64())
+            else:
+                attributes |= HAS_TIMESTAMP_DELTA
+                columns["timestamp_delta"] = pa.array(delta.astype(np.int32), type=pa.int32())
+
+    if headers is not None and headers.null_count < len(headers):
+        _require_length(headers, count, "headers")
+        if headers.type != HEADERS_TYPE:
+            raise TypeError(f"headers must be of type {HEADERS_TYPE}, got {headers.type}")
+        columns["headers"] = headers
+        attributes |= HAS_HEADERS
+
+    body_batch = pa.RecordBatch.from_arrays(list(columns.values()), schema=body_schema(attributes))
+    body = body_batch.serialize()
+    if codec != compression.NONE:
+        body = compression.compress(codec, body)
+    return _assemble(
+        body,
+        attributes=attributes,
+        last_offset_delta=count - 1,
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=count,
+    )
+
+
+def _as_binary(array: pa.Array) -> pa.Array:
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if array.type == pa.binary():
+        return array
+    if array.type in (pa.string(), pa.large_binary(), pa.large_string(), pa.binary_view(), pa.string_view()):
+        return array.cast(pa.binary())
+    raise TypeError(f"keys and values must be binary or string arrays, got {array.type}")
+
+
+def _require_length(array: Any, count: int, what: str) -> None:
+    if len(array) != count:
+        raise ValueError(f"{what} has {len(array)} entries for {count} values")
+
+
+def _assemble(body: pa.Buffer | bytes, **fields: int) -> bytes:
+    head = bytearray(HEADER_SIZE)
+    HEADER.pack_into(
+        head,
+        0,
+        0,  # base_offset: stamped by the leader
+        HEADER_SIZE - LOG_OVERHEAD + len(body),
+        -1,  # leader_epoch: stamped by the leader
+        MAGIC,
+        0,  # crc: computed below
+        fields["attributes"],
+        fields["last_offset_delta"],
+        fields["base_timestamp"],
+        fields["max_timestamp"],
+        fields["producer_id"],
+        fields["producer_epoch"],
+        fields["base_sequence"],
+        fields["record_count"],
+    )
+    crc = crc32c.crc32c(body, crc32c.crc32c(memoryview(head)[ATTRIBUTES_OFFSET:]))
+    struct.pack_into(">I", head, CRC_OFFSET, crc)
+    return b"".join((head, body))
+
+
+# ---------------------------------------------------------------------------------------
+# Reading and validating batches
+
+
+def read_header(view: memoryview | bytes, pos: int = 0) -> BatchHeader:
+    """The header of the batch at ``pos``, checked for magic and plausible fields.
+
+    The body is not looked at and need not be in ``view`` (see :func:`parse_header`).
+
+    Raises:
+        CorruptRecordError: fewer than HEADER_SIZE bytes, an unknown magic or attribute
+            bit, or an impossible length or count.
+    """
+    if len(view) - pos < HEADER_SIZE:
+        raise CorruptRecordError(f"truncated batch header at byte {pos}")
+    header = BatchHeader._make(HEADER.unpack_from(view, pos))
+    if header.magic != MAGIC:
+        raise CorruptRecordError(f"unknown batch magic {header.magic} at byte {pos}")
+    if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(f"batch length {header.batch_length} shorter than a header at byte {pos}")
+    if header.record_count < 1 or header.last_offset_delta < header.record_count - 1:
+        raise CorruptRecordError(
+            f"batch at byte {pos} claims {header.record_count} records and last offset delta {header.last_offset_delta}"
+        )
+    if header.attributes & ~_KNOWN_BITS:
+        raise CorruptRecordError(f"unknown attribute bits {header.attributes:#x} at byte {pos}")
+    return header
+
+
+def parse_header(view: memoryview | bytes, pos: int = 0) -> BatchHeader:
+    """Like :func:`read_header`, and the whole batch must lie within ``view``."""
+    header = read_header(view, pos)
+    if pos + header.size > len(view):
+        raise CorruptRecordError(f"batch at byte {pos} runs past the end of the data")
+    return header
+
+
+def iter_headers(data: Any) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` for each batch of a buffer of whole batches.
+
+    Raises:
+        CorruptRecordError: as :func:`parse_header`, including a partial last batch.
+    """
+    view = memoryview(data).cast("B")
+    pos, end = 0, len(view)
+    while pos < end:
+        header = parse_header(view, pos)
+        yield pos, header
+        pos += header.size
+
+
+def check_crc(view: memoryview, pos: int, header: BatchHeader) -> None:
+    """Raises CorruptRecordError when the batch's CRC does not match its bytes."""
+    actual = crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + header.size])
+    if actual != header.crc:
+        raise CorruptRecordError(f"CRC mismatch in batch at offset {header.base_offset} (byte {pos})")
+
+
+def decode_body(view: memoryview, pos: int, header: BatchHeader) -> pa.RecordBatch:
+    """The body of the batch at ``pos`` as an Arrow batch in its stored schema, validated.
+
+    Raises:
+        CorruptRecordError: the body does not decode to ``record_count`` valid rows
+            consistent with the header.
+    """
+    body = view[pos + HEADER_SIZE : pos + header.size]
+    codec = header.attributes & CODEC_MASK
+    buffer = pa.py_buffer(body) if codec == compression.NONE else compression.decompress(codec, body)
+    schema = body_schema(header.attributes & _SCHEMA_BITS)
+    try:
+        batch = pa.ipc.read_record_batch(buffer, schema)
+        batch.validate(full=True)
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} has an undecodable body: {exc}") from None
+    if batch.num_rows != header.record_count:
+        raise CorruptRecordError(
+            f"batch at offset {header.base_offset} holds {batch.num_rows} rows, header says {header.record_count}"
+        )
+    if not batch.schema.equals(schema):
+        raise CorruptRecordError(f"batch at offset {header.base_offset} has body schema {batch.schema}")
+    _check_deltas(batch, header)
+    return batch
+
+
+def _check_deltas(batch: pa.RecordBatch, header: BatchHeader) -> None:
+    attributes = header.attributes
+    if attributes & HAS_OFFSET_DELTA:
+        deltas = _numpy(batch.column("offset_delta"), header)
+        if (
+            deltas[0] < 0
+            or deltas[-1] != header.last_offset_delta
+            or (deltas.size > 1 and np.any(np.diff(deltas) <= 0))
+        ):
+            raise CorruptRecordError(f"batch at offset {header.base_offset} has out-of-order offset deltas")
+    elif header.last_offset_delta != header.record_count - 1:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} skips offsets without offset deltas")
+    if attributes & LOG_APPEND_TIME:
+        return
+    top = header.base_timestamp
+    if attributes & HAS_TIMESTAMP_DELTA:
+        top += int(_numpy(batch.column("timestamp_delta"), header).max())
+    if top != header.max_timestamp:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} has a max timestamp its records do not have")
+
+
+def _numpy(column: pa.Array, header: BatchHeader) -> np.ndarray:
+    if column.null_count:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} has null {column.type} deltas")
+    return column.to_numpy(zero_copy_only=True)
+
+
+def validate(data: Any, *, max_batch_bytes: int | None = None) -> list[tuple[int, BatchHeader]]:
+    """Check every batch of a buffer completely: header, CRC and body.
+
+    Returns:
+        ``(position, header)`` for each batch.
+
+    Raises:
+        CorruptRecordError: any batch is invalid (nothing is partially accepted).
+        RecordTooLargeError: a batch is larger than ``max_batch_bytes``.
+    """
+    view = memoryview(data).cast("B")
+    batches = list(iter_headers(view))
+    if not batches:
+        raise CorruptRecordError("no record batch in the data")
+    for pos, header in batches:
+        if max_batch_bytes is not None and header.size > max_batch_bytes:
+            raise RecordTooLargeError(f"batch of {header.size} bytes is above max.message.bytes={max_batch_bytes}")
+        check_crc(view, pos, header)
+        decode_body(view, pos, header)
+    return batches
+
+
+def decode_table(data: Any, *, check_crcs: bool = True, min_offset: int = 0) -> pa.Table:
+    """Decode a buffer of whole batches into one table of ``OUTPUT_SCHEMA``.
+
+    Args:
+        data: bytes-like holding zero or more whole batches, as read from a log.
+        check_crcs: verify each batch's CRC first (Kafka's ``check.crcs``).
+        min_offset: drop records below this offset (a read starts at the batch holding it).
+
+    Raises:
+        CorruptRecordError: a batch fails its checks.
+    """
+    view = memoryview(data).cast("B")
+    out = []
+    for pos, header in iter_headers(view):
+        if header.next_offset <= min_offset or header.attributes & CONTROL:
+            continue
+        if check_crcs:
+            check_crc(view, pos, header)
+        batch = _output_batch(header, decode_body(view, pos, header))
+        if header.base_offset < min_offset:
+            offsets = batch.column(0).to_numpy()
+            batch = batch.slice(int(np.searchsorted(offsets, min_offset)))
+        out.append(batch)
+    return pa.Table.from_batches(out, schema=OUTPUT_SCHEMA)
+
+
+def _output_batch(header: BatchHeader, body: pa.RecordBatch) -> pa.RecordBatch:
+    count = header.record_count
+    attributes = header.attributes
+    if attributes & HAS_OFFSET_DELTA:
+        offsets = body.column("offset_delta").to_numpy().astype(np.int64) + header.base_offset
+    else:
+        offsets = np.arange(header.base_offset, header.base_offset + count, dtype=np.int64)
+    if attributes & LOG_APPEND_TIME:
+        timestamps = np.full(count, header.max_timestamp, dtype=np.int64)
+    elif attributes & HAS_TIMESTAMP_DELTA:
+        timestamps = body.column("timestamp_delta").to_numpy().astype(np.int64) + header.base_timestamp
+    else:
+        timestamps = np.full(count, header.base_timestamp, dtype=np.int64)
+    keys = body.column("key") if attributes & HAS_KEY else pa.nulls(count, pa.binary())
+    headers = body.column("headers") if attributes & HAS_HEADERS else pa.nulls(count, HEADERS_TYPE)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(offsets), pa.array(timestamps), keys, body.column("value"), headers], schema=OUTPUT_SCHEMA
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Leader-side rewriting
+
+
+def stamp(header: BatchHeader, base_offset: int, leader_epoch: int) -> bytes:
+    """The new first bytes of a batch given its offset and leader epoch (CRC unaffected)."""
+    return STAMP.pack(base_offset, header.batch_length, leader_epoch)
+
+
+def with_log_append_time(view: memoryview, pos: int, header: BatchHeader, now_ms: int) -> bytearray:
+    """A copy of the batch whose timestamps all read as ``now_ms`` (LogAppendTime).
+
+    As in Kafka, only the header changes (attribute bit and max_timestamp) and the CRC is
+    recomputed; record timestamps in the body are left as the producer wrote them.
+    """
+    batch = bytearray(view[pos : pos + header.size])
+    struct.pack_into(">h", batch, ATTRIBUTES_OFFSET, header.attributes | LOG_APPEND_TIME)
+    struct.pack_into(">q", batch, MAX_TIMESTAMP_OFFSET, now_ms)
+    struct.pack_into(">I", batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return batch

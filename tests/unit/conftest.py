@@ -1,0 +1,43 @@
+"""Fixtures for the plain-Python unit tests: a fake clock and log factories (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylog.config import LogConfig
+from raylog.storage.log import Log
+
+
+class FakeClock:
+    """A millisecond clock that moves only when told to."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000):
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def open_log(tmp_path, clock):
+    """``open_log(**config)`` opens (or reopens) the log in one tmp directory."""
+    directory = str(tmp_path / "topic-0")
+    opened = []
+
+    def _open(**config) -> Log:
+        log = Log.open(directory, LogConfig.from_properties(config), clock=clock)
+        opened.append(log)
+        return log
+
+    yield _open
+    for log in opened:
+        for segment in log._segments:
+            segment.close()

@@ -1,0 +1,298 @@
+"""The partition log: append, read, roll, indexes, retention, truncation, flush (no Ray)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+
+import pytest
+
+from raylog.errors import (
+    CorruptRecordError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
+from raylog.storage import record_batch as rb
+from raylog.storage.log import RECOVERY_POINT_FILE
+
+
+def batch(n: int, start: int = 0, size: int = 100, timestamps=None) -> bytes:
+    values = [(b"%010d" % (start + i)).ljust(size, b".") for i in range(n)]
+    return rb.build(values, timestamps_ms=timestamps, now_ms=1_000)
+
+
+def read_all(log, start=None, max_bytes=1 << 20):
+    """Every record from ``start`` (default: log start) to the log end, as a table."""
+    import pyarrow as pa
+
+    offset = log.log_start_offset if start is None else start
+    tables = []
+    while offset < log.log_end_offset:
+        data = log.read(offset, max_bytes)
+        table = rb.decode_table(data, min_offset=offset)
+        tables.append(table)
+        offset = list(rb.iter_headers(data))[-1][1].next_offset
+    return pa.concat_tables(tables) if tables else rb.decode_table(b"")
+
+
+def test_leader_append_assigns_offsets_and_epoch(open_log):
+    """Offsets follow on from the log end and each batch carries the leader epoch."""
+    log = open_log()
+    first = log.append_as_leader(batch(10), leader_epoch=4)
+    second = log.append_as_leader(batch(5, 10) + batch(3, 15), leader_epoch=4)
+    assert (first.first_offset, first.last_offset, first.record_count) == (0, 9, 10)
+    assert (second.first_offset, second.last_offset, second.record_count) == (10, 17, 8)
+    assert [h.base_offset for h in second.batches] == [10, 15]
+    assert log.log_end_offset == 18
+    data = log.read(0, 1 << 20)
+    assert [(h.base_offset, h.leader_epoch) for _, h in rb.iter_headers(data)] == [(0, 4), (10, 4), (15, 4)]
+    assert read_all(log).column("value").to_pylist()[12].startswith(b"0000000012")
+
+
+def test_bad_appends_change_nothing(open_log):
+    """A corrupt or oversized batch is refused whole: nothing of it reaches the log."""
+    log = open_log(max_message_bytes=2_000)
+    log.append_as_leader(batch(5), 0)
+    good, bad = batch(2), bytearray(batch(2))
+    bad[-1] ^= 1
+    with pytest.raises(CorruptRecordError):
+        log.append_as_leader(good + bytes(bad), 0)
+    with pytest.raises(RecordTooLargeError):
+        log.append_as_leader(batch(50), 0)
+    with pytest.raises(CorruptRecordError):
+        log.append_as_leader(b"not a batch at all", 0)
+    assert log.log_end_offset == 5
+    assert read_all(log).num_rows == 5
+
+
+def test_full_disk_is_a_storage_error_and_loses_nothing(open_log, monkeypatch):
+    """ENOSPC mid-write gives StorageError, the file is cut back, and later appends work."""
+    log = open_log()
+    log.append_as_leader(batch(5), 0)
+    size_before = log.size_bytes
+
+    def full_disk(fd, buffers, offset):
+        os.pwrite(fd, bytes(buffers[0])[:7], offset)  # a partial write, then the disk fills
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwritev", full_disk)
+    with pytest.raises(StorageError, match="No space"):
+        log.append_as_leader(batch(5, 5), 0)
+    monkeypatch.undo()
+    assert (log.log_end_offset, log.size_bytes) == (5, size_before)
+    log.append_as_leader(batch(5, 5), 0)
+    assert read_all(log).column("offset").to_pylist() == list(range(10))
+
+
+def test_read_returns_whole_batches_from_the_one_holding_the_offset(open_log):
+    """Reads start at the batch holding the offset, fit max_bytes, yet return >= 1 batch."""
+    log = open_log()
+    for i in range(10):
+        log.append_as_leader(batch(10, i * 10), 0)
+    one_batch = len(batch(10))
+    data = log.read(25, 2 * one_batch + 5)
+    assert [h.base_offset for _, h in rb.iter_headers(data)] == [20, 30]
+    assert [h.base_offset for _, h in rb.iter_headers(log.read(25, 1))] == [20]
+    assert log.read(100, 1 << 20) == b""
+    assert [h.base_offset for _, h in rb.iter_headers(log.read(0, 1 << 20, max_offset=30))] == [0, 10, 20]
+    assert log.read(30, 1 << 20, max_offset=30) == b""
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(101, 100)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(-1, 100)
+
+
+def test_segments_roll_on_size_and_reads_cross_them(open_log):
+    """segment.bytes rolls the log; reads continue across segment files."""
+    log = open_log(segment_bytes=5_000, index_interval_bytes=500)
+    for i in range(40):
+        log.append_as_leader(batch(10, i * 10), 0)
+    assert log.segment_count > 5
+    names = sorted(os.listdir(log.dir))
+    assert "00000000000000000000.log" in names and "00000000000000000000.index" in names
+    table = read_all(log, max_bytes=3_000)
+    assert table.column("offset").to_pylist() == list(range(400))
+    for offset in (0, 1, 99, 250, 399):
+        assert rb.decode_table(log.read(offset, 1), min_offset=offset).column("offset")[0].as_py() == offset
+
+
+def test_segments_roll_on_time_and_on_full_index(open_log, clock):
+    """segment.ms (by record time) and a full offset index each start a new segment."""
+    log = open_log(segment_ms=1_000)
+    log.append_as_leader(batch(1, timestamps=[clock()]), 0)
+    log.append_as_leader(batch(1, timestamps=[clock() + 500]), 0)
+    assert log.segment_count == 1
+    log.append_as_leader(batch(1, timestamps=[clock() + 1_001]), 0)
+    assert log.segment_count == 2
+
+    log2 = open_log(segment_index_bytes=64, index_interval_bytes=0)  # 8 entries
+    before = log2.segment_count
+    for i in range(20):
+        log2.append_as_leader(batch(1, i), 0)
+    assert log2.segment_count > before
+
+
+def test_offsets_for_time_finds_the_first_record_at_or_after(open_log):
+    """offsets_for_time returns the earliest offset whose timestamp >= the target."""
+    log = open_log(segment_bytes=3_000, index_interval_bytes=200)
+    for i in range(30):
+        log.append_as_leader(batch(5, i * 5, timestamps=[10_000 + (i * 5 + j) * 10 for j in range(5)]), 0)
+    assert log.offsets_for_time(0).offset == 0
+    found = log.offsets_for_time(10_000 + 77 * 10 - 3)
+    assert (found.offset, found.timestamp_ms) == (77, 10_770)
+    assert log.offsets_for_time(10_000 + 149 * 10).offset == 149
+    assert log.offsets_for_time(10_000 + 150 * 10) is None
+
+
+def test_offsets_for_time_with_out_of_order_timestamps(open_log):
+    """Timestamps need not rise: the first record reaching the target wins."""
+    log = open_log(index_interval_bytes=0)
+    log.append_as_leader(batch(3, 0, timestamps=[50, 10, 20]), 0)
+    log.append_as_leader(batch(3, 3, timestamps=[5, 60, 30]), 0)
+    assert log.offsets_for_time(55).offset == 4
+    assert log.offsets_for_time(15).offset == 0
+    assert log.offsets_for_time(61) is None
+
+
+def test_follower_append_keeps_offsets_and_refuses_going_back(open_log, tmp_path, clock):
+    """Followers append leader bytes unchanged; offsets below their LEO are refused."""
+    leader = open_log()
+    leader.append_as_leader(batch(4) + batch(6, 4), leader_epoch=2)
+    from raylog.config import LogConfig
+    from raylog.storage.log import Log
+
+    follower = Log.open(str(tmp_path / "follower"), LogConfig(), clock)
+    data = leader.read(0, 1 << 20)
+    info = follower.append_as_follower(data)
+    assert (info.first_offset, info.last_offset, follower.log_end_offset) == (0, 9, 10)
+    assert follower.read(0, 1 << 20) == data
+    with pytest.raises(InvalidRequestError):
+        follower.append_as_follower(data)
+    follower.close()
+
+
+def test_truncate_to_removes_whole_batches_and_segments(open_log):
+    """truncate_to drops every batch at or above the offset, across segments."""
+    log = open_log(segment_bytes=3_000, index_interval_bytes=100)
+    for i in range(30):
+        log.append_as_leader(batch(5, i * 5), 0)
+    segments = log.segment_count
+    assert log.truncate_to(52) == 50  # 52 is inside the batch [50, 55)
+    assert log.segment_count < segments
+    assert read_all(log).column("offset").to_pylist() == list(range(50))
+    log.append_as_leader(batch(5, 50), 1)
+    assert read_all(log).column("offset").to_pylist() == list(range(55))
+    assert log.offsets_for_time(1_000).offset == 0
+    with pytest.raises(OffsetOutOfRangeError):
+        log.truncate_to(-1)
+
+
+def test_truncate_fully_and_start_at(open_log):
+    """A follower far behind a leader whose log start moved on restarts its log there."""
+    log = open_log(segment_bytes=2_000)
+    for i in range(10):
+        log.append_as_leader(batch(5, i * 5), 0)
+    log.truncate_fully_and_start_at(1_000)
+    assert (log.log_start_offset, log.log_end_offset, log.segment_count) == (1_000, 1_000, 1)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 100)
+    log.append_as_leader(batch(2), 0)
+    assert read_all(log).column("offset").to_pylist() == [1_000, 1_001]
+    log.close()
+    reopened = open_log(segment_bytes=2_000)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (1_000, 1_002)
+
+
+def test_retention_by_time_and_bytes_never_deletes_the_active_segment(open_log, clock):
+    """retention.ms and retention.bytes delete whole old segments, oldest first, not the active."""
+    log = open_log(segment_bytes=3_000, retention_ms=60_000)
+    now = clock()
+    for i in range(20):
+        log.append_as_leader(batch(5, i * 5, timestamps=[now - 120_000 + i] * 5), 0)
+    log.append_as_leader(batch(5, 100, timestamps=[now] * 5), 0)
+    deleted = log.apply_retention()
+    assert deleted and deleted[0] == 0
+    assert log.segment_count == 1 and log.log_start_offset == 100
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 100)
+    clock.advance(10**9)
+    assert log.apply_retention() == []  # only the active segment is left
+
+    sized = open_log(segment_bytes=3_000, retention_bytes=7_000, retention_ms=-1)
+    for i in range(30):
+        sized.append_as_leader(batch(5, 105 + i * 5), 0)
+    sized.apply_retention()
+    assert sized.size_bytes <= 7_000 + 3_000
+    assert sized.segment_count >= 2
+
+
+def test_flush_policy_moves_the_recovery_point(open_log, clock):
+    """flush.messages and flush.ms fsync and checkpoint the recovery point."""
+    log = open_log(flush_messages=10)
+    log.append_as_leader(batch(6), 0)
+    assert log.recovery_point == 0
+    log.append_as_leader(batch(6, 6), 0)
+    assert log.recovery_point == 12
+    with open(os.path.join(log.dir, RECOVERY_POINT_FILE)) as f:
+        assert f.read() == "12"
+
+    timed = open_log(flush_ms=1_000)
+    timed.append_as_leader(batch(1, 12), 0)
+    timed.maybe_flush()
+    assert timed.recovery_point < timed.log_end_offset
+    clock.advance(1_000)
+    timed.maybe_flush()
+    assert timed.recovery_point == timed.log_end_offset
+
+
+def test_log_append_time_topics_stamp_the_broker_time(open_log, clock):
+    """With message.timestamp.type=LogAppendTime every record reads as the append time."""
+    log = open_log(**{"message.timestamp.type": "LogAppendTime"})
+    info = log.append_as_leader(batch(3, timestamps=[1, 2, 3]), 0)
+    assert info.log_append_time_ms == clock()
+    assert read_all(log).column("timestamp_ms").to_pylist() == [clock()] * 3
+
+
+def test_clean_close_needs_no_recovery(open_log):
+    """A closed log reopens with its data, trusting its flushed indexes."""
+    log = open_log(segment_bytes=3_000)
+    for i in range(20):
+        log.append_as_leader(batch(5, i * 5), 0)
+    log.close()
+    reopened = open_log(segment_bytes=3_000)
+    assert reopened.recovery.recovered_segments == 0
+    assert reopened.log_end_offset == 100
+    assert read_all(reopened).column("offset").to_pylist() == list(range(100))
+
+
+def test_reads_do_not_block_or_tear_during_appends(open_log):
+    """Reader threads see only whole batches below the LEO they observed while one writer appends."""
+    log = open_log(segment_bytes=20_000, index_interval_bytes=1_000)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader():
+        try:
+            while not stop.is_set():
+                end = log.log_end_offset
+                offset = log.log_start_offset
+                while offset < end:
+                    data = log.read(offset, 4_000, max_offset=end)
+                    headers = [h for _, h in rb.iter_headers(data)]
+                    assert headers and headers[0].base_offset <= offset < headers[-1].next_offset <= end
+                    offset = headers[-1].next_offset
+        except BaseException as exc:  # surfaced in the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for i in range(300):
+        log.append_as_leader(batch(4, i * 4), 0)
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors

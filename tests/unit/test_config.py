@@ -1,0 +1,52 @@
+"""LogConfig validation and Kafka property names; error codes."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from raylog import errors
+from raylog.config import LogConfig
+
+
+def test_kafka_property_names_and_strings_are_accepted():
+    """Users type Kafka's dotted names with string values; both forms give the same config."""
+    config = LogConfig.from_properties({"retention.ms": "1000", "segment.bytes": 4096}, flush_messages=5)
+    assert (config.retention_ms, config.segment_bytes, config.flush_messages) == (1000, 4096, 5)
+    assert config.to_properties()["retention.ms"] == "1000"
+    assert LogConfig.from_properties(config.to_properties()) == config
+
+
+def test_unknown_keys_list_the_known_ones():
+    """An unknown key is refused with the list of known keys."""
+    with pytest.raises(errors.InvalidConfigError, match="known: .*retention.ms"):
+        LogConfig.from_properties({"retention.hours": "5"})
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [
+        {"segment.bytes": "12"},
+        {"segment.bytes": "lots"},
+        {"retention.ms": "-5"},
+        {"flush.messages": 0},
+        {"message.timestamp.type": "WallClock"},
+        {"index.interval.bytes": True},
+    ],
+)
+def test_bad_values_are_typed_errors(properties):
+    """Out-of-range or mistyped values raise InvalidConfigError (a ValueError)."""
+    with pytest.raises(errors.InvalidConfigError):
+        LogConfig.from_properties(properties)
+    with pytest.raises(ValueError):
+        LogConfig.from_properties(properties)
+
+
+def test_error_codes_are_kafkas_and_errors_pickle():
+    """API errors carry Kafka's codes, are found by code, and survive pickling (Ray)."""
+    assert errors.for_code(1) is errors.OffsetOutOfRangeError
+    assert errors.CorruptRecordError.code == 2 and errors.CorruptRecordError.name == "CORRUPT_MESSAGE"
+    assert errors.UnknownTopicOrPartitionError.invalid_metadata
+    error = pickle.loads(pickle.dumps(errors.StorageError("disk full")))
+    assert isinstance(error, errors.StorageError) and error.retriable and str(error) == "disk full"
