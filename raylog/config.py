@@ -117,3 +117,20 @@ class LogConfig(_Config):
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+
+@dataclass(frozen=True)
+class TopicConfig(LogConfig):
+    """A topic's configuration: its log's plus the replication settings Kafka keeps per topic."""
+
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require(self.min_insync_replicas >= 1, "min.insync.replicas must be >= 1")
+
+    def log_config(self) -> LogConfig:
+        """The part of this config the storage engine uses."""
+        names = {f.name for f in dataclasses.fields(LogConfig)}
+        return LogConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in names})

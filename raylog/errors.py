@@ -54,6 +54,11 @@ def for_code(code: int) -> type[ApiError]:
     return _BY_CODE[code]
 
 
+@_api(-1, "UNKNOWN_SERVER_ERROR")
+class UnknownServerError(ApiError):
+    """The server failed in a way it has no code for (a bug); the message says how."""
+
+
 @_api(1, "OFFSET_OUT_OF_RANGE")
 class OffsetOutOfRangeError(ApiError):
     """The requested offset is below the log start offset or above the log end offset."""
@@ -69,9 +74,64 @@ class UnknownTopicOrPartitionError(ApiError):
     """The topic or partition does not exist (or is not hosted here)."""
 
 
+@_api(5, "LEADER_NOT_AVAILABLE", retriable=True, invalid_metadata=True)
+class LeaderNotAvailableError(ApiError):
+    """The partition has no leader right now (an election is under way)."""
+
+
+@_api(6, "NOT_LEADER_OR_FOLLOWER", retriable=True, invalid_metadata=True)
+class NotLeaderOrFollowerError(ApiError):
+    """The replica asked is not the partition's leader (or, for a follower fetch, not a replica)."""
+
+
+@_api(7, "REQUEST_TIMED_OUT", retriable=True)
+class RequestTimedOutError(ApiError):
+    """The request did not complete in time (e.g. acks=all waiting for followers)."""
+
+
 @_api(10, "MESSAGE_TOO_LARGE")
 class RecordTooLargeError(ApiError):
     """A record batch is larger than ``max.message.bytes`` (or a record than the batch limit)."""
+
+
+@_api(13, "NETWORK_EXCEPTION", retriable=True, invalid_metadata=True)
+class BrokerUnavailableError(ApiError):
+    """The actor serving the request died or could not be reached (it may be restarting)."""
+
+
+@_api(17, "INVALID_TOPIC_EXCEPTION")
+class InvalidTopicError(ApiError, ValueError):
+    """The topic name is not legal (length, characters, or reserved)."""
+
+
+@_api(19, "NOT_ENOUGH_REPLICAS", retriable=True)
+class NotEnoughReplicasError(ApiError):
+    """acks=all was refused: fewer in-sync replicas than min.insync.replicas."""
+
+
+@_api(20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", retriable=True)
+class NotEnoughReplicasAfterAppendError(ApiError):
+    """The batch was written but the in-sync replicas shrank below min.insync.replicas."""
+
+
+@_api(21, "INVALID_REQUIRED_ACKS")
+class InvalidRequiredAcksError(ApiError, ValueError):
+    """acks must be 0, 1 or -1 ("all")."""
+
+
+@_api(36, "TOPIC_ALREADY_EXISTS")
+class TopicAlreadyExistsError(ApiError):
+    """A topic of that name exists already."""
+
+
+@_api(37, "INVALID_PARTITIONS")
+class InvalidPartitionsError(ApiError, ValueError):
+    """The partition count (or partition number) is not valid."""
+
+
+@_api(38, "INVALID_REPLICATION_FACTOR")
+class InvalidReplicationFactorError(ApiError, ValueError):
+    """The replication factor is below 1 or above the number of brokers."""
 
 
 @_api(42, "INVALID_REQUEST")
@@ -84,6 +144,46 @@ class InvalidConfigError(ApiError, ValueError):
     """A configuration key is unknown or its value is out of range."""
 
 
+@_api(45, "OUT_OF_ORDER_SEQUENCE_NUMBER")
+class OutOfOrderSequenceError(ApiError):
+    """An idempotent producer's batch is behind its sequence and is not a recent duplicate,
+    or an earlier batch never arrived."""
+
+
+@_api(47, "INVALID_PRODUCER_EPOCH")
+class InvalidProducerEpochError(ApiError):
+    """A producer's epoch is older than one the partition has seen (a zombie producer)."""
+
+
 @_api(56, "KAFKA_STORAGE_ERROR", retriable=True)
 class StorageError(ApiError):
     """The log's disk failed an operation (full disk, I/O error); nothing partial was kept."""
+
+
+@_api(87, "INVALID_RECORD")
+class InvalidRecordError(ApiError):
+    """A record the batch format cannot hold (e.g. headers of the wrong type)."""
+
+
+@_api(74, "FENCED_LEADER_EPOCH", retriable=True, invalid_metadata=True)
+class FencedLeaderEpochError(ApiError):
+    """The request carried a leader epoch older than the replica's."""
+
+
+@_api(75, "UNKNOWN_LEADER_EPOCH", retriable=True, invalid_metadata=True)
+class UnknownLeaderEpochError(ApiError):
+    """The request carried a leader epoch newer than the replica knows."""
+
+
+class KafkaTimeoutError(RaylogError):
+    """A client-side wait ran out (metadata, buffer space, a future's result)."""
+
+    retriable = True
+
+
+class IllegalStateError(RaylogError):
+    """The client is used in a state that does not allow it (closed, nothing assigned, ...)."""
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """auto_offset_reset="none" and the position is unknown or out of range."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -334,6 +334,13 @@ class Log:
                     i = int((timestamps >= timestamp_ms).argmax())
                     return TimestampOffset(int(table.column("offset")[i].as_py()), int(timestamps[i]))
         return None
+
+    def tail_headers(self, segments: int) -> Iterator[BatchHeader]:
+        """Headers of every batch in the newest ``segments`` segments, in offset order."""
+        for segment in self._segments[-segments:]:
+            _, size = segment.published
+            for _, header in segment.records.batch_headers(0, size):
+                yield header
 
     # --- truncation -------------------------------------------------------------------
 

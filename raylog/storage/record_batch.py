@@ -112,6 +112,7 @@ OUTPUT_SCHEMA = pa.schema(
 )
 
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 class BatchHeader(NamedTuple):
@@ -353,6 +354,8 @@ def read_header(view: memoryview | bytes, pos: int = 0) -> BatchHeader:
         )
     if header.attributes & ~_KNOWN_BITS:
         raise CorruptRecordError(f"unknown attribute bits {header.attributes:#x} at byte {pos}")
+    if header.base_offset < 0 or header.base_offset + header.last_offset_delta > _INT64_MAX:
+        raise CorruptRecordError(f"batch at byte {pos} has impossible offsets from {header.base_offset}")
     return header
 
 
@@ -399,7 +402,7 @@ def decode_body(view: memoryview, pos: int, header: BatchHeader) -> pa.RecordBat
     try:
         batch = pa.ipc.read_record_batch(buffer, schema)
         batch.validate(full=True)
-    except (pa.ArrowException, ValueError, OSError) as exc:
+    except (pa.ArrowException, ValueError, OSError, EOFError) as exc:
         raise CorruptRecordError(f"batch at offset {header.base_offset} has an undecodable body: {exc}") from None
     if batch.num_rows != header.record_count:
         raise CorruptRecordError(
@@ -427,7 +430,10 @@ def _check_deltas(batch: pa.RecordBatch, header: BatchHeader) -> None:
         return
     top = header.base_timestamp
     if attributes & HAS_TIMESTAMP_DELTA:
-        top += int(_numpy(batch.column("timestamp_delta"), header).max())
+        deltas = _numpy(batch.column("timestamp_delta"), header)
+        if deltas.min() < 0:
+            raise CorruptRecordError(f"batch at offset {header.base_offset} has timestamps below its base")
+        top += int(deltas.max())
     if top != header.max_timestamp:
         raise CorruptRecordError(f"batch at offset {header.base_offset} has a max timestamp its records do not have")
 
@@ -474,10 +480,10 @@ def decode_table(data: Any, *, check_crcs: bool = True, min_offset: int = 0) -> 
     view = memoryview(data).cast("B")
     out = []
     for pos, header in iter_headers(view):
+        if check_crcs:  # before trusting any field inside the CRC (attributes, deltas)
+            check_crc(view, pos, header)
         if header.next_offset <= min_offset or header.attributes & CONTROL:
             continue
-        if check_crcs:
-            check_crc(view, pos, header)
         batch = _output_batch(header, decode_body(view, pos, header))
         if header.base_offset < min_offset:
             offsets = batch.column(0).to_numpy()

@@ -1,0 +1,1 @@
+"""The Python clients: connect(), Producer, Consumer, Admin."""

@@ -1,0 +1,163 @@
+"""``raylog.connect()``: find or start a raylog cluster on Ray, and cache its metadata.
+
+Embedded default (no address): starts a local Ray if none is running, and a raylog
+cluster with ``num_brokers`` brokers on this node, data under ``data_dir``. With an
+address (``"auto"`` or ``"ray://..."``/``"host:port"``), joins that Ray cluster and starts
+raylog there if it is not running yet; brokers are its nodes (see the controller).
+
+A :class:`RaylogCluster` pickles by name, so clients built on it work inside Ray tasks and
+actors (which are already connected to Ray).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from raylog.actors.controller import DEFAULT_DATA_DIR, HEAD_RESOURCE, ControllerActor
+from raylog.actors.names import NAMESPACE, controller_name
+from raylog.clients.transport import call
+from raylog.errors import InvalidConfigError, LeaderNotAvailableError, UnknownTopicOrPartitionError
+from raylog.types import BrokerInfo, TopicDescription, TopicPartition
+
+#: How long a metadata call may take (the controller may be restarting).
+METADATA_TIMEOUT_S = 60.0
+#: Object store of an embedded Ray: raylog's batches pass through it briefly.
+EMBEDDED_OBJECT_STORE_BYTES = 512 * 1024 * 1024
+
+
+class Metadata:
+    """An immutable snapshot of what the controller said."""
+
+    def __init__(self, answer: dict[str, Any]):
+        self.cluster_id: str = answer["cluster_id"]
+        self.brokers: dict[int, BrokerInfo] = answer["brokers"]
+        self.topics: dict[str, TopicDescription] = answer["topics"]
+        self.leaders: dict[tuple[str, int], Any] = answer["leaders"]
+
+    def num_partitions(self, topic: str) -> int:
+        try:
+            return len(self.topics[topic].partitions)
+        except KeyError:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}") from None
+
+    def leader(self, tp: TopicPartition) -> Any:
+        """The leader replica actor of ``tp``.
+
+        Raises:
+            UnknownTopicOrPartitionError, LeaderNotAvailableError.
+        """
+        if tp.topic not in self.topics or not 0 <= tp.partition < len(self.topics[tp.topic].partitions):
+            raise UnknownTopicOrPartitionError(f"unknown partition {tp.topic}-{tp.partition}")
+        try:
+            return self.leaders[(tp.topic, tp.partition)]
+        except KeyError:
+            raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader right now") from None
+
+
+class RaylogCluster:
+    """A handle on a running raylog cluster: the controller plus a metadata cache.
+
+    Concurrency: thread-safe (clients refresh metadata from their background threads).
+    """
+
+    def __init__(self, cluster_name: str, controller: Any, started_ray: bool = False):
+        self.cluster_name = cluster_name
+        self.controller = controller
+        self._started_ray = started_ray
+        self._lock = threading.Lock()
+        self._metadata: Metadata | None = None
+
+    def __reduce__(self):
+        return (_reattach, (self.cluster_name,))
+
+    def metadata(self, refresh: bool = False) -> Metadata:
+        """The cached metadata of every topic (fetched on first use or when ``refresh``)."""
+        with self._lock:
+            if self._metadata is None or refresh:
+                self._metadata = Metadata(call(self.controller.metadata.remote(), METADATA_TIMEOUT_S))
+            return self._metadata
+
+    def shutdown(self) -> None:
+        """Stop every raylog actor of this cluster (data stays on disk), and Ray too if
+        :func:`connect` started it."""
+        try:
+            call(self.controller.shutdown.remote(), METADATA_TIMEOUT_S)
+        finally:
+            ray.kill(self.controller, no_restart=True)
+            if self._started_ray:
+                ray.shutdown()
+
+
+def _reattach(cluster_name: str) -> RaylogCluster:
+    return RaylogCluster(cluster_name, ray.get_actor(controller_name(cluster_name), namespace=NAMESPACE))
+
+
+def connect(
+    address: str | None = None,
+    *,
+    data_dir: str | None = None,
+    num_brokers: int | None = None,
+    cluster_name: str = "default",
+) -> RaylogCluster:
+    """Connect to raylog, starting it (and a local Ray) when needed.
+
+    Args:
+        address: None for the embedded default (a local Ray and a local raylog cluster);
+            ``"auto"`` or a Ray address to join an existing Ray cluster.
+        data_dir: where brokers keep their logs; default ``$RAYLOG_DATA_DIR`` or
+            ``/tmp/raylog``. Embedded brokers use ``<data_dir>/broker-<id>``.
+        num_brokers: embedded mode only: how many brokers share this node (default 1).
+        cluster_name: several raylog clusters can share one Ray cluster by name.
+
+    Returns:
+        A :class:`RaylogCluster`; pass it to Producer, Consumer and Admin.
+
+    Example:
+        >>> cluster = raylog.connect()                       # doctest: +SKIP
+        >>> Admin(cluster).create_topics([NewTopic("clicks", 3)])  # doctest: +SKIP
+    """
+    embedded = address is None
+    if num_brokers is not None and (not embedded or num_brokers < 1):
+        raise InvalidConfigError("num_brokers is for the embedded mode and must be >= 1")
+    started_ray = False
+    if not ray.is_initialized():
+        if embedded:
+            ray.init(
+                address="local",
+                object_store_memory=EMBEDDED_OBJECT_STORE_BYTES,
+                include_dashboard=False,
+                configure_logging=False,
+                log_to_driver=False,
+            )
+        else:
+            ray.init(address=address)
+        started_ray = True
+    data_dir = os.path.abspath(data_dir or os.environ.get("RAYLOG_DATA_DIR") or DEFAULT_DATA_DIR)
+    controller = (
+        ray.remote(ControllerActor)
+        .options(
+            name=controller_name(cluster_name),
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            max_restarts=-1,
+            max_task_retries=-1,
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(_head_node_id(), soft=False),
+        )
+        .remote(cluster_name, data_dir, num_brokers or 1, embedded)
+    )
+    call(controller.start.remote(), METADATA_TIMEOUT_S)
+    return RaylogCluster(cluster_name, controller, started_ray)
+
+
+def _head_node_id() -> str:
+    for node in ray.nodes():
+        if node["Alive"] and HEAD_RESOURCE in node.get("Resources", {}):
+            return node["NodeID"]
+    return ray.get_runtime_context().get_node_id()

@@ -1,0 +1,699 @@
+"""The Producer: accumulates records per partition into record batches and ships them to
+partition leaders from a background sender thread.
+
+``send()`` only serializes, picks a partition and appends to that partition's open batch;
+it returns a light future that shares its batch's completion state. A batch closes when
+it reaches ``batch_size`` bytes or ``linger_ms`` after it opened (or on ``flush``); the
+sender encodes it once into the record-batch format and makes one actor call for it.
+Up to ``max_in_flight_requests_per_connection`` batches per partition are in flight;
+retriable errors are retried after ``retry_backoff_ms`` with a metadata refresh, until
+``delivery_timeout_ms``. As in Kafka without idempotence, a retry can reorder or
+duplicate records when more than one batch per partition is in flight.
+
+Memory is bounded by ``buffer_memory``: ``send`` blocks up to ``max_block_ms`` for room.
+
+Concurrency: ``send``, ``send_arrow``, ``flush`` and ``close`` may be called from any
+number of threads. Records without a timestamp get their batch's opening time.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from ray.exceptions import RayActorError, RayTaskError
+
+from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
+from raylog.clients.partitioner import DefaultPartitioner
+from raylog.clients.transport import call, translate
+from raylog.coordination.producer_state import RETAINED_BATCHES
+from raylog.errors import (
+    IllegalStateError,
+    InvalidConfigError,
+    InvalidRecordError,
+    KafkaTimeoutError,
+    RaylogError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from raylog.protocol import ProduceRequest, error_of
+from raylog.storage import compression as codecs
+from raylog.storage import record_batch
+from raylog.types import RecordMetadata, TopicPartition
+
+#: Bytes counted per record beyond its key, value and headers (offsets, timestamp).
+RECORD_OVERHEAD_BYTES = 16
+#: Guards completion against a concurrent add_done_callback (callbacks run exactly once).
+_CALLBACK_LOCK = threading.Lock()
+_ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
+
+
+class BatchMetadata(NamedTuple):
+    """Where one batch of a ``send_arrow`` call landed."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+
+
+class _Batch:
+    """Records for one partition plus the completion state their futures share."""
+
+    __slots__ = (
+        "tp",
+        "arrow_rows",
+        "producer_id",
+        "base_sequence",
+        "values",
+        "keys",
+        "timestamps",
+        "headers",
+        "size_bytes",
+        "created_s",
+        "created_ms",
+        "data",
+        "record_count",
+        "event",
+        "base_offset",
+        "log_append_time_ms",
+        "error",
+        "callbacks",
+        "attempts",
+        "retry_at_s",
+        "deadline_s",
+    )
+
+    def __init__(self, tp: TopicPartition, delivery_timeout_s: float):
+        self.tp = tp
+        self.values: list = []
+        self.keys: list = []
+        self.timestamps: list = []
+        self.headers: list = []
+        self.arrow_rows: dict | None = None  # columns of a send_arrow chunk, instead of the lists
+        self.size_bytes = 0
+        self.created_s = time.monotonic()
+        self.created_ms = time.time_ns() // 1_000_000
+        self.data: Any = None  # encoded batch bytes, built once
+        self.record_count = 0
+        self.event = threading.Event()
+        self.base_offset = -1
+        self.log_append_time_ms = -1
+        self.error: RaylogError | None = None
+        self.callbacks: list = []
+        self.attempts = 0
+        self.retry_at_s = 0.0
+        self.deadline_s = self.created_s + delivery_timeout_s
+        self.producer_id = -1
+        self.base_sequence = -1
+
+    def encode(self, codec: int) -> Any:
+        """The batch bytes, built once (a retry resends the same bytes and sequence)."""
+        if self.data is None:
+            fields = {
+                "codec": codec,
+                "now_ms": self.created_ms,
+                "producer_id": self.producer_id,
+                "producer_epoch": 0 if self.producer_id >= 0 else -1,
+                "base_sequence": self.base_sequence,
+            }
+            rows = self.arrow_rows
+            if rows is not None:
+                self.data = record_batch.build_arrow(
+                    rows["values"], rows.get("keys"), rows.get("timestamps_ms"), rows.get("headers"), **fields
+                )
+            else:
+                keys = self.keys if any(k is not None for k in self.keys) else None
+                headers = self.headers if any(h for h in self.headers) else None
+                timestamps = None
+                if any(t is not None for t in self.timestamps):
+                    timestamps = [self.created_ms if t is None else t for t in self.timestamps]
+                self.data = record_batch.build(self.values, keys, timestamps, headers, **fields)
+            # The encoded batch is all that is kept.
+            self.values = self.keys = self.timestamps = self.headers = []
+            self.arrow_rows = None
+        return self.data
+
+    def finish(self, base_offset: int, log_append_time_ms: int, error: RaylogError | None) -> None:
+        self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
+        with _CALLBACK_LOCK:
+            self.event.set()
+            callbacks, self.callbacks = self.callbacks, []
+        for future, fn in callbacks:
+            fn(future)
+
+
+class FutureRecordMetadata:
+    """The future of one sent record, with the :class:`concurrent.futures.Future` interface.
+
+    Light: it holds its batch and its index in it; all records of a batch complete at once.
+    """
+
+    __slots__ = ("_batch", "_index", "_timestamp_ms")
+
+    def __init__(self, batch: _Batch, index: int, timestamp_ms: int | None):
+        self._batch, self._index, self._timestamp_ms = batch, index, timestamp_ms
+
+    def done(self) -> bool:
+        return self._batch.event.is_set()
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return not self.done()
+
+    def cancel(self) -> bool:
+        return False
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait for the broker's acknowledgement.
+
+        Raises:
+            KafkaTimeoutError: not acknowledged within ``timeout`` seconds.
+            RaylogError: the record failed (the typed error the broker or client reported).
+        """
+        batch = self._batch
+        if not batch.event.wait(timeout):
+            raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
+        if batch.error is not None:
+            raise batch.error
+        offset = batch.base_offset + self._index if batch.base_offset >= 0 else -1
+        if batch.log_append_time_ms >= 0:
+            timestamp = batch.log_append_time_ms
+        else:
+            timestamp = batch.created_ms if self._timestamp_ms is None else self._timestamp_ms
+        return RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._batch.event.wait(timeout):
+            raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
+        return self._batch.error
+
+    def add_done_callback(self, fn: Callable[[FutureRecordMetadata], Any]) -> None:
+        batch = self._batch
+        if not batch.event.is_set():
+            with _CALLBACK_LOCK:
+                if not batch.event.is_set():
+                    batch.callbacks.append((self, fn))
+                    return
+        fn(self)
+
+
+class Producer:
+    """Sends records to raylog topics (Kafka's KafkaProducer).
+
+    Args:
+        cluster: from :func:`raylog.connect`.
+        acks: 0 (no wait), 1 (leader wrote it) or "all" / -1 (every in-sync replica has it).
+        linger_ms: how long a batch waits for more records before it is sent.
+        batch_size: bytes at which a batch closes (raylog moves MiB batches; Kafka's 16 KiB
+            would cost an actor call per 16 KiB).
+        compression: None, "lz4", "zstd", "gzip" or "snappy" (whole-batch compression).
+        buffer_memory: bytes of unsent records allowed before ``send`` blocks.
+        max_block_ms: how long ``send`` may block for room or metadata.
+        max_in_flight_requests_per_connection: batches in flight per partition.
+        retries, retry_backoff_ms, delivery_timeout_ms, request_timeout_ms: retry policy.
+        max_request_size: the largest record accepted by ``send``.
+        key_serializer, value_serializer: callables to bytes (else values must be bytes).
+        partitioner: ``(topic, key_bytes, num_partitions) -> partition``; default Kafka's.
+        enable_idempotence: number each partition's batches (producer id and sequence) so
+            the leader appends them in order, exactly once, across retries and pipelining.
+            Without it, more than one batch in flight per partition may be reordered.
+
+    Example:
+        >>> with Producer(cluster, linger_ms=5) as producer:           # doctest: +SKIP
+        ...     producer.send("clicks", b"hello", key=b"user-1").result(timeout=10)
+    """
+
+    def __init__(
+        self,
+        cluster: RaylogCluster,
+        *,
+        acks: int | str = "all",
+        linger_ms: int = 5,
+        batch_size: int = 1 << 20,
+        compression: str | None = None,
+        buffer_memory: int = 32 << 20,
+        max_block_ms: int = 60_000,
+        max_in_flight_requests_per_connection: int = 5,
+        retries: int = 2**31 - 1,
+        retry_backoff_ms: int = 100,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        max_request_size: int = 8 << 20,
+        key_serializer: Callable[[Any], bytes] | None = None,
+        value_serializer: Callable[[Any], bytes] | None = None,
+        partitioner: Callable[[str, bytes | None, int], int] | None = None,
+        enable_idempotence: bool = True,
+    ):
+        self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster")}
+        if acks not in _ACKS:
+            raise InvalidConfigError(f"acks must be 0, 1, -1 or 'all', got {acks!r}")
+        for name in (
+            "linger_ms",
+            "batch_size",
+            "buffer_memory",
+            "max_block_ms",
+            "retries",
+            "retry_backoff_ms",
+            "delivery_timeout_ms",
+            "request_timeout_ms",
+            "max_request_size",
+        ):
+            value = self._config[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidConfigError(f"{name} must be a non-negative integer, got {value!r}")
+        if not 1 <= max_in_flight_requests_per_connection <= (RETAINED_BATCHES if enable_idempotence else 2**31):
+            raise InvalidConfigError(
+                f"max_in_flight_requests_per_connection must be >= 1 (and <= {RETAINED_BATCHES} with idempotence)"
+            )
+        if batch_size < 1 or batch_size > buffer_memory:
+            raise InvalidConfigError("batch_size must be in [1, buffer_memory]")
+        self._cluster = cluster
+        self._acks = _ACKS[acks]
+        self._linger_s = linger_ms / 1000
+        self._batch_size = batch_size
+        self._codec = codecs.codec_id(compression)
+        self._buffer_memory = buffer_memory
+        self._max_block_s = max_block_ms / 1000
+        self._max_in_flight = max_in_flight_requests_per_connection
+        self._retries = retries
+        self._backoff_s = retry_backoff_ms / 1000
+        self._delivery_timeout_s = delivery_timeout_ms / 1000
+        self._request_timeout_ms = request_timeout_ms
+        self._max_request_size = max_request_size
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._default_partitioner = DefaultPartitioner()
+        self._partitioner = partitioner or self._default_partitioner
+
+        self._cond = threading.Condition()
+        self._open: dict[TopicPartition, _Batch] = {}
+        self._queues: dict[TopicPartition, collections.deque[_Batch]] = collections.defaultdict(collections.deque)
+        self._in_flight: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._incomplete: set[_Batch] = set()
+        self._buffered_bytes = 0
+        self._flushing = 0
+        self._closed = False
+        self._metadata_stale = False
+        self._partition_counts: dict[str, int] = {}
+        self._idempotent = enable_idempotence
+        self._producer_id = -1  # from the controller at the first send (sender thread only)
+        self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._sender = threading.Thread(target=self._run_sender, name="raylog-producer-sender", daemon=True)
+        self._sender.start()
+
+    def __reduce__(self):
+        # A producer shipped to another process (a Ray task, a Spark executor) starts afresh
+        # there with the same configuration; records in flight here stay here.
+        return (_rebuild_producer, (self._cluster, self._config))
+
+    # --- sending ------------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: list | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata:
+        """Queue one record; returns a future of its :class:`RecordMetadata`.
+
+        Raises:
+            IllegalStateError: the producer is closed.
+            TypeError: key or value is not bytes (and no serializer was given).
+            RecordTooLargeError: the record is above ``max_request_size``.
+            UnknownTopicOrPartitionError: no such topic or partition (after a metadata refresh).
+            KafkaTimeoutError: no buffer room within ``max_block_ms``.
+        """
+        if self._closed:
+            raise IllegalStateError("cannot send: the producer is closed")
+        if self._key_serializer is not None and key is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None and value is not None:
+            value = self._value_serializer(value)
+        size = RECORD_OVERHEAD_BYTES + _byte_length(value, "value") + _byte_length(key, "key")
+        if headers:
+            size += sum(len(k) + len(v or b"") for k, v in headers)
+        if size > self._max_request_size:
+            raise RecordTooLargeError(f"record of {size} bytes is above max_request_size={self._max_request_size}")
+        count = self._num_partitions(topic)
+        if partition is None:
+            partition = self._partitioner(topic, key, count)
+        elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+            raise UnknownTopicOrPartitionError(f"partition {partition!r} is not in [0, {count}) for {topic!r}")
+        tp = TopicPartition(topic, partition)
+        with self._cond:
+            self._reserve(size)
+            batch = self._open.get(tp)
+            if batch is not None and batch.record_count and batch.size_bytes + size > self._batch_size:
+                self._close_batch(batch)
+                batch = None
+            if batch is None:
+                batch = self._open[tp] = _Batch(tp, self._delivery_timeout_s)
+                self._incomplete.add(batch)
+                self._cond.notify()
+            index = batch.record_count
+            batch.values.append(value)
+            batch.keys.append(key)
+            batch.timestamps.append(timestamp_ms)
+            batch.headers.append(headers)
+            batch.record_count += 1
+            batch.size_bytes += size
+            if batch.size_bytes >= self._batch_size:
+                self._close_batch(batch)
+                self._cond.notify()
+        return FutureRecordMetadata(batch, index, timestamp_ms)
+
+    def send_arrow(
+        self,
+        topic: str,
+        table: pa.Table,
+        *,
+        key_column: str = "key",
+        value_column: str = "value",
+        timestamp_column: str | None = None,
+        headers_column: str | None = None,
+        partition: int | None = None,
+    ) -> concurrent.futures.Future:
+        """Send a whole Arrow table: rows are split by partition (murmur2 of the key column,
+        when present and not null; otherwise spread by batch over partitions) and into
+        batches of ``batch_size`` bytes, encoded columnar without a loop per record.
+
+        Returns:
+            A future of the list of :class:`BatchMetadata` of the batches sent, in order.
+
+        Raises:
+            IllegalStateError, KeyError (missing value column), UnknownTopicOrPartitionError,
+            KafkaTimeoutError (no buffer room).
+        """
+        if self._closed:
+            raise IllegalStateError("cannot send: the producer is closed")
+        count = self._num_partitions(topic)
+        if partition is not None and not (isinstance(partition, int) and 0 <= partition < count):
+            raise UnknownTopicOrPartitionError(f"partition {partition!r} is not in [0, {count}) for {topic!r}")
+        columns = {"values": table.column(value_column)}
+        if key_column in table.column_names:
+            columns["keys"] = table.column(key_column)
+        if timestamp_column is not None:
+            columns["timestamps_ms"] = table.column(timestamp_column).cast(pa.int64())
+        if headers_column is not None:
+            columns["headers"] = table.column(headers_column)
+        batches = []
+        for part, rows in self._split_by_partition(topic, columns, count, partition):
+            for chunk in self._chunks(rows):
+                batches.append(self._enqueue_prebuilt(TopicPartition(topic, part), chunk))
+        return _gather(batches)
+
+    def _split_by_partition(self, topic: str, columns: dict, count: int, partition: int | None):
+        n = len(columns["values"])
+        combined = {k: (v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v) for k, v in columns.items()}
+        if partition is not None:
+            yield partition, combined
+            return
+        keys = combined.get("keys")
+        targets = (
+            self._default_partitioner.partitions_for_keys(keys, count)
+            if keys is not None
+            else np.full(n, -1, dtype=np.int64)
+        )
+        unkeyed = targets < 0
+        if unkeyed.any():  # spread unkeyed rows over partitions, one batch-size chunk each
+            sizes = pc.binary_length(combined["values"]).fill_null(0).to_numpy()
+            chunk_ids = sizes.cumsum() // max(1, self._batch_size)
+            start = self._default_partitioner(topic, None, count)
+            targets[unkeyed] = ((chunk_ids + start) % count)[unkeyed]
+        for part in sorted(set(targets.tolist())):
+            indices = pa.array((targets == part).nonzero()[0])
+            yield part, {k: v.take(indices) for k, v in combined.items()}
+
+    def _chunks(self, rows: dict):
+        values = rows["values"]
+        sizes = pc.binary_length(values.cast(pa.binary())).fill_null(0).to_numpy() + RECORD_OVERHEAD_BYTES
+        if "keys" in rows:
+            sizes = sizes + pc.binary_length(rows["keys"].cast(pa.binary())).fill_null(0).to_numpy()
+        ends = sizes.cumsum()
+        start, n = 0, len(values)
+        while start < n:
+            base = ends[start - 1] if start else 0
+            stop = max(start + 1, int(np.searchsorted(ends, base + self._batch_size, side="right")))
+            yield {k: v.slice(start, stop - start) for k, v in rows.items()}, int(ends[stop - 1] - base)
+            start = stop
+
+    def _enqueue_prebuilt(self, tp: TopicPartition, chunk: tuple[dict, int]) -> _Batch:
+        rows, size = chunk
+        batch = _Batch(tp, self._delivery_timeout_s)
+        batch.record_count = len(rows["values"])
+        batch.size_bytes = size
+        batch.data = record_batch.build_arrow(
+            rows["values"],
+            rows.get("keys"),
+            rows.get("timestamps_ms"),
+            rows.get("headers"),
+            codec=self._codec,
+            now_ms=batch.created_ms,
+        )
+        with self._cond:
+            self._reserve(size)
+            self._incomplete.add(batch)
+            open_batch = self._open.get(tp)
+            if open_batch is not None:
+                self._close_batch(open_batch)  # keep this partition's order
+            self._queues[tp].append(batch)
+            self._cond.notify()
+        return batch
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every queued record now and wait until each is acknowledged or failed.
+
+        Raises:
+            KafkaTimeoutError: not all were done within ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            pending = list(self._incomplete)
+            self._flushing += 1
+            for batch in list(self._open.values()):
+                self._close_batch(batch)
+            self._cond.notify_all()
+        try:
+            for batch in pending:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not batch.event.wait(remaining):
+                    raise KafkaTimeoutError(f"flush did not finish within {timeout} s")
+        finally:
+            with self._cond:
+                self._flushing -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop the sender thread. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+            self._sender.join(timeout)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return list(range(self._num_partitions(topic)))
+
+    # --- internals: accumulator -------------------------------------------------------
+
+    def _num_partitions(self, topic: str) -> int:
+        count = self._partition_counts.get(topic)
+        if count is None:
+            try:
+                count = self._cluster.metadata().num_partitions(topic)
+            except UnknownTopicOrPartitionError:
+                count = self._cluster.metadata(refresh=True).num_partitions(topic)
+            self._partition_counts[topic] = count
+        return count
+
+    def _reserve(self, size: int) -> None:
+        """Wait (holding ``_cond``) for ``size`` bytes of buffer room."""
+        deadline = time.monotonic() + self._max_block_s
+        while self._buffered_bytes + size > self._buffer_memory and self._buffered_bytes > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                raise KafkaTimeoutError(f"no room in buffer_memory={self._buffer_memory} within max_block_ms")
+            self._cond.wait(remaining)
+        self._buffered_bytes += size
+
+    def _close_batch(self, batch: _Batch) -> None:
+        """Move an open batch to its partition's send queue (holding ``_cond``)."""
+        if self._open.get(batch.tp) is batch:
+            del self._open[batch.tp]
+            self._queues[batch.tp].append(batch)
+            self._default_partitioner.on_batch_closed(
+                batch.tp.topic, batch.tp.partition, self._partition_counts.get(batch.tp.topic, 1)
+            )
+
+    # --- internals: sender thread -----------------------------------------------------
+
+    def _run_sender(self) -> None:
+        while True:
+            with self._cond:
+                batches = self._wait_for_sendable()
+                if batches is None:
+                    return
+            if self._metadata_stale:
+                self._metadata_stale = False
+                try:
+                    self._cluster.metadata(refresh=True)
+                except RaylogError:
+                    self._metadata_stale = True
+            for batch in batches:
+                self._dispatch(batch)
+
+    def _wait_for_sendable(self) -> list[_Batch] | None:
+        """Block (holding ``_cond``) until batches can go; None when closed and drained."""
+        while True:
+            now = time.monotonic()
+            wake_at = None
+            for batch in list(self._open.values()):
+                due = batch.created_s + self._linger_s
+                if due <= now or self._flushing or self._closed:
+                    self._close_batch(batch)
+                else:
+                    wake_at = due if wake_at is None else min(wake_at, due)
+            ready = []
+            for tp, queue in self._queues.items():
+                while queue and self._in_flight[tp] < self._max_in_flight:
+                    if queue[0].retry_at_s > now:
+                        wake_at = queue[0].retry_at_s if wake_at is None else min(wake_at, queue[0].retry_at_s)
+                        break
+                    ready.append(queue.popleft())
+                    self._in_flight[tp] += 1
+            if ready:
+                return ready
+            if self._closed and not self._incomplete:
+                return None
+            self._cond.wait(None if wake_at is None else max(0.0, wake_at - now))
+
+    def _dispatch(self, batch: _Batch) -> None:
+        try:
+            if batch.data is None and self._idempotent:
+                self._assign_sequence(batch)
+            data = batch.encode(self._codec)
+            leader = self._cluster.metadata().leader(batch.tp)
+            ref = leader.produce.remote(ProduceRequest(data, self._acks, self._request_timeout_ms))
+        except RaylogError as exc:
+            self._completed(batch, None, exc)
+            return
+        except (TypeError, ValueError) as exc:  # e.g. headers the batch format refuses
+            self._completed(batch, None, InvalidRecordError(str(exc)))
+            return
+        if self._acks == 0:
+            self._completed(batch, None, None)
+            return
+        ref.future().add_done_callback(lambda future: self._on_reply(batch, future))
+
+    def _assign_sequence(self, batch: _Batch) -> None:
+        """Number the batch: sequences follow dispatch order, which is queue order."""
+        if self._producer_id < 0:
+            self._producer_id = call(self._cluster.controller.init_producer_id.remote(), METADATA_TIMEOUT_S)
+            self._sequences.clear()
+        batch.producer_id = self._producer_id
+        batch.base_sequence = self._sequences[batch.tp]
+        self._sequences[batch.tp] += batch.record_count
+
+    def _on_reply(self, batch: _Batch, future: concurrent.futures.Future) -> None:
+        try:
+            response = future.result()
+        except (RayActorError, RayTaskError, Exception) as exc:  # noqa: BLE001 — all become raylog errors
+            self._completed(batch, None, translate(exc))
+            return
+        self._completed(batch, response, error_of(response))
+
+    def _completed(self, batch: _Batch, response: Any, error: RaylogError | None) -> None:
+        now = time.monotonic()
+        retry = (
+            error is not None
+            and error.retriable
+            and batch.attempts < self._retries
+            and now + self._backoff_s < batch.deadline_s
+            and not self._closed
+        )
+        with self._cond:
+            self._in_flight[batch.tp] -= 1
+            if retry:
+                batch.attempts += 1
+                batch.retry_at_s = now + self._backoff_s
+                self._metadata_stale = self._metadata_stale or error.invalid_metadata
+                self._queues[batch.tp].appendleft(batch)
+            else:
+                self._incomplete.discard(batch)
+                self._buffered_bytes -= batch.size_bytes
+            self._cond.notify_all()
+        if retry:
+            return
+        if error is not None and batch.deadline_s <= now:
+            error = KafkaTimeoutError(f"delivery_timeout_ms passed for {batch.tp}: {error}")
+        if error is not None and batch.producer_id >= 0:
+            # The leader may now wait for this batch's sequence forever: number the next
+            # batches under a new producer id (batches in flight under the old one may
+            # then fail with OutOfOrderSequenceError, never be reordered).
+            with self._cond:
+                if self._producer_id == batch.producer_id:
+                    self._producer_id = -1
+        if response is None or error is not None:
+            batch.finish(-1, -1, error)
+        else:
+            batch.finish(response.base_offset, response.log_append_time_ms, None)
+
+
+def _byte_length(data: Any, what: str) -> int:
+    if data is None:
+        return 0
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return len(data)
+    raise TypeError(f"{what} must be bytes (or give the producer a {what}_serializer), got {type(data).__name__}")
+
+
+def _gather(batches: list[_Batch]) -> concurrent.futures.Future:
+    """One future for all ``batches``: their metadata, or the first error."""
+    result: concurrent.futures.Future = concurrent.futures.Future()
+    remaining = [len(batches)]
+    lock = threading.Lock()
+
+    def one_done(_: Any) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0]:
+                return
+        errors = [b.error for b in batches if b.error is not None]
+        if errors:
+            result.set_exception(errors[0])
+        else:
+            result.set_result(
+                [BatchMetadata(b.tp.topic, b.tp.partition, b.base_offset, b.record_count) for b in batches]
+            )
+
+    if not batches:
+        result.set_result([])
+    for batch in batches:
+        FutureRecordMetadata(batch, 0, None).add_done_callback(one_done)
+    return result
+
+
+def _rebuild_producer(cluster: RaylogCluster, config: dict) -> Producer:
+    return Producer(cluster, **config)

@@ -1,0 +1,40 @@
+"""The one place where Ray's failures become raylog errors.
+
+Clients call actors through :func:`call` (wait for one reply) or :func:`translate` (an
+exception raised while waiting). A dead or restarting actor becomes
+:class:`BrokerUnavailableError` (retriable, refresh metadata); a timeout becomes
+:class:`RequestTimedOutError`; a raylog error raised inside an actor comes out as itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from raylog.errors import BrokerUnavailableError, RaylogError, RequestTimedOutError, UnknownServerError
+
+
+def translate(exc: BaseException) -> RaylogError:
+    """The raylog error for an exception raised by ``ray.get`` or an ObjectRef future."""
+    if isinstance(exc, RaylogError):
+        return exc
+    if isinstance(exc, RayTaskError):
+        cause = exc.as_instanceof_cause()
+        if isinstance(cause, RaylogError):
+            return cause
+        return UnknownServerError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if isinstance(exc, RayActorError):
+        return BrokerUnavailableError(f"actor unavailable: {exc}".splitlines()[0])
+    if isinstance(exc, GetTimeoutError):
+        return RequestTimedOutError("no reply from the actor in time")
+    return UnknownServerError(f"{type(exc).__name__}: {exc}")
+
+
+def call(ref: Any, timeout_s: float | None) -> Any:
+    """``ray.get(ref)`` with Ray's failures as raylog errors."""
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+        raise translate(exc) from None

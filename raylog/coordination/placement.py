@@ -1,0 +1,73 @@
+"""Topic validation and replica placement, as Kafka does them.
+
+Placement follows Kafka's rack-unaware assignment: the first replica of partition p goes
+to broker ``(p + start) % n``; the others follow at a shift that grows every n partitions,
+so replicas and (first-replica) leaderships spread evenly over the brokers.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+
+from raylog.errors import InvalidPartitionsError, InvalidReplicationFactorError, InvalidTopicError
+
+MAX_TOPIC_NAME_LENGTH = 249
+#: A bound on partitions per topic: each replica is a Ray actor process (~60 MB).
+MAX_PARTITIONS = 10_000
+_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+#: Topics raylog keeps for itself (consumer offsets); users may read but not create them.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
+
+def validate_topic_name(name: object) -> str:
+    """Return ``name`` if it is a legal topic name.
+
+    Raises:
+        InvalidTopicError: empty, ``.`` or ``..``, too long, or an illegal character.
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError(f"topic name must be a non-empty string, got {name!r}")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(f"topic name is {len(name)} characters, at most {MAX_TOPIC_NAME_LENGTH} allowed")
+    if not _LEGAL.match(name):
+        raise InvalidTopicError(f"topic name {name!r} may only hold ASCII letters, digits, '.', '_' and '-'")
+    return name
+
+
+def assign_replicas(
+    num_partitions: int, replication_factor: int, brokers: Sequence[int], rng: random.Random | None = None
+) -> list[tuple[int, ...]]:
+    """Replica lists (preferred leader first) for each partition of a new topic.
+
+    Raises:
+        InvalidPartitionsError: ``num_partitions`` outside ``[1, MAX_PARTITIONS]``.
+        InvalidReplicationFactorError: ``replication_factor`` outside ``[1, len(brokers)]``.
+    """
+    if isinstance(num_partitions, bool) or not isinstance(num_partitions, int):
+        raise InvalidPartitionsError(f"num_partitions must be an integer, got {num_partitions!r}")
+    if not 1 <= num_partitions <= MAX_PARTITIONS:
+        raise InvalidPartitionsError(f"num_partitions must be in [1, {MAX_PARTITIONS}], got {num_partitions}")
+    n = len(brokers)
+    if isinstance(replication_factor, bool) or not isinstance(replication_factor, int):
+        raise InvalidReplicationFactorError(f"replication_factor must be an integer, got {replication_factor!r}")
+    if not 1 <= replication_factor <= n:
+        raise InvalidReplicationFactorError(
+            f"replication_factor must be in [1, {n}] (the number of live brokers), got {replication_factor}"
+        )
+    rng = rng or random.Random()
+    ordered = sorted(brokers)
+    start, shift = rng.randrange(n), rng.randrange(n)
+    assignment = []
+    for p in range(num_partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start) % n
+        replicas = [ordered[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(ordered[(first + 1 + (shift + j) % (n - 1)) % n])
+        assignment.append(tuple(replicas))
+    return assignment

@@ -1,0 +1,83 @@
+"""Requests and responses between clients and replica actors.
+
+Small frozen dataclasses; every response carries an ``error_code`` (0 for none, else a
+Kafka code from :mod:`raylog.errors`) and a message, so errors cross the actor boundary
+as data. :func:`error_of` turns a failed response back into the typed exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from raylog.errors import ApiError, RaylogError, UnknownServerError, for_code
+
+NONE = 0
+EMPTY_RECORDS = np.empty(0, dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class ProduceRequest:
+    records: Any  # bytes-like: one or more whole record batches
+    acks: int = 1  # 0, 1 or -1 (all)
+    timeout_ms: int = 30_000  # how long acks=all may wait for the ISR
+
+
+@dataclass(frozen=True)
+class ProduceResponse:
+    error_code: int = NONE
+    error_message: str = ""
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    offset: int
+    max_bytes: int = 1 << 20  # per partition; at least one batch is returned regardless
+    min_bytes: int = 1
+    max_wait_ms: int = 500
+    replica_id: int = -1  # -1 for consumers, the broker id for followers
+    current_leader_epoch: int = -1  # -1: do not check
+
+
+@dataclass(frozen=True)
+class FetchResponse:
+    error_code: int = NONE
+    error_message: str = ""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    leader_epoch: int = -1
+    #: Whole record batches, exactly as stored. A NumPy array so that Ray passes it out of
+    #: band and the caller reads it from the object store without a copy.
+    records: np.ndarray = field(default_factory=lambda: EMPTY_RECORDS)
+
+
+@dataclass(frozen=True)
+class ListOffsetsResponse:
+    error_code: int = NONE
+    error_message: str = ""
+    offset: int = -1
+    timestamp_ms: int = -1
+
+
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """The ``error_code`` / ``error_message`` of a response reporting ``exc``."""
+    if isinstance(exc, ApiError):
+        return {"error_code": exc.code, "error_message": str(exc)}
+    return {"error_code": UnknownServerError.code, "error_message": f"{type(exc).__name__}: {exc}"}
+
+
+def error_of(response: Any) -> RaylogError | None:
+    """The typed exception a response reports, or None if it succeeded."""
+    if response.error_code == NONE:
+        return None
+    try:
+        cls = for_code(response.error_code)
+    except KeyError:
+        cls = UnknownServerError
+    return cls(response.error_message)

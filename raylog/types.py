@@ -1,0 +1,83 @@
+"""Small value types shared by clients, actors and coordination (no behaviour)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class Record(NamedTuple):
+    """A consumed record. ``headers`` is a list of ``(str, bytes | None)`` pairs."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: Any
+    value: Any
+    headers: list
+
+
+class RecordMetadata(NamedTuple):
+    """Where a produced record landed (offset -1 when acks=0)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """A topic to create.
+
+    Args:
+        name: legal Kafka topic name (``[a-zA-Z0-9._-]``, at most 249 characters).
+        num_partitions: at least 1.
+        replication_factor: 1 up to the number of brokers.
+        config: topic configs by Kafka name, e.g. ``{"retention.ms": "60000"}``.
+    """
+
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition as metadata describes it (broker ids; -1 for no leader)."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionInfo, ...]
+    config: dict[str, str]
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A broker: a stable id, the Ray node it runs on now, and its data directory."""
+
+    broker_id: int
+    node_id: str
+    data_dir: str

@@ -1,0 +1,21 @@
+"""Helpers shared by the test suites."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.05,
+               message: str = "condition") -> T:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} not reached within {timeout_s} s")
+        time.sleep(interval_s)
