@@ -46,8 +46,10 @@ def test_round_trip_across_partitions_and_codecs(cluster, topic, compression):
     """Every record sent comes back once, with its key, value, headers and offset."""
     name = topic(num_partitions=3)
     with Producer(cluster, compression=compression, linger_ms=2) as producer:
-        futures = [producer.send(name, b"value-%d" % i, key=b"k%d" % (i % 17), headers=[("n", b"%d" % i)])
-                   for i in range(3_000)]
+        futures = [
+            producer.send(name, b"value-%d" % i, key=b"k%d" % (i % 17), headers=[("n", b"%d" % i)])
+            for i in range(3_000)
+        ]
         producer.flush()
     metadata = [f.result(timeout=10) for f in futures]
     records = consume_all(cluster, name, 3_000)
@@ -83,8 +85,9 @@ def test_order_is_kept_per_partition(cluster, topic):
 def test_serializers_and_deserializers(cluster, topic):
     """The DESIGN.md example: JSON values in, JSON values out."""
     name = topic()
-    with Producer(cluster, acks="all", linger_ms=5, compression="lz4",
-                  value_serializer=lambda v: json.dumps(v).encode()) as producer:
+    with Producer(
+        cluster, acks="all", linger_ms=5, compression="lz4", value_serializer=lambda v: json.dumps(v).encode()
+    ) as producer:
         meta = producer.send(name, value={"page": "/home"}, key=b"user-42", headers=[("h", b"v")]).result(10)
     assert meta.topic == name and meta.offset == 0
     [record] = consume_all(cluster, name, 1, value_deserializer=json.loads)
@@ -105,7 +108,9 @@ def test_send_arrow_and_poll_arrow(cluster, topic):
     out = pa.concat_tables(tables)
     assert out.column_names == ["topic", "partition", "offset", "timestamp_ms", "key", "value", "headers"]
     assert sorted(out.column("value").to_pylist()) == sorted(table.column("value").to_pylist())
-    for key, partition in zip(out.column("key").to_pylist()[:200], out.column("partition").to_pylist()[:200]):
+    for key, partition in zip(
+        out.column("key").to_pylist()[:200], out.column("partition").to_pylist()[:200], strict=True
+    ):
         assert partition == partition_for_key(key, 3)
 
 

@@ -1,0 +1,82 @@
+"""Producer accumulation, bounded memory, timeouts and partitioner hooks, through Ray."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from raylog import Producer, TopicPartition
+from raylog.errors import KafkaTimeoutError
+from raylog.protocol import FetchRequest
+from raylog.storage import record_batch
+from tests.helpers import wait_until
+
+
+def batch_sizes(cluster, topic: str, partition: int = 0) -> list[int]:
+    """Record counts of the batches stored in a partition, in order."""
+    leader = cluster.metadata(refresh=True).leader(TopicPartition(topic, partition))
+    response = ray.get(leader.fetch.remote(FetchRequest(0, max_bytes=64 << 20, max_wait_ms=0)))
+    return [h.record_count for _, h in record_batch.iter_headers(response.records)]
+
+
+def test_linger_gathers_records_into_one_batch(cluster, topic):
+    """Records sent within linger_ms travel as one batch; batch_size closes batches early."""
+    lingering = topic()
+    with Producer(cluster, linger_ms=500) as producer:
+        futures = [producer.send(lingering, b"x" * 100) for _ in range(200)]
+    assert [f.result(10).offset for f in futures] == list(range(200))
+    assert batch_sizes(cluster, lingering) == [200]
+
+    small = topic()
+    with Producer(cluster, linger_ms=500, batch_size=2_000) as producer:
+        for _ in range(200):
+            producer.send(small, b"x" * 100)
+    sizes = batch_sizes(cluster, small)
+    assert sum(sizes) == 200 and len(sizes) >= 10 and max(sizes) <= 17
+
+
+def test_custom_partitioner_is_used(cluster, topic):
+    """A partitioner callable decides where records go."""
+    name = topic(num_partitions=3)
+    with Producer(cluster, partitioner=lambda topic, key, n: n - 1) as producer:
+        assert {producer.send(name, b"v", key=b"k%d" % i).result(10).partition for i in range(20)} == {2}
+
+
+def test_full_buffer_blocks_then_times_out_and_undeliverable_records_fail(cluster, topic):
+    """With the leader gone for good, buffer_memory fills, send raises after max_block_ms,
+    and queued records fail once delivery_timeout_ms passes."""
+    name = topic()
+    leader = cluster.metadata(refresh=True).leader(TopicPartition(name, 0))
+    ray.kill(leader, no_restart=True)
+    producer = Producer(
+        cluster,
+        buffer_memory=5_000,
+        batch_size=1_000,
+        max_block_ms=200,
+        delivery_timeout_ms=1_500,
+        retry_backoff_ms=50,
+        linger_ms=0,
+    )
+    futures = []
+    with pytest.raises(KafkaTimeoutError):
+        for _ in range(1_000):
+            futures.append(producer.send(name, b"x" * 100))
+    assert 0 < len(futures) < 100
+    wait_until(lambda: all(f.done() for f in futures), timeout_s=30)
+    with pytest.raises(KafkaTimeoutError):
+        futures[0].result()
+    producer.close(timeout=5)
+
+
+def test_future_interface(cluster, topic):
+    """Futures offer result/done/exception/add_done_callback as concurrent.futures does."""
+    name = topic()
+    seen = []
+    with Producer(cluster, linger_ms=50) as producer:
+        future = producer.send(name, b"v")
+        future.add_done_callback(lambda f: seen.append(f.result().offset))
+        assert future.result(timeout=10).offset == 0
+    assert future.done() and future.exception() is None and not future.cancelled()
+    assert seen == [0]
+    future.add_done_callback(lambda f: seen.append("late"))
+    assert seen == [0, "late"]
