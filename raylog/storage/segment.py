@@ -147,8 +147,9 @@ class LogSegment:
             CorruptRecordError: the batch headers do not walk cleanly (recover instead).
         """
         size = self.size
-        if not (self.offset_index.load() and self.offset_index.sanity_check(size)):
-            self._rebuild_indexes()
+        loaded = self.offset_index.load() and self.offset_index.sanity_check(size)
+        if not loaded or (len(self.offset_index) == 0 and size > self.index_interval_bytes):
+            self._rebuild_indexes()  # unreadable, or empty where it cannot be (deleted)
             return
         position = self.offset_index.last_position
         last_indexed = self.offset_index.lookup(self.base_offset + MAX_RELATIVE_OFFSET)[0]
@@ -159,6 +160,7 @@ class LogSegment:
             if batch_position == position and header.base_offset != last_indexed:
                 self._rebuild_indexes()  # the index points at the wrong batch
                 return
+            _require_rising(header, self.next_offset, self.records.path)
             self._bytes_since_index_entry += header.size
             self.next_offset = header.next_offset
             max_ts = max(max_ts, header.max_timestamp)
@@ -176,6 +178,7 @@ class LogSegment:
     def _rebuild_indexes(self) -> None:
         self._reset()
         for position, header in self.records.batch_headers(0, self.size):
+            _require_rising(header, self.next_offset, self.records.path)
             self._index(_appended(header), position)
         self._publish_end()
 
@@ -269,3 +272,9 @@ class LogSegment:
 
 def _appended(header: record_batch.BatchHeader) -> AppendedBatch:
     return AppendedBatch(header.base_offset, header.next_offset, header.max_timestamp, header.size)
+
+
+def _require_rising(header: record_batch.BatchHeader, next_offset: int, path: str) -> None:
+    """Offsets rise from batch to batch; a header that goes back is garbage, not a batch."""
+    if header.base_offset < next_offset:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} in {path} goes back below {next_offset}")

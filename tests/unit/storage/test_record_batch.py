@@ -117,8 +117,10 @@ def test_crc_covers_everything_after_itself():
     for position in (rb.ATTRIBUTES_OFFSET + 2, rb.HEADER_SIZE + 3, len(data) - 1):
         with pytest.raises(CorruptRecordError):
             rb.validate(_flip(data, position))
-    for position in (0, 7, 12, 15):
+    for position in (7, 12, 15):
         rb.validate(_flip(data, position))
+    with pytest.raises(CorruptRecordError, match="impossible offsets"):
+        rb.validate(_flip(data, 0))  # a negative base offset is outside the CRC yet still caught
 
 
 def test_validation_errors_are_typed():

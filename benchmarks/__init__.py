@@ -1,0 +1,1 @@
+"""Benchmarks of raylog (run as modules, e.g. ``python -m benchmarks.storage_bench``)."""

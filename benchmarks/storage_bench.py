@@ -1,0 +1,412 @@
+"""Benchmark of raylog's storage engine (``raylog/storage``: plain Python, no Ray).
+
+What is measured (every timing with ``time.perf_counter``; each timed run is repeated and
+the table shows the best run, the one least disturbed by other work on the machine):
+
+1. Log append: ``Log.append_as_leader`` of pre-built ~1 MiB batches (10,000 records of
+   100 B, or 1,000 records of 1 KiB), against ``os.write`` of the same batch byte strings
+   to a fresh file in the same directory. Only the append and write calls are timed; log
+   and plain runs alternate, after one untimed run of each, so both see the same machine
+   state. Target: >= 0.6x plain write.
+2. Log read: the whole log from offset 0 in ``Log.read(offset, max_bytes=1 MiB)`` calls,
+   advancing to the last batch header's ``next_offset`` (bodies are not decoded), against
+   ``os.pread`` of the same segment file in 1 MiB chunks. Both read from the page cache:
+   each is run once untimed first. Target: >= 0.8x plain read.
+3. Encode: ``record_batch.build`` of Python lists of 100 B values in batches of 1,000 and
+   10,000 records (~1 MiB), uncompressed and lz4. Target: >= 1,000,000 records/s.
+4. Decode: ``record_batch.decode_table`` of those batches, with CRC checks on (the
+   default) and off. Target: >= 20,000,000 records/s.
+5. On-disk size: a log of 100 B records in 1,000-record uncompressed batches; the
+   apparent size of every file in its directory over the value bytes. Target: <= 1.15x.
+
+Values are JSON-like text with a random hex tail, so lz4 finds some, not all, redundancy.
+MB is 10^6 bytes; MB/s counts batch bytes as stored. Everything runs in a temporary
+directory that is removed at the end.
+
+Usage::
+
+    python -m benchmarks.storage_bench [--quick] [--json PATH] [--dir PARENT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+
+import pyarrow as pa
+
+from raylog.config import LogConfig
+from raylog.storage import record_batch
+from raylog.storage.compression import codec_id
+from raylog.storage.log import Log
+from raylog.storage.segment import file_name
+
+MIB = 1024 * 1024
+MB = 1_000_000
+#: One segment holds every run, so the plain read can read the same (single) file.
+CONFIG = LogConfig.from_properties({"segment.bytes": 1024 * MIB})
+#: Distinct batches built per record size; appends cycle through them.
+BATCH_POOL = 4
+#: (label, value size, records per batch): each batch is just under 1 MiB.
+APPEND_SHAPES = (("100 B", 100, 10_000), ("1 KiB", 1024, 1_000))
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much work each measurement does."""
+
+    name: str
+    repeats: int  # timed runs per measurement; the best is reported
+    log_bytes: int  # batch bytes appended per timed append run
+    codec_records: int  # records encoded or decoded per timed run
+    disk_batches: int  # 1,000-record batches in the on-disk size log
+
+
+FULL = Scale("full", repeats=7, log_bytes=256 * MIB, codec_records=500_000, disk_batches=100)
+QUICK = Scale("quick", repeats=3, log_bytes=32 * MIB, codec_records=50_000, disk_batches=10)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal for one figure of a row: ``metric`` (a Row field) ``op`` ``value``."""
+
+    metric: str  # "ratio" or "records_per_s"
+    op: str  # ">=" or "<="
+    value: float
+
+    def met(self, measured: float) -> bool:
+        return measured >= self.value if self.op == ">=" else measured <= self.value
+
+    def __str__(self) -> str:
+        shown = f"{self.value:.2f}x" if self.metric == "ratio" else f"{self.value:,.0f}/s"
+        return f"{self.op} {shown}"
+
+
+@dataclass
+class Row:
+    """One line of the results table."""
+
+    name: str
+    records_per_s: float | None = None
+    mb_per_s: float | None = None
+    ratio: float | None = None  # over the baseline row under it, or bytes on disk / value bytes
+    target: Target | None = None
+    note: str = ""
+
+    @property
+    def result(self) -> str:
+        if self.target is None:
+            return ""
+        return "PASS" if self.target.met(getattr(self, self.target.metric)) else "BELOW"
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs
+
+
+def make_values(count: int, size: int, seed: int = 0) -> list[bytes]:
+    """``count`` distinct values of ``size`` bytes: JSON-like text with a random hex tail."""
+    rng = random.Random(seed)
+    events = ("click", "view", "purchase", "scroll", "login")
+    values = []
+    for i in range(count):
+        head = b'{"id":%d,"user":"user-%05d","event":"%s","amount":%d.%02d,"pad":"' % (
+            i, rng.randrange(100_000), rng.choice(events).encode(), rng.randrange(10_000), rng.randrange(100))
+        values.append((head + rng.randbytes(size // 2).hex().encode())[: size - 2] + b'"}')
+    return values
+
+
+def batch_pool(value_size: int, records: int) -> list[bytes]:
+    """``BATCH_POOL`` distinct uncompressed batches of ``records`` values each."""
+    values = make_values(records * BATCH_POOL, value_size)
+    return [record_batch.build(values[i * records : (i + 1) * records]) for i in range(BATCH_POOL)]
+
+
+# ---------------------------------------------------------------------------------------
+# Timing helpers
+
+
+def best(run: Callable[[], float], repeats: int) -> float:
+    """The least of ``repeats`` calls of ``run``, which returns its own elapsed seconds."""
+    return min(run() for _ in range(repeats))
+
+
+def timed_calls(fn: Callable[[], object], calls: int) -> float:
+    """Seconds taken by ``calls`` calls of ``fn``."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------------------------
+# 1. Append
+
+
+def append_to_log(directory: str, batches: list[bytes]) -> tuple[float, Log]:
+    """Seconds to append ``batches`` to a new log in ``directory``, and the open log."""
+    log = Log.open(directory, CONFIG)
+    start = time.perf_counter()
+    for batch in batches:
+        log.append_as_leader(batch, leader_epoch=0)
+    return time.perf_counter() - start, log
+
+
+def write_plain(path: str, batches: list[bytes]) -> float:
+    """Seconds to ``os.write`` ``batches`` to a new file at ``path`` (removed after)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        start = time.perf_counter()
+        for batch in batches:
+            if os.write(fd, batch) != len(batch):
+                raise OSError(f"short write to {path}")
+        return time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def discard(log: Log) -> None:
+    """Close and delete a log without first flushing its data to disk."""
+    log.truncate_fully_and_start_at(0)
+    log.close()
+    shutil.rmtree(log.dir)
+
+
+def bench_append(workdir: str, batches: list[bytes], repeats: int) -> tuple[float, float, Log]:
+    """Best seconds of log appends and of plain writes, alternating after one untimed run
+    of each (a fresh process's first writes pay for page-cache memory: ~10x slower here).
+    The last log stays open."""
+    log_times, write_times = [], []
+    log = None
+    for run in range(repeats + 1):
+        if log is not None:
+            discard(log)
+        elapsed, log = append_to_log(os.path.join(workdir, f"append-{run}"), batches)
+        log_times.append(elapsed)
+        write_times.append(write_plain(os.path.join(workdir, "plain.bin"), batches))
+    return min(log_times[1:]), min(write_times[1:]), log
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Read
+
+
+def read_log(log: Log) -> int:
+    """Read the whole log in 1 MiB reads, stepping by batch headers; returns records read."""
+    offset, end, records = 0, log.log_end_offset, 0
+    while offset < end:
+        data = log.read(offset, MIB)
+        if not data:
+            raise RuntimeError(f"empty read at offset {offset} below the log end offset {end}")
+        for _, header in record_batch.iter_headers(data):
+            records += header.record_count
+        offset = header.next_offset
+    return records
+
+
+def read_plain(fd: int) -> int:
+    """Read the file behind ``fd`` from the start in 1 MiB ``pread`` calls; returns bytes read."""
+    position = 0
+    while chunk := os.pread(fd, MIB, position):
+        position += len(chunk)
+    return position
+
+
+def bench_read(log: Log, repeats: int) -> tuple[float, float]:
+    """Best seconds of reading ``log`` whole and of plain reads of its segment file."""
+    if log.segment_count != 1:
+        raise RuntimeError("the read benchmark expects a single-segment log")
+    fd = os.open(os.path.join(log.dir, file_name(0, ".log")), os.O_RDONLY)
+    try:
+        if read_log(log) != log.log_end_offset or read_plain(fd) != log.size_bytes:  # warm the cache
+            raise RuntimeError("a read came back short")
+        log_times, plain_times = [], []
+        for _ in range(repeats):
+            log_times.append(timed_calls(partial(read_log, log), 1))
+            plain_times.append(timed_calls(partial(read_plain, fd), 1))
+        return min(log_times), min(plain_times)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------
+# 1 and 2: rows
+
+
+def log_rows(workdir: str, scale: Scale) -> list[Row]:
+    """Append and read rows for each record size, each followed by its baseline."""
+    appends, reads = [], []
+    for label, value_size, records in APPEND_SHAPES:
+        pool = batch_pool(value_size, records)
+        count = max(1, scale.log_bytes // len(pool[0]))
+        batches = [pool[i % BATCH_POOL] for i in range(count)]
+        total_bytes, total_records = sum(map(len, batches)), count * records
+        log_s, write_s, log = bench_append(workdir, batches, scale.repeats)
+        read_s, plain_s = bench_read(log, scale.repeats)
+        discard(log)
+        shape = f"{label} records, {len(pool[0]) / MIB:.2f} MiB batches"
+        appends += [
+            Row(f"append {shape}", total_records / log_s, total_bytes / log_s / MB, write_s / log_s,
+                Target("ratio", ">=", 0.6), f"{total_bytes / MIB:.0f} MiB per run"),
+            Row("  baseline: os.write of the same bytes", None, total_bytes / write_s / MB),
+        ]
+        reads += [
+            Row(f"read {shape}", total_records / read_s, total_bytes / read_s / MB, plain_s / read_s,
+                Target("ratio", ">=", 0.8), "1 MiB reads, warm page cache"),
+            Row("  baseline: os.pread of the segment file", None, total_bytes / plain_s / MB),
+        ]
+    return appends + reads
+
+
+# ---------------------------------------------------------------------------------------
+# 3 and 4: encode and decode
+
+
+def codec_rows(scale: Scale) -> list[Row]:
+    """Encode and decode rows for 1,000 and 10,000 record batches, none and lz4."""
+    values = make_values(10_000, 100)
+    encodes, decodes = [], []
+    for records in (1_000, 10_000):
+        calls = max(1, scale.codec_records // records)
+        for codec in ("none", "lz4"):
+            shape = f"{records:,} x 100 B, {codec}"
+            build = partial(record_batch.build, values[:records], codec=codec_id(codec))
+            batch = build()
+            seconds = best(partial(timed_calls, build, calls), scale.repeats)
+            note = f"batch {len(batch) / MIB:.2f} MiB"
+            encodes.append(Row(f"encode {shape}", records * calls / seconds, len(batch) * calls / seconds / MB,
+                               target=Target("records_per_s", ">=", 1_000_000), note=note))
+            decodes += [decode_row(shape, batch, records, calls, crcs, scale.repeats) for crcs in (True, False)]
+    return encodes + decodes
+
+
+def decode_row(shape: str, batch: bytes, records: int, calls: int, check_crcs: bool, repeats: int) -> Row:
+    """The decode rate of ``batch`` into an Arrow table."""
+    decode = partial(record_batch.decode_table, batch, check_crcs=check_crcs)
+    if decode().num_rows != records:
+        raise RuntimeError(f"decoding {shape} lost records")
+    seconds = best(partial(timed_calls, decode, calls), repeats)
+    return Row(f"decode {shape}, crc {'on' if check_crcs else 'off'}", records * calls / seconds,
+               len(batch) * calls / seconds / MB, target=Target("records_per_s", ">=", 20_000_000),
+               note="one batch per call")
+
+
+# ---------------------------------------------------------------------------------------
+# 5. On-disk size
+
+
+def disk_row(workdir: str, scale: Scale) -> Row:
+    """Bytes on disk over value bytes for 100 B records in 1,000-record batches."""
+    pool = batch_pool(100, 1_000)
+    directory = os.path.join(workdir, "size")
+    _, log = append_to_log(directory, [pool[i % BATCH_POOL] for i in range(scale.disk_batches)])
+    log.close()
+    sizes = {name: os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)}
+    shutil.rmtree(directory)
+    total, segment = sum(sizes.values()), sizes[file_name(0, ".log")]
+    payload = scale.disk_batches * 1_000 * 100
+    return Row("on-disk size, 1,000 x 100 B batches, none", ratio=total / payload,
+               target=Target("ratio", "<=", 1.15),
+               note=f"{total:,} B on disk ({segment:,} B segment) for {payload:,} B of values")
+
+
+# ---------------------------------------------------------------------------------------
+# Output
+
+
+def format_table(rows: list[Row]) -> str:
+    """The rows as a fixed-width text table."""
+    widths = (50, 13, 9, 7, 16, 6)
+    head = ("measurement", "records/s", "MB/s", "ratio", "target", "result", "note")
+    header = _format_line(head, widths)
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        cells = (
+            row.name,
+            "" if row.records_per_s is None else f"{row.records_per_s:,.0f}",
+            "" if row.mb_per_s is None else f"{row.mb_per_s:,.0f}",
+            "" if row.ratio is None else f"{row.ratio:.2f}x",
+            "" if row.target is None else str(row.target),
+            row.result,
+            row.note,
+        )
+        lines.append(_format_line(cells, widths))
+    return "\n".join(lines)
+
+
+def _format_line(cells: tuple[str, ...], widths: tuple[int, ...]) -> str:
+    name, *numbers, target, result, note = cells
+    parts = [name.ljust(widths[0])]
+    parts += [cell.rjust(width) for cell, width in zip(numbers, widths[1:4], strict=True)]
+    parts += [target.ljust(widths[4]), result.ljust(widths[5]), note]
+    return "  ".join(parts).rstrip()
+
+
+def environment() -> dict[str, object]:
+    """What the figures depend on besides raylog's code."""
+    return {
+        "python": platform.python_version(),
+        "pyarrow": pa.__version__,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "platform": platform.platform(),
+    }
+
+
+def write_json(path: str, scale: Scale, rows: list[Row], seconds: float) -> None:
+    results = [{**asdict(row), "name": row.name.strip(), "target": None if row.target is None else asdict(row.target),
+                "result": row.result or None} for row in rows]
+    document = {"mode": scale.name, "statistic": f"best of {scale.repeats} runs", "mb": MB,
+                "total_seconds": seconds, "environment": environment(), "results": results}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(document, f, indent=2)
+        f.write("\n")
+
+
+# ---------------------------------------------------------------------------------------
+# Entry point
+
+
+def run(scale: Scale, parent: str | None) -> list[Row]:
+    """Every measurement, in a temporary directory under ``parent``."""
+    with tempfile.TemporaryDirectory(prefix="raylog-bench-", dir=parent) as workdir:
+        return log_rows(workdir, scale) + codec_rows(scale) + [disk_row(workdir, scale)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (< 10 s), for tests")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--dir", metavar="PARENT", help="parent of the temporary directory (default: system temp)")
+    args = parser.parse_args(argv)
+    scale = QUICK if args.quick else FULL
+    start = time.perf_counter()
+    rows = run(scale, args.dir)
+    seconds = time.perf_counter() - start
+    print(f"raylog storage benchmark, {scale.name} mode: best of {scale.repeats} timed runs each; MB = 10^6 bytes")
+    print("ratio: log throughput / the plain-file baseline under it, or bytes on disk / value bytes")
+    print("appends and reads: log and plain each run once untimed first (both then see a warm page cache)")
+    print("BELOW: target missed")
+    print()
+    print(format_table(rows))
+    print()
+    env = environment()
+    print(f"total {seconds:.1f} s on {env['cpus']} CPUs, Python {env['python']}, pyarrow {env['pyarrow']}")
+    if args.json:
+        write_json(args.json, scale, rows, seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

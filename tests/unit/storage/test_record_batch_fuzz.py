@@ -1,0 +1,323 @@
+"""Fuzzing the record batch parser: hostile bytes only ever raise CorruptRecordError (no Ray, no disk)."""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from raylog.errors import CorruptRecordError
+from raylog.storage import compression
+from raylog.storage import record_batch as rb
+
+CODECS = [compression.NONE, compression.LZ4, compression.ZSTD]
+INT64_MAX = 2**63 - 1
+#: decode_table drops records below min_offset; fuzzed base offsets may be negative.
+ALL_OFFSETS = -(2**63)
+#: Header bytes outside the CRC that carry no record data: base_offset and leader_epoch.
+OUTSIDE_CRC = frozenset(range(0, 8)) | frozenset(range(12, 16))
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MUTATE = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def _parse_everything(data: bytes) -> None:
+    """Run every public parser over ``data``; anything but CorruptRecordError escapes."""
+    for parse in (
+        lambda: list(rb.iter_headers(data)),
+        lambda: rb.validate(data),
+        lambda: rb.decode_table(data),
+        lambda: rb.decode_table(data, check_crcs=False, min_offset=ALL_OFFSETS),
+    ):
+        try:
+            parse()
+        except CorruptRecordError:
+            pass
+
+
+def _recompute_crc(buf: bytearray) -> None:
+    if len(buf) >= rb.ATTRIBUTES_OFFSET:
+        struct.pack_into(">I", buf, rb.CRC_OFFSET, crc32c.crc32c(bytes(buf[rb.ATTRIBUTES_OFFSET :])))
+
+
+def _fix_length(buf: bytearray) -> None:
+    if len(buf) >= rb.LOG_OVERHEAD:
+        struct.pack_into(">i", buf, rb.LENGTH_OFFSET, len(buf) - rb.LOG_OVERHEAD)
+
+
+def _rows(table) -> list[tuple]:
+    return list(
+        zip(
+            table.column("value").to_pylist(),
+            table.column("key").to_pylist(),
+            table.column("timestamp_ms").to_pylist(),
+            table.column("headers").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def _expected_rows(values, keys, timestamps, headers) -> list[tuple]:
+    n = len(values)
+    keys = keys if keys is not None else [None] * n
+    headers = headers if headers is not None else [None] * n
+    decoded_headers = [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers]
+    return list(zip(values, keys, timestamps, decoded_headers, strict=True))
+
+
+# ---------------------------------------------------------------------------------------
+# Strategies
+
+_value = st.one_of(st.none(), st.just(b""), st.binary(max_size=40))
+# An explicit alphabet (1- to 4-byte UTF-8) spares hypothesis building its unicode tables.
+_header_key = st.text(alphabet="ab\x00\u00e9\u4e2d\U0001f600", max_size=8)
+_header_list = st.one_of(
+    st.none(), st.lists(st.tuples(_header_key, st.one_of(st.none(), st.binary(max_size=8))), max_size=3)
+)
+
+
+@st.composite
+def batch_inputs(draw, max_records: int = 12):
+    """Values, keys, timestamps and headers for one batch (keys/headers may be absent)."""
+    n = draw(st.integers(1, max_records))
+    values = draw(st.lists(_value, min_size=n, max_size=n))
+    keys = draw(st.one_of(st.none(), st.lists(_value, min_size=n, max_size=n)))
+    headers = draw(st.one_of(st.none(), st.lists(_header_list, min_size=n, max_size=n)))
+    base = draw(st.one_of(st.integers(0, 2**41), st.integers(-(2**40), 2**60)))
+    spread = draw(st.sampled_from([0, 1_000, 2**31 - 1, 2**31, 2**40]))
+    timestamps = [base + d for d in draw(st.lists(st.integers(0, spread), min_size=n, max_size=n))]
+    codec = draw(st.sampled_from(CODECS))
+    return values, keys, timestamps, headers, codec
+
+
+def _build(inputs) -> bytes:
+    values, keys, timestamps, headers, codec = inputs
+    return rb.build(values, keys, timestamps, headers, codec=codec)
+
+
+_mutation = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, 2**16), st.integers(0, 7)),
+    st.tuples(st.just("overwrite"), st.integers(0, 2**16), st.binary(min_size=1, max_size=8)),
+    st.tuples(st.just("truncate"), st.integers(0, 2**16)),
+    st.tuples(st.just("extend"), st.binary(min_size=1, max_size=200)),
+)
+
+
+def _mutate(data: bytes, mutations) -> bytearray:
+    buf = bytearray(data)
+    for mutation in mutations:
+        kind = mutation[0]
+        if kind == "flip" and buf:
+            buf[mutation[1] % len(buf)] ^= 1 << mutation[2]
+        elif kind == "overwrite" and buf:
+            pos = mutation[1] % len(buf)
+            patch = mutation[2][: len(buf) - pos]
+            buf[pos : pos + len(patch)] = patch
+        elif kind == "truncate":
+            del buf[mutation[1] % max(1, len(buf)) :]
+        elif kind == "extend":
+            buf += mutation[1]
+    return buf
+
+
+@st.composite
+def plausible_batches(draw):
+    """A header that passes read_header, a matching CRC, and a hostile body."""
+    attributes = draw(st.integers(0, rb._KNOWN_BITS)) & rb._KNOWN_BITS
+    count = draw(st.integers(1, 6))
+    last_delta = count - 1 + draw(st.sampled_from([0, 0, 0, 1, 5]))
+    body = draw(
+        st.one_of(
+            st.binary(max_size=400),
+            # A real body (possibly of another schema or codec), hostile in its header instead.
+            batch_inputs(max_records=6).map(lambda i: _build(i)[rb.HEADER_SIZE :]),
+            # A compressed-looking body: size field then random bytes.
+            st.tuples(st.integers(0, 4096), st.binary(max_size=200)).map(lambda t: struct.pack(">I", t[0]) + t[1]),
+        )
+    )
+    base_ts = draw(st.integers(-(2**40), 2**41))
+    max_ts = base_ts + draw(st.sampled_from([0, 1, 2**31]))
+    buf = bytearray(rb.HEADER_SIZE)
+    rb.HEADER.pack_into(
+        buf,
+        0,
+        draw(st.integers(-5, 5)),
+        rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body),
+        -1,
+        rb.MAGIC,
+        0,
+        attributes,
+        last_delta,
+        base_ts,
+        max_ts,
+        -1,
+        -1,
+        -1,
+        count,
+    )
+    buf += body
+    _recompute_crc(buf)
+    return bytes(buf)
+
+
+# ---------------------------------------------------------------------------------------
+# (a) random bytes
+
+
+@FUZZ
+@given(data=st.binary(max_size=400))
+@example(data=b"")
+@example(data=b"\x00" * rb.HEADER_SIZE)
+def test_random_bytes_raise_only_corrupt_record_error(data):
+    """Arbitrary bytes given to validate/decode_table/iter_headers raise nothing but CorruptRecordError."""
+    _parse_everything(data)
+
+
+def _header_only_batch(body: bytes = b"") -> bytes:
+    """A batch whose header (CRC included) is valid, with ``body`` for a body."""
+    buf = bytearray(rb.HEADER_SIZE)
+    rb.HEADER.pack_into(
+        buf, 0, 0, rb.HEADER_SIZE - rb.LOG_OVERHEAD + len(body), -1, rb.MAGIC, 0, 0, 0, 0, 0, -1, -1, -1, 1
+    )
+    buf += body
+    _recompute_crc(buf)
+    return bytes(buf)
+
+
+@FUZZ
+@given(data=plausible_batches())
+@example(data=_header_only_batch())  # an empty body
+@example(data=_header_only_batch(b"\xff\xff\xff\xff\x00\x00\x00\x00"))  # an Arrow IPC end-of-stream marker
+def test_plausible_header_with_hostile_body_raises_only_corrupt_record_error(data):
+    """A header that passes every header check (CRC included) over a random body raises only CorruptRecordError."""
+    _parse_everything(data)
+
+
+# ---------------------------------------------------------------------------------------
+# (b) mutated valid batches, CRC left alone
+
+
+@MUTATE
+@given(inputs=batch_inputs(), mutations=st.lists(_mutation, min_size=1, max_size=3))
+@example(  # the CONTROL attribute bit flipped on (inside the CRC)
+    inputs=([b"a", b"b"], None, [1, 2], None, compression.NONE), mutations=[("flip", rb.ATTRIBUTES_OFFSET + 1, 5)]
+)
+@example(  # base_offset (outside the CRC) so large that the last offset does not fit in an int64
+    inputs=([b"a", b"b"], None, [1, 2], None, compression.NONE), mutations=[("overwrite", 0, b"\x7f" + b"\xff" * 7)]
+)
+@example(  # base_offset negative (outside the CRC): impossible offsets
+    inputs=([b"a"], None, [1], None, compression.LZ4), mutations=[("flip", 0, 7)]
+)
+@example(  # leader_epoch (outside the CRC)
+    inputs=([b"a"], [b"k"], [1], [[("h", b"v")]], compression.ZSTD), mutations=[("overwrite", 12, b"\x00\x00\x00\x07")]
+)
+@example(  # base_offset (outside the CRC) changed to another possible offset
+    inputs=([b"a", None], None, [1, 2**40], None, compression.NONE), mutations=[("overwrite", 6, b"\x01")]
+)
+def test_mutated_batch_is_rejected_unless_only_offset_or_epoch_changed(inputs, mutations):
+    """A mutated batch raises CorruptRecordError, or decodes exactly if only base_offset/leader_epoch changed."""
+    original = _build(inputs)
+    buf = _mutate(original, mutations)
+    data = bytes(buf)
+    changed = {i for i in range(len(data)) if data[i] != original[i]} if len(data) == len(original) else None
+    try:
+        list(rb.iter_headers(data))
+    except CorruptRecordError:
+        pass
+    if changed is not None and changed <= OUTSIDE_CRC:
+        (base_offset,) = struct.unpack_from(">q", data, 0)
+        count = len(inputs[0])
+        if base_offset < 0 or base_offset + count - 1 > INT64_MAX:
+            # Impossible offsets (negative, or past an int64): a corrupt batch, not an OverflowError.
+            with pytest.raises(CorruptRecordError):
+                rb.validate(data)
+            with pytest.raises(CorruptRecordError):
+                rb.decode_table(data, min_offset=ALL_OFFSETS)
+            return
+        rb.validate(data)
+        table = rb.decode_table(data, min_offset=ALL_OFFSETS)
+        assert table.column("offset").to_pylist() == list(range(base_offset, base_offset + count))
+        assert _rows(table) == _expected_rows(*inputs[:4])
+    elif not data:  # cut to nothing: no batch to validate, and zero batches decode to no rows
+        with pytest.raises(CorruptRecordError):
+            rb.validate(data)
+        assert rb.decode_table(data).num_rows == 0
+    else:
+        with pytest.raises(CorruptRecordError):
+            rb.validate(data)
+        with pytest.raises(CorruptRecordError):
+            rb.decode_table(data, min_offset=ALL_OFFSETS)
+        with pytest.raises(CorruptRecordError):
+            rb.decode_table(data)
+
+
+# ---------------------------------------------------------------------------------------
+# (c) mutated valid batches, CRC (and optionally length) recomputed: the body parser is fuzzed
+
+
+@MUTATE
+@given(inputs=batch_inputs(), mutations=st.lists(_mutation, min_size=1, max_size=4), fix_length=st.booleans())
+@example(  # a body cut short with a consistent length and CRC
+    inputs=([b"abc"] * 3, [b"k", None, b"k"], [1, 2, 3], None, compression.NONE),
+    mutations=[("truncate", 100)],
+    fix_length=True,
+)
+@example(  # the body cut off entirely, length and CRC consistent
+    inputs=([b"abc"], None, [1], None, compression.NONE), mutations=[("truncate", rb.HEADER_SIZE)], fix_length=True
+)
+@example(  # lz4 has no checksum of its own: a flipped literal inflates to a different Arrow body
+    inputs=([b"x" * 30] * 4, None, [5, 5, 5, 5], None, compression.LZ4),
+    mutations=[("flip", rb.HEADER_SIZE + 10, 0)],
+    fix_length=False,
+)
+def test_mutated_batch_with_valid_crc_raises_only_corrupt_record_error(inputs, mutations, fix_length):
+    """With the CRC recomputed after mutation, the Arrow body parser raises nothing but CorruptRecordError."""
+    buf = _mutate(_build(inputs), mutations)
+    if fix_length:
+        _fix_length(buf)
+    _recompute_crc(buf)
+    data = bytes(buf)
+    _parse_everything(data)
+    try:
+        batches = rb.validate(data)
+    except CorruptRecordError:
+        return
+    # What validate accepts must decode, to exactly the records its headers promise.
+    table = rb.decode_table(data, min_offset=ALL_OFFSETS)
+    expected = sum(h.record_count for _, h in batches if not h.attributes & rb.CONTROL)
+    assert table.num_rows == expected
+    assert table.schema == rb.OUTPUT_SCHEMA
+
+
+# ---------------------------------------------------------------------------------------
+# (d) round trip
+
+
+@settings(max_examples=300, deadline=None)
+@given(inputs=batch_inputs(max_records=40))
+@example(inputs=([None], None, [0], None, compression.NONE))
+@example(inputs=([b"", None, b""], [b"", None, None], [-(2**40), 2**60, 0], [[], None, [("", b"")]], compression.ZSTD))
+@example(inputs=([b"a", b"b"], [None, None], [0, 2**31], [None, None], compression.LZ4))
+def test_round_trip_is_exact_for_every_codec(inputs):
+    """Any values/keys/headers/timestamps (None, empty, > 2**31 ms apart) decode back exactly, every codec."""
+    values, keys, timestamps, headers, codec = inputs
+    data = _build(inputs)
+    [(position, header)] = rb.validate(data)
+    assert (position, header.size) == (0, len(data))
+    assert header.codec == codec
+    assert (header.record_count, header.last_offset_delta) == (len(values), len(values) - 1)
+    assert (header.base_timestamp, header.max_timestamp) == (min(timestamps), max(timestamps))
+    table = rb.decode_table(data)
+    assert table.schema == rb.OUTPUT_SCHEMA
+    assert table.column("offset").to_pylist() == list(range(len(values)))
+    assert _rows(table) == _expected_rows(values, keys, timestamps, headers)
+    # Two batches back to back decode as one table, the second after the first.
+    both = rb.decode_table(data + data)
+    assert _rows(both) == _rows(table) * 2
