@@ -15,6 +15,10 @@ raylog topics create NAME [--partitions N] [--replication-factor R] [--config k=
 raylog topics list
 raylog topics describe [NAME ...] [--json]    leader, epoch, replicas, ISR, config
 raylog topics delete NAME ...
+raylog reassign-partitions start TOPIC --partitions 0,1 --replicas 2,0,1
+        move partitions to a new replica set (or change their replication factor)
+raylog reassign-partitions list [--json]      reassignments under way
+raylog elect-leaders [TOPIC ...]              leadership back to preferred replicas
 raylog produce TOPIC [--key-separator SEP] [--acks all|1|0] [--compression C] [--partition P]
         one record per stdin line (the key before the first SEP); a summary to stderr
 raylog consume TOPIC [--from-beginning | --offset N --partition P] [--max-messages N]
@@ -156,9 +160,7 @@ def _create(args: argparse.Namespace) -> RaylogCluster:
     the Ray cluster's nodes; on the local head of ``raylog start`` (or this process's own Ray)
     it is embedded: --num-brokers brokers on that node, logs under --data-dir."""
     address = args.address or ("auto" if os.environ.get("RAY_ADDRESS") else None)
-    return raylog.connect(
-        address, data_dir=args.data_dir, num_brokers=args.num_brokers, cluster_name=args.cluster_name
-    )
+    return raylog.connect(address, data_dir=args.data_dir, num_brokers=args.num_brokers, cluster_name=args.cluster_name)
 
 
 # --- the local Ray head ------------------------------------------------------------------
@@ -566,6 +568,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_start_stop_status(commands)
     _add_topics(commands)
+    _add_replica_management(commands)
     _add_produce_consume(commands)
     dump = commands.add_parser("dump-log", help="print the segments and batches of a log directory")
     dump.add_argument("dir")
@@ -589,8 +592,12 @@ def _add_start_stop_status(commands: Any) -> None:
     start.add_argument("--data-dir", help="where brokers keep their logs (default $RAYLOG_DATA_DIR or /tmp/raylog)")
     start.add_argument("--num-brokers", type=_positive_int, help="brokers on the local head (default 1)")
     start.add_argument("--num-cpus", type=_positive_int, default=os.cpu_count() or 1, help="CPUs of a local head")
-    start.add_argument("--object-store-memory", type=_positive_int, default=DEFAULT_OBJECT_STORE_BYTES,
-                       help="object store bytes of a local head")
+    start.add_argument(
+        "--object-store-memory",
+        type=_positive_int,
+        default=DEFAULT_OBJECT_STORE_BYTES,
+        help="object store bytes of a local head",
+    )
     start.add_argument("--ray-port", type=_positive_int, default=6379, help="GCS port of a local head")
     stop = _command(commands, "stop", _stop, "stop raylog's actors (data stays on disk)")
     stop.add_argument("--ray", action="store_true", help="also `ray stop` the local head `raylog start` launched")
@@ -605,14 +612,75 @@ def _add_topics(commands: Any) -> None:
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=1)
     create.add_argument("--replication-factor", type=int, default=1)
-    create.add_argument("--config", type=_config_pair, nargs="+", action="extend", default=[], metavar="K=V",
-                        help="topic configs by Kafka name, e.g. retention.ms=60000")
+    create.add_argument(
+        "--config",
+        type=_config_pair,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="K=V",
+        help="topic configs by Kafka name, e.g. retention.ms=60000",
+    )
     _command(actions, "list", _topics_list, "list topic names")
     describe = _command(actions, "describe", _topics_describe, "partitions (leader, epoch, replicas, ISR), config")
     describe.add_argument("names", nargs="*", metavar="NAME", help="default: every topic")
     describe.add_argument("--json", action="store_true", help="machine-readable output")
     delete = _command(actions, "delete", _topics_delete, "delete topics and their data")
     delete.add_argument("names", nargs="+", metavar="NAME")
+
+
+def _reassign_partitions(args: argparse.Namespace) -> int:
+    targets = {raylog.TopicPartition(args.topic, p): args.replicas for p in args.partitions}
+    with _connected(args) as cluster:
+        raylog.Admin(cluster).alter_partition_reassignments(targets)
+    print(
+        f"reassigning {args.topic} partitions {args.partitions} to brokers {args.replicas}: new replicas "
+        "fill by fetching; old ones go once every new one is in sync (see 'raylog reassign-partitions --list')"
+    )
+    return 0
+
+
+def _list_reassignments(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        pending = raylog.Admin(cluster).list_partition_reassignments()
+    rows = [{"topic": tp.topic, "partition": tp.partition, "target": list(t)} for tp, t in sorted(pending.items())]
+    print(
+        json.dumps(rows, indent=2)
+        if args.json
+        else "\n".join(f"{r['topic']}-{r['partition']} -> {_ids(r['target'])}" for r in rows)
+        or "no reassignment under way"
+    )
+    return 0
+
+
+def _elect_leaders(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        moved = raylog.Admin(cluster).elect_leaders(args.topics or None)
+    print(f"preferred-leader election: {moved} partitions changed leader")
+    return 0
+
+
+def _add_replica_management(commands: Any) -> None:
+    reassign = commands.add_parser("reassign-partitions", help="move partitions to other brokers, change replication")
+    actions = reassign.add_subparsers(dest="action", required=True)
+    start = _command(actions, "start", _reassign_partitions, "move partitions to a new replica set")
+    start.add_argument("topic")
+    start.add_argument("--partitions", type=_id_list, required=True, help="e.g. 0,1,2")
+    start.add_argument("--replicas", type=_id_list, required=True, help="target brokers, preferred leader first")
+    listing = _command(actions, "list", _list_reassignments, "reassignments under way")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    elect = _command(commands, "elect-leaders", _elect_leaders, "move leadership back to preferred replicas")
+    elect.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every topic")
+
+
+def _id_list(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not ids or any(i < 0 for i in ids):
+        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {text!r}")
+    return ids
 
 
 def _add_produce_consume(commands: Any) -> None:

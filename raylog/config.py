@@ -125,12 +125,37 @@ class TopicConfig(LogConfig):
 
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    #: A follower that has not caught up for this long leaves the ISR (a broker setting in
+    #: Kafka; per topic here so that tests and latency-sensitive topics can lower it).
+    replica_lag_time_max_ms: int = 30_000
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._require(self.min_insync_replicas >= 1, "min.insync.replicas must be >= 1")
+        self._require(self.replica_lag_time_max_ms >= 1, "replica.lag.time.max.ms must be >= 1")
 
     def log_config(self) -> LogConfig:
         """The part of this config the storage engine uses."""
         names = {f.name for f in dataclasses.fields(LogConfig)}
         return LogConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in names})
+
+
+@dataclass(frozen=True)
+class ControllerConfig(_Config):
+    """The controller's cluster-wide settings (Kafka's broker settings of the same names)."""
+
+    #: How often Ray's node table is read to notice dead and returning brokers.
+    node_check_interval_ms: int = 500
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: int = 30
+
+    def __post_init__(self) -> None:
+        self._require(self.node_check_interval_ms >= 10, "node.check.interval.ms must be >= 10")
+        self._require(
+            0 <= self.leader_imbalance_per_broker_percentage <= 100,
+            "leader.imbalance.per.broker.percentage must be in [0, 100]",
+        )
+        self._require(
+            self.leader_imbalance_check_interval_seconds >= 1, "leader.imbalance.check.interval.seconds must be >= 1"
+        )

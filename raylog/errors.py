@@ -134,6 +134,11 @@ class InvalidReplicationFactorError(ApiError, ValueError):
     """The replication factor is below 1 or above the number of brokers."""
 
 
+@_api(39, "INVALID_REPLICA_ASSIGNMENT")
+class InvalidReplicaAssignmentError(ApiError, ValueError):
+    """A replica assignment names unknown or repeated brokers."""
+
+
 @_api(42, "INVALID_REQUEST")
 class InvalidRequestError(ApiError):
     """A request that is well formed but not valid here (e.g. offsets out of order)."""

@@ -64,6 +64,11 @@ class PartitionInfo:
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    partition_epoch: int = 0  # bumped by every change of leader, ISR or replicas
+
+    @property
+    def online(self) -> bool:
+        return self.leader >= 0
 
 
 @dataclass(frozen=True)

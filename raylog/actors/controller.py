@@ -2,8 +2,20 @@
 
 It hosts the :class:`~raylog.coordination.metadata.MetadataImage` and its journal (on the
 head node's disk, replayed when Ray restarts the actor), registers brokers, places
-replicas, creates the replica actors (hard node affinity, restarted in place by Ray) and
-answers metadata requests. Every change is journaled before it is applied or acted on.
+replicas, creates the replica actors (hard node affinity, restarted in place by Ray),
+answers metadata requests, and is the single writer of every partition's leader, leader
+epoch and ISR. Every change is journaled before it is acted on, then pushed to the
+partition's replicas (:meth:`PartitionReplicaActor.update_state`), which ignore states
+older than the one they have.
+
+Failures: a loop watches Ray's node table; when a broker's node dies, every partition it
+led gets a new leader from its ISR (:func:`~raylog.coordination.elections.elect_leader`)
+and every ISR it was in shrinks, all in one journal batch. A replica actor that Ray
+restarted reports itself (:meth:`replica_restarted`) and is made a follower of another ISR
+member when there is one. A broker that comes back (same id, possibly a new node) gets its
+replicas re-created there; they truncate, catch up and rejoin the ISR. Leadership returns
+to preferred replicas on request (:meth:`elect_preferred_leaders`) and automatically when
+more than ``leader.imbalance.per.broker.percentage`` of partitions are led elsewhere.
 
 Brokers: in the embedded mode, ``num_brokers`` brokers share the head node, each with its
 own data directory ``<data_dir>/broker-<id>``. Otherwise a node labelled
@@ -18,17 +30,20 @@ import asyncio
 import json
 import os
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.actors.names import NAMESPACE, replica_name
-from raylog.actors.replica import PartitionReplicaActor
-from raylog.coordination.metadata import MetadataImage, MetadataJournal
+from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor, quietly
+from raylog.config import ControllerConfig
+from raylog.coordination import elections
+from raylog.coordination.metadata import MetadataImage, MetadataJournal, partition_record
 from raylog.errors import InvalidConfigError, RaylogError
 from raylog.protocol import error_fields
-from raylog.types import NewTopic, TopicDescription
+from raylog.types import NewTopic, PartitionInfo, TopicDescription
 
 DEFAULT_DATA_DIR = "/tmp/raylog"
 BROKER_LABEL = "raylog.broker"
@@ -36,6 +51,8 @@ DATA_DIR_LABEL = "raylog.data_dir"
 HEAD_RESOURCE = "node:__internal_head__"
 #: Producer ids are journaled a block at a time, not one fsync per producer.
 PRODUCER_ID_BLOCK = 1000
+#: How long the controller waits for new replica actors (process start and log recovery).
+REPLICA_START_TIMEOUT_S = 60.0
 
 
 def broker_identity(data_dir: str | None, cluster_id: str, broker_id: int | None) -> tuple[int, str] | None:
@@ -73,13 +90,14 @@ _remote_broker_identity = ray.remote(num_cpus=0, max_retries=0)(broker_identity)
 
 class ControllerActor:
     """See the module docstring. Concurrency: one asyncio loop; metadata changes run one at
-    a time under ``_lock``."""
+    a time under ``_lock``; pushes to replicas run outside it."""
 
-    def __init__(self, cluster_name: str, data_dir: str, num_brokers: int, embedded: bool):
+    def __init__(self, cluster_name: str, data_dir: str, num_brokers: int, embedded: bool, config: dict | None = None):
         self.cluster_name = cluster_name
         self.data_dir = data_dir
         self.num_brokers = num_brokers
         self.embedded = embedded
+        self.config = ControllerConfig.from_properties(config or {})
         self.image = MetadataImage()
         self.journal = MetadataJournal(os.path.join(data_dir, "controller", "metadata.journal"))
         for record in self.journal.replay():
@@ -87,30 +105,46 @@ class ControllerActor:
         if self.image.cluster_id is None:
             self._commit([{"type": "cluster", "cluster_id": uuid.uuid4().hex}])
         self.replicas: dict[tuple[str, int, int], Any] = {}
+        self.live: set[int] = set()
         # Ids of the block journaled last may have been handed out before a restart: skip it.
         self._next_producer_id = self.image.producer_id_block_end
         self._lock: asyncio.Lock | None = None
         self._started = False
+        self._tasks: set[asyncio.Task] = set()
 
     def _commit(self, records: list[dict[str, Any]]) -> None:
-        self.journal.append(records)
-        for record in records:
-            self.image.apply(record)
+        if records:
+            self.journal.append(records)
+            for record in records:
+                self.image.apply(record)
 
     def _guard(self) -> asyncio.Lock:
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
 
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     # --- start-up -----------------------------------------------------------------------
 
     async def start(self) -> dict:
-        """Register brokers and make sure every replica actor exists (idempotent)."""
+        """Register brokers, make sure every replica actor exists and knows its state, and
+        start watching the cluster (idempotent)."""
+        if self._started:
+            return {"cluster_id": self.image.cluster_id, "brokers": sorted(self.image.brokers)}
         async with self._guard():
             if not self._started:
                 await self._register_brokers()
+                await self._react_to_liveness()
                 for topic in list(self.image.topics.values()):
                     await self._ensure_replicas(topic)
+                self._push(self.image.partitions())
+                self._spawn(self._watch())
+                for topic, partition in self.image.reassignments:
+                    self._spawn(self._complete_reassignment(topic, partition))
                 self._started = True
         return {"cluster_id": self.image.cluster_id, "brokers": sorted(self.image.brokers)}
 
@@ -123,8 +157,8 @@ class ControllerActor:
             or self.image.brokers[b].node_id != node_id
             or self.image.brokers[b].data_dir != d
         ]
-        if changes:
-            self._commit(changes)
+        self._commit(changes)
+        self.live = set(found)
 
     async def _embedded_brokers(self) -> dict[int, tuple[str, str]]:
         node_id = ray.get_runtime_context().get_node_id()
@@ -139,14 +173,22 @@ class ControllerActor:
         labelled = [n for n in nodes if BROKER_LABEL in n.get("Labels", {})]
         found: dict[int, tuple[str, str]] = {}
         if labelled:
+            alive = {n["NodeID"] for n in nodes}
             for node in labelled:
                 labels = node["Labels"]
+                known = self.image.brokers.get(int(labels[BROKER_LABEL]))
+                if known is not None and known.node_id in alive:
+                    # The registered node still lives: it stays the broker, even while a
+                    # replacement with the same label joins before Ray declares it dead.
+                    found[known.broker_id] = (known.node_id, known.data_dir)
+                    continue
                 broker_id, d = await self._identity(node, labels.get(DATA_DIR_LABEL), int(labels[BROKER_LABEL]))
                 found[broker_id] = (node["NodeID"], d)
             return found
         unknown = []
         for node in nodes:
-            identity = await self._identity(node, None, None)
+            known = [b for b in self.image.brokers.values() if b.node_id == node["NodeID"]]
+            identity = (known[0].broker_id, known[0].data_dir) if known else await self._identity(node, None, None)
             if identity is None:
                 unknown.append(node)
             else:
@@ -160,52 +202,107 @@ class ControllerActor:
 
     async def _identity(self, node: dict, data_dir: str | None, broker_id: int | None):
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        return await _remote_broker_identity.options(scheduling_strategy=strategy).remote(
-            data_dir, self.image.cluster_id, broker_id
+        return await asyncio.wait_for(
+            _remote_broker_identity.options(scheduling_strategy=strategy).remote(
+                data_dir, self.image.cluster_id, broker_id
+            ),
+            PEER_CALL_TIMEOUT_S,
         )
 
-    # --- replicas -----------------------------------------------------------------------
+    # --- watching the cluster -----------------------------------------------------------
 
-    async def _ensure_replicas(self, topic: TopicDescription) -> None:
-        waits = []
-        for p in topic.partitions:
-            for broker_id in p.replicas:
-                handle = self._replica_actor(topic, p.partition, broker_id)
-                waits.append(handle.ready.remote())
-        await asyncio.gather(*waits)
+    async def _watch(self) -> None:
+        interval_s = self.config.node_check_interval_ms / 1000
+        rebalance_s = self.config.leader_imbalance_check_interval_seconds
+        since_rebalance = 0.0
+        while True:
+            await asyncio.sleep(interval_s)
+            since_rebalance += interval_s
+            try:
+                async with self._guard():
+                    if not self.embedded:
+                        before = dict(self.image.brokers)
+                        await self._register_brokers()
+                        await self._recreate_moved_brokers(before)
+                    await self._react_to_liveness()
+                    if self.config.auto_leader_rebalance_enable and since_rebalance >= rebalance_s:
+                        since_rebalance = 0.0
+                        if (
+                            elections.imbalance(self.image.partitions()) * 100
+                            > self.config.leader_imbalance_per_broker_percentage
+                        ):
+                            self._move_to_preferred(self.image.partitions())
+            except (RaylogError, ray.exceptions.RayError, asyncio.TimeoutError):
+                continue  # try again next round
 
-    def _replica_actor(self, topic: TopicDescription, partition: int, broker_id: int):
-        key = (topic.name, partition, broker_id)
-        if key in self.replicas:
-            return self.replicas[key]
-        broker = self.image.brokers[broker_id]
-        state = topic.partitions[partition]
-        handle = (
-            ray.remote(PartitionReplicaActor)
-            .options(
-                name=replica_name(self.cluster_name, topic.topic_id, partition, broker_id),
-                namespace=NAMESPACE,
-                lifetime="detached",
-                get_if_exists=True,
-                max_restarts=-1,
-                max_task_retries=0,
-                num_cpus=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(broker.node_id, soft=False),
-            )
-            .remote(
-                topic.name,
-                partition,
-                broker_id,
-                broker.data_dir,
-                topic.config,
-                state.leader,
-                state.leader_epoch,
-                list(state.replicas),
-                list(state.isr),
-            )
-        )
-        self.replicas[key] = handle
-        return handle
+    async def _recreate_moved_brokers(self, before: dict) -> None:
+        moved = {b for b, info in self.image.brokers.items() if b in before and before[b].node_id != info.node_id}
+        for topic in list(self.image.topics.values()):
+            for p in topic.partitions:
+                for b in p.replicas:
+                    if b in moved:
+                        self.replicas.pop((topic.name, p.partition, b), None)
+            if any(b in moved for p in topic.partitions for b in p.replicas):
+                await self._ensure_replicas(topic)
+
+    async def _react_to_liveness(self) -> None:
+        """New leaders for partitions whose leader is not live, and ISRs without dead
+        brokers; offline partitions elect again when an ISR member is back. One batch."""
+        changed = []
+        for info in self.image.partitions():
+            unclean = self._unclean(info.topic)
+            if info.leader not in self.live:
+                new = elections.elect_leader(info, self.live, unclean)
+                if new.leader != info.leader or new.isr != info.isr:
+                    changed.append(new)
+            else:
+                new = elections.remove_from_isr(info, set(info.replicas) - self.live)
+                if new is not info:
+                    changed.append(new)
+        self._commit([partition_record(p) for p in changed])
+        self._push(changed)
+
+    def _unclean(self, topic: str) -> bool:
+        return self.image.topics[topic].config.get("unclean.leader.election.enable", "false") == "true"
+
+    # --- requests from replicas ---------------------------------------------------------
+
+    async def alter_isr(
+        self, topic: str, partition: int, leader: int, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
+    ) -> PartitionInfo | None:
+        """A leader's ISR proposal: the new state if accepted, None if stale or invalid."""
+        async with self._guard():
+            try:
+                info = self.image.partition(topic, partition)
+                new = elections.alter_isr(info, leader, leader_epoch, partition_epoch, tuple(isr))
+            except RaylogError:
+                return None
+            if not set(new.isr) - set(info.isr) <= self.live:
+                return None  # never admit a broker that is not live
+            self._commit([partition_record(new)])
+        self._push([new])
+        return new
+
+    async def replica_restarted(self, topic: str, partition: int, broker_id: int) -> None:
+        """A replica actor was restarted by Ray: it loses leadership to another ISR member
+        if there is one (else leads again under a new epoch) and leaves the ISR until it
+        catches up."""
+        async with self._guard():
+            try:
+                info = self.image.partition(topic, partition)
+            except RaylogError:
+                return
+            others = self.live - {broker_id}
+            if info.leader == broker_id:
+                new = elections.elect_leader(info, others, unclean=False)
+                if new.leader == elections.NO_LEADER:  # it is the only in-sync replica left
+                    new = replace(info, leader_epoch=info.leader_epoch + 1, partition_epoch=info.partition_epoch + 1)
+            else:
+                new = elections.remove_from_isr(info, {broker_id})
+                if new is info:
+                    new = replace(info, partition_epoch=info.partition_epoch + 1)
+            self._commit([partition_record(new)])
+        self._push([new])
 
     # --- admin --------------------------------------------------------------------------
 
@@ -216,7 +313,9 @@ class ControllerActor:
         async with self._guard():
             for new in topics:
                 try:
-                    record = self.image.create_topic(new.name, new.num_partitions, new.replication_factor, new.config)
+                    record = self.image.create_topic(
+                        new.name, new.num_partitions, new.replication_factor, new.config, live=self.live
+                    )
                     self._commit([record])
                     await self._ensure_replicas(self.image.topics[new.name])
                     results[new.name] = (0, "")
@@ -242,62 +341,169 @@ class ControllerActor:
                     results[name] = (fields["error_code"], fields["error_message"])
         return results
 
-    async def _remove_replicas(self, topic: TopicDescription) -> None:
-        handles = [
-            self.replicas.pop((topic.name, p.partition, b), None) or self._lookup(topic, p.partition, b)
-            for p in topic.partitions
-            for b in p.replicas
-        ]
-        handles = [h for h in handles if h is not None]
-        await asyncio.gather(*(h.delete_data.remote() for h in handles), return_exceptions=True)
-        for handle in handles:
-            ray.kill(handle, no_restart=True)
+    async def elect_preferred_leaders(self, topics: list[str] | None = None) -> int:
+        """Move leadership back to each partition's first replica where it is live and in
+        sync. Returns how many partitions moved."""
+        await self.start()
+        async with self._guard():
+            partitions = [p for p in self.image.partitions() if topics is None or p.topic in topics]
+            return len(self._move_to_preferred(partitions))
 
-    def _lookup(self, topic: TopicDescription, partition: int, broker_id: int):
-        try:
-            return ray.get_actor(replica_name(self.cluster_name, topic.topic_id, partition, broker_id), NAMESPACE)
-        except ValueError:
-            return None
+    async def alter_partition_reassignments(self, targets: dict[tuple[str, int], list[int]]) -> dict:
+        """Start moving partitions to new replica sets (also raising or lowering the
+        replication factor); per partition ``(error_code, message)``. New replicas fill by
+        fetching; old ones are removed only once every target replica is in sync."""
+        await self.start()
+        results = {}
+        async with self._guard():
+            for (topic, partition), target in targets.items():
+                try:
+                    self._commit(self.image.reassign(topic, partition, target))
+                    await self._ensure_replicas(self.image.topics[topic])
+                    self._push([self.image.partition(topic, partition)])
+                    self._spawn(self._complete_reassignment(topic, partition))
+                    results[(topic, partition)] = (0, "")
+                except RaylogError as exc:
+                    fields = error_fields(exc)
+                    results[(topic, partition)] = (fields["error_code"], fields["error_message"])
+        return results
+
+    async def _complete_reassignment(self, topic: str, partition: int) -> None:
+        """Switch to the target replicas once all are in sync; then remove the others."""
+        while (topic, partition) in self.image.reassignments:
+            await asyncio.sleep(self.config.node_check_interval_ms / 1000)
+            async with self._guard():
+                target = self.image.reassignments.get((topic, partition))
+                if target is None or topic not in self.image.topics:
+                    return
+                before = self.image.partition(topic, partition)
+                final = elections.finish_reassignment(before, target)
+                if final is None:
+                    continue
+                done = {"type": "reassignment", "topic": topic, "partition": partition, "target": []}
+                self._commit([partition_record(final), done])
+                removed = [self.replicas.pop((topic, partition, b), None) for b in before.replicas if b not in target]
+            self._push([final])
+            await self._remove_replica_actors([h for h in removed if h is not None])
+            return
+
+    def _move_to_preferred(self, partitions: list[PartitionInfo]) -> list[PartitionInfo]:
+        moved = [new for p in partitions if (new := elections.preferred_leader(p, self.live)) is not None]
+        self._commit([partition_record(p) for p in moved])
+        self._push(moved)
+        return moved
 
     async def init_producer_id(self) -> int:
         """A producer id never handed out before (Kafka's InitProducerId)."""
-        if self._next_producer_id >= self.image.producer_id_block_end:
-            self._commit([self.image.allocate_producer_ids(PRODUCER_ID_BLOCK)])
-            self._next_producer_id = self.image.producer_id_block_end - PRODUCER_ID_BLOCK
-        self._next_producer_id += 1
-        return self._next_producer_id - 1
+        async with self._guard():
+            if self._next_producer_id >= self.image.producer_id_block_end:
+                self._commit([self.image.allocate_producer_ids(PRODUCER_ID_BLOCK)])
+                self._next_producer_id = self.image.producer_id_block_end - PRODUCER_ID_BLOCK
+            self._next_producer_id += 1
+            return self._next_producer_id - 1
+
+    # --- replicas -----------------------------------------------------------------------
+
+    async def _ensure_replicas(self, topic: TopicDescription) -> None:
+        """Create (or find) every live replica actor of ``topic`` and wait until ready."""
+        waits = []
+        for p in topic.partitions:
+            for broker_id in p.replicas:
+                if broker_id in self.live:
+                    waits.append(self._replica_actor(topic.name, p.partition, broker_id).ready.remote())
+        results = await asyncio.gather(
+            *(asyncio.wait_for(w, REPLICA_START_TIMEOUT_S) for w in waits), return_exceptions=True
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise RaylogError(f"replicas of {topic.name} did not start: {errors[0]}")
+
+    def _replica_actor(self, topic_name: str, partition: int, broker_id: int):
+        key = (topic_name, partition, broker_id)
+        if key in self.replicas:
+            return self.replicas[key]
+        topic = self.image.topics[topic_name]
+        broker = self.image.brokers[broker_id]
+        state = topic.partitions[partition]
+        leader = None
+        if state.leader >= 0 and state.leader != broker_id and state.leader in self.live:
+            leader = self._replica_actor(topic_name, partition, state.leader)
+        handle = (
+            ray.remote(PartitionReplicaActor)
+            .options(
+                name=replica_name(self.cluster_name, topic.topic_id, partition, broker_id, broker.node_id),
+                namespace=NAMESPACE,
+                lifetime="detached",
+                get_if_exists=True,
+                max_restarts=-1,
+                max_task_retries=0,
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(broker.node_id, soft=False),
+            )
+            .remote(self.cluster_name, topic.name, partition, broker_id, broker.data_dir, topic.config, state, leader)
+        )
+        self.replicas[key] = handle
+        return handle
+
+    def _push(self, partitions: list[PartitionInfo]) -> None:
+        """Tell every live replica of each partition its new state (fire and forget: a
+        replica that misses one is told again by the next change or restart)."""
+        for info in partitions:
+            leader = self._replica_actor(info.topic, info.partition, info.leader) if info.leader in self.live else None
+            for broker_id in info.replicas:
+                if broker_id in self.live:
+                    handle = self._replica_actor(info.topic, info.partition, broker_id)
+                    self._spawn(quietly(handle.update_state.remote(info, leader)))
+
+    async def _remove_replicas(self, topic: TopicDescription) -> None:
+        handles = [self.replicas.pop((topic.name, p.partition, b), None) for p in topic.partitions for b in p.replicas]
+        await self._remove_replica_actors([h for h in handles if h is not None])
+
+    async def _remove_replica_actors(self, handles: list) -> None:
+        """Delete the replicas' data and stop their actors."""
+        await asyncio.gather(
+            *(asyncio.wait_for(h.delete_data.remote(), PEER_CALL_TIMEOUT_S) for h in handles), return_exceptions=True
+        )
+        for handle in handles:
+            ray.kill(handle, no_restart=True)
 
     # --- metadata -----------------------------------------------------------------------
 
     async def metadata(self, topics: list[str] | None = None) -> dict:
-        """Brokers, topics (all, or those named that exist) and each partition leader's actor."""
+        """Brokers, topics (all, or those named that exist) and each online partition
+        leader's actor."""
         await self.start()
         names = list(self.image.topics) if topics is None else [t for t in topics if t in self.image.topics]
         described = {name: self.image.topics[name] for name in names}
         leaders = {}
         for topic in described.values():
             for p in topic.partitions:
-                if p.leader >= 0:
-                    leaders[(topic.name, p.partition)] = self._replica_actor(topic, p.partition, p.leader)
+                if p.leader in self.live:
+                    leaders[(topic.name, p.partition)] = self._replica_actor(topic.name, p.partition, p.leader)
         return {
             "cluster_id": self.image.cluster_id,
             "brokers": dict(self.image.brokers),
+            "live": set(self.live),
             "topics": described,
             "leaders": leaders,
+            "reassignments": dict(self.image.reassignments),
         }
 
     async def replica_handles(self, topic: str) -> dict[tuple[int, int], Any]:
-        """Every replica actor of ``topic`` by ``(partition, broker_id)`` (tests, tools)."""
+        """Every live replica actor of ``topic`` by ``(partition, broker_id)`` (tests, tools)."""
         await self.start()
         described = self.image.topic(topic)
         return {
-            (p.partition, b): self._replica_actor(described, p.partition, b)
+            (p.partition, b): self._replica_actor(topic, p.partition, b)
             for p in described.partitions
             for b in p.replicas
+            if b in self.live
         }
 
     async def shutdown(self) -> None:
         """Kill every replica actor (data stays on disk); the caller then kills this actor."""
+        for task in list(self._tasks):
+            task.cancel()
         for handle in self.replicas.values():
             ray.kill(handle, no_restart=True)
         self.replicas.clear()

@@ -7,6 +7,7 @@ def controller_name(cluster_name: str) -> str:
     return f"raylog-controller-{cluster_name}"
 
 
-def replica_name(cluster_name: str, topic_id: str, partition: int, broker_id: int) -> str:
-    """Named by topic id, not name: a topic deleted and created again gets new actors."""
-    return f"raylog-{cluster_name}-{topic_id}-{partition}-b{broker_id}"
+def replica_name(cluster_name: str, topic_id: str, partition: int, broker_id: int, node_id: str) -> str:
+    """Named by topic id (a topic created again gets new actors) and by the broker's node (a
+    broker that comes back on a new Ray node gets new actors there)."""
+    return f"raylog-{cluster_name}-{topic_id}-{partition}-b{broker_id}-{node_id[:16]}"

@@ -2,10 +2,15 @@
 
 One actor per replica of a partition, pinned to its broker's node (hard node affinity),
 its log in ``<broker data dir>/<topic>-<partition>``. Ray restarts it in place after a
-crash (``max_restarts``) and ``__init__`` recovers the log from disk. Being async, one
-actor serves many produce and fetch calls at once; a fetch that finds less than
-``min_bytes`` waits (long poll) until an append moves the high watermark or
-``max_wait_ms`` passes.
+crash (``max_restarts``); ``__init__`` recovers the log from disk and, after a restart,
+the replica tells the controller, which decides its role again.
+
+The controller pushes roles (:meth:`update_state`, Kafka's LeaderAndIsr). A leader serves
+produce, fetch and offset look-ups, waits for the ISR on acks=all, and proposes ISR changes
+to the controller. A follower runs a fetch loop against its leader: it first truncates
+what diverged (asking the leader where its latest epoch ends, KIP-101), then appends what
+it fetches, unchanged. One asyncio event wakes everything that waits on a change of the
+log or high watermark: long-polling fetches, acks=all producers, out-of-order batches.
 
 The actor only translates: requests in, :class:`Partition` steps, responses out; every
 raylog error becomes a response error code.
@@ -19,10 +24,19 @@ import shutil
 import time
 
 import numpy as np
+import ray
 
+from raylog.actors.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition, SequenceGap
-from raylog.errors import OutOfOrderSequenceError
+from raylog.errors import (
+    NotEnoughReplicasAfterAppendError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    RaylogError,
+    RequestTimedOutError,
+)
 from raylog.protocol import (
     FetchRequest,
     FetchResponse,
@@ -30,15 +44,24 @@ from raylog.protocol import (
     ProduceRequest,
     ProduceResponse,
     error_fields,
+    error_of,
 )
 from raylog.storage.log import Log
+from raylog.types import PartitionInfo
 
-#: How often the actor applies retention and the flush.ms policy.
-HOUSEKEEPING_INTERVAL_S = 5.0
+#: How often the actor applies retention, the flush.ms policy and the HW checkpoint.
+HOUSEKEEPING_INTERVAL_S = 1.0
 #: How long a batch from a producer this replica does not know, with a sequence above 0,
 #: waits for the producer's earlier batches before it is taken as the producer's first
 #: (its earlier batches may be in older segments, or lost with a restart).
 UNKNOWN_PRODUCER_GRACE_S = 0.25
+#: A follower's fetch: large, and long-polling at the leader.
+REPLICA_FETCH_MAX_BYTES = 8 << 20
+REPLICA_FETCH_MAX_WAIT_MS = 500
+#: Pause before a follower retries a failed fetch (the leader may be moving).
+REPLICA_BACKOFF_S = 0.1
+#: Bound on any call a replica makes to another actor.
+PEER_CALL_TIMEOUT_S = 10.0
 
 
 def log_dir(data_dir: str, topic: str, partition: int) -> str:
@@ -51,39 +74,88 @@ class PartitionReplicaActor:
 
     def __init__(
         self,
+        cluster_name: str,
         topic: str,
         partition: int,
         broker_id: int,
         data_dir: str,
         config: dict,
-        leader: int,
-        leader_epoch: int,
-        replicas: list[int],
-        isr: list[int],
+        state: PartitionInfo,
+        leader_handle=None,
     ):
         topic_config = TopicConfig.from_properties(config)
+        self._cluster_name = cluster_name
         self._dir = log_dir(data_dir, topic, partition)
         log = Log.open(self._dir, topic_config.log_config())
         self.partition = Partition(topic, partition, broker_id, log, topic_config)
-        if leader == broker_id:
-            self.partition.become_leader(leader_epoch, tuple(replicas), tuple(isr))
-        self._data_event: asyncio.Event | None = None
-        self._housekeeping: asyncio.Task | None = None
+        self._changed: asyncio.Event | None = None
+        self._background: set[asyncio.Task] = set()
+        self._follower: asyncio.Task | None = None
+        self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        self._initial = (state, leader_handle)
+        self._started = False
+
+    # --- lifecycle ----------------------------------------------------------------------
 
     async def ready(self) -> dict:
-        """Wait until constructed; start housekeeping. Returns the log's recovery report."""
-        if self._housekeeping is None:
-            self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep())
+        """Wait until constructed; take the initial role; start housekeeping."""
+        self._start()
         log = self.partition.log
         return {"log_end_offset": log.log_end_offset, "recovery": vars(log.recovery)}
 
+    def _start(self) -> None:
+        """Take the initial role (and, after a restart by Ray, tell the controller). Runs on
+        the first call of any kind, since nothing calls a restarted actor's ``ready``."""
+        if self._started:
+            return
+        self._started = True
+        state, leader_handle = self._initial
+        self._apply_state(state, leader_handle)
+        self._spawn(self._housekeep())
+        if self._restarted:  # the controller decides this replica's role again
+            p = self.partition
+            self._spawn(quietly(self._controller().replica_restarted.remote(p.topic, p.partition, p.broker_id)))
+
+    async def update_state(self, state: PartitionInfo, leader_handle=None) -> None:
+        """The controller's word on this partition's leader, epochs, replicas and ISR."""
+        self._start()
+        self._apply_state(state, leader_handle)
+
+    def _apply_state(self, state: PartitionInfo, leader_handle) -> None:
+        p = self.partition
+        if (state.leader_epoch, state.partition_epoch) < (p.leader_epoch, p.partition_epoch):
+            return  # stale
+        if state.leader == p.broker_id:
+            self._stop_following()
+            p.become_leader(state.leader_epoch, state.replicas, state.isr, state.partition_epoch)
+        else:
+            same_leader = (state.leader, state.leader_epoch) == (p.leader, p.leader_epoch)
+            p.become_follower(state.leader, state.leader_epoch, state.replicas, state.isr, state.partition_epoch)
+            if not same_leader or self._follower is None or self._follower.done():
+                self._stop_following()
+                if state.leader >= 0 and leader_handle is not None and p.broker_id in state.replicas:
+                    self._follower = self._spawn(self._follow(leader_handle, state.leader_epoch))
+        self._notify()
+
+    async def delete_data(self) -> None:
+        """Close and remove this replica's log (the topic or this replica is going away)."""
+        for task in list(self._background):
+            task.cancel()
+        self.partition.log.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    # --- leader: produce ----------------------------------------------------------------
+
     async def produce(self, request: ProduceRequest) -> ProduceResponse:
-        """Append a producer's batch; an idempotent batch that arrives before an earlier
-        one of its producer waits for it (Ray may run pipelined calls out of order)."""
+        """Append a producer's batch; for acks=all, wait until the ISR has it.
+
+        An idempotent batch that arrives before an earlier one of its producer waits for it
+        (Ray may run pipelined calls out of order)."""
+        self._start()
         started = time.monotonic()
         deadline = started + request.timeout_ms / 1000
         while True:
-            event = self._event()
+            changed = self._event()
             accept_unknown = time.monotonic() - started >= UNKNOWN_PRODUCER_GRACE_S
             try:
                 outcome = self.partition.append_as_leader(request.records, request.acks, accept_unknown)
@@ -91,31 +163,63 @@ class PartitionReplicaActor:
             except SequenceGap:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return ProduceResponse(
-                        **error_fields(OutOfOrderSequenceError("an earlier batch of this producer never arrived"))
-                    )
-                await _wait(event, min(remaining, UNKNOWN_PRODUCER_GRACE_S))
+                    return _produce_error(OutOfOrderSequenceError("an earlier batch of this producer never arrived"))
+                await _wait(changed, min(remaining, UNKNOWN_PRODUCER_GRACE_S))
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return ProduceResponse(**error_fields(exc))
+        log_start = self.partition.log.log_start_offset
         if isinstance(outcome, int):  # a retry of a batch already appended
-            return ProduceResponse(base_offset=outcome, log_start_offset=self.partition.log.log_start_offset)
-        self._notify_append()
+            return ProduceResponse(base_offset=outcome, log_start_offset=log_start)
+        self._notify()
+        self._maybe_propose_isr()
+        if request.acks == -1:
+            error = await self._await_replication(outcome.last_offset + 1, deadline)
+            if error is not None:
+                return _produce_error(error)
         return ProduceResponse(
-            base_offset=outcome.first_offset,
-            log_append_time_ms=outcome.log_append_time_ms,
-            log_start_offset=self.partition.log.log_start_offset,
+            base_offset=outcome.first_offset, log_append_time_ms=outcome.log_append_time_ms, log_start_offset=log_start
         )
 
+    async def _await_replication(self, offset: int, deadline: float) -> RaylogError | None:
+        """Wait until the HW reaches ``offset`` (every ISR member has the batch)."""
+        p = self.partition
+        epoch = p.leader_epoch
+        while p.high_watermark < offset:
+            if not p.is_leader or p.leader_epoch != epoch:
+                return NotLeaderOrFollowerError(f"{p.name}: leadership moved before the ISR had the batch")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return RequestTimedOutError(f"{p.name}: the ISR {list(p.isr)} did not get the batch in time")
+            await _wait(self._event(), remaining)
+        if not p.enough_replicas():
+            return NotEnoughReplicasAfterAppendError(
+                f"{p.name}: written, but the ISR {list(p.isr)} shrank below min.insync.replicas"
+            )
+        return None
+
+    # --- leader: fetch and offsets ------------------------------------------------------
+
     async def fetch(self, request: FetchRequest) -> FetchResponse:
+        """Batches from ``request.offset``; waits (long poll) for ``min_bytes``."""
+        self._start()
         deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
         while True:
-            event = self._event()
+            changed = self._event()
             try:
                 result = self.partition.read(
                     request.offset, request.max_bytes, request.replica_id, request.current_leader_epoch
                 )
             except Exception as exc:  # noqa: BLE001
-                return FetchResponse(**error_fields(exc), leader_epoch=self.partition.leader_epoch)
+                log = self.partition.log
+                return FetchResponse(
+                    **error_fields(exc),
+                    leader_epoch=self.partition.leader_epoch,
+                    log_start_offset=log.log_start_offset,
+                    log_end_offset=log.log_end_offset,
+                )
+            if request.replica_id >= 0:
+                self._notify()  # the HW may have moved: wake acks=all producers and consumers
+                self._maybe_propose_isr()
             remaining = deadline - time.monotonic()
             if len(result.data) >= request.min_bytes or remaining <= 0:
                 return FetchResponse(
@@ -125,21 +229,34 @@ class PartitionReplicaActor:
                     leader_epoch=self.partition.leader_epoch,
                     records=np.frombuffer(result.data, dtype=np.uint8),
                 )
-            await _wait(event, remaining)
+            await _wait(changed, remaining)
 
     async def list_offsets(self, timestamp_ms: int) -> ListOffsetsResponse:
+        self._start()
         try:
             offset, timestamp = self.partition.list_offset(timestamp_ms)
         except Exception as exc:  # noqa: BLE001
             return ListOffsetsResponse(**error_fields(exc))
         return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp)
 
+    async def end_offset_for_epoch(self, epoch: int) -> tuple[int, int, int]:
+        """``(error_code, epoch', end_offset)`` for a follower truncating (KIP-101)."""
+        self._start()
+        try:
+            found, end = self.partition.end_offset_for_epoch(epoch)
+        except Exception as exc:  # noqa: BLE001
+            return error_fields(exc)["error_code"], -1, -1
+        return 0, found, end
+
     async def state(self) -> dict:
+        self._start()
         p = self.partition
         return {
             "leader": p.leader,
             "leader_epoch": p.leader_epoch,
             "isr": list(p.isr),
+            "replicas": list(p.replicas),
+            "partition_epoch": p.partition_epoch,
             "high_watermark": p.high_watermark,
             "log_start_offset": p.log.log_start_offset,
             "log_end_offset": p.log.log_end_offset,
@@ -148,29 +265,117 @@ class PartitionReplicaActor:
             "pid": os.getpid(),
         }
 
-    async def delete_data(self) -> None:
-        """Close and remove this replica's log (the topic is being deleted)."""
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-        self.partition.log.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+    # --- leader: ISR --------------------------------------------------------------------
+
+    def _maybe_propose_isr(self) -> None:
+        proposed = self.partition.propose_isr()
+        if proposed is not None:
+            self._spawn(self._propose_isr(proposed))
+
+    async def _propose_isr(self, isr: tuple[int, ...]) -> None:
+        """Ask the controller (the single writer of the ISR) and apply what it decided."""
+        p = self.partition
+        try:
+            state = await asyncio.wait_for(
+                self._controller().alter_isr.remote(
+                    p.topic, p.partition, p.broker_id, p.leader_epoch, p.partition_epoch, isr
+                ),
+                PEER_CALL_TIMEOUT_S,
+            )
+        except (asyncio.TimeoutError, ray.exceptions.RayError):
+            state = None  # the next housekeeping round proposes again
+        if state is not None and state.leader == p.broker_id and state.leader_epoch == p.leader_epoch:
+            p.apply_isr(state.isr, state.partition_epoch)
+            self._notify()
+        elif p.pending_isr == isr:
+            p.isr_proposal_failed()
+
+    # --- follower -----------------------------------------------------------------------
+
+    async def _follow(self, leader, epoch: int) -> None:
+        """Truncate what diverged from ``leader``, then fetch from it until told otherwise."""
+        p = self.partition
+        while not await self._truncate_to(leader, epoch):
+            await asyncio.sleep(REPLICA_BACKOFF_S)
+        while p.leader_epoch == epoch and not p.is_leader:
+            request = FetchRequest(
+                p.log.log_end_offset,
+                REPLICA_FETCH_MAX_BYTES,
+                1,
+                REPLICA_FETCH_MAX_WAIT_MS,
+                replica_id=p.broker_id,
+                current_leader_epoch=epoch,
+            )
+            try:
+                response = await asyncio.wait_for(leader.fetch.remote(request), PEER_CALL_TIMEOUT_S)
+            except (asyncio.TimeoutError, ray.exceptions.RayError):
+                await asyncio.sleep(REPLICA_BACKOFF_S)
+                continue
+            if p.leader_epoch != epoch or p.is_leader:
+                return
+            error = error_of(response)
+            if isinstance(error, OffsetOutOfRangeError) and p.log.log_end_offset < response.log_start_offset:
+                p.reset_to_leader_start(response.log_start_offset)
+            elif isinstance(error, OffsetOutOfRangeError) and p.log.log_end_offset > response.log_end_offset >= 0:
+                p.truncate_to_leader_end(response.log_end_offset)
+            elif error is not None:
+                await asyncio.sleep(REPLICA_BACKOFF_S)  # fenced or not leader: a new state is on its way
+            else:
+                p.append_as_follower(response.records, response.high_watermark)
+                self._notify()
+
+    async def _truncate_to(self, leader, epoch: int) -> bool:
+        p = self.partition
+        try:
+            code, found, end = await asyncio.wait_for(
+                leader.end_offset_for_epoch.remote(p.epochs.latest_epoch), PEER_CALL_TIMEOUT_S
+            )
+        except (asyncio.TimeoutError, ray.exceptions.RayError):
+            return p.leader_epoch != epoch  # give up only when the role moved on
+        if code:
+            return p.leader_epoch != epoch
+        p.truncate_to_leader(found, end)
+        return True
+
+    def _stop_following(self) -> None:
+        if self._follower is not None:
+            self._follower.cancel()
+            self._follower = None
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _controller(self):
+        return ray.get_actor(controller_name(self._cluster_name), namespace=NAMESPACE)
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     def _event(self) -> asyncio.Event:
-        if self._data_event is None:
-            self._data_event = asyncio.Event()
-        return self._data_event
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
 
-    def _notify_append(self) -> None:
-        """Wake every long-polling fetch and every batch waiting for its sequence gap."""
-        if self._data_event is not None:
-            self._data_event.set()
-            self._data_event = None
+    def _notify(self) -> None:
+        """Wake every waiter: long-polling fetches, acks=all producers, sequence gaps."""
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     async def _housekeep(self) -> None:
         while True:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
-            self.partition.log.apply_retention()
-            self.partition.log.maybe_flush()
+            log = self.partition.log
+            log.apply_retention()
+            log.maybe_flush()
+            self.partition.checkpoint_high_watermark()
+            self._maybe_propose_isr()
+
+
+def _produce_error(error: RaylogError) -> ProduceResponse:
+    return ProduceResponse(**error_fields(error))
 
 
 async def _wait(event: asyncio.Event, timeout_s: float) -> None:
@@ -178,4 +383,12 @@ async def _wait(event: asyncio.Event, timeout_s: float) -> None:
     try:
         await asyncio.wait_for(event.wait(), timeout_s)
     except asyncio.TimeoutError:
+        pass
+
+
+async def quietly(ref) -> None:
+    """Await a fire-and-forget call to another actor; a failure is left to retries elsewhere."""
+    try:
+        await asyncio.wait_for(ref, PEER_CALL_TIMEOUT_S)
+    except (asyncio.TimeoutError, ray.exceptions.RayError):
         pass

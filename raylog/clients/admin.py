@@ -6,7 +6,7 @@ from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
 from raylog.clients.transport import call
 from raylog.coordination.placement import INTERNAL_TOPICS
 from raylog.errors import UnknownTopicOrPartitionError, for_code
-from raylog.types import BrokerInfo, NewTopic, TopicDescription
+from raylog.types import BrokerInfo, NewTopic, TopicDescription, TopicPartition
 
 
 class Admin:
@@ -59,6 +59,31 @@ class Admin:
         if missing:
             raise UnknownTopicOrPartitionError(f"unknown topics: {', '.join(map(repr, missing))}")
         return [topics[n] for n in wanted]
+
+    def alter_partition_reassignments(self, reassignments: dict[TopicPartition, list[int]]) -> None:
+        """Move partitions to new replica sets (Kafka's AlterPartitionReassignments); also
+        raises or lowers the replication factor. Returns once started: new replicas fill by
+        fetching and the old ones are removed only when every new one is in sync.
+
+        Raises:
+            UnknownTopicOrPartitionError, InvalidReplicaAssignmentError: the first refusal.
+        """
+        targets = {(tp.topic, tp.partition): list(replicas) for tp, replicas in reassignments.items()}
+        results = call(self._cluster.controller.alter_partition_reassignments.remote(targets), self._timeout_s)
+        self._cluster.metadata(refresh=True)
+        _raise_first({f"{t}-{p}": r for (t, p), r in results.items()})
+
+    def list_partition_reassignments(self) -> dict[TopicPartition, tuple[int, ...]]:
+        """Reassignments under way: partition -> target replicas."""
+        answer = self._cluster.metadata(refresh=True).reassignments
+        return {TopicPartition(t, p): target for (t, p), target in answer.items()}
+
+    def elect_leaders(self, topics: list[str] | None = None) -> int:
+        """Preferred-leader election: leadership back to each partition's first replica where
+        it is live and in sync. Returns how many partitions changed leader."""
+        moved = call(self._cluster.controller.elect_preferred_leaders.remote(topics), self._timeout_s)
+        self._cluster.metadata(refresh=True)
+        return moved
 
     def describe_cluster(self) -> dict[int, BrokerInfo]:
         """The brokers by id."""

@@ -38,6 +38,8 @@ class Metadata:
         self.brokers: dict[int, BrokerInfo] = answer["brokers"]
         self.topics: dict[str, TopicDescription] = answer["topics"]
         self.leaders: dict[tuple[str, int], Any] = answer["leaders"]
+        self.live: set[int] = answer["live"]
+        self.reassignments: dict[tuple[str, int], tuple[int, ...]] = answer["reassignments"]
 
     def num_partitions(self, topic: str) -> int:
         try:
@@ -103,6 +105,7 @@ def connect(
     data_dir: str | None = None,
     num_brokers: int | None = None,
     cluster_name: str = "default",
+    config: dict[str, Any] | None = None,
 ) -> RaylogCluster:
     """Connect to raylog, starting it (and a local Ray) when needed.
 
@@ -113,6 +116,8 @@ def connect(
             ``/tmp/raylog``. Embedded brokers use ``<data_dir>/broker-<id>``.
         num_brokers: embedded mode only: how many brokers share this node (default 1).
         cluster_name: several raylog clusters can share one Ray cluster by name.
+        config: controller settings by Kafka name (see :class:`raylog.config.ControllerConfig`),
+            used when this call starts the cluster.
 
     Returns:
         A :class:`RaylogCluster`; pass it to Producer, Consumer and Admin.
@@ -150,7 +155,7 @@ def connect(
             num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(_head_node_id(), soft=False),
         )
-        .remote(cluster_name, data_dir, num_brokers or 1, embedded)
+        .remote(cluster_name, data_dir, num_brokers or 1, embedded, config)
     )
     call(controller.start.remote(), METADATA_TIMEOUT_S)
     return RaylogCluster(cluster_name, controller, started_ray)

@@ -1,9 +1,11 @@
 """The Consumer: pulls record batches from partition leaders (Kafka's KafkaConsumer).
 
-Each assigned, unpaused partition has at most one fetch in flight; all run concurrently
-and a fetch that has not answered by the end of one ``poll`` is kept for the next, like
-Kafka's fetcher. A leader holds a fetch until ``fetch_min_bytes`` are there or
-``fetch_max_wait_ms`` passed (long poll). Fetched bytes are the stored batches themselves,
+Each assigned, unpaused partition has at most one fetch in flight; all run concurrently,
+a fetch that has not answered by the end of one ``poll`` is kept for the next, and the
+next fetch goes out as soon as a response arrives (up to ``BUFFERED_FETCHES`` decoded
+responses wait per partition), so fetching overlaps decoding, like Kafka's fetcher. A
+leader holds a fetch until ``fetch_min_bytes`` are there or ``fetch_max_wait_ms`` passed
+(long poll). Fetched bytes are the stored batches themselves,
 read zero-copy from Ray's object store and decoded to Arrow without a Python loop per
 record; :meth:`poll` then makes :class:`Record` objects, :meth:`poll_arrow` does not.
 
@@ -16,6 +18,7 @@ Concurrency: not thread-safe, like Kafka's consumer; use one per thread.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -37,6 +40,9 @@ from raylog.errors import (
 from raylog.protocol import FetchRequest, error_of
 from raylog.storage import record_batch
 from raylog.types import OffsetAndTimestamp, Record, TopicPartition
+
+#: Decoded responses kept per partition before fetching pauses (bounds memory).
+BUFFERED_FETCHES = 2
 
 ARROW_SCHEMA = pa.schema(
     [pa.field("topic", pa.string()), pa.field("partition", pa.int32()), *record_batch.OUTPUT_SCHEMA]
@@ -60,7 +66,8 @@ class Consumer:
         topics: topics whose every partition to read (or call :meth:`assign`).
         auto_offset_reset: "earliest", "latest" or "none".
         fetch_min_bytes, fetch_max_wait_ms: the long poll of each fetch.
-        max_partition_fetch_bytes: bytes per partition per fetch (at least one batch).
+        max_partition_fetch_bytes: bytes per partition per fetch (at least one batch); large,
+            because a Ray call costs about a millisecond whatever it carries.
         max_poll_records: records :meth:`poll` returns at most.
         request_timeout_ms: how long offset look-ups may take.
         check_crcs: verify batch CRCs on decode.
@@ -79,7 +86,7 @@ class Consumer:
         auto_offset_reset: str = "latest",
         fetch_min_bytes: int = 1,
         fetch_max_wait_ms: int = 500,
-        max_partition_fetch_bytes: int = 1 << 20,
+        max_partition_fetch_bytes: int = 8 << 20,
         max_poll_records: int = 500,
         request_timeout_ms: int = 30_000,
         check_crcs: bool = True,
@@ -120,7 +127,8 @@ class Consumer:
         self._paused: set[TopicPartition] = set()
         self._in_flight: dict[Any, tuple[TopicPartition, int]] = {}  # ObjectRef -> (tp, offset)
         self._fetching: dict[TopicPartition, Any] = {}  # tp -> its one fetch in flight
-        self._buffers: dict[TopicPartition, _Buffered] = {}
+        self._buffers: dict[TopicPartition, collections.deque[_Buffered]] = {}
+        self._next_fetch: dict[TopicPartition, int] = {}  # where the next fetch starts
         self._closed = False
         if topics:
             metadata = cluster.metadata(refresh=True)
@@ -151,6 +159,7 @@ class Consumer:
         self._positions = {tp: self._positions.get(tp) for tp in self._assignment}
         self._paused &= set(self._assignment)
         self._buffers = {tp: b for tp, b in self._buffers.items() if tp in self._positions}
+        self._next_fetch = {tp: o for tp, o in self._next_fetch.items() if tp in self._positions}
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
@@ -285,11 +294,11 @@ class Consumer:
 
     def _send_fetches(self) -> None:
         for tp in self._assignment:
-            if tp in self._fetching or tp in self._paused or tp in self._buffers:
+            if tp in self._fetching or tp in self._paused or len(self._buffers.get(tp, ())) >= BUFFERED_FETCHES:
                 continue
             if self._positions[tp] is None:
                 self._reset_position(tp)
-            offset = self._positions[tp]
+            offset = self._next_fetch.get(tp, self._positions[tp])
             try:
                 leader = self._cluster.metadata().leader(tp)
             except RaylogError:
@@ -312,7 +321,7 @@ class Consumer:
                 self._cluster.metadata(refresh=True)
                 return
             raise error from None
-        if self._positions.get(tp) != offset:
+        if self._next_fetch.get(tp, self._positions.get(tp)) != offset:
             return  # sought elsewhere (or unassigned) meanwhile
         error = error_of(response)
         if isinstance(error, OffsetOutOfRangeError):
@@ -326,11 +335,14 @@ class Consumer:
         if len(response.records):
             table = record_batch.decode_table(response.records, check_crcs=self._check_crcs, min_offset=offset)
             if table.num_rows:
-                self._buffers[tp] = _Buffered(table)
-            elif len(response.records):
+                self._buffers.setdefault(tp, collections.deque()).append(_Buffered(table))
+                self._next_fetch[tp] = table.column("offset")[-1].as_py() + 1
+            else:
                 # Batches wholly below the position (e.g. control batches): skip past them.
                 last = list(record_batch.iter_headers(response.records))[-1][1]
-                self._positions[tp] = max(offset, last.next_offset)
+                self._next_fetch[tp] = max(offset, last.next_offset)
+                if not self._buffers.get(tp):
+                    self._positions[tp] = self._next_fetch[tp]
 
     def _drain(self, max_records: int) -> list[tuple[TopicPartition, pa.Table]]:
         out = []
@@ -339,12 +351,15 @@ class Consumer:
                 break
             if tp in self._paused:
                 continue
-            buffered = self._buffers[tp]
+            queue = self._buffers[tp]
+            buffered = queue[0]
             take = min(max_records, buffered.table.num_rows - buffered.cursor)
             table = buffered.table.slice(buffered.cursor, take)
             buffered.cursor += take
             if buffered.cursor >= buffered.table.num_rows:
-                del self._buffers[tp]
+                queue.popleft()
+                if not queue:
+                    del self._buffers[tp]
             self._positions[tp] = table.column("offset")[-1].as_py() + 1
             out.append((tp, table))
             max_records -= take
@@ -378,6 +393,7 @@ class Consumer:
 
     def _set_position(self, tp: TopicPartition, offset: int) -> None:
         self._positions[tp] = offset
+        self._next_fetch.pop(tp, None)
         self._buffers.pop(tp, None)
         self._fetching.pop(tp, None)  # a fetch in flight for the old offset is ignored on arrival
 

@@ -130,16 +130,22 @@ class _Batch:
                     rows["values"], rows.get("keys"), rows.get("timestamps_ms"), rows.get("headers"), **fields
                 )
             else:
-                keys = self.keys if any(k is not None for k in self.keys) else None
-                headers = self.headers if any(h for h in self.headers) else None
-                timestamps = None
-                if any(t is not None for t in self.timestamps):
-                    timestamps = [self.created_ms if t is None else t for t in self.timestamps]
+                # Lists stay empty until a record needs them (then earlier records get None).
+                keys = self._padded(self.keys)
+                headers = self._padded(self.headers)
+                timestamps = self._padded(self.timestamps)
+                if timestamps is not None:
+                    timestamps = [self.created_ms if t is None else t for t in timestamps]
                 self.data = record_batch.build(self.values, keys, timestamps, headers, **fields)
             # The encoded batch is all that is kept.
             self.values = self.keys = self.timestamps = self.headers = []
             self.arrow_rows = None
         return self.data
+
+    def _padded(self, column: list) -> list | None:
+        if not column:
+            return None
+        return column + [None] * (self.record_count - len(column))
 
     def finish(self, base_offset: int, log_append_time_ms: int, error: RaylogError | None) -> None:
         self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
@@ -295,7 +301,8 @@ class Producer:
         self._default_partitioner = DefaultPartitioner()
         self._partitioner = partitioner or self._default_partitioner
 
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._open: dict[TopicPartition, _Batch] = {}
         self._queues: dict[TopicPartition, collections.deque[_Batch]] = collections.defaultdict(collections.deque)
         self._in_flight: dict[TopicPartition, int] = collections.defaultdict(int)
@@ -304,7 +311,7 @@ class Producer:
         self._flushing = 0
         self._closed = False
         self._metadata_stale = False
-        self._partition_counts: dict[str, int] = {}
+        self._topics: dict[str, list[TopicPartition]] = {}
         self._idempotent = enable_idempotence
         self._producer_id = -1  # from the controller at the first send (sender thread only)
         self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
@@ -338,25 +345,32 @@ class Producer:
         """
         if self._closed:
             raise IllegalStateError("cannot send: the producer is closed")
-        if self._key_serializer is not None and key is not None:
+        if key is not None and self._key_serializer is not None:
             key = self._key_serializer(key)
-        if self._value_serializer is not None and value is not None:
+        if value is not None and self._value_serializer is not None:
             value = self._value_serializer(value)
-        size = RECORD_OVERHEAD_BYTES + _byte_length(value, "value") + _byte_length(key, "key")
+        size = RECORD_OVERHEAD_BYTES + (len(value) if type(value) is bytes else _byte_length(value, "value"))
+        if key is not None:
+            size += len(key) if type(key) is bytes else _byte_length(key, "key")
         if headers:
             size += sum(len(k) + len(v or b"") for k, v in headers)
         if size > self._max_request_size:
             raise RecordTooLargeError(f"record of {size} bytes is above max_request_size={self._max_request_size}")
-        count = self._num_partitions(topic)
+        partitions = self._topics.get(topic) or self._topic_partitions(topic)
         if partition is None:
-            partition = self._partitioner(topic, key, count)
-        elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
-            raise UnknownTopicOrPartitionError(f"partition {partition!r} is not in [0, {count}) for {topic!r}")
-        tp = TopicPartition(topic, partition)
-        with self._cond:
-            self._reserve(size)
+            partition = self._partitioner(topic, key, len(partitions))
+        elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < len(partitions):
+            raise UnknownTopicOrPartitionError(
+                f"partition {partition!r} is not in [0, {len(partitions)}) for {topic!r}"
+            )
+        tp = partitions[partition]
+        with self._lock:
+            if self._buffered_bytes + size > self._buffer_memory:
+                self._reserve(size)
+            else:
+                self._buffered_bytes += size
             batch = self._open.get(tp)
-            if batch is not None and batch.record_count and batch.size_bytes + size > self._batch_size:
+            if batch is not None and batch.size_bytes + size > self._batch_size:
                 self._close_batch(batch)
                 batch = None
             if batch is None:
@@ -365,10 +379,19 @@ class Producer:
                 self._cond.notify()
             index = batch.record_count
             batch.values.append(value)
-            batch.keys.append(key)
-            batch.timestamps.append(timestamp_ms)
-            batch.headers.append(headers)
-            batch.record_count += 1
+            if key is not None or batch.keys:
+                if not batch.keys:
+                    batch.keys = [None] * index
+                batch.keys.append(key)
+            if timestamp_ms is not None or batch.timestamps:
+                if not batch.timestamps:
+                    batch.timestamps = [None] * index
+                batch.timestamps.append(timestamp_ms)
+            if headers or batch.headers:
+                if not batch.headers:
+                    batch.headers = [None] * index
+                batch.headers.append(headers)
+            batch.record_count = index + 1
             batch.size_bytes += size
             if batch.size_bytes >= self._batch_size:
                 self._close_batch(batch)
@@ -518,18 +541,24 @@ class Producer:
 
     # --- internals: accumulator -------------------------------------------------------
 
+    def _topic_partitions(self, topic: str) -> list[TopicPartition]:
+        """The partitions of ``topic`` (cached; metadata refreshed once if unknown).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
+        try:
+            count = self._cluster.metadata().num_partitions(topic)
+        except UnknownTopicOrPartitionError:
+            count = self._cluster.metadata(refresh=True).num_partitions(topic)
+        partitions = self._topics[topic] = [TopicPartition(topic, p) for p in range(count)]
+        return partitions
+
     def _num_partitions(self, topic: str) -> int:
-        count = self._partition_counts.get(topic)
-        if count is None:
-            try:
-                count = self._cluster.metadata().num_partitions(topic)
-            except UnknownTopicOrPartitionError:
-                count = self._cluster.metadata(refresh=True).num_partitions(topic)
-            self._partition_counts[topic] = count
-        return count
+        return len(self._topics.get(topic) or self._topic_partitions(topic))
 
     def _reserve(self, size: int) -> None:
-        """Wait (holding ``_cond``) for ``size`` bytes of buffer room."""
+        """Wait (holding the lock) for ``size`` bytes of buffer room."""
         deadline = time.monotonic() + self._max_block_s
         while self._buffered_bytes + size > self._buffer_memory and self._buffered_bytes > 0:
             remaining = deadline - time.monotonic()
@@ -544,7 +573,7 @@ class Producer:
             del self._open[batch.tp]
             self._queues[batch.tp].append(batch)
             self._default_partitioner.on_batch_closed(
-                batch.tp.topic, batch.tp.partition, self._partition_counts.get(batch.tp.topic, 1)
+                batch.tp.topic, batch.tp.partition, len(self._topics.get(batch.tp.topic, ()))
             )
 
     # --- internals: sender thread -----------------------------------------------------
@@ -571,10 +600,12 @@ class Producer:
             wake_at = None
             for batch in list(self._open.values()):
                 due = batch.created_s + self._linger_s
-                if due <= now or self._flushing or self._closed:
-                    self._close_batch(batch)
-                else:
+                if due > now and not (self._flushing or self._closed):
                     wake_at = due if wake_at is None else min(wake_at, due)
+                elif not self._queues[batch.tp] and self._in_flight[batch.tp] < self._max_in_flight:
+                    self._close_batch(batch)
+                # else: its partition's pipe is full; the batch keeps growing until a reply
+                # frees a slot (the reply wakes this loop), as Kafka's accumulator does.
             ready = []
             for tp, queue in self._queues.items():
                 while queue and self._in_flight[tp] < self._max_in_flight:
@@ -646,8 +677,10 @@ class Producer:
             self._cond.notify_all()
         if retry:
             return
-        if error is not None and batch.deadline_s <= now:
-            error = KafkaTimeoutError(f"delivery_timeout_ms passed for {batch.tp}: {error}")
+        if error is not None and error.retriable and now + self._backoff_s >= batch.deadline_s:
+            cause = error
+            error = KafkaTimeoutError(f"delivery_timeout_ms passed for {batch.tp}: {cause}")
+            error.__cause__ = cause
         if error is not None and batch.producer_id >= 0:
             # The leader may now wait for this batch's sequence forever: number the next
             # batches under a new producer id (batches in flight under the old one may

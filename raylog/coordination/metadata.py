@@ -7,9 +7,10 @@ replaying the journal rebuilds it exactly. Records are msgpack maps with a ``typ
     cluster   cluster_id                        the first record of a journal
     broker    broker_id, node_id, data_dir      a broker registered or moved to a new node
     topic     name, topic_id, config, replicas  a topic created (replicas per partition)
-    partition topic, partition, leader, leader_epoch, isr
+    partition topic, partition, leader, leader_epoch, isr, replicas, partition_epoch
     delete    name                              a topic deleted
     producer_ids  end                           producer ids below ``end`` are handed out
+    reassignment  topic, partition, target      a reassignment under way (empty target: done)
 
 :class:`MetadataJournal` frames each record as ``length u32 | crc32c u32 | msgpack``
 (big-endian), fsyncs every append, and on replay stops at (and cuts) a torn or corrupt
@@ -32,7 +33,12 @@ import msgpack
 
 from raylog.config import TopicConfig
 from raylog.coordination.placement import assign_replicas, validate_topic_name
-from raylog.errors import StorageError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from raylog.errors import (
+    InvalidReplicaAssignmentError,
+    StorageError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from raylog.types import BrokerInfo, PartitionInfo, TopicDescription
 
 _FRAME = struct.Struct(">II")
@@ -49,6 +55,8 @@ class MetadataImage:
         self.topics: dict[str, TopicDescription] = {}
         #: Producer ids below this were (or may have been) handed out; never reuse them.
         self.producer_id_block_end = 0
+        #: Reassignments under way: (topic, partition) -> target replicas.
+        self.reassignments: dict[tuple[str, int], tuple[int, ...]] = {}
 
     # --- records in ---------------------------------------------------------------------
 
@@ -73,21 +81,37 @@ class MetadataImage:
                 leader=record["leader"],
                 leader_epoch=record["leader_epoch"],
                 isr=tuple(record["isr"]),
+                replicas=tuple(record["replicas"]),
+                partition_epoch=record["partition_epoch"],
             )
             self.topics[topic.name] = replace(topic, partitions=tuple(partitions))
         elif kind == "delete":
             self.topics.pop(record["name"], None)
+            self.reassignments = {k: v for k, v in self.reassignments.items() if k[0] != record["name"]}
         elif kind == "producer_ids":
             self.producer_id_block_end = record["end"]
+        elif kind == "reassignment":
+            key = (record["topic"], record["partition"])
+            if record["target"]:
+                self.reassignments[key] = tuple(record["target"])
+            else:
+                self.reassignments.pop(key, None)
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
     # --- commands out: validate, then return the records that carry them out -----------
 
     def create_topic(
-        self, name: str, num_partitions: int, replication_factor: int, config: dict[str, Any] | None = None, rng=None
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        config: dict[str, Any] | None = None,
+        rng=None,
+        live: set[int] | None = None,
     ) -> dict[str, Any]:
-        """The record creating a topic, after Kafka's validations.
+        """The record creating a topic, after Kafka's validations; replicas go to the
+        ``live`` brokers (default: every registered broker).
 
         Raises:
             InvalidTopicError, TopicAlreadyExistsError, InvalidPartitionsError,
@@ -97,7 +121,8 @@ class MetadataImage:
         if name in self.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         properties = TopicConfig.from_properties(config or {}).to_properties()
-        replicas = assign_replicas(num_partitions, replication_factor, list(self.brokers), rng)
+        brokers = sorted(self.brokers if live is None else live)
+        replicas = assign_replicas(num_partitions, replication_factor, brokers, rng)
         return {
             "type": "topic",
             "name": name,
@@ -109,6 +134,29 @@ class MetadataImage:
     def allocate_producer_ids(self, count: int) -> dict[str, Any]:
         """The record reserving the next ``count`` producer ids."""
         return {"type": "producer_ids", "end": self.producer_id_block_end + count}
+
+    def partitions(self) -> list[PartitionInfo]:
+        return [p for topic in self.topics.values() for p in topic.partitions]
+
+    def reassign(self, topic: str, partition: int, target: list[int]) -> list[dict[str, Any]]:
+        """Records starting a reassignment of a partition to ``target`` replicas: the
+        targets join as extra replicas now; the switch comes once they are all in sync.
+
+        Raises:
+            UnknownTopicOrPartitionError, InvalidReplicaAssignmentError.
+        """
+        info = self.partition(topic, partition)
+        target = list(target)
+        if not target or len(set(target)) != len(target) or not set(target) <= set(self.brokers):
+            raise InvalidReplicaAssignmentError(
+                f"target replicas {target} must be distinct registered brokers {sorted(self.brokers)}"
+            )
+        replicas = tuple(target) + tuple(r for r in info.replicas if r not in target)
+        moving = replace(info, replicas=replicas, partition_epoch=info.partition_epoch + 1)
+        return [
+            {"type": "reassignment", "topic": topic, "partition": partition, "target": target},
+            partition_record(moving),
+        ]
 
     def delete_topic(self, name: str) -> dict[str, Any]:
         self.topic(name)
@@ -184,3 +232,17 @@ class MetadataJournal:
                     raise
         except OSError as exc:
             raise StorageError(f"cannot append to metadata journal {self.path}: {exc}") from exc
+
+
+def partition_record(info: PartitionInfo) -> dict[str, Any]:
+    """The journal record that sets a partition to ``info``."""
+    return {
+        "type": "partition",
+        "topic": info.topic,
+        "partition": info.partition,
+        "leader": info.leader,
+        "leader_epoch": info.leader_epoch,
+        "isr": list(info.isr),
+        "replicas": list(info.replicas),
+        "partition_epoch": info.partition_epoch,
+    }

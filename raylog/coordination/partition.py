@@ -1,23 +1,37 @@
-"""One replica of one partition: its log plus the leader's rules (no Ray).
+"""One replica of one partition: its log plus the replication rules (no Ray).
 
-The replica actor hosts a :class:`Partition` and turns calls into its steps:
+A replica is the leader, a follower, or neither (offline). The replica actor turns calls
+into these steps:
 
-- ``append_as_leader`` checks the role and ``acks``, refuses acks=all while the ISR is
-  smaller than ``min.insync.replicas``, appends, and advances the high watermark;
-- ``read`` serves consumers below the high watermark and followers below the log end
-  offset, fencing callers whose leader epoch is stale or ahead; a follower's fetch offset
-  is its log end offset, from which the leader moves the high watermark;
-- ``list_offset`` answers earliest / latest / by-timestamp.
+Leader
+- ``append_as_leader``: checks the role, ``acks`` and, for acks=all, that the ISR has at
+  least ``min.insync.replicas`` members; appends idempotent batches in sequence order.
+- ``read``: consumers read below the high watermark (HW); a follower's fetch offset is its
+  log end offset (LEO), which moves the HW (the smallest LEO in the ISR) and may make it
+  eligible to rejoin the ISR.
+- ``propose_isr``: the ISR minus followers that have not caught up for
+  ``replica.lag.time.max.ms``, plus followers that caught up (by fetches made since they
+  last left the ISR). The leader proposes it to the controller, the single writer of ISR
+  and leader epoch, and applies it only once accepted (``apply_isr``). While a proposal is
+  out, the HW is computed over the current ISR plus the proposed members (Kafka's maximal
+  ISR), so a member admitted later already holds everything below the HW.
+- ``end_offset_for_epoch``: where a leader epoch ends in this log (KIP-101).
 
-Invariants: the high watermark never goes down while a replica leads, never exceeds the
-log end offset, and equals the smallest log end offset among the ISR.
+Follower
+- ``truncate_to_leader``: with the leader's answer for its latest epoch, cut what diverged.
+- ``append_as_follower``: append the leader's bytes unchanged, learn epochs from them, and
+  take the HW from the leader.
 
-Concurrency: single-threaded (the actor's event loop); reads may also run on other threads
-as the :class:`~raylog.storage.log.Log` allows.
+Invariants: the HW never exceeds the LEO and, while a replica leads, never goes down; a
+committed offset (below the HW) is on every ISR member.
+
+Concurrency: single-threaded (the replica actor's event loop).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from raylog.config import TopicConfig
@@ -29,10 +43,12 @@ from raylog.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    StorageError,
     UnknownLeaderEpochError,
 )
 from raylog.storage import record_batch
-from raylog.storage.log import AppendInfo, Log
+from raylog.storage.leader_epoch import UNDEFINED, LeaderEpochCache
+from raylog.storage.log import AppendInfo, Log, wall_clock_ms
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -40,6 +56,7 @@ LATEST_TIMESTAMP = -1
 CONSUMER_REPLICA_ID = -1
 #: Segments whose batch headers rebuild the idempotent-producer state on start.
 PRODUCER_STATE_SEGMENTS = 2
+HIGH_WATERMARK_FILE = "high-watermark"
 
 
 class SequenceGap(Exception):
@@ -54,38 +71,97 @@ class ReadResult:
     log_end_offset: int
 
 
+@dataclass
+class _Follower:
+    end_offset: int = -1  # unknown until it fetches
+    last_caught_up_ms: int = 0
+
+
 class Partition:
     """See the module docstring."""
 
-    def __init__(self, topic: str, partition: int, broker_id: int, log: Log, config: TopicConfig):
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        broker_id: int,
+        log: Log,
+        config: TopicConfig,
+        clock: Callable[[], int] = wall_clock_ms,
+    ):
         self.topic = topic
         self.partition = partition
         self.broker_id = broker_id
         self.log = log
         self.config = config
-        self.leader_epoch = -1
+        self._clock = clock
         self.leader: int | None = None
+        self.leader_epoch = -1
+        self.partition_epoch = -1
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
-        self.follower_end_offsets: dict[int, int] = {}
-        self.high_watermark = 0
+        self.followers: dict[int, _Follower] = {}
+        self.pending_isr: tuple[int, ...] | None = None  # a proposal the controller has not answered
+        self.epochs = LeaderEpochCache(log.dir)
+        self.epochs.truncate_from_end(log.log_end_offset + 1)  # a crash may have cut the log
+        self.high_watermark = min(self._read_high_watermark(), log.log_end_offset)
         self.producers = ProducerStateManager()
         self.producers.rebuild(log.tail_headers(PRODUCER_STATE_SEGMENTS))
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
 
     @property
     def is_leader(self) -> bool:
         return self.leader == self.broker_id
 
-    def become_leader(self, leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...]) -> None:
-        """Lead from ``leader_epoch`` with the given replicas and ISR."""
-        self.leader_epoch, self.leader = leader_epoch, self.broker_id
-        self.replicas, self.isr = tuple(replicas), tuple(isr)
-        self.follower_end_offsets = {
-            r: self.follower_end_offsets.get(r, 0) for r in self.replicas if r != self.broker_id
-        }
-        self.high_watermark = min(max(self.high_watermark, self._isr_min_end_offset()), self.log.log_end_offset)
+    # --- role changes (from the controller) ---------------------------------------------
 
-    # --- produce ----------------------------------------------------------------------
+    def become_leader(
+        self, leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...], partition_epoch: int = 0
+    ) -> None:
+        """Lead from ``leader_epoch``: records from the LEO on belong to that epoch."""
+        was_leader = self.is_leader
+        self.leader, self.leader_epoch, self.partition_epoch = self.broker_id, leader_epoch, partition_epoch
+        self.replicas = tuple(replicas)
+        self._set_isr(isr, self.followers if was_leader else {})
+        self.pending_isr = None
+        self.epochs.assign(leader_epoch, self.log.log_end_offset)
+        self._advance_high_watermark()
+
+    def become_follower(
+        self, leader: int, leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...], partition_epoch: int = 0
+    ) -> None:
+        """Follow ``leader`` (-1: no leader, the partition is offline)."""
+        self.leader, self.leader_epoch, self.partition_epoch = leader, leader_epoch, partition_epoch
+        self.replicas, self.isr = tuple(replicas), tuple(isr)
+        self.followers = {}
+        self.pending_isr = None
+
+    def apply_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
+        """The controller accepted an ISR change."""
+        self._set_isr(isr, self.followers)
+        self.partition_epoch = partition_epoch
+        self.pending_isr = None
+        self._advance_high_watermark()
+
+    def isr_proposal_failed(self) -> None:
+        """The controller refused (or never answered) the pending ISR proposal."""
+        self.pending_isr = None
+
+    def _set_isr(self, isr: tuple[int, ...], known: dict[int, _Follower]) -> None:
+        """Keep what is known of followers that stay in the ISR; any other follower must
+        fetch again before it counts (it may have restarted with less than it had)."""
+        now = self._clock()
+        self.isr = tuple(isr)
+        self.followers = {
+            r: known[r] if r in known and r in self.isr else _Follower(last_caught_up_ms=now)
+            for r in self.replicas
+            if r != self.broker_id
+        }
+
+    # --- leader: produce ----------------------------------------------------------------
 
     def append_as_leader(self, data, acks: int, accept_unknown_producer: bool = False) -> AppendInfo | int:
         """Validate and append a producer's batches.
@@ -108,8 +184,8 @@ class Partition:
         self._require_leader()
         if acks == -1 and len(self.isr) < self.config.min_insync_replicas:
             raise NotEnoughReplicasError(
-                f"{self.topic}-{self.partition}: ISR {list(self.isr)} is smaller than "
-                f"min.insync.replicas={self.config.min_insync_replicas}"
+                f"{self.name}: ISR {list(self.isr)} is smaller than min.insync.replicas="
+                f"{self.config.min_insync_replicas}"
             )
         duplicate = self._check_sequence(data, accept_unknown_producer)
         if duplicate is not None:
@@ -119,6 +195,10 @@ class Partition:
             self.producers.update(header)
         self._advance_high_watermark()
         return info
+
+    def enough_replicas(self) -> bool:
+        """Whether the ISR still has min.insync.replicas members (checked after acks=all appends)."""
+        return len(self.isr) >= self.config.min_insync_replicas
 
     def _check_sequence(self, data, accept_unknown_producer: bool) -> int | None:
         """The offset of a duplicate, None to append; raises SequenceGap to wait."""
@@ -134,13 +214,12 @@ class Partition:
             raise SequenceGap()
         return offset if verdict is Verdict.DUPLICATE else None
 
-    # --- fetch ------------------------------------------------------------------------
+    # --- leader: fetch ------------------------------------------------------------------
 
     def read(
         self, offset: int, max_bytes: int, replica_id: int = CONSUMER_REPLICA_ID, current_leader_epoch: int = -1
     ) -> ReadResult:
-        """Batches from ``offset``: below the high watermark for consumers, below the log
-        end offset for followers (whose fetch offset reports their log end offset).
+        """Batches from ``offset``: below the HW for consumers, below the LEO for followers.
 
         Raises:
             NotLeaderOrFollowerError, FencedLeaderEpochError, UnknownLeaderEpochError,
@@ -149,20 +228,63 @@ class Partition:
         self._check_epoch(current_leader_epoch)
         self._require_leader()
         if replica_id != CONSUMER_REPLICA_ID:
-            if replica_id not in self.follower_end_offsets:
-                raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {self.topic}-{self.partition}")
-            if offset > self.log.log_end_offset:
-                raise OffsetOutOfRangeError(f"follower {replica_id} fetch offset {offset} is past the log end")
-            self.follower_end_offsets[replica_id] = offset
-            self._advance_high_watermark()
+            self._follower_fetched(replica_id, offset)
             limit = None
         else:
             limit = self.high_watermark
-            if offset > limit and offset <= self.log.log_end_offset:
+            if limit < offset <= self.log.log_end_offset:
                 # Offsets above the HW exist but are not yet committed: nothing to read yet.
-                return ReadResult(b"", self.high_watermark, self.log.log_start_offset, self.log.log_end_offset)
-        data = self.log.read(offset, max_bytes, max_offset=limit)
+                return self._result(b"")
+        return self._result(self.log.read(offset, max_bytes, max_offset=limit))
+
+    def _follower_fetched(self, replica_id: int, offset: int) -> None:
+        follower = self.followers.get(replica_id)
+        if follower is None:
+            raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {self.name}")
+        if offset > self.log.log_end_offset:
+            raise OffsetOutOfRangeError(f"follower {replica_id} fetch offset {offset} is past the log end")
+        follower.end_offset = offset
+        if offset >= self.log.log_end_offset:
+            follower.last_caught_up_ms = self._clock()
+        self._advance_high_watermark()
+
+    def _result(self, data: bytes) -> ReadResult:
         return ReadResult(data, self.high_watermark, self.log.log_start_offset, self.log.log_end_offset)
+
+    def propose_isr(self) -> tuple[int, ...] | None:
+        """The ISR this leader wants now, recorded as pending until the controller answers;
+        None when it wants no change or a proposal is already pending."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        wanted = self._wanted_isr()
+        if wanted is not None:
+            self.pending_isr = wanted
+        return wanted
+
+    def _wanted_isr(self) -> tuple[int, ...] | None:
+        now = self._clock()
+        lag_ms = self.config.replica_lag_time_max_ms
+        epoch_start = self.epochs.end_offset_for(self.leader_epoch - 1, self.log.log_end_offset)[1]
+        wanted = [self.broker_id]
+        for r in self.replicas:
+            follower = self.followers.get(r)
+            if follower is None:
+                continue
+            if r in self.isr:
+                if now - follower.last_caught_up_ms <= lag_ms:
+                    wanted.append(r)
+            elif (
+                follower.end_offset >= max(self.high_watermark, epoch_start if epoch_start >= 0 else 0)
+                and now - follower.last_caught_up_ms <= lag_ms
+            ):
+                wanted.append(r)
+        ordered = tuple(r for r in self.replicas if r in wanted)
+        return None if set(ordered) == set(self.isr) else ordered
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """``(epoch', end_offset)``: the largest epoch <= ``epoch`` and where it ends here."""
+        self._require_leader()
+        return self.epochs.end_offset_for(epoch, self.log.log_end_offset)
 
     def list_offset(self, timestamp_ms: int) -> tuple[int, int]:
         """``(offset, timestamp_ms)`` for EARLIEST / LATEST or the first record at or after
@@ -177,34 +299,90 @@ class Partition:
             return -1, -1
         return found.offset, found.timestamp_ms
 
-    # --- internals --------------------------------------------------------------------
+    # --- follower -----------------------------------------------------------------------
+
+    def truncate_to_leader(self, leader_epoch: int, leader_end_offset: int) -> int:
+        """Cut what diverged from the leader, given its answer for our latest epoch
+        (``end_offset_for_epoch(self.epochs.latest_epoch)``). Returns the new LEO."""
+        if leader_epoch == UNDEFINED:
+            target = self.high_watermark  # the leader knows none of our epochs
+        else:
+            _, own_end = self.epochs.end_offset_for(leader_epoch, self.log.log_end_offset)
+            target = min(leader_end_offset, own_end)
+        if target < self.log.log_start_offset:
+            self.log.truncate_fully_and_start_at(target)
+        else:
+            self.log.truncate_to(target)
+        self.epochs.truncate_from_end(self.log.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        self.producers.rebuild(self.log.tail_headers(PRODUCER_STATE_SEGMENTS))
+        return self.log.log_end_offset
+
+    def append_as_follower(self, data, leader_high_watermark: int) -> None:
+        """Append the leader's batches unchanged; learn their epochs; follow the HW."""
+        if len(data):
+            info = self.log.append_as_follower(data)
+            for header in info.batches:
+                if header.leader_epoch > self.epochs.latest_epoch:
+                    self.epochs.assign(header.leader_epoch, header.base_offset)
+                self.producers.update(header)
+        self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
+
+    def truncate_to_leader_end(self, leader_log_end_offset: int) -> None:
+        """Our log runs past the leader's end (a leader elected uncleanly): cut it there."""
+        self.log.truncate_to(leader_log_end_offset)
+        self.epochs.truncate_from_end(self.log.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        self.producers.rebuild(self.log.tail_headers(PRODUCER_STATE_SEGMENTS))
+
+    def reset_to_leader_start(self, leader_log_start_offset: int) -> None:
+        """The leader no longer has our next offset: restart our log at its log start."""
+        self.log.truncate_fully_and_start_at(leader_log_start_offset)
+        self.epochs.truncate_from_end(leader_log_start_offset)
+        self.high_watermark = min(self.high_watermark, leader_log_start_offset)
+        self.producers.rebuild(())
+
+    # --- high watermark -----------------------------------------------------------------
+
+    def _advance_high_watermark(self) -> bool:
+        """Move the HW up to what every member of the maximal ISR has; True if it moved."""
+        ends = [self.log.log_end_offset]
+        for r in set(self.isr) | set(self.pending_isr or ()):  # the maximal ISR
+            if r != self.broker_id:
+                follower = self.followers.get(r)
+                ends.append(follower.end_offset if follower is not None else -1)
+        candidate = min(ends)
+        if candidate > self.high_watermark:
+            self.high_watermark = candidate
+            return True
+        return False
+
+    def checkpoint_high_watermark(self) -> None:
+        """Persist the HW (a lower bound used after a restart)."""
+        path = os.path.join(self.log.dir, HIGH_WATERMARK_FILE)
+        try:
+            with open(path + ".tmp", "w", encoding="ascii") as f:
+                f.write(str(self.high_watermark))
+            os.replace(path + ".tmp", path)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+
+    def _read_high_watermark(self) -> int:
+        try:
+            with open(os.path.join(self.log.dir, HIGH_WATERMARK_FILE), encoding="ascii") as f:
+                return max(0, int(f.read().strip() or 0))
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    # --- checks -------------------------------------------------------------------------
 
     def _require_leader(self) -> None:
         if not self.is_leader:
-            raise NotLeaderOrFollowerError(
-                f"broker {self.broker_id} does not lead {self.topic}-{self.partition} (leader {self.leader})"
-            )
+            raise NotLeaderOrFollowerError(f"broker {self.broker_id} does not lead {self.name} (leader {self.leader})")
 
     def _check_epoch(self, current_leader_epoch: int) -> None:
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
             return
         if current_leader_epoch < self.leader_epoch:
-            raise FencedLeaderEpochError(
-                f"{self.topic}-{self.partition}: epoch {current_leader_epoch} is older than {self.leader_epoch}"
-            )
-        raise UnknownLeaderEpochError(
-            f"{self.topic}-{self.partition}: epoch {current_leader_epoch} is newer than {self.leader_epoch}"
-        )
-
-    def _isr_min_end_offset(self) -> int:
-        ends = [self.log.log_end_offset]
-        ends += [self.follower_end_offsets.get(r, 0) for r in self.isr if r != self.broker_id]
-        return min(ends)
-
-    def _advance_high_watermark(self) -> bool:
-        """Move the HW up to what every ISR member has; True if it moved."""
-        candidate = self._isr_min_end_offset()
-        if candidate > self.high_watermark:
-            self.high_watermark = candidate
-            return True
-        return False
+            raise FencedLeaderEpochError(f"{self.name}: epoch {current_leader_epoch} is older than {self.leader_epoch}")
+        raise UnknownLeaderEpochError(f"{self.name}: epoch {current_leader_epoch} is newer than {self.leader_epoch}")

@@ -284,3 +284,19 @@ def test_unreachable_address_fails_fast_with_a_typed_error():
     assert cli._reachable("auto") and cli._reachable("ray://head:10001")
     with pytest.raises(cli.ClusterNotRunningError, match="no Ray cluster answers at 127.0.0.1:1"):
         cli._join_ray("127.0.0.1:1")
+
+
+def test_reassign_and_elect_leaders_commands(run, topic):
+    """reassign-partitions refuses unknown brokers with a typed error, lists what is under
+    way, and elect-leaders reports how many partitions moved."""
+    name = topic(num_partitions=2)
+    code, _, err = run("reassign-partitions", "start", name, "--partitions", "0", "--replicas", "7")
+    assert code == 1 and err.startswith("raylog: InvalidReplicaAssignmentError:") and len(err.splitlines()) == 1
+    code, out, _ = run("reassign-partitions", "start", name, "--partitions", "0,1", "--replicas", "0")
+    assert code == 0 and "reassigning" in out
+    code, out, _ = run("reassign-partitions", "list", "--json")
+    assert code == 0 and all(r["target"] == [0] for r in json.loads(out))
+    code, out, _ = run("elect-leaders", name)
+    assert code == 0 and "0 partitions changed leader" in out
+    code, _, err = run("reassign-partitions", "start", name, "--partitions", "x", "--replicas", "0")
+    assert code == 2

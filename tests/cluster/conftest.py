@@ -1,0 +1,90 @@
+"""A real multi-node Ray cluster (ray.cluster_utils.Cluster) for replication and fault tests.
+
+The head node hosts only the controller; three worker nodes labelled ``raylog.broker`` are
+brokers 0, 1 and 2, each with its own data directory, so that removing a node kills a broker
+for real. Nodes are declared dead fast (health checks every 500 ms). Package-scoped: the
+cluster is gone before tests/ray starts its own single-node Ray.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+import raylog
+from raylog import Admin, NewTopic
+
+FAST_FAILURE_DETECTION = {
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 3,
+    "health_check_timeout_ms": 500,
+}
+NODE_OBJECT_STORE_BYTES = 80 * 1024 * 1024
+
+
+class Brokers:
+    """The worker nodes that are brokers: kill one for real, bring it back on a new node."""
+
+    def __init__(self, ray_cluster: Cluster, data_root):
+        self.ray_cluster = ray_cluster
+        self.data_root = data_root
+        self.nodes: dict[int, object] = {}
+
+    def start(self, broker_id: int) -> None:
+        self.nodes[broker_id] = self.ray_cluster.add_node(
+            num_cpus=1,
+            object_store_memory=NODE_OBJECT_STORE_BYTES,
+            labels={"raylog.broker": str(broker_id), "raylog.data_dir": str(self.data_root / f"broker-{broker_id}")},
+        )
+
+    def kill(self, broker_id: int) -> None:
+        self.ray_cluster.remove_node(self.nodes.pop(broker_id), allow_graceful=False)
+
+
+@pytest.fixture(scope="package")
+def multinode(tmp_path_factory):
+    """``(raylog cluster, Brokers)`` on a head plus three broker nodes."""
+    ray_cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "object_store_memory": NODE_OBJECT_STORE_BYTES,
+            "_system_config": FAST_FAILURE_DETECTION,
+        },
+    )
+    brokers = Brokers(ray_cluster, tmp_path_factory.mktemp("brokers"))
+    for broker_id in range(3):
+        brokers.start(broker_id)
+    ray_cluster.wait_for_nodes()
+    ray.init(address=ray_cluster.address, configure_logging=False, log_to_driver=False)
+    cluster = raylog.connect(
+        address=ray_cluster.address,
+        data_dir=str(tmp_path_factory.mktemp("controller")),
+        cluster_name=f"m{uuid.uuid4().hex[:8]}",
+        config={"node.check.interval.ms": "200", "auto.leader.rebalance.enable": "false"},
+    )
+    yield cluster, brokers
+    cluster.shutdown()
+    ray.shutdown()
+    ray_cluster.shutdown()
+
+
+@pytest.fixture
+def replicated_topic(multinode, request):
+    """``replicated_topic(**config)``: a fresh 1-partition topic with replication factor 3."""
+    cluster, _ = multinode
+    admin = Admin(cluster)
+    created = []
+
+    def make(**config) -> str:
+        name = f"{request.node.name[:30]}-{len(created)}".replace("[", "_").replace("]", "_")
+        admin.create_topics([NewTopic(name, 1, replication_factor=3, config=config)])
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        admin.delete_topics(created)

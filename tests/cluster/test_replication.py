@@ -1,0 +1,204 @@
+"""Replication on a real multi-node Ray cluster: nodes die for real, nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import ray
+
+from raylog import Admin, Consumer, Producer, TopicPartition
+from raylog.errors import NotEnoughReplicasError, RaylogError
+from tests.helpers import wait_until
+
+SAFE = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "2000"}
+
+
+def describe(cluster, topic: str):
+    return Admin(cluster).describe_topics([topic])[0].partitions[0]
+
+
+def read_values(cluster, topic: str, timeout_s: float = 60) -> list[bytes]:
+    """Every committed value of partition 0, from the start."""
+    consumer = Consumer(cluster, topic, auto_offset_reset="earliest")
+    tp = TopicPartition(topic, 0)
+    (end,) = wait_until(lambda: _end_offset(consumer, tp), timeout_s=timeout_s, message="an end offset")
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(values) < end and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=1_000).values():
+            values.extend(r.value for r in records)
+    consumer.close()
+    return values
+
+
+def _end_offset(consumer, tp) -> tuple[int] | None:
+    try:
+        return (consumer.end_offsets([tp])[tp],)
+    except RaylogError:
+        return None
+
+
+class Writer(threading.Thread):
+    """Produces numbered records with acks=all until stopped; remembers what was acknowledged."""
+
+    def __init__(self, cluster, topic: str):
+        super().__init__(daemon=True)
+        self.producer = Producer(cluster, acks="all", linger_ms=1, retry_backoff_ms=50, delivery_timeout_ms=60_000)
+        self.topic = topic
+        self.acknowledged: list[bytes] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            futures = [(b"%07d" % n, self.producer.send(self.topic, b"%07d" % n)) for n in range(i, i + 50)]
+            i += 50
+            for value, future in futures:
+                try:
+                    future.result(timeout=90)
+                    self.acknowledged.append(value)
+                except RaylogError:
+                    pass
+
+    def finish(self) -> list[bytes]:
+        self.stop.set()
+        self.join(timeout=120)
+        self.producer.close(timeout=30)
+        return self.acknowledged
+
+
+def test_leader_node_dies_during_acks_all_writes_and_nothing_acknowledged_is_lost(multinode, replicated_topic):
+    """Killing the leader's node mid-stream: a new ISR leader takes over, every acknowledged
+    record is read back in order, and the partition takes writes again."""
+    cluster, brokers = multinode
+    topic = replicated_topic(**SAFE)
+    writer = Writer(cluster, topic)
+    writer.start()
+    wait_until(lambda: len(writer.acknowledged) >= 500, timeout_s=60)
+    old = describe(cluster, topic)
+    brokers.kill(old.leader)
+    wait_until(lambda: describe(cluster, topic).leader not in (old.leader, -1), timeout_s=30, message="a new leader")
+    count = len(writer.acknowledged)
+    wait_until(lambda: len(writer.acknowledged) >= count + 500, timeout_s=60, message="writes after fail-over")
+    acknowledged = writer.finish()
+    values = read_values(cluster, topic)
+    assert set(acknowledged) <= set(values), "an acknowledged record was lost"
+    assert values == sorted(values), "records out of order"
+    brokers.start(old.leader)
+    wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=60, message="the broker rejoining")
+
+
+def test_follower_dies_isr_shrinks_and_writes_go_on(multinode, replicated_topic):
+    """Killing a follower's node shrinks the ISR; acks=all writes continue with two replicas."""
+    cluster, brokers = multinode
+    topic = replicated_topic(**SAFE)
+    with Producer(cluster, acks="all") as producer:
+        producer.send(topic, b"before").result(timeout=30)
+        info = describe(cluster, topic)
+        follower = next(r for r in info.replicas if r != info.leader)
+        brokers.kill(follower)
+        wait_until(lambda: follower not in describe(cluster, topic).isr, timeout_s=30, message="ISR shrink")
+        assert producer.send(topic, b"after").result(timeout=30).offset == 1
+    brokers.start(follower)
+    wait_until(lambda: follower in describe(cluster, topic).isr, timeout_s=60, message="ISR expand")
+    assert read_values(cluster, topic) == [b"before", b"after"]
+
+
+def test_two_of_three_die_not_enough_replicas_then_they_rejoin(multinode, replicated_topic):
+    """With two of three replicas gone, acks=all is refused (NOT_ENOUGH_REPLICAS) and nothing
+    acknowledged is lost; when they come back they rejoin and writes succeed again."""
+    cluster, brokers = multinode
+    topic = replicated_topic(**SAFE)
+    with Producer(cluster, acks="all") as producer:
+        acknowledged = [producer.send(topic, b"%d" % i).result(timeout=30) for i in range(10)]
+    info = describe(cluster, topic)
+    followers = [r for r in info.replicas if r != info.leader]
+    for broker in followers:
+        brokers.kill(broker)
+    wait_until(lambda: describe(cluster, topic).isr == (info.leader,), timeout_s=30, message="ISR down to the leader")
+    with Producer(cluster, acks="all", retries=0) as producer:
+        with pytest.raises(NotEnoughReplicasError):
+            producer.send(topic, b"refused").result(timeout=30)
+    for broker in followers:
+        brokers.start(broker)
+    wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90, message="both rejoining")
+    with Producer(cluster, acks="all") as producer:
+        producer.send(topic, b"again").result(timeout=30)
+    values = read_values(cluster, topic)
+    assert values[: len(acknowledged)] == [b"%d" % i for i in range(len(acknowledged))]
+    # The refused write may still be there (at most once): NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    # means written but not acknowledged, as in Kafka.
+    assert values[-1] == b"again" and set(values[len(acknowledged) : -1]) <= {b"refused"}
+
+
+def test_killed_controller_restarts_with_all_metadata(multinode, replicated_topic):
+    """The controller actor killed (restart allowed) replays its journal: same topics, leaders, epochs."""
+    cluster, _ = multinode
+    topic = replicated_topic(**SAFE)
+    before = describe(cluster, topic)
+    ray.kill(cluster.controller, no_restart=False)
+    after = wait_until(lambda: _describe_quietly(cluster, topic), timeout_s=60, message="the controller back")
+    assert (after.replicas, after.leader, after.leader_epoch) == (before.replicas, before.leader, before.leader_epoch)
+    with Producer(cluster, acks="all") as producer:
+        producer.send(topic, b"ok").result(timeout=30)
+
+
+def test_acks_1_can_lose_acknowledged_data_where_safe_settings_cannot(multinode, replicated_topic):
+    """Jepsen's 2013 case: with acks=1 and min.insync.replicas=1 a leader alone in its ISR
+    acknowledges writes its followers never copied; when it dies and a follower takes over
+    (unclean election) those acknowledged records are gone. With acks=all and
+    min.insync.replicas=2 the same writes are refused, so nothing acknowledged is lost."""
+    cluster, brokers = multinode
+    unsafe = replicated_topic(
+        **{"min.insync.replicas": "1", "unclean.leader.election.enable": "true", "replica.lag.time.max.ms": "2000"}
+    )
+    acknowledged = _writes_while_alone_then_leader_dies(cluster, brokers, unsafe, acks=1)
+    assert acknowledged, "acks=1 should acknowledge writes to a leader alone in its ISR"
+    assert not set(acknowledged) & set(read_values(cluster, unsafe)), "acks=1 lost nothing?"
+
+    safe = replicated_topic(**SAFE)
+    assert _writes_while_alone_then_leader_dies(cluster, brokers, safe, acks="all") == []
+
+
+def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks) -> list[bytes]:
+    """Kill the followers, write to the lone leader, kill it, bring the followers back (one
+    of them leads if unclean election allows), then the old leader. Returns what was acked."""
+    wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=60, message="a full ISR")
+    info = describe(cluster, topic)
+    followers = [r for r in info.replicas if r != info.leader]
+    for broker in followers:
+        brokers.kill(broker)
+    wait_until(
+        lambda: describe(cluster, topic).isr == (info.leader,),
+        timeout_s=30,
+        message=f"ISR down to leader {info.leader} of {describe(cluster, topic)}",
+    )
+    acknowledged = []
+    with Producer(cluster, acks=acks, retries=0) as producer:
+        for i in range(5):
+            try:
+                producer.send(topic, b"alone-%d" % i).result(timeout=30)
+                acknowledged.append(b"alone-%d" % i)
+            except NotEnoughReplicasError:
+                pass
+    brokers.kill(info.leader)
+    for broker in followers:
+        brokers.start(broker)
+    wait_until(lambda: _describe_quietly(cluster, topic) is not None, timeout_s=60)
+    brokers.start(info.leader)
+    try:
+        wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90)
+    except AssertionError:
+        states = ray.get(cluster.controller.replica_handles.remote(topic))
+        raise AssertionError(f"not back in sync: {describe(cluster, topic)}; replicas: "
+                             f"{ {k: ray.get(h.state.remote(), timeout=10) for k, h in states.items()} }") from None
+    return acknowledged
+
+
+def _describe_quietly(cluster, topic):
+    try:
+        return describe(cluster, topic)
+    except (RaylogError, ray.exceptions.RayError):
+        return None

@@ -1,0 +1,68 @@
+"""The controller's election and ISR rules (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylog.coordination.elections import (
+    NO_LEADER,
+    alter_isr,
+    elect_leader,
+    finish_reassignment,
+    imbalance,
+    preferred_leader,
+    remove_from_isr,
+)
+from raylog.errors import FencedLeaderEpochError, InvalidRequestError
+from raylog.types import PartitionInfo
+
+
+def info(leader=0, epoch=3, replicas=(0, 1, 2), isr=(0, 1, 2), partition_epoch=7) -> PartitionInfo:
+    return PartitionInfo("t", 0, leader, epoch, replicas, isr, partition_epoch)
+
+
+def test_clean_election_picks_a_live_isr_member_and_bumps_epochs():
+    """The first live ISR member in replica order leads under a new epoch."""
+    new = elect_leader(info(isr=(0, 2)), live={1, 2}, unclean=False)
+    assert (new.leader, new.leader_epoch, new.isr, new.partition_epoch) == (2, 4, (2,), 8)
+
+
+def test_no_live_isr_member_means_offline_unless_unclean():
+    """Without a live ISR member the partition goes offline, keeping its ISR; unclean
+    election takes any live replica instead."""
+    offline = elect_leader(info(isr=(0,)), live={1, 2}, unclean=False)
+    assert (offline.leader, offline.isr) == (NO_LEADER, (0,))
+    unclean = elect_leader(info(isr=(0,)), live={1, 2}, unclean=True)
+    assert (unclean.leader, unclean.isr) == (1, (1,))
+    back = elect_leader(offline, live={0}, unclean=False)
+    assert back.leader == 0 and back.leader_epoch > offline.leader_epoch
+
+
+def test_isr_proposals_are_fenced_by_epochs():
+    """Only the current leader with current epochs may change the ISR, and never drop itself."""
+    current = info()
+    assert alter_isr(current, 0, 3, 7, (0, 2)).isr == (0, 2)
+    for leader, epoch, partition_epoch in ((1, 3, 7), (0, 2, 7), (0, 3, 6)):
+        with pytest.raises(FencedLeaderEpochError):
+            alter_isr(current, leader, epoch, partition_epoch, (0, 2))
+    with pytest.raises(InvalidRequestError):
+        alter_isr(current, 0, 3, 7, (1, 2))
+    assert remove_from_isr(current, {2}).isr == (0, 1)
+
+
+def test_preferred_leader_and_imbalance():
+    """Leadership goes back to the first replica only when it is live and in sync."""
+    elsewhere = info(leader=1)
+    assert imbalance([elsewhere, info()]) == 0.5
+    assert preferred_leader(elsewhere, live={0, 1, 2}).leader == 0
+    assert preferred_leader(elsewhere, live={1, 2}) is None
+    assert preferred_leader(info(leader=1, isr=(1, 2)), live={0, 1, 2}) is None
+
+
+def test_reassignment_finishes_only_when_every_target_is_in_sync():
+    """The switch to the target replicas waits for all of them to be in the ISR."""
+    moving = info(replicas=(3, 0, 1, 2), isr=(0, 1, 2))
+    assert finish_reassignment(moving, (3, 1)) is None
+    done = finish_reassignment(info(replicas=(3, 0, 1, 2), isr=(3, 0, 1, 2)), (3, 1))
+    assert (done.replicas, done.isr, done.leader) == ((3, 1), (3, 1), 3)
+    assert done.leader_epoch == 4
