@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import RayError
 
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.transport import call, translate
@@ -315,7 +315,7 @@ class Consumer:
             del self._fetching[tp]
         try:
             response = ray.get(ref)
-        except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+        except RayError as exc:
             error = translate(exc)
             if error.retriable:
                 self._cluster.metadata(refresh=True)

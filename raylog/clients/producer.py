@@ -28,7 +28,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from ray.exceptions import RayActorError, RayTaskError
 
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
 from raylog.clients.partitioner import DefaultPartitioner
@@ -650,7 +649,7 @@ class Producer:
     def _on_reply(self, batch: _Batch, future: concurrent.futures.Future) -> None:
         try:
             response = future.result()
-        except (RayActorError, RayTaskError, Exception) as exc:  # noqa: BLE001 — all become raylog errors
+        except Exception as exc:  # noqa: BLE001 — Ray's failures and any other become raylog errors
             self._completed(batch, None, translate(exc))
             return
         self._completed(batch, response, error_of(response))

@@ -1,8 +1,8 @@
 """The one place where Ray's failures become raylog errors.
 
 Clients call actors through :func:`call` (wait for one reply) or :func:`translate` (an
-exception raised while waiting). A dead or restarting actor becomes
-:class:`BrokerUnavailableError` (retriable, refresh metadata); a timeout becomes
+exception raised while waiting). A dead, restarting or unplaceable actor (any other Ray
+error) becomes :class:`BrokerUnavailableError` (retriable, refresh metadata); a timeout becomes
 :class:`RequestTimedOutError`; a raylog error raised inside an actor comes out as itself.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
 from raylog.errors import BrokerUnavailableError, RaylogError, RequestTimedOutError, UnknownServerError
 
@@ -25,10 +25,12 @@ def translate(exc: BaseException) -> RaylogError:
         if isinstance(cause, RaylogError):
             return cause
         return UnknownServerError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-    if isinstance(exc, RayActorError):
-        return BrokerUnavailableError(f"actor unavailable: {exc}".splitlines()[0])
     if isinstance(exc, GetTimeoutError):
         return RequestTimedOutError("no reply from the actor in time")
+    if isinstance(exc, RayError):
+        # The actor died, is restarting, or cannot be placed (its node is gone, e.g.
+        # ActorUnschedulableError): the leader may have moved, so refresh and retry.
+        return BrokerUnavailableError(f"actor unavailable: {type(exc).__name__}: {exc}".splitlines()[0])
     return UnknownServerError(f"{type(exc).__name__}: {exc}")
 
 
@@ -36,5 +38,5 @@ def call(ref: Any, timeout_s: float | None) -> Any:
     """``ray.get(ref)`` with Ray's failures as raylog errors."""
     try:
         return ray.get(ref, timeout=timeout_s)
-    except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+    except RayError as exc:
         raise translate(exc) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 
@@ -45,7 +46,10 @@ class Writer(threading.Thread):
 
     def __init__(self, cluster, topic: str):
         super().__init__(daemon=True)
-        self.producer = Producer(cluster, acks="all", linger_ms=1, retry_backoff_ms=50, delivery_timeout_ms=60_000)
+        # A cluster handle of its own (a copy has its own metadata cache): only the
+        # producer's own refreshes can route it to a new leader, not the test's describes.
+        own = pickle.loads(pickle.dumps(cluster))
+        self.producer = Producer(own, acks="all", linger_ms=1, retry_backoff_ms=50, delivery_timeout_ms=60_000)
         self.topic = topic
         self.acknowledged: list[bytes] = []
         self.stop = threading.Event()
