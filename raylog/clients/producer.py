@@ -431,39 +431,46 @@ class Producer:
             columns["timestamps_ms"] = table.column(timestamp_column).cast(pa.int64())
         if headers_column is not None:
             columns["headers"] = table.column(headers_column)
-        batches = []
-        for part, rows in self._split_by_partition(topic, columns, count, partition):
-            for chunk in self._chunks(rows):
-                batches.append(self._enqueue_prebuilt(TopicPartition(topic, part), chunk))
+        partitions = self._topics.get(topic) or self._topic_partitions(topic)
+        batches = [
+            self._enqueue_prebuilt(partitions[part], chunk)
+            for part, chunk in self._split(topic, columns, count, partition)
+        ]
         return _gather(batches)
 
-    def _split_by_partition(self, topic: str, columns: dict, count: int, partition: int | None):
-        n = len(columns["values"])
-        combined = {k: (v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v) for k, v in columns.items()}
-        if partition is not None:
-            yield partition, combined
+    def _split(self, topic: str, columns: dict, count: int, partition: int | None):
+        """``(partition, (rows, size_bytes))`` per batch to send, in order.
+
+        Unkeyed rows (or all rows, given a partition) go out as zero-copy slices, one batch
+        per partition in turn (sticky partitioning at batch granularity); keyed rows are
+        gathered per partition by murmur2 of the key (one copy), then sliced.
+        """
+        rows = {k: _one_chunk(v) for k, v in columns.items()}
+        keys = rows.get("keys")
+        if partition is not None or keys is None or keys.null_count == len(keys):
+            first = partition if partition is not None else self._default_partitioner(topic, None, count)
+            for i, chunk in enumerate(self._chunks(rows)):
+                yield (first if partition is not None else (first + i) % count), chunk
             return
-        keys = combined.get("keys")
-        targets = (
-            self._default_partitioner.partitions_for_keys(keys, count)
-            if keys is not None
-            else np.full(n, -1, dtype=np.int64)
-        )
+        targets = self._default_partitioner.partitions_for_keys(keys, count)
         unkeyed = targets < 0
-        if unkeyed.any():  # spread unkeyed rows over partitions, one batch-size chunk each
-            sizes = pc.binary_length(combined["values"]).fill_null(0).to_numpy()
-            chunk_ids = sizes.cumsum() // max(1, self._batch_size)
-            start = self._default_partitioner(topic, None, count)
-            targets[unkeyed] = ((chunk_ids + start) % count)[unkeyed]
-        for part in sorted(set(targets.tolist())):
-            indices = pa.array((targets == part).nonzero()[0])
-            yield part, {k: v.take(indices) for k, v in combined.items()}
+        if unkeyed.any():  # null keys among keyed rows: the sticky partition takes them
+            targets[unkeyed] = self._default_partitioner(topic, None, count)
+        order = np.argsort(targets, kind="stable")
+        gathered = {k: v.take(pa.array(order)) for k, v in rows.items()}
+        bounds = np.searchsorted(targets[order], np.arange(count + 1))
+        for part in range(count):
+            lo, hi = int(bounds[part]), int(bounds[part + 1])
+            if hi > lo:
+                for chunk in self._chunks({k: v.slice(lo, hi - lo) for k, v in gathered.items()}):
+                    yield part, chunk
 
     def _chunks(self, rows: dict):
+        """Slices of ``rows`` of at most ``batch_size`` bytes each (at least one row)."""
         values = rows["values"]
-        sizes = pc.binary_length(values.cast(pa.binary())).fill_null(0).to_numpy() + RECORD_OVERHEAD_BYTES
+        sizes = pc.binary_length(values).fill_null(0).to_numpy(zero_copy_only=False) + RECORD_OVERHEAD_BYTES
         if "keys" in rows:
-            sizes = sizes + pc.binary_length(rows["keys"].cast(pa.binary())).fill_null(0).to_numpy()
+            sizes = sizes + pc.binary_length(rows["keys"]).fill_null(0).to_numpy(zero_copy_only=False)
         ends = sizes.cumsum()
         start, n = 0, len(values)
         while start < n:
@@ -477,14 +484,7 @@ class Producer:
         batch = _Batch(tp, self._delivery_timeout_s)
         batch.record_count = len(rows["values"])
         batch.size_bytes = size
-        batch.data = record_batch.build_arrow(
-            rows["values"],
-            rows.get("keys"),
-            rows.get("timestamps_ms"),
-            rows.get("headers"),
-            codec=self._codec,
-            now_ms=batch.created_ms,
-        )
+        batch.arrow_rows = rows  # encoded by the sender, numbered in this partition's order
         with self._cond:
             self._reserve(size)
             self._incomplete.add(batch)
@@ -691,6 +691,13 @@ class Producer:
             batch.finish(-1, -1, error)
         else:
             batch.finish(response.base_offset, response.log_append_time_ms, None)
+
+
+def _one_chunk(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A plain array, copying only when a chunked column has several chunks."""
+    if isinstance(column, pa.ChunkedArray):
+        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column
 
 
 def _byte_length(data: Any, what: str) -> int:

@@ -80,3 +80,22 @@ def test_future_interface(cluster, topic):
     assert seen == [0]
     future.add_done_callback(lambda f: seen.append("late"))
     assert seen == [0, "late"]
+
+
+def test_send_arrow_without_keys_spreads_batches_and_keeps_order_per_partition(cluster, topic):
+    """Unkeyed Arrow rows go out batch by batch over the partitions, each in table order."""
+    import pyarrow as pa
+
+    name = topic(num_partitions=3)
+    n = 30_000
+    table = pa.table({"value": pa.array([b"%06d" % i for i in range(n)])})
+    with Producer(cluster, batch_size=20_000) as producer:
+        sent = producer.send_arrow(name, table).result(timeout=30)
+        fixed = producer.send_arrow(name, table.slice(0, 10), partition=2).result(timeout=30)
+    assert sum(b.record_count for b in sent) == n and {b.partition for b in sent} == {0, 1, 2}
+    assert [b.partition for b in fixed] == [2]
+    for partition in range(3):
+        leader = cluster.metadata(refresh=True).leader(TopicPartition(name, partition))
+        data = ray.get(leader.fetch.remote(FetchRequest(0, max_bytes=64 << 20, max_wait_ms=0))).records
+        values = record_batch.decode_table(data).column("value").to_pylist()
+        assert values == sorted(values) or partition == 2  # partition 2 also got the fixed rows last
