@@ -30,29 +30,25 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import json
+import contextlib
 import os
-import platform
-import random
 import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 
-import pyarrow as pa
+if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import common
+from benchmarks.common import MB, MIB, Target, best, make_values, timed_calls
 from raylog.config import LogConfig
 from raylog.storage import record_batch
 from raylog.storage.compression import codec_id
 from raylog.storage.log import Log
 from raylog.storage.segment import file_name
 
-MIB = 1024 * 1024
-MB = 1_000_000
 #: One segment holds every run, so the plain read can read the same (single) file.
 CONFIG = LogConfig.from_properties({"segment.bytes": 1024 * MIB})
 #: Distinct batches built per record size; appends cycle through them.
@@ -76,25 +72,9 @@ FULL = Scale("full", repeats=7, log_bytes=256 * MIB, codec_records=500_000, disk
 QUICK = Scale("quick", repeats=3, log_bytes=32 * MIB, codec_records=50_000, disk_batches=10)
 
 
-@dataclass(frozen=True)
-class Target:
-    """A goal for one figure of a row: ``metric`` (a Row field) ``op`` ``value``."""
-
-    metric: str  # "ratio" or "records_per_s"
-    op: str  # ">=" or "<="
-    value: float
-
-    def met(self, measured: float) -> bool:
-        return measured >= self.value if self.op == ">=" else measured <= self.value
-
-    def __str__(self) -> str:
-        shown = f"{self.value:.2f}x" if self.metric == "ratio" else f"{self.value:,.0f}/s"
-        return f"{self.op} {shown}"
-
-
 @dataclass
-class Row:
-    """One line of the results table."""
+class Row(common.Judged):
+    """One line of the results table; its ``target`` is a "ratio" or "records_per_s" goal."""
 
     name: str
     records_per_s: float | None = None
@@ -104,49 +84,18 @@ class Row:
     note: str = ""
 
     @property
-    def result(self) -> str:
-        if self.target is None:
-            return ""
-        return "PASS" if self.target.met(getattr(self, self.target.metric)) else "BELOW"
+    def targets(self) -> list[Target]:
+        return [] if self.target is None else [self.target]
 
 
 # ---------------------------------------------------------------------------------------
 # Inputs
 
 
-def make_values(count: int, size: int, seed: int = 0) -> list[bytes]:
-    """``count`` distinct values of ``size`` bytes: JSON-like text with a random hex tail."""
-    rng = random.Random(seed)
-    events = ("click", "view", "purchase", "scroll", "login")
-    values = []
-    for i in range(count):
-        head = b'{"id":%d,"user":"user-%05d","event":"%s","amount":%d.%02d,"pad":"' % (
-            i, rng.randrange(100_000), rng.choice(events).encode(), rng.randrange(10_000), rng.randrange(100))
-        values.append((head + rng.randbytes(size // 2).hex().encode())[: size - 2] + b'"}')
-    return values
-
-
 def batch_pool(value_size: int, records: int) -> list[bytes]:
     """``BATCH_POOL`` distinct uncompressed batches of ``records`` values each."""
     values = make_values(records * BATCH_POOL, value_size)
     return [record_batch.build(values[i * records : (i + 1) * records]) for i in range(BATCH_POOL)]
-
-
-# ---------------------------------------------------------------------------------------
-# Timing helpers
-
-
-def best(run: Callable[[], float], repeats: int) -> float:
-    """The least of ``repeats`` calls of ``run``, which returns its own elapsed seconds."""
-    return min(run() for _ in range(repeats))
-
-
-def timed_calls(fn: Callable[[], object], calls: int) -> float:
-    """Seconds taken by ``calls`` calls of ``fn``."""
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return time.perf_counter() - start
 
 
 # ---------------------------------------------------------------------------------------
@@ -325,53 +274,17 @@ def disk_row(workdir: str, scale: Scale) -> Row:
 # Output
 
 
-def format_table(rows: list[Row]) -> str:
-    """The rows as a fixed-width text table."""
-    widths = (50, 13, 9, 7, 16, 6)
-    head = ("measurement", "records/s", "MB/s", "ratio", "target", "result", "note")
-    header = _format_line(head, widths)
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        cells = (
-            row.name,
-            "" if row.records_per_s is None else f"{row.records_per_s:,.0f}",
-            "" if row.mb_per_s is None else f"{row.mb_per_s:,.0f}",
-            "" if row.ratio is None else f"{row.ratio:.2f}x",
-            "" if row.target is None else str(row.target),
-            row.result,
-            row.note,
-        )
-        lines.append(_format_line(cells, widths))
-    return "\n".join(lines)
-
-
-def _format_line(cells: tuple[str, ...], widths: tuple[int, ...]) -> str:
-    name, *numbers, target, result, note = cells
-    parts = [name.ljust(widths[0])]
-    parts += [cell.rjust(width) for cell, width in zip(numbers, widths[1:4], strict=True)]
-    parts += [target.ljust(widths[4]), result.ljust(widths[5]), note]
-    return "  ".join(parts).rstrip()
-
-
-def environment() -> dict[str, object]:
-    """What the figures depend on besides raylog's code."""
-    return {
-        "python": platform.python_version(),
-        "pyarrow": pa.__version__,
-        "cpus": os.cpu_count(),
-        "machine": platform.machine(),
-        "platform": platform.platform(),
-    }
+COLUMNS = (
+    ("measurement", 50, None), ("records/s", 13, lambda r: common.number(r.records_per_s, ",.0f")),
+    ("MB/s", 9, lambda r: common.number(r.mb_per_s, ",.0f")), ("ratio", 7, lambda r: common.times(r.ratio)),
+)
 
 
 def write_json(path: str, scale: Scale, rows: list[Row], seconds: float) -> None:
     results = [{**asdict(row), "name": row.name.strip(), "target": None if row.target is None else asdict(row.target),
                 "result": row.result or None} for row in rows]
-    document = {"mode": scale.name, "statistic": f"best of {scale.repeats} runs", "mb": MB,
-                "total_seconds": seconds, "environment": environment(), "results": results}
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(document, f, indent=2)
-        f.write("\n")
+    common.dump_json(path, {"mode": scale.name, "statistic": f"best of {scale.repeats} runs", "mb": MB,
+                     "total_seconds": seconds, "environment": common.environment(with_ray=False), "results": results})
 
 
 # ---------------------------------------------------------------------------------------
@@ -380,16 +293,13 @@ def write_json(path: str, scale: Scale, rows: list[Row], seconds: float) -> None
 
 def run(scale: Scale, parent: str | None) -> list[Row]:
     """Every measurement, in a temporary directory under ``parent``."""
-    with tempfile.TemporaryDirectory(prefix="raylog-bench-", dir=parent) as workdir:
+    with contextlib.ExitStack() as stack:
+        workdir = common.temp_workdir(stack, "raylog-bench-", parent)
         return log_rows(workdir, scale) + codec_rows(scale) + [disk_row(workdir, scale)]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (< 10 s), for tests")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    parser.add_argument("--dir", metavar="PARENT", help="parent of the temporary directory (default: system temp)")
-    args = parser.parse_args(argv)
+    args = common.bench_parser(__doc__, "a fast smoke run (< 10 s), for tests").parse_args(argv)
     scale = QUICK if args.quick else FULL
     start = time.perf_counter()
     rows = run(scale, args.dir)
@@ -399,10 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     print("appends and reads: log and plain each run once untimed first (both then see a warm page cache)")
     print("BELOW: target missed")
     print()
-    print(format_table(rows))
+    print(common.format_table(COLUMNS, rows))
     print()
-    env = environment()
-    print(f"total {seconds:.1f} s on {env['cpus']} CPUs, Python {env['python']}, pyarrow {env['pyarrow']}")
+    print(common.totals_line(seconds, common.environment(with_ray=False)))
     if args.json:
         write_json(args.json, scale, rows, seconds)
     return 0

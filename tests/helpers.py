@@ -9,8 +9,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.05,
-               message: str = "condition") -> T:
+def wait_until(
+    predicate: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.05, message: str = "condition"
+) -> T:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -20,3 +21,9 @@ def wait_until(predicate: Callable[[], T], timeout_s: float = 30.0, interval_s: 
         if time.monotonic() > deadline:
             raise AssertionError(f"{message} not reached within {timeout_s} s")
         time.sleep(interval_s)
+
+
+def record_rows(table) -> list[tuple]:
+    """``(value, key, timestamp_ms, headers)`` per row of a decoded batch table."""
+    columns = ("value", "key", "timestamp_ms", "headers")
+    return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))

@@ -308,37 +308,43 @@ class ControllerActor:
 
     async def create_topics(self, topics: list[NewTopic]) -> dict[str, tuple[int, str]]:
         """Create each topic; per topic ``(error_code, message)``, code 0 on success."""
-        await self.start()
-        results = {}
-        async with self._guard():
-            for new in topics:
-                try:
-                    record = self.image.create_topic(
+
+        async def create(new: NewTopic) -> None:
+            self._commit(
+                [
+                    self.image.create_topic(
                         new.name, new.num_partitions, new.replication_factor, new.config, live=self.live
                     )
-                    self._commit([record])
-                    await self._ensure_replicas(self.image.topics[new.name])
-                    results[new.name] = (0, "")
-                except RaylogError as exc:
-                    fields = error_fields(exc)
-                    results[new.name] = (fields["error_code"], fields["error_message"])
-        return results
+                ]
+            )
+            await self._ensure_replicas(self.image.topics[new.name])
+
+        return await self._each({new.name: new for new in topics}, create)
 
     async def delete_topics(self, names: list[str]) -> dict[str, tuple[int, str]]:
         """Delete each topic and its replicas' data; per topic ``(error_code, message)``."""
+
+        async def delete(name: str) -> None:
+            record = self.image.delete_topic(name)
+            topic = self.image.topics[name]
+            self._commit([record])
+            await self._remove_replicas(topic)
+
+        return await self._each({name: name for name in names}, delete)
+
+    async def _each(self, items: dict, step) -> dict:
+        """Run ``step`` on each item, one at a time under the lock; per key
+        ``(error_code, message)``, code 0 where the step succeeded."""
         await self.start()
         results = {}
         async with self._guard():
-            for name in names:
+            for key, item in items.items():
                 try:
-                    record = self.image.delete_topic(name)
-                    topic = self.image.topics[name]
-                    self._commit([record])
-                    await self._remove_replicas(topic)
-                    results[name] = (0, "")
+                    await step(item)
+                    results[key] = (0, "")
                 except RaylogError as exc:
                     fields = error_fields(exc)
-                    results[name] = (fields["error_code"], fields["error_message"])
+                    results[key] = (fields["error_code"], fields["error_message"])
         return results
 
     async def elect_preferred_leaders(self, topics: list[str] | None = None) -> int:
@@ -353,20 +359,15 @@ class ControllerActor:
         """Start moving partitions to new replica sets (also raising or lowering the
         replication factor); per partition ``(error_code, message)``. New replicas fill by
         fetching; old ones are removed only once every target replica is in sync."""
-        await self.start()
-        results = {}
-        async with self._guard():
-            for (topic, partition), target in targets.items():
-                try:
-                    self._commit(self.image.reassign(topic, partition, target))
-                    await self._ensure_replicas(self.image.topics[topic])
-                    self._push([self.image.partition(topic, partition)])
-                    self._spawn(self._complete_reassignment(topic, partition))
-                    results[(topic, partition)] = (0, "")
-                except RaylogError as exc:
-                    fields = error_fields(exc)
-                    results[(topic, partition)] = (fields["error_code"], fields["error_message"])
-        return results
+
+        async def reassign(item: tuple[tuple[str, int], list[int]]) -> None:
+            (topic, partition), target = item
+            self._commit(self.image.reassign(topic, partition, target))
+            await self._ensure_replicas(self.image.topics[topic])
+            self._push([self.image.partition(topic, partition)])
+            self._spawn(self._complete_reassignment(topic, partition))
+
+        return await self._each({key: (key, target) for key, target in targets.items()}, reassign)
 
     async def _complete_reassignment(self, topic: str, partition: int) -> None:
         """Switch to the target replicas once all are in sync; then remove the others."""

@@ -196,8 +196,10 @@ def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks) -> list[
         wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90)
     except AssertionError:
         states = ray.get(cluster.controller.replica_handles.remote(topic))
-        raise AssertionError(f"not back in sync: {describe(cluster, topic)}; replicas: "
-                             f"{ {k: ray.get(h.state.remote(), timeout=10) for k, h in states.items()} }") from None
+        raise AssertionError(
+            f"not back in sync: {describe(cluster, topic)}; replicas: "
+            f"{ {k: ray.get(h.state.remote(), timeout=10) for k, h in states.items()} }"
+        ) from None
     return acknowledged
 
 

@@ -22,8 +22,14 @@ OBJECT_STORE_BYTES = 200 * 1024 * 1024
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    ray.init(address="local", num_cpus=2, object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False,
-             configure_logging=False, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        object_store_memory=OBJECT_STORE_BYTES,
+        include_dashboard=False,
+        configure_logging=False,
+        log_to_driver=False,
+    )
     handle = raylog.connect(data_dir=str(tmp_path_factory.mktemp("raylog")), cluster_name=f"t{uuid.uuid4().hex[:8]}")
     yield handle
     handle.shutdown()

@@ -100,8 +100,9 @@ def test_produce_from_stdin_then_consume_from_beginning(run, topic):
     code, _, err = run("produce", name, "--key-separator", ":", "--compression", "lz4", stdin="\n".join(lines) + "\n")
     assert code == 0
     assert "produced 20 records" in err
-    code, out, err = run("consume", name, "--from-beginning", "--max-messages", "20", "--print-key",
-                         "--key-separator", ":")
+    code, out, err = run(
+        "consume", name, "--from-beginning", "--max-messages", "20", "--print-key", "--key-separator", ":"
+    )
     assert code == 0
     assert sorted(out.splitlines()) == sorted(lines)
     for key in {line.split(":")[0] for line in lines}:  # per key (one partition), order is kept

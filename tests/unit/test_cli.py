@@ -18,8 +18,12 @@ def test_dump_log_prints_batches_and_records(open_log, capsys):
     report = json.loads(capsys.readouterr().out)
     batches = [b for s in report["segments"] for b in s["batches"]]
     assert [b["base_offset"] for b in batches] == [i * 20 for i in range(10)]
-    assert batches[3]["records"][0] == {"offset": 60, "timestamp_ms": batches[3]["max_timestamp"],
-                                        "key": "k", "value": "value-3"}
+    assert batches[3]["records"][0] == {
+        "offset": 60,
+        "timestamp_ms": batches[3]["max_timestamp"],
+        "key": "k",
+        "value": "value-3",
+    }
     assert cli.main(["dump-log", log.dir]) == 0
     assert "baseOffset 180 lastOffset 199 count 20 epoch 3" in capsys.readouterr().out
 

@@ -27,6 +27,7 @@ from raylog.storage import compression
 from raylog.storage import record_batch as rb
 from raylog.storage.log import RECOVERY_POINT_FILE, Log, TimestampOffset
 from raylog.storage.segment import file_name
+from tests.helpers import record_rows
 
 CONFIG = {"segment_bytes": 24 * 1024, "index_interval_bytes": 4096}
 N_BATCHES = 240
@@ -202,21 +203,9 @@ def _read_all(log: Log) -> list[tuple[int, tuple]]:
         table = rb.decode_table(data, min_offset=offset)
         offsets = table.column("offset").to_pylist()
         assert offsets[:1] == [offset], f"read({offset}) returned offsets starting at {offsets[:1]}"
-        rows.extend(zip(offsets, _records(table), strict=True))
+        rows.extend(zip(offsets, record_rows(table), strict=True))
         offset = offsets[-1] + 1
     return rows
-
-
-def _records(table) -> list[tuple]:
-    return list(
-        zip(
-            table.column("value").to_pylist(),
-            table.column("key").to_pylist(),
-            table.column("timestamp_ms").to_pylist(),
-            table.column("headers").to_pylist(),
-            strict=True,
-        )
-    )
 
 
 def _assert_exact_prefix(log: Log, written: Written, survivors: int) -> None:
@@ -240,7 +229,7 @@ def _assert_appends_continue(log: Log) -> None:
     assert log.log_end_offset == leo + len(expected)
     table = rb.decode_table(log.read(leo, READ_BYTES), min_offset=leo)
     assert table.column("offset").to_pylist() == list(range(leo, leo + len(expected)))
-    assert _records(table) == expected
+    assert record_rows(table) == expected
 
 
 def _eligible(written: Written) -> list[Stored]:
@@ -452,9 +441,9 @@ def test_corruption_below_recovery_point_is_left_to_readers(pristine, tmp_path):
         with pytest.raises(CorruptRecordError):
             rb.decode_table(data)
         before = rb.decode_table(log.read(victim.base_offset - 1, 1), min_offset=victim.base_offset - 1)
-        assert _records(before)[0] == written.records[victim.base_offset - 1]
+        assert record_rows(before)[0] == written.records[victim.base_offset - 1]
         after = rb.decode_table(log.read(victim.next_offset, READ_BYTES), min_offset=victim.next_offset)
-        assert _records(after)[0] == written.records[victim.next_offset]
+        assert record_rows(after)[0] == written.records[victim.next_offset]
 
 
 # ---------------------------------------------------------------------------------------
@@ -551,7 +540,7 @@ def test_damaged_index_is_rebuilt_and_reads_stay_correct(pristine, tmp_path, ope
             for offset in {batch.base_offset, batch.next_offset - 1}:
                 table = rb.decode_table(log.read(offset, 1), min_offset=offset)
                 assert table.column("offset").to_pylist()[:1] == [offset]
-                assert _records(table)[0] == written.records[offset]
+                assert record_rows(table)[0] == written.records[offset]
         # Time lookups: the first record at or after a timestamp.
         for batch in written.in_segment(base)[::3]:
             offset = batch.base_offset + (batch.next_offset - batch.base_offset) // 2

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from raylog.errors import CorruptRecordError
 from raylog.storage import compression
 from raylog.storage import record_batch as rb
+from tests.helpers import record_rows
 
 CODECS = [compression.NONE, compression.LZ4, compression.ZSTD]
 INT64_MAX = 2**63 - 1
@@ -50,18 +51,6 @@ def _recompute_crc(buf: bytearray) -> None:
 def _fix_length(buf: bytearray) -> None:
     if len(buf) >= rb.LOG_OVERHEAD:
         struct.pack_into(">i", buf, rb.LENGTH_OFFSET, len(buf) - rb.LOG_OVERHEAD)
-
-
-def _rows(table) -> list[tuple]:
-    return list(
-        zip(
-            table.column("value").to_pylist(),
-            table.column("key").to_pylist(),
-            table.column("timestamp_ms").to_pylist(),
-            table.column("headers").to_pylist(),
-            strict=True,
-        )
-    )
 
 
 def _expected_rows(values, keys, timestamps, headers) -> list[tuple]:
@@ -244,7 +233,7 @@ def test_mutated_batch_is_rejected_unless_only_offset_or_epoch_changed(inputs, m
         rb.validate(data)
         table = rb.decode_table(data, min_offset=ALL_OFFSETS)
         assert table.column("offset").to_pylist() == list(range(base_offset, base_offset + count))
-        assert _rows(table) == _expected_rows(*inputs[:4])
+        assert record_rows(table) == _expected_rows(*inputs[:4])
     elif not data:  # cut to nothing: no batch to validate, and zero batches decode to no rows
         with pytest.raises(CorruptRecordError):
             rb.validate(data)
@@ -317,7 +306,7 @@ def test_round_trip_is_exact_for_every_codec(inputs):
     table = rb.decode_table(data)
     assert table.schema == rb.OUTPUT_SCHEMA
     assert table.column("offset").to_pylist() == list(range(len(values)))
-    assert _rows(table) == _expected_rows(values, keys, timestamps, headers)
+    assert record_rows(table) == _expected_rows(values, keys, timestamps, headers)
     # Two batches back to back decode as one table, the second after the first.
     both = rb.decode_table(data + data)
-    assert _rows(both) == _rows(table) * 2
+    assert record_rows(both) == record_rows(table) * 2
