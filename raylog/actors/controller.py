@@ -287,15 +287,35 @@ class ControllerActor:
         """A replica actor was restarted by Ray: it loses leadership to another ISR member
         if there is one (else leads again under a new epoch) and leaves the ISR until it
         catches up."""
+        await self._demote(topic, partition, broker_id, None)
+
+    async def leader_unreachable(self, topic: str, partition: int, leader_epoch: int) -> None:
+        """A follower's call found the leader of ``leader_epoch`` dead (Ray said so): another
+        ISR member leads now, without waiting for Ray to restart the dead one."""
+        try:
+            info = self.image.partition(topic, partition)
+        except RaylogError:
+            return
+        if info.leader_epoch == leader_epoch and info.leader in self.live:
+            await self._demote(topic, partition, info.leader, leader_epoch)
+
+    async def _demote(self, topic: str, partition: int, broker_id: int, leader_epoch: int | None) -> None:
+        """Take leadership (and ISR membership) from a replica that restarted (it leads again
+        under a new epoch if it is the only in-sync replica left) or, given ``leader_epoch``,
+        from a leader of that epoch reported dead (only to another live in-sync replica)."""
         async with self._guard():
             try:
                 info = self.image.partition(topic, partition)
             except RaylogError:
                 return
+            if leader_epoch is not None and (info.leader_epoch, info.leader) != (leader_epoch, broker_id):
+                return
             others = self.live - {broker_id}
             if info.leader == broker_id:
                 new = elections.elect_leader(info, others, unclean=False)
                 if new.leader == elections.NO_LEADER:  # it is the only in-sync replica left
+                    if leader_epoch is not None:
+                        return  # it died: Ray restarts it, or node-death handling elects
                     new = replace(info, leader_epoch=info.leader_epoch + 1, partition_epoch=info.partition_epoch + 1)
             else:
                 new = elections.remove_from_isr(info, {broker_id})

@@ -308,6 +308,12 @@ class PartitionReplicaActor:
             )
             try:
                 response = await asyncio.wait_for(leader.fetch.remote(request), PEER_CALL_TIMEOUT_S)
+            except ray.exceptions.RayActorError:
+                # The leader's process died (Ray may restart it in seconds): tell the
+                # controller now, so that another in-sync replica can lead meanwhile.
+                self._spawn(quietly(self._controller().leader_unreachable.remote(p.topic, p.partition, epoch)))
+                await asyncio.sleep(REPLICA_BACKOFF_S)
+                continue
             except (asyncio.TimeoutError, ray.exceptions.RayError):
                 await asyncio.sleep(REPLICA_BACKOFF_S)
                 continue

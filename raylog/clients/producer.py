@@ -34,6 +34,7 @@ from raylog.clients.partitioner import DefaultPartitioner
 from raylog.clients.transport import call, translate
 from raylog.coordination.producer_state import RETAINED_BATCHES
 from raylog.errors import (
+    BrokerUnavailableError,
     IllegalStateError,
     InvalidConfigError,
     InvalidRecordError,
@@ -49,6 +50,9 @@ from raylog.types import RecordMetadata, TopicPartition
 
 #: Bytes counted per record beyond its key, value and headers (offsets, timestamp).
 RECORD_OVERHEAD_BYTES = 16
+#: After a leader's process dies, how long a batch waits for metadata naming another leader
+#: before it is sent to the same actor again (Ray restarts it in about that time or more).
+LEADER_FAILOVER_WAIT_S = 1.5
 #: Guards completion against a concurrent add_done_callback (callbacks run exactly once).
 _CALLBACK_LOCK = threading.Lock()
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
@@ -68,6 +72,8 @@ class _Batch:
 
     __slots__ = (
         "tp",
+        "leader",
+        "unreachable_until_s",
         "arrow_rows",
         "producer_id",
         "base_sequence",
@@ -112,6 +118,8 @@ class _Batch:
         self.deadline_s = self.created_s + delivery_timeout_s
         self.producer_id = -1
         self.base_sequence = -1
+        self.leader: Any = None  # the actor the last attempt went to
+        self.unreachable_until_s = 0.0  # until then, wait for another leader than that one
 
     def encode(self, codec: int) -> Any:
         """The batch bytes, built once (a retry resends the same bytes and sequence)."""
@@ -625,6 +633,11 @@ class Producer:
                 self._assign_sequence(batch)
             data = batch.encode(self._codec)
             leader = self._cluster.metadata().leader(batch.tp)
+            if leader == batch.leader and time.monotonic() < batch.unreachable_until_s:
+                # Its process just died: calls to it would wait for Ray to restart it, while
+                # the controller may already be electing another. Look again shortly.
+                raise BrokerUnavailableError(f"the leader of {batch.tp} is down; waiting for a new one")
+            batch.leader = leader
             ref = leader.produce.remote(ProduceRequest(data, self._acks, self._request_timeout_ms))
         except RaylogError as exc:
             self._completed(batch, None, exc)
@@ -663,6 +676,8 @@ class Producer:
             and now + self._backoff_s < batch.deadline_s
             and not self._closed
         )
+        if isinstance(error, BrokerUnavailableError) and batch.leader is not None and not batch.unreachable_until_s:
+            batch.unreachable_until_s = now + LEADER_FAILOVER_WAIT_S
         with self._cond:
             self._in_flight[batch.tp] -= 1
             if retry:

@@ -195,10 +195,10 @@ def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks) -> list[
     try:
         wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90)
     except AssertionError:
-        states = ray.get(cluster.controller.replica_handles.remote(topic))
+        handles = ray.get(cluster.controller.replica_handles.remote(topic))
         raise AssertionError(
             f"not back in sync: {describe(cluster, topic)}; replicas: "
-            f"{ {k: ray.get(h.state.remote(), timeout=10) for k, h in states.items()} }"
+            f"{ {k: _state_quietly(h) for k, h in handles.items()} }"
         ) from None
     return acknowledged
 
@@ -208,3 +208,10 @@ def _describe_quietly(cluster, topic):
         return describe(cluster, topic)
     except (RaylogError, ray.exceptions.RayError):
         return None
+
+
+def _state_quietly(replica):
+    try:
+        return ray.get(replica.state.remote(), timeout=10)
+    except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+        return type(exc).__name__
