@@ -104,7 +104,8 @@ class ControllerActor:
             self.image.apply(record)
         if self.image.cluster_id is None:
             self._commit([{"type": "cluster", "cluster_id": uuid.uuid4().hex}])
-        self.replicas: dict[tuple[str, int, int], Any] = {}
+        # (topic, partition, broker) -> (node the actor is pinned to, actor handle)
+        self.replicas: dict[tuple[str, int, int], tuple[str, Any]] = {}
         self.live: set[int] = set()
         # Ids of the block journaled last may have been handed out before a restart: skip it.
         self._next_producer_id = self.image.producer_id_block_end
@@ -221,9 +222,8 @@ class ControllerActor:
             try:
                 async with self._guard():
                     if not self.embedded:
-                        before = dict(self.image.brokers)
                         await self._register_brokers()
-                        await self._recreate_moved_brokers(before)
+                        await self._heal_replicas()
                     await self._react_to_liveness()
                     if self.config.auto_leader_rebalance_enable and since_rebalance >= rebalance_s:
                         since_rebalance = 0.0
@@ -235,14 +235,18 @@ class ControllerActor:
             except (RaylogError, ray.exceptions.RayError, asyncio.TimeoutError):
                 continue  # try again next round
 
-    async def _recreate_moved_brokers(self, before: dict) -> None:
-        moved = {b for b, info in self.image.brokers.items() if b in before and before[b].node_id != info.node_id}
+    async def _heal_replicas(self) -> None:
+        """Every live replica has an actor on its broker's current node: a broker that came
+        back on a new node gets its replicas re-created there (they recover, truncate,
+        catch up and rejoin the ISR). Checked every round, so a failed round heals later."""
         for topic in list(self.image.topics.values()):
-            for p in topic.partitions:
-                for b in p.replicas:
-                    if b in moved:
-                        self.replicas.pop((topic.name, p.partition, b), None)
-            if any(b in moved for p in topic.partitions for b in p.replicas):
+            stale = any(
+                b in self.live
+                and self.replicas.get((topic.name, p.partition, b), ("",))[0] != self.image.brokers[b].node_id
+                for p in topic.partitions
+                for b in p.replicas
+            )
+            if stale:
                 await self._ensure_replicas(topic)
 
     async def _react_to_liveness(self) -> None:
@@ -403,7 +407,11 @@ class ControllerActor:
                     continue
                 done = {"type": "reassignment", "topic": topic, "partition": partition, "target": []}
                 self._commit([partition_record(final), done])
-                removed = [self.replicas.pop((topic, partition, b), None) for b in before.replicas if b not in target]
+                removed = [
+                    self.replicas.pop((topic, partition, b), (None, None))[1]
+                    for b in before.replicas
+                    if b not in target
+                ]
             self._push([final])
             await self._remove_replica_actors([h for h in removed if h is not None])
             return
@@ -441,10 +449,11 @@ class ControllerActor:
 
     def _replica_actor(self, topic_name: str, partition: int, broker_id: int):
         key = (topic_name, partition, broker_id)
-        if key in self.replicas:
-            return self.replicas[key]
-        topic = self.image.topics[topic_name]
         broker = self.image.brokers[broker_id]
+        cached = self.replicas.get(key)
+        if cached is not None and cached[0] == broker.node_id:
+            return cached[1]
+        topic = self.image.topics[topic_name]
         state = topic.partitions[partition]
         leader = None
         if state.leader >= 0 and state.leader != broker_id and state.leader in self.live:
@@ -463,7 +472,7 @@ class ControllerActor:
             )
             .remote(self.cluster_name, topic.name, partition, broker_id, broker.data_dir, topic.config, state, leader)
         )
-        self.replicas[key] = handle
+        self.replicas[key] = (broker.node_id, handle)
         return handle
 
     def _push(self, partitions: list[PartitionInfo]) -> None:
@@ -477,7 +486,11 @@ class ControllerActor:
                     self._spawn(quietly(handle.update_state.remote(info, leader)))
 
     async def _remove_replicas(self, topic: TopicDescription) -> None:
-        handles = [self.replicas.pop((topic.name, p.partition, b), None) for p in topic.partitions for b in p.replicas]
+        handles = [
+            self.replicas.pop((topic.name, p.partition, b), (None, None))[1]
+            for p in topic.partitions
+            for b in p.replicas
+        ]
         await self._remove_replica_actors([h for h in handles if h is not None])
 
     async def _remove_replica_actors(self, handles: list) -> None:
@@ -525,6 +538,6 @@ class ControllerActor:
         """Kill every replica actor (data stays on disk); the caller then kills this actor."""
         for task in list(self._tasks):
             task.cancel()
-        for handle in self.replicas.values():
+        for _, handle in self.replicas.values():
             ray.kill(handle, no_restart=True)
         self.replicas.clear()
