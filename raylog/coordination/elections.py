@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from raylog.errors import FencedLeaderEpochError, InvalidRequestError
-from raylog.types import PartitionInfo
+from ..errors import FencedLeaderEpochError, InvalidRequestError
+from ..types import PartitionInfo
 
 NO_LEADER = -1
 

@@ -31,15 +31,15 @@ from typing import Any
 import crc32c
 import msgpack
 
-from raylog.config import TopicConfig
-from raylog.coordination.placement import assign_replicas, validate_topic_name
-from raylog.errors import (
+from ..config import TopicConfig
+from ..errors import (
     InvalidReplicaAssignmentError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from raylog.types import BrokerInfo, PartitionInfo, TopicDescription
+from ..types import BrokerInfo, PartitionInfo, TopicDescription
+from .placement import assign_replicas, validate_topic_name
 
 _FRAME = struct.Struct(">II")
 #: A journal record is a small map; anything larger is corruption.

@@ -34,9 +34,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from raylog.config import TopicConfig
-from raylog.coordination.producer_state import NO_PRODUCER_ID, ProducerStateManager, Verdict
-from raylog.errors import (
+from ..config import TopicConfig
+from ..errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
     InvalidRequiredAcksError,
@@ -46,9 +45,10 @@ from raylog.errors import (
     StorageError,
     UnknownLeaderEpochError,
 )
-from raylog.storage import record_batch
-from raylog.storage.leader_epoch import UNDEFINED, LeaderEpochCache
-from raylog.storage.log import AppendInfo, Log, wall_clock_ms
+from ..storage import record_batch
+from ..storage.leader_epoch import UNDEFINED, LeaderEpochCache
+from ..storage.log import AppendInfo, Log, wall_clock_ms
+from .producer_state import NO_PRODUCER_ID, ProducerStateManager, Verdict
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1

@@ -11,7 +11,7 @@ import random
 import re
 from collections.abc import Sequence
 
-from raylog.errors import InvalidPartitionsError, InvalidReplicationFactorError, InvalidTopicError
+from ..errors import InvalidPartitionsError, InvalidReplicationFactorError, InvalidTopicError
 
 MAX_TOPIC_NAME_LENGTH = 249
 #: A bound on partitions per topic: each replica is a Ray actor process (~60 MB).

@@ -24,8 +24,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from raylog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from raylog.storage.record_batch import BatchHeader
+from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from ..storage.record_batch import BatchHeader
 
 #: Batches remembered per producer for duplicate detection (Kafka keeps 5, matching the
 #: largest in-flight window a producer may use with idempotence).

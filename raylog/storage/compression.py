@@ -13,7 +13,7 @@ import struct
 import lz4.block
 import pyarrow as pa
 
-from raylog.errors import CorruptRecordError, InvalidConfigError
+from ..errors import CorruptRecordError, InvalidConfigError
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_IDS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}

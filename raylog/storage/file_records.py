@@ -16,8 +16,8 @@ import os
 import weakref
 from collections.abc import Iterator, Sequence
 
-from raylog.errors import CorruptRecordError, StorageError
-from raylog.storage.record_batch import HEADER_SIZE, BatchHeader, read_header
+from ..errors import CorruptRecordError, StorageError
+from .record_batch import HEADER_SIZE, BatchHeader, read_header
 
 #: Bytes read at a time when walking batch headers without their bodies.
 HEADER_WALK_CHUNK_BYTES = 8192

@@ -26,7 +26,7 @@ from array import array
 
 import numpy as np
 
-from raylog.errors import StorageError
+from ..errors import StorageError
 
 
 class _Index:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import os
 
-from raylog.errors import StorageError
+from ..errors import StorageError
 
 FILE_NAME = "leader-epoch-checkpoint"
 UNDEFINED = -1

@@ -30,11 +30,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from raylog.config import LogConfig
-from raylog.errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
-from raylog.storage import record_batch
-from raylog.storage.record_batch import BatchHeader
-from raylog.storage.segment import AppendedBatch, LogSegment
+from ..config import LogConfig
+from ..errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
+from . import record_batch
+from .record_batch import BatchHeader
+from .segment import AppendedBatch, LogSegment
 
 RECOVERY_POINT_FILE = "recovery-point"
 _SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")

@@ -46,8 +46,8 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 
-from raylog.errors import CorruptRecordError, RecordTooLargeError
-from raylog.storage import compression
+from ..errors import CorruptRecordError, RecordTooLargeError
+from . import compression
 
 MAGIC = 1
 

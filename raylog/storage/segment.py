@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from raylog.errors import CorruptRecordError
-from raylog.storage import record_batch
-from raylog.storage.file_records import FileRecords
-from raylog.storage.index import OffsetIndex, TimeIndex
-from raylog.storage.record_batch import HEADER_SIZE
+from ..errors import CorruptRecordError
+from . import record_batch
+from .file_records import FileRecords
+from .index import OffsetIndex, TimeIndex
+from .record_batch import HEADER_SIZE
 
 #: Bytes read at a time when recovery verifies a segment's batches.
 RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
