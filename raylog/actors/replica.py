@@ -371,13 +371,18 @@ class PartitionReplicaActor:
             self._changed = None
 
     async def _housekeep(self) -> None:
+        """Retention, the flush.ms policy, the HW checkpoint and ISR proposals, each round;
+        a disk error (e.g. a full disk) skips the round instead of ending the loop."""
         while True:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
-            log = self.partition.log
-            log.apply_retention()
-            log.maybe_flush()
-            self.partition.checkpoint_high_watermark()
             self._maybe_propose_isr()
+            log = self.partition.log
+            try:
+                log.apply_retention()
+                log.maybe_flush()
+                self.partition.checkpoint_high_watermark()
+            except RaylogError:
+                continue
 
 
 def _produce_error(error: RaylogError) -> ProduceResponse:
