@@ -66,10 +66,6 @@ class PartitionInfo:
     isr: tuple[int, ...]
     partition_epoch: int = 0  # bumped by every change of leader, ISR or replicas
 
-    @property
-    def online(self) -> bool:
-        return self.leader >= 0
-
 
 @dataclass(frozen=True)
 class TopicDescription:

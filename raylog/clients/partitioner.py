@@ -96,4 +96,5 @@ class DefaultPartitioner:
         return by_code[codes]
 
 
+#: A custom partitioner: ``(topic, key_bytes or None, num_partitions) -> partition``.
 Partitioner = Callable[[str, "bytes | None", int], int]

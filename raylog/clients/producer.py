@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
-from raylog.clients.partitioner import DefaultPartitioner
+from raylog.clients.partitioner import DefaultPartitioner, Partitioner
 from raylog.clients.transport import call, translate
 from raylog.coordination.producer_state import RETAINED_BATCHES
 from raylog.errors import (
@@ -264,7 +264,7 @@ class Producer:
         max_request_size: int = 8 << 20,
         key_serializer: Callable[[Any], bytes] | None = None,
         value_serializer: Callable[[Any], bytes] | None = None,
-        partitioner: Callable[[str, bytes | None, int], int] | None = None,
+        partitioner: Partitioner | None = None,
         enable_idempotence: bool = True,
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster")}

@@ -407,11 +407,7 @@ def test_corrupt_middle_segment_without_recovery_point_drops_everything_after_it
     victim = written.in_segment(middle)[2]
     directory = _copy(written, tmp_path)
     os.remove(directory / RECOVERY_POINT_FILE)
-    with open(directory / file_name(middle, ".log"), "r+b") as f:
-        f.seek(victim.position + victim.size - 1)  # the last body byte, inside the CRC
-        byte = f.read(1)[0]
-        f.seek(victim.position + victim.size - 1)
-        f.write(bytes([byte ^ 0x40]))
+    _flip_byte(directory / file_name(middle, ".log"), victim.position + victim.size - 1)  # inside the CRC
     later = [base for base in written.segments if base > middle]
     with _opened(directory) as log:
         assert log.recovery.deleted_segments == len(later)
@@ -428,11 +424,7 @@ def test_corruption_below_recovery_point_is_left_to_readers(pristine, tmp_path):
     middle = written.segments[len(written.segments) // 2]
     victim = written.in_segment(middle)[1]
     directory = _copy(written, tmp_path)
-    with open(directory / file_name(middle, ".log"), "r+b") as f:
-        f.seek(victim.position + rb.HEADER_SIZE + 3)
-        byte = f.read(1)[0]
-        f.seek(victim.position + rb.HEADER_SIZE + 3)
-        f.write(bytes([byte ^ 0x01]))
+    _flip_byte(directory / file_name(middle, ".log"), victim.position + rb.HEADER_SIZE + 3, mask=0x01)
     with _opened(directory) as log:
         assert log.recovery.truncated_bytes == 0  # not checked at open: do not demand more
         assert log.log_end_offset == written.end_offset
@@ -559,3 +551,12 @@ def test_damaged_index_is_rebuilt_and_reads_stay_correct(pristine, tmp_path, ope
             assert (directory / file_name(base, ".timeindex")).read_bytes() == pristine_time
     _assert_exact_prefix(log, written, written.end_offset)
     _assert_appends_continue(log)
+
+
+def _flip_byte(path, position: int, mask: int = 0x40) -> None:
+    """Flip the bits of ``mask`` in the byte at ``position`` of ``path``."""
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)[0]
+        f.seek(position)
+        f.write(bytes([byte ^ mask]))
