@@ -30,7 +30,6 @@ import asyncio
 import json
 import os
 import uuid
-from dataclasses import replace
 from typing import Any
 
 import ray
@@ -246,8 +245,22 @@ class ControllerActor:
                 for p in topic.partitions
                 for b in p.replicas
             )
-            if stale:
-                await self._ensure_replicas(topic)
+            if not stale:
+                continue
+            # A replica whose actor was on another node restarts from its disk: as after any
+            # restart, its broker hands over leadership and leaves the ISR until it catches up.
+            changed = []
+            for p in topic.partitions:
+                info = p
+                for b in p.replicas:
+                    pinned = self.replicas.get((topic.name, p.partition, b), ("",))[0]
+                    if b in self.live and pinned and pinned != self.image.brokers[b].node_id:
+                        info = elections.after_restart(info, b, self.live)
+                if info is not p:
+                    changed.append(info)
+            self._commit([partition_record(info) for info in changed])
+            await self._ensure_replicas(self.image.topics[topic.name])
+            self._push(list(self.image.topics[topic.name].partitions))
 
     async def _react_to_liveness(self) -> None:
         """New leaders for partitions whose leader is not live, and ISRs without dead
@@ -314,17 +327,9 @@ class ControllerActor:
                 return
             if leader_epoch is not None and (info.leader_epoch, info.leader) != (leader_epoch, broker_id):
                 return
-            others = self.live - {broker_id}
-            if info.leader == broker_id:
-                new = elections.elect_leader(info, others, unclean=False)
-                if new.leader == elections.NO_LEADER:  # it is the only in-sync replica left
-                    if leader_epoch is not None:
-                        return  # it died: Ray restarts it, or node-death handling elects
-                    new = replace(info, leader_epoch=info.leader_epoch + 1, partition_epoch=info.partition_epoch + 1)
-            else:
-                new = elections.remove_from_isr(info, {broker_id})
-                if new is info:
-                    new = replace(info, partition_epoch=info.partition_epoch + 1)
+            new = elections.after_restart(info, broker_id, self.live)
+            if leader_epoch is not None and new.leader == broker_id:
+                return  # it died and no other replica is in sync: Ray restarts it, or node death elects
             self._commit([partition_record(new)])
         self._push([new])
 

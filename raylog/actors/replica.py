@@ -91,6 +91,7 @@ class PartitionReplicaActor:
         self._changed: asyncio.Event | None = None
         self._background: set[asyncio.Task] = set()
         self._follower: asyncio.Task | None = None
+        self._leader_handle = None  # the actor the follower loop fetches from
         self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
         self._initial = (state, leader_handle)
         self._started = False
@@ -129,10 +130,16 @@ class PartitionReplicaActor:
             self._stop_following()
             p.become_leader(state.leader_epoch, state.replicas, state.isr, state.partition_epoch)
         else:
-            same_leader = (state.leader, state.leader_epoch) == (p.leader, p.leader_epoch)
+            # Follow anew when the leader, its epoch or its actor (re-created on a new node) changed.
+            same_leader = (state.leader, state.leader_epoch, leader_handle) == (
+                p.leader,
+                p.leader_epoch,
+                self._leader_handle,
+            )
             p.become_follower(state.leader, state.leader_epoch, state.replicas, state.isr, state.partition_epoch)
             if not same_leader or self._follower is None or self._follower.done():
                 self._stop_following()
+                self._leader_handle = leader_handle
                 if state.leader >= 0 and leader_handle is not None and p.broker_id in state.replicas:
                     self._follower = self._spawn(self._follow(leader_handle, state.leader_epoch))
         self._notify()

@@ -97,3 +97,17 @@ def finish_reassignment(info: PartitionInfo, target: tuple[int, ...]) -> Partiti
         leader_epoch=epoch,
         partition_epoch=info.partition_epoch + 1,
     )
+
+
+def after_restart(info: PartitionInfo, broker: int, live: set[int]) -> PartitionInfo:
+    """The partition after ``broker``'s replica restarted (it lost its in-memory state): a
+    leader hands over to another live ISR member, or leads again under a new epoch when it
+    is the only one left; a follower leaves the ISR until it catches up. Either way the
+    epochs move, so every replica re-reads who leads and reconnects."""
+    if info.leader == broker:
+        new = elect_leader(info, live - {broker}, unclean=False)
+        if new.leader != NO_LEADER:
+            return new
+        return replace(info, leader_epoch=info.leader_epoch + 1, partition_epoch=info.partition_epoch + 1)
+    new = remove_from_isr(info, {broker})
+    return new if new is not info else replace(info, partition_epoch=info.partition_epoch + 1)

@@ -66,3 +66,16 @@ def test_reassignment_finishes_only_when_every_target_is_in_sync():
     done = finish_reassignment(info(replicas=(3, 0, 1, 2), isr=(3, 0, 1, 2)), (3, 1))
     assert (done.replicas, done.isr, done.leader) == ((3, 1), (3, 1), 3)
     assert done.leader_epoch == 4
+
+
+def test_a_restarted_replica_hands_over_and_leaves_the_isr():
+    """After a restart a leader hands over to a live ISR member (or leads again under a new
+    epoch when alone); a follower leaves the ISR. The epochs always move."""
+    from raylog.coordination.elections import after_restart
+
+    handed = after_restart(info(leader=0), 0, live={0, 1, 2})
+    assert (handed.leader, handed.leader_epoch) == (1, 4) and 0 not in handed.isr
+    alone = after_restart(info(leader=0, isr=(0,)), 0, live={0, 1, 2})
+    assert (alone.leader, alone.leader_epoch, alone.isr) == (0, 4, (0,))
+    follower = after_restart(info(leader=0), 2, live={0, 1, 2})
+    assert follower.isr == (0, 1) and follower.partition_epoch == 8
