@@ -188,9 +188,25 @@ def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks) -> list[
             except NotEnoughReplicasError:
                 pass
     brokers.kill(info.leader)
+    # Followers come back only once the controller has seen the leader die: a killed node's
+    # worker may answer calls for a moment, and a follower fetching from it would copy the writes.
+    wait_until(
+        lambda: getattr(_describe_quietly(cluster, topic), "leader", info.leader) != info.leader,
+        timeout_s=60,
+        message="the controller to notice the leader's death",
+    )
     for broker in followers:
         brokers.start(broker)
-    wait_until(lambda: _describe_quietly(cluster, topic) is not None, timeout_s=60)
+    if acknowledged:
+        # The old leader may only come back once a follower leads: were it back first, it would
+        # still be the whole ISR and a clean election would hand it its acknowledged writes back.
+        wait_until(
+            lambda: getattr(_describe_quietly(cluster, topic), "leader", None) in followers,
+            timeout_s=60,
+            message="an unclean election of a follower",
+        )
+    else:
+        wait_until(lambda: _describe_quietly(cluster, topic) is not None, timeout_s=60)
     brokers.start(info.leader)
     try:
         wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90)
