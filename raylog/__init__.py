@@ -22,6 +22,7 @@ _LAZY = {
     "RaylogCluster": "raylog.clients.cluster",
     "connect": "raylog.clients.cluster",
     "NewTopic": "raylog.types",
+    "OffsetAndMetadata": "raylog.types",
     "OffsetAndTimestamp": "raylog.types",
     "Record": "raylog.types",
     "RecordMetadata": "raylog.types",

@@ -37,6 +37,13 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp_ms: int
 
 
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset: the next record the group will read, and free-form metadata."""
+
+    offset: int
+    metadata: str = ""
+
+
 @dataclass(frozen=True)
 class NewTopic:
     """A topic to create.
