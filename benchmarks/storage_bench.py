@@ -18,6 +18,10 @@ the table shows the best run, the one least disturbed by other work on the machi
    default) and off. Target: >= 20,000,000 records/s.
 5. On-disk size: a log of 100 B records in 1,000-record uncompressed batches; the
    apparent size of every file in its directory over the value bytes. Target: <= 1.15x.
+6. Compaction: ``Log.clean`` of a compacted log of 100 B records in 1,000-record batches,
+   random keys each written 5 times on average (every record dirty, 8 MiB segments, so
+   every segment is rewritten), records cleaned per second, against ``Log.read`` of the
+   same segments before the clean (as in 2; bodies not decoded). No target yet.
 
 Values are JSON-like text with a random hex tail, so lz4 finds some, not all, redundancy.
 MB is 10^6 bytes; MB/s counts batch bytes as stored. Everything runs in a temporary
@@ -37,6 +41,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
+
+import numpy as np
 
 if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,10 +72,11 @@ class Scale:
     log_bytes: int  # batch bytes appended per timed append run
     codec_records: int  # records encoded or decoded per timed run
     disk_batches: int  # 1,000-record batches in the on-disk size log
+    clean_batches: int  # 1,000-record batches in the compacted log
 
 
-FULL = Scale("full", repeats=7, log_bytes=256 * MIB, codec_records=500_000, disk_batches=100)
-QUICK = Scale("quick", repeats=3, log_bytes=32 * MIB, codec_records=50_000, disk_batches=10)
+FULL = Scale("full", repeats=7, log_bytes=256 * MIB, codec_records=500_000, disk_batches=100, clean_batches=500)
+QUICK = Scale("quick", repeats=3, log_bytes=32 * MIB, codec_records=50_000, disk_batches=10, clean_batches=50)
 
 
 @dataclass
@@ -271,6 +278,37 @@ def disk_row(workdir: str, scale: Scale) -> Row:
 
 
 # ---------------------------------------------------------------------------------------
+# 6. Compaction
+
+
+def clean_rows(workdir: str, scale: Scale) -> list[Row]:
+    """Records/s of ``Log.clean`` against ``Log.read`` of the same log, best of the repeats
+    (each on a fresh copy of the log: a clean changes it)."""
+    config = LogConfig.from_properties({"cleanup.policy": "compact", "segment.bytes": 8 * MIB})
+    values, rng = make_values(1_000, 100), np.random.default_rng(0)
+    key_ids = rng.integers(scale.clean_batches * 200, size=(scale.clean_batches, 1_000))
+    batches = [record_batch.build(values, keys=[b"user-%07d" % k for k in ids]) for ids in key_ids]
+    clean_times, read_times = [], []
+    for run in range(scale.repeats):
+        log = Log.open(os.path.join(workdir, f"clean-{run}"), config)
+        for batch in batches:
+            log.append_as_leader(batch, leader_epoch=0)
+        log.roll()
+        log.append_as_leader(batches[0], leader_epoch=0)
+        read_times.append(timed_calls(partial(read_log, log), 1))
+        start = time.perf_counter()
+        stats = log.clean(force=True)
+        clean_times.append(time.perf_counter() - start)
+        discard(log)
+    records, clean_s, read_s = stats.records_read, min(clean_times), min(read_times)
+    return [
+        Row("compaction: Log.clean, 100 B records, ~5 per key", records / clean_s, stats.bytes_read / clean_s / MB,
+            read_s / clean_s, note=f"{stats.records_read:,} records read, {stats.records_kept:,} kept"),
+        Row("  baseline: Log.read of the same segments", records / read_s, stats.bytes_read / read_s / MB),
+    ]
+
+
+# ---------------------------------------------------------------------------------------
 # Output
 
 
@@ -295,7 +333,7 @@ def run(scale: Scale, parent: str | None) -> list[Row]:
     """Every measurement, in a temporary directory under ``parent``."""
     with contextlib.ExitStack() as stack:
         workdir = common.temp_workdir(stack, "raylog-bench-", parent)
-        return log_rows(workdir, scale) + codec_rows(scale) + [disk_row(workdir, scale)]
+        return log_rows(workdir, scale) + codec_rows(scale) + [disk_row(workdir, scale)] + clean_rows(workdir, scale)
 
 
 def main(argv: list[str] | None = None) -> int:

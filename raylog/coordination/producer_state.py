@@ -77,7 +77,7 @@ class ProducerStateManager:
                     f"{header.producer_epoch} at sequence {header.base_sequence}, not 0"
                 )
             return Verdict.APPEND, -1
-        last_sequence = header.base_sequence + header.record_count - 1
+        last_sequence = header.base_sequence + header.last_offset_delta
         for first, last, offset in entry.batches:
             if (first, last) == (header.base_sequence, last_sequence):
                 return Verdict.DUPLICATE, offset
@@ -100,7 +100,10 @@ class ProducerStateManager:
         entry = self._producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self._producers[header.producer_id] = _Entry(header.producer_epoch)
-        entry.batches.append((header.base_sequence, header.base_sequence + header.record_count - 1, header.base_offset))
+        # Sequences follow offsets within a batch: a compacted batch keeps its last offset
+        # delta (and so its sequence range) though it holds fewer records (as in Kafka).
+        last_sequence = header.base_sequence + header.last_offset_delta
+        entry.batches.append((header.base_sequence, last_sequence, header.base_offset))
 
     def rebuild(self, headers: Iterable[BatchHeader]) -> None:
         """Replace the state with what ``headers`` (in log order) imply."""

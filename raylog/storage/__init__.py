@@ -5,5 +5,6 @@
 - :mod:`file_records` — an append-only file of batches;
 - :mod:`index` — sparse offset and time indexes;
 - :mod:`segment` — a log file with its indexes;
-- :mod:`log` — a partition's log: append, read, roll, truncate, recover, retention.
+- :mod:`log` — a partition's log: append, read, roll, truncate, recover, retention;
+- :mod:`cleaner` — compaction (``cleanup.policy=compact``): the latest record per key.
 """

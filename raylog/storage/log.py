@@ -4,6 +4,7 @@ Directory layout::
 
     00000000000000000000.log / .index / .timeindex     one segment per base offset
     recovery-point                                     offset below which all is flushed
+    cleaner-offset-checkpoint                          compacted logs: see cleaner.py
 
 Invariants: segments are sorted by base offset and never overlap; the last one (the
 active segment) takes every append; ``log_start_offset`` is the base offset of the first
@@ -11,14 +12,20 @@ segment and ``log_end_offset`` (LEO) the offset the next record will get; everyt
 the recovery point was fsync'd. When the log is opened, segments from the one holding the
 recovery point onwards are verified batch by batch (CRC) and cut at the first bad byte;
 later segments are then dropped, so what survives is always a prefix of what was written.
+A swap the cleaner left half done is completed first (:func:`cleaner.recover_swaps`).
+
+``cleanup.policy`` says what removes old data: ``delete`` (retention by time and size,
+whole segments), ``compact`` (:meth:`clean`: the latest record per key is kept, offsets
+unchanged, so a compacted log has gaps; reads at a missing offset return the next batch),
+or both. A compacted log refuses records without a key from producers.
 
 Concurrency: one writer thread calls the mutating methods (``append_*``, ``truncate_*``,
-``flush``, ``maybe_flush``, ``apply_retention``, ``close``). ``read``,
+``flush``, ``maybe_flush``, ``apply_retention``, ``clean``, ``close``). ``read``,
 ``offsets_for_time`` and the offset properties may run in other threads at the same time:
 they work on an immutable snapshot of the segment list and never see bytes past the LEO
-they read first. A segment deleted by retention stays readable by a reader that already
-holds it. ``truncate_to`` must not race with readers of the offsets it removes (callers
-truncate only while they are not serving those offsets).
+they read first. A segment deleted by retention or replaced by the cleaner stays readable
+by a reader that already holds it. ``truncate_to`` must not race with readers of the
+offsets it removes (callers truncate only while they are not serving those offsets).
 """
 
 from __future__ import annotations
@@ -31,8 +38,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import LogConfig
-from ..errors import CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError, StorageError
-from . import record_batch
+from ..errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from . import cleaner, record_batch
+from .cleaner import CleanerStats
 from .record_batch import BatchHeader
 from .segment import AppendedBatch, LogSegment
 
@@ -81,6 +95,8 @@ class Log:
         self._clock = clock
         self._segments: tuple[LogSegment, ...] = ()
         self._bases: tuple[int, ...] = ()
+        #: ``(segments, bases)`` published together for readers in other threads.
+        self._snapshot: tuple[tuple[LogSegment, ...], tuple[int, ...]] = ((), ())
         self._next_offset = 0
         self._recovery_point = 0
         self._unflushed_records = 0
@@ -138,9 +154,11 @@ class Log:
         self.recovery = RecoveryReport(recovered, truncated, deleted, recovered > 0)
         if recovered or self._recovery_point > self._next_offset:
             self.flush()
+        cleaner.truncate_checkpoint(self.dir, self._next_offset)  # recovery may have cut the log
 
     def _discover_segments(self) -> list[int]:
         """Base offsets of the segments on disk; stray index or temporary files removed."""
+        cleaner.recover_swaps(self.dir)
         try:
             names = os.listdir(self.dir)
         except OSError as exc:
@@ -157,20 +175,22 @@ class Log:
                 os.unlink(os.path.join(self.dir, name))
         return sorted(bases)
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
+    def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
         return LogSegment(
             self.dir,
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             index_max_bytes=self.config.segment_index_bytes,
             created_ms=self._clock(),
+            suffix=suffix,
         )
 
     def _publish(self, segments: tuple[LogSegment, ...]) -> None:
-        # Readers take self._segments once; publish bases first so a reader's bisect on a
-        # newer bases tuple never indexes past an older segments tuple.
+        # Readers take self._snapshot once: segments and their bases always match, also
+        # when the cleaner replaces segments by fewer.
         self._bases = tuple(s.base_offset for s in segments)
         self._segments = segments
+        self._snapshot = (segments, self._bases)
 
     # --- offsets ----------------------------------------------------------------------
 
@@ -206,16 +226,25 @@ class Log:
         Raises:
             CorruptRecordError: a batch fails validation; nothing is appended.
             RecordTooLargeError: a batch is above ``max.message.bytes``; nothing is appended.
+            InvalidRecordError: a record without a key for a compacted log, or offset gaps in a
+                batch; nothing is appended.
             StorageError: the disk failed; nothing is appended.
         """
         view = memoryview(data).cast("B")
-        checked = record_batch.validate(view, max_batch_bytes=self.config.max_message_bytes)
+        checked = record_batch.validate(
+            view, max_batch_bytes=self.config.max_message_bytes, require_keys=self.config.compact
+        )
         now_ms = self._clock()
         append_time = now_ms if self.config.log_append_time else -1
         buffers: list = []
         batches = []
         offset = self._next_offset
         for position, header in checked:
+            if header.last_offset_delta != header.record_count - 1:  # only the cleaner leaves gaps
+                raise InvalidRecordError(
+                    f"a producer's batch must number its {header.record_count} records consecutively, "
+                    f"not up to offset delta {header.last_offset_delta}"
+                )
             if append_time >= 0:
                 rewritten = record_batch.with_log_append_time(view, position, header, append_time)
                 view_of_batch, position = memoryview(rewritten), 0
@@ -265,7 +294,10 @@ class Log:
 
     def _maybe_roll(self, size: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
         active = self._segments[-1]
-        aged = active.size > 0 and active.time_waited_ms(self._clock(), max_timestamp) > self.config.segment_ms
+        segment_ms = self.config.segment_ms
+        if self.config.compact:  # the active segment is never cleaned: roll it in time
+            segment_ms = min(segment_ms, self.config.max_compaction_lag_ms)
+        aged = active.size > 0 and active.time_waited_ms(self._clock(), max_timestamp) > segment_ms
         if not (aged or active.is_full_for(size, last_offset, self.config.segment_bytes)):
             return active
         return self.roll(first_offset)
@@ -296,7 +328,7 @@ class Log:
             OffsetOutOfRangeError: ``offset`` is below the log start or above the log end.
         """
         end_offset = self._next_offset  # read before the segments: never past this
-        segments, bases = self._segments, self._bases
+        segments, bases = self._snapshot
         if offset < segments[0].base_offset or offset > end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{segments[0].base_offset}, {end_offset}] of {self.dir}"
@@ -367,6 +399,7 @@ class Log:
         self._next_offset = segments[-1].next_offset
         self._recovery_point = min(self._recovery_point, self._next_offset)
         self._write_recovery_point()
+        cleaner.truncate_checkpoint(self.dir, self._next_offset)
         return self._next_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -382,16 +415,20 @@ class Log:
         self._next_offset = offset
         self._recovery_point = offset
         self._write_recovery_point()
+        cleaner.truncate_checkpoint(self.dir, offset)  # (below the new log start: cleans from it)
 
     # --- retention --------------------------------------------------------------------
 
     def apply_retention(self) -> list[int]:
         """Delete whole segments past ``retention.ms`` or beyond ``retention.bytes``,
-        oldest first, never the active segment.
+        oldest first, never the active segment; only when ``cleanup.policy`` includes
+        ``delete``.
 
         Returns:
             The base offsets of the deleted segments.
         """
+        if not self.config.delete:
+            return []
         segments = list(self._segments)
         now_ms = self._clock()
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
@@ -409,6 +446,51 @@ class Log:
             self._publish(tuple(segments))
             oldest.delete()
         return deleted
+
+    # --- compaction -------------------------------------------------------------------
+
+    def clean(
+        self, now_ms: int | None = None, max_offset: int | None = None, *, force: bool = False
+    ) -> CleanerStats | None:
+        """Compact the log (see :mod:`raylog.storage.cleaner`) if its dirty ratio reached
+        ``min.cleanable.dirty.ratio`` or a dirty record is older than ``max.compaction.lag.ms``
+        (or ``force``). Whatever ``cleanup.policy`` says: the caller decides.
+
+        Args:
+            now_ms: the time (default: the log's clock).
+            max_offset: nothing at or above it is compacted: the high watermark.
+
+        Returns:
+            What the round did, or None when it had nothing to do.
+
+        Raises:
+            CorruptRecordError: a corrupt batch below the dirty end; StorageError.
+
+        Example:
+            >>> stats = log.clean(max_offset=partition.high_watermark)
+        """
+        return cleaner.clean(self, self._clock() if now_ms is None else now_ms, max_offset, force)
+
+    def dirty_ratio(self, now_ms: int | None = None, max_offset: int | None = None) -> float:
+        """Bytes written since the last clean over all cleanable bytes (0 when none)."""
+        return cleaner.sections(self, self._clock() if now_ms is None else now_ms, max_offset).dirty_ratio
+
+    def _replace_segments(self, new: LogSegment | None, old: tuple[LogSegment, ...] | list[LogSegment]) -> None:
+        """Swap ``new`` (flushed, its files named ``.cleaned``) in for ``old`` (consecutive,
+        not the active segment), or just drop ``old``: see the cleaner's crash safety."""
+        segments = list(self._segments)
+        i = segments.index(old[0])
+        assert segments[i : i + len(old)] == list(old) and i + len(old) < len(segments), "not consecutive old segments"
+        if new is not None:
+            new.change_suffix(cleaner.CLEANED_SUFFIX, cleaner.SWAP_SUFFIX)
+            cleaner.fsync_directory(self.dir)
+        segments[i : i + len(old)] = [new] if new is not None else []
+        self._publish(tuple(segments))
+        for segment in old:
+            segment.delete()
+        if new is not None:
+            new.change_suffix(cleaner.SWAP_SUFFIX, "")
+        cleaner.fsync_directory(self.dir)
 
     # --- durability -------------------------------------------------------------------
 

@@ -26,10 +26,16 @@ when all are null, headers when none were sent, timestamp deltas when all timest
 equal, offset deltas until compaction leaves gaps. The body may be compressed as a whole
 (see :mod:`raylog.storage.compression`).
 
+Compaction (:func:`retain`) rewrites a batch keeping some of its records, as Kafka's
+cleaner does: the batch keeps its base offset, ``last_offset_delta``, leader epoch and
+producer fields, so its offset range and its producer's sequence range survive, and the
+surviving records keep their offsets through the ``offset_delta`` column.
+
 Invariants checked by :func:`validate`: the magic is known, lengths are consistent, the
 CRC matches, the body decodes to exactly ``record_count`` rows of the promised schema,
-offset deltas rise strictly and end at ``last_offset_delta``, and timestamps agree with
-``max_timestamp``. Decoding never runs a Python loop per record.
+offset deltas rise strictly and end at or below ``last_offset_delta`` (below only after
+compaction), and timestamps agree with ``max_timestamp``. Decoding never runs a Python
+loop per record.
 
 Functions here are pure and thread-safe.
 """
@@ -46,7 +52,7 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 
-from ..errors import CorruptRecordError, RecordTooLargeError
+from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from . import compression
 
 MAGIC = 1
@@ -221,6 +227,8 @@ def build_arrow(
     base_sequence: int = -1,
     transactional: bool = False,
     control: bool = False,
+    offset_deltas: np.ndarray | None = None,
+    last_offset_delta: int | None = None,
 ) -> bytes:
     """Build one batch from Arrow arrays (binary or string values and keys).
 
@@ -233,10 +241,18 @@ def build_arrow(
         now_ms: the timestamp for records without one (default: the wall clock).
         producer_id, producer_epoch, base_sequence: idempotence fields.
         transactional, control: the transaction flags.
+        offset_deltas: each record's offset minus the base offset, rising strictly from 0
+            or more (a compacted batch); None for consecutive offsets from 0.
+        last_offset_delta: the batch's last offset minus its base offset, at least the last
+            of ``offset_deltas`` (compaction keeps a batch's original range); default: that.
+
+    Raises:
+        ValueError: no values, lengths that differ, or offset deltas out of order.
     """
     count = len(values)
     if count == 0:
         raise ValueError("a batch holds at least one record")
+    last_delta = count - 1
     columns: dict[str, pa.Array] = {}
     attributes = codec & CODEC_MASK
     if transactional:
@@ -272,6 +288,23 @@ def build_arrow(
         columns["headers"] = headers
         attributes |= HAS_HEADERS
 
+    if offset_deltas is not None:
+        _require_length(offset_deltas, count, "offset_deltas")
+        deltas = np.asarray(offset_deltas, dtype=np.int64)
+        if deltas[0] < 0 or deltas[-1] > _INT32_MAX or (count > 1 and np.any(np.diff(deltas) <= 0)):
+            raise ValueError("offset_deltas must rise strictly from 0 or more and fit in an int32")
+        # Offset deltas go after the timestamps in the body (see body_schema's order).
+        columns = {name: columns[name] for name in ("key", "value", "timestamp_delta") if name in columns} | {
+            "offset_delta": pa.array(deltas.astype(np.int32), type=pa.int32()),
+            **({"headers": columns["headers"]} if "headers" in columns else {}),
+        }
+        attributes |= HAS_OFFSET_DELTA
+        last_delta = int(deltas[-1])
+    if last_offset_delta is not None:
+        if not last_delta <= last_offset_delta <= _INT32_MAX:
+            raise ValueError(f"last_offset_delta {last_offset_delta} is below the last record's delta {last_delta}")
+        last_delta = last_offset_delta
+
     body_batch = pa.RecordBatch.from_arrays(list(columns.values()), schema=body_schema(attributes))
     body = body_batch.serialize()
     if codec != compression.NONE:
@@ -279,7 +312,7 @@ def build_arrow(
     return _assemble(
         body,
         attributes=attributes,
-        last_offset_delta=count - 1,
+        last_offset_delta=last_delta,
         base_timestamp=base_ts,
         max_timestamp=max_ts,
         producer_id=producer_id,
@@ -418,11 +451,7 @@ def _check_deltas(batch: pa.RecordBatch, header: BatchHeader) -> None:
     attributes = header.attributes
     if attributes & HAS_OFFSET_DELTA:
         deltas = _numpy(batch.column("offset_delta"), header)
-        if (
-            deltas[0] < 0
-            or deltas[-1] != header.last_offset_delta
-            or (deltas.size > 1 and np.any(np.diff(deltas) <= 0))
-        ):
+        if deltas[0] < 0 or deltas[-1] > header.last_offset_delta or (deltas.size > 1 and np.any(np.diff(deltas) <= 0)):
             raise CorruptRecordError(f"batch at offset {header.base_offset} has out-of-order offset deltas")
     elif header.last_offset_delta != header.record_count - 1:
         raise CorruptRecordError(f"batch at offset {header.base_offset} skips offsets without offset deltas")
@@ -444,8 +473,13 @@ def _numpy(column: pa.Array, header: BatchHeader) -> np.ndarray:
     return column.to_numpy(zero_copy_only=True)
 
 
-def validate(data: Any, *, max_batch_bytes: int | None = None) -> list[tuple[int, BatchHeader]]:
+def validate(
+    data: Any, *, max_batch_bytes: int | None = None, require_keys: bool = False
+) -> list[tuple[int, BatchHeader]]:
     """Check every batch of a buffer completely: header, CRC and body.
+
+    Args:
+        require_keys: every record of a data batch must have a key (a compacted topic).
 
     Returns:
         ``(position, header)`` for each batch.
@@ -453,6 +487,7 @@ def validate(data: Any, *, max_batch_bytes: int | None = None) -> list[tuple[int
     Raises:
         CorruptRecordError: any batch is invalid (nothing is partially accepted).
         RecordTooLargeError: a batch is larger than ``max_batch_bytes``.
+        InvalidRecordError: ``require_keys`` and a record has no key.
     """
     view = memoryview(data).cast("B")
     batches = list(iter_headers(view))
@@ -462,8 +497,16 @@ def validate(data: Any, *, max_batch_bytes: int | None = None) -> list[tuple[int
         if max_batch_bytes is not None and header.size > max_batch_bytes:
             raise RecordTooLargeError(f"batch of {header.size} bytes is above max.message.bytes={max_batch_bytes}")
         check_crc(view, pos, header)
-        decode_body(view, pos, header)
+        body = decode_body(view, pos, header)
+        if require_keys and not header.attributes & CONTROL and not _all_keyed(body, header):
+            raise InvalidRecordError(
+                f"Compacted topic cannot accept message without key (batch at offset {header.base_offset})"
+            )
     return batches
+
+
+def _all_keyed(body: pa.RecordBatch, header: BatchHeader) -> bool:
+    return bool(header.attributes & HAS_KEY) and body.column("key").null_count == 0
 
 
 def decode_table(data: Any, *, check_crcs: bool = True, min_offset: int = 0) -> pa.Table:
@@ -492,19 +535,28 @@ def decode_table(data: Any, *, check_crcs: bool = True, min_offset: int = 0) -> 
     return pa.Table.from_batches(out, schema=OUTPUT_SCHEMA)
 
 
+def offset_deltas(header: BatchHeader, body: pa.RecordBatch) -> np.ndarray:
+    """Each record's offset minus the batch's base offset (int64)."""
+    if header.attributes & HAS_OFFSET_DELTA:
+        return body.column("offset_delta").to_numpy().astype(np.int64)
+    return np.arange(header.record_count, dtype=np.int64)
+
+
+def _create_timestamps(header: BatchHeader, body: pa.RecordBatch) -> np.ndarray:
+    """Each record's timestamp as its producer wrote it (int64 ms)."""
+    if header.attributes & HAS_TIMESTAMP_DELTA:
+        return body.column("timestamp_delta").to_numpy().astype(np.int64) + header.base_timestamp
+    return np.full(header.record_count, header.base_timestamp, dtype=np.int64)
+
+
 def _output_batch(header: BatchHeader, body: pa.RecordBatch) -> pa.RecordBatch:
     count = header.record_count
     attributes = header.attributes
-    if attributes & HAS_OFFSET_DELTA:
-        offsets = body.column("offset_delta").to_numpy().astype(np.int64) + header.base_offset
-    else:
-        offsets = np.arange(header.base_offset, header.base_offset + count, dtype=np.int64)
+    offsets = offset_deltas(header, body) + header.base_offset
     if attributes & LOG_APPEND_TIME:
         timestamps = np.full(count, header.max_timestamp, dtype=np.int64)
-    elif attributes & HAS_TIMESTAMP_DELTA:
-        timestamps = body.column("timestamp_delta").to_numpy().astype(np.int64) + header.base_timestamp
     else:
-        timestamps = np.full(count, header.base_timestamp, dtype=np.int64)
+        timestamps = _create_timestamps(header, body)
     keys = body.column("key") if attributes & HAS_KEY else pa.nulls(count, pa.binary())
     headers = body.column("headers") if attributes & HAS_HEADERS else pa.nulls(count, HEADERS_TYPE)
     return pa.RecordBatch.from_arrays(
@@ -532,3 +584,44 @@ def with_log_append_time(view: memoryview, pos: int, header: BatchHeader, now_ms
     struct.pack_into(">q", batch, MAX_TIMESTAMP_OFFSET, now_ms)
     struct.pack_into(">I", batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
     return batch
+
+
+# ---------------------------------------------------------------------------------------
+# Compaction
+
+
+def retain(header: BatchHeader, body: pa.RecordBatch, keep: np.ndarray) -> bytes:
+    """The batch rebuilt with only the records where ``keep`` is true (Kafka's cleaner).
+
+    The new batch keeps the original base offset, ``last_offset_delta`` (so its offset range
+    and its producer's sequence range survive), leader epoch, codec, timestamp type,
+    producer id, epoch and base sequence, and transaction flags; each kept record keeps
+    its offset (``offset_delta``), key, value, headers and timestamp.
+
+    Args:
+        header: the batch's header, as stored.
+        body: its body as :func:`decode_body` returned it.
+        keep: one bool per record; at least one true.
+    """
+    mask = pa.array(keep, type=pa.bool_())
+    kept = body.filter(mask)
+    attributes = header.attributes
+    batch = build_arrow(
+        kept.column("value"),
+        kept.column("key") if attributes & HAS_KEY else None,
+        _create_timestamps(header, body)[keep],
+        kept.column("headers") if attributes & HAS_HEADERS else None,
+        codec=header.codec,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        transactional=bool(attributes & TRANSACTIONAL),
+        control=bool(attributes & CONTROL),
+        offset_deltas=offset_deltas(header, body)[keep],
+        last_offset_delta=header.last_offset_delta,
+    )
+    if attributes & LOG_APPEND_TIME:
+        view = memoryview(batch)
+        batch = bytes(with_log_append_time(view, 0, read_header(view), header.max_timestamp))
+    new_header = read_header(batch)
+    return stamp(new_header, header.base_offset, header.leader_epoch) + batch[STAMP.size :]

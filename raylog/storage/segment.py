@@ -1,7 +1,10 @@
 """A log segment: one ``.log`` file of batches with its ``.index`` and ``.timeindex``.
 
 Files are named by the segment's base offset in 20 digits (``00000000000000000000.log``).
-A segment holds the batches with offsets in ``[base_offset, next_offset)``.
+A segment holds the batches with offsets in ``[base_offset, next_offset)``. A segment the
+cleaner rewrote may start above its base offset and have gaps between and inside batches;
+while it is written and swapped in, its files carry a suffix (``.log.cleaned``,
+``.log.swap``; see :mod:`raylog.storage.cleaner`).
 
 Invariants: batches are whole and their offsets rise; every index entry points at the
 start of a batch; ``max_timestamp`` is the largest record timestamp in the segment (-1
@@ -16,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, StorageError
 from . import record_batch
 from .file_records import FileRecords
 from .index import OffsetIndex, TimeIndex
@@ -45,17 +48,24 @@ class LogSegment:
     """See the module docstring."""
 
     def __init__(
-        self, directory: str, base_offset: int, *, index_interval_bytes: int, index_max_bytes: int, created_ms: int
+        self,
+        directory: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        index_max_bytes: int,
+        created_ms: int,
+        suffix: str = "",
     ):
         self.base_offset = base_offset
         self.created_ms = created_ms
         self.index_interval_bytes = index_interval_bytes
-        self.records = FileRecords(os.path.join(directory, file_name(base_offset, ".log")))
+        self.records = FileRecords(os.path.join(directory, file_name(base_offset, ".log" + suffix)))
         self.offset_index = OffsetIndex(
-            os.path.join(directory, file_name(base_offset, ".index")), base_offset, index_max_bytes
+            os.path.join(directory, file_name(base_offset, ".index" + suffix)), base_offset, index_max_bytes
         )
         self.time_index = TimeIndex(
-            os.path.join(directory, file_name(base_offset, ".timeindex")), base_offset, index_max_bytes
+            os.path.join(directory, file_name(base_offset, ".timeindex" + suffix)), base_offset, index_max_bytes
         )
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -157,7 +167,8 @@ class LogSegment:
         self.next_offset = self.base_offset
         max_ts = -1
         for batch_position, header in self.records.batch_headers(position, size):
-            if batch_position == position and header.base_offset != last_indexed:
+            # (An unindexed segment's first batch may start above the base: compacted.)
+            if batch_position == position and len(self.offset_index) and header.base_offset != last_indexed:
                 self._rebuild_indexes()  # the index points at the wrong batch
                 return
             _require_rising(header, self.next_offset, self.records.path)
@@ -262,6 +273,22 @@ class LogSegment:
         self.records.close()
         self.offset_index.close()
         self.time_index.close()
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Rename the three files from ``<name>{old}`` to ``<name>{new}``: the indexes
+        first, the ``.log`` last (a ``.log`` file's name is what recovery goes by).
+
+        Raises:
+            StorageError: a rename failed.
+        """
+        for file in (self.offset_index, self.time_index, self.records):
+            assert file.path.endswith(old), f"{file.path} does not end with {old!r}"
+            path = file.path[: len(file.path) - len(old)] + new
+            try:
+                os.replace(file.path, path)
+            except OSError as exc:
+                raise StorageError(f"cannot rename {file.path} to {path}: {exc}") from exc
+            file.path = path
 
     def delete(self) -> None:
         """Unlink the files; readers holding this segment can still finish their reads."""
