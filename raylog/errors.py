@@ -180,6 +180,76 @@ class UnknownLeaderEpochError(ApiError):
     """The request carried a leader epoch newer than the replica knows."""
 
 
+@_api(12, "OFFSET_METADATA_TOO_LARGE")
+class OffsetMetadataTooLargeError(ApiError, ValueError):
+    """A committed offset's metadata string is longer than the coordinator keeps."""
+
+
+@_api(14, "COORDINATOR_LOAD_IN_PROGRESS", retriable=True)
+class CoordinatorLoadInProgressError(ApiError):
+    """The group coordinator is still reading its groups back from ``__consumer_offsets``."""
+
+
+@_api(15, "COORDINATOR_NOT_AVAILABLE", retriable=True, invalid_metadata=True)
+class CoordinatorNotAvailableError(ApiError):
+    """No group coordinator is serving right now (its partition has no leader)."""
+
+
+@_api(16, "NOT_COORDINATOR", retriable=True, invalid_metadata=True)
+class NotCoordinatorError(ApiError):
+    """This replica does not coordinate the group (leadership moved): find it again."""
+
+
+@_api(22, "ILLEGAL_GENERATION")
+class IllegalGenerationError(ApiError):
+    """The member's group generation is not the current one: it must rejoin."""
+
+
+@_api(23, "INCONSISTENT_GROUP_PROTOCOL")
+class InconsistentGroupProtocolError(ApiError, ValueError):
+    """The member supports no partition assignor that every other member supports."""
+
+
+@_api(24, "INVALID_GROUP_ID")
+class InvalidGroupIdError(ApiError, ValueError):
+    """A group id that is empty or not a string."""
+
+
+@_api(25, "UNKNOWN_MEMBER_ID")
+class UnknownMemberIdError(ApiError):
+    """The coordinator does not know this member (it was expired or left): rejoin."""
+
+
+@_api(26, "INVALID_SESSION_TIMEOUT")
+class InvalidSessionTimeoutError(ApiError, ValueError):
+    """session.timeout.ms outside the coordinator's allowed range."""
+
+
+@_api(27, "REBALANCE_IN_PROGRESS")
+class RebalanceInProgressError(ApiError):
+    """The group is rebalancing: the member must rejoin."""
+
+
+@_api(68, "NON_EMPTY_GROUP")
+class NonEmptyGroupError(ApiError):
+    """The operation needs a group with no active members (delete, offset reset)."""
+
+
+@_api(69, "GROUP_ID_NOT_FOUND")
+class GroupIdNotFoundError(ApiError):
+    """No group by that id."""
+
+
+@_api(82, "FENCED_INSTANCE_ID")
+class FencedInstanceIdError(ApiError):
+    """Another consumer joined with the same group.instance.id: this one is a zombie."""
+
+
+class CommitFailedError(RaylogError):
+    """A commit was refused because the group rebalanced and this member's generation is
+    over: its partitions may belong to another member now. Poll again, which rejoins."""
+
+
 class KafkaTimeoutError(RaylogError):
     """A client-side wait ran out (metadata, buffer space, a future's result)."""
 

@@ -81,3 +81,48 @@ def error_of(response: Any) -> RaylogError | None:
     except KeyError:
         cls = UnknownServerError
     return cls(response.error_message)
+
+
+# --- consumer groups (served by the leader replica of a ``__consumer_offsets`` partition) ---
+
+
+@dataclass(frozen=True)
+class JoinGroupRequest:
+    group_id: str
+    member_id: str  # "" for a member joining for the first time
+    topics: tuple[str, ...]
+    #: topic -> partition count, as the member's metadata says (the coordinator assigns from it).
+    partition_counts: dict[str, int]
+    strategies: tuple[str, ...]  # partition assignors, most preferred first
+    owned: tuple[Any, ...] = ()  # TopicPartitions the member reads now (incremental protocol)
+    instance_id: str | None = None  # group.instance.id: static membership
+    client_id: str = ""
+    session_timeout_ms: int = 45_000
+    rebalance_timeout_ms: int = 300_000
+
+
+@dataclass(frozen=True)
+class JoinGroupResponse:
+    error_code: int = NONE
+    error_message: str = ""
+    generation: int = -1
+    member_id: str = ""
+    leader_id: str = ""
+    protocol: str = ""
+    members: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SyncGroupResponse:
+    error_code: int = NONE
+    error_message: str = ""
+    assignment: tuple[Any, ...] = ()  # TopicPartitions of this member in this generation
+
+
+@dataclass(frozen=True)
+class GroupResponse:
+    """The answer to heartbeats, leaves, commits and admin calls: an error or a value."""
+
+    error_code: int = NONE
+    error_message: str = ""
+    value: Any = None

@@ -1,0 +1,401 @@
+"""The client side of consumer groups: finding a group's coordinator, and a consumer's
+membership (join, sync, heartbeats, rebalance callbacks).
+
+:class:`CoordinatorClient` sends a call to the leader of the group's ``__consumer_offsets``
+partition, found through the controller (Kafka's FindCoordinator), and finds it again and
+retries when it moved, died or is still loading.
+
+:class:`GroupMembership` is driven by the consumer's ``poll`` (joins never block a poll: a
+join is an outstanding call that poll waits on with its fetches, so partitions that stay
+keep flowing during a cooperative rebalance) and by a heartbeat thread of its own, so that
+a long step between polls (training, inference) does not cost the member its session.
+The heartbeat is a long poll at the coordinator, which answers early when the group starts
+rebalancing. If ``max_poll_interval_ms`` passes without a poll, the member leaves the group
+(a dynamic one) or falls silent (a static one), like Kafka's consumer; None turns that off.
+
+Concurrency: the heartbeat thread and the polling thread share the member's identity
+under a lock; everything else runs in the polling thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from raylog.clients.transport import call
+from raylog.coordination.assignors import COOPERATIVE
+from raylog.errors import (
+    CommitFailedError,
+    CoordinatorNotAvailableError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    RaylogError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from raylog.protocol import JoinGroupRequest, error_of
+from raylog.types import OffsetAndMetadata, TopicPartition
+
+if TYPE_CHECKING:
+    from raylog.clients.cluster import RaylogCluster
+
+#: Extra time a call to the coordinator may take beyond what the call itself waits.
+CALL_MARGIN_S = 30.0
+#: A commit refused for one of these means the member's generation is over.
+_FENCED = (IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError)
+
+
+class CoordinatorClient:
+    """Calls to one group's coordinator. Concurrency: thread-safe."""
+
+    def __init__(self, cluster: RaylogCluster, group_id: str, timeout_s: float, retry_backoff_s: float):
+        self.group_id = group_id
+        self._cluster = cluster
+        self._timeout_s = timeout_s
+        self._backoff_s = retry_backoff_s
+        self._lock = threading.Lock()
+        self._handle: Any = None
+
+    def handle(self) -> Any:
+        """The coordinator's actor (found through the controller when not known).
+
+        Raises:
+            CoordinatorNotAvailableError: the group's partition has no leader right now.
+        """
+        with self._lock:
+            if self._handle is None:
+                _, handle = call(self._cluster.controller.find_coordinator.remote(self.group_id), self._timeout_s)
+                if handle is None:
+                    raise CoordinatorNotAvailableError(f"no coordinator for group {self.group_id!r} right now")
+                self._handle = handle
+            return self._handle
+
+    def forget(self) -> None:
+        with self._lock:
+            self._handle = None
+
+    def call(self, method: str, *args: Any, wait_s: float = 0.0) -> Any:
+        """Call ``method`` on the coordinator and return the response's value, retrying
+        retriable errors (finding the coordinator again) until ``timeout_s``.
+
+        Raises:
+            The response's typed error when it is not retriable, or the last retriable
+            one when time ran out.
+        """
+        deadline = time.monotonic() + self._timeout_s + wait_s
+        while True:
+            try:
+                return self.check(call(getattr(self.handle(), method).remote(*args), wait_s + CALL_MARGIN_S))
+            except RaylogError as exc:
+                if not exc.retriable or time.monotonic() + self._backoff_s >= deadline:
+                    raise
+                self.after_error(exc)
+                time.sleep(self._backoff_s)
+
+    def check(self, response: Any) -> Any:
+        """The value of a response, or its error raised."""
+        error = error_of(response)
+        if error is not None:
+            raise error
+        return getattr(response, "value", response)
+
+    def after_error(self, exc: RaylogError) -> None:
+        """Forget the coordinator when the error says it moved or died."""
+        if exc.invalid_metadata or exc.retriable:
+            self.forget()
+
+
+class ConsumerRebalanceListener:
+    """Callbacks around a rebalance, run in the thread that calls ``poll``.
+
+    ``on_partitions_revoked`` runs before partitions are given up (commit their offsets
+    here if you commit by hand), ``on_partitions_assigned`` after new ones arrive (their
+    positions are the committed offsets, or ``auto_offset_reset``), and
+    ``on_partitions_lost`` when they were taken away without a chance to commit (the
+    member was expired or fenced); by default lost partitions are treated as revoked.
+    """
+
+    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        """Partitions given up in this rebalance."""
+
+    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """Partitions added in this rebalance."""
+
+    def on_partitions_lost(self, lost: list[TopicPartition]) -> None:
+        self.on_partitions_revoked(lost)
+
+
+class GroupMembership:
+    """A consumer's membership in its group (see the module docstring)."""
+
+    def __init__(
+        self,
+        coordinator: CoordinatorClient,
+        *,
+        instance_id: str | None,
+        client_id: str,
+        strategies: tuple[str, ...],
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        max_poll_interval_ms: int | None,
+        subscription: Callable[[], dict[str, int]],
+        owned: Callable[[], list[TopicPartition]],
+        apply: Callable[[list[TopicPartition], list[TopicPartition]], None],
+        listener: ConsumerRebalanceListener,
+    ):
+        self.coordinator = coordinator
+        self.group_id = coordinator.group_id
+        self.instance_id = instance_id
+        self._client_id = client_id
+        self._strategies = strategies
+        self._session_timeout_ms = session_timeout_ms
+        self._heartbeat_interval_s = heartbeat_interval_ms / 1000
+        self._max_poll_interval_ms = max_poll_interval_ms
+        self._subscription = subscription  # topic -> partition count the member wants now
+        self._owned = owned
+        self._apply = apply  # (added, revoked)
+        self.listener = listener
+        self._lock = threading.Lock()
+        self.member_id = ""
+        self.generation = -1
+        self._rejoin = True
+        self._joining = False  # a join is outstanding: rebalance news is not news
+        self._lost = False  # the heartbeat thread found the member gone: partitions lost
+        self._fatal: RaylogError | None = None
+        self._join_ref: Any = None
+        self._joined_topics: dict[str, int] = {}
+        self._last_poll = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._heartbeat_loop, name=f"raylog-heartbeat-{self.group_id}")
+        self._thread.daemon = True
+        self._thread.start()
+
+    # --- driven by poll -----------------------------------------------------------------
+
+    def maintain(self) -> None:
+        """One step of group upkeep from ``poll``: notice changes, start or finish a join.
+
+        Raises:
+            FencedInstanceIdError: another consumer took this static member's place.
+        """
+        self._last_poll = time.monotonic()
+        if self._fatal is not None:
+            raise self._fatal
+        if self._lost:
+            self._lose()
+        if self._join_ref is not None:
+            ready, _ = ray.wait([self._join_ref], timeout=0)
+            if ready:
+                self._finish_join()
+            return
+        if self._subscription() != self._joined_topics:
+            self._rejoin = True  # a new matching topic, or partitions added
+        if self._rejoin:
+            self._start_join()
+
+    def waitables(self) -> list[Any]:
+        """Outstanding calls ``poll`` may wait on together with its fetches."""
+        return [] if self._join_ref is None else [self._join_ref]
+
+    def close(self, leave: bool) -> None:
+        """Stop heartbeating; leave the group (dynamic members) so it rebalances at once."""
+        self._stop.set()
+        with self._lock:
+            member_id, self.member_id, self.generation = self.member_id, "", -1
+        if leave and member_id and self.instance_id is None:
+            try:
+                self.coordinator.call("leave_group", self.group_id, member_id, None)
+            except RaylogError:
+                pass  # the session timeout removes it instead
+        self._thread.join(timeout=self._heartbeat_interval_s + CALL_MARGIN_S)
+
+    # --- commits --------------------------------------------------------------------------
+
+    def commit_args(self) -> tuple[str, int, str | None]:
+        with self._lock:
+            return self.member_id, self.generation, self.instance_id
+
+    def member_commit_args(self) -> tuple[str, int, str | None]:
+        """``commit_args`` of a member in a generation.
+
+        Raises:
+            CommitFailedError: not in one (not joined yet, or expired): generation -1 would
+                make it a commit from outside the group, which the coordinator accepts once
+                the group is empty, so a zombie could move offsets back.
+        """
+        member_id, generation, instance_id = self.commit_args()
+        if generation < 0:
+            self.request_rejoin()
+            raise CommitFailedError("this member is in no generation of the group now; poll() to rejoin it")
+        return member_id, generation, instance_id
+
+    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """Commit synchronously as this member.
+
+        Raises:
+            CommitFailedError: the member's generation is over (its partitions may have moved).
+        """
+        member_id, generation, instance_id = self.member_commit_args()
+        try:
+            self.coordinator.call("commit_offsets", self.group_id, member_id, generation, instance_id, offsets)
+        except _FENCED as exc:
+            self.request_rejoin()
+            raise CommitFailedError(f"commit refused: {exc}; poll() to rejoin the group") from None
+
+    def request_rejoin(self) -> None:
+        with self._lock:
+            self._rejoin = True
+
+    # --- joining --------------------------------------------------------------------------
+
+    def _start_join(self) -> None:
+        owned = self._owned()
+        if self._strategies[0] not in COOPERATIVE and owned:
+            # Eager protocol: give everything up before joining.
+            self.listener.on_partitions_revoked(list(owned))
+            self._apply([], list(owned))
+            owned = []
+        topics = self._subscription()
+        request = JoinGroupRequest(
+            group_id=self.group_id,
+            member_id=self.member_id,
+            topics=tuple(sorted(topics)),
+            partition_counts=topics,
+            strategies=self._strategies,
+            owned=tuple(owned),
+            instance_id=self.instance_id,
+            client_id=self._client_id,
+            session_timeout_ms=self._session_timeout_ms,
+            rebalance_timeout_ms=self._max_poll_interval_ms or 300_000,
+        )
+        try:
+            self._join_ref = self.coordinator.handle().join_group.remote(request)
+        except RaylogError as exc:
+            if not exc.retriable:
+                raise
+            self.coordinator.after_error(exc)
+            return  # retried at the next poll
+        self._joined_topics = topics
+        with self._lock:
+            self._rejoin, self._joining = False, True
+
+    def _finish_join(self) -> None:
+        ref, self._join_ref = self._join_ref, None
+        with self._lock:
+            self._joining = False
+        try:
+            response = self.coordinator.check(call(ref, None))
+        except RaylogError as exc:
+            self._join_failed(exc)
+            return
+        with self._lock:
+            self.member_id, self.generation = response.member_id, response.generation
+        try:
+            assignment = self.coordinator.call(
+                "sync_group", self.group_id, response.member_id, response.generation, self.instance_id
+            )
+        except RaylogError as exc:
+            self._join_failed(exc)
+            return
+        assignment = [TopicPartition(*tp) for tp in assignment.assignment]
+        owned = set(self._owned())
+        revoked = sorted(owned - set(assignment))
+        added = sorted(set(assignment) - owned)
+        if revoked:
+            self.listener.on_partitions_revoked(revoked)
+        self._apply(added, revoked)
+        self.listener.on_partitions_assigned(added)
+        if revoked and self._strategies[0] in COOPERATIVE:
+            self.request_rejoin()  # the follow-up round hands the revoked partitions on
+
+    def _join_failed(self, exc: RaylogError) -> None:
+        if isinstance(exc, FencedInstanceIdError):
+            self._fatal = exc
+            raise exc
+        if isinstance(exc, UnknownMemberIdError | IllegalGenerationError):
+            with self._lock:
+                self.member_id, self.generation = "", -1
+        elif not (exc.retriable or isinstance(exc, RebalanceInProgressError)):
+            raise exc
+        self.coordinator.after_error(exc)
+        self.request_rejoin()
+
+    def _lose(self) -> None:
+        self._lost = False
+        lost = list(self._owned())
+        if lost:
+            self.listener.on_partitions_lost(lost)
+            self._apply([], lost)
+        self.request_rejoin()
+
+    # --- heartbeats -------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.is_set():
+            member_id, generation, instance_id = self.commit_args()
+            if not member_id or generation < 0:
+                self._stop.wait(min(self._heartbeat_interval_s, 0.1))
+                continue
+            if self._poll_interval_exceeded(member_id):
+                continue
+            try:
+                self.coordinator.check(
+                    call(
+                        self.coordinator.handle().heartbeat.remote(
+                            self.group_id, member_id, generation, instance_id, int(self._heartbeat_interval_s * 1000)
+                        ),
+                        self._heartbeat_interval_s + CALL_MARGIN_S,
+                    )
+                )
+                continue  # the long poll paced it
+            except (RebalanceInProgressError, IllegalGenerationError):
+                self._rejoin_unless_moved_on(generation)
+            except UnknownMemberIdError:
+                self._forget_member(generation)
+            except FencedInstanceIdError as exc:
+                self._fatal = exc
+                return
+            except RaylogError as exc:
+                self.coordinator.after_error(exc)
+            self._stop.wait(min(self._heartbeat_interval_s, 0.1))
+
+    def _poll_interval_exceeded(self, member_id: str) -> bool:
+        if self._max_poll_interval_ms is None:
+            return False
+        if (time.monotonic() - self._last_poll) * 1000 <= self._max_poll_interval_ms:
+            return False
+        # Like Kafka: the application is stuck, so give the partitions to someone else.
+        if self.instance_id is None:
+            try:
+                self.coordinator.call("leave_group", self.group_id, member_id, None)
+            except RaylogError:
+                pass
+        self._forget_member(None)
+        self._stop.wait(self._heartbeat_interval_s)
+        return True
+
+    def _rejoin_unless_moved_on(self, generation: int) -> None:
+        """Rejoin, unless a join is under way or completed since the heartbeat was sent."""
+        with self._lock:
+            if not self._joining and self.generation == generation:
+                self._rejoin = True
+
+    def _forget_member(self, generation: int | None) -> None:
+        with self._lock:
+            if generation is not None and generation != self.generation:
+                return  # a join completed meanwhile
+            self.member_id, self.generation, self._rejoin = "", -1, True
+            self._lost = True
+
+
+def committed_offsets(
+    coordinator: CoordinatorClient, partitions: Iterable[TopicPartition] | None
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    """The group's committed offsets (of ``partitions``, or all)."""
+    wanted = None if partitions is None else [TopicPartition(*tp) for tp in partitions]
+    found = coordinator.call("fetch_offsets", coordinator.group_id, wanted)
+    return {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in found.items()}

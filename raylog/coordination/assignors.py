@@ -1,0 +1,186 @@
+"""Partition assignors: who in a consumer group reads which partition.
+
+Every assignor is a pure function of the members' subscriptions (and, for the sticky one,
+of what each member owns now) and of the partition counts; members are ordered by
+``group.instance.id`` when they have one, else by member id, so that every coordinator
+computes the same answer.
+
+- ``range``: per topic, contiguous ranges of partitions; the first members get one more
+  when the count does not divide (Kafka's RangeAssignor).
+- ``roundrobin``: all partitions of all topics, in order, dealt one at a time to the
+  members subscribed to their topic (Kafka's RoundRobinAssignor).
+- ``cooperative-sticky``: balanced (partition counts differ by at most one among members
+  that could take each other's partitions), keeping every partition with its current
+  owner where the balance allows, so a rebalance moves as few partitions as it can
+  (Kafka's CooperativeStickyAssignor). It is run with the incremental protocol: a
+  partition that moves is first revoked by its owner, then assigned in a follow-up round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ..errors import InconsistentGroupProtocolError
+from ..types import TopicPartition
+
+RANGE = "range"
+ROUND_ROBIN = "roundrobin"
+COOPERATIVE_STICKY = "cooperative-sticky"
+#: Assignors whose members keep their partitions during a rebalance (incremental protocol).
+COOPERATIVE = frozenset({COOPERATIVE_STICKY})
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """What a member asks for: its topics and, for sticky assignment, what it owns now."""
+
+    topics: tuple[str, ...]
+    owned: tuple[TopicPartition, ...] = ()
+    instance_id: str | None = None
+    strategies: tuple[str, ...] = field(default=(COOPERATIVE_STICKY,))
+
+
+Assignment = dict[str, list[TopicPartition]]
+
+
+def choose_strategy(subscriptions: Mapping[str, Subscription]) -> str:
+    """The assignor every member supports, by the members' order of preference (Kafka's
+    vote: each member votes for its first choice among those all support).
+
+    Raises:
+        InconsistentGroupProtocolError: no assignor is supported by every member.
+    """
+    common = set.intersection(*(set(s.strategies) for s in subscriptions.values()))
+    if not common:
+        raise InconsistentGroupProtocolError("the members of the group support no partition assignor in common")
+    votes: dict[str, int] = {}
+    for subscription in subscriptions.values():
+        first = next(s for s in subscription.strategies if s in common)
+        votes[first] = votes.get(first, 0) + 1
+    return max(sorted(votes), key=lambda s: votes[s])
+
+
+def assign(strategy: str, subscriptions: Mapping[str, Subscription], partition_counts: Mapping[str, int]) -> Assignment:
+    """``{member_id: [TopicPartition, ...]}`` for every member (sorted lists).
+
+    Args:
+        strategy: one of ``range``, ``roundrobin``, ``cooperative-sticky``.
+        subscriptions: member id -> :class:`Subscription`.
+        partition_counts: topic -> number of partitions (topics missing here are skipped).
+    """
+    assignor = ASSIGNORS.get(strategy)
+    if assignor is None:
+        raise InconsistentGroupProtocolError(f"unknown assignor {strategy!r}; known: {sorted(ASSIGNORS)}")
+    result = assignor(subscriptions, partition_counts)
+    return {member: sorted(result.get(member, [])) for member in subscriptions}
+
+
+def _order(subscriptions: Mapping[str, Subscription]) -> list[str]:
+    # Kafka's MemberInfo order: static members first, by instance id, then dynamic ones by
+    # member id, so that a dynamic member's random id never shifts a static member's place.
+    def key(member: str) -> tuple[bool, str, str]:
+        instance_id = subscriptions[member].instance_id
+        return instance_id is None, instance_id or member, member
+
+    return sorted(subscriptions, key=key)
+
+
+def _range(subscriptions: Mapping[str, Subscription], partition_counts: Mapping[str, int]) -> Assignment:
+    out: Assignment = {m: [] for m in subscriptions}
+    members = _order(subscriptions)
+    for topic in sorted({t for s in subscriptions.values() for t in s.topics}):
+        count = partition_counts.get(topic, 0)
+        takers = [m for m in members if topic in subscriptions[m].topics]
+        if not count or not takers:
+            continue
+        share, extra = divmod(count, len(takers))
+        start = 0
+        for i, member in enumerate(takers):
+            n = share + (1 if i < extra else 0)
+            out[member].extend(TopicPartition(topic, p) for p in range(start, start + n))
+            start += n
+    return out
+
+
+def _round_robin(subscriptions: Mapping[str, Subscription], partition_counts: Mapping[str, int]) -> Assignment:
+    out: Assignment = {m: [] for m in subscriptions}
+    members = _order(subscriptions)
+    turn = 0
+    for topic in sorted({t for s in subscriptions.values() for t in s.topics}):
+        for p in range(partition_counts.get(topic, 0)):
+            # The next member in the circle that subscribes to this topic.
+            for step in range(len(members)):
+                member = members[(turn + step) % len(members)]
+                if topic in subscriptions[member].topics:
+                    out[member].append(TopicPartition(topic, p))
+                    turn = (turn + step + 1) % len(members)
+                    break
+    return out
+
+
+def _sticky(subscriptions: Mapping[str, Subscription], partition_counts: Mapping[str, int]) -> Assignment:
+    members = _order(subscriptions)
+    eligible = {
+        m: {TopicPartition(t, p) for t in subscriptions[m].topics for p in range(partition_counts.get(t, 0))}
+        for m in members
+    }
+    everything = sorted(set().union(*eligible.values())) if eligible else []
+    # A member's fair share: the partitions it could take, spread over everyone who could too.
+    quota = {m: _fair_share(m, eligible) for m in members}
+    out: Assignment = {m: [] for m in members}
+    taken: set[TopicPartition] = set()
+    for member in members:  # keep what each member owns, up to its quota
+        for tp in sorted(subscriptions[member].owned):
+            if tp in eligible[member] and tp not in taken and len(out[member]) < quota[member]:
+                out[member].append(tp)
+                taken.add(tp)
+    for tp in everything:  # the rest to the least loaded member that can take it
+        if tp in taken:
+            continue
+        takers = [m for m in members if tp in eligible[m]]
+        member = min(takers, key=lambda m: (len(out[m]) >= quota[m], len(out[m]), members.index(m)))
+        out[member].append(tp)
+        taken.add(tp)
+    _balance(out, eligible, members)
+    return out
+
+
+def _fair_share(member: str, eligible: Mapping[str, set[TopicPartition]]) -> int:
+    mine = eligible[member]
+    if not mine:
+        return 0
+    sharers = [m for m, tps in eligible.items() if tps & mine]
+    if any(eligible[m] != mine for m in sharers):
+        # Unequal subscriptions: the ceiling below is no bound on what a member holds in a
+        # balanced assignment (a sharer may be able to take only a few), so capping at it
+        # would move partitions for nothing. Keep all it owns; _balance evens it out.
+        return len(mine)
+    return -(-len(mine) // len(sharers))  # ceiling
+
+
+def _balance(out: Assignment, eligible: Mapping[str, set[TopicPartition]], members: list[str]) -> None:
+    """Move partitions from the most to the least loaded member that can take them, until
+    no move lowers the spread (each move shrinks the gap, so this ends)."""
+    while True:
+        moved = False
+        for donor in sorted(members, key=lambda m: -len(out[m])):
+            for tp in sorted(out[donor], reverse=True):
+                takers = [m for m in members if tp in eligible[m] and len(out[m]) + 1 < len(out[donor])]
+                if takers:
+                    taker = min(takers, key=lambda m: (len(out[m]), members.index(m)))
+                    out[donor].remove(tp)
+                    out[taker].append(tp)
+                    moved = True
+                    break
+            if moved:
+                break
+        if not moved:
+            return
+
+
+ASSIGNORS: dict[str, Callable[[Mapping[str, Subscription], Mapping[str, int]], Assignment]] = {
+    RANGE: _range,
+    ROUND_ROBIN: _round_robin,
+    COOPERATIVE_STICKY: _sticky,
+}

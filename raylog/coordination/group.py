@@ -1,0 +1,570 @@
+"""The group coordinator's state machine: consumer-group membership and committed offsets.
+
+One :class:`GroupCoordinator` serves the groups whose id hashes to one partition of the
+internal topic ``__consumer_offsets`` (:func:`partition_for`, Kafka's rule); it lives with
+that partition's leader replica. Everything it must not forget (committed offsets, each
+generation's members and assignment, deletions) is a keyed record of that compacted
+partition: :func:`offset_record` and :func:`group_record` make them, :meth:`load` folds them
+back after a fail-over. Records reach the log through the caller, which applies a commit
+(:meth:`apply_commit`) only once the ISR has it.
+
+Membership is Kafka's classic protocol, with the assignor run here rather than by a
+leading member: members join (the join completes when every known member has rejoined, or
+at the rebalance deadline without the missing ones), the generation goes up, each member
+fetches its assignment (sync) and heartbeats. A member that misses ``session.timeout.ms``
+of heartbeats is removed, and so is one that does not rejoin within its rebalance timeout
+(``max.poll.interval.ms``). With the cooperative assignor a partition never has two
+owners in one generation: one that moves is withheld from its new member until its owner
+revoked it and rejoined (the follow-up rebalance). Static members (``group.instance.id``)
+that come back with the same subscription take their old place without a rebalance.
+
+States (Kafka's names): Empty, PreparingRebalance, Stable, Dead (the assignment is
+computed when the join completes, so CompletingRebalance never lasts).
+
+Inputs are requests and :meth:`tick` with the time; outputs are :class:`Outcome` (replies
+for waiting joins, records to append) or a raised typed error. No clock, no I/O.
+Concurrency: not thread-safe; one caller (the coordinator actor's event loop).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from ..errors import (
+    FencedInstanceIdError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    NonEmptyGroupError,
+    OffsetMetadataTooLargeError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from ..protocol import JoinGroupRequest, JoinGroupResponse, error_fields
+from ..types import OffsetAndMetadata, TopicPartition
+from .assignors import COOPERATIVE, Subscription, assign, choose_strategy
+
+EMPTY, PREPARING_REBALANCE, STABLE, DEAD = "Empty", "PreparingRebalance", "Stable", "Dead"
+#: Bounds on a member's session timeout (Kafka's group.min/max.session.timeout.ms).
+MIN_SESSION_TIMEOUT_MS = 1_000
+MAX_SESSION_TIMEOUT_MS = 30 * 60_000
+#: Longest metadata string kept with a committed offset (offset.metadata.max.bytes).
+MAX_OFFSET_METADATA_BYTES = 4096
+#: Record key types in ``__consumer_offsets`` (the first element of each msgpack key).
+_OFFSET_KEY, _GROUP_KEY = 1, 2
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    """The ``__consumer_offsets`` partition whose leader coordinates ``group_id``: the
+    absolute value of Java's ``String.hashCode`` of the id modulo the partition count
+    (Kafka's rule, so a group maps to the same partition number in both systems)."""
+    units = group_id.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(1 << 31) else abs(signed)) % num_partitions
+
+
+def offset_record(group_id: str, tp: TopicPartition, committed: OffsetAndMetadata | None, now_ms: int) -> tuple:
+    key = msgpack.packb([_OFFSET_KEY, group_id, tp.topic, tp.partition])
+    value = None if committed is None else msgpack.packb([committed.offset, committed.metadata, now_ms])
+    return key, value
+
+
+@dataclass
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    subscription: Subscription
+    partition_counts: dict[str, int]
+    assignment: list[TopicPartition] = field(default_factory=list)
+    last_heartbeat_ms: int = 0
+    join_waiter: Any = None  # the caller's token for a join waiting to complete
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol: str = ""
+    leader: str = ""
+    members: dict[str, Member] = field(default_factory=dict)
+    offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    rebalance_deadline_ms: int = 0
+
+    def static_member(self, instance_id: str | None) -> Member | None:
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+
+@dataclass
+class Outcome:
+    """What a step produced: replies for joins that were waiting, and records to append."""
+
+    replies: list[tuple[Any, JoinGroupResponse]] = field(default_factory=list)
+    records: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+
+    def extend(self, other: Outcome) -> None:
+        self.replies.extend(other.replies)
+        self.records.extend(other.records)
+
+
+class GroupCoordinator:
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, Group] = {}
+
+    # --- fail-over ----------------------------------------------------------------------
+
+    def load(self, records: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> None:
+        """Rebuild every group from its partition's records, oldest first (later records
+        win, a ``None`` value deletes). Restored members get a fresh session to find the new
+        coordinator and heartbeat it."""
+        for key, value in records:
+            if key is None:
+                continue
+            kind, group_id, *rest = msgpack.unpackb(key)
+            group = self.groups.setdefault(group_id, Group(group_id))
+            if kind == _OFFSET_KEY:
+                tp = TopicPartition(rest[0], rest[1])
+                if value is None:
+                    group.offsets.pop(tp, None)
+                else:
+                    offset, metadata, _ = msgpack.unpackb(value)
+                    group.offsets[tp] = OffsetAndMetadata(offset, metadata)
+            elif kind == _GROUP_KEY:
+                self._restore(group, None if value is None else msgpack.unpackb(value), now_ms)
+        for group_id in [g for g, group in self.groups.items() if not group.members and not group.offsets]:
+            if self.groups[group_id].generation == 0:
+                del self.groups[group_id]
+
+    def _restore(self, group: Group, value: dict | None, now_ms: int) -> None:
+        if value is None:
+            group.members.clear()
+            group.generation, group.protocol, group.leader, group.state = 0, "", "", EMPTY
+            return
+        group.generation, group.protocol, group.leader = value["generation"], value["protocol"], value["leader"]
+        group.members = {}
+        for m in value["members"]:
+            member_id, instance_id, client_id, session_ms, rebalance_ms, topics, strategies, counts, assignment = m
+            group.members[member_id] = Member(
+                member_id,
+                instance_id,
+                client_id,
+                session_ms,
+                rebalance_ms,
+                Subscription(tuple(topics), (), instance_id, tuple(strategies)),
+                dict(counts),
+                [TopicPartition(t, p) for t, p in assignment],
+                last_heartbeat_ms=now_ms,
+            )
+        group.state = STABLE if group.members else EMPTY
+
+    # --- membership ---------------------------------------------------------------------
+
+    def join(self, request: JoinGroupRequest, waiter: Any, now_ms: int) -> Outcome:
+        """A member (re)joins. Its reply arrives in an :class:`Outcome` once the join
+        completes (at once for a static member taking its place back).
+
+        Raises:
+            InvalidGroupIdError, InvalidSessionTimeoutError, UnknownMemberIdError,
+            FencedInstanceIdError, InconsistentGroupProtocolError.
+        """
+        _check_group_id(request.group_id)
+        if not MIN_SESSION_TIMEOUT_MS <= request.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+            raise InvalidSessionTimeoutError(
+                f"session.timeout.ms must be in [{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}],"
+                f" got {request.session_timeout_ms}"
+            )
+        if not request.strategies:
+            raise InconsistentGroupProtocolError("a member must support at least one partition assignor")
+        if request.member_id and request.group_id not in self.groups:
+            # Like Kafka, only a member joining for the first time creates a group.
+            raise UnknownMemberIdError(f"member {request.member_id!r} is not in group {request.group_id!r}")
+        group = self.groups.setdefault(request.group_id, Group(request.group_id))
+        subscription = Subscription(
+            tuple(sorted(request.topics)),
+            tuple(TopicPartition(*tp) for tp in request.owned),
+            request.instance_id,
+            tuple(request.strategies),
+        )
+        static = group.static_member(request.instance_id)
+        if request.member_id == "":
+            if static is not None:
+                _check_strategies(group, request.strategies, replacing=static.member_id)
+                return self._static_rejoin(group, static, request, subscription, waiter, now_ms)
+            _check_strategies(group, request.strategies, replacing=None)
+            member = Member(
+                f"{request.client_id or 'consumer'}-{uuid.uuid4().hex[:12]}",
+                request.instance_id,
+                request.client_id,
+                request.session_timeout_ms,
+                request.rebalance_timeout_ms,
+                subscription,
+                dict(request.partition_counts),
+            )
+            group.members[member.member_id] = member
+        else:
+            member = self._member(group, request.member_id, request.instance_id)
+            _check_strategies(group, request.strategies, replacing=member.member_id)
+            member.subscription = subscription
+            member.partition_counts = dict(request.partition_counts)
+            member.session_timeout_ms = request.session_timeout_ms
+            member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        if member.join_waiter is not None and member.join_waiter is not waiter:
+            # A retried join replaces the one that was waiting (its caller gave up on it).
+            stale = member.join_waiter
+            member.join_waiter = waiter
+            outcome = Outcome(replies=[(stale, _join_error(RebalanceInProgressError("the join was sent again")))])
+        else:
+            member.join_waiter = waiter
+            outcome = Outcome()
+        member.last_heartbeat_ms = now_ms
+        if group.state != PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now_ms)
+        outcome.extend(self._maybe_complete_join(group, now_ms))
+        return outcome
+
+    def _static_rejoin(
+        self, group: Group, old: Member, request: JoinGroupRequest, subscription: Subscription, waiter, now_ms: int
+    ) -> Outcome:
+        """A static member back (after a restart): it takes its old member's place and
+        assignment, fencing the old member id; a changed subscription still rebalances."""
+        new_id = f"{request.instance_id}-{uuid.uuid4().hex[:12]}"
+        del group.members[old.member_id]
+        outcome = Outcome()
+        if old.join_waiter is not None:
+            outcome.replies.append((old.join_waiter, _join_error(FencedInstanceIdError("a newer member took over"))))
+        member = Member(
+            new_id,
+            request.instance_id,
+            request.client_id,
+            request.session_timeout_ms,
+            request.rebalance_timeout_ms,
+            subscription,
+            dict(request.partition_counts),
+            list(old.assignment),
+            now_ms,
+        )
+        group.members[new_id] = member
+        if group.leader == old.member_id:
+            group.leader = new_id
+        if group.state == STABLE and subscription.topics == old.subscription.topics:
+            outcome.replies.append((waiter, self._join_reply(group, member)))
+            outcome.records.append(self._group_record(group))
+            return outcome
+        member.join_waiter = waiter
+        if group.state != PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now_ms)
+        outcome.extend(self._maybe_complete_join(group, now_ms))
+        return outcome
+
+    def sync(self, group_id: str, member_id: str, generation: int, instance_id: str | None, now_ms: int) -> list:
+        """The member's assignment in ``generation``.
+
+        Raises:
+            UnknownMemberIdError, FencedInstanceIdError, IllegalGenerationError,
+            RebalanceInProgressError.
+        """
+        member = self._current_member(group_id, member_id, generation, instance_id, now_ms)
+        return list(member.assignment)
+
+    def heartbeat(
+        self, group_id: str, member_id: str, generation: int, instance_id: str | None, now_ms: int | None
+    ) -> None:
+        """The member is alive (``now_ms`` None: only check that it is still current).
+
+        Raises:
+            RebalanceInProgressError: the member must rejoin (its session is kept).
+            UnknownMemberIdError, FencedInstanceIdError, IllegalGenerationError.
+        """
+        self._current_member(group_id, member_id, generation, instance_id, now_ms)
+
+    def leave(self, group_id: str, member_id: str, instance_id: str | None, now_ms: int) -> Outcome:
+        """The member leaves; the others rebalance at once (no wait for a session timeout).
+
+        Raises:
+            UnknownMemberIdError, FencedInstanceIdError.
+        """
+        group = self._group(group_id)
+        member = self._member(group, member_id, instance_id)
+        return self._remove(group, [member], now_ms, UnknownMemberIdError("the member left the group"))
+
+    def tick(self, now_ms: int) -> Outcome:
+        """Expire members whose session ran out; finish rebalances past their deadline."""
+        outcome = Outcome()
+        for group in list(self.groups.values()):
+            # A member waiting in a join cannot heartbeat (a new one does not know its id
+            # yet): like Kafka, its session holds while it waits; the rebalance deadline
+            # bounds the wait instead.
+            expired = [
+                m
+                for m in group.members.values()
+                if m.join_waiter is None and now_ms - m.last_heartbeat_ms > m.session_timeout_ms
+            ]
+            if expired:
+                outcome.extend(self._remove(group, expired, now_ms, UnknownMemberIdError("the session timed out")))
+            if group.state == PREPARING_REBALANCE and now_ms >= group.rebalance_deadline_ms:
+                outcome.extend(self._maybe_complete_join(group, now_ms, deadline_passed=True))
+        return outcome
+
+    # --- offsets ------------------------------------------------------------------------
+
+    def prepare_commit(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        now_ms: int,
+    ) -> list[tuple[bytes, bytes | None]]:
+        """Check that this member may commit now; returns the records to append. A member of
+        an older generation is refused (so a zombie cannot move offsets backwards); a
+        consumer outside the group (``generation`` -1) may commit only while it is empty.
+
+        Raises:
+            IllegalGenerationError, UnknownMemberIdError, FencedInstanceIdError,
+            OffsetMetadataTooLargeError, ValueError (a negative offset).
+        """
+        _check_group_id(group_id)
+        for tp, committed in offsets.items():
+            if committed.offset < 0:
+                raise ValueError(f"cannot commit offset {committed.offset} for {tp}")
+            if len(committed.metadata.encode()) > MAX_OFFSET_METADATA_BYTES:
+                raise OffsetMetadataTooLargeError(f"metadata of {tp} is over {MAX_OFFSET_METADATA_BYTES} bytes")
+        group = self.groups.get(group_id)
+        if generation < 0:
+            if group is not None and group.members:
+                raise UnknownMemberIdError(
+                    f"group {group_id!r} has active members; only they may commit for it (or stop them first)"
+                )
+        else:
+            if group is None:
+                raise UnknownMemberIdError(f"no group {group_id!r}")
+            member = self._member(group, member_id, instance_id)
+            if generation != group.generation:
+                raise IllegalGenerationError(
+                    f"generation {generation} of group {group_id!r} is over (now {group.generation})"
+                )
+            member.last_heartbeat_ms = now_ms
+        return [offset_record(group_id, tp, committed, now_ms) for tp, committed in offsets.items()]
+
+    def apply_commit(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """The commit's records are replicated: make the offsets visible."""
+        self.groups.setdefault(group_id, Group(group_id)).offsets.update(offsets)
+
+    def committed(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Committed offsets of the group (all, or those of ``partitions`` that have one)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return {}
+        if partitions is None:
+            return dict(group.offsets)
+        return {tp: group.offsets[tp] for tp in map(TopicPartition._make, partitions) if tp in group.offsets}
+
+    # --- admin --------------------------------------------------------------------------
+
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        """``(group_id, state, protocol)`` of every group."""
+        return [(g.group_id, g.state, g.protocol) for g in sorted(self.groups.values(), key=lambda g: g.group_id)]
+
+    def describe(self, group_id: str) -> dict:
+        """State, generation, assignor, leader and members (with assignments) of a group.
+
+        Raises:
+            GroupIdNotFoundError.
+        """
+        group = self._group(group_id, GroupIdNotFoundError)
+        return {
+            "group_id": group.group_id,
+            "state": group.state,
+            "generation": group.generation,
+            "protocol": group.protocol,
+            "leader": group.leader,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "client_id": m.client_id,
+                    "topics": list(m.subscription.topics),
+                    "assignment": list(m.assignment),
+                }
+                for m in group.members.values()
+            ],
+        }
+
+    def delete(self, group_id: str) -> list[tuple[bytes, bytes | None]]:
+        """Forget a group with no active members: tombstones for it and its offsets.
+
+        Raises:
+            GroupIdNotFoundError, NonEmptyGroupError.
+        """
+        group = self._group(group_id, GroupIdNotFoundError)
+        if group.members:
+            raise NonEmptyGroupError(f"group {group_id!r} has {len(group.members)} active member(s)")
+        records = [offset_record(group_id, tp, None, 0) for tp in group.offsets]
+        records.append((msgpack.packb([_GROUP_KEY, group_id]), None))
+        group.state = DEAD
+        del self.groups[group_id]
+        return records
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _group(self, group_id: str, missing: type = UnknownMemberIdError) -> Group:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise missing(f"no group {group_id!r}")
+        return group
+
+    def _member(self, group: Group, member_id: str, instance_id: str | None) -> Member:
+        static = group.static_member(instance_id)
+        if static is not None and static.member_id != member_id:
+            raise FencedInstanceIdError(f"group.instance.id {instance_id!r} belongs to a newer member now")
+        member = group.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(f"member {member_id!r} is not in group {group.group_id!r}")
+        return member
+
+    def _current_member(
+        self, group_id: str, member_id: str, generation: int, instance_id: str | None, now_ms: int | None
+    ) -> Member:
+        group = self._group(group_id)
+        member = self._member(group, member_id, instance_id)
+        if now_ms is not None:
+            member.last_heartbeat_ms = now_ms
+        if group.state == PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {group_id!r} is rebalancing: rejoin")
+        if generation != group.generation:
+            raise IllegalGenerationError(f"generation {generation} of group {group_id!r} is over")
+        return member
+
+    def _prepare_rebalance(self, group: Group, now_ms: int) -> None:
+        group.state = PREPARING_REBALANCE
+        group.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
+
+    def _remove(self, group: Group, members: list[Member], now_ms: int, reason: Exception) -> Outcome:
+        outcome = Outcome()
+        for member in members:
+            del group.members[member.member_id]
+            if member.join_waiter is not None:
+                outcome.replies.append((member.join_waiter, _join_error(reason)))
+        if not group.members:
+            group.state, group.leader, group.protocol = EMPTY, "", ""
+            group.generation += 1  # any straggler's commits are fenced
+            outcome.records.append(self._group_record(group))
+            return outcome
+        if group.state != PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now_ms)
+        outcome.extend(self._maybe_complete_join(group, now_ms))
+        return outcome
+
+    def _maybe_complete_join(self, group: Group, now_ms: int, deadline_passed: bool = False) -> Outcome:
+        """Finish the join phase once every member has rejoined (or the deadline passed:
+        then without the members that did not)."""
+        if group.state != PREPARING_REBALANCE:
+            return Outcome()
+        missing = [m for m in group.members.values() if m.join_waiter is None]
+        if missing and not deadline_passed:
+            return Outcome()
+        for member in missing:
+            del group.members[member.member_id]
+        if not group.members:
+            group.state, group.leader, group.protocol = EMPTY, "", ""
+            group.generation += 1
+            return Outcome(records=[self._group_record(group)])
+        subscriptions = {m.member_id: m.subscription for m in group.members.values()}
+        protocol = choose_strategy(subscriptions)  # join() admitted only members that agree
+        counts: dict[str, int] = {}
+        for member in group.members.values():
+            for topic, n in member.partition_counts.items():
+                counts[topic] = max(n, counts.get(topic, 0))
+        target = assign(protocol, subscriptions, counts)
+        if protocol in COOPERATIVE:
+            # A partition still owned by another member waits for the follow-up rebalance.
+            owners = {tp: m for m, s in subscriptions.items() for tp in s.owned}
+            target = {m: [tp for tp in tps if owners.get(tp, m) == m] for m, tps in target.items()}
+        group.generation += 1
+        group.protocol = protocol
+        group.state = STABLE
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        outcome = Outcome(records=[])
+        for member in group.members.values():
+            member.assignment = target[member.member_id]
+            member.last_heartbeat_ms = now_ms
+        for member in group.members.values():
+            outcome.replies.append((member.join_waiter, self._join_reply(group, member)))
+            member.join_waiter = None
+        outcome.records.append(self._group_record(group))
+        return outcome
+
+    def _join_reply(self, group: Group, member: Member) -> JoinGroupResponse:
+        return JoinGroupResponse(
+            generation=group.generation,
+            member_id=member.member_id,
+            leader_id=group.leader,
+            protocol=group.protocol,
+            members=tuple(group.members) if member.member_id == group.leader else (),
+        )
+
+    def _group_record(self, group: Group) -> tuple[bytes, bytes]:
+        value = {
+            "generation": group.generation,
+            "protocol": group.protocol,
+            "leader": group.leader,
+            "members": [
+                [
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.session_timeout_ms,
+                    m.rebalance_timeout_ms,
+                    list(m.subscription.topics),
+                    list(m.subscription.strategies),
+                    m.partition_counts,
+                    [list(tp) for tp in m.assignment],
+                ]
+                for m in group.members.values()
+            ],
+        }
+        return msgpack.packb([_GROUP_KEY, group.group_id]), msgpack.packb(value)
+
+
+def _check_group_id(group_id: Any) -> None:
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidGroupIdError(f"a group id must be a non-empty string, got {group_id!r}")
+
+
+def _check_strategies(group: Group, strategies: Iterable[str], replacing: str | None) -> None:
+    """Refuse a joining member that shares no assignor with the rest of the group (Kafka's
+    supportsProtocols): only it is refused, rather than the whole group failing when the
+    join completes."""
+    common = set(strategies)
+    for member in group.members.values():
+        if member.member_id != replacing:
+            common &= set(member.subscription.strategies)
+    if not common:
+        raise InconsistentGroupProtocolError(
+            f"the members of group {group.group_id!r} support none of the assignors {list(strategies)}"
+        )
+
+
+def _join_error(exc: Exception) -> JoinGroupResponse:
+    return JoinGroupResponse(**error_fields(exc))

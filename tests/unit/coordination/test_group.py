@@ -1,0 +1,841 @@
+"""The group coordinator's state machine: joins, generations, rebalances, sessions, static
+and cooperative membership, offset commits, fail-over from records, deletion (no Ray;
+time is a plain ``now_ms`` integer)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
+from raylog.coordination.group import (
+    EMPTY,
+    MAX_OFFSET_METADATA_BYTES,
+    MAX_SESSION_TIMEOUT_MS,
+    MIN_SESSION_TIMEOUT_MS,
+    PREPARING_REBALANCE,
+    STABLE,
+    GroupCoordinator,
+    Outcome,
+    partition_for,
+)
+from raylog.errors import (
+    FencedInstanceIdError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    NonEmptyGroupError,
+    OffsetMetadataTooLargeError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from raylog.protocol import JoinGroupRequest, JoinGroupResponse, error_of
+from raylog.types import OffsetAndMetadata, TopicPartition
+
+GROUP = "g"
+T0 = 1_000_000
+SESSION_MS = 10_000
+REBALANCE_MS = 60_000
+
+
+def tps(topic: str, *partitions: int) -> list[TopicPartition]:
+    return [TopicPartition(topic, p) for p in partitions]
+
+
+def request(
+    member_id: str = "",
+    *,
+    topics: tuple[str, ...] = ("t",),
+    counts: dict[str, int] | None = None,
+    strategies: tuple[str, ...] = (COOPERATIVE_STICKY,),
+    owned=(),
+    instance_id: str | None = None,
+    client_id: str = "c",
+    session_timeout_ms: int = SESSION_MS,
+    rebalance_timeout_ms: int = REBALANCE_MS,
+    group_id: str = GROUP,
+) -> JoinGroupRequest:
+    return JoinGroupRequest(
+        group_id=group_id,
+        member_id=member_id,
+        topics=topics,
+        partition_counts=counts if counts is not None else {t: 4 for t in topics},
+        strategies=strategies,
+        owned=tuple(owned),
+        instance_id=instance_id,
+        client_id=client_id,
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+    )
+
+
+class Coordinator:
+    """A GroupCoordinator plus what a caller keeps: every reply by waiter, and every record
+    it was asked to append, in order (the ``__consumer_offsets`` partition)."""
+
+    def __init__(self) -> None:
+        self.groups = GroupCoordinator()
+        self.replies: dict[object, JoinGroupResponse] = {}
+        self.log: list[tuple[bytes, bytes | None]] = []
+
+    def take(self, outcome: Outcome) -> Outcome:
+        for waiter, response in outcome.replies:
+            assert waiter not in self.replies, f"{waiter} answered twice"
+            self.replies[waiter] = response
+        self.log.extend(outcome.records)
+        return outcome
+
+    def join(self, waiter, now_ms: int, member_id: str = "", **kwargs) -> JoinGroupResponse | None:
+        """Send a join; its reply if the join completed at once."""
+        self.take(self.groups.join(request(member_id, **kwargs), waiter, now_ms))
+        return self.replies.get(waiter)
+
+    def tick(self, now_ms: int) -> Outcome:
+        return self.take(self.groups.tick(now_ms))
+
+    def leave(self, member_id: str, now_ms: int, instance_id: str | None = None) -> Outcome:
+        return self.take(self.groups.leave(GROUP, member_id, instance_id, now_ms))
+
+    def commit(self, member_id: str, generation: int, offsets: dict, now_ms: int, instance_id=None, group_id=GROUP):
+        """Commit the way the actor does: records appended, then applied."""
+        offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
+        records = self.groups.prepare_commit(group_id, member_id, generation, instance_id, offsets, now_ms)
+        self.log.extend(records)
+        self.groups.apply_commit(group_id, offsets)
+
+    def sync(self, response: JoinGroupResponse, now_ms: int, instance_id=None) -> list[TopicPartition]:
+        return self.groups.sync(GROUP, response.member_id, response.generation, instance_id, now_ms)
+
+    def heartbeat(self, response: JoinGroupResponse, now_ms: int, instance_id=None, generation=None) -> None:
+        generation = response.generation if generation is None else generation
+        self.groups.heartbeat(GROUP, response.member_id, generation, instance_id, now_ms)
+
+    def state(self) -> str:
+        return self.groups.describe(GROUP)["state"]
+
+    def generation(self) -> int:
+        return self.groups.describe(GROUP)["generation"]
+
+    def reloaded(self, now_ms: int) -> GroupCoordinator:
+        """A fresh coordinator loaded from the records, as after a fail-over."""
+        fresh = GroupCoordinator()
+        fresh.load(list(self.log), now_ms)
+        return fresh
+
+
+@pytest.fixture
+def coord() -> Coordinator:
+    return Coordinator()
+
+
+def stable_pair(coord: Coordinator, strategies=(RANGE,), now_ms: int = T0):
+    """Members a and b in a Stable group of generation 2 (``a`` joined first, and leads)."""
+    a1 = coord.join("a1", now_ms, client_id="a", strategies=strategies)
+    owned = coord.sync(a1, now_ms)
+    coord.join("b1", now_ms, client_id="b", strategies=strategies)
+    a2 = coord.join("a2", now_ms, a1.member_id, client_id="a", strategies=strategies, owned=owned)
+    b1 = coord.replies["b1"]
+    assert a2.generation == b1.generation == 2 and coord.state() == STABLE
+    return a2, b1
+
+
+# --- joining --------------------------------------------------------------------------------
+
+
+def test_first_member_joins_at_once_as_leader_of_generation_1(coord):
+    """A lone member's join completes at once: generation 1, it leads, it gets everything."""
+    reply = coord.join("w", T0, counts={"t": 3})
+    assert reply.error_code == 0
+    assert reply.generation == 1 and reply.leader_id == reply.member_id and reply.protocol == COOPERATIVE_STICKY
+    assert reply.members == (reply.member_id,)
+    assert coord.state() == STABLE
+    assert coord.sync(reply, T0) == tps("t", 0, 1, 2)
+    coord.heartbeat(reply, T0 + 1)
+    assert coord.groups.list_groups() == [(GROUP, STABLE, COOPERATIVE_STICKY)]
+
+
+def test_second_member_waits_for_the_first_to_rejoin(coord):
+    """A new member starts a rebalance: the first member's heartbeat and sync say
+    RebalanceInProgress, and the join completes (generation 2) only once it rejoins."""
+    a1 = coord.join("a1", T0, client_id="a", strategies=(RANGE,))
+    assert coord.join("b1", T0 + 1, client_id="b", strategies=(RANGE,)) is None
+    assert coord.state() == PREPARING_REBALANCE
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat(a1, T0 + 2)
+    with pytest.raises(RebalanceInProgressError):
+        coord.sync(a1, T0 + 2)
+    a2 = coord.join("a2", T0 + 3, a1.member_id, client_id="a", strategies=(RANGE,))
+    b1 = coord.replies["b1"]
+    assert a2.generation == b1.generation == 2 and a2.member_id == a1.member_id
+    assert a2.leader_id == b1.leader_id == a1.member_id
+    assert set(a2.members) == {a1.member_id, b1.member_id} and b1.members == ()  # only the leader is told
+    assert coord.sync(a2, T0 + 4) == tps("t", 0, 1) and coord.sync(b1, T0 + 4) == tps("t", 2, 3)
+    with pytest.raises(IllegalGenerationError):
+        coord.heartbeat(a1, T0 + 5)  # generation 1 is over
+
+
+def test_join_sent_again_replaces_the_waiting_one(coord):
+    """A retried join answers the one it replaces with RebalanceInProgress; only the new
+    waiter gets the result."""
+    a, b = stable_pair(coord)
+    coord.join("a3", T0 + 1, a.member_id, client_id="a", strategies=(RANGE,))
+    coord.join("a4", T0 + 2, a.member_id, client_id="a", strategies=(RANGE,))
+    assert isinstance(error_of(coord.replies["a3"]), RebalanceInProgressError)
+    coord.join("b2", T0 + 3, b.member_id, client_id="b", strategies=(RANGE,))
+    assert coord.replies["a4"].generation == coord.replies["b2"].generation == 3
+
+
+def test_rebalance_deadline_completes_without_the_missing_member(coord):
+    """A member that keeps heartbeating but does not rejoin within the rebalance timeout is
+    dropped when the deadline passes; the others (who waited longer than their session
+    timeout) complete the join without it."""
+    a, b = stable_pair(coord)
+    coord.join("c1", T0 + 1_000, client_id="c", strategies=(RANGE,))
+    coord.join("a3", T0 + 2_000, a.member_id, client_id="a", strategies=(RANGE,))
+    deadline = T0 + 1_000 + REBALANCE_MS
+    for now in range(T0 + 3_000, deadline, 3_000):  # b is alive, just slow to rejoin
+        with pytest.raises(RebalanceInProgressError):
+            coord.heartbeat(b, now)
+        assert coord.tick(now).replies == []
+    assert coord.state() == PREPARING_REBALANCE
+    outcome = coord.tick(deadline)
+    assert {w for w, _ in outcome.replies} == {"c1", "a3"}
+    assert coord.generation() == 3 and coord.state() == STABLE
+    members = {m["member_id"] for m in coord.groups.describe(GROUP)["members"]}
+    assert members == {a.member_id, coord.replies["c1"].member_id}
+    with pytest.raises(UnknownMemberIdError):
+        coord.heartbeat(b, deadline + 1)
+    assert sorted(coord.sync(coord.replies["a3"], deadline) + coord.sync(coord.replies["c1"], deadline)) == tps(
+        "t", 0, 1, 2, 3
+    )
+
+
+def test_members_waiting_in_a_join_are_not_expired(coord):
+    """A member whose join is waiting for others cannot heartbeat (a new one does not even
+    know its id yet); like Kafka, its session does not run out while it waits, only the
+    rebalance deadline bounds the wait."""
+    a, b = stable_pair(coord)
+    coord.join("c1", T0, client_id="c", strategies=(RANGE,))
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat(b, T0 + 5_000)
+    coord.join("b2", T0 + 5_000, b.member_id, client_id="b", strategies=(RANGE,))
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat(a, T0 + 9_000)
+    outcome = coord.tick(T0 + 3 * SESSION_MS)  # a missed its session: expired, which completes the join
+    assert {w for w, _ in outcome.replies} == {"c1", "b2"}
+    assert all(r.error_code == 0 and r.generation == 3 for _, r in outcome.replies)
+    assert coord.state() == STABLE and len(coord.groups.describe(GROUP)["members"]) == 2
+
+
+def test_session_expiry_removes_the_member_and_rebalances(coord):
+    """A member silent for more than session.timeout.ms is removed by tick; the rest must
+    rejoin, and the survivor then gets every partition."""
+    a, b = stable_pair(coord)
+    coord.heartbeat(a, T0 + 8_000)
+    coord.tick(T0 + SESSION_MS)  # exactly the timeout: still alive
+    assert coord.state() == STABLE
+    coord.tick(T0 + SESSION_MS + 1)
+    assert coord.state() == PREPARING_REBALANCE
+    with pytest.raises(UnknownMemberIdError):
+        coord.heartbeat(b, T0 + SESSION_MS + 2)
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat(a, T0 + SESSION_MS + 2)
+    a3 = coord.join("a3", T0 + SESSION_MS + 3, a.member_id, client_id="a", strategies=(RANGE,))
+    assert a3.generation == 3 and coord.sync(a3, T0 + SESSION_MS + 4) == tps("t", 0, 1, 2, 3)
+    coord.tick(T0 + SESSION_MS + 4 + SESSION_MS + 1)  # and then a too
+    assert coord.state() == EMPTY and coord.generation() == 4
+
+
+def test_leave_rebalances_at_once_and_the_last_leaves_an_empty_group(coord):
+    """A leave starts the rebalance without waiting for a session timeout; the last member
+    leaving empties the group and bumps the generation (fencing stragglers)."""
+    a, b = stable_pair(coord)
+    coord.leave(b.member_id, T0 + 1)
+    assert coord.state() == PREPARING_REBALANCE
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat(a, T0 + 2)
+    a3 = coord.join("a3", T0 + 3, a.member_id, client_id="a", strategies=(RANGE,))
+    assert a3.generation == 3 and a3.leader_id == a.member_id
+    with pytest.raises(UnknownMemberIdError):
+        coord.leave(b.member_id, T0 + 4)
+    outcome = coord.leave(a.member_id, T0 + 5)
+    assert outcome.records and coord.state() == EMPTY and coord.generation() == 4
+    with pytest.raises(UnknownMemberIdError):
+        coord.commit(a.member_id, 3, {("t", 0): (1, "")}, T0 + 6)
+
+
+def test_leaving_during_a_rebalance_completes_it_for_the_others(coord):
+    """The member everyone waits for leaves: the join completes at once without it, and the
+    leaver's own waiting join is answered with an error."""
+    a, b = stable_pair(coord)
+    coord.join("c1", T0 + 1, client_id="c", strategies=(RANGE,))
+    coord.join("a3", T0 + 2, a.member_id, client_id="a", strategies=(RANGE,))
+    outcome = coord.leave(b.member_id, T0 + 3)
+    assert {w for w, _ in outcome.replies} == {"c1", "a3"} and coord.generation() == 3
+    coord.join("c2", T0 + 4, coord.replies["c1"].member_id, client_id="c", strategies=(RANGE,))
+    coord.leave(coord.replies["c1"].member_id, T0 + 5)
+    assert isinstance(error_of(coord.replies["c2"]), UnknownMemberIdError)
+
+
+def test_unknown_members_and_groups(coord):
+    """Every call from a member the coordinator does not know is UnknownMemberId; a join
+    with a made-up member id creates no group."""
+    with pytest.raises(UnknownMemberIdError):
+        coord.join("x", T0, "ghost")
+    assert coord.groups.list_groups() == []
+    with pytest.raises(GroupIdNotFoundError):
+        coord.groups.describe(GROUP)
+    a, _ = stable_pair(coord)
+    ghost = JoinGroupResponse(generation=a.generation, member_id="ghost")
+    for call in (
+        lambda: coord.heartbeat(ghost, T0),
+        lambda: coord.sync(ghost, T0),
+        lambda: coord.leave("ghost", T0),
+        lambda: coord.commit("ghost", a.generation, {("t", 0): (1, "")}, T0),
+        lambda: coord.join("y", T0, "ghost"),
+        lambda: coord.groups.heartbeat("other-group", a.member_id, a.generation, None, T0),
+    ):
+        with pytest.raises(UnknownMemberIdError):
+            call()
+    assert coord.state() == STABLE and coord.generation() == 2
+
+
+@pytest.mark.parametrize("timeout_ms", [0, MIN_SESSION_TIMEOUT_MS - 1, MAX_SESSION_TIMEOUT_MS + 1])
+def test_invalid_session_timeout(coord, timeout_ms):
+    """session.timeout.ms outside the coordinator's bounds is refused; the bounds are fine."""
+    with pytest.raises(InvalidSessionTimeoutError):
+        coord.join("w", T0, session_timeout_ms=timeout_ms)
+    assert coord.groups.list_groups() == []
+    coord.join("lo", T0, session_timeout_ms=MIN_SESSION_TIMEOUT_MS, group_id="lo")
+    coord.join("hi", T0, session_timeout_ms=MAX_SESSION_TIMEOUT_MS, group_id="hi")
+
+
+@pytest.mark.parametrize("group_id", ["", None, 7])
+def test_invalid_group_id(coord, group_id):
+    """A group id must be a non-empty string, for joins and commits alike."""
+    with pytest.raises(InvalidGroupIdError):
+        coord.join("w", T0, group_id=group_id)
+    with pytest.raises(InvalidGroupIdError):
+        coord.commit("", -1, {("t", 0): (1, "")}, T0, group_id=group_id)
+
+
+def test_inconsistent_protocol_refuses_only_the_joiner(coord):
+    """A member supporting no assignor the group uses is refused (INCONSISTENT_GROUP_PROTOCOL
+    in its join reply); the group goes on undisturbed."""
+    a, b = stable_pair(coord)
+    with pytest.raises(InconsistentGroupProtocolError) as refused:
+        coord.join("c1", T0 + 1, client_id="c", strategies=(ROUND_ROBIN,))
+    assert refused.value.code == 23
+    assert coord.state() == STABLE and coord.generation() == 2
+    coord.heartbeat(a, T0 + 2)
+    coord.heartbeat(b, T0 + 2)
+    # A member of the group may not switch to an assignor the others lack either.
+    with pytest.raises(InconsistentGroupProtocolError):
+        coord.join("a3", T0 + 3, a.member_id, client_id="a", strategies=(ROUND_ROBIN,))
+    assert coord.state() == STABLE
+    with pytest.raises(InconsistentGroupProtocolError):
+        coord.join("c2", T0 + 4, client_id="c", strategies=())
+    # One that also supports the group's assignor is welcome.
+    coord.join("c3", T0 + 5, client_id="c", strategies=(ROUND_ROBIN, RANGE))
+    assert coord.state() == PREPARING_REBALANCE
+
+
+def test_the_vote_picks_the_assignor(coord):
+    """The group uses the assignor the members vote for, among those all support."""
+    a1 = coord.join("a1", T0, client_id="a", strategies=(ROUND_ROBIN, RANGE))
+    assert a1.protocol == ROUND_ROBIN
+    coord.join("b1", T0, client_id="b", strategies=(RANGE, ROUND_ROBIN))
+    coord.join("c1", T0, client_id="c", strategies=(RANGE,))
+    a2 = coord.join("a2", T0, a1.member_id, client_id="a", strategies=(ROUND_ROBIN, RANGE))
+    assert a2.protocol == RANGE and coord.groups.list_groups() == [(GROUP, STABLE, RANGE)]
+
+
+def test_partition_counts_use_the_largest_any_member_saw(coord):
+    """Members with older metadata do not hide partitions from the assignment."""
+    a1 = coord.join("a1", T0, client_id="a", strategies=(RANGE,), counts={"t": 2})
+    coord.join("b1", T0, client_id="b", strategies=(RANGE,), counts={"t": 6})
+    a2 = coord.join("a2", T0, a1.member_id, client_id="a", strategies=(RANGE,), counts={"t": 2})
+    assert coord.sync(a2, T0) + coord.sync(coord.replies["b1"], T0) == tps("t", *range(6))
+
+
+# --- generations and fencing ----------------------------------------------------------------
+
+
+def test_stale_generation_is_illegal(coord):
+    """After a rebalance, heartbeats, syncs and commits of the old generation are refused."""
+    a1 = coord.join("a1", T0, client_id="a", strategies=(RANGE,))
+    coord.commit(a1.member_id, 1, {("t", 0): (5, "")}, T0)
+    a, _ = stable_pair_after(coord, a1)
+    for call in (
+        lambda: coord.heartbeat(a, T0 + 1, generation=1),
+        lambda: coord.sync(a1, T0 + 1),
+        lambda: coord.commit(a.member_id, 1, {("t", 0): (9, "")}, T0 + 1),
+        lambda: coord.commit(a.member_id, 3, {("t", 0): (9, "")}, T0 + 1),
+    ):
+        with pytest.raises(IllegalGenerationError):
+            call()
+    assert coord.groups.committed(GROUP) == {TopicPartition("t", 0): OffsetAndMetadata(5, "")}
+    coord.commit(a.member_id, 2, {("t", 0): (9, "")}, T0 + 2)
+    assert coord.groups.committed(GROUP)[TopicPartition("t", 0)].offset == 9
+
+
+def stable_pair_after(coord: Coordinator, a1: JoinGroupResponse):
+    coord.join("b1", T0, client_id="b", strategies=(RANGE,))
+    a2 = coord.join("a2", T0, a1.member_id, client_id="a", strategies=(RANGE,))
+    return a2, coord.replies["b1"]
+
+
+def test_commits_during_a_rebalance_are_allowed_for_the_current_generation(coord):
+    """Like Kafka, a member may commit (e.g. what it is about to revoke) while the group is
+    preparing a rebalance, as long as its generation is still the current one."""
+    a, b = stable_pair(coord)
+    coord.join("c1", T0 + 1, client_id="c", strategies=(RANGE,))
+    coord.commit(b.member_id, b.generation, {("t", 2): (3, "before revoking")}, T0 + 2)
+    assert coord.groups.committed(GROUP, [("t", 2)]) == {
+        TopicPartition("t", 2): OffsetAndMetadata(3, "before revoking")
+    }
+
+
+def test_commits_from_outside_the_group_only_while_it_is_empty(coord):
+    """Generation -1 (a consumer not using group management, or an admin) may commit while
+    the group has no members, never while it has some."""
+    coord.commit("", -1, {("t", 0): (10, "manual")}, T0)
+    assert coord.groups.committed(GROUP) == {TopicPartition("t", 0): OffsetAndMetadata(10, "manual")}
+    a, b = stable_pair(coord)
+    with pytest.raises(UnknownMemberIdError):
+        coord.commit("", -1, {("t", 0): (11, "")}, T0 + 1)
+    coord.leave(a.member_id, T0 + 2)
+    coord.leave(b.member_id, T0 + 3)
+    coord.commit("", -1, {("t", 0): (12, "")}, T0 + 4)
+    assert coord.groups.committed(GROUP, [TopicPartition("t", 0)])[TopicPartition("t", 0)].offset == 12
+
+
+def test_offset_validation(coord):
+    """Metadata up to offset.metadata.max.bytes (in UTF-8 bytes) is kept, longer is refused;
+    a negative offset is refused; nothing is committed by a refused request."""
+    limit = "x" * MAX_OFFSET_METADATA_BYTES
+    coord.commit("", -1, {("t", 0): (1, limit)}, T0)
+    with pytest.raises(OffsetMetadataTooLargeError):
+        coord.commit("", -1, {("t", 0): (2, limit + "x")}, T0)
+    with pytest.raises(OffsetMetadataTooLargeError):
+        coord.commit("", -1, {("t", 0): (2, "é" * (MAX_OFFSET_METADATA_BYTES // 2 + 1))}, T0)
+    with pytest.raises(ValueError):
+        coord.commit("", -1, {("t", 1): (3, ""), ("t", 0): (-1, "")}, T0)
+    assert coord.groups.committed(GROUP) == {TopicPartition("t", 0): OffsetAndMetadata(1, limit)}
+
+
+def test_apply_commit_then_committed(coord):
+    """Offsets become visible only when applied; committed() filters by partition."""
+    offsets = {TopicPartition("t", p): OffsetAndMetadata(p * 10, f"m{p}") for p in range(3)}
+    records = coord.groups.prepare_commit(GROUP, "", -1, None, offsets, T0)
+    assert len(records) == 3 and coord.groups.committed(GROUP) == {}
+    coord.groups.apply_commit(GROUP, offsets)
+    assert coord.groups.committed(GROUP) == offsets
+    assert coord.groups.committed(GROUP, [("t", 1), ("t", 9)]) == {TopicPartition("t", 1): OffsetAndMetadata(10, "m1")}
+    assert coord.groups.committed("nobody") == {}
+
+
+# --- static membership ----------------------------------------------------------------------
+
+
+def static_group(coord: Coordinator, strategies=(RANGE,)):
+    """Static member s (instance "i-s", leader) and dynamic member d, generation 2."""
+    s1 = coord.join("s1", T0, client_id="s", instance_id="i-s", strategies=strategies)
+    coord.join("d1", T0, client_id="d", strategies=strategies)
+    s2 = coord.join("s2", T0, s1.member_id, client_id="s", instance_id="i-s", strategies=strategies)
+    return s2, coord.replies["d1"]
+
+
+def test_static_member_takes_its_place_back_without_a_rebalance(coord):
+    """A static member restarting (member id "") with the same topics gets its old
+    assignment at once in the same generation, under a new member id; the old id is fenced."""
+    s, d = static_group(coord)
+    before = coord.sync(s, T0, "i-s")
+    records = len(coord.log)
+    back = coord.join("s3", T0 + 1, client_id="s", instance_id="i-s", strategies=(RANGE,))
+    assert back is not None and back.error_code == 0
+    assert back.generation == s.generation == 2 and back.member_id != s.member_id
+    assert back.leader_id == back.member_id  # it led before
+    assert coord.state() == STABLE and len(coord.log) == records + 1
+    assert coord.sync(back, T0 + 2, "i-s") == before
+    coord.heartbeat(d, T0 + 2)  # the other member noticed nothing
+    coord.heartbeat(back, T0 + 2, "i-s")
+    with pytest.raises(FencedInstanceIdError):
+        coord.heartbeat(s, T0 + 3, "i-s")
+    with pytest.raises(FencedInstanceIdError):
+        coord.commit(s.member_id, s.generation, {("t", 0): (1, "")}, T0 + 3, instance_id="i-s")
+    with pytest.raises(FencedInstanceIdError):
+        coord.join("s4", T0 + 3, s.member_id, client_id="s", instance_id="i-s", strategies=(RANGE,))
+    with pytest.raises(FencedInstanceIdError):
+        coord.groups.leave(GROUP, s.member_id, "i-s", T0 + 3)
+    coord.commit(back.member_id, back.generation, {("t", 0): (1, "")}, T0 + 4, instance_id="i-s")
+
+
+def test_static_member_with_new_topics_rebalances(coord):
+    """A static member back with a changed subscription triggers a rebalance."""
+    s, d = static_group(coord)
+    assert coord.join("s3", T0 + 1, client_id="s", instance_id="i-s", strategies=(RANGE,), topics=("t", "u")) is None
+    assert coord.state() == PREPARING_REBALANCE
+    coord.join("d2", T0 + 2, d.member_id, client_id="d", strategies=(RANGE,))
+    back = coord.replies["s3"]
+    assert back.generation == 3
+    assert coord.sync(back, T0 + 3, "i-s") == tps("t", 0, 1) + tps("u", 0, 1, 2, 3)
+
+
+def test_static_member_replaced_while_its_join_waits_is_fenced(coord):
+    """A second process with the same instance id during a rebalance takes over: the first
+    one's waiting join is answered FENCED_INSTANCE_ID."""
+    s, d = static_group(coord)
+    coord.join("s3", T0 + 1, s.member_id, client_id="s", instance_id="i-s", strategies=(RANGE,))
+    coord.join("s4", T0 + 2, client_id="s", instance_id="i-s", strategies=(RANGE,))
+    assert isinstance(error_of(coord.replies["s3"]), FencedInstanceIdError)
+    coord.join("d2", T0 + 3, d.member_id, client_id="d", strategies=(RANGE,))
+    assert coord.replies["s4"].generation == 3 and coord.replies["s4"].member_id != s.member_id
+
+
+def test_static_member_expires_like_any_other(coord):
+    """A static member that stays away longer than its session timeout is removed."""
+    s, d = static_group(coord)
+    coord.heartbeat(d, T0 + SESSION_MS)
+    coord.tick(T0 + SESSION_MS + 1)
+    assert coord.state() == PREPARING_REBALANCE
+    d3 = coord.join("d3", T0 + SESSION_MS + 2, d.member_id, client_id="d", strategies=(RANGE,))
+    assert d3.generation == 3 and coord.sync(d3, T0 + SESSION_MS + 2) == tps("t", 0, 1, 2, 3)
+    back = coord.join("s5", T0 + SESSION_MS + 3, client_id="s", instance_id="i-s", strategies=(RANGE,))
+    assert back is None and coord.state() == PREPARING_REBALANCE  # a new member now
+
+
+# --- cooperative rebalancing ----------------------------------------------------------------
+
+
+class Clients:
+    """What each consumer process owns right now, updated the way a cooperative client does
+    when it syncs: keep the intersection, revoke the rest, add the new."""
+
+    def __init__(self) -> None:
+        self.owned: dict[str, set[TopicPartition]] = {}
+
+    def sync(self, coord: Coordinator, name: str, response: JoinGroupResponse, now_ms: int) -> list[TopicPartition]:
+        assignment = coord.sync(response, now_ms)
+        revoked = self.owned.get(name, set()) - set(assignment)
+        self.owned[name] = set(assignment)
+        self.check()
+        return sorted(revoked)
+
+    def check(self) -> None:
+        """No partition has two owners."""
+        for (x, xs), (y, ys) in itertools.combinations(self.owned.items(), 2):
+            assert not xs & ys, f"{sorted(xs & ys)} owned by both {x} and {y}"
+
+
+def test_cooperative_partition_moves_only_after_its_owner_revoked_it(coord):
+    """A partition that moves from a to b is withheld from b until a rejoins without it, so
+    no partition ever has two owners; the follow-up rebalance then hands it over."""
+    clients = Clients()
+    a1 = coord.join("a1", T0, client_id="a", counts={"t": 6})
+    clients.sync(coord, "a", a1, T0)
+    assert clients.owned["a"] == set(tps("t", *range(6)))
+    coord.join("b1", T0 + 1, client_id="b", counts={"t": 6})
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat(a1, T0 + 2)
+    a2 = coord.join("a2", T0 + 3, a1.member_id, client_id="a", counts={"t": 6}, owned=sorted(clients.owned["a"]))
+    b1 = coord.replies["b1"]
+    assert a2.generation == b1.generation == 2
+    assert clients.sync(coord, "b", b1, T0 + 4) == [] and clients.owned["b"] == set()  # withheld
+    revoked = clients.sync(coord, "a", a2, T0 + 4)
+    assert revoked == tps("t", 3, 4, 5)
+    # a revoked: it rejoins (the follow-up round), b learns of it from its heartbeat.
+    a3 = coord.join("a3", T0 + 5, a1.member_id, client_id="a", counts={"t": 6}, owned=sorted(clients.owned["a"]))
+    assert a3 is None
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat(b1, T0 + 6)
+    coord.join("b2", T0 + 7, b1.member_id, client_id="b", counts={"t": 6}, owned=sorted(clients.owned["b"]))
+    a3, b2 = coord.replies["a3"], coord.replies["b2"]
+    assert a3.generation == b2.generation == 3
+    assert clients.sync(coord, "a", a3, T0 + 8) == []
+    clients.sync(coord, "b", b2, T0 + 8)
+    assert clients.owned == {"a": set(tps("t", 0, 1, 2)), "b": set(tps("t", 3, 4, 5))}
+
+
+def test_cooperative_owner_that_did_not_rejoin_loses_its_claim(coord):
+    """Only the owners in this join are respected: a member dropped at the deadline does
+    not hold its partitions back."""
+    a, b = stable_pair(coord, strategies=(COOPERATIVE_STICKY,))  # b's half is withheld in generation 2
+    owned_a, owned_b = coord.sync(a, T0), coord.sync(b, T0)
+    assert owned_a == tps("t", 0, 1) and owned_b == []
+    coord.join("a3", T0 + 1, a.member_id, client_id="a", owned=owned_a)
+    coord.join("b2", T0 + 1, b.member_id, client_id="b", owned=owned_b)
+    a3, b2 = coord.replies["a3"], coord.replies["b2"]
+    owned_b = coord.sync(b2, T0 + 2)
+    assert owned_b == tps("t", 2, 3)
+    coord.join("a4", T0 + 3, a.member_id, client_id="a", owned=coord.sync(a3, T0 + 2))
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat(b2, T0 + 5_000)  # b is alive but never rejoins
+    coord.tick(T0 + 3 + REBALANCE_MS)
+    a4 = coord.replies["a4"]
+    assert a4.generation == 4 and coord.sync(a4, T0 + 3 + REBALANCE_MS) == tps("t", 0, 1, 2, 3)
+
+
+def test_eager_assignors_ignore_what_members_claim_to_own(coord):
+    """With range (eager: everything is revoked before joining), nothing is withheld."""
+    a1 = coord.join("a1", T0, client_id="a", strategies=(RANGE,))
+    coord.join("b1", T0 + 1, client_id="b", strategies=(RANGE,))
+    a2 = coord.join("a2", T0 + 2, a1.member_id, client_id="a", strategies=(RANGE,), owned=tps("t", 0, 1, 2, 3))
+    assert coord.sync(coord.replies["b1"], T0 + 3) == tps("t", 2, 3)
+    assert coord.sync(a2, T0 + 3) == tps("t", 0, 1)
+
+
+class SimClient:
+    """A consumer following the protocol: heartbeat, rejoin when told, sync when its join
+    completes, revoke (and, cooperatively, rejoin) what the assignment no longer has."""
+
+    def __init__(self, name: str, strategy: str):
+        self.name, self.strategy = name, strategy
+        self.member_id, self.generation = "", -1
+        self.owned: set[TopicPartition] = set()
+        self.waiter: object | None = None
+        self.rejoin = True
+        self.joins = itertools.count()
+
+    def poll(self, coord: Coordinator, now_ms: int) -> None:
+        if self.waiter is not None:
+            response = coord.replies.get(self.waiter)
+            if response is None:
+                return  # still waiting
+            self.waiter = None
+            self.finish_join(coord, response, now_ms)
+        elif self.rejoin:
+            self.start_join(coord, now_ms)
+        else:
+            try:
+                coord.heartbeat(JoinGroupResponse(member_id=self.member_id, generation=self.generation), now_ms)
+            except (RebalanceInProgressError, IllegalGenerationError):
+                self.rejoin = True
+            except UnknownMemberIdError:
+                self.lose()
+
+    def start_join(self, coord: Coordinator, now_ms: int) -> None:
+        if self.strategy != COOPERATIVE_STICKY:
+            self.owned = set()  # eager: revoke everything first
+        self.waiter = (self.name, next(self.joins))
+        self.rejoin = False
+        try:
+            coord.join(
+                self.waiter,
+                now_ms,
+                self.member_id,
+                strategies=(self.strategy,),
+                owned=sorted(self.owned),
+                counts={"t": PARTITIONS},
+            )
+        except UnknownMemberIdError:
+            self.waiter = None
+            self.lose()
+
+    def finish_join(self, coord: Coordinator, response: JoinGroupResponse, now_ms: int) -> None:
+        error = error_of(response)
+        if isinstance(error, UnknownMemberIdError):
+            return self.lose()
+        if error is not None:
+            self.rejoin = True
+            return None
+        self.member_id, self.generation = response.member_id, response.generation
+        try:
+            assignment = set(coord.sync(response, now_ms))
+        except (RebalanceInProgressError, IllegalGenerationError):
+            self.rejoin = True
+            return None
+        revoked = self.owned - assignment
+        self.owned = assignment
+        if revoked and self.strategy == COOPERATIVE_STICKY:
+            self.rejoin = True
+        return None
+
+    def lose(self) -> None:
+        self.owned, self.member_id, self.generation, self.rejoin = set(), "", -1, True
+
+    def leave(self, coord: Coordinator, now_ms: int) -> None:
+        self.owned = set()
+        if self.member_id:
+            try:
+                coord.leave(self.member_id, now_ms)
+            except UnknownMemberIdError:
+                pass
+
+
+PARTITIONS = 10
+
+
+@pytest.mark.parametrize("strategy", [COOPERATIVE_STICKY, RANGE, ROUND_ROBIN])
+@pytest.mark.parametrize("seed", range(12))
+def test_simulation_no_partition_ever_has_two_owners(strategy, seed):
+    """Seeded random joins, leaves, crashes, polls and ticks: at every step the live
+    consumers own disjoint partitions; once quiet, every partition has one owner and the
+    load is balanced. (A failure names its seed.)"""
+    rng = random.Random(seed)
+    coord = Coordinator()
+    names = (f"c{i}" for i in itertools.count())
+    live: list[SimClient] = []
+    now = T0
+
+    def check() -> None:
+        for x, y in itertools.combinations(live, 2):
+            assert not x.owned & y.owned, f"seed {seed}: {sorted(x.owned & y.owned)} owned by {x.name} and {y.name}"
+
+    for _ in range(150):
+        action = rng.random()
+        if action < 0.08 and len(live) < 6:
+            live.append(SimClient(next(names), strategy))
+        elif action < 0.12 and live:
+            live.pop(rng.randrange(len(live))).leave(coord, now)
+        elif action < 0.15 and live:
+            live.pop(rng.randrange(len(live)))  # crashed: owns nothing, its member expires
+        elif action < 0.35:
+            for client in live:  # the heartbeat threads keep every live session going
+                client.poll(coord, now)
+            now += rng.randrange(0, 3_000)
+            coord.tick(now)
+        elif live:
+            rng.choice(live).poll(coord, now)
+        check()
+    for _ in range(200):  # quiet down: no more joins, leaves or crashes
+        for client in live:
+            client.poll(coord, now)
+            check()
+        now += 1_000
+        coord.tick(now)
+        check()
+    if live:
+        counts = sorted(len(c.owned) for c in live)
+        assert set().union(*(c.owned for c in live)) == set(tps("t", *range(PARTITIONS))), f"seed {seed}"
+        assert counts[-1] - counts[0] <= 1, f"seed {seed}: {counts}"
+        assert coord.state() == STABLE
+
+
+# --- fail-over: records and load() ----------------------------------------------------------
+
+
+def test_load_restores_offsets_generation_members_and_assignment(coord):
+    """A fresh coordinator fed the records in order has the same groups: offsets, generation,
+    leader, members, subscriptions and assignments; restored members can go on heartbeating
+    and committing in their generation."""
+    s, d = static_group(coord)
+    coord.commit(s.member_id, 2, {("t", 0): (7, "meta"), ("t", 1): (8, "")}, T0 + 1, instance_id="i-s")
+    coord.commit(d.member_id, 2, {("t", 0): (9, "later wins")}, T0 + 2)
+    coord.commit("", -1, {("u", 0): (1, "")}, T0 + 3, group_id="other")
+    fresh = coord.reloaded(T0 + 100_000)
+    assert fresh.describe(GROUP) == coord.groups.describe(GROUP)
+    assert fresh.committed(GROUP) == coord.groups.committed(GROUP)
+    assert fresh.committed(GROUP)[TopicPartition("t", 0)] == OffsetAndMetadata(9, "later wins")
+    assert fresh.committed("other") == {TopicPartition("u", 0): OffsetAndMetadata(1, "")}
+    assert fresh.list_groups() == coord.groups.list_groups()
+    # Sessions restart at load time (members need time to find the new coordinator).
+    fresh.heartbeat(GROUP, d.member_id, 2, None, T0 + 100_000 + SESSION_MS)
+    assert fresh.tick(T0 + 100_000 + SESSION_MS).replies == []
+    assert fresh.sync(GROUP, s.member_id, 2, "i-s", T0 + 100_000) == coord.sync(s, T0, "i-s")
+    fresh.prepare_commit(GROUP, s.member_id, 2, "i-s", {TopicPartition("t", 0): OffsetAndMetadata(10)}, T0)
+    with pytest.raises(IllegalGenerationError):
+        fresh.prepare_commit(GROUP, s.member_id, 1, "i-s", {TopicPartition("t", 0): OffsetAndMetadata(10)}, T0)
+
+
+def test_load_after_static_rejoin_and_rebalances_keeps_the_latest(coord):
+    """The last group record wins: a static member's new id, later generations."""
+    s, d = static_group(coord)
+    back = coord.join("s3", T0 + 1, client_id="s", instance_id="i-s", strategies=(RANGE,))
+    fresh = coord.reloaded(T0 + 2)
+    assert fresh.describe(GROUP) == coord.groups.describe(GROUP)
+    with pytest.raises(FencedInstanceIdError):
+        fresh.heartbeat(GROUP, s.member_id, 2, "i-s", T0 + 2)
+    fresh.heartbeat(GROUP, back.member_id, 2, "i-s", T0 + 2)
+    # A static member's restart works on the new coordinator too.
+    outcome = fresh.join(request(client_id="s", instance_id="i-s", strategies=(RANGE,)), "s4", T0 + 3)
+    assert outcome.replies[0][1].generation == 2
+
+
+def test_load_of_an_emptied_group_keeps_its_generation(coord):
+    """A group whose members all left comes back Empty with its generation (so a straggler
+    of the last generation stays fenced) and its offsets."""
+    a, b = stable_pair(coord)
+    coord.commit(a.member_id, 2, {("t", 0): (4, "")}, T0)
+    coord.leave(a.member_id, T0 + 1)
+    coord.leave(b.member_id, T0 + 2)
+    fresh = coord.reloaded(T0 + 3)
+    described = fresh.describe(GROUP)
+    assert described["state"] == EMPTY and described["generation"] == 3 and described["members"] == []
+    assert fresh.committed(GROUP) == {TopicPartition("t", 0): OffsetAndMetadata(4, "")}
+
+
+def test_delete_tombstones_erase_the_group_on_load(coord):
+    """delete() of an empty group returns tombstones for its offsets and its group record;
+    loading the whole partition afterwards knows nothing of the group."""
+    a, b = stable_pair(coord)
+    coord.commit(a.member_id, 2, {("t", 0): (4, ""), ("t", 1): (5, "")}, T0)
+    coord.commit("", -1, {("u", 0): (1, "")}, T0, group_id="kept")
+    with pytest.raises(NonEmptyGroupError):
+        coord.groups.delete(GROUP)
+    coord.leave(a.member_id, T0 + 1)
+    coord.leave(b.member_id, T0 + 2)
+    tombstones = coord.groups.delete(GROUP)
+    assert len(tombstones) == 3 and all(value is None for _, value in tombstones)
+    coord.log.extend(tombstones)
+    assert coord.groups.list_groups() == [("kept", EMPTY, "")]
+    with pytest.raises(GroupIdNotFoundError):
+        coord.groups.describe(GROUP)
+    with pytest.raises(GroupIdNotFoundError):
+        coord.groups.delete(GROUP)
+    fresh = coord.reloaded(T0 + 3)
+    assert fresh.list_groups() == [("kept", EMPTY, "")]
+    assert fresh.committed(GROUP) == {}
+    with pytest.raises(GroupIdNotFoundError):
+        fresh.describe(GROUP)
+    # The id can be used again from scratch.
+    assert coord.join("n1", T0 + 4).generation == 1
+
+
+def test_load_ignores_records_without_a_key_and_tolerates_compaction(coord):
+    """Records without a key are skipped; a compacted log (only the latest value per key,
+    in any order of keys) loads the same state."""
+    a, b = stable_pair(coord)
+    coord.commit(a.member_id, 2, {("t", 0): (1, ""), ("t", 1): (2, "")}, T0)
+    coord.commit(a.member_id, 2, {("t", 0): (3, "")}, T0)
+    latest = dict(coord.log)
+    fresh = GroupCoordinator()
+    fresh.load([(None, b"junk"), *reversed(list(latest.items()))], T0)
+    assert fresh.describe(GROUP) == coord.groups.describe(GROUP)
+    assert fresh.committed(GROUP) == coord.groups.committed(GROUP)
+
+
+def test_delete_of_unknown_group(coord):
+    """Deleting a group that does not exist is GROUP_ID_NOT_FOUND."""
+    with pytest.raises(GroupIdNotFoundError):
+        coord.groups.delete("nope")
+
+
+# --- partition_for --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("group_id", "java_hash_code"),
+    [
+        ("hello", 99162322),
+        ("hello world", 1794106052),
+        ("Hello World", -862545276),
+        ("my-consumer-group", 1513705513),
+        ("é", 233),
+        ("\U0001f600", 1772899),  # a surrogate pair in UTF-16, as Java hashes it
+    ],
+)
+def test_partition_for_matches_kafka(group_id, java_hash_code):
+    """abs(String.hashCode) % n, with hash codes as Java computes them."""
+    for n in (1, 7, 50, 2**31 - 1):
+        assert partition_for(group_id, n) == abs(java_hash_code) % n
+
+
+def test_partition_for_integer_min_value_hash_is_zero():
+    """Kafka's Utils.abs maps Integer.MIN_VALUE (which Math.abs leaves negative) to 0."""
+    for group_id in ("polygenelubricants", "GydZG_"):
+        assert all(partition_for(group_id, n) == 0 for n in (1, 3, 50, 2**31 - 1))
