@@ -1,0 +1,105 @@
+"""raylog's metrics, through ``ray.util.metrics`` (so they reach Prometheus and the Ray
+dashboard with Ray's own: every name below is exported as ``ray_<name>``).
+
+Per partition replica (tags topic, partition, broker): ``raylog_log_end_offset``,
+``raylog_high_watermark``, ``raylog_log_size_bytes``, ``raylog_log_segments``,
+``raylog_isr_size`` and ``raylog_under_replicated`` (leaders only: 1 while the ISR is
+smaller than the replica set); ``raylog_produce_records_total``,
+``raylog_produce_bytes_total``, ``raylog_produce_latency_ms`` (append to acknowledgement);
+``raylog_fetch_bytes_total`` and ``raylog_fetch_latency_ms`` (tag ``client``: consumer or
+follower; the latency includes the long-poll wait); the cleaner's
+``raylog_cleaner_dirty_ratio``, ``raylog_cleaner_bytes_read_total`` and
+``raylog_cleaner_records_removed_total``.
+
+Per cluster (controller, tag cluster): ``raylog_brokers_live``,
+``raylog_offline_partitions`` and ``raylog_under_replicated_partitions``.
+
+Per consumer (tags group, topic, partition): ``raylog_consumer_lag`` (records between the
+consumer's position and the high watermark, from each fetch).
+
+Metric objects are made once per process, on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ray.util.metrics import Counter, Gauge, Histogram
+
+_PARTITION = ("topic", "partition", "broker")
+#: Latency buckets, ms: sub-millisecond to the longest long poll.
+LATENCY_BOUNDARIES_MS = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 5_000, 30_000]
+
+
+@functools.cache
+def _gauge(name: str, description: str, tags: tuple[str, ...] = _PARTITION) -> Gauge:
+    return Gauge(name, description, tag_keys=tags)
+
+
+@functools.cache
+def _counter(name: str, description: str, tags: tuple[str, ...] = _PARTITION) -> Counter:
+    return Counter(name, description, tag_keys=tags)
+
+
+@functools.cache
+def _histogram(name: str, description: str, tags: tuple[str, ...]) -> Histogram:
+    return Histogram(name, description, boundaries=LATENCY_BOUNDARIES_MS, tag_keys=tags)
+
+
+def partition_tags(topic: str, partition: int, broker_id: int) -> dict[str, str]:
+    return {"topic": topic, "partition": str(partition), "broker": str(broker_id)}
+
+
+def record_partition_state(tags: dict[str, str], partition: Any) -> None:
+    """The gauges of one replica, from its :class:`~raylog.coordination.partition.Partition`."""
+    log = partition.log
+    _gauge("raylog_log_end_offset", "offset the next appended record gets").set(log.log_end_offset, tags)
+    _gauge("raylog_high_watermark", "offset below which records are committed").set(partition.high_watermark, tags)
+    _gauge("raylog_log_size_bytes", "bytes of the partition's segments").set(log.size_bytes, tags)
+    _gauge("raylog_log_segments", "segments of the partition").set(log.segment_count, tags)
+    if partition.is_leader:
+        _gauge("raylog_isr_size", "in-sync replicas (leader's view)").set(len(partition.isr), tags)
+        under = len(partition.isr) < len(partition.replicas)
+        _gauge("raylog_under_replicated", "1 while the ISR is smaller than the replica set").set(int(under), tags)
+
+
+def record_produce(tags: dict[str, str], records: int, size_bytes: int, latency_ms: float) -> None:
+    _counter("raylog_produce_records_total", "records appended by producers").inc(records, tags)
+    _counter("raylog_produce_bytes_total", "bytes appended by producers").inc(size_bytes, tags)
+    _histogram("raylog_produce_latency_ms", "produce call, append to acknowledgement", (*_PARTITION,)).observe(
+        latency_ms, tags
+    )
+
+
+def record_fetch(tags: dict[str, str], follower: bool, size_bytes: int, latency_ms: float) -> None:
+    tagged = {**tags, "client": "follower" if follower else "consumer"}
+    _counter("raylog_fetch_bytes_total", "bytes returned by fetches", (*_PARTITION, "client")).inc(size_bytes, tagged)
+    _histogram("raylog_fetch_latency_ms", "fetch call incl. long-poll wait", (*_PARTITION, "client")).observe(
+        latency_ms, tagged
+    )
+
+
+def record_cleaning(tags: dict[str, str], stats: Any) -> None:
+    """One log-cleaner round (a :class:`~raylog.storage.cleaner.CleanerStats`)."""
+    dirty = _gauge("raylog_cleaner_dirty_ratio", "share of the cleanable log not cleaned yet")
+    dirty.set(stats.dirty_ratio_after, tags)
+    _counter("raylog_cleaner_bytes_read_total", "bytes the cleaner read").inc(stats.bytes_read, tags)
+    _counter("raylog_cleaner_records_removed_total", "records compaction removed").inc(
+        stats.records_read - stats.records_kept, tags
+    )
+
+
+def record_cluster(cluster: str, live_brokers: int, offline: int, under_replicated: int) -> None:
+    tags = {"cluster": cluster}
+    _gauge("raylog_brokers_live", "brokers whose node is alive", ("cluster",)).set(live_brokers, tags)
+    _gauge("raylog_offline_partitions", "partitions without a live leader", ("cluster",)).set(offline, tags)
+    _gauge("raylog_under_replicated_partitions", "partitions whose ISR is short of replicas", ("cluster",)).set(
+        under_replicated, tags
+    )
+
+
+def record_consumer_lag(group: str, topic: str, partition: int, lag: int) -> None:
+    tags = {"group": group, "topic": topic, "partition": str(partition)}
+    gauge = _gauge("raylog_consumer_lag", "records between a consumer's position and the HW", tuple(tags))
+    gauge.set(lag, tags)
