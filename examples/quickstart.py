@@ -28,12 +28,17 @@ PAGES = ["/home", "/search", "/cart", "/checkout", "/item"]
 def produce(cluster, topic: str, start_ms: int) -> float:
     rng = random.Random(7)
     started = time.perf_counter()
-    with Producer(cluster, acks="all", linger_ms=5, compression="lz4",
-                  value_serializer=lambda v: json.dumps(v).encode()) as producer:
+    with Producer(
+        cluster, acks="all", linger_ms=5, compression="lz4", value_serializer=lambda v: json.dumps(v).encode()
+    ) as producer:
         for i in range(EVENTS):
             user = rng.randrange(1_000)
-            producer.send(topic, value={"user": user, "page": rng.choice(PAGES), "n": i},
-                          key=b"user-%d" % user, timestamp_ms=start_ms + i)
+            producer.send(
+                topic,
+                value={"user": user, "page": rng.choice(PAGES), "n": i},
+                key=b"user-%d" % user,
+                timestamp_ms=start_ms + i,
+            )
     return time.perf_counter() - started
 
 
@@ -56,8 +61,10 @@ def main() -> None:
         admin = Admin(cluster)
         topic = "clicks"
         admin.create_topics([NewTopic(topic, num_partitions=6, config={"retention.ms": "604800000"})])
-        print(f"raylog up in {time.perf_counter() - t0:.1f} s: {admin.describe_topics([topic])[0].name} "
-              f"with {len(admin.describe_topics([topic])[0].partitions)} partitions")
+        print(
+            f"raylog up in {time.perf_counter() - t0:.1f} s: {admin.describe_topics([topic])[0].name} "
+            f"with {len(admin.describe_topics([topic])[0].partitions)} partitions"
+        )
 
         start_ms = int(time.time() * 1000) - EVENTS
         seconds = produce(cluster, topic, start_ms)
@@ -73,8 +80,10 @@ def main() -> None:
         print("clicks per page:", {c["values"]: c["counts"] for c in sorted(counts, key=lambda c: c["values"])})
 
         user = table.filter(pc.equal(table.column("key"), b"user-42"))
-        print(f"user-42: {user.num_rows} events, all in partition {set(user.column('partition').to_pylist())} "
-              "(murmur2 of the key, as Kafka places it)")
+        print(
+            f"user-42: {user.num_rows} events, all in partition {set(user.column('partition').to_pylist())} "
+            "(murmur2 of the key, as Kafka places it)"
+        )
 
         consumer = Consumer(cluster)
         tp = TopicPartition(topic, 0)
