@@ -75,7 +75,9 @@ class RaylogCluster:
         self._metadata: Metadata | None = None
 
     def __reduce__(self):
-        return (_reattach, (self.cluster_name,))
+        # The Ray address goes along for processes that are not Ray workers (a Spark
+        # executor's Python worker under RayDP): unpickling there connects to Ray first.
+        return (_reattach, (self.cluster_name, ray.get_runtime_context().gcs_address))
 
     def metadata(self, refresh: bool = False) -> Metadata:
         """The cached metadata of every topic (fetched on first use or when ``refresh``)."""
@@ -95,7 +97,9 @@ class RaylogCluster:
                 ray.shutdown()
 
 
-def _reattach(cluster_name: str) -> RaylogCluster:
+def _reattach(cluster_name: str, ray_address: str) -> RaylogCluster:
+    if not ray.is_initialized():
+        ray.init(address=ray_address, configure_logging=False, log_to_driver=False)
     return RaylogCluster(cluster_name, ray.get_actor(controller_name(cluster_name), namespace=NAMESPACE))
 
 

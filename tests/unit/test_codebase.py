@@ -21,6 +21,6 @@ def test_storage_and_coordination_do_not_import_ray():
 
 
 def test_ruff_is_clean():
-    """ruff finds nothing to complain about in the package, tests, benchmarks and examples."""
-    result = _run("ruff", "check", "raylog", "tests", "benchmarks", "examples")
+    """ruff finds nothing to complain about in the package, integrations, tests, benchmarks and examples."""
+    result = _run("ruff", "check", "raylog", "integrations", "tests", "benchmarks", "examples")
     assert result.returncode == 0, result.stdout + result.stderr

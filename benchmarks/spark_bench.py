@@ -1,0 +1,303 @@
+"""Benchmark of reading a raylog topic through Ray Data and into Spark (RayDP), with
+baselines measured in the same run.
+
+Set-up: a local Ray started here (the embedded default's settings: a 512 MiB object store,
+no dashboard, every CPU), one embedded raylog broker with its data in a temporary directory,
+a topic of 6 partitions (replication factor 1) filled with ``send_arrow`` with N records of
+100-byte values (keys ``user-<n>``, 500 distinct), and the same records (every column a read
+returns) written to Parquet in the same directory, one file per partition, pyarrow's
+defaults (snappy). Everything is removed at the end.
+
+What is measured (``time.perf_counter``, best of the repeats: the run least disturbed by
+the rest of this 2-core machine):
+
+1. Ray Data against a plain Consumer, before Spark starts (so both have every CPU):
+   ``raylog.data.read_topic(topic)`` iterated in the driver with
+   ``iter_batches(batch_size=None, batch_format="pyarrow")`` (one read task per partition,
+   each a Consumer; blocks go through Ray's object store to the driver), against one
+   ``Consumer`` assigned the 6 partitions from offset 0 calling ``poll_arrow()`` until N
+   records came. Target: Ray Data >= 0.8x the Consumer's records/s.
+2. Spark (RayDP, ``raylog_spark.init_spark`` defaults: half the CPUs for executors) running
+   one aggregate over every column, ``count(*), count(topic), max(partition), max(offset),
+   max(timestamp_ms), sum(length(key)), sum(length(value)), count(headers)`` and collecting
+   it: on ``raylog_spark.read_topic(spark, topic)`` (Ray Data read, then RayDP's
+   ``to_spark``) against ``spark.read.parquet`` of the Parquet copy. Target: the topic read
+   >= 0.5x the Parquet read's records/s. Every run checks the count and the value bytes.
+
+MB is 10^6 bytes of values.
+
+Usage::
+
+    python -m benchmarks.spark_bench [--quick] [--json PATH] [--dir PARENT]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import raylog
+from benchmarks import common
+from benchmarks.common import MB, BenchError, Target, number, times
+from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from raylog.clients.cluster import RaylogCluster
+from raylog.errors import RaylogError
+
+PARTITIONS = 6
+VALUE_BYTES = 100
+DISTINCT_KEYS = 500
+AGGREGATE = [
+    "count(*) as records",
+    "count(topic)",
+    "max(partition)",
+    "max(offset)",
+    "max(timestamp_ms)",
+    "sum(length(key))",
+    "sum(length(value)) as value_bytes",
+    "count(headers)",
+]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much work each measurement does."""
+
+    name: str
+    records: int
+    repeats: int  # timed runs per measurement; the best is reported
+    timeout_s: float  # bound on one read
+
+
+FULL = Scale("full", records=1_000_000, repeats=3, timeout_s=600.0)
+QUICK = Scale("quick", records=100_000, repeats=1, timeout_s=180.0)
+
+
+@dataclass
+class Row(common.Judged):
+    """One line of a results table; ``section`` says which table."""
+
+    section: str  # "ray data" or "spark"
+    name: str
+    seconds: float | None = None
+    records_per_s: float | None = None
+    mb_per_s: float | None = None
+    ratio: float | None = None  # records/s over the section's baseline
+    targets: list[Target] = field(default_factory=list)
+    note: str = ""
+    error: str | None = None
+
+
+def rate_row(section: str, name: str, seconds: float, count: int, **extra) -> Row:
+    return Row(section, name, seconds, count / seconds, count * VALUE_BYTES / seconds / MB, **extra)
+
+
+TABLE: common.Columns = [
+    ("measurement", 44, None),
+    ("s", 7, lambda r: number(r.seconds, ".2f")),
+    ("records/s", 11, lambda r: number(r.records_per_s, ",.0f")),
+    ("MB/s", 7, lambda r: number(r.mb_per_s, ".1f")),
+    ("x base", 7, lambda r: times(r.ratio)),
+]
+TABLES = {"ray data": (TABLE, 10), "spark": (TABLE, 10)}
+
+
+class Runner(common.Phases):
+    """Fills the topic and the Parquet copy, then measures; rows go to ``self.rows``."""
+
+    tag = "spark-bench"
+    row_type = Row
+
+    def __init__(self, cluster: RaylogCluster, scale: Scale, workdir: str):
+        self.cluster, self.scale, self.workdir = cluster, scale, workdir
+        self.rows: list[Row] = []
+        self.topic = f"bench-{uuid.uuid4().hex[:8]}"
+        self.parquet_dir = os.path.join(workdir, "parquet")
+
+    def fill(self) -> None:
+        Admin(self.cluster).create_topics([NewTopic(self.topic, num_partitions=PARTITIONS)])
+        values = common.make_values(self.scale.records, VALUE_BYTES)
+        keys = [b"user-%d" % (i % DISTINCT_KEYS) for i in range(self.scale.records)]
+        with Producer(self.cluster, acks=1) as producer:
+            producer.send_arrow(self.topic, pa.table({"key": pa.array(keys), "value": pa.array(values)}))
+            producer.flush()
+        os.makedirs(self.parquet_dir)
+        with Consumer(self.cluster, self.topic, auto_offset_reset="earliest") as consumer:
+            tables = read_all(consumer, self.scale)
+        for partition in range(PARTITIONS):
+            part = tables.filter(pc.equal(tables.column("partition"), partition))
+            pq.write_table(part, os.path.join(self.parquet_dir, f"partition-{partition}.parquet"))
+
+    def delete(self) -> None:
+        with contextlib.suppress(RaylogError):
+            Admin(self.cluster).delete_topics([self.topic])
+
+    def ray_data(self) -> None:
+        from raylog import data
+
+        def consumer_run() -> float:
+            start = time.perf_counter()
+            with Consumer(self.cluster, auto_offset_reset="earliest") as consumer:
+                consumer.assign([TopicPartition(self.topic, p) for p in range(PARTITIONS)])
+                read_all(consumer, self.scale)
+            return time.perf_counter() - start
+
+        def ray_data_run() -> float:
+            start = time.perf_counter()
+            dataset = data.read_topic(self.topic, cluster=self.cluster)
+            count = sum(b.num_rows for b in dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
+            seconds = time.perf_counter() - start
+            check(count, self.scale.records, "Ray Data read")
+            return seconds
+
+        base = common.best(consumer_run, self.scale.repeats)
+        self.rows.append(rate_row("ray data", "baseline: Consumer.poll_arrow, 6 partitions", base, self.scale.records))
+        seconds = common.best(ray_data_run, self.scale.repeats)
+        self.rows.append(
+            rate_row(
+                "ray data",
+                "raylog.data.read_topic -> iter_batches",
+                seconds,
+                self.scale.records,
+                ratio=base / seconds,
+                targets=[Target("ratio", ">=", 0.8)],
+                note="6 read tasks; blocks via the object store",
+            )
+        )
+
+    def spark(self) -> None:
+        import raydp
+
+        import raylog_spark
+
+        spark = raylog_spark.init_spark("raylog-spark-bench", configs={"spark.ui.enabled": "false"})
+        try:
+            spark.sparkContext.setLogLevel("ERROR")
+            executors = spark.conf.get("spark.executor.instances")
+            cores = spark.conf.get("spark.executor.cores")
+
+            def parquet_run() -> float:
+                return self.timed_aggregate(lambda: spark.read.parquet(self.parquet_dir), "parquet")
+
+            def topic_run() -> float:
+                return self.timed_aggregate(
+                    lambda: raylog_spark.read_topic(spark, self.topic, cluster=self.cluster), "topic"
+                )
+
+            topic_run()  # warm-up: the first Python workers and JIT of the to_spark path
+            parquet_run()
+            base = common.best(parquet_run, self.scale.repeats)
+            self.rows.append(
+                rate_row(
+                    "spark",
+                    "baseline: spark.read.parquet (local disk)",
+                    base,
+                    self.scale.records,
+                    note=f"{executors} executor(s) x {cores} core(s)",
+                )
+            )
+            seconds = common.best(topic_run, self.scale.repeats)
+            self.rows.append(
+                rate_row(
+                    "spark",
+                    "raylog_spark.read_topic (Ray Data + to_spark)",
+                    seconds,
+                    self.scale.records,
+                    ratio=base / seconds,
+                    targets=[Target("ratio", ">=", 0.5)],
+                    note="includes the Ray Data read",
+                )
+            )
+        finally:
+            raydp.stop_spark()
+
+    def timed_aggregate(self, make_df, what: str) -> float:
+        start = time.perf_counter()
+        (row,) = make_df().selectExpr(*AGGREGATE).collect()
+        seconds = time.perf_counter() - start
+        check(row.records, self.scale.records, f"Spark {what} read")
+        check(row.value_bytes, self.scale.records * VALUE_BYTES, f"Spark {what} read (value bytes)")
+        return seconds
+
+
+def read_all(consumer: Consumer, scale: Scale) -> pa.Table:
+    """Every record of the consumer's partitions: ``poll_arrow`` until ``scale.records`` came."""
+    tables, count = [], 0
+    deadline = time.monotonic() + scale.timeout_s
+    while count < scale.records:
+        if time.monotonic() > deadline:
+            raise BenchError(f"only {count:,} of {scale.records:,} records within {scale.timeout_s:.0f} s")
+        table = consumer.poll_arrow(timeout_ms=1_000)
+        tables.append(table)
+        count += table.num_rows
+    check(count, scale.records, "Consumer read")
+    return pa.concat_tables(tables)
+
+
+def check(got: int, expected: int, what: str) -> None:
+    if got != expected:
+        raise BenchError(f"{what}: {got:,} where {expected:,} were expected")
+
+
+def run(scale: Scale, parent: str | None) -> list[Row]:
+    """Every measurement on a fresh local Ray and raylog cluster, removed at the end."""
+    with contextlib.ExitStack() as stack:
+        workdir = common.temp_workdir(stack, "raylog-spark-bench-", parent)
+        common.start_local_ray(stack)
+        cluster = raylog.connect(data_dir=os.path.join(workdir, "data"), cluster_name=f"bench{uuid.uuid4().hex[:8]}")
+        stack.callback(cluster.shutdown)
+        runner = Runner(cluster, scale, workdir)
+        stack.callback(runner.delete)
+        runner.phase("ray data", "fill the topic and the Parquet copy", runner.fill)
+        if runner.rows:  # filling failed: nothing to measure
+            return runner.rows
+        runner.phase("ray data", "Ray Data vs Consumer", runner.ray_data)
+        runner.phase("spark", "Spark topic read vs Parquet read", runner.spark)
+        return runner.rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.bench_parser(__doc__, "a fast smoke run (100,000 records, one run each)").parse_args(argv)
+    scale = QUICK if args.quick else FULL
+    watch = common.RunWatch()
+    rows = run(scale, args.dir)
+    watch.stop()
+    print(
+        f"raylog Ray Data / Spark read benchmark, {scale.name} mode: {scale.records:,} records of "
+        f"{VALUE_BYTES} B in {PARTITIONS} partitions, embedded cluster, 1 broker; best of {scale.repeats} run(s)"
+    )
+    print("x base: records/s over the baseline of the same table (Consumer; spark.read.parquet)")
+    print("BELOW: target missed; ERROR: the measurement failed (see stderr)")
+    common.print_tables(rows, TABLES)
+    print()
+    print(common.totals_line(watch.seconds, common.environment()))
+    watch.print_load("other work on the machine lowers every figure")
+    watch.print_sources()
+    if args.json:
+        common.dump_json(
+            args.json,
+            {
+                "mode": scale.name,
+                "records": scale.records,
+                "value_bytes": VALUE_BYTES,
+                "partitions": PARTITIONS,
+                **watch.json_fields(),
+                "environment": common.environment(),
+                "results": common.rows_json(rows),
+            },
+        )
+    return 1 if any(r.error for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+"""raylog on Spark through RayDP: Spark running as actors on the same Ray cluster as raylog.
+
+- :func:`init_spark` starts Spark on Ray with what JDK 17 and this environment need.
+- :func:`read_topic` / :func:`write_topic` move a topic's records into and out of Spark
+  DataFrames through Ray Data (:mod:`raylog.data`) and RayDP's ``to_spark`` / ``from_spark``.
+- :class:`MicroBatchStream` hands a topic to a function one micro-batch DataFrame at a time,
+  committing a consumer group's offsets after each batch.
+
+Example:
+    >>> import raylog, raylog_spark                                       # doctest: +SKIP
+    >>> cluster = raylog.connect()                                        # doctest: +SKIP
+    >>> spark = raylog_spark.init_spark("clicks-report")                  # doctest: +SKIP
+    >>> raylog_spark.read_topic(spark, "clicks").groupBy("partition").count().show()  # doctest: +SKIP
+"""
+
+from raylog_spark.session import init_spark, java_options
+from raylog_spark.stream import MicroBatchStream
+from raylog_spark.topics import read_topic, write_topic
+
+__all__ = ["MicroBatchStream", "init_spark", "java_options", "read_topic", "write_topic"]

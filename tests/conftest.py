@@ -1,0 +1,91 @@
+"""One Ray and one embedded raylog cluster shared by the tests that ask for ``cluster``
+(tests/ray and tests/spark), started when the first of them runs.
+
+Tests create their topics through the ``topic`` factory, which deletes them afterwards:
+every partition is an actor process, so leaked topics would exhaust the machine.
+tests/cluster does not use these: it runs its own multi-node Ray, package-scoped, which is
+shut down before the first test here starts this one.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+import sys
+import uuid
+
+import pytest
+
+#: Small: tests move little data, and CI machines have 2 cores.
+OBJECT_STORE_BYTES = 200 * 1024 * 1024
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    # Imported here so that tests/unit, which never asks for this fixture, stays free of Ray.
+    import ray
+
+    import raylog
+
+    ray.init(
+        address="local",
+        num_cpus=2,
+        object_store_memory=OBJECT_STORE_BYTES,
+        include_dashboard=False,
+        configure_logging=False,
+        log_to_driver=False,
+    )
+    handle = raylog.connect(
+        data_dir=str(tmp_path_factory.mktemp("raylog")),
+        cluster_name=f"t{uuid.uuid4().hex[:8]}",
+        config={"offsets.topic.num.partitions": "2"},  # each partition is a process
+    )
+    yield handle
+    handle.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def admin(cluster):
+    from raylog import Admin
+
+    return Admin(cluster)
+
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def topic(admin, request):
+    """``topic(num_partitions=1, **config)`` creates a fresh topic; all are deleted after the test."""
+    from raylog import NewTopic
+
+    created = []
+
+    def make(num_partitions: int = 1, **config) -> str:
+        name = f"{re.sub(r'[^a-zA-Z0-9._-]', '_', request.node.name[:40])}-{next(_names)}"
+        admin.create_topics([NewTopic(name, num_partitions=num_partitions, config=config)])
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        admin.delete_topics(created)
+
+
+@pytest.fixture
+def run(cluster, capsys, monkeypatch):
+    """``run(*argv, stdin=None, cluster_name=None)`` -> (exit code, stdout, stderr) of the
+    ``raylog`` command, in-process, against the session's raylog cluster unless
+    ``cluster_name`` is given."""
+    from raylog import cli
+
+    def invoke(*argv: str, stdin: str | None = None, cluster_name: str | None = None):
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        code = cli.main([*argv, "--cluster-name", cluster_name or cluster.cluster_name])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return invoke
