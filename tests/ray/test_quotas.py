@@ -1,0 +1,159 @@
+"""Client byte-rate quotas against the session's cluster: leaders hold back the responses
+of a client over its quota and report the throttle time, other clients go on unthrottled,
+and quotas survive controller and replica restarts; the CLI alters and describes them.
+
+Timing assertions are loose lower bounds only. Kafka's rate counts a burst over at least
+ten 1-second windows, so a client is throttled once it moves more than ~10 s of its quota.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+import ray
+
+from raylog import Consumer, Producer, TopicPartition
+from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QUOTA_KEYS
+from raylog.errors import InvalidConfigError, RaylogError
+from tests.helpers import wait_until
+
+PREFIX = "quota-test-"
+QUOTA_BYTES_PER_S = 200_000
+RECORD = b"x" * 10_000
+#: ~3 MiB: 1 MiB over the ~10 s burst a 200 KB/s quota allows, so about 5 s of throttling.
+RECORD_COUNT = 300
+#: What the ~10 s burst allowance leaves of RECORD_COUNT records at the quota, halved (loose).
+THROTTLED_S_MIN = (RECORD_COUNT * len(RECORD) / QUOTA_BYTES_PER_S - 10) / 2
+
+
+@pytest.fixture(autouse=True)
+def remove_quotas(admin):
+    """Every quota a test here set is removed afterwards (the cluster is shared)."""
+    yield
+    mine = [c for c in admin.describe_client_quotas() if c is None or c.startswith(PREFIX)]
+    if mine:
+        admin.alter_client_quotas({c: dict.fromkeys(QUOTA_KEYS) for c in mine})
+
+
+def client_id() -> str:
+    return f"{PREFIX}{uuid.uuid4().hex[:8]}"
+
+
+def produce(cluster, name: str, client: str, **options) -> tuple[float, int]:
+    """Send RECORD_COUNT records as ``client``: (seconds taken, last throttle time)."""
+    started = time.monotonic()
+    with Producer(cluster, client_id=client, linger_ms=20, **options) as producer:
+        futures = [producer.send(name, RECORD) for _ in range(RECORD_COUNT)]
+        producer.flush()
+        assert all(f.result(timeout=60).offset >= 0 for f in futures)
+        return time.monotonic() - started, producer.throttle_time_ms
+
+
+def consume(cluster, name: str, client: str) -> tuple[float, int]:
+    """Read every record of partition 0 as ``client``: (seconds taken, last throttle time)."""
+    started = time.monotonic()
+    consumer = Consumer(cluster, client_id=client, max_partition_fetch_bytes=1 << 20, auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(name, 0)])
+    read = 0
+    deadline = time.monotonic() + 60
+    while read < RECORD_COUNT and time.monotonic() < deadline:
+        read += sum(len(records) for records in consumer.poll(timeout_ms=1000).values())
+    consumer.close()
+    assert read == RECORD_COUNT
+    return time.monotonic() - started, consumer.throttle_time_ms
+
+
+def test_producer_over_its_quota_is_throttled_and_another_client_is_not(cluster, admin, topic):
+    """A producer sending ~3 MiB at a 200 KB/s quota is held back (throttle reported, taking
+    seconds); a producer with another client id on the same leader is not throttled."""
+    name = topic()
+    slow = client_id()
+    admin.alter_client_quotas({slow: {PRODUCER_BYTE_RATE: QUOTA_BYTES_PER_S}})
+    elapsed_s, throttle_ms = produce(cluster, name, slow)
+    assert throttle_ms > 0
+    assert elapsed_s >= THROTTLED_S_MIN
+    assert produce(cluster, name, client_id())[1] == 0
+
+
+def test_consumer_over_its_quota_is_throttled_and_another_client_is_not(cluster, admin, topic):
+    """A consumer reading ~3 MiB at a 200 KB/s quota gets its fetches late (throttle
+    reported); a consumer with another client id reads the same records unthrottled, and
+    the producer is not limited by a consumer quota."""
+    name = topic()
+    slow = client_id()
+    admin.alter_client_quotas({slow: {CONSUMER_BYTE_RATE: QUOTA_BYTES_PER_S}})
+    assert produce(cluster, name, slow)[1] == 0
+    elapsed_s, throttle_ms = consume(cluster, name, slow)
+    assert throttle_ms > 0
+    assert elapsed_s >= THROTTLED_S_MIN
+    assert consume(cluster, name, client_id())[1] == 0
+
+
+def test_quotas_survive_restarts_and_throttle_is_bounded_by_request_timeout(cluster, admin, topic):
+    """After the controller and the leader replica restart, the leader still holds the client
+    to its quota; a produce response is held back no longer than its request timeout."""
+    name = topic()
+    slow = client_id()
+    quotas = {slow: {PRODUCER_BYTE_RATE: 10_000.0}}
+    admin.alter_client_quotas(quotas)
+    ray.kill(cluster.controller, no_restart=False)
+    wait_until(lambda: _quotas_or_none(admin) == quotas, timeout_s=60, message="controller back with its quotas")
+    leader = cluster.metadata(refresh=True).leader(TopicPartition(name, 0))
+    pid = ray.get(leader.state.remote())["pid"]
+    ray.kill(leader, no_restart=False)
+    wait_until(lambda: _state_or_none(leader).get("pid") not in (None, pid), timeout_s=60, message="restarted")
+    # The controller pushes the quotas to a replica that Ray restarted once it reports itself.
+    wait_until(lambda: _state_or_none(leader).get("client_quotas_version", -1) >= 0, timeout_s=30)
+    # ~3 MiB at 10 KB/s would be throttled for the longest time, 11 s: the timeout cuts it.
+    assert produce(cluster, name, slow, request_timeout_ms=1_000)[1] == 1_000
+
+
+def test_bad_quotas_are_refused_and_change_nothing(admin):
+    """A negative rate, an unknown quota or an empty client id is refused as a whole."""
+    good = client_id()
+    for bad in ({good: {PRODUCER_BYTE_RATE: -1.0}}, {good: {"request_percentage": 5.0}}, {"": {PRODUCER_BYTE_RATE: 1}}):
+        with pytest.raises(InvalidConfigError):
+            admin.alter_client_quotas({good: {CONSUMER_BYTE_RATE: 5.0}, **bad})
+    assert good not in admin.describe_client_quotas()
+
+
+def test_cli_alters_and_describes_quotas(run):
+    """`raylog quotas alter` sets and deletes quotas of a client id and the default;
+    `raylog quotas describe` shows them (text and JSON); usage errors exit 2."""
+    client = client_id()
+    code, out, _ = run(
+        "quotas", "alter", "--client-id", client, "--producer-byte-rate", "1e6", "--consumer-byte-rate", "2000"
+    )
+    assert code == 0 and "producer_byte_rate=1e+06" in out
+    assert run("quotas", "alter", "--default", "--consumer-byte-rate", "1e12")[0] == 0
+    code, out, _ = run("quotas", "describe", "--json")
+    described = {entry["client_id"]: entry for entry in json.loads(out)}
+    assert described[client] == {"client_id": client, PRODUCER_BYTE_RATE: 1e6, CONSUMER_BYTE_RATE: 2000.0}
+    assert described[None] == {"client_id": None, CONSUMER_BYTE_RATE: 1e12}
+    assert run("quotas", "alter", "--client-id", client, "--delete-producer-byte-rate")[0] == 0
+    assert run("quotas", "alter", "--default", "--delete-consumer-byte-rate")[0] == 0
+    code, out, _ = run("quotas", "describe")
+    line = next(line for line in out.splitlines() if client in line)
+    assert line.split()[1:] == ["-", "2000"]
+    assert "<default>" not in out
+    assert run("quotas", "alter", "--client-id", client)[0] == 2
+    assert run("quotas", "alter", "--default", "--producer-byte-rate", "5", "--delete-producer-byte-rate")[0] == 2
+    assert run("quotas", "alter", "--default", "--producer-byte-rate", "-5")[0] == 2
+    assert run("quotas", "alter", "--producer-byte-rate", "5")[0] == 2
+
+
+def _quotas_or_none(admin):
+    try:
+        return {c: q for c, q in admin.describe_client_quotas().items() if c is None or c.startswith(PREFIX)}
+    except RaylogError:
+        return None
+
+
+def _state_or_none(replica) -> dict:
+    try:
+        return ray.get(replica.state.remote(), timeout=10)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return {}
