@@ -26,11 +26,12 @@ shows the best run, the one least disturbed by the rest of this 2-core machine):
 3. End-to-end latency: the driver sends 100 B records with ``linger_ms=0`` at a fixed rate
    (10,000, 1,000 and 100 records/s, open loop) to a 1-partition topic, each value starting
    with ``time.time_ns()``; a consumer in a Ray actor (another process, same clock) polls with
-   ``poll_arrow`` and stamps each poll's records with ``time.time_ns()`` on return. Records
-   sent in the first second (warm-up) are left out; 5 s are measured per rate. Records not
-   received within 60 s after the sending ended count as infinitely late (nearest-rank
-   percentiles). The note gives the producer's acknowledgement latency (send to future done)
-   and how long the whole run took to arrive. Target at 10,000/s: p50 <= 2 ms, p99 <= 10 ms.
+   ``poll_arrow`` and stamps each poll's records with ``time.time_ns()`` on return
+   (``raylog.bench.StampReader``, as ``raylog bench e2e``). Records sent in the first second
+   (warm-up) are left out; 5 s are measured per rate. Records still missing once none came
+   for 60 s count as infinitely late (nearest-rank percentiles). The note gives the
+   producer's acknowledgement latency (send to future done) and how long the whole run took
+   to arrive. Target at 10,000/s: p50 <= 2 ms, p99 <= 10 ms.
 4. Baselines for the same values: a ``ray.util.queue.Queue`` fed with
    ``put_nowait_batch`` of 1,000 records and drained with ``get_nowait_batch(1,000)``; a bare
    Ray actor that appends ~1 MiB blobs (the record batches raylog would store, built from
@@ -73,8 +74,9 @@ if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package 
 
 import raylog
 from benchmarks import common
-from benchmarks.common import MB, MIB, BenchError, Target, get, nearest_rank, number, times
-from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from benchmarks.common import MB, MIB, BenchError, Target, get, number, times
+from raylog import Admin, Consumer, NewTopic, Producer
+from raylog.bench import StampReader, high_watermarks, nearest_rank
 from raylog.clients.cluster import RaylogCluster
 from raylog.errors import KafkaTimeoutError
 from raylog.storage import record_batch
@@ -204,17 +206,6 @@ def batch_note(producer: Producer, records: int) -> str:
     return f"{sent:,} batches, avg {records / sent:,.0f} rec / {producer.batch_bytes / sent / 1024:,.0f} KiB"
 
 
-def end_offsets(cluster: RaylogCluster, topic: str) -> int:
-    """The sum of the high watermarks of every partition of ``topic``."""
-    count = cluster.metadata(refresh=True).num_partitions(topic)
-    consumer = Consumer(cluster)
-    try:
-        consumer.assign([TopicPartition(topic, p) for p in range(count)])
-        return sum(consumer.end_offsets(consumer.assignment()).values())
-    finally:
-        consumer.close()
-
-
 def uss_mb(pid: int) -> float:
     return psutil.Process(pid).memory_full_info().uss / MB
 
@@ -261,48 +252,6 @@ class PlainActor:
 
     def pid(self) -> int:
         return os.getpid()
-
-
-class LatencyConsumer:
-    """Polls one topic from its end and stamps every record with its receive time."""
-
-    def __init__(self, cluster: RaylogCluster, topic: str):
-        self.consumer = Consumer(cluster, topic, auto_offset_reset="latest", fetch_max_wait_ms=500)
-
-    def ready(self) -> int:
-        """Resolve the start position and put the first fetch in flight."""
-        self.consumer.poll_arrow(timeout_ms=0)
-        return os.getpid()
-
-    def run(self, expected: int, timeout_s: float) -> tuple[np.ndarray, np.ndarray]:
-        """(send time_ns, receive time_ns) of each record, until ``expected`` arrived."""
-        sent, received, got = [], [], 0
-        deadline = time.monotonic() + timeout_s
-        while got < expected and time.monotonic() < deadline:
-            table = self.consumer.poll_arrow(timeout_ms=100)
-            now = time.time_ns()
-            if table.num_rows:
-                stamps = leading_int64(table.column("value"))
-                sent.append(stamps)
-                received.append(np.full(len(stamps), now, dtype=np.int64))
-                got += len(stamps)
-        self.consumer.close()
-        if not sent:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        return np.concatenate(sent), np.concatenate(received)
-
-
-def leading_int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """The big-endian int64 in the first 8 bytes of each value of a binary column."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if array.type not in (pa.binary(), pa.large_binary()):
-        array = array.cast(pa.binary())
-    width = 8 if array.type == pa.large_binary() else 4
-    _, offsets_buf, data_buf = array.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64 if width == 8 else np.int32,
-                            count=len(array) + 1, offset=array.offset * width)
-    data = np.frombuffer(data_buf, dtype=np.uint8)
-    return data[offsets[:-1, None] + np.arange(8)].copy().view(">i8").ravel().astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------
@@ -391,7 +340,7 @@ def timed_produce(cluster: RaylogCluster, topic: str, work: Workload, mode: str,
     """Seconds for one produce run of ``work`` in ``mode`` (send, send_keyed, arrow,
     arrow_keyed) by a fresh producer with ``acks``, and a note on batching; every record
     must be under the high watermarks afterwards."""
-    before = end_offsets(cluster, topic)
+    before = high_watermarks(cluster, topic)
     producer = new_producer(cluster, acks=acks)
     try:
         send = producer.send
@@ -411,7 +360,7 @@ def timed_produce(cluster: RaylogCluster, topic: str, work: Workload, mode: str,
         note = batch_note(producer, work.count)
     finally:
         producer.close(timeout=timeout_s)
-    written = end_offsets(cluster, topic) - before
+    written = high_watermarks(cluster, topic) - before
     if written != work.count:
         raise BenchError(f"{mode} to {topic} (acks={acks}): {written:,} records under the high watermarks, "
                          f"expected {work.count:,}")
@@ -605,13 +554,13 @@ class Runner(common.Phases):
         scale = self.scale
         count = int(rate * (scale.warmup_seconds + scale.latency_seconds))
         send_s = scale.warmup_seconds + scale.latency_seconds
-        actor = ray.remote(LatencyConsumer).options(num_cpus=0).remote(self.cluster, topic)
+        actor = ray.remote(StampReader).options(num_cpus=0).remote(self.cluster, topic)
         producer = Producer(self.cluster, acks=1, linger_ms=0)
         acks: list[tuple[int, int]] = []  # (send time_ns, acknowledged time_ns), from Ray's callback thread
         flush_note = ""
         try:
             get(actor.ready.remote(), scale.timeout_s, "latency consumer start")
-            pending = actor.run.remote(count, send_s + scale.drain_seconds)
+            pending = actor.run.remote(count, scale.drain_seconds)
             time.sleep(0.2)  # the consumer is in its poll loop
             pad = b"x" * (LATENCY_VALUE_BYTES - 8)
             send, pack, clock = producer.send, struct.Struct(">q").pack, time.time_ns

@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 MIB = 1024 * 1024
@@ -137,13 +136,6 @@ def send_at_rate(count: int, rate: float, send_one: Callable[[], object]) -> flo
         if delay > 0:
             time.sleep(delay)
     return time.perf_counter() - start
-
-
-def nearest_rank(ordered: np.ndarray, q: float) -> float:
-    """The ``q`` quantile of sorted values by the nearest-rank rule (defined with inf in them)."""
-    if len(ordered) == 0:
-        return float("nan")
-    return float(ordered[min(len(ordered) - 1, max(0, int(np.ceil(q * len(ordered))) - 1))])
 
 
 # ---------------------------------------------------------------------------------------

@@ -85,6 +85,7 @@ from benchmarks import common
 from benchmarks.client_bench import make_workload, timed_produce
 from benchmarks.common import MB, MIB, BenchError, get
 from raylog import Admin, NewTopic, Producer, TopicPartition
+from raylog.bench import nearest_rank
 from raylog.clients.cluster import RaylogCluster
 from raylog.errors import RaylogError
 
@@ -191,7 +192,7 @@ def seconds_list(values: list[float]) -> str:
 
 def stats(values: list[float]) -> tuple[float, float]:
     ordered = np.sort(np.asarray(values, dtype=float))
-    return common.nearest_rank(ordered, 0.5), float(ordered[-1])
+    return nearest_rank(ordered, 0.5), float(ordered[-1])
 
 
 def short_error(exc: BaseException) -> str:

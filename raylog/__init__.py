@@ -21,6 +21,7 @@ _LAZY = {
     "Producer": "raylog.clients.producer",
     "RaylogCluster": "raylog.clients.cluster",
     "connect": "raylog.clients.cluster",
+    "ConfigEntry": "raylog.types",
     "NewTopic": "raylog.types",
     "OffsetAndMetadata": "raylog.types",
     "OffsetAndTimestamp": "raylog.types",

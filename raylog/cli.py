@@ -10,20 +10,61 @@ raylog stop [--ray]
         stop raylog's actors (data stays on disk); ``--ray`` also runs ``ray stop`` for
         the local Ray head ``raylog start`` launched (never for any other Ray cluster)
 raylog status [--json]
-        brokers, controller, topics with each partition's leader and ISR, offline partitions
+        brokers (id, node, data dir, live), the controller, and per topic how many
+        partitions are online, offline (no live leader) and under-replicated (fewer in
+        sync than assigned); the exit code tells the health (see below)
 raylog topics create NAME [--partitions N] [--replication-factor R] [--config k=v ...]
-raylog topics list
-raylog topics describe [NAME ...] [--json]    leader, epoch, replicas, ISR, config
+raylog topics list [--json]
+raylog topics describe [NAME ...] [--under-replicated-partitions] [--unavailable-partitions] [--json]
+        as kafka-topics --describe: leader, epoch, replicas and ISR of each partition and
+        the topic's config overrides; a filter prints only the partitions it names
+raylog topics describe-configs NAME ... [--all] [--json]
+        as kafka-configs --describe: a topic's config overrides (--all: every property),
+        each with its source, "topic" or "default"
+raylog topics alter NAME [--config k=v ...] [--delete-config k ...]
+        set config properties or delete overrides (back to the default); the topic's live
+        replicas apply the change without a restart
+raylog topics add-partitions NAME --partitions N
+        grow a topic to N partitions (never fewer); keys then hash over N partitions
 raylog topics delete NAME ...
-raylog reassign-partitions start TOPIC --partitions 0,1 --replicas 2,0,1
-        move partitions to a new replica set (or change their replication factor)
+raylog reassign-partitions start TOPIC --partitions 0,1 --replicas 2,0,1 [--wait [--timeout-ms T]]
+        move partitions to a new replica set (or change their replication factor); with
+        --wait, until every moved partition is in sync on its new replicas
 raylog reassign-partitions list [--json]      reassignments under way
 raylog elect-leaders [TOPIC ...]              leadership back to preferred replicas
-raylog produce TOPIC [--key-separator SEP] [--acks all|1|0] [--compression C] [--partition P]
-        one record per stdin line (the key before the first SEP); a summary to stderr
+raylog produce TOPIC [--format text|json] [--key-separator SEP] [--acks all|1|0] [--compression C]
+               [--partition P]
+        one record per stdin line; a summary to stderr. Text: the key before the first SEP.
+        JSON: an object with "key", "value", "headers" ({name: value} or [[name, value],
+        ...]) and "timestamp_ms", each optional (a key or value that is not a string is
+        sent as its JSON text; "topic", "partition" and "offset", which consume --format
+        json prints, are ignored); blank lines are skipped
 raylog consume TOPIC [--from-beginning | --offset N --partition P] [--max-messages N]
-               [--timeout-ms T] [--print-offsets] [--print-key] [--key-separator SEP]
-        values one per line; stops after N records or T ms without records
+               [--timeout-ms T] [--print-offsets] [--print-key] [--key-separator SEP] [--group G]
+               [--print-timestamp] [--format text|json]
+        values one per line; stops after N records or T ms without records; with --group,
+        a member of consumer group G (its partitions, from its committed offsets, committing).
+        --print-timestamp puts the timestamp (ms) first; --format json prints one object
+        per record instead (topic, partition, offset, timestamp_ms, key, value, headers)
+raylog groups list [--json]                   consumer groups and their states
+raylog groups describe GROUP ... [--json]     members, committed offset, log end offset, lag
+raylog groups reset-offsets GROUP --topic T [--partitions 0,1]
+        (--to-earliest | --to-latest | --to-timestamp-ms T | --shift-by N) [--execute]
+        move an idle group's committed offsets (a dry run unless --execute)
+raylog groups delete GROUP ...                delete idle groups and their offsets
+raylog quotas alter (--client-id ID | --default) [--producer-byte-rate R] [--consumer-byte-rate R]
+                    [--delete-producer-byte-rate] [--delete-consumer-byte-rate]
+        as kafka-configs --alter --entity-type clients: set (bytes/s) or remove a client
+        id's byte-rate quotas, or the default ones of every client id without its own;
+        leaders apply them at once (each partition leader enforces them on its own)
+raylog quotas describe [--json]               every client quota set
+raylog bench produce|consume|e2e [--topic T] [--num-records N] [--record-size B] [--partitions P]
+             [--replication-factor R] [--acks all|1|0] [--batch-size B] [--linger-ms L]
+             [--compression C] [--arrow] [--throughput R] [--timeout-ms T] [--json] [--sync]
+        Kafka's perf tests: records/s, MB/s, acknowledgement and end-to-end latency
+        percentiles (see raylog.bench); on a temporary topic unless --topic names one;
+        a progress bar on stderr; --arrow uses send_arrow/poll_arrow; --sync (produce)
+        sends one record at a time, each acknowledged before the next
 raylog dump-log DIR [--records] [--json]   print a log directory's segments and batches
                                            (Kafka's kafka-dump-log), verifying CRCs;
                                            read-only, exit code 1 if a batch is invalid
@@ -33,8 +74,10 @@ else the local head ``raylog start`` launched, else an error asking to run ``ray
 and ``--cluster-name`` (default "default"); only ``start`` creates a raylog cluster. In a
 process already connected to Ray (``ray.is_initialized()``), commands use that Ray.
 
-Exit codes: 0 success; 1 a raylog error, printed as ``raylog: <ErrorName>: <message>``;
-2 a usage error; 130 interrupted.
+Exit codes: 0 success; 1 a raylog error, printed as ``raylog: <ErrorName>: <message>``
+(with what to do next, where there is something to say); 2 a usage error; 3 (``status``)
+some partition is under-replicated, every one online; 4 (``status``) some partition is
+offline; 130 interrupted. Progress lines are drawn on stderr only when it is a terminal.
 """
 
 from __future__ import annotations
@@ -45,6 +88,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import socket
 import subprocess
@@ -56,7 +100,20 @@ from typing import TYPE_CHECKING, Any
 
 import raylog
 from raylog.actors.names import NAMESPACE, controller_name
-from raylog.errors import InvalidRecordError, RaylogError
+from raylog.coordination.quotas import QUOTA_KEYS
+from raylog.errors import (
+    GroupIdNotFoundError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRecordError,
+    InvalidReplicationFactorError,
+    KafkaTimeoutError,
+    LeaderNotAvailableError,
+    NonEmptyGroupError,
+    NotEnoughReplicasError,
+    RaylogError,
+    UnknownTopicOrPartitionError,
+)
 from raylog.storage import compression, record_batch
 from raylog.types import TopicPartition
 
@@ -69,6 +126,13 @@ DEFAULT_HEAD_FILE = os.path.join(tempfile.gettempdir(), "raylog-cli", "ray-head.
 DEFAULT_OBJECT_STORE_BYTES = 512 * 1024 * 1024
 #: The longest single poll of ``consume`` (it checks --timeout-ms between polls).
 CONSUME_POLL_MS = 500
+#: ``raylog status`` exit codes: a partition is under-replicated (all online) / offline.
+EXIT_UNDER_REPLICATED = 3
+EXIT_OFFLINE = 4
+#: How often a progress line is redrawn, and ``reassign-partitions --wait`` looks again.
+PROGRESS_INTERVAL_S = 0.5
+#: How long ``reassign-partitions start --wait`` waits by default.
+REASSIGN_WAIT_MS = 600_000
 
 
 class ClusterNotRunningError(RaylogError):
@@ -265,40 +329,96 @@ def _stop_head() -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
+    """Exit code 0 when every partition is online and fully in sync, else
+    EXIT_UNDER_REPLICATED or EXIT_OFFLINE (scripts check health by it)."""
     import ray
 
     with _connected(args) as cluster:
         metadata = cluster.metadata(refresh=True)
         address = ray.get_runtime_context().gcs_address
     topics = [_topic_json(metadata.topics[name]) for name in sorted(metadata.topics)]
+    offline = [f"{t['name']}-{p['partition']}" for t in topics for p in t["partitions"] if _offline(p, metadata.live)]
+    under = [
+        f"{t['name']}-{p['partition']}"
+        for t in topics
+        for p in t["partitions"]
+        if not _offline(p, metadata.live) and _under_replicated(p)
+    ]
     report = {
         "cluster_name": args.cluster_name,
         "cluster_id": metadata.cluster_id,
         "ray_address": address,
         "controller": {"name": controller_name(args.cluster_name), "namespace": NAMESPACE},
-        "brokers": [dataclasses.asdict(metadata.brokers[b]) for b in sorted(metadata.brokers)],
-        "topics": topics,
-        "offline_partitions": [
-            f"{t['name']}-{p['partition']}" for t in topics for p in t["partitions"] if p["leader"] < 0
+        "brokers": [
+            {**dataclasses.asdict(metadata.brokers[b]), "live": b in metadata.live} for b in sorted(metadata.brokers)
         ],
+        "topics": [_topic_health(t, metadata.live) for t in topics],
+        "offline_partitions": offline,
+        "under_replicated_partitions": under,
+        "healthy": not (offline or under),
     }
     print(json.dumps(report, indent=2) if args.json else _status_text(report))
-    return 0
+    return EXIT_OFFLINE if offline else EXIT_UNDER_REPLICATED if under else 0
+
+
+def _topic_health(topic: dict, live: set[int]) -> dict:
+    partitions = topic["partitions"]
+    offline = sum(_offline(p, live) for p in partitions)
+    return {
+        "name": topic["name"],
+        "partition_count": len(partitions),
+        "online": len(partitions) - offline,
+        "offline": offline,
+        "under_replicated": sum(not _offline(p, live) and _under_replicated(p) for p in partitions),
+    }
+
+
+def _offline(partition: dict, live: set[int]) -> bool:
+    """No live leader (Kafka's unavailable partition)."""
+    return partition["leader"] not in live
+
+
+def _under_replicated(partition: dict) -> bool:
+    """Fewer replicas in sync than assigned (Kafka's under-replicated partition)."""
+    return len(partition["isr"]) < len(partition["replicas"])
 
 
 def _status_text(report: dict) -> str:
+    brokers = [("BROKER", "NODE", "DATA-DIR", "LIVE")] + [
+        (str(b["broker_id"]), b["node_id"], b["data_dir"], "yes" if b["live"] else "NO") for b in report["brokers"]
+    ]
+    topics = [("TOPIC", "PARTITIONS", "ONLINE", "OFFLINE", "UNDER-REPLICATED")] + [
+        (t["name"], str(t["partition_count"]), str(t["online"]), str(t["offline"]), str(t["under_replicated"]))
+        for t in report["topics"]
+    ]
     lines = [
         f"raylog cluster {report['cluster_name']!r} (id {report['cluster_id']}) on Ray at {report['ray_address']}",
         f"controller: {report['controller']['name']} (namespace {report['controller']['namespace']})",
-        f"brokers: {len(report['brokers'])}",
-        *(f"  broker {b['broker_id']}  node {b['node_id']}  data {b['data_dir']}" for b in report["brokers"]),
-        f"topics: {len(report['topics'])}",
+        "",
+        _table(brokers),
+        "",
+        _table(topics) if report["topics"] else "no topics",
+        "",
     ]
-    for t in report["topics"]:
-        lines.append(f"  {t['name']}  partitions {len(t['partitions'])}")
-        lines += [f"    {p['partition']}  leader {_leader(p)}  isr {_ids(p['isr'])}" for p in t["partitions"]]
-    lines.append(f"offline partitions: {', '.join(report['offline_partitions']) or 'none'}")
+    offline, under = report["offline_partitions"], report["under_replicated_partitions"]
+    if offline:
+        lines.append(
+            f"health: OFFLINE: {len(offline)} partition(s) without a live leader ({_some(offline)}); "
+            "see `raylog topics describe --unavailable-partitions`"
+        )
+    if under:
+        lines.append(
+            f"health: DEGRADED: {len(under)} partition(s) under-replicated ({_some(under)}); "
+            "see `raylog topics describe --under-replicated-partitions`"
+        )
+    if report["healthy"]:
+        lines.append("health: ok: every partition is online and fully in sync")
     return "\n".join(lines)
+
+
+def _some(names: list[str], shown: int = 10) -> str:
+    more = f", ... ({len(names) - shown} more)" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _topic_json(topic: Any) -> dict:
@@ -316,6 +436,34 @@ def _ids(ids: Any) -> str:
     return ",".join(map(str, ids)) or "-"
 
 
+class _Progress:
+    """A one-line status redrawn in place (carriage return) on ``stream`` at most every
+    PROGRESS_INTERVAL_S, when ``stream`` is a terminal; nothing at all otherwise, so that
+    logs and pipes stay clean."""
+
+    def __init__(self, stream: Any = None, enabled: bool = True):
+        self._stream = stream or sys.stderr
+        self._on = enabled and self._stream.isatty()
+        self._drawn_at = 0.0
+        self._width = 0
+
+    def show(self, text: str) -> None:
+        now = time.monotonic()
+        if not self._on or now - self._drawn_at < PROGRESS_INTERVAL_S:
+            return
+        self._drawn_at = now
+        self._stream.write("\r" + text.ljust(self._width))
+        self._stream.flush()
+        self._width = len(text)
+
+    def clear(self) -> None:
+        """Erase the line (the summary that follows gets a clean line)."""
+        if self._width:
+            self._stream.write("\r" + " " * self._width + "\r")
+            self._stream.flush()
+            self._width = 0
+
+
 # --- topics --------------------------------------------------------------------------------
 
 
@@ -330,32 +478,103 @@ def _topics_create(args: argparse.Namespace) -> int:
 def _topics_list(args: argparse.Namespace) -> int:
     with _connected(args) as cluster:
         names = raylog.Admin(cluster).list_topics()
-    for name in names:
-        print(name)
+    print(json.dumps(names) if args.json else "\n".join(names))
     return 0
 
 
 def _topics_describe(args: argparse.Namespace) -> int:
+    """Like kafka-topics --describe; a filter keeps only the partitions it names (and, as
+    in Kafka, drops the topic lines)."""
     with _connected(args) as cluster:
-        topics = [_topic_json(t) for t in raylog.Admin(cluster).describe_topics(args.names or None)]
-    print(json.dumps(topics, indent=2) if args.json else "\n".join(map(_describe_text, topics)))
+        admin = raylog.Admin(cluster)
+        described = admin.describe_topics(args.names or None)
+        configs = admin.describe_configs([t.name for t in described])
+        live = cluster.metadata().live
+    topics = [
+        dict(_topic_json(t), config_overrides={k: e.value for k, e in configs[t.name].items() if e.source == "topic"})
+        for t in described
+    ]
+    filtered = args.under_replicated_partitions or args.unavailable_partitions
+    if filtered:
+        topics = [dict(t, partitions=[p for p in t["partitions"] if _wanted(p, args, live)]) for t in topics]
+        topics = [t for t in topics if t["partitions"]]
+    if args.json:
+        print(json.dumps(topics, indent=2))
+    elif topics:
+        print("\n".join(_describe_text(t, with_topic_line=not filtered) for t in topics))
     return 0
 
 
-def _describe_text(t: dict) -> str:
-    """Like kafka-topics --describe."""
-    configs = ",".join(f"{k}={v}" for k, v in sorted(t["config"].items()))
+def _wanted(partition: dict, args: argparse.Namespace, live: set[int]) -> bool:
+    return (args.under_replicated_partitions and _under_replicated(partition)) or (
+        args.unavailable_partitions and _offline(partition, live)
+    )
+
+
+def _describe_text(t: dict, with_topic_line: bool = True) -> str:
+    """Like kafka-topics --describe (its Configs: the topic's overrides)."""
+    configs = ",".join(f"{k}={v}" for k, v in sorted(t["config_overrides"].items()))
     replication = len(t["partitions"][0]["replicas"]) if t["partitions"] else 0
-    lines = [
-        f"Topic: {t['name']}\tTopicId: {t['topic_id']}\tPartitionCount: {len(t['partitions'])}\t"
-        f"ReplicationFactor: {replication}\tConfigs: {configs}"
-    ]
+    lines = []
+    if with_topic_line:
+        lines.append(
+            f"Topic: {t['name']}\tTopicId: {t['topic_id']}\tPartitionCount: {len(t['partitions'])}\t"
+            f"ReplicationFactor: {replication}\tConfigs: {configs}"
+        )
     lines += [
         f"\tTopic: {t['name']}\tPartition: {p['partition']}\tLeader: {_leader(p)}\tEpoch: {p['leader_epoch']}\t"
         f"Replicas: {_ids(p['replicas'])}\tIsr: {_ids(p['isr'])}"
         for p in t["partitions"]
     ]
     return "\n".join(lines)
+
+
+def _topics_describe_configs(args: argparse.Namespace) -> int:
+    """Like kafka-configs --describe: overrides only unless --all."""
+    with _connected(args) as cluster:
+        described = raylog.Admin(cluster).describe_configs(args.names)
+    shown = {
+        name: {k: e for k, e in entries.items() if args.all or e.source == "topic"}
+        for name, entries in described.items()
+    }
+    if args.json:
+        print(json.dumps({n: {k: e._asdict() for k, e in es.items()} for n, es in shown.items()}, indent=2))
+        return 0
+    for name, entries in shown.items():
+        print(f"Configs for topic {name}:")
+        if entries:
+            rows = [("NAME", "VALUE", "SOURCE"), *((k, e.value, e.source) for k, e in entries.items())]
+            print("\n".join(f"  {line}" for line in _table(rows).splitlines()))
+        else:
+            print("  no overrides: every property has its default (--all lists them)")
+    return 0
+
+
+def _topics_alter(args: argparse.Namespace) -> int:
+    set_keys = dict(args.config)
+    both = sorted(set(set_keys) & set(args.delete_config))
+    if not set_keys and not args.delete_config:
+        raise _UsageError("nothing to alter: give --config K=V and/or --delete-config K")
+    if both:
+        raise _UsageError(f"{', '.join(both)}: both set and deleted")
+    with _connected(args) as cluster:
+        raylog.Admin(cluster).alter_configs({args.name: {**set_keys, **dict.fromkeys(args.delete_config)}})
+    done = [f"set {', '.join(f'{k}={v}' for k, v in set_keys.items())}"] if set_keys else []
+    done += [f"deleted {', '.join(args.delete_config)} (back to the default)"] if args.delete_config else []
+    print(f"altered topic {args.name!r}: {'; '.join(done)}; its replicas apply it now")
+    return 0
+
+
+def _topics_add_partitions(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        raylog.Admin(cluster).create_partitions({args.name: args.partitions})
+    print(f"topic {args.name!r} now has {args.partitions} partitions")
+    print(
+        f"note: keys now hash over {args.partitions} partitions, so a key's new records may go to another "
+        "partition than its old ones (per-key order holds only within a partition)",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def _topics_delete(args: argparse.Namespace) -> int:
@@ -382,24 +601,39 @@ class _Tally:
         else:
             self.errors.append(error)
 
+    @property
+    def acknowledged(self) -> int:
+        return sum(self.partitions.values())
+
     def summary(self, topic: str) -> str:
         spread = ", ".join(f"{p}: {n}" for p, n in sorted(self.partitions.items())) or "none"
         failed = f"; {len(self.errors)} failed" if self.errors else ""
-        return f"produced {sum(self.partitions.values())} records to {topic!r} (per partition {spread}){failed}"
+        return f"produced {self.acknowledged} records to {topic!r} (per partition {spread}){failed}"
 
 
 def _produce(args: argparse.Namespace) -> int:
+    if args.format == "json" and args.key_separator is not None:
+        raise _UsageError("--key-separator is for --format text (a JSON line carries its key)")
     tally, pending = _Tally(), collections.deque()
+    progress = _Progress(enabled=not sys.stdin.isatty())  # not over what a user types
     with _connected(args) as cluster:
         producer = raylog.Producer(cluster, acks=args.acks, compression=args.compression)
         try:
             for number, line in enumerate(sys.stdin, 1):
-                key, value = _split_line(line.rstrip("\r\n"), args.key_separator, number)
-                pending.append(producer.send(args.topic, value, key=key, partition=args.partition))
+                line = line.rstrip("\r\n")
+                if args.format == "json":
+                    if not line.strip():
+                        continue
+                    fields = _json_line(line, number)
+                else:
+                    fields = _split_line(line, args.key_separator, number)
+                pending.append(producer.send(args.topic, partition=args.partition, **fields))
                 while pending and pending[0].done():
                     tally.add(pending.popleft())
+                progress.show(f"read {number:,} lines, {tally.acknowledged:,} records acknowledged")
         finally:
             producer.close()
+            progress.clear()
     for future in pending:
         tally.add(future)
     print(tally.summary(args.topic), file=sys.stderr)
@@ -408,22 +642,73 @@ def _produce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _split_line(line: str, separator: str | None, number: int) -> tuple[bytes | None, bytes]:
+def _split_line(line: str, separator: str | None, number: int) -> dict[str, Any]:
+    """A text line's ``send`` arguments: value, and the key before ``separator`` if given."""
     if separator is None:
-        return None, line.encode()
+        return {"value": line.encode()}
     key, found, value = line.partition(separator)
     if not found:
         raise InvalidRecordError(f"line {number} has no key separator {separator!r}")
-    return key.encode(), value.encode()
+    return {"key": key.encode(), "value": value.encode()}
+
+
+#: Fields a JSON line may carry, and those of ``consume --format json`` output it ignores.
+_JSON_FIELDS = ("key", "value", "headers", "timestamp_ms")
+_JSON_IGNORED = ("topic", "partition", "offset")
+
+
+def _json_line(line: str, number: int) -> dict[str, Any]:
+    """A JSON line's ``send`` arguments.
+
+    Raises:
+        InvalidRecordError: not a JSON object of the known fields, or a field of a wrong type.
+    """
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise InvalidRecordError(f"line {number} is not JSON: {exc}") from None
+    if not isinstance(record, dict):
+        raise InvalidRecordError(f"line {number}: expected a JSON object with {', '.join(_JSON_FIELDS)}")
+    unknown = sorted(set(record) - {*_JSON_FIELDS, *_JSON_IGNORED})
+    if unknown:
+        raise InvalidRecordError(f"line {number}: unknown fields {unknown}; known: {', '.join(_JSON_FIELDS)}")
+    headers = record.get("headers") or []
+    if isinstance(headers, dict):
+        headers = list(headers.items())
+    if not all(isinstance(h, (list, tuple)) and len(h) == 2 and isinstance(h[0], str) for h in headers):
+        raise InvalidRecordError(f'line {number}: "headers" must be {{name: value}} or [[name, value], ...]')
+    timestamp_ms = record.get("timestamp_ms")
+    if timestamp_ms is not None and (isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int)):
+        raise InvalidRecordError(f'line {number}: "timestamp_ms" must be an integer, got {timestamp_ms!r}')
+    return {
+        "key": _json_bytes(record.get("key")),
+        "value": _json_bytes(record.get("value")),
+        "headers": [(name, _json_bytes(value)) for name, value in headers] or None,
+        "timestamp_ms": timestamp_ms,
+    }
+
+
+def _json_bytes(value: Any) -> bytes | None:
+    """A string as UTF-8; null as None; anything else as its compact JSON text."""
+    if value is None:
+        return None
+    return (value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))).encode()
 
 
 def _consume(args: argparse.Namespace) -> int:
     if args.offset is not None and args.partition is None:
         raise _UsageError("--offset needs --partition")
+    if args.format == "json" and (args.print_offsets or args.print_key or args.print_timestamp):
+        raise _UsageError("--print-* are for --format text (json prints every field)")
     with _connected(args) as cluster:
-        consumer = raylog.Consumer(cluster, auto_offset_reset="earliest" if args.from_beginning else "latest")
+        consumer = raylog.Consumer(
+            cluster, group_id=args.group, auto_offset_reset="earliest" if args.from_beginning else "latest"
+        )
         try:
-            _assign(consumer, cluster, args)
+            if args.group is not None and args.partition is None:
+                consumer.subscribe([args.topic])  # share the topic with the group's other members
+            else:
+                _assign(consumer, cluster, args)
             count = _print_records(consumer, args)
         finally:
             consumer.close()
@@ -461,13 +746,251 @@ def _print_records(consumer: Any, args: argparse.Namespace) -> int:
 
 
 def _format(record: Any, args: argparse.Namespace) -> str:
+    if args.format == "json":
+        return json.dumps(
+            {
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "timestamp_ms": record.timestamp_ms,
+                "key": _json_text(record.key),
+                "value": _json_text(record.value),
+                "headers": [[name, _json_text(value)] for name, value in record.headers or []],
+            }
+        )
+    timestamp = f"{record.timestamp_ms}\t" if args.print_timestamp else ""
     offsets = f"{record.partition}:{record.offset}\t" if args.print_offsets else ""
     key = f"{_console_text(record.key)}{args.key_separator}" if args.print_key else ""
-    return f"{offsets}{key}{_console_text(record.value)}"
+    return f"{timestamp}{offsets}{key}{_console_text(record.value)}"
+
+
+def _json_text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
 def _console_text(data: bytes | None) -> str:
     return "null" if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+# --- consumer groups -------------------------------------------------------------------------
+
+
+def _groups_list(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        groups = raylog.Admin(cluster).list_consumer_groups()
+    if args.json:
+        print(json.dumps([{"group_id": g, "state": state} for g, state in groups], indent=2))
+    else:
+        for group_id, state in groups:
+            print(f"{group_id}\t{state}")
+    return 0
+
+
+def _groups_describe(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        described = raylog.Admin(cluster).describe_consumer_groups(args.groups)
+    if args.json:
+        print(json.dumps([_group_json(g) for g in described], indent=2))
+        return 0
+    for g in described:
+        print(
+            f"group {g.group_id}: {g.state}, generation {g.generation}, assignor {g.protocol or '-'},"
+            f" {len(g.members)} member(s), coordinator __consumer_offsets-{g.coordinator_partition}"
+        )
+        rows = [("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER")]
+        for tp, lag in g.partitions.items():
+            rows.append(
+                (
+                    tp.topic,
+                    str(tp.partition),
+                    _dash(lag.committed),
+                    str(lag.log_end_offset),
+                    _dash(lag.lag),
+                    lag.member_id or "-",
+                )
+            )
+        print(_table(rows))
+    return 0
+
+
+def _group_json(g: Any) -> dict:
+    return {
+        "group_id": g.group_id,
+        "state": g.state,
+        "generation": g.generation,
+        "protocol": g.protocol,
+        "coordinator_partition": g.coordinator_partition,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "assignment": [list(tp) for tp in m.assignment],
+            }
+            for m in g.members
+        ],
+        "partitions": [
+            {"topic": tp.topic, "partition": tp.partition, **dataclasses.asdict(lag)}
+            for tp, lag in g.partitions.items()
+        ],
+    }
+
+
+def _groups_reset_offsets(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        admin = raylog.Admin(cluster)
+        metadata = cluster.metadata(refresh=True)
+        partitions = [TopicPartition(args.topic, p) for p in range(metadata.num_partitions(args.topic))]
+        if args.partitions:
+            partitions = [TopicPartition(args.topic, p) for p in args.partitions]
+        new = admin.reset_consumer_group_offsets(
+            args.group,
+            partitions,
+            to="earliest" if args.to_earliest else "latest" if args.to_latest else None,
+            to_timestamp_ms=args.to_timestamp_ms,
+            shift_by=args.shift_by,
+            dry_run=not args.execute,
+        )
+    if args.json:
+        print(json.dumps([{"topic": tp.topic, "partition": tp.partition, "offset": o} for tp, o in new.items()]))
+    else:
+        print(
+            _table(
+                [("TOPIC", "PARTITION", "NEW-OFFSET")]
+                + [(tp.topic, str(tp.partition), str(o)) for tp, o in new.items()]
+            )
+        )
+        if not args.execute:
+            print("(dry run: add --execute to apply)", file=sys.stderr)
+    return 0
+
+
+def _groups_delete(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        raylog.Admin(cluster).delete_consumer_groups(args.groups)
+    print(f"deleted {', '.join(args.groups)}", file=sys.stderr)
+    return 0
+
+
+def _add_groups(commands: Any) -> None:
+    groups = commands.add_parser("groups", help="list, describe, reset offsets of and delete consumer groups")
+    actions = groups.add_subparsers(dest="action", required=True)
+    listing = _command(actions, "list", _groups_list, "every consumer group and its state")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    describe = _command(actions, "describe", _groups_describe, "members, committed offsets, log end offsets and lag")
+    describe.add_argument("groups", nargs="+")
+    describe.add_argument("--json", action="store_true", help="machine-readable output")
+    reset = _command(actions, "reset-offsets", _groups_reset_offsets, "move a group's committed offsets (group idle)")
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True)
+    reset.add_argument("--partitions", type=_id_list, help="comma-separated (default: all)")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-timestamp-ms", type=_non_negative_int, help="first offset at or after this time")
+    to.add_argument("--shift-by", type=int, help="move by N (negative: back) from the committed offsets")
+    reset.add_argument("--execute", action="store_true", help="apply (default: print what would change)")
+    reset.add_argument("--json", action="store_true", help="machine-readable output")
+    delete = _command(actions, "delete", _groups_delete, "delete idle groups and their committed offsets")
+    delete.add_argument("groups", nargs="+")
+
+
+def _quotas_alter(args: argparse.Namespace) -> int:
+    change: dict[str, float | None] = {}
+    for key in QUOTA_KEYS:
+        rate, delete = getattr(args, key), getattr(args, f"delete_{key}")
+        if rate is not None and delete:
+            raise _UsageError(f"{key}: both set and deleted")
+        if rate is not None or delete:
+            change[key] = rate
+    if not change:
+        raise _UsageError("nothing to alter: give --producer-byte-rate, --consumer-byte-rate or a --delete-... flag")
+    client_id = None if args.default else args.client_id
+    with _connected(args) as cluster:
+        raylog.Admin(cluster).alter_client_quotas({client_id: change})
+    done = ", ".join(f"{k}={v:g}" if v is not None else f"deleted {k}" for k, v in change.items())
+    print(f"altered quotas of {_quota_entity(client_id)}: {done}; leaders apply them now")
+    return 0
+
+
+def _quotas_describe(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        quotas = raylog.Admin(cluster).describe_client_quotas()
+    # The default quota first, then client ids in order.
+    ordered = sorted(quotas.items(), key=lambda item: (item[0] is not None, item[0] or ""))
+    if args.json:
+        print(json.dumps([{"client_id": c, **q} for c, q in ordered], indent=2))
+        return 0
+    if not ordered:
+        print("no client quotas: every client is unlimited")
+        return 0
+    header = ("CLIENT_ID", *(k.upper() for k in QUOTA_KEYS))
+    rows = [(_quota_entity(c), *(f"{q[k]:g}" if k in q else "-" for k in QUOTA_KEYS)) for c, q in ordered]
+    print(_table([header, *rows]))
+    return 0
+
+
+def _quota_entity(client_id: str | None) -> str:
+    return "<default>" if client_id is None else repr(client_id)
+
+
+def _add_quotas(commands: Any) -> None:
+    quotas = commands.add_parser("quotas", help="alter and describe client byte-rate quotas")
+    actions = quotas.add_subparsers(dest="action", required=True)
+    alter = _command(actions, "alter", _quotas_alter, "set or remove a client id's (or the default) byte-rate quotas")
+    entity = alter.add_mutually_exclusive_group(required=True)
+    entity.add_argument("--client-id", help="the client id the quotas are for")
+    entity.add_argument("--default", action="store_true", help="the default quotas of client ids without their own")
+    for key in QUOTA_KEYS:
+        flag = key.replace("_", "-")
+        alter.add_argument(f"--{flag}", dest=key, type=_positive_float, metavar="R", help="bytes/s")
+        alter.add_argument(f"--delete-{flag}", dest=f"delete_{key}", action="store_true", help="remove this quota")
+    describe = _command(actions, "describe", _quotas_describe, "every client quota set")
+    describe.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    """Rows as left-aligned columns (the first row is the header)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+# --- bench -----------------------------------------------------------------------------------
+
+#: ``raylog bench`` options -> BenchConfig fields (options left out keep BenchConfig's defaults).
+_BENCH_OPTIONS = {
+    "num_records": "num_records",
+    "record_size": "record_size_bytes",
+    "topic": "topic",
+    "partitions": "num_partitions",
+    "replication_factor": "replication_factor",
+    "acks": "acks",
+    "batch_size": "batch_size",
+    "linger_ms": "linger_ms",
+    "compression": "compression",
+    "arrow": "arrow",
+    "sync": "sync",
+    "throughput": "throughput_records_per_s",
+    "timeout_ms": "timeout_ms",
+}
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from raylog import bench  # imports Ray: only when benchmarking
+
+    given = {field: getattr(args, option, None) for option, field in _BENCH_OPTIONS.items()}
+    try:
+        config = bench.BenchConfig(args.action, **{k: v for k, v in given.items() if v is not None})
+    except InvalidConfigError as exc:
+        raise _UsageError(str(exc)) from None
+    with _connected(args) as cluster:
+        report = bench.run(cluster, config, progress_stream=sys.stderr)
+    print(json.dumps(report, indent=2) if args.json else bench.format_report(report))
+    return 0
 
 
 # --- dump-log --------------------------------------------------------------------------------
@@ -542,6 +1065,25 @@ def _text(data: bytes | None) -> str | None:
         return data.hex()
 
 
+#: What to do after an error, appended to its message: the first entry it is an instance of.
+_HINTS: tuple[tuple[type[RaylogError], str], ...] = (
+    (UnknownTopicOrPartitionError, "see `raylog topics list` and `raylog topics describe`"),
+    (InvalidPartitionsError, "see `raylog topics describe TOPIC` for the partition count"),
+    (InvalidReplicationFactorError, "see `raylog status` for the live brokers"),
+    (NotEnoughReplicasError, "see `raylog topics describe --under-replicated-partitions`"),
+    (LeaderNotAvailableError, "see `raylog topics describe --unavailable-partitions`"),
+    (NonEmptyGroupError, "stop the group's consumers first; `raylog groups describe GROUP` lists them"),
+    (GroupIdNotFoundError, "see `raylog groups list`"),
+)
+
+
+def _hint(exc: RaylogError) -> str:
+    for kind, hint in _HINTS:
+        if isinstance(exc, kind):
+            return f" ({hint})"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     try:
@@ -551,7 +1093,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except RaylogError as exc:
-        print(f"raylog: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"raylog: {type(exc).__name__}: {exc}{_hint(exc)}", file=sys.stderr)
         return 1
     except _UsageError as exc:
         print(f"raylog {args.command}: error: {exc}", file=sys.stderr)
@@ -570,6 +1112,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_topics(commands)
     _add_replica_management(commands)
     _add_produce_consume(commands)
+    _add_groups(commands)
+    _add_quotas(commands)
+    _add_bench(commands)
     dump = commands.add_parser("dump-log", help="print the segments and batches of a log directory")
     dump.add_argument("dir")
     dump.add_argument("--records", action="store_true", help="print every record too")
@@ -606,7 +1151,7 @@ def _add_start_stop_status(commands: Any) -> None:
 
 
 def _add_topics(commands: Any) -> None:
-    topics = commands.add_parser("topics", help="create, list, describe and delete topics")
+    topics = commands.add_parser("topics", help="create, list, describe, alter, grow and delete topics")
     actions = topics.add_subparsers(dest="action", required=True)
     create = _command(actions, "create", _topics_create, "create a topic")
     create.add_argument("name")
@@ -621,10 +1166,36 @@ def _add_topics(commands: Any) -> None:
         metavar="K=V",
         help="topic configs by Kafka name, e.g. retention.ms=60000",
     )
-    _command(actions, "list", _topics_list, "list topic names")
+    listing = _command(actions, "list", _topics_list, "list topic names")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
     describe = _command(actions, "describe", _topics_describe, "partitions (leader, epoch, replicas, ISR), config")
     describe.add_argument("names", nargs="*", metavar="NAME", help="default: every topic")
+    describe.add_argument(
+        "--under-replicated-partitions", action="store_true", help="only partitions with fewer replicas in sync"
+    )
+    describe.add_argument("--unavailable-partitions", action="store_true", help="only partitions without a live leader")
     describe.add_argument("--json", action="store_true", help="machine-readable output")
+    configs = _command(actions, "describe-configs", _topics_describe_configs, "topic configs and where they come from")
+    configs.add_argument("names", nargs="+", metavar="NAME")
+    configs.add_argument("--all", action="store_true", help="every property, defaults too (default: overrides)")
+    configs.add_argument("--json", action="store_true", help="machine-readable output")
+    alter = _command(actions, "alter", _topics_alter, "set or delete topic configs (applied live)")
+    alter.add_argument("name")
+    alter.add_argument(
+        "--config",
+        type=_config_pair,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="K=V",
+        help="set these, e.g. retention.ms=60000",
+    )
+    alter.add_argument(
+        "--delete-config", nargs="+", action="extend", default=[], metavar="K", help="back to the default"
+    )
+    grow = _command(actions, "add-partitions", _topics_add_partitions, "grow a topic's partition count")
+    grow.add_argument("name")
+    grow.add_argument("--partitions", type=_positive_int, required=True, help="the new total count")
     delete = _command(actions, "delete", _topics_delete, "delete topics and their data")
     delete.add_argument("names", nargs="+", metavar="NAME")
 
@@ -632,12 +1203,39 @@ def _add_topics(commands: Any) -> None:
 def _reassign_partitions(args: argparse.Namespace) -> int:
     targets = {raylog.TopicPartition(args.topic, p): args.replicas for p in args.partitions}
     with _connected(args) as cluster:
-        raylog.Admin(cluster).alter_partition_reassignments(targets)
-    print(
-        f"reassigning {args.topic} partitions {args.partitions} to brokers {args.replicas}: new replicas "
-        "fill by fetching; old ones go once every new one is in sync (see 'raylog reassign-partitions --list')"
-    )
+        admin = raylog.Admin(cluster)
+        admin.alter_partition_reassignments(targets)
+        if args.wait:
+            _await_reassignment(admin, set(targets), args.timeout_ms)
+    if args.wait:
+        print(f"reassigned {args.topic} partitions {args.partitions} to brokers {args.replicas}")
+    else:
+        print(
+            f"reassigning {args.topic} partitions {args.partitions} to brokers {args.replicas}: new replicas "
+            "fill by fetching; old ones go once every new one is in sync (see `raylog reassign-partitions list`)"
+        )
     return 0
+
+
+def _await_reassignment(admin: Any, moving: set[TopicPartition], timeout_ms: int) -> None:
+    """Wait until none of ``moving`` is being reassigned, with a progress line.
+
+    Raises:
+        KafkaTimeoutError: still moving after ``timeout_ms`` (the move goes on regardless).
+    """
+    progress = _Progress()
+    deadline = time.monotonic() + timeout_ms / 1000
+    try:
+        while left := moving & set(admin.list_partition_reassignments()):
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(
+                    f"{len(left)} of {len(moving)} partitions still moving after {timeout_ms} ms; the move goes on "
+                    "(see `raylog reassign-partitions list`)"
+                )
+            progress.show(f"reassigning: {len(moving) - len(left)}/{len(moving)} partitions in sync on their targets")
+            time.sleep(PROGRESS_INTERVAL_S)
+    finally:
+        progress.clear()
 
 
 def _list_reassignments(args: argparse.Namespace) -> int:
@@ -667,6 +1265,10 @@ def _add_replica_management(commands: Any) -> None:
     start.add_argument("topic")
     start.add_argument("--partitions", type=_id_list, required=True, help="e.g. 0,1,2")
     start.add_argument("--replicas", type=_id_list, required=True, help="target brokers, preferred leader first")
+    start.add_argument("--wait", action="store_true", help="return once every moved partition is in sync")
+    start.add_argument(
+        "--timeout-ms", type=_non_negative_int, default=REASSIGN_WAIT_MS, help="how long --wait waits (600,000)"
+    )
     listing = _command(actions, "list", _list_reassignments, "reassignments under way")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     elect = _command(commands, "elect-leaders", _elect_leaders, "move leadership back to preferred replicas")
@@ -686,6 +1288,9 @@ def _id_list(text: str) -> list[int]:
 def _add_produce_consume(commands: Any) -> None:
     produce = _command(commands, "produce", _produce, "send stdin lines as records, one per line")
     produce.add_argument("topic")
+    produce.add_argument(
+        "--format", choices=["text", "json"], default="text", help="json: key, value, headers, timestamp_ms per line"
+    )
     produce.add_argument("--key-separator", help="a line's key is the text before the first SEP")
     produce.add_argument("--acks", choices=["all", "1", "0"], default="all")
     produce.add_argument("--compression", choices=sorted(compression.CODEC_IDS))
@@ -696,11 +1301,44 @@ def _add_produce_consume(commands: Any) -> None:
     start.add_argument("--from-beginning", action="store_true", help="default: only records produced from now on")
     start.add_argument("--offset", type=_non_negative_int, help="start at this offset (needs --partition)")
     consume.add_argument("--partition", type=_non_negative_int, help="read this partition only")
+    consume.add_argument(
+        "--group", help="consume as a member of this consumer group, from its committed offsets (committing as it goes)"
+    )
     consume.add_argument("--max-messages", type=_positive_int, help="stop after this many records")
     consume.add_argument("--timeout-ms", type=_non_negative_int, help="stop after this long without records")
     consume.add_argument("--print-offsets", action="store_true", help="prefix partition:offset")
     consume.add_argument("--print-key", action="store_true", help="print KEY<SEP>VALUE")
     consume.add_argument("--key-separator", default="\t", help="between key and value (default: tab)")
+    consume.add_argument("--print-timestamp", action="store_true", help="prefix the record's timestamp (ms)")
+    consume.add_argument(
+        "--format", choices=["text", "json"], default="text", help="json: one object per record, every field"
+    )
+
+
+def _add_bench(commands: Any) -> None:
+    bench = commands.add_parser("bench", help="measure throughput and latency (Kafka's perf tests)")
+    workloads = bench.add_subparsers(dest="action", required=True)
+    for name, summary in (
+        ("produce", "records/s, MB/s and acknowledgement latency of one producer"),
+        ("consume", "records/s and MB/s of one consumer reading from the beginning"),
+        ("e2e", "end-to-end latency: a consumer in another process reads while this one produces"),
+    ):
+        sub = _command(workloads, name, _bench, summary)
+        sub.add_argument("--topic", help="an existing topic (default: a temporary one, deleted after the run)")
+        sub.add_argument("--num-records", type=_positive_int, help="default 100,000")
+        sub.add_argument("--record-size", type=_positive_int, help="bytes per value (default 100)")
+        sub.add_argument("--partitions", type=_positive_int, help="of the temporary topic (default 1)")
+        sub.add_argument("--replication-factor", type=_positive_int, help="of the temporary topic (default 1)")
+        sub.add_argument("--acks", choices=["all", "1", "0"], help="default all")
+        sub.add_argument("--batch-size", type=_positive_int, help="producer batch bytes (default: the producer's)")
+        sub.add_argument("--linger-ms", type=_non_negative_int, help="default: the producer's (0 with --sync)")
+        sub.add_argument("--compression", choices=sorted(compression.CODEC_IDS))
+        sub.add_argument("--arrow", action="store_true", help="send_arrow in batch-sized chunks, poll_arrow")
+        sub.add_argument("--throughput", type=float, metavar="RECORDS_PER_S", help="cap the send rate")
+        sub.add_argument("--timeout-ms", type=_non_negative_int, help="wait bound for acks and records (60,000)")
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "produce":
+            sub.add_argument("--sync", action="store_true", help="one record at a time, each acknowledged first")
 
 
 def _config_pair(text: str) -> tuple[str, str]:
@@ -721,6 +1359,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
 

@@ -34,6 +34,13 @@ def _coerce(value: Any, to: type, key: str) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
+    if to is float:
+        if isinstance(value, bool):
+            raise InvalidConfigError(f"{key} must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"{key} must be a number, got {value!r}") from None
     if to is int:
         if isinstance(value, bool):
             raise InvalidConfigError(f"{key} must be an integer, got {value!r}")
@@ -55,15 +62,30 @@ class _Config:
             InvalidConfigError: an unknown key, a value of the wrong type or out of range.
         """
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        by_kafka_name = {_kafka_name(name): name for name in fields}
         values: dict[str, Any] = {}
         for key, value in {**(properties or {}), **overrides}.items():
-            name = key if key in fields else by_kafka_name.get(key)
-            if name is None:
-                known = ", ".join(sorted(by_kafka_name))
-                raise InvalidConfigError(f"unknown config {key!r} for {cls.__name__}; known: {known}")
+            name = cls._field_name(key)
             values[name] = _coerce(value, type(fields[name].default), key)
         return cls(**values)
+
+    @classmethod
+    def property_name(cls, key: str) -> str:
+        """The Kafka property name of ``key`` (a Kafka property name or a field name).
+
+        Raises:
+            InvalidConfigError: an unknown key; the message lists the known ones.
+        """
+        return _kafka_name(cls._field_name(key))
+
+    @classmethod
+    def _field_name(cls, key: str) -> str:
+        fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        by_kafka_name = {_kafka_name(name): name for name in fields}
+        name = key if key in fields else by_kafka_name.get(key)
+        if name is None:
+            known = ", ".join(sorted(by_kafka_name))
+            raise InvalidConfigError(f"unknown config {key!r} for {cls.__name__}; known: {known}")
+        return name
 
     def to_properties(self) -> dict[str, str]:
         """The config as Kafka property names with string values (what describe shows)."""
@@ -97,6 +119,18 @@ class LogConfig(_Config):
     retention_bytes: int = -1  # -1: no size limit
     max_message_bytes: int = 8 * _MIB
     message_timestamp_type: str = "CreateTime"
+    #: "delete" (retention by time and size), "compact" (keep the latest record per key,
+    #: see :mod:`raylog.storage.cleaner`), or both ("compact,delete").
+    cleanup_policy: str = "delete"
+    #: Clean when dirty bytes / cleanable bytes reach this (or max.compaction.lag.ms passed).
+    min_cleanable_dirty_ratio: float = 0.5
+    #: How long a tombstone (a keyed record with a null value) survives after the cleaner
+    #: first cleaned the range holding it, so consumers behind by less still see the delete.
+    delete_retention_ms: int = 24 * 3600 * 1000
+    #: Records are not compacted until their segment's newest record is this old.
+    min_compaction_lag_ms: int = 0
+    #: Dirty records older than this are compacted even below the dirty ratio.
+    max_compaction_lag_ms: int = NEVER
 
     def __post_init__(self) -> None:
         self._require(self.segment_bytes >= 1024, f"segment.bytes must be >= 1024, got {self.segment_bytes}")
@@ -113,10 +147,37 @@ class LogConfig(_Config):
             self.message_timestamp_type in ("CreateTime", "LogAppendTime"),
             f"message.timestamp.type must be CreateTime or LogAppendTime, got {self.message_timestamp_type!r}",
         )
+        policies = [p.strip() for p in self.cleanup_policy.split(",")]
+        self._require(
+            len(set(policies)) == len(policies) and set(policies) <= {"delete", "compact"},
+            f"cleanup.policy must be delete, compact or compact,delete, got {self.cleanup_policy!r}",
+        )
+        self._require(
+            0.0 <= self.min_cleanable_dirty_ratio <= 1.0,
+            f"min.cleanable.dirty.ratio must be in [0, 1], got {self.min_cleanable_dirty_ratio}",
+        )
+        self._require(self.delete_retention_ms >= 0, "delete.retention.ms must be >= 0")
+        self._require(self.min_compaction_lag_ms >= 0, "min.compaction.lag.ms must be >= 0")
+        self._require(self.max_compaction_lag_ms >= 1, "max.compaction.lag.ms must be >= 1")
+        self._require(
+            self.min_compaction_lag_ms <= self.max_compaction_lag_ms,
+            f"min.compaction.lag.ms {self.min_compaction_lag_ms} is above max.compaction.lag.ms "
+            f"{self.max_compaction_lag_ms}",
+        )
 
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def compact(self) -> bool:
+        """Whether the cleaner compacts this log (cleanup.policy includes compact)."""
+        return "compact" in (p.strip() for p in self.cleanup_policy.split(","))
+
+    @property
+    def delete(self) -> bool:
+        """Whether time and size retention delete segments (cleanup.policy includes delete)."""
+        return "delete" in (p.strip() for p in self.cleanup_policy.split(","))
 
 
 @dataclass(frozen=True)
@@ -149,9 +210,18 @@ class ControllerConfig(_Config):
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: int = 30
+    #: ``__consumer_offsets`` (created on the first group look-up): few partitions, since
+    #: each replica is an actor process (Kafka's default of 50 would be 150 processes).
+    offsets_topic_num_partitions: int = 3
+    #: Capped at the number of live brokers when the topic is created.
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
 
     def __post_init__(self) -> None:
         self._require(self.node_check_interval_ms >= 10, "node.check.interval.ms must be >= 10")
+        self._require(self.offsets_topic_num_partitions >= 1, "offsets.topic.num.partitions must be >= 1")
+        self._require(self.offsets_topic_replication_factor >= 1, "offsets.topic.replication.factor must be >= 1")
+        self._require(self.offsets_topic_segment_bytes >= 1024, "offsets.topic.segment.bytes must be >= 1024")
         self._require(
             0 <= self.leader_imbalance_per_broker_percentage <= 100,
             "leader.imbalance.per.broker.percentage must be in [0, 100]",

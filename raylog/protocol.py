@@ -23,6 +23,7 @@ class ProduceRequest:
     records: Any  # bytes-like: one or more whole record batches
     acks: int = 1  # 0, 1 or -1 (all)
     timeout_ms: int = 30_000  # how long acks=all may wait for the ISR
+    client_id: str = ""  # whose producer_byte_rate quota the bytes count against
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class ProduceResponse:
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
+    throttle_time_ms: int = 0  # how long the leader held the response back (quota)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class FetchRequest:
     max_wait_ms: int = 500
     replica_id: int = -1  # -1 for consumers, the broker id for followers
     current_leader_epoch: int = -1  # -1: do not check
+    client_id: str = ""  # whose consumer_byte_rate quota the bytes count against (consumers)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class FetchResponse:
     log_start_offset: int = -1
     log_end_offset: int = -1
     leader_epoch: int = -1
+    throttle_time_ms: int = 0  # how long the leader held the response back (quota)
     #: Whole record batches, exactly as stored. A NumPy array so that Ray passes it out of
     #: band and the caller reads it from the object store without a copy.
     records: np.ndarray = field(default_factory=lambda: EMPTY_RECORDS)

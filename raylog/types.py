@@ -82,6 +82,14 @@ class TopicDescription:
     config: dict[str, str]
 
 
+class ConfigEntry(NamedTuple):
+    """One topic config property as described: its value and where it comes from,
+    ``"topic"`` (set on the topic) or ``"default"``."""
+
+    value: str
+    source: str
+
+
 @dataclass(frozen=True)
 class BrokerInfo:
     """A broker: a stable id, the Ray node it runs on now, and its data directory."""
@@ -89,3 +97,35 @@ class BrokerInfo:
     broker_id: int
     node_id: str
     data_dir: str
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """A consumer-group member and the partitions it owns in the current generation."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """A group's progress on one partition: committed offset (None if none), the log end
+    offset (high watermark), the lag between them, and the member that owns it."""
+
+    committed: int | None
+    log_end_offset: int
+    lag: int | None
+    member_id: str | None
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    group_id: str
+    state: str  # Empty, PreparingRebalance, Stable or Dead
+    generation: int
+    protocol: str  # the assignor in use
+    coordinator_partition: int  # the __consumer_offsets partition whose leader coordinates it
+    members: tuple[MemberDescription, ...]
+    partitions: dict[TopicPartition, PartitionLag]

@@ -5,8 +5,13 @@ head node's disk, replayed when Ray restarts the actor), registers brokers, plac
 replicas, creates the replica actors (hard node affinity, restarted in place by Ray),
 answers metadata requests, and is the single writer of every partition's leader, leader
 epoch and ISR. Every change is journaled before it is acted on, then pushed to the
-partition's replicas (:meth:`PartitionReplicaActor.update_state`), which ignore states
-older than the one they have.
+partition's replicas (:meth:`PartitionReplicaActor.update_state`, with the topic's config
+and its version), which ignore states and configs older than the ones they have. Topic
+configs are altered and partitions added while the topic is in use: both take effect on
+the live replicas (new partitions get replica actors like a new topic's). Client quotas
+(:meth:`alter_client_quotas`) are journaled likewise and pushed, with their version, to
+every live replica (:meth:`PartitionReplicaActor.update_quotas`), and again to each replica
+actor the controller creates or finds and to each that Ray restarted.
 
 Failures: a loop watches Ray's node table; when a broker's node dies, every partition it
 led gets a new leader from its ISR (:func:`~raylog.coordination.elections.elect_leader`)
@@ -35,11 +40,15 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raylog.actors import metrics
+from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.names import NAMESPACE, replica_name
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor, quietly
 from raylog.config import ControllerConfig
 from raylog.coordination import elections
+from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, MetadataJournal, partition_record
+from raylog.coordination.placement import OFFSETS_TOPIC
 from raylog.errors import InvalidConfigError, RaylogError
 from raylog.protocol import error_fields
 from raylog.types import NewTopic, PartitionInfo, TopicDescription
@@ -224,6 +233,7 @@ class ControllerActor:
                         await self._register_brokers()
                         await self._heal_replicas()
                     await self._react_to_liveness()
+                    self._record_metrics()
                     if self.config.auto_leader_rebalance_enable and since_rebalance >= rebalance_s:
                         since_rebalance = 0.0
                         if (
@@ -261,6 +271,15 @@ class ControllerActor:
             self._commit([partition_record(info) for info in changed])
             await self._ensure_replicas(self.image.topics[topic.name])
             self._push(list(self.image.topics[topic.name].partitions))
+
+    def _record_metrics(self) -> None:
+        partitions = self.image.partitions()
+        metrics.record_cluster(
+            self.cluster_name,
+            len(self.live),
+            sum(p.leader not in self.live for p in partitions),
+            sum(len(p.isr) < len(p.replicas) for p in partitions),
+        )
 
     async def _react_to_liveness(self) -> None:
         """New leaders for partitions whose leader is not live, and ISRs without dead
@@ -305,6 +324,9 @@ class ControllerActor:
         if there is one (else leads again under a new epoch) and leaves the ISR until it
         catches up."""
         await self._demote(topic, partition, broker_id, None)
+        cached = self.replicas.get((topic, partition, broker_id))
+        if cached is not None:
+            self._push_quotas([cached[1]])  # it lost them with its process
 
     async def leader_unreachable(self, topic: str, partition: int, leader_epoch: int) -> None:
         """A follower's call found the leader of ``leader_epoch`` dead (Ray said so): another
@@ -360,6 +382,61 @@ class ControllerActor:
             await self._remove_replicas(topic)
 
         return await self._each({name: name for name in names}, delete)
+
+    async def alter_configs(self, changes: dict[str, dict[str, str | None]]) -> dict[str, tuple[int, str]]:
+        """Alter each topic's config (None deletes an override), journaled, then pushed to
+        its live replicas; per topic ``(error_code, message)``. A refused topic is unchanged."""
+
+        async def alter(item: tuple[str, dict[str, str | None]]) -> None:
+            name, change = item
+            self._commit([self.image.alter_config(name, change)])
+            self._push(list(self.image.topics[name].partitions))
+
+        return await self._each({name: (name, change) for name, change in changes.items()}, alter)
+
+    async def describe_configs(self, names: list[str]) -> dict[str, tuple[int, str, dict]]:
+        """Per topic ``(error_code, message, {property: ConfigEntry})``."""
+        await self.start()
+        results = {}
+        for name in names:
+            try:
+                results[name] = (0, "", self.image.describe_config(name))
+            except RaylogError as exc:
+                fields = error_fields(exc)
+                results[name] = (fields["error_code"], fields["error_message"], {})
+        return results
+
+    async def alter_client_quotas(self, changes: dict) -> tuple[int, str]:
+        """Alter client quotas (all or nothing; see
+        :meth:`~raylog.coordination.metadata.MetadataImage.alter_client_quotas`), journaled,
+        then pushed to every live replica; ``(error_code, message)``, code 0 on success."""
+        await self.start()
+        async with self._guard():
+            try:
+                self._commit(self.image.alter_client_quotas(changes))
+            except RaylogError as exc:
+                fields = error_fields(exc)
+                return fields["error_code"], fields["error_message"]
+            handles = [handle for (_, _, b), (_, handle) in self.replicas.items() if b in self.live]
+        self._push_quotas(handles)
+        return 0, ""
+
+    async def describe_client_quotas(self) -> dict[str | None, dict[str, float]]:
+        """Every client quota set: client id (None: the default) -> {quota key: bytes/s}."""
+        await self.start()
+        return {client_id: dict(quotas) for client_id, quotas in self.image.client_quotas.items()}
+
+    async def create_partitions(self, counts: dict[str, int]) -> dict[str, tuple[int, str]]:
+        """Grow each topic to its new partition count: the new partitions are placed,
+        journaled and get their replica actors as at topic creation (led by their first
+        replica, every replica in sync); per topic ``(error_code, message)``."""
+
+        async def add(item: tuple[str, int]) -> None:
+            name, total_count = item
+            self._commit([self.image.add_partitions(name, total_count, live=self.live)])
+            await self._ensure_replicas(self.image.topics[name])
+
+        return await self._each({name: (name, count) for name, count in counts.items()}, add)
 
     async def _each(self, items: dict, step) -> dict:
         """Run ``step`` on each item, one at a time under the lock; per key
@@ -427,6 +504,34 @@ class ControllerActor:
         self._push(moved)
         return moved
 
+    async def find_coordinator(self, group_id: str) -> tuple[int, Any]:
+        """``(partition, leader actor or None)`` of the ``__consumer_offsets`` partition whose
+        leader coordinates ``group_id`` (Kafka's FindCoordinator); creates the topic, compacted
+        and replicated, on the first call."""
+        await self.start()
+        if OFFSETS_TOPIC not in self.image.topics:
+            async with self._guard():
+                if OFFSETS_TOPIC not in self.image.topics:
+                    await self._create_offsets_topic()
+        topic = self.image.topics[OFFSETS_TOPIC]
+        partition = topic.partitions[partition_for(group_id, len(topic.partitions))]
+        leader = partition.leader
+        handle = self._replica_actor(OFFSETS_TOPIC, partition.partition, leader) if leader in self.live else None
+        return partition.partition, handle
+
+    async def _create_offsets_topic(self) -> None:
+        config = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+            "unclean.leader.election.enable": "false",
+        }
+        replication = max(1, min(self.config.offsets_topic_replication_factor, len(self.live)))
+        record = self.image.create_topic(
+            OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, replication, config, live=self.live
+        )
+        self._commit([record])
+        await self._ensure_replicas(self.image.topics[OFFSETS_TOPIC])
+
     async def init_producer_id(self) -> int:
         """A producer id never handed out before (Kafka's InitProducerId)."""
         async with self._guard():
@@ -463,8 +568,9 @@ class ControllerActor:
         leader = None
         if state.leader >= 0 and state.leader != broker_id and state.leader in self.live:
             leader = self._replica_actor(topic_name, partition, state.leader)
+        actor_class = GroupCoordinatorActor if topic_name == OFFSETS_TOPIC else PartitionReplicaActor
         handle = (
-            ray.remote(PartitionReplicaActor)
+            ray.remote(actor_class)
             .options(
                 name=replica_name(self.cluster_name, topic.topic_id, partition, broker_id, broker.node_id),
                 namespace=NAMESPACE,
@@ -478,17 +584,29 @@ class ControllerActor:
             .remote(self.cluster_name, topic.name, partition, broker_id, broker.data_dir, topic.config, state, leader)
         )
         self.replicas[key] = (broker.node_id, handle)
+        self._push_quotas([handle])
         return handle
 
     def _push(self, partitions: list[PartitionInfo]) -> None:
-        """Tell every live replica of each partition its new state (fire and forget: a
-        replica that misses one is told again by the next change or restart)."""
+        """Tell every live replica of each partition its new state and its topic's config
+        (fire and forget: a replica that misses one is told again by the next change or
+        restart)."""
         for info in partitions:
             leader = self._replica_actor(info.topic, info.partition, info.leader) if info.leader in self.live else None
+            config = (self.image.config_versions[info.topic], self.image.topics[info.topic].config)
             for broker_id in info.replicas:
                 if broker_id in self.live:
                     handle = self._replica_actor(info.topic, info.partition, broker_id)
-                    self._spawn(quietly(handle.update_state.remote(info, leader)))
+                    self._spawn(quietly(handle.update_state.remote(info, leader, config)))
+
+    def _push_quotas(self, handles: list) -> None:
+        """Tell replicas the client quotas and their version (fire and forget, as
+        :meth:`_push`; a replica that misses a push is told again by the next change)."""
+        if not self.image.client_quotas_version:
+            return  # never set: replicas start without quotas
+        version, quotas = self.image.client_quotas_version, dict(self.image.client_quotas)
+        for handle in handles:
+            self._spawn(quietly(handle.update_quotas.remote(version, quotas)))
 
     async def _remove_replicas(self, topic: TopicDescription) -> None:
         handles = [

@@ -21,9 +21,9 @@ import asyncio
 import time
 from typing import Any
 
-from raylog.actors.replica import PartitionReplicaActor, quietly, wait_for_event
-from raylog.coordination.group import GroupCoordinator, Outcome
-from raylog.errors import CoordinatorLoadInProgressError, NotCoordinatorError
+from raylog.actors.replica import PartitionReplicaActor, wait_for_event
+from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
+from raylog.errors import CoordinatorLoadInProgressError, NotCoordinatorError, RaylogError
 from raylog.protocol import GroupResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse, error_fields
 from raylog.storage import record_batch
 from raylog.types import OffsetAndMetadata, TopicPartition
@@ -32,6 +32,8 @@ from raylog.types import OffsetAndMetadata, TopicPartition
 GROUP_TICK_INTERVAL_S = 0.1
 #: Bytes read per step when loading groups after becoming leader.
 LOAD_READ_BYTES = 8 << 20
+#: Pause before loading the groups again after a failed read.
+LOAD_RETRY_S = 1.0
 #: How long a commit or group record may wait for the ISR.
 APPEND_TIMEOUT_S = 30.0
 
@@ -46,6 +48,7 @@ class GroupCoordinatorActor(PartitionReplicaActor):
         self._coordinator_tasks: list[asyncio.Task] = []
         self._joins: set[asyncio.Future] = set()
         self._group_changed: asyncio.Event | None = None
+        self._rebalancing: set[str] = set()  # groups in PreparingRebalance at the last _deliver
 
     # --- leadership ---------------------------------------------------------------------
 
@@ -72,6 +75,21 @@ class GroupCoordinatorActor(PartitionReplicaActor):
         self._pulse()
 
     async def _load_and_tick(self, epoch: int) -> None:
+        while True:
+            try:
+                groups = await self._load()
+                break
+            except RaylogError:  # e.g. a disk error: clients get LOAD_IN_PROGRESS meanwhile
+                await asyncio.sleep(LOAD_RETRY_S)
+        if self.partition.leader_epoch != epoch or not self.partition.is_leader:
+            return
+        self._groups = groups
+        while True:
+            await asyncio.sleep(GROUP_TICK_INTERVAL_S)
+            await self._deliver(groups.tick(_now_ms()))
+
+    async def _load(self) -> GroupCoordinator:
+        """Every group of this partition, read back from its log."""
         groups = GroupCoordinator()
         log = self.partition.log
         offset = log.log_start_offset
@@ -81,17 +99,11 @@ class GroupCoordinatorActor(PartitionReplicaActor):
                 break
             table = record_batch.decode_table(data, min_offset=offset)
             if table.num_rows:
-                groups.load(
-                    zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True), _now_ms()
-                )
+                keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
+                groups.load(zip(keys, values, strict=True), _now_ms())
             offset = _next_offset(data)
             await asyncio.sleep(0)  # let heartbeats in between reads of a large partition
-        if self.partition.leader_epoch != epoch or not self.partition.is_leader:
-            return
-        self._groups = groups
-        while True:
-            await asyncio.sleep(GROUP_TICK_INTERVAL_S)
-            await self._deliver(groups.tick(_now_ms()))
+        return groups
 
     def _coordinator(self) -> GroupCoordinator:
         self._start()
@@ -209,9 +221,22 @@ class GroupCoordinatorActor(PartitionReplicaActor):
             if not future.done():
                 future.set_result(response)
         if outcome.records:
-            self._spawn(quietly(self._append(outcome.records)))
-        if outcome.replies or outcome.records:
+            self._spawn(self._append_quietly(outcome.records))
+        # A group that starts rebalancing (a join, a leave, an expired session) wakes the
+        # long-polling heartbeats, so its members rejoin now rather than at their next beat.
+        groups = self._groups.groups.values() if self._groups is not None else ()
+        rebalancing = {g.group_id for g in groups if g.state == PREPARING_REBALANCE}
+        if outcome.replies or outcome.records or rebalancing - self._rebalancing:
             self._pulse()
+        self._rebalancing = rebalancing
+
+    async def _append_quietly(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        """A group change that could not be replicated stays in memory; members of a later
+        coordinator rejoin if it is missing there (their generation is then unknown)."""
+        try:
+            await self._append(records)
+        except RaylogError:
+            pass
 
     async def _append(self, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append keyed records with acks=all.

@@ -9,13 +9,19 @@ smaller than the replica set); ``raylog_produce_records_total``,
 ``raylog_fetch_bytes_total`` and ``raylog_fetch_latency_ms`` (tag ``client``: consumer or
 follower; the latency includes the long-poll wait); the cleaner's
 ``raylog_cleaner_dirty_ratio``, ``raylog_cleaner_bytes_read_total`` and
-``raylog_cleaner_records_removed_total``.
+``raylog_cleaner_records_removed_total``; ``raylog_broker_throttle_time_ms`` (tag
+``client_type``: producer or consumer; one observation per response a client quota held
+back).
 
 Per cluster (controller, tag cluster): ``raylog_brokers_live``,
 ``raylog_offline_partitions`` and ``raylog_under_replicated_partitions``.
 
 Per consumer (tags group, topic, partition): ``raylog_consumer_lag`` (records between the
 consumer's position and the high watermark, from each fetch).
+
+Per client (producers and consumers, tags client_type and client_id):
+``raylog_throttle_time_ms``, one observation per response a leader held back for the
+client's quota.
 
 Metric objects are made once per process, on first use.
 """
@@ -37,9 +43,24 @@ def _gauge(name: str, description: str, tags: tuple[str, ...] = _PARTITION) -> G
     return Gauge(name, description, tag_keys=tags)
 
 
+class _Counter(Counter):
+    """Ray's Counter raises on ``inc(0)``: an empty fetch or a cleaning round that removed
+    nothing adds nothing instead."""
+
+    def inc(self, value: float = 1.0, tags: dict[str, str] | None = None) -> None:
+        if value > 0:
+            super().inc(value, tags)
+
+
 @functools.cache
 def _counter(name: str, description: str, tags: tuple[str, ...] = _PARTITION) -> Counter:
-    return Counter(name, description, tag_keys=tags)
+    return _Counter(name, description, tag_keys=tags)
+
+
+def _add(counter: Counter, value: float, tags: dict[str, str]) -> None:
+    """Ray's counters refuse a zero increment (an empty fetch, a clean that removed nothing)."""
+    if value > 0:
+        counter.inc(value, tags)
 
 
 @functools.cache
@@ -65,8 +86,8 @@ def record_partition_state(tags: dict[str, str], partition: Any) -> None:
 
 
 def record_produce(tags: dict[str, str], records: int, size_bytes: int, latency_ms: float) -> None:
-    _counter("raylog_produce_records_total", "records appended by producers").inc(records, tags)
-    _counter("raylog_produce_bytes_total", "bytes appended by producers").inc(size_bytes, tags)
+    _add(_counter("raylog_produce_records_total", "records appended by producers"), records, tags)
+    _add(_counter("raylog_produce_bytes_total", "bytes appended by producers"), size_bytes, tags)
     _histogram("raylog_produce_latency_ms", "produce call, append to acknowledgement", (*_PARTITION,)).observe(
         latency_ms, tags
     )
@@ -74,7 +95,7 @@ def record_produce(tags: dict[str, str], records: int, size_bytes: int, latency_
 
 def record_fetch(tags: dict[str, str], follower: bool, size_bytes: int, latency_ms: float) -> None:
     tagged = {**tags, "client": "follower" if follower else "consumer"}
-    _counter("raylog_fetch_bytes_total", "bytes returned by fetches", (*_PARTITION, "client")).inc(size_bytes, tagged)
+    _add(_counter("raylog_fetch_bytes_total", "bytes returned by fetches", (*_PARTITION, "client")), size_bytes, tagged)
     _histogram("raylog_fetch_latency_ms", "fetch call incl. long-poll wait", (*_PARTITION, "client")).observe(
         latency_ms, tagged
     )
@@ -84,10 +105,9 @@ def record_cleaning(tags: dict[str, str], stats: Any) -> None:
     """One log-cleaner round (a :class:`~raylog.storage.cleaner.CleanerStats`)."""
     dirty = _gauge("raylog_cleaner_dirty_ratio", "share of the cleanable log not cleaned yet")
     dirty.set(stats.dirty_ratio_after, tags)
-    _counter("raylog_cleaner_bytes_read_total", "bytes the cleaner read").inc(stats.bytes_read, tags)
-    _counter("raylog_cleaner_records_removed_total", "records compaction removed").inc(
-        stats.records_read - stats.records_kept, tags
-    )
+    _add(_counter("raylog_cleaner_bytes_read_total", "bytes the cleaner read"), stats.bytes_read, tags)
+    removed = stats.records_read - stats.records_kept
+    _add(_counter("raylog_cleaner_records_removed_total", "records compaction removed"), removed, tags)
 
 
 def record_cluster(cluster: str, live_brokers: int, offline: int, under_replicated: int) -> None:
@@ -103,3 +123,19 @@ def record_consumer_lag(group: str, topic: str, partition: int, lag: int) -> Non
     tags = {"group": group, "topic": topic, "partition": str(partition)}
     gauge = _gauge("raylog_consumer_lag", "records between a consumer's position and the HW", tuple(tags))
     gauge.set(lag, tags)
+
+
+def record_broker_throttle(tags: dict[str, str], client_type: str, throttle_ms: float) -> None:
+    """A response this replica held back for a client's quota (``client_type``: producer or consumer)."""
+    tagged = {**tags, "client_type": client_type}
+    histogram = _histogram(
+        "raylog_broker_throttle_time_ms", "response held back for a client quota", (*_PARTITION, "client_type")
+    )
+    histogram.observe(throttle_ms, tagged)
+
+
+def record_throttle(client_type: str, client_id: str, throttle_ms: float) -> None:
+    """A response a leader held back for this client's quota, as the client saw it."""
+    tags = {"client_type": client_type, "client_id": client_id}
+    histogram = _histogram("raylog_throttle_time_ms", "response held back for the client's quota", tuple(tags))
+    histogram.observe(throttle_ms, tags)

@@ -5,12 +5,22 @@ its log in ``<broker data dir>/<topic>-<partition>``. Ray restarts it in place a
 crash (``max_restarts``); ``__init__`` recovers the log from disk and, after a restart,
 the replica tells the controller, which decides its role again.
 
-The controller pushes roles (:meth:`update_state`, Kafka's LeaderAndIsr). A leader serves
+The controller pushes roles (:meth:`update_state`, Kafka's LeaderAndIsr) and, with each,
+the topic's config, which the replica re-reads when it was altered. A leader serves
 produce, fetch and offset look-ups, waits for the ISR on acks=all, and proposes ISR changes
 to the controller. A follower runs a fetch loop against its leader: it first truncates
 what diverged (asking the leader where its latest epoch ends, KIP-101), then appends what
 it fetches, unchanged. One asyncio event wakes everything that waits on a change of the
 log or high watermark: long-polling fetches, acks=all producers, out-of-order batches.
+
+Client quotas (:mod:`raylog.coordination.quotas`, pushed by the controller through
+:meth:`update_quotas`): a leader counts the bytes of each produce request and of each
+consumer fetch response against the client id's ``producer_byte_rate`` or
+``consumer_byte_rate``; follower fetches are never throttled. A client over its quota gets
+its response (data included, as in Kafka before KIP-219) only after the throttle time,
+which the response reports in ``throttle_time_ms``. Limitation: quotas hold per replica
+actor, that is per partition leader, not per broker as in Kafka: a client reading or
+writing N partitions led on one broker may move up to N times its quota there.
 
 The actor only translates: requests in, :class:`Partition` steps, responses out; every
 raylog error becomes a response error code.
@@ -19,6 +29,7 @@ raylog error becomes a response error code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import time
@@ -26,9 +37,11 @@ import time
 import numpy as np
 import ray
 
+from raylog.actors import metrics
 from raylog.actors.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition, SequenceGap
+from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager
 from raylog.errors import (
     NotEnoughReplicasAfterAppendError,
     NotLeaderOrFollowerError,
@@ -93,7 +106,14 @@ class PartitionReplicaActor:
         self._follower: asyncio.Task | None = None
         self._leader_handle = None  # the actor the follower loop fetches from
         self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        self._metric_tags = metrics.partition_tags(topic, partition, broker_id)
         self._initial = (state, leader_handle)
+        # The constructor's config may be older than any pushed: Ray restarts an actor with
+        # the arguments it was created with, not the topic's config as altered since.
+        self._config_version = -1
+        self._produce_quotas = QuotaManager(PRODUCER_BYTE_RATE)
+        self._fetch_quotas = QuotaManager(CONSUMER_BYTE_RATE)
+        self._quotas_version = -1
         self._started = False
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -117,10 +137,30 @@ class PartitionReplicaActor:
             p = self.partition
             self._spawn(quietly(self._controller().replica_restarted.remote(p.topic, p.partition, p.broker_id)))
 
-    async def update_state(self, state: PartitionInfo, leader_handle=None) -> None:
-        """The controller's word on this partition's leader, epochs, replicas and ISR."""
+    async def update_state(
+        self, state: PartitionInfo, leader_handle=None, config: tuple[int, dict] | None = None
+    ) -> None:
+        """The controller's word on this partition's leader, epochs, replicas and ISR, and
+        on its topic's config as ``(config_version, properties)``."""
         self._start()
+        if config is not None:
+            self._apply_config(*config)
         self._apply_state(state, leader_handle)
+
+    def _apply_config(self, version: int, properties: dict) -> None:
+        """Use the topic's config of ``version`` unless a newer one is in use (pushes may
+        arrive out of order)."""
+        if version > self._config_version:
+            self._config_version = version
+            self.partition.update_config(TopicConfig.from_properties(properties))
+
+    async def update_quotas(self, version: int, quotas: ClientQuotas) -> None:
+        """The controller's client quotas of ``version`` (an older push is ignored)."""
+        self._start()
+        if version > self._quotas_version:
+            self._quotas_version = version
+            self._produce_quotas.update_quotas(quotas)
+            self._fetch_quotas.update_quotas(quotas)
 
     def _apply_state(self, state: PartitionInfo, leader_handle) -> None:
         p = self.partition
@@ -154,11 +194,17 @@ class PartitionReplicaActor:
     # --- leader: produce ----------------------------------------------------------------
 
     async def produce(self, request: ProduceRequest) -> ProduceResponse:
-        """Append a producer's batch; for acks=all, wait until the ISR has it.
+        """Append a producer's batch; for acks=all, wait until the ISR has it; then hold the
+        response back for as long as the client's producer quota says.
 
         An idempotent batch that arrives before an earlier one of its producer waits for it
         (Ray may run pipelined calls out of order)."""
         self._start()
+        response = await self._append(request)
+        throttle_ms = self._produce_quotas.record(request.client_id, len(request.records), _now_ms())
+        return await self._throttled(response, min(throttle_ms, request.timeout_ms), "producer")
+
+    async def _append(self, request: ProduceRequest) -> ProduceResponse:
         started = time.monotonic()
         deadline = started + request.timeout_ms / 1000
         while True:
@@ -171,7 +217,7 @@ class PartitionReplicaActor:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return _produce_error(OutOfOrderSequenceError("an earlier batch of this producer never arrived"))
-                await _wait(changed, min(remaining, UNKNOWN_PRODUCER_GRACE_S))
+                await wait_for_event(changed, min(remaining, UNKNOWN_PRODUCER_GRACE_S))
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return ProduceResponse(**error_fields(exc))
         log_start = self.partition.log.log_start_offset
@@ -183,6 +229,8 @@ class PartitionReplicaActor:
             error = await self._await_replication(outcome.last_offset + 1, deadline)
             if error is not None:
                 return _produce_error(error)
+        latency_ms = (time.monotonic() - started) * 1000
+        metrics.record_produce(self._metric_tags, outcome.record_count, len(request.records), latency_ms)
         return ProduceResponse(
             base_offset=outcome.first_offset, log_append_time_ms=outcome.log_append_time_ms, log_start_offset=log_start
         )
@@ -197,7 +245,7 @@ class PartitionReplicaActor:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return RequestTimedOutError(f"{p.name}: the ISR {list(p.isr)} did not get the batch in time")
-            await _wait(self._event(), remaining)
+            await wait_for_event(self._event(), remaining)
         if not p.enough_replicas():
             return NotEnoughReplicasAfterAppendError(
                 f"{p.name}: written, but the ISR {list(p.isr)} shrank below min.insync.replicas"
@@ -207,8 +255,24 @@ class PartitionReplicaActor:
     # --- leader: fetch and offsets ------------------------------------------------------
 
     async def fetch(self, request: FetchRequest) -> FetchResponse:
-        """Batches from ``request.offset``; waits (long poll) for ``min_bytes``."""
+        """Batches from ``request.offset``; waits (long poll) for ``min_bytes``; then, for a
+        consumer, holds the response back for as long as its consumer quota says."""
         self._start()
+        response = await self._read(request)
+        if request.replica_id >= 0:
+            return response  # replication is never throttled
+        throttle_ms = self._fetch_quotas.record(request.client_id, len(response.records), _now_ms())
+        return await self._throttled(response, throttle_ms, "consumer")
+
+    async def _throttled(self, response, throttle_ms: int, client_type: str):
+        """``response`` after ``throttle_ms``, reporting it (at once when 0)."""
+        if throttle_ms <= 0:
+            return response
+        metrics.record_broker_throttle(self._metric_tags, client_type, throttle_ms)
+        await asyncio.sleep(throttle_ms / 1000)
+        return dataclasses.replace(response, throttle_time_ms=throttle_ms)
+
+    async def _read(self, request: FetchRequest) -> FetchResponse:
         deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
         while True:
             changed = self._event()
@@ -229,6 +293,8 @@ class PartitionReplicaActor:
                 self._maybe_propose_isr()
             remaining = deadline - time.monotonic()
             if len(result.data) >= request.min_bytes or remaining <= 0:
+                latency_ms = (time.monotonic() - deadline) * 1000 + request.max_wait_ms
+                metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(result.data), latency_ms)
                 return FetchResponse(
                     high_watermark=result.high_watermark,
                     log_start_offset=result.log_start_offset,
@@ -236,7 +302,7 @@ class PartitionReplicaActor:
                     leader_epoch=self.partition.leader_epoch,
                     records=np.frombuffer(result.data, dtype=np.uint8),
                 )
-            await _wait(changed, remaining)
+            await wait_for_event(changed, remaining)
 
     async def list_offsets(self, timestamp_ms: int) -> ListOffsetsResponse:
         self._start()
@@ -270,6 +336,7 @@ class PartitionReplicaActor:
             "size_bytes": p.log.size_bytes,
             "segments": p.log.segment_count,
             "pid": os.getpid(),
+            "client_quotas_version": self._quotas_version,
         }
 
     # --- leader: ISR --------------------------------------------------------------------
@@ -378,8 +445,9 @@ class PartitionReplicaActor:
             self._changed = None
 
     async def _housekeep(self) -> None:
-        """Retention, the flush.ms policy, the HW checkpoint and ISR proposals, each round;
-        a disk error (e.g. a full disk) skips the round instead of ending the loop."""
+        """Retention, the flush.ms policy, the HW checkpoint, ISR proposals and, for a
+        compacted topic, the log cleaner (below the HW), each round; a disk error (e.g. a
+        full disk) skips the round instead of ending the loop."""
         while True:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
             self._maybe_propose_isr()
@@ -388,15 +456,24 @@ class PartitionReplicaActor:
                 log.apply_retention()
                 log.maybe_flush()
                 self.partition.checkpoint_high_watermark()
+                if log.config.compact:
+                    cleaned = log.clean(max_offset=self.partition.high_watermark)
+                    if cleaned is not None:
+                        metrics.record_cleaning(self._metric_tags, cleaned)
+                metrics.record_partition_state(self._metric_tags, self.partition)
             except RaylogError:
                 continue
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000
 
 
 def _produce_error(error: RaylogError) -> ProduceResponse:
     return ProduceResponse(**error_fields(error))
 
 
-async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+async def wait_for_event(event: asyncio.Event, timeout_s: float) -> None:
     """Wait until ``event`` is set or ``timeout_s`` passes."""
     try:
         await asyncio.wait_for(event.wait(), timeout_s)

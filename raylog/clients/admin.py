@@ -1,12 +1,31 @@
-"""Admin: create, delete, list and describe topics."""
+"""Admin: create, delete, list and describe topics, alter and describe their configs, add
+partitions, move replicas and leadership; list, describe, reset and delete consumer groups;
+alter and describe client quotas."""
 
 from __future__ import annotations
 
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
+from raylog.clients.consumer import list_offset
+from raylog.clients.group import CoordinatorClient, committed_offsets
 from raylog.clients.transport import call
-from raylog.coordination.placement import INTERNAL_TOPICS
-from raylog.errors import UnknownTopicOrPartitionError, for_code
-from raylog.types import BrokerInfo, NewTopic, TopicDescription, TopicPartition
+from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC
+from raylog.errors import NonEmptyGroupError, UnknownMemberIdError, UnknownTopicOrPartitionError, for_code
+from raylog.protocol import error_of
+from raylog.types import (
+    BrokerInfo,
+    ConfigEntry,
+    ConsumerGroupDescription,
+    MemberDescription,
+    NewTopic,
+    OffsetAndMetadata,
+    PartitionLag,
+    TopicDescription,
+    TopicPartition,
+)
+
+#: Pause between retries of a group coordinator call.
+GROUP_RETRY_BACKOFF_S = 0.1
 
 
 class Admin:
@@ -60,6 +79,76 @@ class Admin:
             raise UnknownTopicOrPartitionError(f"unknown topics: {', '.join(map(repr, missing))}")
         return [topics[n] for n in wanted]
 
+    def alter_configs(self, configs: dict[str, dict[str, str | None]]) -> None:
+        """Change topic configs incrementally (Kafka's IncrementalAlterConfigs): each
+        property given is set, and a value of None deletes the topic's override (back to the
+        default); the others keep their values. Each topic is altered or refused as a whole;
+        the change reaches the topic's live replicas without a restart (segment settings
+        apply from the next segment on).
+
+        Example:
+            >>> admin.alter_configs({"clicks": {"retention.ms": "3600000", "segment.bytes": None}})  # doctest: +SKIP
+
+        Raises:
+            The first refusal's typed error (UnknownTopicOrPartitionError, InvalidConfigError
+            naming the property), after every other topic was handled.
+        """
+        changes = {name: dict(change) for name, change in configs.items()}
+        results = call(self._cluster.controller.alter_configs.remote(changes), self._timeout_s)
+        self._cluster.metadata(refresh=True)
+        _raise_first(results)
+
+    def describe_configs(self, names: list[str]) -> dict[str, dict[str, ConfigEntry]]:
+        """Every config property of each topic: ``{topic: {property: ConfigEntry(value,
+        source)}}``, source ``"topic"`` for a property set on the topic, else ``"default"``.
+
+        Raises:
+            UnknownTopicOrPartitionError: a name that is not a topic.
+        """
+        results = call(self._cluster.controller.describe_configs.remote(list(names)), self._timeout_s)
+        _raise_first({name: (code, message) for name, (code, message, _) in results.items()})
+        return {name: entries for name, (_, _, entries) in results.items()}
+
+    def alter_client_quotas(self, quotas: dict[str | None, dict[str, float | None]]) -> None:
+        """Set or remove client byte-rate quotas (Kafka's AlterClientQuotas for client-id
+        entities), all or nothing: per client id (None: the default quota, for every client
+        id without one of its own), ``producer_byte_rate`` and ``consumer_byte_rate`` in
+        bytes/s; None removes a quota, a quota not named is kept. Leaders apply the change
+        without a restart. Quotas hold per partition leader (see the README's "Quotas").
+
+        Example:
+            >>> admin.alter_client_quotas({"etl": {"producer_byte_rate": 10e6}})  # doctest: +SKIP
+            >>> admin.alter_client_quotas({None: {"consumer_byte_rate": None}})  # doctest: +SKIP
+
+        Raises:
+            InvalidConfigError: a client id that is not a non-empty string or None, an unknown
+                quota name, or a rate that is not a positive number.
+        """
+        changes = {client_id: dict(change) for client_id, change in quotas.items()}
+        code, message = call(self._cluster.controller.alter_client_quotas.remote(changes), self._timeout_s)
+        _raise_first({"quotas": (code, message)})
+
+    def describe_client_quotas(self) -> dict[str | None, dict[str, float]]:
+        """Every client quota set: ``{client_id: {"producer_byte_rate": bytes/s, ...}}``, the
+        default quota under None."""
+        return call(self._cluster.controller.describe_client_quotas.remote(), self._timeout_s)
+
+    def create_partitions(self, new_counts: dict[str, int]) -> None:
+        """Add partitions to topics (Kafka's CreatePartitions): each topic grows to its new
+        total count; the new partitions are placed like a new topic's and get replicas and
+        leaders at once. Keys then map to other partitions (murmur2 modulo the count), as in
+        Kafka. Producers and consumers see the new partitions on their next metadata refresh.
+
+        Raises:
+            The first refusal's typed error (UnknownTopicOrPartitionError;
+            InvalidPartitionsError for a count not above the current one or for an internal
+            topic; InvalidReplicationFactorError when fewer brokers are live than the topic's
+            replication factor), after every other topic was handled.
+        """
+        results = call(self._cluster.controller.create_partitions.remote(dict(new_counts)), self._timeout_s)
+        self._cluster.metadata(refresh=True)
+        _raise_first(results)
+
     def alter_partition_reassignments(self, reassignments: dict[TopicPartition, list[int]]) -> None:
         """Move partitions to new replica sets (Kafka's AlterPartitionReassignments); also
         raises or lowers the replication factor. Returns once started: new replicas fill by
@@ -88,6 +177,138 @@ class Admin:
     def describe_cluster(self) -> dict[int, BrokerInfo]:
         """The brokers by id."""
         return dict(self._cluster.metadata(refresh=True).brokers)
+
+    # --- consumer groups ------------------------------------------------------------------
+
+    def list_consumer_groups(self) -> list[tuple[str, str]]:
+        """``(group_id, state)`` of every group that has members or committed offsets."""
+        metadata = self._cluster.metadata(refresh=True)
+        if OFFSETS_TOPIC not in metadata.topics:
+            return []
+        groups = []
+        for p in range(metadata.num_partitions(OFFSETS_TOPIC)):
+            response = call(metadata.leader(TopicPartition(OFFSETS_TOPIC, p)).list_groups.remote(), self._timeout_s)
+            error = error_of(response)
+            if error is not None:
+                raise error
+            groups.extend((group_id, state) for group_id, state, _ in response.value)
+        return sorted(groups)
+
+    def describe_consumer_groups(self, group_ids: list[str]) -> list[ConsumerGroupDescription]:
+        """Members, their assignments, and per partition the committed offset, log end
+        offset and lag of each group.
+
+        Raises:
+            GroupIdNotFoundError: a group with neither members nor committed offsets.
+        """
+        out = []
+        for group_id in group_ids:
+            coordinator = self._coordinator(group_id)
+            described = coordinator.call("describe_group", group_id)
+            committed = committed_offsets(coordinator, None)
+            owners = {TopicPartition(*tp): m["member_id"] for m in described["members"] for tp in m["assignment"]}
+            partitions = {}
+            for tp in sorted(set(committed) | set(owners)):
+                end = list_offset(self._cluster, tp, LATEST_TIMESTAMP, self._timeout_s).offset
+                offset = committed[tp].offset if tp in committed else None
+                partitions[tp] = PartitionLag(
+                    offset, end, None if offset is None else max(0, end - offset), owners.get(tp)
+                )
+            out.append(
+                ConsumerGroupDescription(
+                    group_id=group_id,
+                    state=described["state"],
+                    generation=described["generation"],
+                    protocol=described["protocol"],
+                    coordinator_partition=call(
+                        self._cluster.controller.find_coordinator.remote(group_id), self._timeout_s
+                    )[0],
+                    members=tuple(
+                        MemberDescription(
+                            m["member_id"],
+                            m["instance_id"],
+                            m["client_id"],
+                            tuple(TopicPartition(*tp) for tp in m["assignment"]),
+                        )
+                        for m in described["members"]
+                    ),
+                    partitions=partitions,
+                )
+            )
+        return out
+
+    def list_consumer_group_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Every committed offset of the group."""
+        return committed_offsets(self._coordinator(group_id), None)
+
+    def alter_consumer_group_offsets(
+        self, group_id: str, offsets: dict[TopicPartition, int | OffsetAndMetadata]
+    ) -> None:
+        """Set the group's committed offsets (the group must have no active members).
+
+        Raises:
+            NonEmptyGroupError: consumers are in the group (stop them first).
+        """
+        committing = {
+            TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o)
+            for tp, o in offsets.items()
+        }
+        try:
+            self._coordinator(group_id).call("commit_offsets", group_id, "", -1, None, committing)
+        except UnknownMemberIdError as exc:
+            raise NonEmptyGroupError(str(exc)) from None
+
+    def reset_consumer_group_offsets(
+        self,
+        group_id: str,
+        partitions: list[TopicPartition],
+        *,
+        to: str | None = None,
+        to_timestamp_ms: int | None = None,
+        shift_by: int | None = None,
+        dry_run: bool = False,
+    ) -> dict[TopicPartition, int]:
+        """Move the group's committed offsets of ``partitions`` (kafka-consumer-groups
+        --reset-offsets): ``to="earliest"`` or ``"latest"``, ``to_timestamp_ms`` (the first
+        offset at or after it, else the end), or ``shift_by`` N from the committed offset
+        (from the start where none), kept within the log. Returns the new offsets; with
+        ``dry_run`` nothing is changed.
+
+        Raises:
+            ValueError: not exactly one of to, to_timestamp_ms, shift_by.
+            NonEmptyGroupError: consumers are in the group.
+        """
+        if sum(x is not None for x in (to, to_timestamp_ms, shift_by)) != 1 or to not in (None, "earliest", "latest"):
+            raise ValueError('give exactly one of to="earliest"|"latest", to_timestamp_ms, shift_by')
+        partitions = [TopicPartition(*tp) for tp in partitions]
+        committed = committed_offsets(self._coordinator(group_id), partitions) if shift_by is not None else {}
+        new = {}
+        for tp in partitions:
+            start = list_offset(self._cluster, tp, EARLIEST_TIMESTAMP, self._timeout_s).offset
+            end = list_offset(self._cluster, tp, LATEST_TIMESTAMP, self._timeout_s).offset
+            if to is not None:
+                new[tp] = start if to == "earliest" else end
+            elif to_timestamp_ms is not None:
+                found = list_offset(self._cluster, tp, to_timestamp_ms, self._timeout_s).offset
+                new[tp] = end if found < 0 else found
+            else:
+                base = committed[tp].offset if tp in committed else start
+                new[tp] = min(end, max(start, base + shift_by))
+        if not dry_run:
+            self.alter_consumer_group_offsets(group_id, new)
+        return new
+
+    def delete_consumer_groups(self, group_ids: list[str]) -> None:
+        """Delete groups with no active members, with their committed offsets.
+
+        Raises:
+            NonEmptyGroupError, GroupIdNotFoundError.
+        """
+        for group_id in group_ids:
+            self._coordinator(group_id).call("delete_group", group_id)
+
+    def _coordinator(self, group_id: str) -> CoordinatorClient:
+        return CoordinatorClient(self._cluster, group_id, self._timeout_s, GROUP_RETRY_BACKOFF_S)
 
 
 def _raise_first(results: dict[str, tuple[int, str]]) -> None:

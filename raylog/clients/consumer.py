@@ -9,9 +9,18 @@ leader holds a fetch until ``fetch_min_bytes`` are there or ``fetch_max_wait_ms`
 read zero-copy from Ray's object store and decoded to Arrow without a Python loop per
 record; :meth:`poll` then makes :class:`Record` objects, :meth:`poll_arrow` does not.
 
-Positions start from ``auto_offset_reset`` ("earliest", "latest" or "none", which raises)
-unless set by :meth:`seek`. Consumer groups (subscribe, commit) come with their own issue;
-here partitions are assigned by hand, or all partitions of the topics given.
+Partitions are either assigned by hand (:meth:`assign`; without a ``group_id``, topics
+given to the constructor are assigned whole), or shared by the members of a consumer group
+(``group_id`` with topics, or :meth:`subscribe` to topics or a pattern): each partition
+goes to one member, and the group's committed offsets (:meth:`commit`, automatic every
+``auto_commit_interval_ms`` by default) are where a partition's new owner starts. See
+:mod:`raylog.clients.group` for membership. Positions without a committed offset start from
+``auto_offset_reset`` ("earliest", "latest" or "none", which raises) unless set by
+:meth:`seek`.
+
+Delivery: with auto-commit (or a commit after processing) a crash repeats at most what was
+processed since the last commit (at least once); committing before processing loses at
+most that instead (at most once).
 
 Concurrency: not thread-safe, like Kafka's consumer; use one per thread.
 """
@@ -19,6 +28,7 @@ Concurrency: not thread-safe, like Kafka's consumer; use one per thread.
 from __future__ import annotations
 
 import collections
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -27,10 +37,15 @@ import pyarrow as pa
 import ray
 from ray.exceptions import RayError
 
+from raylog.actors import metrics
 from raylog.clients.cluster import RaylogCluster
+from raylog.clients.group import ConsumerRebalanceListener, CoordinatorClient, GroupMembership, committed_offsets
 from raylog.clients.transport import call, translate
+from raylog.coordination.assignors import ASSIGNORS, COOPERATIVE_STICKY
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.coordination.placement import INTERNAL_TOPICS
 from raylog.errors import (
+    CommitFailedError,
     IllegalStateError,
     InvalidConfigError,
     NoOffsetForPartitionError,
@@ -39,10 +54,12 @@ from raylog.errors import (
 )
 from raylog.protocol import FetchRequest, error_of
 from raylog.storage import record_batch
-from raylog.types import OffsetAndTimestamp, Record, TopicPartition
+from raylog.types import OffsetAndMetadata, OffsetAndTimestamp, Record, TopicPartition
 
 #: Decoded responses kept per partition before fetching pauses (bounds memory).
 BUFFERED_FETCHES = 2
+#: Longest a poll sleeps at once while a group member has nothing to wait on.
+GROUP_IDLE_STEP_S = 0.05
 
 ARROW_SCHEMA = pa.schema(
     [pa.field("topic", pa.string()), pa.field("partition", pa.int32()), *record_batch.OUTPUT_SCHEMA]
@@ -73,10 +90,31 @@ class Consumer:
         check_crcs: verify batch CRCs on decode.
         consumer_timeout_ms: iteration stops after this long without records (None: never).
         key_deserializer, value_deserializer: applied by :meth:`poll` and iteration.
+        group_id: the consumer group; with topics, the consumer subscribes to them as a member.
+            With :meth:`assign` instead, it only commits for the group (which must then have
+            no active members).
+        group_instance_id: static membership: a consumer restarted with the same id takes its
+            place back without a rebalance (and does not leave the group on close).
+        client_id: a name shown in group descriptions, which leaders also hold to a client
+            quota (``consumer_byte_rate``, see :meth:`Admin.alter_client_quotas`; a throttled
+            fetch arrives late and is recorded in the ``raylog_throttle_time_ms`` metric).
+        enable_auto_commit: commit the positions of what earlier polls returned, every
+            ``auto_commit_interval_ms``, before a rebalance and on close (group members only).
+        session_timeout_ms: how long the coordinator waits for heartbeats before it gives the
+            member's partitions to others.
+        heartbeat_interval_ms: how often the background thread heartbeats (a third of the
+            session timeout is usual).
+        max_poll_interval_ms: longest allowed time between polls before the member gives its
+            partitions up; None: no limit (heartbeats alone keep it, e.g. for long training steps).
+        partition_assignment_strategy: "cooperative-sticky" (default), "range" or "roundrobin",
+            or a list in order of preference.
+        metadata_max_age_ms: how often a pattern subscription looks for new matching topics
+            (and subscribed topics for new partitions).
+        retry_backoff_ms: pause before retrying a failed coordinator call.
 
     Example:
-        >>> consumer = Consumer(cluster, "clicks", auto_offset_reset="earliest")  # doctest: +SKIP
-        >>> for record in consumer: ...                                          # doctest: +SKIP
+        >>> consumer = Consumer(cluster, "clicks", group_id="ranker", auto_offset_reset="earliest")  # doctest: +SKIP
+        >>> for record in consumer: ...                                                           # doctest: +SKIP
     """
 
     def __init__(
@@ -93,6 +131,17 @@ class Consumer:
         consumer_timeout_ms: int | None = None,
         key_deserializer: Callable[[bytes], Any] | None = None,
         value_deserializer: Callable[[bytes], Any] | None = None,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        client_id: str = "",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        session_timeout_ms: int = 45_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int | None = 300_000,
+        partition_assignment_strategy: str | Iterable[str] = COOPERATIVE_STICKY,
+        metadata_max_age_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster", "topics")}
         if auto_offset_reset not in ("earliest", "latest", "none"):
@@ -103,6 +152,11 @@ class Consumer:
             "max_partition_fetch_bytes",
             "max_poll_records",
             "request_timeout_ms",
+            "auto_commit_interval_ms",
+            "session_timeout_ms",
+            "heartbeat_interval_ms",
+            "metadata_max_age_ms",
+            "retry_backoff_ms",
         ):
             value = self._config[name]
             if (
@@ -111,6 +165,22 @@ class Consumer:
                 or value < (1 if name != "fetch_max_wait_ms" else 0)
             ):
                 raise InvalidConfigError(f"{name} must be a positive integer, got {value!r}")
+        strategies = (
+            (partition_assignment_strategy,)
+            if isinstance(partition_assignment_strategy, str)
+            else tuple(partition_assignment_strategy)
+        )
+        if not strategies or any(s not in ASSIGNORS for s in strategies):
+            raise InvalidConfigError(f"partition_assignment_strategy must be among {sorted(ASSIGNORS)}")
+        if heartbeat_interval_ms >= session_timeout_ms:
+            raise InvalidConfigError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        if max_poll_interval_ms is not None and (isinstance(max_poll_interval_ms, bool) or max_poll_interval_ms < 1):
+            raise InvalidConfigError(
+                f"max_poll_interval_ms must be a positive integer or None, got {max_poll_interval_ms!r}"
+            )
+        if group_id is not None and (not isinstance(group_id, str) or not group_id):
+            raise InvalidConfigError(f"group_id must be a non-empty string, got {group_id!r}")
+        self._strategies = strategies
         self._cluster = cluster
         self._reset = auto_offset_reset
         self._min_bytes = fetch_min_bytes
@@ -130,13 +200,145 @@ class Consumer:
         self._buffers: dict[TopicPartition, collections.deque[_Buffered]] = {}
         self._next_fetch: dict[TopicPartition, int] = {}  # where the next fetch starts
         self._closed = False
-        if topics:
+        self._client_id = client_id
+        self._throttle_time_ms = 0
+        self._coordinator = (
+            None if group_id is None else CoordinatorClient(cluster, group_id, self._timeout_s, retry_backoff_ms / 1000)
+        )
+        self._group: GroupMembership | None = None
+        self._subscribed: tuple[str, ...] | re.Pattern | None = None
+        self._metadata_checked = 0.0
+        self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
+        self._async_commits: list[tuple[Any, dict, Callable | None]] = []
+        if topics and group_id is not None:
+            self.subscribe(list(topics))
+        elif topics:
             metadata = cluster.metadata(refresh=True)
             self.assign([TopicPartition(t, p) for t in topics for p in range(metadata.num_partitions(t))])
 
     def __reduce__(self):
-        # A consumer shipped to another process keeps its assignment and positions.
+        # A consumer shipped to another process keeps its assignment and positions, or joins
+        # its group there as a new member with the same subscription.
+        if self._subscribed is not None:
+            subscription = self._subscribed.pattern if isinstance(self._subscribed, re.Pattern) else self._subscribed
+            return (_rebuild_member, (self._cluster, self._config, subscription))
         return (_rebuild_consumer, (self._cluster, self._config, list(self._assignment), dict(self._positions)))
+
+    # --- groups ---------------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | re.Pattern | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
+        """Join the consumer group to share ``topics`` (or every topic whose whole name
+        matches ``pattern``, including ones created later) with its other members.
+
+        Raises:
+            IllegalStateError: no group_id, or partitions assigned by hand.
+            ValueError: neither or both of topics and pattern.
+        """
+        self._require_open()
+        if self._coordinator is None:
+            raise IllegalStateError("subscribe needs a group_id (or assign partitions by hand)")
+        if (topics is None) == (pattern is None):
+            raise ValueError("give topics or a pattern")
+        if self._assignment and self._subscribed is None:
+            raise IllegalStateError("partitions were assigned by hand: unsubscribe() first")
+        self._subscribed = re.compile(pattern) if pattern is not None else tuple(dict.fromkeys(topics))
+        if self._group is None:
+            cfg = self._config
+            self._group = GroupMembership(
+                self._coordinator,
+                instance_id=cfg["group_instance_id"],
+                client_id=cfg["client_id"],
+                strategies=self._strategies,
+                session_timeout_ms=cfg["session_timeout_ms"],
+                heartbeat_interval_ms=cfg["heartbeat_interval_ms"],
+                max_poll_interval_ms=cfg["max_poll_interval_ms"],
+                subscription=self._subscribed_partition_counts,
+                owned=lambda: list(self._assignment),
+                apply=self._apply_group_assignment,
+                listener=listener or ConsumerRebalanceListener(),
+            )
+        else:
+            if listener is not None:
+                self._group.listener = listener
+            self._group.request_rejoin()
+        self._metadata_checked = 0.0
+
+    def subscription(self) -> set[str]:
+        """The topics this member subscribes to now (for a pattern: those that match)."""
+        return set(self._subscribed_partition_counts()) if self._subscribed is not None else set()
+
+    def unsubscribe(self) -> None:
+        """Leave the group (committing first with auto-commit) and drop every partition."""
+        if self._group is not None:
+            self._leave_group()
+        self._subscribed = None
+        self._set_assignment([])
+
+    def commit(self, offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
+        """Commit ``offsets`` (default: the positions of every assigned partition, i.e. all
+        that polls returned) for the group, and wait until they are replicated.
+
+        Raises:
+            IllegalStateError: no group_id.
+            CommitFailedError: this member's generation is over (the group rebalanced).
+            UnknownMemberIdError: assigned by hand while the group has active members.
+        """
+        coordinator = self._require_group()
+        self._finish_async_commits(wait=False)  # callbacks of answered commit_async calls, as documented
+        committing = self._commit_offsets(offsets)
+        if not committing:
+            return
+        if self._group is not None:
+            self._group.commit(committing)
+        else:
+            coordinator.call("commit_offsets", coordinator.group_id, "", -1, None, committing)
+
+    def commit_async(
+        self,
+        offsets: dict[TopicPartition, int | OffsetAndMetadata] | None = None,
+        callback: Callable[[dict, Exception | None], None] | None = None,
+    ) -> None:
+        """Like :meth:`commit` without waiting; ``callback(offsets, error)`` runs in a later
+        poll (or commit, or close) once the coordinator answered. Not retried: a later
+        commit supersedes it."""
+        coordinator = self._require_group()
+        committing = self._commit_offsets(offsets)
+        if not committing:
+            return
+        try:
+            member_id, generation, instance_id = self._group.member_commit_args() if self._group else ("", -1, None)
+            ref = coordinator.handle().commit_offsets.remote(
+                coordinator.group_id, member_id, generation, instance_id, committing
+            )
+        except RaylogError as exc:
+            coordinator.after_error(exc)
+            if callback is not None:
+                callback(committing, exc)
+            return
+        self._async_commits.append((ref, committing, callback))
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of each partition (None where it has none)."""
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        found = committed_offsets(self._require_group(), wanted)
+        return {tp: found.get(tp) for tp in wanted}
+
+    def group_metadata(self) -> dict[str, Any]:
+        """The group id, member id and generation of this consumer."""
+        coordinator = self._require_group()
+        member_id, generation, instance_id = self._group.commit_args() if self._group else ("", -1, None)
+        return {
+            "group_id": coordinator.group_id,
+            "member_id": member_id,
+            "generation": generation,
+            "group_instance_id": instance_id,
+        }
 
     # --- assignment and positions -------------------------------------------------------
 
@@ -147,6 +349,8 @@ class Consumer:
             UnknownTopicOrPartitionError: a partition that does not exist.
         """
         self._require_open()
+        if self._subscribed is not None:
+            raise IllegalStateError("the consumer is subscribed to a group: unsubscribe() before assign()")
         wanted = [TopicPartition(*tp) for tp in partitions]
         metadata = self._cluster.metadata()
         for tp in wanted:
@@ -155,6 +359,9 @@ class Consumer:
             except RaylogError:
                 metadata = self._cluster.metadata(refresh=True)
                 metadata.leader(tp)
+        self._set_assignment(wanted)
+
+    def _set_assignment(self, wanted: list[TopicPartition]) -> None:
         self._assignment = list(dict.fromkeys(wanted))
         self._positions = {tp: self._positions.get(tp) for tp in self._assignment}
         self._paused &= set(self._assignment)
@@ -197,6 +404,11 @@ class Consumer:
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)
+
+    @property
+    def throttle_time_ms(self) -> int:
+        """How long the leader held the latest fetch response back for this client's quota (0: not)."""
+        return self._throttle_time_ms
 
     def offsets_for_times(
         self, timestamps: dict[TopicPartition, int]
@@ -262,9 +474,17 @@ class Consumer:
                 return
 
     def close(self) -> None:
-        """Stop; fetches in flight are abandoned. Idempotent."""
-        self._closed = True
-        self._in_flight.clear()
+        """Stop; fetches in flight are abandoned. A group member commits (with auto-commit)
+        and leaves its group, so the others rebalance at once. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._group is not None:
+                self._leave_group()
+            self._finish_async_commits(wait=True)
+        finally:
+            self._closed = True
+            self._in_flight.clear()
         self._fetching.clear()
         self._buffers.clear()
 
@@ -278,17 +498,27 @@ class Consumer:
 
     def _poll_tables(self, timeout_ms: int, max_records: int) -> list[tuple[TopicPartition, pa.Table]]:
         self._require_open()
-        if not self._assignment:
-            raise IllegalStateError("no partitions assigned: give topics or call assign()")
+        if not self._assignment and self._group is None:
+            raise IllegalStateError("no partitions assigned: give topics, call assign() or subscribe()")
         deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        self._finish_async_commits(wait=False)
+        self._maybe_auto_commit()
         while True:
+            if self._group is not None:
+                self._group.maintain()
             self._send_fetches()
             out = self._drain(max_records)
             remaining = deadline - time.monotonic()
-            if out or remaining <= 0 or not self._in_flight:
+            waiting = list(self._in_flight) + (self._group.waitables() if self._group else [])
+            if out or remaining <= 0:
                 return out
-            ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=remaining)
-            for ref in ready + ray.wait(list(self._in_flight), num_returns=len(self._in_flight), timeout=0)[0]:
+            if not waiting:
+                if self._group is None:
+                    return out
+                time.sleep(min(remaining, GROUP_IDLE_STEP_S))
+                continue
+            ready, _ = ray.wait(waiting, num_returns=1, timeout=remaining)
+            for ref in ready + ray.wait(waiting, num_returns=len(waiting), timeout=0)[0]:
                 if ref in self._in_flight:
                     self._complete_fetch(ref)
 
@@ -304,7 +534,9 @@ class Consumer:
             except RaylogError:
                 self._cluster.metadata(refresh=True)
                 continue
-            request = FetchRequest(offset, self._max_bytes, self._min_bytes, self._max_wait_ms)
+            request = FetchRequest(
+                offset, self._max_bytes, self._min_bytes, self._max_wait_ms, client_id=self._client_id
+            )
             ref = leader.fetch.remote(request)
             self._in_flight[ref] = (tp, offset)
             self._fetching[tp] = ref
@@ -321,6 +553,9 @@ class Consumer:
                 self._cluster.metadata(refresh=True)
                 return
             raise error from None
+        self._throttle_time_ms = response.throttle_time_ms
+        if response.throttle_time_ms:
+            metrics.record_throttle("consumer", self._client_id, response.throttle_time_ms)
         if self._next_fetch.get(tp, self._positions.get(tp)) != offset:
             return  # sought elsewhere (or unassigned) meanwhile
         error = error_of(response)
@@ -334,13 +569,17 @@ class Consumer:
             raise error
         if len(response.records):
             table = record_batch.decode_table(response.records, check_crcs=self._check_crcs, min_offset=offset)
+            # Past the last batch, also where compaction removed its last records.
+            after = list(record_batch.iter_headers(response.records))[-1][1].next_offset
             if table.num_rows:
                 self._buffers.setdefault(tp, collections.deque()).append(_Buffered(table))
-                self._next_fetch[tp] = table.column("offset")[-1].as_py() + 1
+                self._next_fetch[tp] = max(after, table.column("offset")[-1].as_py() + 1)
+                if self._coordinator is not None:
+                    lag = max(0, response.high_watermark - self._next_fetch[tp])
+                    metrics.record_consumer_lag(self._coordinator.group_id, tp.topic, tp.partition, lag)
             else:
                 # Batches wholly below the position (e.g. control batches): skip past them.
-                last = list(record_batch.iter_headers(response.records))[-1][1]
-                self._next_fetch[tp] = max(offset, last.next_offset)
+                self._next_fetch[tp] = max(offset, after)
                 if not self._buffers.get(tp):
                     self._positions[tp] = self._next_fetch[tp]
 
@@ -404,20 +643,7 @@ class Consumer:
         self._set_position(tp, self._list_offset(tp, timestamp).offset)
 
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> OffsetAndTimestamp:
-        for attempt in range(3):
-            leader = self._cluster.metadata(refresh=attempt > 0).leader(tp)
-            try:
-                response = call(leader.list_offsets.remote(timestamp), self._timeout_s)
-            except RaylogError as exc:
-                if not exc.retriable or attempt == 2:
-                    raise
-                continue
-            error = error_of(response)
-            if error is None:
-                return OffsetAndTimestamp(response.offset, response.timestamp_ms)
-            if not error.retriable or attempt == 2:
-                raise error
-        raise AssertionError("unreachable")
+        return list_offset(self._cluster, tp, timestamp, self._timeout_s)
 
     def _assigned(self, tp: Any) -> TopicPartition:
         tp = TopicPartition(*tp)
@@ -429,6 +655,112 @@ class Consumer:
         if self._closed:
             raise IllegalStateError("the consumer is closed")
 
+    # --- group internals ------------------------------------------------------------------
+
+    def _require_group(self) -> CoordinatorClient:
+        self._require_open()
+        if self._coordinator is None:
+            raise IllegalStateError("this needs a group_id")
+        return self._coordinator
+
+    def _subscribed_partition_counts(self) -> dict[str, int]:
+        """Topic -> partition count of what the subscription covers now (metadata refreshed
+        every metadata_max_age_ms); topics that do not exist yet are left out."""
+        now = time.monotonic()
+        refresh = (now - self._metadata_checked) * 1000 >= self._config["metadata_max_age_ms"]
+        if refresh:
+            self._metadata_checked = now
+        topics = self._cluster.metadata(refresh=refresh).topics
+        if isinstance(self._subscribed, re.Pattern):
+            names = [t for t in topics if t not in INTERNAL_TOPICS and self._subscribed.fullmatch(t)]
+        else:
+            names = [t for t in self._subscribed or () if t in topics]
+        return {t: len(topics[t].partitions) for t in sorted(names)}
+
+    def _apply_group_assignment(self, added: list[TopicPartition], revoked: list[TopicPartition]) -> None:
+        """Take a rebalance's outcome: drop revoked partitions (and anything buffered for
+        them), start added ones at the group's committed offsets."""
+        if revoked and self._config["enable_auto_commit"]:
+            self._commit_quietly({tp: self._positions[tp] for tp in revoked if self._positions.get(tp) is not None})
+        revoked_set = set(revoked)
+        self._set_assignment([tp for tp in self._assignment if tp not in revoked_set] + list(added))
+        if added:
+            committed = committed_offsets(self._coordinator, added)
+            for tp in added:
+                if tp in committed:
+                    self._set_position(tp, committed[tp].offset)
+
+    def _commit_offsets(self, offsets: dict | None) -> dict[TopicPartition, OffsetAndMetadata]:
+        if offsets is None:
+            return {
+                tp: OffsetAndMetadata(self._positions[tp])
+                for tp in self._assignment
+                if self._positions.get(tp) is not None
+            }
+        return {
+            TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o)
+            for tp, o in offsets.items()
+        }
+
+    def _commit_quietly(self, offsets: dict) -> None:
+        """An automatic commit: a failure (the generation is over) only means the next owner
+        starts from the previous commit (at least once)."""
+        try:
+            self.commit(offsets)
+        except (CommitFailedError, RaylogError):
+            pass
+
+    def _maybe_auto_commit(self) -> None:
+        if self._group is None or not self._config["enable_auto_commit"]:
+            return
+        now = time.monotonic()
+        if now >= self._next_auto_commit:
+            self._next_auto_commit = now + self._config["auto_commit_interval_ms"] / 1000
+            if self._group.commit_args()[1] >= 0:
+                self.commit_async()
+
+    def _finish_async_commits(self, wait: bool) -> None:
+        if not self._async_commits:
+            return
+        refs = [ref for ref, _, _ in self._async_commits]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self._timeout_s if wait else 0)
+        done = set(ready)
+        pending = []
+        for ref, offsets, callback in self._async_commits:
+            if ref not in done:
+                pending.append((ref, offsets, callback))
+                continue
+            error: Exception | None = None
+            try:
+                self._coordinator.check(call(ref, None))
+            except RaylogError as exc:
+                error = exc
+                self._coordinator.after_error(exc)
+            if callback is not None:
+                callback(offsets, error)
+        self._async_commits = pending
+
+    def _leave_group(self) -> None:
+        group = self._group
+        try:
+            # Still a member here, so commits (automatic, or the listener's own) are accepted.
+            if self._config["enable_auto_commit"]:
+                self._commit_quietly({tp: p for tp, p in self._positions.items() if p is not None})
+            if self._assignment:
+                group.listener.on_partitions_revoked(list(self._assignment))
+        finally:
+            self._group = None
+            group.close(leave=True)
+
+
+def _rebuild_member(cluster: RaylogCluster, config: dict, subscription: tuple | str) -> Consumer:
+    consumer = Consumer(cluster, **config)
+    if isinstance(subscription, str):
+        consumer.subscribe(pattern=subscription)
+    else:
+        consumer.subscribe(list(subscription))
+    return consumer
+
 
 def _rebuild_consumer(cluster: RaylogCluster, config: dict, assignment: list, positions: dict) -> Consumer:
     consumer = Consumer(cluster, **config)
@@ -437,3 +769,26 @@ def _rebuild_consumer(cluster: RaylogCluster, config: dict, assignment: list, po
         if offset is not None:
             consumer.seek(tp, offset)
     return consumer
+
+
+def list_offset(cluster: RaylogCluster, tp: TopicPartition, timestamp: int, timeout_s: float) -> OffsetAndTimestamp:
+    """The offset of ``tp`` for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP — the high
+    watermark — or a time), asking its leader, with up to two retries after a refresh.
+
+    Raises:
+        UnknownTopicOrPartitionError, LeaderNotAvailableError, and the leader's errors.
+    """
+    for attempt in range(3):
+        leader = cluster.metadata(refresh=attempt > 0).leader(tp)
+        try:
+            response = call(leader.list_offsets.remote(timestamp), timeout_s)
+        except RaylogError as exc:
+            if not exc.retriable or attempt == 2:
+                raise
+            continue
+        error = error_of(response)
+        if error is None:
+            return OffsetAndTimestamp(response.offset, response.timestamp_ms)
+        if not error.retriable or attempt == 2:
+            raise error
+    raise AssertionError("unreachable")

@@ -12,6 +12,10 @@ duplicate records when more than one batch per partition is in flight.
 
 Memory is bounded by ``buffer_memory``: ``send`` blocks up to ``max_block_ms`` for room.
 
+Requests carry ``client_id``, whose ``producer_byte_rate`` quota leaders enforce by
+holding responses back; the in-flight window then stops the sender, as in Kafka. Each
+throttled response is recorded in the ``raylog_throttle_time_ms`` metric.
+
 Concurrency: ``send``, ``send_arrow``, ``flush`` and ``close`` may be called from any
 number of threads. Records without a timestamp get their batch's opening time.
 """
@@ -29,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from raylog.actors import metrics
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
 from raylog.clients.transport import call, translate
@@ -237,9 +242,15 @@ class Producer:
         max_request_size: the largest record accepted by ``send``.
         key_serializer, value_serializer: callables to bytes (else values must be bytes).
         partitioner: ``(topic, key_bytes, num_partitions) -> partition``; default Kafka's.
+            It is given the partition count of the latest metadata, so partitions added to
+            a topic are used once the metadata is refreshed (after an error, an Admin call
+            on the same cluster handle, or ``metadata_max_age_ms``).
+        metadata_max_age_ms: refresh metadata at least this often while sending.
         enable_idempotence: number each partition's batches (producer id and sequence) so
             the leader appends them in order, exactly once, across retries and pipelining.
             Without it, more than one batch in flight per partition may be reordered.
+        client_id: the name leaders hold to a client quota (``producer_byte_rate``, see
+            :meth:`Admin.alter_client_quotas`); clients without one share the default quota.
 
     Example:
         >>> with Producer(cluster, linger_ms=5) as producer:           # doctest: +SKIP
@@ -266,6 +277,8 @@ class Producer:
         value_serializer: Callable[[Any], bytes] | None = None,
         partitioner: Partitioner | None = None,
         enable_idempotence: bool = True,
+        metadata_max_age_ms: int = 300_000,
+        client_id: str = "",
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster")}
         if acks not in _ACKS:
@@ -280,6 +293,7 @@ class Producer:
             "delivery_timeout_ms",
             "request_timeout_ms",
             "max_request_size",
+            "metadata_max_age_ms",
         ):
             value = self._config[name]
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -290,6 +304,8 @@ class Producer:
             )
         if batch_size < 1 or batch_size > buffer_memory:
             raise InvalidConfigError("batch_size must be in [1, buffer_memory]")
+        if not isinstance(client_id, str):
+            raise InvalidConfigError(f"client_id must be a string, got {client_id!r}")
         self._cluster = cluster
         self._acks = _ACKS[acks]
         self._linger_s = linger_ms / 1000
@@ -307,6 +323,8 @@ class Producer:
         self._value_serializer = value_serializer
         self._default_partitioner = DefaultPartitioner()
         self._partitioner = partitioner or self._default_partitioner
+        self._client_id = client_id
+        self._throttle_time_ms = 0
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -318,7 +336,10 @@ class Producer:
         self._flushing = 0
         self._closed = False
         self._metadata_stale = False
+        self._metadata_max_age_s = metadata_max_age_ms / 1000
+        self._metadata_refreshed_s = time.monotonic()
         self._topics: dict[str, list[TopicPartition]] = {}
+        self._topics_metadata: Any = None  # the metadata snapshot ``_topics`` was read from
         self._idempotent = enable_idempotence
         self._producer_id = -1  # from the controller at the first send (sender thread only)
         self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
@@ -363,7 +384,7 @@ class Producer:
             size += sum(len(k) + len(v or b"") for k, v in headers)
         if size > self._max_request_size:
             raise RecordTooLargeError(f"record of {size} bytes is above max_request_size={self._max_request_size}")
-        partitions = self._topics.get(topic) or self._topic_partitions(topic)
+        partitions = self._topic_partitions(topic)
         if partition is None:
             partition = self._partitioner(topic, key, len(partitions))
         elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < len(partitions):
@@ -439,7 +460,7 @@ class Producer:
             columns["timestamps_ms"] = table.column(timestamp_column).cast(pa.int64())
         if headers_column is not None:
             columns["headers"] = table.column(headers_column)
-        partitions = self._topics.get(topic) or self._topic_partitions(topic)
+        partitions = self._topic_partitions(topic)
         batches = [
             self._enqueue_prebuilt(partitions[part], chunk)
             for part, chunk in self._split(topic, columns, count, partition)
@@ -543,26 +564,36 @@ class Producer:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
+    @property
+    def throttle_time_ms(self) -> int:
+        """How long the leader held the latest response back for this client's quota (0: not)."""
+        return self._throttle_time_ms
+
     def partitions_for(self, topic: str) -> list[int]:
         return list(range(self._num_partitions(topic)))
 
     # --- internals: accumulator -------------------------------------------------------
 
     def _topic_partitions(self, topic: str) -> list[TopicPartition]:
-        """The partitions of ``topic`` (cached; metadata refreshed once if unknown).
+        """The partitions of ``topic`` in the cluster's latest metadata (cached per snapshot,
+        so partitions added to a topic appear after any refresh; refreshed once if unknown).
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.
         """
-        try:
-            count = self._cluster.metadata().num_partitions(topic)
-        except UnknownTopicOrPartitionError:
-            count = self._cluster.metadata(refresh=True).num_partitions(topic)
-        partitions = self._topics[topic] = [TopicPartition(topic, p) for p in range(count)]
+        metadata = self._cluster.metadata()
+        if metadata is not self._topics_metadata:
+            self._topics = {t: _partitions(metadata, t) for t in self._topics if t in metadata.topics}
+            self._topics_metadata = metadata
+        partitions = self._topics.get(topic)
+        if partitions is None:
+            if topic not in metadata.topics:
+                metadata = self._cluster.metadata(refresh=True)
+            partitions = self._topics[topic] = _partitions(metadata, topic)
         return partitions
 
     def _num_partitions(self, topic: str) -> int:
-        return len(self._topics.get(topic) or self._topic_partitions(topic))
+        return len(self._topic_partitions(topic))
 
     def _reserve(self, size: int) -> None:
         """Wait (holding the lock) for ``size`` bytes of buffer room."""
@@ -591,10 +622,11 @@ class Producer:
                 batches = self._wait_for_sendable()
                 if batches is None:
                     return
-            if self._metadata_stale:
+            if self._metadata_stale or time.monotonic() - self._metadata_refreshed_s >= self._metadata_max_age_s:
                 self._metadata_stale = False
                 try:
                     self._cluster.metadata(refresh=True)
+                    self._metadata_refreshed_s = time.monotonic()
                 except RaylogError:
                     self._metadata_stale = True
             for batch in batches:
@@ -638,7 +670,7 @@ class Producer:
                 # the controller may already be electing another. Look again shortly.
                 raise BrokerUnavailableError(f"the leader of {batch.tp} is down; waiting for a new one")
             batch.leader = leader
-            ref = leader.produce.remote(ProduceRequest(data, self._acks, self._request_timeout_ms))
+            ref = leader.produce.remote(ProduceRequest(data, self._acks, self._request_timeout_ms, self._client_id))
         except RaylogError as exc:
             self._completed(batch, None, exc)
             return
@@ -669,6 +701,10 @@ class Producer:
 
     def _completed(self, batch: _Batch, response: Any, error: RaylogError | None) -> None:
         now = time.monotonic()
+        if response is not None:
+            self._throttle_time_ms = response.throttle_time_ms
+            if response.throttle_time_ms:
+                metrics.record_throttle("producer", self._client_id, response.throttle_time_ms)
         retry = (
             error is not None
             and error.retriable
@@ -706,6 +742,11 @@ class Producer:
             batch.finish(-1, -1, error)
         else:
             batch.finish(response.base_offset, response.log_append_time_ms, None)
+
+
+def _partitions(metadata: Any, topic: str) -> list[TopicPartition]:
+    """Raises UnknownTopicOrPartitionError when ``metadata`` has no such topic."""
+    return [TopicPartition(topic, p) for p in range(metadata.num_partitions(topic))]
 
 
 def _one_chunk(column: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -6,11 +6,21 @@ replaying the journal rebuilds it exactly. Records are msgpack maps with a ``typ
 
     cluster   cluster_id                        the first record of a journal
     broker    broker_id, node_id, data_dir      a broker registered or moved to a new node
-    topic     name, topic_id, config, replicas  a topic created (replicas per partition)
+    topic     name, topic_id, config, replicas, overrides
+                                                a topic created (replicas per partition;
+                                                ``config`` every property, ``overrides``
+                                                the names set explicitly)
     partition topic, partition, leader, leader_epoch, isr, replicas, partition_epoch
     delete    name                              a topic deleted
     producer_ids  end                           producer ids below ``end`` are handed out
     reassignment  topic, partition, target      a reassignment under way (empty target: done)
+    config    name, config, overrides           a topic's config altered (the whole new
+                                                config, as in ``topic``)
+    add_partitions  name, replicas              partitions added to a topic, numbered on
+                                                from its partition count
+    client_quota  client_id, quotas             a client id's byte-rate quotas altered (the
+                                                whole new set, {} for none; client_id None:
+                                                the default quota)
 
 :class:`MetadataJournal` frames each record as ``length u32 | crc32c u32 | msgpack``
 (big-endian), fsyncs every append, and on replay stops at (and cuts) a torn or corrupt
@@ -22,9 +32,10 @@ Concurrency: single-threaded; the controller actor owns both objects.
 from __future__ import annotations
 
 import os
+import random
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -33,13 +44,15 @@ import msgpack
 
 from ..config import TopicConfig
 from ..errors import (
+    InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from ..types import BrokerInfo, PartitionInfo, TopicDescription
-from .placement import assign_replicas, validate_topic_name
+from ..types import BrokerInfo, ConfigEntry, PartitionInfo, TopicDescription
+from .placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
+from .quotas import alter_client_quotas
 
 _FRAME = struct.Struct(">II")
 #: A journal record is a small map; anything larger is corruption.
@@ -57,6 +70,14 @@ class MetadataImage:
         self.producer_id_block_end = 0
         #: Reassignments under way: (topic, partition) -> target replicas.
         self.reassignments: dict[tuple[str, int], tuple[int, ...]] = {}
+        #: Per topic, the config properties set explicitly (the others have their default).
+        self.config_overrides: dict[str, tuple[str, ...]] = {}
+        #: Per topic, how many times its config was altered: replicas ignore an older one.
+        self.config_versions: dict[str, int] = {}
+        #: Byte-rate quotas: client id (None: the default) -> {quota key: bytes/s}.
+        self.client_quotas: dict[str | None, dict[str, float]] = {}
+        #: How many times quotas were altered: replicas ignore older ones.
+        self.client_quotas_version = 0
 
     # --- records in ---------------------------------------------------------------------
 
@@ -68,11 +89,11 @@ class MetadataImage:
             self.brokers[record["broker_id"]] = BrokerInfo(record["broker_id"], record["node_id"], record["data_dir"])
         elif kind == "topic":
             name = record["name"]
-            partitions = tuple(
-                PartitionInfo(name, p, replicas[0], 0, tuple(replicas), tuple(replicas))
-                for p, replicas in enumerate(record["replicas"])
-            )
+            partitions = tuple(_new_partition(name, p, replicas) for p, replicas in enumerate(record["replicas"]))
             self.topics[name] = TopicDescription(name, record["topic_id"], partitions, dict(record["config"]))
+            # Journals written before overrides were recorded: every property counts as a default.
+            self.config_overrides[name] = tuple(record.get("overrides", ()))
+            self.config_versions[name] = 0
         elif kind == "partition":
             topic = self.topics[record["topic"]]
             partitions = list(topic.partitions)
@@ -87,6 +108,8 @@ class MetadataImage:
             self.topics[topic.name] = replace(topic, partitions=tuple(partitions))
         elif kind == "delete":
             self.topics.pop(record["name"], None)
+            self.config_overrides.pop(record["name"], None)
+            self.config_versions.pop(record["name"], None)
             self.reassignments = {k: v for k, v in self.reassignments.items() if k[0] != record["name"]}
         elif kind == "producer_ids":
             self.producer_id_block_end = record["end"]
@@ -96,6 +119,22 @@ class MetadataImage:
                 self.reassignments[key] = tuple(record["target"])
             else:
                 self.reassignments.pop(key, None)
+        elif kind == "config":
+            name = record["name"]
+            self.topics[name] = replace(self.topics[name], config=dict(record["config"]))
+            self.config_overrides[name] = tuple(record["overrides"])
+            self.config_versions[name] += 1
+        elif kind == "add_partitions":
+            topic = self.topics[record["name"]]
+            first = len(topic.partitions)
+            added = tuple(_new_partition(topic.name, first + i, r) for i, r in enumerate(record["replicas"]))
+            self.topics[topic.name] = replace(topic, partitions=topic.partitions + added)
+        elif kind == "client_quota":
+            if record["quotas"]:
+                self.client_quotas[record["client_id"]] = dict(record["quotas"])
+            else:
+                self.client_quotas.pop(record["client_id"], None)
+            self.client_quotas_version += 1
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
@@ -129,7 +168,86 @@ class MetadataImage:
             "topic_id": uuid.uuid4().hex,
             "config": properties,
             "replicas": [list(r) for r in replicas],
+            "overrides": sorted({TopicConfig.property_name(key) for key in config or {}}),
         }
+
+    def alter_config(self, name: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """The record applying ``changes`` to a topic's config (Kafka's incremental alter):
+        a value sets a property, None deletes its override (back to the default). The
+        result is validated as a whole, so a refused change alters nothing. Every topic
+        property applies to live replicas (a segment setting from the next segment on).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+            InvalidConfigError: an unknown property (the message lists the known ones) or a
+                value out of range (the message names the property).
+        """
+        topic = self.topic(name)
+        overrides = {key: topic.config[key] for key in self.config_overrides[name]}
+        for key, value in changes.items():
+            prop = TopicConfig.property_name(key)
+            if value is None:
+                overrides.pop(prop, None)
+            else:
+                overrides[prop] = value
+        properties = TopicConfig.from_properties(overrides).to_properties()
+        return {"type": "config", "name": name, "config": properties, "overrides": sorted(overrides)}
+
+    def describe_config(self, name: str) -> dict[str, ConfigEntry]:
+        """Every config property of a topic with its value and source ("topic" when set
+        explicitly, else "default"), by name.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
+        config = self.topic(name).config
+        overrides = set(self.config_overrides[name])
+        return {
+            key: ConfigEntry(value, "topic" if key in overrides else "default") for key, value in sorted(config.items())
+        }
+
+    def add_partitions(
+        self, name: str, total_count: int, rng: random.Random | None = None, live: set[int] | None = None
+    ) -> dict[str, Any]:
+        """The record growing a topic to ``total_count`` partitions (Kafka's CreatePartitions).
+        The new ones are placed on the ``live`` brokers (default: every registered broker)
+        by Kafka's scheme, continued from the topic's partition count and partition 0's
+        first replica, with partition 0's replication factor (its target while it moves).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+            InvalidPartitionsError: an internal topic, or ``total_count`` not above the
+                current count or above ``MAX_PARTITIONS``.
+            InvalidReplicationFactorError: fewer live brokers than the replication factor.
+        """
+        if name in INTERNAL_TOPICS:
+            raise InvalidPartitionsError(f"the partition count of internal topic {name!r} cannot change")
+        topic = self.topic(name)
+        current = len(topic.partitions)
+        if isinstance(total_count, bool) or not isinstance(total_count, int) or not current < total_count:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {current} partitions: the count can only grow, got {total_count!r}"
+            )
+        if total_count > MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"at most {MAX_PARTITIONS} partitions per topic, got {total_count}")
+        first = topic.partitions[0]
+        replication_factor = len(self.reassignments.get((name, 0), first.replicas))
+        brokers = sorted(self.brokers if live is None else live)
+        start = next((i for i, b in enumerate(brokers) if b >= first.replicas[0]), None)
+        replicas = assign_replicas(
+            total_count - current, replication_factor, brokers, rng, first_partition=current, start_index=start
+        )
+        return {"type": "add_partitions", "name": name, "replicas": [list(r) for r in replicas]}
+
+    def alter_client_quotas(self, changes: Mapping[Any, Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The records altering client quotas (Kafka's AlterClientQuotas): per client id
+        (None: the default quota), a rate sets a quota and None removes it.
+
+        Raises:
+            InvalidConfigError: a bad client id, quota name or rate; nothing is altered.
+        """
+        altered = alter_client_quotas(self.client_quotas, changes)
+        return [{"type": "client_quota", "client_id": c, "quotas": quotas} for c, quotas in altered.items()]
 
     def allocate_producer_ids(self, count: int) -> dict[str, Any]:
         """The record reserving the next ``count`` producer ids."""
@@ -232,6 +350,11 @@ class MetadataJournal:
                     raise
         except OSError as exc:
             raise StorageError(f"cannot append to metadata journal {self.path}: {exc}") from exc
+
+
+def _new_partition(topic: str, partition: int, replicas: list[int]) -> PartitionInfo:
+    """A partition as created: led by its first replica, every replica in sync."""
+    return PartitionInfo(topic, partition, replicas[0], 0, tuple(replicas), tuple(replicas))
 
 
 def partition_record(info: PartitionInfo) -> dict[str, Any]:

@@ -150,6 +150,13 @@ class Partition:
         """The controller refused (or never answered) the pending ISR proposal."""
         self.pending_isr = None
 
+    def update_config(self, config: TopicConfig) -> None:
+        """The topic's config was altered: min.insync.replicas and replica.lag.time.max.ms
+        apply from the next produce and ISR check, the log's settings from its next append,
+        roll, flush and retention round (both read their config on every use)."""
+        self.config = config
+        self.log.config = config.log_config()
+
     def _set_isr(self, isr: tuple[int, ...], known: dict[int, _Follower]) -> None:
         """Keep what is known of followers that stay in the ISR; any other follower must
         fetch again before it counts (it may have restarted with less than it had)."""

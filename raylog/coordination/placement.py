@@ -2,7 +2,9 @@
 
 Placement follows Kafka's rack-unaware assignment: the first replica of partition p goes
 to broker ``(p + start) % n``; the others follow at a shift that grows every n partitions,
-so replicas and (first-replica) leaderships spread evenly over the brokers.
+so replicas and (first-replica) leaderships spread evenly over the brokers. Partitions
+added to a topic later continue the scheme from the topic's partition count, starting at
+the broker that holds partition 0's first replica (Kafka's ``startIndex``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ MAX_TOPIC_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 #: Topics raylog keeps for itself (consumer offsets); users may read but not create them.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 
 def validate_topic_name(name: object) -> str:
@@ -39,9 +42,25 @@ def validate_topic_name(name: object) -> str:
 
 
 def assign_replicas(
-    num_partitions: int, replication_factor: int, brokers: Sequence[int], rng: random.Random | None = None
+    num_partitions: int,
+    replication_factor: int,
+    brokers: Sequence[int],
+    rng: random.Random | None = None,
+    first_partition: int = 0,
+    start_index: int | None = None,
 ) -> list[tuple[int, ...]]:
-    """Replica lists (preferred leader first) for each partition of a new topic.
+    """Replica lists (preferred leader first) for each partition of a new topic or, from
+    ``first_partition`` on, for partitions added to one.
+
+    Args:
+        num_partitions: how many partitions to place.
+        replication_factor: replicas per partition.
+        brokers: the broker ids to place on.
+        rng: picks the start and shift when ``start_index`` is None.
+        first_partition: the id of the first partition placed (the topic's partition count
+            when adding partitions).
+        start_index: fixed start and shift, an index into the sorted ``brokers`` (Kafka
+            passes the index of partition 0's first replica when adding partitions).
 
     Raises:
         InvalidPartitionsError: ``num_partitions`` outside ``[1, MAX_PARTITIONS]``.
@@ -58,11 +77,14 @@ def assign_replicas(
         raise InvalidReplicationFactorError(
             f"replication_factor must be in [1, {n}] (the number of live brokers), got {replication_factor}"
         )
-    rng = rng or random.Random()
     ordered = sorted(brokers)
-    start, shift = rng.randrange(n), rng.randrange(n)
+    if start_index is None:
+        rng = rng or random.Random()
+        start, shift = rng.randrange(n), rng.randrange(n)
+    else:
+        start = shift = start_index
     assignment = []
-    for p in range(num_partitions):
+    for p in range(first_partition, first_partition + num_partitions):
         if p > 0 and p % n == 0:
             shift += 1
         first = (p + start) % n

@@ -8,7 +8,6 @@ exercised on the Ray this process is already in.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import socket
@@ -22,21 +21,6 @@ import ray
 import raylog
 from raylog import cli
 from raylog.actors.names import NAMESPACE, controller_name
-
-
-@pytest.fixture
-def run(cluster, capsys, monkeypatch):
-    """``run(*argv, stdin=None, cluster_name=None)`` -> (exit code, stdout, stderr), in-process,
-    against the session's raylog cluster unless ``cluster_name`` is given."""
-
-    def invoke(*argv: str, stdin: str | None = None, cluster_name: str | None = None):
-        if stdin is not None:
-            monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-        code = cli.main([*argv, "--cluster-name", cluster_name or cluster.cluster_name])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return invoke
 
 
 @pytest.fixture
@@ -173,21 +157,24 @@ def test_usage_errors_exit_2(run, argv):
 
 
 def test_status_shows_brokers_controller_and_topics(run, topic, cluster):
-    """status lists the broker with its node and data dir, the controller, topics with leaders and ISR."""
+    """status lists the broker with its node, data dir and liveness, the controller, and each
+    topic's partition health; a healthy cluster exits 0."""
     name = topic(2)
     code, out, _ = run("status", "--json")
     assert code == 0
     report = json.loads(out)
     broker = cluster.metadata(refresh=True).brokers[0]
-    assert report["brokers"][0] == {"broker_id": 0, "node_id": broker.node_id, "data_dir": broker.data_dir}
+    listed = report["brokers"][0]
+    assert listed == {"broker_id": 0, "node_id": broker.node_id, "data_dir": broker.data_dir, "live": True}
     assert report["controller"] == {"name": controller_name(cluster.cluster_name), "namespace": NAMESPACE}
-    (described,) = [t for t in report["topics"] if t["name"] == name]
-    assert [(p["leader"], p["isr"]) for p in described["partitions"]] == [(0, [0]), (0, [0])]
-    assert report["offline_partitions"] == []
+    (health,) = [t for t in report["topics"] if t["name"] == name]
+    assert health == {"name": name, "partition_count": 2, "online": 2, "offline": 0, "under_replicated": 0}
+    assert (report["offline_partitions"], report["under_replicated_partitions"], report["healthy"]) == ([], [], True)
     code, out, _ = run("status")
     assert code == 0
-    assert f"broker 0  node {broker.node_id}  data {broker.data_dir}" in out
-    assert f"  {name}  partitions 2" in out and "offline partitions: none" in out
+    rows = [line.split() for line in out.splitlines()]
+    assert ["0", broker.node_id, broker.data_dir, "yes"] in rows and [name, "2", "2", "0", "0"] in rows
+    assert "health: ok: every partition is online and fully in sync" in out
 
 
 def test_commands_on_an_unknown_cluster_name_fail_without_creating_it(run):

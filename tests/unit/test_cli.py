@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 from raylog import cli
@@ -41,3 +42,24 @@ def test_dump_log_reports_corruption_without_repairing(open_log, capsys):
     assert "INVALID" in capsys.readouterr().out
     assert len(open(path, "rb").read()) == size
     assert cli.main(["dump-log", log.dir + "/nope"]) == 2
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_draws_in_place_only_on_a_terminal():
+    """A progress line is redrawn with carriage returns (at most every PROGRESS_INTERVAL_S) and
+    erased at the end on a terminal; on anything else nothing is written."""
+    terminal = _Terminal()
+    progress = cli._Progress(terminal)
+    progress.show("read 1,000 lines")
+    progress.show("read 2,000 lines")  # within the interval: not drawn
+    progress.clear()
+    assert terminal.getvalue() == "\rread 1,000 lines" + "\r" + " " * 16 + "\r"
+    piped = io.StringIO()
+    progress = cli._Progress(piped)
+    progress.show("read 1,000 lines")
+    progress.clear()
+    assert piped.getvalue() == ""

@@ -91,3 +91,20 @@ def test_idempotent_batches_append_in_sequence_order_once(partition):
         part.append_as_leader(record_batch.build([b"z"], producer_id=6, producer_epoch=0, base_sequence=9), acks=1)
     late = record_batch.build([b"z"], producer_id=6, producer_epoch=0, base_sequence=9)
     assert part.append_as_leader(late, acks=1, accept_unknown_producer=True).first_offset == 4
+
+
+def test_an_altered_config_applies_to_the_next_produce_and_retention_round(partition, clock):
+    """update_config: a lowered segment.bytes rolls at the next appends, a lowered retention.ms
+    deletes the old segments at the next retention round, and min.insync.replicas refuses the
+    next acks=all produce."""
+    part = partition()
+    part.update_config(TopicConfig.from_properties({"segment.bytes": "1024"}))
+    for _ in range(4):
+        part.append_as_leader(record_batch.build([b"x" * 600], timestamps_ms=[clock.now_ms]), acks=-1)
+    assert part.log.segment_count == 4
+    clock.advance(60_000)
+    assert part.log.apply_retention() == []  # the default keeps a week
+    part.update_config(TopicConfig.from_properties({"retention.ms": "1000", "min.insync.replicas": "2"}))
+    assert len(part.log.apply_retention()) == 3  # never the active segment
+    with pytest.raises(NotEnoughReplicasError):
+        part.append_as_leader(record_batch.build([b"y"]), acks=-1)

@@ -1,0 +1,157 @@
+"""Admin.alter_configs / describe_configs / create_partitions against the session's cluster:
+configs reach the live replicas, and new partitions take records from producers."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+from raylog import ConfigEntry, Consumer, Producer, TopicPartition
+from raylog.clients.cluster import RaylogCluster
+from raylog.clients.partitioner import partition_for_key
+from raylog.config import TopicConfig
+from raylog.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    NotEnoughReplicasError,
+    UnknownTopicOrPartitionError,
+)
+from tests.helpers import wait_until
+
+HOUR_MS = 3_600_000
+
+
+def _leader_state(cluster, name: str, partition: int = 0) -> dict:
+    handles = ray.get(cluster.controller.replica_handles.remote(name))
+    return ray.get(handles[(partition, 0)].state.remote())
+
+
+def test_alter_then_describe_configs(admin, topic):
+    """Set properties show with source "topic", a deleted override goes back to its default,
+    and describe_topics shows the same values."""
+    name = topic(1, **{"retention.ms": "60000"})
+    assert admin.describe_configs([name])[name]["retention.ms"] == ConfigEntry("60000", "topic")
+    admin.alter_configs({name: {"flush.ms": "500", "retention.ms": None}})
+    described = admin.describe_configs([name])[name]
+    default = TopicConfig().to_properties()
+    assert described["flush.ms"] == ConfigEntry("500", "topic")
+    assert described["retention.ms"] == ConfigEntry(default["retention.ms"], "default")
+    assert {k for k, e in described.items() if e.source == "topic"} == {"flush.ms"}
+    (description,) = admin.describe_topics([name])
+    assert description.config == {k: e.value for k, e in described.items()}
+
+
+def test_a_refused_alter_changes_nothing(admin, topic):
+    """A bad value (even beside a good one) or an unknown property is refused with
+    InvalidConfigError naming it; an unknown topic is refused; the config stays as it was."""
+    name = topic(1, **{"retention.ms": "60000"})
+    before = admin.describe_configs([name])
+    with pytest.raises(InvalidConfigError, match=r"min\.insync\.replicas"):
+        admin.alter_configs({name: {"retention.ms": "1000", "min.insync.replicas": "0"}})
+    with pytest.raises(InvalidConfigError, match=r"unknown config 'retention\.hours'.*known: .*retention\.ms"):
+        admin.alter_configs({name: {"retention.hours": "1"}})
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.alter_configs({"no-such-topic": {"retention.ms": "1000"}})
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.describe_configs([name, "no-such-topic"])
+    assert admin.describe_configs([name]) == before
+
+
+def test_lowered_retention_deletes_old_segments_on_the_live_replica(admin, topic, cluster):
+    """Records an hour old outlive the default retention; lowering retention.ms to ten
+    minutes deletes their segments at the replica's next housekeeping round, no restart."""
+    name = topic(1, **{"segment.bytes": "1024"})
+    with Producer(cluster, linger_ms=0, batch_size=1024) as producer:
+        old_ms = int(time.time() * 1000) - HOUR_MS
+        for i in range(8):
+            producer.send(name, b"x" * 500, timestamp_ms=old_ms + i).result(timeout=30)
+    before = _leader_state(cluster, name)
+    assert before["segments"] >= 4 and before["log_start_offset"] == 0
+    admin.alter_configs({name: {"retention.ms": str(HOUR_MS // 6)}})
+    after = wait_until(
+        lambda: (state := _leader_state(cluster, name))["segments"] == 1 and state,
+        timeout_s=20,
+        message="old segments deleted",
+    )
+    assert after["log_start_offset"] > 0 and after["log_end_offset"] == 8
+
+
+def test_min_insync_replicas_applies_to_the_next_produce(admin, topic, cluster):
+    """Raising min.insync.replicas above the ISR refuses acks=all at once; deleting the
+    override accepts it again."""
+    name = topic(1)
+    with Producer(cluster, acks="all", retries=0, linger_ms=0) as producer:
+        producer.send(name, b"before").result(timeout=30)
+        admin.alter_configs({name: {"min.insync.replicas": "2"}})
+        wait_until(
+            lambda: isinstance(producer.send(name, b"refused").exception(timeout=30), NotEnoughReplicasError),
+            timeout_s=10,
+            message="acks=all refused",
+        )
+        admin.alter_configs({name: {"min.insync.replicas": None}})
+        wait_until(
+            lambda: producer.send(name, b"after").exception(timeout=30) is None, timeout_s=10, message="accepted"
+        )
+
+
+def test_added_partitions_take_keyed_and_unkeyed_records(admin, topic, cluster):
+    """create_partitions grows a topic in use: the new partitions get leaders, a producer
+    that knew the old count uses the new one after the refresh, keys hash over the new
+    count, and a consumer reads the records from the new partitions."""
+    name = topic(2)
+    with Producer(cluster, linger_ms=0) as producer:
+        assert producer.partitions_for(name) == [0, 1]
+        producer.send(name, b"early").result(timeout=30)
+        admin.create_partitions({name: 4})
+        (description,) = admin.describe_topics([name])
+        assert [(p.partition, p.leader, p.isr) for p in description.partitions[2:]] == [(2, 0, (0,)), (3, 0, (0,))]
+        assert producer.partitions_for(name) == [0, 1, 2, 3]  # the Admin call refreshed the metadata
+        keys = [k for k in (b"key-%d" % i for i in range(100)) if partition_for_key(k, 4) >= 2][:10]
+        keyed = [producer.send(name, b"keyed", key=k) for k in keys]
+        unkeyed = producer.send(name, b"unkeyed", partition=3)
+        placed = [f.result(timeout=30).partition for f in keyed]
+        assert placed == [partition_for_key(k, 4) for k in keys] and set(placed) == {2, 3}
+        assert unkeyed.result(timeout=30).partition == 3
+    consumer = Consumer(cluster, auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(name, 2), TopicPartition(name, 3)])
+    read: list = []
+    wait_until(
+        lambda: read.extend(r for rs in consumer.poll(timeout_ms=200).values() for r in rs) or len(read) == 11,
+        timeout_s=20,
+        message="records of the new partitions consumed",
+    )
+    consumer.close()
+    assert sorted(r.key or b"" for r in read) == sorted([*keys, b""])
+
+
+def test_a_producer_on_another_handle_sees_new_partitions_after_its_metadata_ages(admin, topic, cluster):
+    """A producer whose cluster handle is not the Admin's picks up added partitions at its
+    next metadata refresh (metadata_max_age_ms), as in Kafka."""
+    name = topic(1)
+    own = RaylogCluster(cluster.cluster_name, cluster.controller)
+    with Producer(own, linger_ms=0, metadata_max_age_ms=0) as producer:
+        producer.send(name, b"a").result(timeout=30)
+        admin.create_partitions({name: 3})
+        assert producer.partitions_for(name) == [0]  # its own metadata is not refreshed yet
+        wait_until(
+            lambda: producer.send(name, b"b").result(timeout=30) and producer.partitions_for(name) == [0, 1, 2],
+            timeout_s=10,
+            message="new partition count seen",
+        )
+
+
+@pytest.mark.parametrize("count", [2, 1])
+def test_shrinking_or_keeping_the_partition_count_is_refused(admin, topic, count):
+    """A count not above the current one is InvalidPartitionsError (Kafka's code 37), and the
+    topic keeps its partitions; internal topics and unknown topics are refused too."""
+    name = topic(2)
+    with pytest.raises(InvalidPartitionsError, match="can only grow") as raised:
+        admin.create_partitions({name: count})
+    assert raised.value.code == 37
+    assert len(admin.describe_topics([name])[0].partitions) == 2
+    with pytest.raises(InvalidPartitionsError, match="internal topic"):
+        admin.create_partitions({"__consumer_offsets": 100})
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.create_partitions({"no-such-topic": 3})
