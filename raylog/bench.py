@@ -41,7 +41,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -65,7 +65,9 @@ MB = 1_000_000
 MAX_LATENCY_SAMPLES = 20_000
 #: The send time at the start of an e2e record's value (big-endian int64 nanoseconds).
 STAMP = struct.Struct(">q")
-#: How often the progress bar redraws.
+#: Takes a progress bar's text (e.g. to redraw a status line in place).
+Show = Callable[[str], object]
+#: How often the progress bar is rebuilt.
 PROGRESS_INTERVAL_S = 0.2
 #: The longest single poll of a consume run (it checks its timeout between polls).
 POLL_MS = 500
@@ -259,18 +261,18 @@ def batch_records(record_size_bytes: int, batch_size: int | None = None) -> int:
 
 
 class Progress:
-    """A one-line progress bar redrawn in place (``\\r``) on ``stream``, at most every
-    ``PROGRESS_INTERVAL_S``; with no stream it draws nothing."""
+    """A progress bar of one phase of a run, handed as text to ``show`` (e.g. a status line
+    redrawn in place) at most every ``PROGRESS_INTERVAL_S``; with no ``show``, nothing."""
 
     WIDTH = 30
 
-    def __init__(self, label: str, total: int, stream: IO[str] | None):
-        self.label, self.total, self.stream = label, total, stream
+    def __init__(self, label: str, total: int, show: Show | None):
+        self.label, self.total, self.show = label, total, show
         self.start = time.perf_counter()
         self.drawn_at = 0.0
 
     def update(self, done: int) -> None:
-        if self.stream is None:
+        if self.show is None:
             return
         now = time.perf_counter()
         if now - self.drawn_at < PROGRESS_INTERVAL_S and done < self.total:
@@ -278,17 +280,10 @@ class Progress:
         self.drawn_at = now
         filled = self.WIDTH * done // max(1, self.total)
         rate = done / (now - self.start) if now > self.start else 0.0
-        self.stream.write(
-            f"\r{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
+        self.show(
+            f"{self.label} [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
             f"{100 * done // max(1, self.total):3d}% {done:,}/{self.total:,} records, {rate:,.0f}/s"
         )
-        self.stream.flush()
-
-    def finish(self, note: str = "") -> None:
-        if self.stream is not None:
-            self.update(self.total)
-            self.stream.write(f"{note}\n")
-            self.stream.flush()
 
 
 class _Pacer:
@@ -606,11 +601,12 @@ def end_to_end(
 # --- a whole run ------------------------------------------------------------------------
 
 
-def run(cluster: RaylogCluster, config: BenchConfig, progress_stream: IO[str] | None = None) -> dict[str, Any]:
+def run(cluster: RaylogCluster, config: BenchConfig, show_progress: Show | None = None) -> dict[str, Any]:
     """One benchmark run as ``config`` says, on a temporary topic unless it names one.
 
     Args:
-        progress_stream: where to draw progress bars (e.g. ``sys.stderr``); None: nowhere.
+        show_progress: called with a progress bar's text now and then (e.g. to redraw a
+            status line); None: no progress.
 
     Returns:
         The report (what ``raylog bench ... --json`` prints): the settings, then
@@ -631,18 +627,18 @@ def run(cluster: RaylogCluster, config: BenchConfig, progress_stream: IO[str] | 
             temporary_topic=config.topic is None,
             num_partitions=cluster.metadata(refresh=True).num_partitions(topic),
         )
-        report.update(_RUNS[config.workload](cluster, config, topic, progress_stream))
+        report.update(_RUNS[config.workload](cluster, config, topic, show_progress))
         return report
     finally:
         if config.topic is None:
             admin.delete_topics([topic])
 
 
-def _run_produce(cluster: RaylogCluster, config: BenchConfig, topic: str, stream: IO[str] | None) -> dict:
+def _run_produce(cluster: RaylogCluster, config: BenchConfig, topic: str, show: Show | None) -> dict:
     values = make_values(config.num_records, config.record_size_bytes)
     before = high_watermarks(cluster, topic)
     producer = config.producer(cluster)
-    progress = Progress("produce", config.num_records, stream)
+    progress = Progress("produce", config.num_records, show)
     try:
         if config.sync:
             result, latency = produce_one_by_one(producer, topic, values, timeout_s=config.timeout_s, progress=progress)
@@ -658,16 +654,15 @@ def _run_produce(cluster: RaylogCluster, config: BenchConfig, topic: str, stream
                 progress=progress,
             )
     finally:
-        progress.finish()
         producer.close(timeout=config.timeout_s)
     wait_for_records(cluster, topic, before + config.num_records, config.timeout_s)
     return {"produce": result.to_json(ack_latency_ms=latency)}
 
 
-def _run_consume(cluster: RaylogCluster, config: BenchConfig, topic: str, stream: IO[str] | None) -> dict:
+def _run_consume(cluster: RaylogCluster, config: BenchConfig, topic: str, show: Show | None) -> dict:
     if config.topic is None:
         producer = config.producer(cluster)
-        progress = Progress("fill   ", config.num_records, stream)
+        progress = Progress("fill (not timed)", config.num_records, show)
         try:
             produce(
                 producer,
@@ -679,25 +674,23 @@ def _run_consume(cluster: RaylogCluster, config: BenchConfig, topic: str, stream
                 progress=progress,
             )
         finally:
-            progress.finish(" (not timed)")
             producer.close(timeout=config.timeout_s)
         wait_for_records(cluster, topic, config.num_records, config.timeout_s)
     consumer = Consumer(cluster, topic, auto_offset_reset="earliest")
-    progress = Progress("consume", config.num_records, stream)
+    progress = Progress("consume", config.num_records, show)
     try:
         result = consume(
             consumer, config.num_records, arrow=config.arrow, timeout_s=config.timeout_s, progress=progress
         )
     finally:
-        progress.finish()
         consumer.close()
     return {"consume": result.to_json()}
 
 
-def _run_e2e(cluster: RaylogCluster, config: BenchConfig, topic: str, stream: IO[str] | None) -> dict:
+def _run_e2e(cluster: RaylogCluster, config: BenchConfig, topic: str, show: Show | None) -> dict:
     values = make_values(config.num_records, config.record_size_bytes)
     producer = config.producer(cluster)
-    progress = Progress("e2e    ", config.num_records, stream)
+    progress = Progress("e2e", config.num_records, show)
     try:
         sent, ack_latency, delivered, latency = end_to_end(
             cluster,
@@ -711,7 +704,6 @@ def _run_e2e(cluster: RaylogCluster, config: BenchConfig, topic: str, stream: IO
             progress=progress,
         )
     finally:
-        progress.finish()
         producer.close(timeout=config.timeout_s)
     return {
         "produce": sent.to_json(ack_latency_ms=ack_latency),
@@ -720,7 +712,7 @@ def _run_e2e(cluster: RaylogCluster, config: BenchConfig, topic: str, stream: IO
     }
 
 
-_RUNS: dict[str, Callable[[RaylogCluster, BenchConfig, str, IO[str] | None], dict]] = {
+_RUNS: dict[str, Callable[[RaylogCluster, BenchConfig, str, Show | None], dict]] = {
     "produce": _run_produce,
     "consume": _run_consume,
     "e2e": _run_e2e,

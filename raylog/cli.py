@@ -64,7 +64,8 @@ raylog bench produce|consume|e2e [--topic T] [--num-records N] [--record-size B]
         Kafka's perf tests: records/s, MB/s, acknowledgement and end-to-end latency
         percentiles (see raylog.bench); on a temporary topic unless --topic names one;
         a progress bar on stderr; --arrow uses send_arrow/poll_arrow; --sync (produce)
-        sends one record at a time, each acknowledged before the next
+        sends one record at a time, each acknowledged before the next; --json: the report
+        as JSON
 raylog dump-log DIR [--records] [--json]   print a log directory's segments and batches
                                            (Kafka's kafka-dump-log), verifying CRCs;
                                            read-only, exit code 1 if a batch is invalid
@@ -987,8 +988,12 @@ def _bench(args: argparse.Namespace) -> int:
         config = bench.BenchConfig(args.action, **{k: v for k, v in given.items() if v is not None})
     except InvalidConfigError as exc:
         raise _UsageError(str(exc)) from None
-    with _connected(args) as cluster:
-        report = bench.run(cluster, config, progress_stream=sys.stderr)
+    progress = _Progress()
+    try:
+        with _connected(args) as cluster:
+            report = bench.run(cluster, config, show_progress=progress.show)
+    finally:
+        progress.clear()
     print(json.dumps(report, indent=2) if args.json else bench.format_report(report))
     return 0
 

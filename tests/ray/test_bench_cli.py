@@ -6,7 +6,9 @@ that their figures are well formed, never how fast anything is.
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
 
@@ -97,16 +99,32 @@ def test_e2e_measures_the_latency_of_every_record(bench):
     _check_latency(report["produce"]["ack_latency_ms"])
 
 
-def test_text_output_and_progress_bar(bench):
-    """Without --json: one line per measurement on stdout, a finished progress bar on stderr."""
-    code, out, err = bench("e2e", "--num-records", "1000", "--arrow")
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_text_output_and_progress_bar_on_a_terminal(bench, monkeypatch):
+    """Without --json: one line per measurement on stdout; on a terminal stderr a progress bar is
+    drawn in place during the run and erased at its end."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    code, out, _ = bench("e2e", "--num-records", "1000", "--arrow")
     assert code == 0
     lines = out.splitlines()
     assert "e2e on 'raylog-bench-" in lines[0] and "(temporary)" in lines[0] and "send_arrow/poll_arrow" in lines[0]
     assert lines[1].startswith("1,000 records sent in ") and "records/s" in lines[1] and "ack latency p50" in lines[1]
     assert lines[2].startswith("1,000 records consumed in ")
     assert lines[3].startswith("end-to-end latency: p50 ")
-    assert "100% 1,000/1,000 records" in err.splitlines()[-1]
+    drawn = terminal.getvalue()
+    assert "\re2e [" in drawn and "/1,000 records" in drawn
+    assert drawn.endswith("\r")  # erased
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal(bench):
+    """Logs and pipes stay clean: nothing but errors on a stderr that is not a terminal."""
+    code, _, err = bench("produce", "--num-records", "100")
+    assert (code, err) == (0, "")
 
 
 @pytest.mark.parametrize(
