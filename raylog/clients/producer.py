@@ -480,6 +480,8 @@ class Producer:
             first = partition if partition is not None else self._default_partitioner(topic, None, count)
             for i, chunk in enumerate(self._chunks(rows)):
                 yield (first if partition is not None else (first + i) % count), chunk
+            if partition is None:  # the sticky partition's batch went out: the next call moves on
+                self._default_partitioner.on_batch_closed(topic, first, count)
             return
         targets = self._default_partitioner.partitions_for_keys(keys, count)
         unkeyed = targets < 0

@@ -128,7 +128,11 @@ class MicroBatchStream:
                 batch = self._source.next_batch(timeout_s=self._trigger_interval_s)
                 if batch is None:
                     continue
-                self._process(dataset_to_spark(self._spark, batch.dataset, self._source.topic), batch.batch_id)
+                df, release = dataset_to_spark(self._spark, batch.dataset)
+                try:
+                    self._process(df, batch.batch_id)
+                finally:
+                    release()
                 batch.commit()
                 self.batches_committed += 1
                 self.records_committed += batch.record_count

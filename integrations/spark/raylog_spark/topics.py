@@ -1,20 +1,25 @@
 """Batch reads and writes between raylog topics and Spark DataFrames.
 
 Both go through Ray Data: a read is :func:`raylog.data.read_topic` (one Ray task per
-partition range, Arrow blocks) handed to Spark by RayDP's ``Dataset.to_spark``, which reads
-the blocks from Ray's object store; a write is RayDP's ``ray.data.from_spark`` followed by
+partition range, Arrow blocks) handed to Spark as Arrow IPC bytes that RayDP's JVM reader
+takes from Ray's object store (:func:`dataset_to_spark`); a write is RayDP's ``ray.data.from_spark`` followed by
 :func:`raylog.data.write_topic` (one idempotent producer per Ray task).
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+import ray
 import ray.data
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 from pyspark.sql.types import StructField, StructType
+from raydp.spark.dataset import ray_dataset_to_spark_dataframe
+from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
 
 from raylog import RaylogCluster, data
 from raylog.clients.consumer import ARROW_SCHEMA
@@ -47,24 +52,39 @@ def read_topic(
         >>> df = read_topic(spark, "clicks", start={0: 100}, end="latest")  # doctest: +SKIP
         >>> df.selectExpr("cast(value as string)").show()                   # doctest: +SKIP
     """
-    return dataset_to_spark(spark, data.read_topic(topic, start=start, end=end, cluster=cluster), topic)
+    df, _ = dataset_to_spark(spark, data.read_topic(topic, start=start, end=end, cluster=cluster))
+    return df
 
 
-def dataset_to_spark(spark: SparkSession, dataset: ray.data.Dataset, topic: str) -> DataFrame:
-    """A dataset of :func:`raylog.data.read_topic` of ``topic`` as a DataFrame (read once, here).
+def dataset_to_spark(spark: SparkSession, dataset: ray.data.Dataset) -> tuple[DataFrame, Callable[[], None]]:
+    """A dataset of :func:`raylog.data.read_topic` as a DataFrame (read once, here), and a
+    function that releases the blocks the DataFrame reads.
 
-    RayDP's ``to_spark`` needs at least one block and fails on empty blocks with nested
-    columns (headers), so a read without records becomes an empty DataFrame directly. The
-    constant topic column travels as a Spark literal: RayDP converts blocks through pandas,
-    where pandas 3 keeps strings Arrow-backed, and a string column of several concatenated
-    blocks then reaches PySpark chunked, which it cannot convert.
+    Each block goes to Spark as Arrow IPC bytes in Ray's object store, which RayDP's JVM side
+    reads directly (the path RayDP itself uses for ``from_spark`` data): no pandas in between,
+    which is both faster and safe from pandas 3's Arrow-backed strings (chunked columns that
+    PySpark cannot convert). Spark reads lazily, so the blocks are kept alive by RayDP's
+    master actor, as RayDP's own ``to_spark`` does, until released (or Spark stops). A read
+    without records becomes an empty DataFrame directly (RayDP needs at least one block).
     """
     dataset = dataset.materialize()
-    if dataset.count():
-        df = dataset.drop_columns(["topic"]).to_spark(spark)
-        return df.select(F.lit(topic).alias("topic"), *df.columns)
-    fields = [StructField(f.name, from_arrow_type(f.type), f.nullable) for f in ARROW_SCHEMA]
-    return spark.createDataFrame([], StructType(fields))
+    if not dataset.count():
+        fields = [StructField(f.name, from_arrow_type(f.type), f.nullable) for f in ARROW_SCHEMA]
+        return spark.createDataFrame([], StructType(fields)), lambda: None
+    blocks = [_arrow_ipc.remote(block) for block in dataset.get_internal_block_refs()]
+    holder = ray.get_actor(spark.sparkContext.appName + RAYDP_SPARK_MASTER_SUFFIX)
+    key = f"raylog-{uuid.uuid4().hex}"
+    ray.get(holder.add_objects.remote(key, blocks))
+    return ray_dataset_to_spark_dataframe(spark, ARROW_SCHEMA, blocks), lambda: holder.add_objects.remote(key, [])
+
+
+@ray.remote(num_cpus=0.25)
+def _arrow_ipc(block: pa.Table) -> bytes:
+    """A block as an Arrow IPC stream (the bytes RayDP's ObjectStoreReader reads)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, ARROW_SCHEMA) as writer:
+        writer.write_table(block.cast(ARROW_SCHEMA))
+    return sink.getvalue().to_pybytes()
 
 
 def write_topic(
