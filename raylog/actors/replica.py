@@ -276,6 +276,7 @@ class PartitionReplicaActor:
         deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
         while True:
             changed = self._event()
+            high_watermark = self.partition.high_watermark
             try:
                 result = self.partition.read(
                     request.offset, request.max_bytes, request.replica_id, request.current_leader_epoch
@@ -289,7 +290,10 @@ class PartitionReplicaActor:
                     log_end_offset=log.log_end_offset,
                 )
             if request.replica_id >= 0:
-                self._notify()  # the HW may have moved: wake acks=all producers and consumers
+                # Only when the HW moved: a notify wakes the other followers' long polls too,
+                # and theirs would wake this one, a busy loop while the partition is idle.
+                if self.partition.high_watermark != high_watermark:
+                    self._notify()  # wake acks=all producers and consumers
                 self._maybe_propose_isr()
             remaining = deadline - time.monotonic()
             if len(result.data) >= request.min_bytes or remaining <= 0:

@@ -228,8 +228,7 @@ class GroupMembership:
                 the group is empty, so a zombie could move offsets back.
         """
         member_id, generation, instance_id = self.commit_args()
-        if generation < 0:
-            self.request_rejoin()
+        if generation < 0:  # (a join is under way or already requested: no need to ask for one)
             raise CommitFailedError("this member is in no generation of the group now; poll() to rejoin it")
         return member_id, generation, instance_id
 
