@@ -178,10 +178,13 @@ class ControllerActor:
         return found
 
     async def _node_brokers(self) -> dict[int, tuple[str, str]]:
-        nodes = [n for n in ray.nodes() if n["Alive"]]
+        every_node = ray.nodes()
+        nodes = [n for n in every_node if n["Alive"]]
         labelled = [n for n in nodes if BROKER_LABEL in n.get("Labels", {})]
         found: dict[int, tuple[str, str]] = {}
-        if labelled:
+        # A cluster with labelled brokers stays one even while all of them are down (dead
+        # nodes stay in Ray's table): the unlabelled nodes must not become brokers then.
+        if any(BROKER_LABEL in n.get("Labels", {}) for n in every_node):
             alive = {n["NodeID"] for n in nodes}
             for node in labelled:
                 labels = node["Labels"]
