@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -195,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         import raylog_spark
 
         # Quiet: the progress line and the summary are this job's output.
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        logging.getLogger("ray.data").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", message="DataFrame.sql_ctx")  # from RayDP's from_spark
         ray.data.DataContext.get_current().enable_progress_bars = False
         spark = raylog_spark.init_spark(
             "clickstream", configs={"spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"}

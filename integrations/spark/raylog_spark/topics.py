@@ -71,7 +71,7 @@ def dataset_to_spark(spark: SparkSession, dataset: ray.data.Dataset) -> tuple[Da
     if not dataset.count():
         fields = [StructField(f.name, from_arrow_type(f.type), f.nullable) for f in ARROW_SCHEMA]
         return spark.createDataFrame([], StructType(fields)), lambda: None
-    blocks = [_arrow_ipc.remote(block) for block in dataset.get_internal_block_refs()]
+    blocks = [_arrow_ipc.remote(ref) for bundle in dataset.iter_internal_ref_bundles() for ref in bundle.block_refs]
     holder = ray.get_actor(spark.sparkContext.appName + RAYDP_SPARK_MASTER_SUFFIX)
     key = f"raylog-{uuid.uuid4().hex}"
     ray.get(holder.add_objects.remote(key, blocks))
