@@ -627,11 +627,9 @@ TABLES = {
 }
 
 
-def write_json(path: str, scale: Scale, rows: list[Row], watch: common.RunWatch) -> None:
-    common.dump_json(path, {"mode": scale.name, "statistic": f"best of {scale.repeats} runs (throughput)", "mb": MB,
-                     "records": {str(k): v for k, v in scale.records.items()},
-                     "durability": "acks=1, RF=1, no fsync", **watch.json_fields(), "environment": common.environment(),
-                     "results": common.rows_json(rows)})
+def json_document(scale: Scale) -> dict[str, object]:
+    return {"mode": scale.name, "statistic": f"best of {scale.repeats} runs (throughput)", "mb": MB,
+            "records": {str(k): v for k, v in scale.records.items()}, "durability": "acks=1, RF=1, no fsync"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -683,12 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     print("BELOW: target missed; ERROR: the measurement failed (see stderr)")
     common.print_tables(rows, TABLES, baselines_first)
     print()
-    print(common.totals_line(watch.seconds, common.environment()))
-    watch.print_load("other work on the machine lowers every figure")
-    watch.print_sources()
-    if args.json:
-        write_json(args.json, scale, rows, watch)
-    return 1 if any(r.error for r in rows) else 0
+    return common.finish(rows, watch, args.json, json_document(scale), "other work on the machine lowers every figure")
 
 
 if __name__ == "__main__":

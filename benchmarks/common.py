@@ -268,6 +268,28 @@ def rows_json(rows: Iterable[Any]) -> list[dict[str, object]]:
     return results
 
 
+def finish(
+    rows: list[Any],
+    watch: RunWatch,
+    json_path: str | None,
+    document: dict[str, object],
+    load_note: str,
+    notes: Iterable[str] = (),
+) -> int:
+    """A Ray benchmark's last lines: totals, load, notes, sources; its JSON document (given
+    fields plus the run's and the environment's, and the rows); the exit code (1 if any
+    measurement failed)."""
+    env = environment()
+    print(totals_line(watch.seconds, env))
+    watch.print_load(load_note)
+    for note in notes:
+        print(f"note: {note}")
+    watch.print_sources()
+    if json_path:
+        dump_json(json_path, {**document, **watch.json_fields(), "environment": env, "results": rows_json(rows)})
+    return 1 if any(r.error for r in rows) else 0
+
+
 def dump_json(path: str, document: dict[str, object]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(document, f, indent=2)

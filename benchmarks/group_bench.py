@@ -597,24 +597,18 @@ TABLES = {
 }
 
 
-def write_json(path: str, scale: Scale, rows: list[Row], watch: common.RunWatch) -> None:
-    common.dump_json(
-        path,
-        {
-            "mode": scale.name,
-            "scale": asdict(scale),
-            "statistic": "p50 and max over trials (rebalance); best of the runs (throughput)",
-            "mb": MB,
-            "value_bytes": VALUE_BYTES,
-            "partitions": PARTITIONS,
-            "strategy": STRATEGY,
-            "session_timeout_ms": SESSION_TIMEOUT_MS,
-            "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
-            **watch.json_fields(),
-            "environment": common.environment(),
-            "results": common.rows_json(rows),
-        },
-    )
+def json_document(scale: Scale) -> dict[str, object]:
+    return {
+        "mode": scale.name,
+        "scale": asdict(scale),
+        "statistic": "p50 and max over trials (rebalance); best of the runs (throughput)",
+        "mb": MB,
+        "value_bytes": VALUE_BYTES,
+        "partitions": PARTITIONS,
+        "strategy": STRATEGY,
+        "session_timeout_ms": SESSION_TIMEOUT_MS,
+        "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -657,12 +651,13 @@ def main(argv: list[str] | None = None) -> int:
     print("BELOW: target missed; ERROR: the measurement failed (see stderr)")
     common.print_tables(rows, TABLES)
     print()
-    print(common.totals_line(watch.seconds, common.environment()))
-    watch.print_load("the machine is shared: other work lowers throughput and lengthens rebalances")
-    watch.print_sources()
-    if args.json:
-        write_json(args.json, scale, rows, watch)
-    return 1 if any(r.error for r in rows) else 0
+    return common.finish(
+        rows,
+        watch,
+        args.json,
+        json_document(scale),
+        "the machine is shared: other work lowers throughput and lengthens rebalances",
+    )
 
 
 if __name__ == "__main__":

@@ -714,15 +714,14 @@ TABLES = {
 }
 
 
-def write_json(path: str, scale: Scale, rows: list[Row], watch: common.RunWatch, messages: list[str]) -> None:
-    common.dump_json(path, {
+def json_document(scale: Scale, messages: list[str]) -> dict[str, object]:
+    return {
         "mode": scale.name, "scale": asdict(scale), "statistic": f"best of {scale.repeats} runs (throughput)",
         "mb": MB, "value_bytes": VALUE_BYTES,
         "durability": "no fsync (page cache); RF1 acks=1 vs RF3 acks=all min.insync.replicas=2",
         "failure_detection": FAST_FAILURE_DETECTION, "controller_config": NODE_CONTROLLER_CONFIG,
-        **watch.json_fields(), "environment": common.environment(), "messages": messages,
-        "results": common.rows_json(rows),
-    })
+        "messages": messages,
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -774,14 +773,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(DETECTION_HELP.format(used=", ".join(f"{k}={v}" for k, v in FAST_FAILURE_DETECTION.items())))
     print()
-    print(common.totals_line(watch.seconds, common.environment()))
-    watch.print_load("the machine is shared: other work lowers throughput and lengthens fail-over")
-    for message in runner.messages:
-        print(f"note: {message}")
-    watch.print_sources()
-    if args.json:
-        write_json(args.json, scale, rows, watch, runner.messages)
-    return 1 if any(r.error for r in rows) else 0
+    return common.finish(rows, watch, args.json, json_document(scale, runner.messages),
+                         "the machine is shared: other work lowers throughput and lengthens fail-over",
+                         notes=runner.messages)
 
 
 if __name__ == "__main__":

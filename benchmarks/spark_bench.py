@@ -280,23 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     print("BELOW: target missed; ERROR: the measurement failed (see stderr)")
     common.print_tables(rows, TABLES)
     print()
-    print(common.totals_line(watch.seconds, common.environment()))
-    watch.print_load("other work on the machine lowers every figure")
-    watch.print_sources()
-    if args.json:
-        common.dump_json(
-            args.json,
-            {
-                "mode": scale.name,
-                "records": scale.records,
-                "value_bytes": VALUE_BYTES,
-                "partitions": PARTITIONS,
-                **watch.json_fields(),
-                "environment": common.environment(),
-                "results": common.rows_json(rows),
-            },
-        )
-    return 1 if any(r.error for r in rows) else 0
+    document = {"mode": scale.name, "records": scale.records, "value_bytes": VALUE_BYTES, "partitions": PARTITIONS}
+    return common.finish(rows, watch, args.json, document, "other work on the machine lowers every figure")
 
 
 if __name__ == "__main__":
