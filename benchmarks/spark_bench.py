@@ -20,9 +20,9 @@ the rest of this 2-core machine):
 2. Spark (RayDP, ``raylog_spark.init_spark`` defaults: half the CPUs for executors) running
    one aggregate over every column, ``count(*), count(topic), max(partition), max(offset),
    max(timestamp_ms), sum(length(key)), sum(length(value)), count(headers)`` and collecting
-   it: on ``raylog_spark.read_topic(spark, topic)`` (Ray Data read, then RayDP's
-   ``to_spark``) against ``spark.read.parquet`` of the Parquet copy. Target: the topic read
-   >= 0.5x the Parquet read's records/s. Every run checks the count and the value bytes.
+   it: on ``raylog_spark.read_topic(spark, topic)`` (Ray Data read, then the blocks as Arrow
+   IPC bytes to RayDP's JVM reader) against ``spark.read.parquet`` of the Parquet copy.
+   Target: the topic read >= 0.5x the Parquet read's records/s. Every run checks the count and the value bytes.
 
 MB is 10^6 bytes of values.
 
@@ -194,7 +194,7 @@ class Runner(common.Phases):
                     lambda: raylog_spark.read_topic(spark, self.topic, cluster=self.cluster), "topic"
                 )
 
-            topic_run()  # warm-up: the first Python workers and JIT of the to_spark path
+            topic_run()  # warm-up: the first workers and JIT of the read path
             parquet_run()
             base = common.best(parquet_run, self.scale.repeats)
             self.rows.append(
@@ -210,7 +210,7 @@ class Runner(common.Phases):
             self.rows.append(
                 rate_row(
                     "spark",
-                    "raylog_spark.read_topic (Ray Data + to_spark)",
+                    "raylog_spark.read_topic (Ray Data + RayDP reader)",
                     seconds,
                     self.scale.records,
                     ratio=base / seconds,

@@ -522,9 +522,7 @@ def _read_range(cluster: RaylogCluster, tp: TopicPartition, start: int, end: int
             progress_s = time.monotonic()
             keep = int(np.searchsorted(table.column("offset").to_numpy(), end))
             if keep:
-                # One chunk per column: a block of a fetch that held several batches is
-                # chunked, and PySpark's Arrow conversion of struct columns needs arrays.
-                yield _headers_not_null(table if keep == table.num_rows else table.slice(0, keep)).combine_chunks()
+                yield _headers_not_null(table if keep == table.num_rows else table.slice(0, keep))
 
 
 def _headers_not_null(table: pa.Table) -> pa.Table:
