@@ -42,13 +42,14 @@ class GroupCoordinatorActor(PartitionReplicaActor):
     """See the module docstring."""
 
     def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+        # Set before the replica's __init__, which may already take the leader's role.
         self._groups: GroupCoordinator | None = None
         self._coordinator_epoch = -1  # the leader epoch the groups were loaded for
         self._coordinator_tasks: list[asyncio.Task] = []
         self._joins: set[asyncio.Future] = set()
         self._group_changed: asyncio.Event | None = None
         self._rebalancing: set[str] = set()  # groups in PreparingRebalance at the last _deliver
+        super().__init__(*args, **kwargs)
 
     # --- leadership ---------------------------------------------------------------------
 
@@ -106,7 +107,6 @@ class GroupCoordinatorActor(PartitionReplicaActor):
         return groups
 
     def _coordinator(self) -> GroupCoordinator:
-        self._start()
         if not self.partition.is_leader:
             raise NotCoordinatorError(f"{self.partition.name} is not the leader: find the coordinator again")
         if self._groups is None:

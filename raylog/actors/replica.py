@@ -2,8 +2,11 @@
 
 One actor per replica of a partition, pinned to its broker's node (hard node affinity),
 its log in ``<broker data dir>/<topic>-<partition>``. Ray restarts it in place after a
-crash (``max_restarts``); ``__init__`` recovers the log from disk and, after a restart,
-the replica tells the controller, which decides its role again.
+crash (``max_restarts``) with the arguments it was first created with: ``__init__`` (which
+Ray runs on the actor's event loop) recovers the log from disk and then, on a first start,
+takes the role it was created with; after a restart it takes no role (that one is stale: a
+restarted former leader must not accept writes) and reports to the controller until it
+answers, which decides its role again.
 
 The controller pushes roles (:meth:`update_state`, Kafka's LeaderAndIsr) and, with each,
 the topic's config, which the replica re-reads when it was altered. A leader serves
@@ -105,44 +108,45 @@ class PartitionReplicaActor:
         self._background: set[asyncio.Task] = set()
         self._follower: asyncio.Task | None = None
         self._leader_handle = None  # the actor the follower loop fetches from
-        self._restarted = ray.get_runtime_context().was_current_actor_reconstructed
         self._metric_tags = metrics.partition_tags(topic, partition, broker_id)
-        self._initial = (state, leader_handle)
         # The constructor's config may be older than any pushed: Ray restarts an actor with
         # the arguments it was created with, not the topic's config as altered since.
         self._config_version = -1
         self._produce_quotas = QuotaManager(PRODUCER_BYTE_RATE)
         self._fetch_quotas = QuotaManager(CONSUMER_BYTE_RATE)
         self._quotas_version = -1
-        self._started = False
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            self._spawn(self._report_restart())
+        else:
+            self._apply_state(state, leader_handle)
+        self._spawn(self._housekeep())
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def ready(self) -> dict:
-        """Wait until constructed; take the initial role; start housekeeping."""
-        self._start()
+        """Constructed: what recovery found."""
         log = self.partition.log
         return {"log_end_offset": log.log_end_offset, "recovery": vars(log.recovery)}
 
-    def _start(self) -> None:
-        """Take the initial role (and, after a restart by Ray, tell the controller). Runs on
-        the first call of any kind, since nothing calls a restarted actor's ``ready``."""
-        if self._started:
-            return
-        self._started = True
-        state, leader_handle = self._initial
-        self._apply_state(state, leader_handle)
-        self._spawn(self._housekeep())
-        if self._restarted:  # the controller decides this replica's role again
-            p = self.partition
-            self._spawn(quietly(self._controller().replica_restarted.remote(p.topic, p.partition, p.broker_id)))
+    async def _report_restart(self) -> None:
+        """Tell the controller that Ray restarted this replica, until it has heard (it may be
+        restarting itself); it answers with this replica's new role (:meth:`update_state`)."""
+        p = self.partition
+        while True:
+            try:
+                await asyncio.wait_for(
+                    self._controller().replica_restarted.remote(p.topic, p.partition, p.broker_id),
+                    PEER_CALL_TIMEOUT_S,
+                )
+                return
+            except (asyncio.TimeoutError, ValueError, ray.exceptions.RayError):
+                await asyncio.sleep(REPLICA_BACKOFF_S)
 
     async def update_state(
         self, state: PartitionInfo, leader_handle=None, config: tuple[int, dict] | None = None
     ) -> None:
         """The controller's word on this partition's leader, epochs, replicas and ISR, and
         on its topic's config as ``(config_version, properties)``."""
-        self._start()
         if config is not None:
             self._apply_config(*config)
         self._apply_state(state, leader_handle)
@@ -156,7 +160,6 @@ class PartitionReplicaActor:
 
     async def update_quotas(self, version: int, quotas: ClientQuotas) -> None:
         """The controller's client quotas of ``version`` (an older push is ignored)."""
-        self._start()
         if version > self._quotas_version:
             self._quotas_version = version
             self._produce_quotas.update_quotas(quotas)
@@ -199,7 +202,6 @@ class PartitionReplicaActor:
 
         An idempotent batch that arrives before an earlier one of its producer waits for it
         (Ray may run pipelined calls out of order)."""
-        self._start()
         response = await self._append(request)
         throttle_ms = self._produce_quotas.record(request.client_id, len(request.records), _now_ms())
         return await self._throttled(response, min(throttle_ms, request.timeout_ms), "producer")
@@ -257,7 +259,6 @@ class PartitionReplicaActor:
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         """Batches from ``request.offset``; waits (long poll) for ``min_bytes``; then, for a
         consumer, holds the response back for as long as its consumer quota says."""
-        self._start()
         response = await self._read(request)
         if request.replica_id >= 0:
             return response  # replication is never throttled
@@ -309,7 +310,6 @@ class PartitionReplicaActor:
             await wait_for_event(changed, remaining)
 
     async def list_offsets(self, timestamp_ms: int) -> ListOffsetsResponse:
-        self._start()
         try:
             offset, timestamp = self.partition.list_offset(timestamp_ms)
         except Exception as exc:  # noqa: BLE001
@@ -318,7 +318,6 @@ class PartitionReplicaActor:
 
     async def end_offset_for_epoch(self, epoch: int) -> tuple[int, int, int]:
         """``(error_code, epoch', end_offset)`` for a follower truncating (KIP-101)."""
-        self._start()
         try:
             found, end = self.partition.end_offset_for_epoch(epoch)
         except Exception as exc:  # noqa: BLE001
@@ -326,7 +325,6 @@ class PartitionReplicaActor:
         return 0, found, end
 
     async def state(self) -> dict:
-        self._start()
         p = self.partition
         return {
             "leader": p.leader,

@@ -241,6 +241,29 @@ def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, topic
     assert sorted(values[500:]) == sorted(b"after-%d" % i for i in range(100))
 
 
+def test_restarted_leader_takes_no_stale_role_and_leads_again_under_a_new_epoch(cluster, topic):
+    """Ray restarts a replica with its creation-time arguments: the restarted leader must not
+    lead under its old epoch (a client with cached metadata would write to a zombie); it
+    waits for the controller, which, as it is the only in-sync replica, makes it lead anew."""
+    name = topic()
+    leader = cluster.metadata(refresh=True).leader(TopicPartition(name, 0))
+    before = ray.get(leader.state.remote())
+    ray.kill(leader, no_restart=False)
+    seen = []
+
+    def leads_again():
+        state = _state_or_none(leader)
+        if state is None or state["pid"] == before["pid"]:
+            return False
+        seen.append(state)
+        return state["leader"] == before["leader"]
+
+    wait_until(leads_again, timeout_s=60)
+    assert all(s["leader"] != before["leader"] or s["leader_epoch"] > before["leader_epoch"] for s in seen)
+    with Producer(cluster, acks=1) as producer:
+        assert producer.send(name, b"after").result(timeout=30).offset == 0
+
+
 def test_killed_controller_comes_back_with_every_topic(cluster, topic, admin):
     """ray.kill of the controller (restart allowed) replays its journal: topics and metadata survive."""
     names = [topic(num_partitions=2) for _ in range(2)]
