@@ -11,16 +11,19 @@ configs are altered and partitions added while the topic is in use: both take ef
 the live replicas (new partitions get replica actors like a new topic's). Client quotas
 (:meth:`alter_client_quotas`) are journaled likewise and pushed, with their version, to
 every live replica (:meth:`PartitionReplicaActor.update_quotas`), and again to each replica
-actor the controller creates or finds and to each that Ray restarted.
+actor the controller creates or finds (a replica that Ray restarted gets them in the
+answer to its report).
 
 Failures: a loop watches Ray's node table; when a broker's node dies, every partition it
 led gets a new leader from its ISR (:func:`~raylog.coordination.elections.elect_leader`)
 and every ISR it was in shrinks, all in one journal batch. A replica actor that Ray
-restarted reports itself (:meth:`replica_restarted`) and is made a follower of another ISR
-member when there is one. A broker that comes back (same id, possibly a new node) gets its
-replicas re-created there; they truncate, catch up and rejoin the ISR. Leadership returns
-to preferred replicas on request (:meth:`elect_preferred_leaders`) and automatically when
-more than ``leader.imbalance.per.broker.percentage`` of partitions are led elsewhere.
+restarted reports itself (:meth:`replica_restarted`), is made a follower of another ISR
+member when there is one, and gets its role, config and quotas in the answer (a push to an
+actor that has just restarted may still go to its dead process). A broker that comes back
+(same id, possibly a new node) gets its replicas re-created there; they truncate, catch up
+and rejoin the ISR. Leadership returns to preferred replicas on request
+(:meth:`elect_preferred_leaders`) and automatically when more than
+``leader.imbalance.per.broker.percentage`` of partitions are led elsewhere.
 
 Brokers: in the embedded mode, ``num_brokers`` brokers share the head node, each with its
 own data directory ``<data_dir>/broker-<id>``. Otherwise a node labelled
@@ -310,6 +313,7 @@ class ControllerActor:
         self, topic: str, partition: int, leader: int, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
     ) -> PartitionInfo | None:
         """A leader's ISR proposal: the new state if accepted, None if stale or invalid."""
+        await self.start()
         async with self._guard():
             try:
                 info = self.image.partition(topic, partition)
@@ -322,18 +326,28 @@ class ControllerActor:
         self._push([new])
         return new
 
-    async def replica_restarted(self, topic: str, partition: int, broker_id: int) -> None:
+    async def replica_restarted(self, topic: str, partition: int, broker_id: int) -> tuple | None:
         """A replica actor was restarted by Ray: it loses leadership to another ISR member
         if there is one (else leads again under a new epoch) and leaves the ISR until it
-        catches up."""
+        catches up.
+
+        Returns:
+            ``(state, leader handle, (config version, config), (quotas version, quotas))``
+            for the replica to take, or None when its partition is gone.
+        """
+        await self.start()
         await self._demote(topic, partition, broker_id, None)
-        cached = self.replicas.get((topic, partition, broker_id))
-        if cached is not None:
-            self._push_quotas([cached[1]])  # it lost them with its process
+        try:
+            info = self.image.partition(topic, partition)
+        except RaylogError:
+            return None
+        leader, config = self._role(info)
+        return info, leader, config, (self.image.client_quotas_version, dict(self.image.client_quotas))
 
     async def leader_unreachable(self, topic: str, partition: int, leader_epoch: int) -> None:
         """A follower's call found the leader of ``leader_epoch`` dead (Ray said so): another
         ISR member leads now, without waiting for Ray to restart the dead one."""
+        await self.start()
         try:
             info = self.image.partition(topic, partition)
         except RaylogError:
@@ -595,12 +609,17 @@ class ControllerActor:
         (fire and forget: a replica that misses one is told again by the next change or
         restart)."""
         for info in partitions:
-            leader = self._replica_actor(info.topic, info.partition, info.leader) if info.leader in self.live else None
-            config = (self.image.config_versions[info.topic], self.image.topics[info.topic].config)
+            leader, config = self._role(info)
             for broker_id in info.replicas:
                 if broker_id in self.live:
                     handle = self._replica_actor(info.topic, info.partition, broker_id)
                     self._spawn(quietly(handle.update_state.remote(info, leader, config)))
+
+    def _role(self, info: PartitionInfo) -> tuple[Any, tuple[int, dict]]:
+        """What a replica of ``info``'s partition is told with its state: the leader's actor
+        (None when the leader is not live) and the topic's ``(config version, config)``."""
+        leader = self._replica_actor(info.topic, info.partition, info.leader) if info.leader in self.live else None
+        return leader, (self.image.config_versions[info.topic], self.image.topics[info.topic].config)
 
     def _push_quotas(self, handles: list) -> None:
         """Tell replicas the client quotas and their version (fire and forget, as

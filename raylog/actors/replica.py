@@ -6,7 +6,7 @@ crash (``max_restarts``) with the arguments it was first created with: ``__init_
 Ray runs on the actor's event loop) recovers the log from disk and then, on a first start,
 takes the role it was created with; after a restart it takes no role (that one is stale: a
 restarted former leader must not accept writes) and reports to the controller until it
-answers, which decides its role again.
+answers with the role it decided, the topic's config and the client quotas.
 
 The controller pushes roles (:meth:`update_state`, Kafka's LeaderAndIsr) and, with each,
 the topic's config, which the replica re-reads when it was altered. A leader serves
@@ -130,17 +130,23 @@ class PartitionReplicaActor:
 
     async def _report_restart(self) -> None:
         """Tell the controller that Ray restarted this replica, until it has heard (it may be
-        restarting itself); it answers with this replica's new role (:meth:`update_state`)."""
+        restarting itself), and take what it answers. The answer, not a push, carries them:
+        the controller's calls may still go to this actor's dead process for a while."""
         p = self.partition
         while True:
             try:
-                await asyncio.wait_for(
+                answer = await asyncio.wait_for(
                     self._controller().replica_restarted.remote(p.topic, p.partition, p.broker_id),
                     PEER_CALL_TIMEOUT_S,
                 )
-                return
+                break
             except (asyncio.TimeoutError, ValueError, ray.exceptions.RayError):
                 await asyncio.sleep(REPLICA_BACKOFF_S)
+        if answer is not None:  # None: the partition was deleted meanwhile
+            state, leader_handle, config, quotas = answer
+            self._apply_config(*config)
+            self._apply_state(state, leader_handle)
+            self._apply_quotas(*quotas)
 
     async def update_state(
         self, state: PartitionInfo, leader_handle=None, config: tuple[int, dict] | None = None
@@ -160,6 +166,9 @@ class PartitionReplicaActor:
 
     async def update_quotas(self, version: int, quotas: ClientQuotas) -> None:
         """The controller's client quotas of ``version`` (an older push is ignored)."""
+        self._apply_quotas(version, quotas)
+
+    def _apply_quotas(self, version: int, quotas: ClientQuotas) -> None:
         if version > self._quotas_version:
             self._quotas_version = version
             self._produce_quotas.update_quotas(quotas)
