@@ -46,7 +46,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raylog.actors import metrics
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.names import NAMESPACE, replica_name
-from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor, quietly
+from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.config import ControllerConfig
 from raylog.coordination import elections
 from raylog.coordination.group import partition_for
@@ -64,6 +64,10 @@ HEAD_RESOURCE = "node:__internal_head__"
 PRODUCER_ID_BLOCK = 1000
 #: How long the controller waits for new replica actors (process start and log recovery).
 REPLICA_START_TIMEOUT_S = 60.0
+#: Tries of a push to a replica whose actor is unreachable (e.g. Ray is restarting it, or
+#: this process has not yet heard where it restarted), and the pause between them.
+PUSH_ATTEMPTS = 5
+PUSH_RETRY_S = 0.5
 
 
 def broker_identity(data_dir: str | None, cluster_id: str, broker_id: int | None) -> tuple[int, str] | None:
@@ -606,14 +610,14 @@ class ControllerActor:
 
     def _push(self, partitions: list[PartitionInfo]) -> None:
         """Tell every live replica of each partition its new state and its topic's config
-        (fire and forget: a replica that misses one is told again by the next change or
-        restart)."""
+        (fire and forget, retried while the actor is unreachable: a replica that still
+        misses one is told again by the next change or restart)."""
         for info in partitions:
             leader, config = self._role(info)
             for broker_id in info.replicas:
                 if broker_id in self.live:
                     handle = self._replica_actor(info.topic, info.partition, broker_id)
-                    self._spawn(quietly(handle.update_state.remote(info, leader, config)))
+                    self._spawn(pushed(handle.update_state, info, leader, config))
 
     def _role(self, info: PartitionInfo) -> tuple[Any, tuple[int, dict]]:
         """What a replica of ``info``'s partition is told with its state: the leader's actor
@@ -628,7 +632,7 @@ class ControllerActor:
             return  # never set: replicas start without quotas
         version, quotas = self.image.client_quotas_version, dict(self.image.client_quotas)
         for handle in handles:
-            self._spawn(quietly(handle.update_quotas.remote(version, quotas)))
+            self._spawn(pushed(handle.update_quotas, version, quotas))
 
     async def _remove_replicas(self, topic: TopicDescription) -> None:
         handles = [
@@ -686,3 +690,17 @@ class ControllerActor:
         for _, handle in self.replicas.values():
             ray.kill(handle, no_restart=True)
         self.replicas.clear()
+
+
+async def pushed(method, *args: Any) -> None:
+    """Make a push (a replica actor's ``method`` with ``args``) reach the replica: again after
+    a pause while the actor is unreachable, at most :data:`PUSH_ATTEMPTS` times. A push that
+    times out is not made again (the replica may have it; a stale one is ignored anyway)."""
+    for _ in range(PUSH_ATTEMPTS):
+        try:
+            await asyncio.wait_for(method.remote(*args), PEER_CALL_TIMEOUT_S)
+            return
+        except asyncio.TimeoutError:
+            return
+        except ray.exceptions.RayError:
+            await asyncio.sleep(PUSH_RETRY_S)
