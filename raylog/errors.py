@@ -180,6 +180,12 @@ class UnknownLeaderEpochError(ApiError):
     """The request carried a leader epoch newer than the replica knows."""
 
 
+@_api(78, "OFFSET_NOT_AVAILABLE", retriable=True)
+class OffsetNotAvailableError(ApiError):
+    """A new leader cannot answer an offset look-up yet: its high watermark has not reached the
+    start of its epoch (the answer could be older than one its predecessor gave)."""
+
+
 @_api(12, "OFFSET_METADATA_TOO_LARGE")
 class OffsetMetadataTooLargeError(ApiError, ValueError):
     """A committed offset's metadata string is longer than the coordinator keeps."""

@@ -67,6 +67,7 @@ class ListOffsetsResponse:
     error_message: str = ""
     offset: int = -1
     timestamp_ms: int = -1
+    leader_epoch: int = -1  # the epoch of the leader that answered (KIP-320)
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from raylog.coordination import elections
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, MetadataJournal, partition_record
 from raylog.coordination.placement import OFFSETS_TOPIC
-from raylog.errors import InvalidConfigError, RaylogError
+from raylog.errors import CoordinatorNotAvailableError, InvalidConfigError, RaylogError
 from raylog.protocol import error_fields
 from raylog.types import NewTopic, PartitionInfo, TopicDescription
 
@@ -68,6 +68,8 @@ REPLICA_START_TIMEOUT_S = 60.0
 #: this process has not yet heard where it restarted), and the pause between them.
 PUSH_ATTEMPTS = 5
 PUSH_RETRY_S = 0.5
+#: How long a leader reported by a follower has to answer the controller itself.
+LEADER_CHECK_TIMEOUT_S = 2.0
 
 
 def broker_identity(data_dir: str | None, cluster_id: str, broker_id: int | None) -> tuple[int, str] | None:
@@ -294,17 +296,7 @@ class ControllerActor:
     async def _react_to_liveness(self) -> None:
         """New leaders for partitions whose leader is not live, and ISRs without dead
         brokers; offline partitions elect again when an ISR member is back. One batch."""
-        changed = []
-        for info in self.image.partitions():
-            unclean = self._unclean(info.topic)
-            if info.leader not in self.live:
-                new = elections.elect_leader(info, self.live, unclean)
-                if new.leader != info.leader or new.isr != info.isr:
-                    changed.append(new)
-            else:
-                new = elections.remove_from_isr(info, set(info.replicas) - self.live)
-                if new is not info:
-                    changed.append(new)
+        changed = elections.react_to_liveness(self.image.partitions(), self.live, self._unclean)
         self._commit([partition_record(p) for p in changed])
         self._push(changed)
 
@@ -315,20 +307,21 @@ class ControllerActor:
 
     async def alter_isr(
         self, topic: str, partition: int, leader: int, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
-    ) -> PartitionInfo | None:
-        """A leader's ISR proposal: the new state if accepted, None if stale or invalid."""
+    ) -> tuple[bool, PartitionInfo] | None:
+        """A leader's ISR proposal: ``(accepted, the partition's state)`` (see
+        :func:`~raylog.coordination.elections.alter_isr`), None if the partition is gone."""
         await self.start()
         async with self._guard():
             try:
                 info = self.image.partition(topic, partition)
-                new = elections.alter_isr(info, leader, leader_epoch, partition_epoch, tuple(isr))
             except RaylogError:
                 return None
-            if not set(new.isr) - set(info.isr) <= self.live:
-                return None  # never admit a broker that is not live
+            accepted, new = elections.alter_isr(info, leader, leader_epoch, partition_epoch, tuple(isr), self.live)
+            if new is info:
+                return accepted, new
             self._commit([partition_record(new)])
         self._push([new])
-        return new
+        return accepted, new
 
     async def replica_restarted(self, topic: str, partition: int, broker_id: int) -> tuple | None:
         """A replica actor was restarted by Ray: it loses leadership to another ISR member
@@ -349,30 +342,35 @@ class ControllerActor:
         return info, leader, config, (self.image.client_quotas_version, dict(self.image.client_quotas))
 
     async def leader_unreachable(self, topic: str, partition: int, leader_epoch: int) -> None:
-        """A follower's call found the leader of ``leader_epoch`` dead (Ray said so): another
-        ISR member leads now, without waiting for Ray to restart the dead one."""
+        """A follower found the leader of ``leader_epoch`` dead (Ray said so) or unresponsive:
+        once this controller finds it so too, another ISR member leads, without waiting for Ray
+        to restart a dead one or for a hung one to wake. One follower's word is not enough:
+        its call may have failed for a reason of its own."""
         await self.start()
         try:
             info = self.image.partition(topic, partition)
         except RaylogError:
             return
-        if info.leader_epoch == leader_epoch and info.leader in self.live:
-            await self._demote(topic, partition, info.leader, leader_epoch)
+        if info.leader_epoch != leader_epoch or info.leader not in self.live:
+            return
+        handle = self._replica_actor(topic, partition, info.leader)
+        try:
+            await asyncio.wait_for(handle.ready.remote(), LEADER_CHECK_TIMEOUT_S)
+            return  # it answers: alive
+        except (asyncio.TimeoutError, ray.exceptions.RayError):
+            pass
+        await self._demote(topic, partition, info.leader, leader_epoch)
 
     async def _demote(self, topic: str, partition: int, broker_id: int, leader_epoch: int | None) -> None:
-        """Take leadership (and ISR membership) from a replica that restarted (it leads again
-        under a new epoch if it is the only in-sync replica left) or, given ``leader_epoch``,
-        from a leader of that epoch reported dead (only to another live in-sync replica)."""
+        """See :func:`~raylog.coordination.elections.demote`: journaled, then pushed."""
         async with self._guard():
             try:
                 info = self.image.partition(topic, partition)
             except RaylogError:
                 return
-            if leader_epoch is not None and (info.leader_epoch, info.leader) != (leader_epoch, broker_id):
+            new = elections.demote(info, broker_id, self.live, leader_epoch)
+            if new is None:
                 return
-            new = elections.after_restart(info, broker_id, self.live)
-            if leader_epoch is not None and new.leader == broker_id:
-                return  # it died and no other replica is in sync: Ray restarts it, or node death elects
             self._commit([partition_record(new)])
         self._push([new])
 
@@ -541,12 +539,25 @@ class ControllerActor:
         return partition.partition, handle
 
     async def _create_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` with ``offsets.topic.replication.factor`` replicas (at
+        most as many as the cluster has brokers, so that one broker can run groups) and, as
+        commits are acks=all, ``min.insync.replicas`` 2 from three replicas up.
+
+        Raises:
+            CoordinatorNotAvailableError: fewer brokers are live than the topic needs (retriable:
+                as in Kafka, groups wait until the cluster can host it fully replicated).
+        """
+        replication = max(1, min(self.config.offsets_topic_replication_factor, len(self.image.brokers)))
+        if len(self.live) < replication:
+            raise CoordinatorNotAvailableError(
+                f"{OFFSETS_TOPIC} needs {replication} live brokers to be created, {len(self.live)} are live"
+            )
         config = {
             "cleanup.policy": "compact",
             "segment.bytes": str(self.config.offsets_topic_segment_bytes),
             "unclean.leader.election.enable": "false",
+            "min.insync.replicas": str(max(1, min(2, replication - 1))),
         }
-        replication = max(1, min(self.config.offsets_topic_replication_factor, len(self.live)))
         record = self.image.create_topic(
             OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, replication, config, live=self.live
         )

@@ -53,8 +53,8 @@ class GroupCoordinatorActor(PartitionReplicaActor):
 
     # --- leadership ---------------------------------------------------------------------
 
-    def _apply_state(self, state, leader_handle) -> None:
-        super()._apply_state(state, leader_handle)
+    def _take_role(self, role_moved: bool, leader_handle) -> None:
+        super()._take_role(role_moved, leader_handle)
         p = self.partition
         if p.is_leader and self._coordinator_epoch != p.leader_epoch:
             self._unload()

@@ -37,18 +37,15 @@ import os
 import shutil
 import time
 
-import numpy as np
 import ray
 
 from raylog.actors import metrics
 from raylog.actors.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig
+from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
 from raylog.coordination.partition import Partition, SequenceGap
 from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager
 from raylog.errors import (
-    NotEnoughReplicasAfterAppendError,
-    NotLeaderOrFollowerError,
-    OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RaylogError,
     RequestTimedOutError,
@@ -60,7 +57,6 @@ from raylog.protocol import (
     ProduceRequest,
     ProduceResponse,
     error_fields,
-    error_of,
 )
 from raylog.storage.log import Log
 from raylog.types import PartitionInfo
@@ -71,9 +67,6 @@ HOUSEKEEPING_INTERVAL_S = 1.0
 #: waits for the producer's earlier batches before it is taken as the producer's first
 #: (its earlier batches may be in older segments, or lost with a restart).
 UNKNOWN_PRODUCER_GRACE_S = 0.25
-#: A follower's fetch: large, and long-polling at the leader.
-REPLICA_FETCH_MAX_BYTES = 8 << 20
-REPLICA_FETCH_MAX_WAIT_MS = 500
 #: Pause before a follower retries a failed fetch (the leader may be moving).
 REPLICA_BACKOFF_S = 0.1
 #: Bound on any call a replica makes to another actor.
@@ -107,6 +100,7 @@ class PartitionReplicaActor:
         self._changed: asyncio.Event | None = None
         self._background: set[asyncio.Task] = set()
         self._follower: asyncio.Task | None = None
+        self._fetcher: FollowerFetcher | None = None
         self._leader_handle = None  # the actor the follower loop fetches from
         self._metric_tags = metrics.partition_tags(topic, partition, broker_id)
         # The constructor's config may be older than any pushed: Ray restarts an actor with
@@ -175,26 +169,29 @@ class PartitionReplicaActor:
             self._fetch_quotas.update_quotas(quotas)
 
     def _apply_state(self, state: PartitionInfo, leader_handle) -> None:
-        p = self.partition
-        if (state.leader_epoch, state.partition_epoch) < (p.leader_epoch, p.partition_epoch):
-            return  # stale
-        if state.leader == p.broker_id:
-            self._stop_following()
-            p.become_leader(state.leader_epoch, state.replicas, state.isr, state.partition_epoch)
-        else:
-            # Follow anew when the leader, its epoch or its actor (re-created on a new node) changed.
-            same_leader = (state.leader, state.leader_epoch, leader_handle) == (
-                p.leader,
-                p.leader_epoch,
-                self._leader_handle,
-            )
-            p.become_follower(state.leader, state.leader_epoch, state.replicas, state.isr, state.partition_epoch)
-            if not same_leader or self._follower is None or self._follower.done():
-                self._stop_following()
-                self._leader_handle = leader_handle
-                if state.leader >= 0 and leader_handle is not None and p.broker_id in state.replicas:
-                    self._follower = self._spawn(self._follow(leader_handle, state.leader_epoch))
+        """Take the controller's state (ignored unless newer, see :meth:`Partition.apply_state`)
+        and follow ``leader_handle`` when this replica follows."""
+        self._take_role(self.partition.apply_state(state), leader_handle)
         self._notify()
+
+    def _take_role(self, role_moved: bool, leader_handle) -> None:
+        """Act on the role the partition holds now (after every state or ISR answer): (re)start
+        the fetch loop when the role moved, the leader's actor changed (re-created on a new
+        node) or the loop is not running; stop it when this replica does not follow. A role
+        that moved without the new leader's actor (an ISR answer) waits for the push."""
+        p = self.partition
+        if p.is_leader or p.leader < 0 or p.broker_id not in p.replicas:
+            self._stop_following()
+            return
+        handle = leader_handle if leader_handle is not None or role_moved else self._leader_handle
+        running = self._follower is not None and not self._follower.done()
+        if running and not role_moved and handle == self._leader_handle:
+            return
+        self._stop_following()
+        self._leader_handle = handle
+        if handle is not None:
+            self._fetcher = FollowerFetcher(p, p.leader, p.leader_epoch)
+            self._follower = self._spawn(self._fetch_loop(self._fetcher, handle))
 
     async def delete_data(self) -> None:
         """Close and remove this replica's log (the topic or this replica is going away)."""
@@ -247,21 +244,17 @@ class PartitionReplicaActor:
         )
 
     async def _await_replication(self, offset: int, deadline: float) -> RaylogError | None:
-        """Wait until the HW reaches ``offset`` (every ISR member has the batch)."""
+        """Wait until the HW reaches ``offset`` (see :meth:`Partition.replication_done`)."""
         p = self.partition
         epoch = p.leader_epoch
-        while p.high_watermark < offset:
-            if not p.is_leader or p.leader_epoch != epoch:
-                return NotLeaderOrFollowerError(f"{p.name}: leadership moved before the ISR had the batch")
+        while True:
+            done, error = p.replication_done(offset, epoch)
+            if done:
+                return error
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return RequestTimedOutError(f"{p.name}: the ISR {list(p.isr)} did not get the batch in time")
             await wait_for_event(self._event(), remaining)
-        if not p.enough_replicas():
-            return NotEnoughReplicasAfterAppendError(
-                f"{p.name}: written, but the ISR {list(p.isr)} shrank below min.insync.replicas"
-            )
-        return None
 
     # --- leader: fetch and offsets ------------------------------------------------------
 
@@ -284,54 +277,37 @@ class PartitionReplicaActor:
 
     async def _read(self, request: FetchRequest) -> FetchResponse:
         deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
+        first = True
         while True:
             changed = self._event()
             high_watermark = self.partition.high_watermark
-            try:
-                result = self.partition.read(
-                    request.offset, request.max_bytes, request.replica_id, request.current_leader_epoch
-                )
-            except Exception as exc:  # noqa: BLE001
-                log = self.partition.log
-                return FetchResponse(
-                    **error_fields(exc),
-                    leader_epoch=self.partition.leader_epoch,
-                    log_start_offset=log.log_start_offset,
-                    log_end_offset=log.log_end_offset,
-                )
-            if request.replica_id >= 0:
+            response = self.partition.fetch(request, record_fetch=first)
+            if response.error_code:
+                return response
+            if request.replica_id >= 0 and first:
                 # Only when the HW moved: a notify wakes the other followers' long polls too,
                 # and theirs would wake this one, a busy loop while the partition is idle.
                 if self.partition.high_watermark != high_watermark:
                     self._notify()  # wake acks=all producers and consumers
                 self._maybe_propose_isr()
+            first = False
             remaining = deadline - time.monotonic()
-            if len(result.data) >= request.min_bytes or remaining <= 0:
+            if len(response.records) >= request.min_bytes or remaining <= 0:
                 latency_ms = (time.monotonic() - deadline) * 1000 + request.max_wait_ms
-                metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(result.data), latency_ms)
-                return FetchResponse(
-                    high_watermark=result.high_watermark,
-                    log_start_offset=result.log_start_offset,
-                    log_end_offset=result.log_end_offset,
-                    leader_epoch=self.partition.leader_epoch,
-                    records=np.frombuffer(result.data, dtype=np.uint8),
-                )
+                metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_ms)
+                return response
             await wait_for_event(changed, remaining)
 
-    async def list_offsets(self, timestamp_ms: int) -> ListOffsetsResponse:
+    async def list_offsets(self, timestamp_ms: int, current_leader_epoch: int = -1) -> ListOffsetsResponse:
         try:
-            offset, timestamp = self.partition.list_offset(timestamp_ms)
+            offset, timestamp = self.partition.list_offset(timestamp_ms, current_leader_epoch)
         except Exception as exc:  # noqa: BLE001
             return ListOffsetsResponse(**error_fields(exc))
-        return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp)
+        return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp, leader_epoch=self.partition.leader_epoch)
 
     async def end_offset_for_epoch(self, epoch: int) -> tuple[int, int, int]:
         """``(error_code, epoch', end_offset)`` for a follower truncating (KIP-101)."""
-        try:
-            found, end = self.partition.end_offset_for_epoch(epoch)
-        except Exception as exc:  # noqa: BLE001
-            return error_fields(exc)["error_code"], -1, -1
-        return 0, found, end
+        return self.partition.answer_epoch_query(epoch)
 
     async def state(self) -> dict:
         p = self.partition
@@ -347,91 +323,66 @@ class PartitionReplicaActor:
             "size_bytes": p.log.size_bytes,
             "segments": p.log.segment_count,
             "pid": os.getpid(),
+            "fetch_errors": self._fetcher.errors if self._fetcher is not None else 0,
+            "last_fetch_error": self._fetcher.last_error if self._fetcher is not None else None,
             "client_quotas_version": self._quotas_version,
         }
 
     # --- leader: ISR --------------------------------------------------------------------
 
     def _maybe_propose_isr(self) -> None:
-        proposed = self.partition.propose_isr()
-        if proposed is not None:
-            self._spawn(self._propose_isr(proposed))
+        p = self.partition
+        proposal = p.propose_isr() or p.isr_to_resend()
+        if proposal is not None:
+            self._spawn(self._propose_isr(proposal, p.leader_epoch, p.partition_epoch))
 
-    async def _propose_isr(self, isr: tuple[int, ...]) -> None:
-        """Ask the controller (the single writer of the ISR) and apply what it decided."""
+    async def _propose_isr(self, isr: tuple[int, ...], leader_epoch: int, partition_epoch: int) -> None:
+        """Ask the controller (the single writer of the ISR) and take its answer; without one
+        the proposal stays pending and the next housekeeping round sends it again."""
         p = self.partition
         try:
-            state = await asyncio.wait_for(
+            answer = await asyncio.wait_for(
                 self._controller().alter_isr.remote(
-                    p.topic, p.partition, p.broker_id, p.leader_epoch, p.partition_epoch, isr
+                    p.topic, p.partition, p.broker_id, leader_epoch, partition_epoch, isr
                 ),
                 PEER_CALL_TIMEOUT_S,
             )
-        except (asyncio.TimeoutError, ray.exceptions.RayError):
-            state = None  # the next housekeeping round proposes again
-        if state is not None and state.leader == p.broker_id and state.leader_epoch == p.leader_epoch:
-            p.apply_isr(state.isr, state.partition_epoch)
-            self._notify()
-        elif p.pending_isr == isr:
-            p.isr_proposal_failed()
+        except (asyncio.TimeoutError, ValueError, ray.exceptions.RayError):
+            answer = None
+        self._take_role(p.isr_answer(isr, answer), None)
+        self._notify()
 
     # --- follower -----------------------------------------------------------------------
 
-    async def _follow(self, leader, epoch: int) -> None:
-        """Truncate what diverged from ``leader``, then fetch from it until told otherwise."""
+    async def _fetch_loop(self, fetcher: FollowerFetcher, leader) -> None:
+        """Run ``fetcher`` against ``leader`` until the role moves on (see
+        :mod:`raylog.coordination.fetcher`: the rules are there, the calls here)."""
         p = self.partition
-        while not await self._truncate_to(leader, epoch):
-            await asyncio.sleep(REPLICA_BACKOFF_S)
-        while p.leader_epoch == epoch and not p.is_leader:
-            request = FetchRequest(
-                p.log.log_end_offset,
-                REPLICA_FETCH_MAX_BYTES,
-                1,
-                REPLICA_FETCH_MAX_WAIT_MS,
-                replica_id=p.broker_id,
-                current_leader_epoch=epoch,
-            )
+        while (request := fetcher.next_request()) is not None:
             try:
-                response = await asyncio.wait_for(leader.fetch.remote(request), PEER_CALL_TIMEOUT_S)
-            except ray.exceptions.RayActorError:
-                # The leader's process died (Ray may restart it in seconds): tell the
-                # controller now, so that another in-sync replica can lead meanwhile.
-                self._spawn(quietly(self._controller().leader_unreachable.remote(p.topic, p.partition, epoch)))
-                await asyncio.sleep(REPLICA_BACKOFF_S)
-                continue
-            except (asyncio.TimeoutError, ray.exceptions.RayError):
-                await asyncio.sleep(REPLICA_BACKOFF_S)
-                continue
-            if p.leader_epoch != epoch or p.is_leader:
-                return
-            error = error_of(response)
-            if isinstance(error, OffsetOutOfRangeError) and p.log.log_end_offset < response.log_start_offset:
-                p.reset_to_leader_start(response.log_start_offset)
-            elif isinstance(error, OffsetOutOfRangeError) and p.log.log_end_offset > response.log_end_offset >= 0:
-                p.truncate_to_leader_end(response.log_end_offset)
-            elif error is not None:
-                await asyncio.sleep(REPLICA_BACKOFF_S)  # fenced or not leader: a new state is on its way
+                if isinstance(request, EpochQuery):
+                    call = leader.end_offset_for_epoch.remote(request.epoch)
+                    answer = EpochAnswer(*await asyncio.wait_for(call, PEER_CALL_TIMEOUT_S))
+                else:
+                    answer = await asyncio.wait_for(leader.fetch.remote(request), PEER_CALL_TIMEOUT_S)
+            except (ray.exceptions.ActorDiedError, asyncio.TimeoutError):
+                then = fetcher.on_failure(request, suspect=True)
+            except ray.exceptions.RayError:
+                then = fetcher.on_failure(request, suspect=False)
             else:
-                p.append_as_follower(response.records, response.high_watermark)
+                then = fetcher.on_answer(request, answer)
                 self._notify()
-
-    async def _truncate_to(self, leader, epoch: int) -> bool:
-        p = self.partition
-        try:
-            code, found, end = await asyncio.wait_for(
-                leader.end_offset_for_epoch.remote(p.epochs.latest_epoch), PEER_CALL_TIMEOUT_S
-            )
-        except (asyncio.TimeoutError, ray.exceptions.RayError):
-            return p.leader_epoch != epoch  # give up only when the role moved on
-        if code:
-            return p.leader_epoch != epoch
-        p.truncate_to_leader(found, end)
-        return True
+            if then is Next.REPORT_LEADER:
+                # Another in-sync replica can lead while Ray restarts a dead one.
+                self._spawn(quietly(self._controller().leader_unreachable.remote(p.topic, p.partition, p.leader_epoch)))
+            if then is not Next.AGAIN:
+                await asyncio.sleep(REPLICA_BACKOFF_S)
 
     def _stop_following(self) -> None:
         if self._follower is not None:
             self._follower.cancel()
             self._follower = None
+        self._fetcher = None
 
     # --- plumbing -----------------------------------------------------------------------
 

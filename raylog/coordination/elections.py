@@ -8,15 +8,18 @@ partition epoch; a change of leader also bumps the leader epoch.
   ``unclean.leader.election.enable`` and no live ISR member, the first live replica (which
   may lose committed records: availability over consistency, as Kafka documents); else no
   leader (offline) with the ISR kept, so that a returning ISR member can lead again.
-- :func:`alter_isr`: a leader's ISR proposal, refused when its epochs are stale.
+- :func:`alter_isr`: a leader's ISR proposal, refused when its epochs are stale; answered
+  with the current state either way, and idempotent for a retry.
+- :func:`react_to_liveness`, :func:`demote`: the controller's reaction to brokers that died
+  or came back, to a replica that restarted and to a leader reported dead.
 - :func:`preferred_leader`: leadership back to the first replica when it is in sync.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from ..errors import FencedLeaderEpochError, InvalidRequestError
 from ..types import PartitionInfo
 
 NO_LEADER = -1
@@ -46,23 +49,65 @@ def remove_from_isr(info: PartitionInfo, gone: set[int]) -> PartitionInfo:
 
 
 def alter_isr(
-    info: PartitionInfo, leader: int, leader_epoch: int, partition_epoch: int, isr: tuple[int, ...]
-) -> PartitionInfo:
-    """Apply a leader's ISR proposal.
+    info: PartitionInfo,
+    leader: int,
+    leader_epoch: int,
+    partition_epoch: int,
+    isr: tuple[int, ...],
+    live: set[int] | frozenset[int],
+) -> tuple[bool, PartitionInfo]:
+    """A leader's ISR proposal: ``(accepted, the partition's state after it)``.
 
-    Raises:
-        FencedLeaderEpochError: the proposer is not the current leader, or its view is stale.
-        InvalidRequestError: the ISR leaves out the leader or names non-replicas.
+    Accepted when it comes from the current leader with the current epochs, holds the leader
+    and only replicas, and admits no broker that is not live; the partition epoch moves on.
+    A proposal made under an older partition epoch whose ISR is already the current one is a
+    retry whose answer was lost: accepted again, without a change (Kafka's controller answers
+    such a retry with the current state). Anything else is refused with the current state,
+    which tells the leader whether it is stale (newer epochs) or was simply refused (the same).
     """
-    if leader != info.leader or leader_epoch != info.leader_epoch or partition_epoch != info.partition_epoch:
-        raise FencedLeaderEpochError(
-            f"stale ISR proposal for {info.topic}-{info.partition}: leader {leader} epoch {leader_epoch}/"
-            f"{partition_epoch}, current {info.leader} epoch {info.leader_epoch}/{info.partition_epoch}"
-        )
-    if leader not in isr or not set(isr) <= set(info.replicas):
-        raise InvalidRequestError(f"ISR {list(isr)} must hold the leader and only replicas {list(info.replicas)}")
     ordered = tuple(r for r in info.replicas if r in isr)
-    return replace(info, isr=ordered, partition_epoch=info.partition_epoch + 1)
+    if (leader, leader_epoch) != (info.leader, info.leader_epoch):
+        return False, info
+    if partition_epoch != info.partition_epoch:
+        return partition_epoch < info.partition_epoch and ordered == info.isr, info
+    if leader not in isr or not set(isr) <= set(info.replicas) or not set(ordered) - set(info.isr) <= set(live):
+        return False, info
+    return True, replace(info, isr=ordered, partition_epoch=info.partition_epoch + 1)
+
+
+def react_to_liveness(
+    partitions: Iterable[PartitionInfo], live: set[int] | frozenset[int], unclean: Callable[[str], bool]
+) -> list[PartitionInfo]:
+    """The partitions that change now that ``live`` are the live brokers: a new leader where
+    the leader is not live (``unclean(topic)``: whether the topic allows unclean election),
+    and ISRs without the dead followers; an offline partition elects again once an ISR member
+    is back."""
+    changed = []
+    for info in partitions:
+        if info.leader not in live:
+            new = elect_leader(info, live, unclean(info.topic))
+            if new.leader != info.leader or new.isr != info.isr:
+                changed.append(new)
+        else:
+            new = remove_from_isr(info, set(info.replicas) - live)
+            if new is not info:
+                changed.append(new)
+    return changed
+
+
+def demote(
+    info: PartitionInfo, broker: int, live: set[int] | frozenset[int], leader_epoch: int | None = None
+) -> PartitionInfo | None:
+    """The partition after ``broker``'s replica restarted (see :func:`after_restart`) or, given
+    ``leader_epoch``, after the leader of that epoch was found dead: then only another live
+    in-sync replica may take over (None: no change; the node's death, or its restart, will
+    tell)."""
+    if leader_epoch is not None and (info.leader_epoch, info.leader) != (leader_epoch, broker):
+        return None
+    new = after_restart(info, broker, live)
+    if leader_epoch is not None and new.leader == broker:
+        return None
+    return new
 
 
 def preferred_leader(info: PartitionInfo, live: set[int]) -> PartitionInfo | None:

@@ -34,20 +34,27 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..config import TopicConfig
 from ..errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
     InvalidRequiredAcksError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
+    RaylogError,
     StorageError,
     UnknownLeaderEpochError,
 )
+from ..protocol import FetchRequest, FetchResponse, error_fields
 from ..storage import record_batch
 from ..storage.leader_epoch import UNDEFINED, LeaderEpochCache
 from ..storage.log import AppendInfo, Log, wall_clock_ms
+from ..types import PartitionInfo
 from .producer_state import NO_PRODUCER_ID, ProducerStateManager, Verdict
 
 EARLIEST_TIMESTAMP = -2
@@ -73,8 +80,14 @@ class ReadResult:
 
 @dataclass
 class _Follower:
+    """What the leader knows of one follower from its fetches (Kafka's Replica state)."""
+
     end_offset: int = -1  # unknown until it fetches
     last_caught_up_ms: int = 0
+    last_fetch_ms: int = 0
+    #: The leader's log end offset when this follower last fetched: a follower that has since
+    #: fetched up to it was caught up at the time of that previous fetch.
+    last_fetch_leader_end: int = -1
 
 
 class Partition:
@@ -102,6 +115,8 @@ class Partition:
         self.isr: tuple[int, ...] = ()
         self.followers: dict[int, _Follower] = {}
         self.pending_isr: tuple[int, ...] | None = None  # a proposal the controller has not answered
+        self.leader_epoch_start_offset = 0  # the log end offset when this replica began leading its epoch
+        self._resend_isr = False  # the pending proposal's answer never came: send it again
         self.epochs = LeaderEpochCache(log.dir)
         self.epochs.truncate_from_end(log.log_end_offset + 1)  # a crash may have cut the log
         self.high_watermark = min(self._read_high_watermark(), log.log_end_offset)
@@ -118,15 +133,35 @@ class Partition:
 
     # --- role changes (from the controller) ---------------------------------------------
 
+    def apply_state(self, state: PartitionInfo) -> bool:
+        """Take the controller's state of this partition (Kafka's LeaderAndIsr) if it is newer
+        than the one held: states and answers arrive out of order, and the same state may be
+        told twice (re-pushes, retries); only a higher ``(leader_epoch, partition_epoch)``
+        counts. Returns True when the role moved (a new leader epoch: lead it, or follow anew)."""
+        if (state.leader_epoch, state.partition_epoch) <= (self.leader_epoch, self.partition_epoch):
+            return False
+        new_epoch = state.leader_epoch != self.leader_epoch
+        if state.leader == self.broker_id:
+            self.become_leader(state.leader_epoch, state.replicas, state.isr, state.partition_epoch)
+        else:
+            self.become_follower(state.leader, state.leader_epoch, state.replicas, state.isr, state.partition_epoch)
+        return new_epoch
+
     def become_leader(
         self, leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...], partition_epoch: int = 0
     ) -> None:
-        """Lead from ``leader_epoch``: records from the LEO on belong to that epoch."""
+        """Lead from ``leader_epoch``: records from the LEO on belong to that epoch. Told again
+        with the epochs it holds (or older ones), a leader changes nothing: dropping its pending
+        ISR proposal then would let the HW pass a member the controller may be admitting."""
         was_leader = self.is_leader
-        self.leader, self.leader_epoch, self.partition_epoch = self.broker_id, leader_epoch, partition_epoch
+        if was_leader and (leader_epoch, partition_epoch) <= (self.leader_epoch, self.partition_epoch):
+            return
         self.replicas = tuple(replicas)
         self._set_isr(isr, self.followers if was_leader else {})
-        self.pending_isr = None
+        self._drop_isr_proposal()
+        if leader_epoch != self.leader_epoch or not was_leader:
+            self.leader_epoch_start_offset = self.log.log_end_offset
+        self.leader, self.leader_epoch, self.partition_epoch = self.broker_id, leader_epoch, partition_epoch
         self.epochs.assign(leader_epoch, self.log.log_end_offset)
         self._advance_high_watermark()
 
@@ -137,18 +172,46 @@ class Partition:
         self.leader, self.leader_epoch, self.partition_epoch = leader, leader_epoch, partition_epoch
         self.replicas, self.isr = tuple(replicas), tuple(isr)
         self.followers = {}
-        self.pending_isr = None
+        self._drop_isr_proposal()
 
     def apply_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
-        """The controller accepted an ISR change."""
+        """The controller accepted an ISR change (ignored when older than the state held)."""
+        if not self.is_leader or partition_epoch <= self.partition_epoch:
+            return
         self._set_isr(isr, self.followers)
         self.partition_epoch = partition_epoch
-        self.pending_isr = None
+        self._drop_isr_proposal()
         self._advance_high_watermark()
 
-    def isr_proposal_failed(self) -> None:
-        """The controller refused (or never answered) the pending ISR proposal."""
+    def isr_answer(self, proposal: tuple[int, ...], answer: tuple[bool, PartitionInfo] | None) -> bool:
+        """The controller's answer to ``proposal``: ``(accepted, its state of the partition)``,
+        or None when no answer came (a timeout: it may have been committed). Returns True when
+        the role moved (see :meth:`apply_state`).
+
+        Until the controller's word is known the proposal stays pending (the HW keeps counting
+        its members) and is sent again unchanged (:meth:`isr_to_resend`); a newer state
+        replaces it; a refusal with the epochs this leader holds means it was not applied."""
+        if answer is None:
+            if proposal == self.pending_isr:
+                self._resend_isr = True
+            return False
+        accepted, state = answer
+        if (state.leader_epoch, state.partition_epoch) > (self.leader_epoch, self.partition_epoch):
+            return self.apply_state(state)
+        if not accepted and proposal == self.pending_isr and state.leader_epoch == self.leader_epoch:
+            self._drop_isr_proposal()
+        return False
+
+    def isr_to_resend(self) -> tuple[int, ...] | None:
+        """The pending proposal, once, if its last sending got no answer."""
+        if not self._resend_isr or not self.is_leader:
+            return None
+        self._resend_isr = False
+        return self.pending_isr
+
+    def _drop_isr_proposal(self) -> None:
         self.pending_isr = None
+        self._resend_isr = False
 
     def update_config(self, config: TopicConfig) -> None:
         """The topic's config was altered: min.insync.replicas and replica.lag.time.max.ms
@@ -224,9 +287,16 @@ class Partition:
     # --- leader: fetch ------------------------------------------------------------------
 
     def read(
-        self, offset: int, max_bytes: int, replica_id: int = CONSUMER_REPLICA_ID, current_leader_epoch: int = -1
+        self,
+        offset: int,
+        max_bytes: int,
+        replica_id: int = CONSUMER_REPLICA_ID,
+        current_leader_epoch: int = -1,
+        record_fetch: bool = True,
     ) -> ReadResult:
         """Batches from ``offset``: below the HW for consumers, below the LEO for followers.
+        A follower's fetch offset is recorded as its log end (``record_fetch``: once per
+        request, not again when a long poll reads anew, as Kafka's delayed fetch does).
 
         Raises:
             NotLeaderOrFollowerError, FencedLeaderEpochError, UnknownLeaderEpochError,
@@ -235,7 +305,10 @@ class Partition:
         self._check_epoch(current_leader_epoch)
         self._require_leader()
         if replica_id != CONSUMER_REPLICA_ID:
-            self._follower_fetched(replica_id, offset)
+            if record_fetch:
+                self._follower_fetched(replica_id, offset)
+            elif offset > self.log.log_end_offset:
+                raise OffsetOutOfRangeError(f"follower {replica_id} fetch offset {offset} is past the log end")
             limit = None
         else:
             limit = self.high_watermark
@@ -248,15 +321,60 @@ class Partition:
         follower = self.followers.get(replica_id)
         if follower is None:
             raise NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {self.name}")
-        if offset > self.log.log_end_offset:
+        end = self.log.log_end_offset
+        if offset > end:
             raise OffsetOutOfRangeError(f"follower {replica_id} fetch offset {offset} is past the log end")
+        now = self._clock()
         follower.end_offset = offset
-        if offset >= self.log.log_end_offset:
-            follower.last_caught_up_ms = self._clock()
+        # Caught up now at the log end; or, at the end as of its previous fetch, caught up as of
+        # then (under steady load a follower is always one fetch behind the current end).
+        if offset >= end:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, now)
+        elif offset >= follower.last_fetch_leader_end:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        follower.last_fetch_leader_end, follower.last_fetch_ms = end, now
         self._advance_high_watermark()
 
     def _result(self, data: bytes) -> ReadResult:
         return ReadResult(data, self.high_watermark, self.log.log_start_offset, self.log.log_end_offset)
+
+    def fetch(self, request: FetchRequest, record_fetch: bool = True) -> FetchResponse:
+        """A fetch request's response (errors as codes), read at once: :meth:`read` as the
+        replica actor answers it, each time its long poll reads."""
+        try:
+            result = self.read(
+                request.offset, request.max_bytes, request.replica_id, request.current_leader_epoch, record_fetch
+            )
+        except Exception as exc:  # noqa: BLE001 — every error travels back as a code
+            return FetchResponse(
+                **error_fields(exc),
+                leader_epoch=self.leader_epoch,
+                log_start_offset=self.log.log_start_offset,
+                log_end_offset=self.log.log_end_offset,
+            )
+        return FetchResponse(
+            high_watermark=result.high_watermark,
+            log_start_offset=result.log_start_offset,
+            log_end_offset=result.log_end_offset,
+            leader_epoch=self.leader_epoch,
+            records=np.frombuffer(result.data, dtype=np.uint8),
+        )
+
+    def replication_done(self, end_offset: int, leader_epoch: int) -> tuple[bool, RaylogError | None]:
+        """Whether an acks=all produce appended (or found already appended, a retry) in
+        ``leader_epoch`` below ``end_offset`` is answered now: ``(done, error)``. Done once the
+        HW covers it (every ISR member has it), failed with NOT_ENOUGH_REPLICAS_AFTER_APPEND if
+        the ISR shrank below min.insync.replicas meanwhile, or with NOT_LEADER_OR_FOLLOWER if
+        leadership moved first (Kafka's delayed produce)."""
+        if not self.is_leader or self.leader_epoch != leader_epoch:
+            return True, NotLeaderOrFollowerError(f"{self.name}: leadership moved before the ISR had the batch")
+        if self.high_watermark < end_offset:
+            return False, None
+        if not self.enough_replicas():
+            return True, NotEnoughReplicasAfterAppendError(
+                f"{self.name}: written, but the ISR {list(self.isr)} shrank below min.insync.replicas"
+            )
+        return True, None
 
     def propose_isr(self) -> tuple[int, ...] | None:
         """The ISR this leader wants now, recorded as pending until the controller answers;
@@ -271,7 +389,6 @@ class Partition:
     def _wanted_isr(self) -> tuple[int, ...] | None:
         now = self._clock()
         lag_ms = self.config.replica_lag_time_max_ms
-        epoch_start = self.epochs.end_offset_for(self.leader_epoch - 1, self.log.log_end_offset)[1]
         wanted = [self.broker_id]
         for r in self.replicas:
             follower = self.followers.get(r)
@@ -281,7 +398,7 @@ class Partition:
                 if now - follower.last_caught_up_ms <= lag_ms:
                     wanted.append(r)
             elif (
-                follower.end_offset >= max(self.high_watermark, epoch_start if epoch_start >= 0 else 0)
+                follower.end_offset >= max(self.high_watermark, self.leader_epoch_start_offset)
                 and now - follower.last_caught_up_ms <= lag_ms
             ):
                 wanted.append(r)
@@ -293,12 +410,35 @@ class Partition:
         self._require_leader()
         return self.epochs.end_offset_for(epoch, self.log.log_end_offset)
 
-    def list_offset(self, timestamp_ms: int) -> tuple[int, int]:
+    def answer_epoch_query(self, epoch: int) -> tuple[int, int, int]:
+        """:meth:`end_offset_for_epoch` as a follower is answered: ``(error_code, epoch', end)``."""
+        try:
+            found, end = self.end_offset_for_epoch(epoch)
+        except Exception as exc:  # noqa: BLE001
+            return error_fields(exc)["error_code"], -1, -1
+        return 0, found, end
+
+    def list_offset(self, timestamp_ms: int, current_leader_epoch: int = -1) -> tuple[int, int]:
         """``(offset, timestamp_ms)`` for EARLIEST / LATEST or the first record at or after
-        ``timestamp_ms``; ``(-1, -1)`` when no committed record is that recent."""
+        ``timestamp_ms``; ``(-1, -1)`` when no committed record is that recent.
+
+        A new leader's HW may lag what its predecessor had exposed: until it reaches the
+        start of this leader's epoch, LATEST and time look-ups are refused with the retriable
+        OFFSET_NOT_AVAILABLE, so that no client sees the end of the log go back (KIP-207).
+
+        Raises:
+            NotLeaderOrFollowerError, FencedLeaderEpochError, UnknownLeaderEpochError,
+            OffsetNotAvailableError.
+        """
+        self._check_epoch(current_leader_epoch)
         self._require_leader()
         if timestamp_ms == EARLIEST_TIMESTAMP:
             return self.log.log_start_offset, -1
+        if self.high_watermark < self.leader_epoch_start_offset:
+            raise OffsetNotAvailableError(
+                f"{self.name}: leader epoch {self.leader_epoch} starts at {self.leader_epoch_start_offset}, "
+                f"the HW is still {self.high_watermark}"
+            )
         if timestamp_ms == LATEST_TIMESTAMP:
             return self.high_watermark, -1
         found = self.log.offsets_for_time(timestamp_ms)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from raylog.coordination.elections import (
     NO_LEADER,
     alter_isr,
@@ -13,7 +11,6 @@ from raylog.coordination.elections import (
     preferred_leader,
     remove_from_isr,
 )
-from raylog.errors import FencedLeaderEpochError, InvalidRequestError
 from raylog.types import PartitionInfo
 
 
@@ -39,15 +36,26 @@ def test_no_live_isr_member_means_offline_unless_unclean():
 
 
 def test_isr_proposals_are_fenced_by_epochs():
-    """Only the current leader with current epochs may change the ISR, and never drop itself."""
-    current = info()
-    assert alter_isr(current, 0, 3, 7, (0, 2)).isr == (0, 2)
-    for leader, epoch, partition_epoch in ((1, 3, 7), (0, 2, 7), (0, 3, 6)):
-        with pytest.raises(FencedLeaderEpochError):
-            alter_isr(current, leader, epoch, partition_epoch, (0, 2))
-    with pytest.raises(InvalidRequestError):
-        alter_isr(current, 0, 3, 7, (1, 2))
-    assert remove_from_isr(current, {2}).isr == (0, 1)
+    """Only the current leader with current epochs may change the ISR, never dropping itself
+    nor admitting a broker that is not live; every answer carries the current state."""
+    current, live = info(isr=(0, 1)), {0, 1, 2}
+    accepted, new = alter_isr(current, 0, 3, 7, (0, 1, 2), live)
+    assert accepted and (new.isr, new.partition_epoch) == ((0, 1, 2), 8)
+    for leader, epoch, partition_epoch in ((1, 3, 7), (0, 2, 7), (0, 3, 6), (0, 3, 8)):
+        assert alter_isr(current, leader, epoch, partition_epoch, (0,), live) == (False, current)
+    assert alter_isr(current, 0, 3, 7, (1, 2), live) == (False, current)  # without the leader
+    assert alter_isr(current, 0, 3, 7, (0, 1, 2), {0, 1}) == (False, current)  # 2 is not live
+    assert remove_from_isr(current, {1}).isr == (0,)
+
+
+def test_a_retried_isr_proposal_is_answered_with_the_state_it_made():
+    """Defect 3: a proposal whose answer was lost is sent again under the partition epoch it was
+    made in; the controller, which committed it, answers with that state instead of a refusal."""
+    before = info(isr=(0, 1))
+    accepted, after = alter_isr(before, 0, 3, 7, (0, 1, 2), {0, 1, 2})
+    assert accepted
+    assert alter_isr(after, 0, 3, 7, (0, 1, 2), {0, 1, 2}) == (True, after)
+    assert alter_isr(after, 0, 3, 7, (0, 2), {0, 1, 2}) == (False, after)  # not what it is now
 
 
 def test_preferred_leader_and_imbalance():

@@ -1,0 +1,150 @@
+"""The follower's side of replication for one partition (Kafka's AbstractFetcherThread, for
+one partition): what it asks its leader next and what it does with the answer (no I/O).
+
+The replica actor, and the seeded simulation, run the same loop around it::
+
+    request = fetcher.next_request()        # None: the role moved on, stop
+    answer = <send request to the leader>   # or a failure: on_failure(request, suspect)
+    next = fetcher.on_answer(request, answer)
+    BACKOFF: pause before the next request; REPORT_LEADER: ask the controller to check first.
+
+A fetcher follows one leader in one leader epoch. Before its first fetch it asks the leader
+where its own latest epoch ends there and truncates what diverged (KIP-101); then each fetch
+asks from its log end offset, appends the leader's batches unchanged and takes the leader's
+high watermark. An answer that reports the follower out of the leader's range resets or cuts
+its log; a corrupt batch, a full or failing disk, a fenced or moved leader: the error is
+logged and counted and the same fetch is made again after a pause. The loop never ends on an
+error, only when the role moves on.
+
+Concurrency: single-threaded (the replica actor's event loop); one request out at a time.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+
+from ..errors import OffsetOutOfRangeError, RaylogError
+from ..protocol import FetchRequest, FetchResponse, error_of
+from .partition import Partition
+
+log = logging.getLogger(__name__)
+
+#: A follower's fetch: large, and long-polling at the leader.
+REPLICA_FETCH_MAX_BYTES = 8 << 20
+REPLICA_FETCH_MAX_WAIT_MS = 500
+
+
+class Next(enum.Enum):
+    """What the loop does after an answer."""
+
+    AGAIN = "again"  # send the next request now
+    BACKOFF = "backoff"  # pause first (the leader may be moving, or an error may clear)
+    REPORT_LEADER = "report_leader"  # ask the controller to check the leader, then pause
+
+
+@dataclass(frozen=True)
+class EpochQuery:
+    """Ask the leader where ``epoch`` (this follower's latest) ends in its log."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
+class EpochAnswer:
+    error_code: int
+    epoch: int
+    end_offset: int
+
+
+class FollowerFetcher:
+    """See the module docstring."""
+
+    def __init__(self, partition: Partition, leader: int, leader_epoch: int):
+        self.partition = partition
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.truncated = False
+        self.errors = 0  # failed answers and calls since this fetcher started
+        self.last_error: str | None = None
+
+    @property
+    def active(self) -> bool:
+        p = self.partition
+        return p.leader == self.leader and p.leader_epoch == self.leader_epoch and not p.is_leader
+
+    def next_request(self) -> EpochQuery | FetchRequest | None:
+        if not self.active:
+            return None
+        p = self.partition
+        if not self.truncated:
+            return EpochQuery(p.epochs.latest_epoch)
+        return FetchRequest(
+            p.log.log_end_offset,
+            REPLICA_FETCH_MAX_BYTES,
+            1,
+            REPLICA_FETCH_MAX_WAIT_MS,
+            replica_id=p.broker_id,
+            current_leader_epoch=self.leader_epoch,
+        )
+
+    def on_answer(self, request: EpochQuery | FetchRequest, answer: EpochAnswer | FetchResponse) -> Next:
+        """Act on the leader's answer to ``request`` (ignored if the role moved on meanwhile)."""
+        if not self.active:
+            return Next.AGAIN  # next_request says stop
+        try:
+            if isinstance(request, EpochQuery):
+                return self._on_epoch_end(answer)
+            return self._on_fetch(request, answer)
+        except RaylogError as exc:  # a corrupt batch, a disk error: log it, pause, fetch again
+            return self._failed(f"{type(exc).__name__}: {exc}", logging.ERROR)
+        except Exception as exc:  # noqa: BLE001 — a bug must not end replication silently either
+            log.exception("%s: unexpected error on leader %d's answer", self.partition.name, self.leader)
+            return self._failed(f"{type(exc).__name__}: {exc}", logging.DEBUG)
+
+    def on_failure(self, request: EpochQuery | FetchRequest, suspect: bool) -> Next:
+        """The call failed. ``suspect``: the leader's process is gone (Ray says so) or gave no
+        answer in time (hung, paused, or its node is going): the controller is asked to check
+        it (and to move leadership if it finds it dead too). Otherwise (the actor is briefly
+        unavailable) the same request is made again after a pause."""
+        if not self.active:
+            return Next.AGAIN
+        self._failed(f"no answer from leader {self.leader}", logging.WARNING if suspect else logging.DEBUG)
+        return Next.REPORT_LEADER if suspect else Next.BACKOFF
+
+    def _on_epoch_end(self, answer: EpochAnswer) -> Next:
+        if answer.error_code:
+            return self._failed(f"epoch query refused with code {answer.error_code}", logging.DEBUG)
+        p = self.partition
+        before = p.log.log_end_offset
+        after = p.truncate_to_leader(answer.epoch, answer.end_offset)
+        if after < before:
+            log.info("%s: truncated from %d to %d to follow leader %d", p.name, before, after, self.leader)
+        self.truncated = True
+        return Next.AGAIN
+
+    def _on_fetch(self, request: FetchRequest, response: FetchResponse) -> Next:
+        p = self.partition
+        error = error_of(response)
+        if isinstance(error, OffsetOutOfRangeError) and request.offset < response.log_start_offset:
+            log.info("%s: leader starts at %d, past our end: restarting there", p.name, response.log_start_offset)
+            p.reset_to_leader_start(response.log_start_offset)
+            return Next.AGAIN
+        if isinstance(error, OffsetOutOfRangeError) and request.offset > response.log_end_offset >= 0:
+            log.warning("%s: our log runs past leader %d's end %d: cut", p.name, self.leader, response.log_end_offset)
+            p.truncate_to_leader_end(response.log_end_offset)
+            return Next.AGAIN
+        if error is not None:
+            # Fenced or no longer leading: the controller's new state is on its way.
+            return self._failed(f"fetch refused: {error.name}: {error}", logging.DEBUG)
+        if request.offset != p.log.log_end_offset:
+            return Next.AGAIN  # our log moved meanwhile (a truncation): fetch again from its end
+        p.append_as_follower(response.records, response.high_watermark)
+        return Next.AGAIN
+
+    def _failed(self, reason: str, level: int) -> Next:
+        self.errors += 1
+        self.last_error = reason
+        log.log(level, "%s: fetch from leader %d failed: %s", self.partition.name, self.leader, reason)
+        return Next.BACKOFF
