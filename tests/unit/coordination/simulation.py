@@ -1,33 +1,58 @@
-"""A deterministic simulation of one partition replicated on brokers 0, 1 and 2 (no Ray, no threads).
+"""A deterministic simulation of one partition replicated on brokers 0, 1 and 2 that runs
+raylog's own replication code over an in-memory transport (no Ray, no threads, no sleeps).
 
-Each broker holds a real :class:`Partition` over its own :class:`Log` in a temporary directory. The
-:class:`Cluster` plays everything around them, one step at a time:
+What decides is the shipped code: every running replica process holds a real
+:class:`Partition` over a real :class:`Log` in a temporary directory and, while it follows, a
+:class:`FollowerFetcher`; the controller decides through :mod:`raylog.coordination.elections`.
+The simulation plays only what the actors do around them, the I/O:
 
-- the controller: owns the :class:`PartitionInfo` (the single writer of leader, leader epoch and ISR),
-  changes it only through :mod:`raylog.coordination.elections` and tells the live replicas at once;
-- the transport: direct method calls, of which a fetch response may be lost;
-- the clients: a producer whose batches count as acknowledged as a Kafka broker would answer them;
-- the faults: process crashes (files intact) and machine crashes (the unflushed tail of the last
-  segment cut at a random byte; never of the only ISR member, see ``may_lose_unflushed``), at most
-  one broker down at a time;
-- time: a :class:`FakeClock` moved by the simulation (``replica.lag.time.max.ms`` does the rest).
+- Transport: every call is a message in flight, delivered after any number of other steps
+  (calls are delayed and reordered) or lost. A caller that stops waiting (a timeout) drops the
+  answer, but its request may still reach its target later, as a Ray call does.
+- Replica processes: their loops as :class:`PartitionReplicaActor` runs them (the follower's
+  fetch loop, the leader's ISR proposals, its delayed acks=all answers). A process may crash
+  (its files stay; it restarts, takes no role, and reports to the controller until it gets its
+  state in the answer), be paused (SIGSTOP: it handles nothing until resumed) or lose its
+  machine (the unflushed tail of its last segment is cut, the controller sees the node die and,
+  later, come back; never the last in-sync replica, see ``may_lose_unflushed``).
+- The controller: one :class:`PartitionInfo` and the live brokers. It journals (here: keeps)
+  each change, pushes it to the replicas (pushes are calls too: delayed, reordered, lost, sent
+  again with the same epochs), answers ISR proposals and restart reports, and checks a leader
+  that a follower reports unreachable before it moves leadership.
+- Clients: an idempotent producer whose batch is retried until answered (a retry may reach the
+  leader that has it already), plain acks=all sends, and 'latest' offset look-ups.
 
-``step()`` draws the next step from ``random.Random(seed)``; every step kind is also a method with
-explicit arguments, so a test can play a scenario step by step. ``check_invariants()`` raises
-``AssertionError`` naming the broken invariant; ``trace`` tells what happened, step by step.
+``step()`` draws the next step from ``random.Random(seed)``; every kind of step is also a
+method, so a test can play a scenario step by step. ``check_invariants()`` raises
+``AssertionError`` naming the broken invariant; ``report()`` tells what happened.
+
+Run many seeds: ``python -m tests.unit.coordination.simulation --schedules 10000``.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
+import itertools
+import logging
+import multiprocessing
 import os
 import random
-from dataclasses import dataclass, field, replace
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from raylog.config import TopicConfig
-from raylog.coordination.elections import NO_LEADER, alter_isr, elect_leader, preferred_leader, remove_from_isr
-from raylog.coordination.partition import Partition
-from raylog.errors import FencedLeaderEpochError, InvalidRequestError, NotEnoughReplicasError
+from raylog.coordination import elections
+from raylog.coordination.elections import NO_LEADER
+from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
+from raylog.coordination.partition import LATEST_TIMESTAMP, Partition, SequenceGap
+from raylog.errors import RaylogError
+from raylog.protocol import FetchRequest
 from raylog.storage import record_batch
 from raylog.storage.log import Log
 from raylog.types import PartitionInfo
@@ -35,63 +60,129 @@ from tests.unit.conftest import FakeClock
 
 BROKERS = (0, 1, 2)
 TOPIC = "sim"
+CONTROLLER = -1
+PRODUCER_ID = 7
 FETCH_MAX_BYTES = (1, 300, 1 << 20)  # 1: exactly one batch per fetch
+#: A follower's pause after a failed fetch (the actor's REPLICA_BACKOFF_S).
+BACKOFF_MS = 100
+#: How long a leader holds a follower's fetch that finds nothing new (REPLICA_FETCH_MAX_WAIT_MS).
+LONG_POLL_MS = 500
+#: At most this many messages in flight: further sends wait (the steps deliver or lose some first).
+MAX_IN_FLIGHT = 24
 
 #: Relative weights of the random step kinds.
 STEP_WEIGHTS = {
-    "produce": 24,
-    "fetch": 36,
-    "maintain_isr": 12,
-    "tick": 14,
-    "crash": 3,
-    "restart": 8,
-    "elect_preferred": 3,
+    "deliver": 400,
+    "lose": 4,
+    "follow": 50,
+    "time_out": 3,
+    "housekeeping": 16,
+    "send": 28,
+    "produce": 16,
+    "list_latest": 4,
+    "repush": 6,
+    "tick": 10,
+    "crash": 2,
+    "machine_crash": 2,
+    "pause": 2,
+    "resume": 10,
+    "restart": 20,
+    "node_back": 12,
+    "elect_preferred": 2,
 }
+#: The faults, whose weights each run scales by one of FAULT_SCALES (drawn from its seed): some
+#: runs see a fault every few hundred steps, others one every few dozen.
+FAULTS = ("lose", "time_out", "crash", "machine_crash", "pause")
+FAULT_SCALES = (0.25, 0.5, 1, 2, 4)
 
 
 def _step(method):
-    """A step method: once it is done, the leaders answer the produce requests they can."""
+    """A step method: once it is done, the leaders answer the long-polling fetches and the
+    produce requests they can."""
 
     @functools.wraps(method)
     def run(self, *args, **kwargs):
         self.actions += 1
         result = method(self, *args, **kwargs)
-        self.complete_pending()
+        self.complete_fetches()
+        self.complete_produce_requests()
         return result
 
     return run
 
 
 @dataclass
+class Message:
+    """A call (or its answer) in flight."""
+
+    id: int
+    kind: str
+    src: int  # broker, or CONTROLLER
+    dst: int
+    payload: Any
+    src_incarnation: int = -1  # the sending process (answers go back to it only)
+    reply_to: int = -1  # for an answer: the id of the request
+
+
+@dataclass
 class Pending:
-    """An acks=all produce request waiting in its leader's purgatory."""
+    """An acks=all produce waiting in its leader's purgatory (Kafka's delayed produce)."""
 
-    leader: int
-    generation: int  # the leader's incarnation (a restart makes a new Partition)
+    request_id: int
+    end_offset: int
     leader_epoch: int
-    records: list[tuple[int, bytes]]  # (offset, value)
+    first_offset: int
 
-    @property
-    def last_offset(self) -> int:
-        return self.records[-1][0]
+
+@dataclass
+class Replica:
+    """One replica process: its partition, and the state of the actor's loops around it."""
+
+    broker: int
+    incarnation: int
+    partition: Partition
+    fetcher: FollowerFetcher | None = None
+    request: tuple[int, EpochQuery | FetchRequest] | None = None  # awaiting an answer
+    backoff_until_ms: int = 0
+    awaiting_role: bool = False  # restarted: no role until the controller answers its report
+    report: int | None = None  # the restart report in flight
+    paused: bool = False
+    purgatory: list[Pending] = field(default_factory=list)
+    parked: list[tuple[Message, int]] = field(default_factory=list)  # long-polling fetches, deadline (ms)
+    isr_requests: dict[int, tuple[int, ...]] = field(default_factory=dict)  # message id -> proposal
+
+
+@dataclass
+class Batch:
+    """The idempotent producer's batch: sent, retried with the same sequence, until answered."""
+
+    sequence: int
+    values: list[bytes]
+    attempt: int | None = None  # the message id of the attempt it waits on
 
 
 @dataclass
 class Stats:
     produced: int = 0
     acknowledged: int = 0
-    refused: int = 0  # NotEnoughReplicas and the like: never acknowledged
-    failed_after_append: int = 0  # HW reached, but the ISR had shrunk below min.insync.replicas
+    refused: int = 0
+    retries: int = 0
+    duplicates: int = 0  # retries the leader found already appended
+    failed_after_append: int = 0
     fetches: int = 0
-    lost_responses: int = 0
+    lost_messages: int = 0
+    timeouts: int = 0
     isr_changes: int = 0
-    stale_isr_proposals: int = 0
+    refused_isr_proposals: int = 0
     leader_changes: int = 0
     crashes: int = 0
     machine_crashes: int = 0
+    pauses: int = 0
     bytes_lost: int = 0
     offline_steps: int = 0
     truncations: int = 0
+    latest_answers: int = 0
+    offsets_not_available: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
@@ -105,8 +196,7 @@ class Cluster:
         *,
         properties: dict | None = None,
         acks: int = -1,
-        loss_probability: float = 0.15,
-        machine_crash_probability: float = 0.4,
+        weights: dict[str, int] | None = None,
     ):
         self.directory = directory
         self.seed = seed
@@ -121,292 +211,381 @@ class Cluster:
             }
         )
         self.acks = acks
-        self.loss_probability = loss_probability
-        self.machine_crash_probability = machine_crash_probability
-        # The controller's state: the single writer of leader, leader epoch and ISR.
+        scale = self.rng.choice(FAULT_SCALES)
+        self.weights = {k: w * scale if k in FAULTS else w for k, w in STEP_WEIGHTS.items()}
+        self.weights.update(weights or {})
+        # The controller: the single writer of leader, leader epoch and ISR.
         self.info = PartitionInfo(TOPIC, 0, leader=0, leader_epoch=0, replicas=BROKERS, isr=BROKERS)
-        self.replicas: dict[int, Partition | None] = {}
-        self.generation = dict.fromkeys(BROKERS, 0)
-        self.must_truncate: set[int] = set()  # followers that have not asked their new leader where to cut yet
-        self.pending: list[Pending] = []
-        self.inflight_isr: tuple[int, int, int, tuple[int, ...]] | None = None  # (leader, epochs, ISR)
-        self.acknowledged: dict[int, bytes] = {}  # offset -> value, every record a client was told is safe
+        self.live = set(BROKERS)  # brokers whose node is up (the controller's view)
+        self.replicas: dict[int, Replica | None] = {}
+        self.incarnations = dict.fromkeys(BROKERS, 0)
+        self.in_flight: dict[int, Message] = {}
+        self._ids = itertools.count()
+        self.batch: Batch | None = None
+        self.next_sequence = 0
         self.next_value = 0
+        self.acknowledged: dict[int, bytes] = {}  # offset -> value, every record a client was told is safe
+        self.sent_values: dict[int, list[bytes]] = {}  # produce request id -> values (plain sends)
+        self._produce_requests: dict[int, Message] = {}  # acks=all requests in the leaders' purgatories
+        self.idempotent_values: set[bytes] = set()
+        self.latest_answers: list[tuple[int, int]] = []  # (leader epoch, offset) a client was told
         self.stats = Stats()
         self.trace: list[str] = []
-        self.steps = 0  # random steps drawn
-        self.actions = 0  # step methods run (the trace's numbers)
+        self.steps = 0
+        self.actions = 0
         # What the invariants remember between steps.
-        self._epoch_leaders: dict[int, int] = {}  # leader epoch -> the broker that led it
-        self._max_led_epoch = -1
+        self._epoch_leaders: dict[int, int] = {}
+        self._checked: tuple | None = None  # the state the log-content checks last passed on
         self._controller_epoch = self.info.leader_epoch
-        self._replica_epochs: dict[tuple[int, int], int] = {}  # (broker, generation) -> leader epoch seen
-        self._leader_hw: dict[tuple[int, int, int], int] = {}  # (broker, generation, epoch) -> HW
-        self._contents: dict[int, list[bytes]] = {}  # broker -> values by offset, read from its log
+        self._replica_epochs: dict[tuple[int, int], int] = {}
+        self._leader_hw: dict[tuple[int, int, int], int] = {}
+        self._contents: dict[int, list[bytes]] = {}
         for broker in BROKERS:
-            self.replicas[broker] = self._open(broker)
-        self._publish(self.info)
+            self.replicas[broker] = self._start(broker)
+            self._take(self.replicas[broker], self.info)
 
     # --- the random driver ----------------------------------------------------------------
 
     def step(self) -> None:
-        """One random step (one that cannot happen now, such as a second crash, is skipped)."""
-        kinds = list(STEP_WEIGHTS)
-        kind = self.rng.choices(kinds, weights=[STEP_WEIGHTS[k] for k in kinds])[0]
+        """One random step (one that cannot happen now, such as a second crash, does nothing)."""
+        kinds = list(self.weights)
+        kind = self.rng.choices(kinds, weights=[self.weights[k] for k in kinds])[0]
         self.stats.by_kind[kind] = self.stats.by_kind.get(kind, 0) + 1
-        if kind == "produce":
-            self.produce(self.rng.randint(1, 5))
-        elif kind == "fetch":
-            self.fetch(
-                self.rng.choice(BROKERS),
-                max_bytes=self.rng.choice(FETCH_MAX_BYTES),
-                lose=self.rng.random() < self.loss_probability,
-            )
-        elif kind == "maintain_isr":
-            self.maintain_isr(deliver=self.rng.random() < 0.6)
+        rng = self.rng
+        if kind == "deliver":
+            # Mostly the oldest deliverable message, sometimes a younger one: calls are reordered.
+            ready = self.deliverable()
+            if ready:
+                self.deliver(ready[min(int(rng.expovariate(1.0)), len(ready) - 1)])
+        elif kind == "lose" and self.in_flight:
+            self.lose(rng.choice(sorted(self.in_flight)))
+        elif kind == "follow":
+            self.follow(rng.choice(BROKERS))
+        elif kind == "time_out":
+            self.time_out(rng.choice(BROKERS))
+        elif kind == "housekeeping":
+            self.housekeeping(rng.choice(BROKERS))
+        elif kind == "send":
+            self.send(rng.randint(1, 4))
+        elif kind == "produce":
+            self.produce(rng.randint(1, 3))
+        elif kind == "list_latest":
+            self.list_latest()
+        elif kind == "repush":
+            self.repush(rng.choice(BROKERS))
         elif kind == "tick":
-            self.tick(self.rng.choice((0, 50, 200, 400, 700, 1200)))
+            self.tick(rng.choice((50, 200, 400, 700, 1200)))
         elif kind == "crash" and not self.down:
-            broker = self.rng.choice(BROKERS)
-            machine = self.rng.random() < self.machine_crash_probability and self.may_lose_unflushed(broker)
-            self.crash(broker, machine=machine, cut=self.rng.random())
-        elif kind == "restart" and self.down:
-            self.restart(self.down[0])
+            self.crash(rng.choice(BROKERS))
+        elif kind == "machine_crash" and not self.down:
+            broker = rng.choice(BROKERS)
+            # The last in-sync replica's machine dies without losing what it wrote (see may_lose_unflushed).
+            self.machine_crash(broker, cut=rng.random() if self.may_lose_unflushed(broker) else 1.0)
+        elif kind == "pause" and not self.down:
+            self.pause(rng.choice(BROKERS))
+        elif kind == "resume":
+            paused = [b for b in BROKERS if self.replicas[b] is not None and self.replicas[b].paused]
+            if paused:
+                self.resume(rng.choice(paused))
+        elif kind == "restart":
+            gone = [b for b in BROKERS if self.replicas[b] is None and b in self.live]
+            if gone:
+                self.restart(gone[0])
+        elif kind == "node_back":
+            dead = [b for b in BROKERS if b not in self.live]
+            if dead:
+                self.node_back(dead[0])
         elif kind == "elect_preferred":
             self.elect_preferred()
-        self.clock.advance(self.rng.randint(0, 30))
+        self.clock.advance(rng.randint(0, 30))
         self.steps += 1
         if self.info.leader == NO_LEADER:
             self.stats.offline_steps += 1
 
     @property
-    def live(self) -> set[int]:
-        return {b for b, p in self.replicas.items() if p is not None}
-
-    @property
     def down(self) -> list[int]:
-        return [b for b in BROKERS if self.replicas[b] is None]
+        """Brokers whose process is not running, or paused."""
+        return [b for b in BROKERS if self.replicas[b] is None or self.replicas[b].paused]
 
     def may_lose_unflushed(self, broker: int) -> bool:
         """The fault model: a machine crash never hits the last in-sync replica.
 
         Nothing is ever fsync'd, so a machine crash of the only ISR member may take acknowledged
-        records with it wherever else they had been (Kafka's "last replica standing", KIP-966).
-        """
+        records with it wherever else they had been (Kafka's "last replica standing", KIP-966)."""
         return broker not in self.info.isr or len(self.info.isr) > 1
 
-    # --- the client ---------------------------------------------------------------------
+    def running(self, broker: int) -> Replica | None:
+        """The broker's process if it runs and is not paused."""
+        replica = self.replicas.get(broker)
+        return replica if replica is not None and not replica.paused else None
+
+    # --- the transport --------------------------------------------------------------------
+
+    def _send(self, kind: str, src: int, dst: int, payload: Any, reply_to: int = -1) -> int:
+        incarnation = self.replicas[src].incarnation if src != CONTROLLER and self.replicas[src] else -1
+        message = Message(next(self._ids), kind, src, dst, payload, incarnation, reply_to)
+        self.in_flight[message.id] = message
+        return message.id
+
+    def deliverable(self) -> list[int]:
+        """Messages that can be delivered now, oldest first (not those to a paused process)."""
+        return [
+            m.id
+            for m in self.in_flight.values()
+            if m.dst == CONTROLLER or self.replicas[m.dst] is None or not self.replicas[m.dst].paused
+        ]
 
     @_step
-    def produce(self, count: int) -> list[tuple[int, bytes]] | None:
-        """Send ``count`` new unique values to the current leader; returns (offset, value) as appended."""
-        leader = self.info.leader
-        part = self.replicas.get(leader)
-        values = [f"v{self.next_value + i}".encode() for i in range(count)]
-        self.next_value += count
-        if part is None:
-            self._log(f"produce {values}: no leader")
-            return None
-        self.stats.produced += 1
-        try:
-            info = part.append_as_leader(record_batch.build(values, now_ms=self.clock()), acks=self.acks)
-        except NotEnoughReplicasError:
-            self.stats.refused += 1
-            self._log(f"produce {values} to {leader}: not enough replicas (ISR {list(part.isr)})")
-            return None
-        records = list(zip(range(info.first_offset, info.last_offset + 1), values, strict=True))
-        self._log(
-            f"produce {values} to {leader}: offsets {info.first_offset}..{info.last_offset}, HW {part.high_watermark}"
-        )
-        if self.acks == 1:
-            self._acknowledge(records)
-        elif self.acks == -1:
-            self.pending.append(Pending(leader, self.generation[leader], part.leader_epoch, records))
-        return records
-
-    def complete_pending(self) -> None:
-        """Answer the acks=all requests whose leader's HW has passed them (Kafka's delayed produce).
-
-        A request is acknowledged only while the replica that appended it still leads in the same
-        leader epoch, its HW is past the batch and its ISR still has min.insync.replicas members
-        (else the answer is NOT_ENOUGH_REPLICAS_AFTER_APPEND). A leader that is gone or was
-        replaced answers with an error (or never): not acknowledged.
-        """
-        still = []
-        for p in self.pending:
-            part = self.replicas[p.leader]
-            if (
-                part is None
-                or self.generation[p.leader] != p.generation
-                or not part.is_leader
-                or part.leader_epoch != p.leader_epoch
-            ):
-                continue
-            if part.high_watermark <= p.last_offset:
-                still.append(p)
-            elif part.enough_replicas():
-                self._acknowledge(p.records)
-            else:
-                self.stats.failed_after_append += 1
-        self.pending = still
-
-    def _acknowledge(self, records: list[tuple[int, bytes]]) -> None:
-        self.stats.acknowledged += 1
-        self.acknowledged.update(records)
-        self._log(f"  acknowledged offsets {records[0][0]}..{records[-1][0]}")
-
-    # --- replication ----------------------------------------------------------------------
+    def lose(self, message_id: int) -> None:
+        """A message is lost. A leader whose ISR proposal (or its answer) is lost hears no answer
+        in time: as the actor after its timeout, it keeps the proposal pending and sends it again."""
+        message = self.in_flight.pop(message_id)
+        self.stats.lost_messages += 1
+        self._log(f"lost {message.kind} {message.src}->{message.dst}")
+        if message.kind in ("alter_isr", "isr_answer"):
+            proposer = message.src if message.kind == "alter_isr" else message.dst
+            request_id = message.id if message.kind == "alter_isr" else message.reply_to
+            replica = self.replicas[proposer]
+            if replica is not None and request_id in replica.isr_requests:
+                self._take_role(replica, replica.partition.isr_answer(replica.isr_requests.pop(request_id), None))
 
     @_step
-    def fetch(self, follower: int, max_bytes: int = 1 << 20, lose: bool = False) -> bool:
-        """``follower`` fetches from its leader; a lost response appends nothing. False if it could not."""
-        part = self.replicas[follower]
-        leader = self.replicas.get(self.info.leader)
-        if part is None or leader is None or follower == self.info.leader:
+    def deliver(self, message_id: int) -> None:
+        """Deliver one message in flight (a paused target leaves it in flight)."""
+        message = self.in_flight[message_id]
+        if message.dst != CONTROLLER:
+            target = self.replicas[message.dst]
+            if target is not None and target.paused:
+                return
+        del self.in_flight[message_id]
+        handler = getattr(self, f"_on_{message.kind}")
+        handler(message)
+
+    def _answer(self, request: Message, kind: str, payload: Any) -> None:
+        """Answer ``request``: only the process that sent it, still waiting for it, takes it."""
+        self._send(kind, request.dst, request.src, (request.src_incarnation, payload), reply_to=request.id)
+
+    def _answered(self, message: Message) -> tuple[Replica | None, Any]:
+        """The process an answer is for (None if it is gone), and the answer."""
+        incarnation, payload = message.payload
+        replica = self.replicas[message.dst]
+        if replica is None or replica.incarnation != incarnation:
+            return None, payload
+        return replica, payload
+
+    # --- replica processes: the follower's loop -------------------------------------------
+
+    @_step
+    def follow(self, broker: int) -> bool:
+        """The follower loop of ``broker`` sends its next request after a pause (False if it
+        sends nothing now); a restarted replica still waiting for its role reports again."""
+        replica = self.running(broker)
+        if replica is not None and replica.awaiting_role and replica.report not in self.in_flight:
+            replica.report = self._send("restarted", broker, CONTROLLER, None)
+        if replica is None or self.clock() < replica.backoff_until_ms:
             return False
-        if follower in self.must_truncate:
-            self.truncate_to_leader(follower)
-        offset = part.log.log_end_offset
-        result = leader.read(offset, max_bytes, replica_id=follower, current_leader_epoch=part.leader_epoch)
-        self.stats.fetches += 1
-        if lose:
-            self.stats.lost_responses += 1
-            self._log(f"fetch {follower} <- {self.info.leader} at {offset}: response lost")
-            return True
-        part.append_as_follower(result.data, result.high_watermark)
-        self._log(
-            f"fetch {follower} <- {self.info.leader} at {offset}: LEO {part.log.log_end_offset}, "
-            f"HW {part.high_watermark} (leader HW {leader.high_watermark})"
-        )
+        return self._send_next(replica)
+
+    def _send_next(self, replica: Replica) -> bool:
+        """The fetch loop's next request, unless one is out already or the role moved on."""
+        if replica.fetcher is None or replica.request is not None or len(self.in_flight) >= MAX_IN_FLIGHT:
+            return False
+        request = replica.fetcher.next_request()
+        if request is None:
+            replica.fetcher = None
+            return False
+        if isinstance(request, FetchRequest):
+            request = FetchRequest(
+                request.offset,
+                self.rng.choice(FETCH_MAX_BYTES),
+                request.min_bytes,
+                request.max_wait_ms,
+                replica_id=request.replica_id,
+                current_leader_epoch=request.current_leader_epoch,
+            )
+            kind = "fetch"
+        else:
+            kind = "epoch_query"
+        replica.request = (self._send(kind, replica.broker, replica.fetcher.leader, request), request)
         return True
 
-    def truncate_to_leader(self, follower: int) -> None:
-        """The follower asks its leader where its latest epoch ends and cuts what diverged (KIP-101)."""
-        part, leader = self.replicas[follower], self.replicas[self.info.leader]
-        assert part is not None and leader is not None
-        before, latest = part.log.log_end_offset, part.epochs.latest_epoch
-        epoch, end = leader.end_offset_for_epoch(latest)
-        part.truncate_to_leader(epoch, end)
-        self.must_truncate.discard(follower)
-        after = part.log.log_end_offset
-        self._contents[follower] = self._contents[follower][:after]
+    def _on_fetch(self, message: Message) -> None:
+        leader = self.replicas[message.dst]
+        if leader is None:
+            self._failed_call(message)
+            return
+        before = leader.partition.high_watermark
+        response = leader.partition.fetch(message.payload)
+        self.stats.fetches += 1
+        self._log(
+            f"fetch {message.src} <- {message.dst} at {message.payload.offset}: "
+            f"{response.error_code or len(response.records)} (HW {before} -> {response.high_watermark})"
+        )
+        if not response.error_code:
+            self._propose_isr(leader)
+        if not response.error_code and not len(response.records):
+            leader.parked.append((message, self.clock() + LONG_POLL_MS))  # the long poll waits
+        else:
+            self._answer(message, "fetch_answer", response)
+
+    def complete_fetches(self) -> None:
+        """Each running leader answers the long-polling fetches that now find data (read again,
+        without recording the fetch again) or whose wait is over, as the actor's ``_read``."""
+        for replica in self.replicas.values():
+            if replica is None or replica.paused or not replica.parked:
+                continue
+            still = []
+            for message, deadline in replica.parked:
+                response = replica.partition.fetch(message.payload, record_fetch=False)
+                if response.error_code or len(response.records) or self.clock() >= deadline:
+                    self._answer(message, "fetch_answer", response)
+                else:
+                    still.append((message, deadline))
+            replica.parked = still
+
+    def _on_epoch_query(self, message: Message) -> None:
+        leader = self.replicas[message.dst]
+        if leader is None:
+            self._failed_call(message)
+            return
+        self._answer(message, "epoch_answer", EpochAnswer(*leader.partition.answer_epoch_query(message.payload.epoch)))
+
+    def _on_fetch_answer(self, message: Message) -> None:
+        self._on_follower_answer(message)
+
+    def _on_epoch_answer(self, message: Message) -> None:
+        self._on_follower_answer(message)
+
+    def _on_follower_answer(self, message: Message) -> None:
+        replica, answer = self._answered(message)
+        if replica is None or replica.request is None or replica.request[0] != message.reply_to:
+            return  # the process is gone or stopped waiting (a timeout): the answer is dropped
+        request = replica.request[1]
+        replica.request = None
+        fetcher = replica.fetcher
+        before = replica.partition.log.log_end_offset
+        if answer is None:
+            then = fetcher.on_failure(request, suspect=True)
+        else:
+            then = fetcher.on_answer(request, answer)
+        after = replica.partition.log.log_end_offset
         if after < before:
             self.stats.truncations += 1
-        self._log(f"truncate {follower}: latest epoch {latest}, leader says ({epoch}, {end}): LEO {before} -> {after}")
+            del self._contents[replica.broker][after:]
+        self._after(replica, then)
+
+    def _failed_call(self, message: Message) -> None:
+        """A call to a process that is gone: the caller hears of it at once (Ray's ActorDiedError)."""
+        self._answer(message, "fetch_answer" if message.kind == "fetch" else "epoch_answer", None)
 
     @_step
-    def maintain_isr(self, deliver: bool = True) -> None:
-        """The leader proposes its ISR to the controller and applies it once accepted.
-
-        An earlier proposal still in flight is delivered first (the controller may have moved on
-        since: then its epochs are stale and it is refused). With ``deliver=False`` a new
-        proposal stays in flight until the next ISR maintenance.
-        """
-        if self.inflight_isr is not None:
-            self._deliver_isr_proposal(*self.inflight_isr)
-            self.inflight_isr = None
+    def time_out(self, broker: int) -> None:
+        """``broker``'s follower loop stops waiting for its request (which stays in flight)."""
+        replica = self.running(broker)
+        if replica is None or replica.request is None:
             return
-        leader = self.replicas.get(self.info.leader)
-        proposal = leader.propose_isr() if leader is not None else None
-        if proposal is None:
+        request = replica.request[1]
+        replica.request = None
+        self.stats.timeouts += 1
+        self._log(f"timeout {broker}: stops waiting for its {type(request).__name__}")
+        self._after(replica, replica.fetcher.on_failure(request, suspect=True))
+
+    def _after(self, replica: Replica, then: Next) -> None:
+        """What the fetch loop does after an answer: the next request at once, or a pause."""
+        if then is Next.REPORT_LEADER and replica.fetcher is not None:
+            self._send("leader_unreachable", replica.broker, CONTROLLER, replica.fetcher.leader_epoch)
+        if then is Next.AGAIN:
+            self._send_next(replica)
+        else:
+            replica.backoff_until_ms = self.clock() + BACKOFF_MS
+
+    # --- replica processes: roles and the leader's ISR proposals --------------------------
+
+    def _take(self, replica: Replica, state: PartitionInfo) -> None:
+        """The actor's ``_apply_state`` and ``_take_role``."""
+        self._take_role(replica, replica.partition.apply_state(state))
+
+    def _take_role(self, replica: Replica, role_moved: bool) -> None:
+        p = replica.partition
+        if p.is_leader or p.leader < 0 or p.broker_id not in p.replicas:
+            replica.fetcher, replica.request = None, None
             return
-        sent = (leader.broker_id, leader.leader_epoch, leader.partition_epoch, proposal)
-        if deliver:
-            self._deliver_isr_proposal(*sent)
-        else:
-            self.inflight_isr = sent
-            self._log(f"ISR proposal {list(proposal)} from {leader.broker_id} in flight")
-
-    def _deliver_isr_proposal(
-        self, broker: int, leader_epoch: int, partition_epoch: int, proposal: tuple[int, ...]
-    ) -> None:
-        try:
-            accepted = alter_isr(self.info, broker, leader_epoch, partition_epoch, proposal)
-        except (FencedLeaderEpochError, InvalidRequestError) as exc:
-            self.stats.stale_isr_proposals += 1
-            self._log(f"ISR proposal {list(proposal)} from {broker} refused: {exc}")
-            proposer = self.replicas.get(broker)
-            if proposer is not None and proposer.pending_isr == proposal:
-                proposer.isr_proposal_failed()
+        if replica.fetcher is not None and replica.fetcher.active and not role_moved:
             return
-        self._log(f"ISR {list(self.info.isr)} -> {list(accepted.isr)} (proposed by {broker})")
-        self.stats.isr_changes += 1
-        self.info = accepted
-        leader = self.replicas[broker]
-        assert leader is not None, "the controller accepted an ISR from a dead leader"
-        leader.apply_isr(accepted.isr, accepted.partition_epoch)
-        self._publish(accepted, followers_only=True)
+        replica.fetcher = FollowerFetcher(p, p.leader, p.leader_epoch)
+        replica.request, replica.backoff_until_ms = None, 0
+        self._send_next(replica)
+
+    def _on_push(self, message: Message) -> None:
+        replica = self.replicas[message.dst]
+        if replica is None or replica.awaiting_role:
+            return  # a push to a process that is gone, or one not yet answered, is lost
+        self._take(replica, message.payload)
 
     @_step
-    def tick(self, ms: int) -> None:
-        self.clock.advance(ms)
-        self._log(f"tick {ms} ms")
+    def housekeeping(self, broker: int) -> None:
+        """A leader's housekeeping round: it proposes an ISR change, or sends again one unanswered."""
+        replica = self.running(broker)
+        if replica is not None:
+            self._propose_isr(replica)
 
-    # --- faults ---------------------------------------------------------------------------
+    def _propose_isr(self, leader: Replica) -> None:
+        p = leader.partition
+        proposal = p.propose_isr() or p.isr_to_resend()
+        if proposal is not None:
+            message_id = self._send(
+                "alter_isr", leader.broker, CONTROLLER, (p.leader_epoch, p.partition_epoch, proposal)
+            )
+            leader.isr_requests[message_id] = proposal
+            self._log(
+                f"ISR proposal {list(proposal)} from {leader.broker} (epochs {p.leader_epoch}/{p.partition_epoch})"
+            )
 
-    @_step
-    def crash(self, broker: int, machine: bool = False, cut: float = 0.0) -> None:
-        """``broker`` dies; a machine crash also cuts its last segment at a byte in
-        [recovery point, end] chosen by ``cut`` (0: lose everything unflushed). The controller
-        notices at once."""
-        part = self.replicas[broker]
-        assert part is not None and not self.down, "at most one broker is down at a time"
-        log = part.log
-        last = log._segments[-1]
-        path, size = last.records.path, last.size
-        floor = _position_of(log, log.recovery_point)
-        for segment in log._segments:
-            segment.close()  # no flush: what reached the files stays, as after kill -9
-        self.replicas[broker] = None
-        self.generation[broker] += 1
-        self._contents.pop(broker, None)
-        self.must_truncate.discard(broker)
-        self.stats.crashes += 1
-        detail = ""
-        if machine:
-            keep = floor + round(cut * (size - floor))
-            os.truncate(path, keep)
-            self.stats.machine_crashes += 1
-            self.stats.bytes_lost += size - keep
-            detail = f" (machine: {os.path.basename(path)} cut from {size} to {keep} bytes, floor {floor})"
-        self._log(f"crash {broker}{detail}")
-        if broker == self.info.leader:
-            self._change(elect_leader(self.info, self.live, unclean=False))
-        else:
-            self._change(remove_from_isr(self.info, {broker}))
-
-    @_step
-    def restart(self, broker: int) -> None:
-        """``broker`` reopens its log (recovering it) and follows the leader, or leads an offline partition.
-
-        As the controller's ``replica_restarted``: the replica leaves the ISR and the partition
-        epoch moves on (fencing ISR proposals made before the restart) even if it was not in it.
-        """
-        assert self.replicas[broker] is None
-        self.replicas[broker] = part = self._open(broker)
-        self._log(
-            f"restart {broker}: LEO {part.log.log_end_offset}, epochs {part.epochs.entries}, "
-            f"recovery {part.log.recovery}"
-        )
-        if self.info.leader == NO_LEADER:
-            self._change(elect_leader(self.info, self.live, unclean=False))
-        else:
-            new = remove_from_isr(self.info, {broker})
-            self._change(new if new is not self.info else replace(new, partition_epoch=new.partition_epoch + 1))
-        if self.info.leader == NO_LEADER:
-            self._publish(self.info, only=broker)  # still offline: it learns so
-        elif broker != self.info.leader:
-            self.truncate_to_leader(broker)
-
-    @_step
-    def elect_preferred(self) -> None:
-        elected = preferred_leader(self.info, self.live)
-        if elected is not None:
-            self._change(elected)
+    def _on_isr_answer(self, message: Message) -> None:
+        replica, answer = self._answered(message)
+        if replica is None:
+            return
+        proposal = replica.isr_requests.pop(message.reply_to)
+        self._take_role(replica, replica.partition.isr_answer(proposal, answer))
 
     # --- the controller -------------------------------------------------------------------
 
+    def _on_alter_isr(self, message: Message) -> None:
+        leader_epoch, partition_epoch, proposal = message.payload
+        accepted, new = elections.alter_isr(self.info, message.src, leader_epoch, partition_epoch, proposal, self.live)
+        self.stats.refused_isr_proposals += not accepted
+        self._log(
+            f"controller: ISR proposal {list(proposal)} from {message.src}: {'accepted' if accepted else 'refused'}"
+        )
+        if new is not self.info:
+            self.stats.isr_changes += 1
+            self._change(new)
+        self._answer(message, "isr_answer", (accepted, new))
+
+    def _on_restarted(self, message: Message) -> None:
+        new = elections.demote(self.info, message.src, self.live)
+        self._change(new)
+        self._answer(message, "restart_answer", self.info)
+
+    def _on_restart_answer(self, message: Message) -> None:
+        replica, state = self._answered(message)
+        if replica is None or not replica.awaiting_role:
+            return
+        replica.awaiting_role = False
+        self._take(replica, state)
+
+    def _on_leader_unreachable(self, message: Message) -> None:
+        info = self.info
+        if info.leader_epoch != message.payload or info.leader not in self.live:
+            return
+        if self.running(info.leader) is not None:
+            return  # the controller's own call reaches it: alive
+        new = elections.demote(info, info.leader, self.live, message.payload)
+        if new is not None:
+            self._change(new)
+
     def _change(self, info: PartitionInfo) -> None:
+        """Journal (keep) a new state and push it to every live replica."""
         if info == self.info:
             return
         self._log(
@@ -416,43 +595,296 @@ class Cluster:
         if info.leader != self.info.leader:
             self.stats.leader_changes += 1
         self.info = info
-        self._publish(info)
-
-    def _publish(self, info: PartitionInfo, followers_only: bool = False, only: int | None = None) -> None:
-        """Tell live replicas their role; a follower of a new leader must truncate before it fetches."""
         for broker in sorted(self.live):
-            if only is not None and broker != only:
-                continue
-            part = self.replicas[broker]
-            assert part is not None
-            if broker == info.leader:
-                if not followers_only:
-                    part.become_leader(info.leader_epoch, info.replicas, info.isr, info.partition_epoch)
-                continue
-            if part.leader_epoch != info.leader_epoch and info.leader != NO_LEADER:
-                self.must_truncate.add(broker)
-            part.become_follower(info.leader, info.leader_epoch, info.replicas, info.isr, info.partition_epoch)
+            self._send("push", CONTROLLER, broker, info)
 
-    def _open(self, broker: int) -> Partition:
+    def _react_to_liveness(self) -> None:
+        for new in elections.react_to_liveness([self.info], self.live, lambda topic: False):
+            self._change(new)
+
+    @_step
+    def repush(self, broker: int) -> None:
+        """The controller tells ``broker`` the current state again (a retried push, alter_configs,
+        a healing round): the same epochs as it may hold already."""
+        if broker in self.live:
+            self._send("push", CONTROLLER, broker, self.info)
+
+    @_step
+    def elect_preferred(self) -> None:
+        elected = elections.preferred_leader(self.info, self.live)
+        if elected is not None:
+            self._change(elected)
+
+    # --- faults ---------------------------------------------------------------------------
+
+    @_step
+    def crash(self, broker: int) -> None:
+        """``broker``'s process dies (its files stay, as after kill -9); Ray restarts it later."""
+        replica = self.replicas[broker]
+        if replica is None:
+            return
+        self._stop(broker)
+        self.stats.crashes += 1
+        self._log(f"crash {broker}")
+
+    @_step
+    def machine_crash(self, broker: int, cut: float = 0.0) -> None:
+        """``broker``'s machine dies: its last segment is cut at a byte in [recovery point, end]
+        chosen by ``cut`` (0: lose everything unflushed); the controller sees the node die."""
+        replica = self.replicas[broker]
+        if replica is None:
+            return
+        log = replica.partition.log
+        last = log._segments[-1]
+        path, size = last.records.path, last.size
+        floor = _position_of(log, log.recovery_point)
+        self._stop(broker)
+        keep = floor + round(cut * (size - floor))
+        os.truncate(path, keep)
+        self.stats.machine_crashes += 1
+        self.stats.bytes_lost += size - keep
+        self._log(f"machine crash {broker}: {os.path.basename(path)} cut from {size} to {keep} bytes, floor {floor}")
+        # Calls from the dead machine's processes die with it (it is down far longer than any call lives).
+        for message_id in [m.id for m in self.in_flight.values() if m.src == broker]:
+            del self.in_flight[message_id]
+        self.live.discard(broker)
+        self._react_to_liveness()
+
+    def _stop(self, broker: int) -> None:
+        """The process is gone: its files stay (no flush), and every call waiting in it fails."""
+        replica = self.replicas[broker]
+        for segment in replica.partition.log._segments:
+            segment.close()
+        self.replicas[broker] = None
+        self._contents.pop(broker, None)
+        for message, _ in replica.parked:
+            self._failed_call(message)
+        for pending in replica.purgatory:
+            self._answer(self._produce_requests.pop(pending.request_id), "produce_answer", RaylogError("died"))
+
+    @_step
+    def pause(self, broker: int) -> None:
+        """SIGSTOP: the process handles nothing (calls to it wait) until resumed."""
+        replica = self.replicas[broker]
+        if replica is not None and not replica.paused:
+            replica.paused = True
+            self.stats.pauses += 1
+            self._log(f"pause {broker}")
+
+    @_step
+    def resume(self, broker: int) -> None:
+        replica = self.replicas[broker]
+        if replica is not None and replica.paused:
+            replica.paused = False
+            self._log(f"resume {broker}")
+
+    @_step
+    def restart(self, broker: int) -> None:
+        """Ray restarts ``broker``'s replica process: it recovers its log, takes no role and
+        reports to the controller (as the actor does after a restart)."""
+        assert self.replicas[broker] is None and broker in self.live
+        replica = self.replicas[broker] = self._start(broker)
+        replica.awaiting_role = True
+        replica.report = self._send("restarted", broker, CONTROLLER, None)
+        self._log(
+            f"restart {broker}: LEO {replica.partition.log.log_end_offset}, recovery {replica.partition.log.recovery}"
+        )
+
+    @_step
+    def node_back(self, broker: int) -> None:
+        """``broker``'s node is back: the controller registers it, its replica restarts from disk
+        (leaving the ISR until it catches up, as ``_heal_replicas``), and a new replica actor
+        starts there with the current state (a first start: no report)."""
+        assert broker not in self.live and self.replicas[broker] is None
+        self.live.add(broker)
+        self._change(elections.after_restart(self.info, broker, self.live))
+        self._react_to_liveness()
+        replica = self.replicas[broker] = self._start(broker)
+        self._take(replica, self.info)
+        self._log(f"node back {broker}: LEO {replica.partition.log.log_end_offset}")
+
+    # --- clients --------------------------------------------------------------------------
+
+    @_step
+    def send(self, count: int, retry_now: bool = False) -> None:
+        """The idempotent producer sends its batch, or sends it again (same sequence) after a
+        timeout (``retry_now``: at once) or a retriable error; a new batch only once the last one
+        was acknowledged."""
+        leader = self.info.leader
+        if leader == NO_LEADER or len(self.in_flight) >= MAX_IN_FLIGHT:
+            return
+        if self.batch is None:
+            values = [f"i{self.next_value + i}".encode() for i in range(count)]
+            self.next_value += count
+            self.batch = Batch(self.next_sequence, values)
+            self.next_sequence += count
+        elif self._waiting(self.batch.attempt) and not retry_now and self.rng.random() < 0.8:
+            return  # still waiting for the answer (a retry now is a timeout)
+        else:
+            self.stats.retries += 1
+        batch = self.batch
+        data = record_batch.build(
+            batch.values, producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=batch.sequence, now_ms=self.clock()
+        )
+        batch.attempt = self._send("produce", CONTROLLER, leader, (data, True))
+        self.stats.produced += 1
+
+    @_step
+    def produce(self, count: int) -> None:
+        """A plain (not idempotent) acks send of ``count`` new values, never retried."""
+        leader = self.info.leader
+        if leader == NO_LEADER or len(self.in_flight) >= MAX_IN_FLIGHT:
+            return
+        values = [f"v{self.next_value + i}".encode() for i in range(count)]
+        self.next_value += count
+        message_id = self._send("produce", CONTROLLER, leader, (record_batch.build(values, now_ms=self.clock()), False))
+        self.sent_values[message_id] = values
+        self.stats.produced += 1
+
+    def _waiting(self, request_id: int | None) -> bool:
+        """Whether the answer to ``request_id`` may still come: the request or its answer is in
+        flight, or it waits in a leader's purgatory."""
+        return request_id is not None and (
+            request_id in self.in_flight
+            or request_id in self._produce_requests
+            or any(m.reply_to == request_id for m in self.in_flight.values())
+        )
+
+    def _on_produce(self, message: Message) -> None:
+        replica = self.replicas[message.dst]
+        data, idempotent = message.payload
+        if replica is None:
+            self._answer(message, "produce_answer", RaylogError("the leader's process is gone"))
+            return
+        p = replica.partition
+        try:
+            outcome = p.append_as_leader(data, self.acks, accept_unknown_producer=True)
+        except SequenceGap:
+            self._answer(message, "produce_answer", RaylogError("an earlier batch never came"))
+            return
+        except RaylogError as exc:
+            self.stats.refused += 1
+            self._answer(message, "produce_answer", exc)
+            return
+        if isinstance(outcome, int):  # a retry of a batch already appended
+            self.stats.duplicates += 1
+            count = record_batch.parse_header(memoryview(data).cast("B")).record_count
+            first, end = outcome, outcome + count
+        else:
+            first, end = outcome.first_offset, outcome.last_offset + 1
+            self._propose_isr(replica)
+        self._log(f"produce at {message.dst}: offsets {first}..{end - 1}, HW {p.high_watermark}")
+        if self.acks == 1:
+            self._answer(message, "produce_answer", first)
+        else:
+            replica.purgatory.append(Pending(message.id, end, p.leader_epoch, first))
+            self._produce_requests[message.id] = message
+
+    def complete_produce_requests(self) -> None:
+        """Each running leader answers the acks=all requests whose replication is done."""
+        for replica in self.replicas.values():
+            if replica is None or replica.paused or not replica.purgatory:
+                continue
+            still = []
+            for pending in replica.purgatory:
+                done, error = replica.partition.replication_done(pending.end_offset, pending.leader_epoch)
+                if not done:
+                    still.append(pending)
+                    continue
+                self.stats.failed_after_append += error is not None
+                request = self._produce_requests.pop(pending.request_id)
+                self._answer(request, "produce_answer", error if error is not None else pending.first_offset)
+            replica.purgatory = still
+
+    def _on_produce_answer(self, message: Message) -> None:
+        _, answer = message.payload
+        values = self.sent_values.pop(message.reply_to, None)
+        batch = self.batch
+        if values is None:
+            if batch is None or batch.attempt != message.reply_to:
+                return  # an earlier attempt: the producer stopped waiting for it
+            values = batch.values
+            batch.attempt = None
+        if isinstance(answer, RaylogError):
+            self._log(f"  produce failed: {answer}")
+            return  # the idempotent batch is sent again by a later step
+        records = list(zip(range(answer, answer + len(values)), values, strict=True))
+        self.acknowledged.update(records)
+        self.stats.acknowledged += 1
+        if values and values[0].startswith(b"i"):
+            self.idempotent_values.update(values)
+            self.batch = None
+        self._log(f"  acknowledged offsets {records[0][0]}..{records[-1][0]}")
+
+    @_step
+    def list_latest(self) -> None:
+        """A client with the controller's current metadata asks the leader for the log's end."""
+        replica = self.running(self.info.leader)
+        if replica is None:
+            return
+        try:
+            offset, _ = replica.partition.list_offset(LATEST_TIMESTAMP, self.info.leader_epoch)
+        except RaylogError as exc:
+            self.stats.offsets_not_available += exc.name == "OFFSET_NOT_AVAILABLE"
+            return
+        self.stats.latest_answers += 1
+        self.latest_answers.append((replica.partition.leader_epoch, offset))
+
+    @_step
+    def tick(self, ms: int) -> None:
+        self.clock.advance(ms)
+
+    # --- scripted scenarios ---------------------------------------------------------------
+
+    def settle(self, hold: tuple[str, ...] = (), limit: int = 1000) -> None:
+        """Deliver every message in flight, oldest first, and those they cause, until none is
+        left (messages to a paused process stay, and those of the kinds in ``hold``)."""
+        for _ in range(limit):
+            ready = [i for i in self.deliverable() if self.in_flight[i].kind not in hold]
+            if not ready:
+                return
+            self.deliver(ready[0])
+        raise AssertionError(f"still messages in flight after {limit} deliveries")
+
+    def fetch_now(self, broker: int) -> bool:
+        """``broker``'s request in flight (sending one if it has none) reaches the leader and
+        the answer comes back at once (False if it has none to send)."""
+        replica = self.running(broker)
+        if replica is None or (replica.request is None and not self.follow(broker)):
+            return False
+        request_id = replica.request[0]
+        self.deliver(request_id)
+        answer = next(m.id for m in self.in_flight.values() if m.reply_to == request_id)
+        self.deliver(answer)
+        return True
+
+    def in_flight_ids(self, kind: str) -> list[int]:
+        return [m.id for m in self.in_flight.values() if m.kind == kind]
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _start(self, broker: int) -> Replica:
         log = Log.open(
             os.path.join(self.directory, f"broker-{broker}", f"{TOPIC}-0"), self.config.log_config(), clock=self.clock
         )
         self._contents[broker] = []
-        return Partition(TOPIC, 0, broker, log, self.config, clock=self.clock)
+        self.incarnations[broker] += 1
+        return Replica(
+            broker, self.incarnations[broker], Partition(TOPIC, 0, broker, log, self.config, clock=self.clock)
+        )
 
     # --- reading logs ---------------------------------------------------------------------
 
     def values(self, broker: int) -> list[bytes]:
         """Every value in ``broker``'s log by offset (read incrementally: logs only grow between cuts)."""
-        part = self.replicas[broker]
-        assert part is not None
+        part = self.replicas[broker].partition
         known = self._contents[broker]
         del known[part.log.log_end_offset :]
         known.extend(read_values(part.log, len(known)))
         return known
 
     def lost_acknowledged(self) -> list[tuple[int, bytes]]:
-        """Acknowledged records missing from the current leader's log (empty without a leader)."""
+        """Acknowledged records missing from the current leader's log (empty without one)."""
         if self.replicas.get(self.info.leader) is None:
             return []
         log = self.values(self.info.leader)
@@ -462,77 +894,113 @@ class Cluster:
 
     def check_invariants(self, reread: bool = False) -> None:
         """Raise AssertionError naming the first broken invariant; ``reread`` also re-reads every log whole."""
+        running = [b for b in BROKERS if self.replicas[b] is not None]
         if reread:
-            for broker in sorted(self.live):
-                whole = read_values(self.replicas[broker].log, 0)
+            for broker in running:
+                whole = read_values(self.replicas[broker].partition.log, 0)
                 assert whole == self.values(broker), f"broker {broker}'s log changed below its end"
-        self._check_epochs()
-        self._check_high_watermarks()
+        self._check_epochs(running)
+        self._check_high_watermarks(running)
+        self._check_latest()
+        # The checks of log contents hold or fail on what this signature covers: skip them when it
+        # did not change since they last passed (most steps change nothing they read).
+        signature = (self.info, len(self.acknowledged), *(self._replica_signature(b) for b in running))
+        if signature == self._checked and not reread:
+            return
         if self.replicas.get(self.info.leader) is not None:
             self._check_acknowledged()
-            self._check_agreement()
-            self._check_isr()
+            self._check_no_duplicates()
+            self._check_agreement(running)
+            self._check_isr(running)
+        self._checked = signature
 
-    def _check_epochs(self) -> None:
-        """1. At most one replica leads any leader epoch, and leader epochs only grow."""
+    def _replica_signature(self, broker: int) -> tuple:
+        replica = self.replicas[broker]
+        p, fetcher = replica.partition, replica.fetcher
+        truncated = fetcher is not None and fetcher.truncated and fetcher.leader_epoch
+        return broker, replica.incarnation, p.log.log_end_offset, p.high_watermark, p.leader_epoch, truncated
+
+    def _check_epochs(self, running: list[int]) -> None:
+        """1. At most one replica ever leads a leader epoch, and epochs only grow (the
+        controller's, and each replica's). A deposed leader that has not heard of its successor
+        yet still leads its older epoch: that is allowed, and 3-5 check it can do no harm."""
         assert self.info.leader_epoch >= self._controller_epoch, "1. the controller's leader epoch went down"
         self._controller_epoch = self.info.leader_epoch
-        for broker in sorted(self.live):
-            part = self.replicas[broker]
-            key = (broker, self.generation[broker])
+        for broker in running:
+            replica = self.replicas[broker]
+            part = replica.partition
+            key = (broker, replica.incarnation)
             assert part.leader_epoch >= self._replica_epochs.get(key, -1), f"1. broker {broker}'s epoch went down"
             self._replica_epochs[key] = part.leader_epoch
-            if not part.is_leader:
-                continue
-            first = self._epoch_leaders.setdefault(part.leader_epoch, broker)
-            assert first == broker, f"1. brokers {first} and {broker} both led leader epoch {part.leader_epoch}"
-            assert part.leader_epoch >= self._max_led_epoch, (
-                f"1. broker {broker} leads epoch {part.leader_epoch} after epoch {self._max_led_epoch} was led"
-            )
-            self._max_led_epoch = part.leader_epoch
+            if part.is_leader:
+                first = self._epoch_leaders.setdefault(part.leader_epoch, broker)
+                assert first == broker, f"1. brokers {first} and {broker} both led leader epoch {part.leader_epoch}"
 
-    def _check_high_watermarks(self) -> None:
+    def _check_high_watermarks(self, running: list[int]) -> None:
         """2. A leader's HW never goes down while it leads one epoch (and no HW is past its LEO)."""
-        for broker in sorted(self.live):
-            part = self.replicas[broker]
+        for broker in running:
+            replica = self.replicas[broker]
+            part = replica.partition
             assert part.high_watermark <= part.log.log_end_offset, f"2. broker {broker}'s HW is past its LEO"
             if part.is_leader:
-                key = (broker, self.generation[broker], part.leader_epoch)
+                key = (broker, replica.incarnation, part.leader_epoch)
                 before = self._leader_hw.get(key, -1)
                 assert part.high_watermark >= before, (
                     f"2. leader {broker}'s HW went down from {before} to {part.high_watermark} in epoch {key[2]}"
                 )
                 self._leader_hw[key] = part.high_watermark
 
+    def _check_latest(self) -> None:
+        """6. The log's end as told to clients never goes back: an answer from a leader of an
+        epoch is never below one given earlier by a leader of the same or an older epoch."""
+        if len(self.latest_answers) < 2:
+            return
+        epoch, offset = self.latest_answers[-1]
+        for earlier_epoch, earlier in self.latest_answers[:-1]:
+            assert earlier_epoch > epoch or earlier <= offset, (
+                f"6. latest went back from {earlier} (epoch {earlier_epoch}) to {offset} (epoch {epoch})"
+            )
+
     def _check_acknowledged(self) -> None:
         """3. Every acknowledged record is in the current leader's log at its offset."""
         lost = self.lost_acknowledged()
         assert not lost, (
             f"3. acknowledged records lost from leader {self.info.leader}'s log: {lost[:5]} "
-            f"({len(lost)} in all; its LEO {self.replicas[self.info.leader].log.log_end_offset})"
+            f"({len(lost)} in all; its LEO {self.replicas[self.info.leader].partition.log.log_end_offset})"
         )
 
-    def _check_agreement(self) -> None:
+    def _check_no_duplicates(self) -> None:
+        """7. The idempotent producer's values are in the leader's log at most once each."""
+        ours = [v for v in self.values(self.info.leader) if v.startswith(b"i")]
+        assert len(ours) == len(set(ours)), f"7. the idempotent producer's records were written twice: {ours}"
+
+    def _check_agreement(self, running: list[int]) -> None:
         """4. Replicas never diverge below the high watermark.
 
-        Below the leader's HW for a follower that has truncated to this leader; below its own HW
-        for one that has not yet: until then it may hold an uncommitted tail of an older epoch
-        that the new leader never had, as in Kafka.
-        """
+        Below the leader's HW for a follower that has truncated to this leader's epoch; below its
+        own HW for one that has not yet: until then it may hold an uncommitted tail of an older
+        epoch that the new leader never had, as in Kafka."""
         leader = self.info.leader
         ours = self.values(leader)
-        for broker in sorted(self.live - {leader}):
-            part = self.replicas[broker]
-            bound = part.high_watermark if broker in self.must_truncate else self.replicas[leader].high_watermark
+        leader_part = self.replicas[leader].partition
+        for broker in running:
+            if broker == leader:
+                continue
+            replica = self.replicas[broker]
+            fetcher = replica.fetcher
+            truncated = fetcher is not None and fetcher.truncated and fetcher.leader_epoch == leader_part.leader_epoch
+            bound = leader_part.high_watermark if truncated else replica.partition.high_watermark
             at = _first_difference(self.values(broker), ours, bound)
             assert at is None, f"4. broker {broker} diverges from leader {leader} at offset {at}, below HW {bound}"
 
-    def _check_isr(self) -> None:
-        """5. Every live member of the controller's ISR holds the committed log (what makes 3 hold
-        when the leader fails next: it is checked at once, not only once the loss shows)."""
+    def _check_isr(self, running: list[int]) -> None:
+        """5. Every running member of the controller's ISR holds the committed log (what makes 3
+        hold when the leader fails next: checked at once, not only once the loss shows)."""
         leader = self.info.leader
-        ours, hw = self.values(leader), self.replicas[leader].high_watermark
-        for broker in sorted(self.live & set(self.info.isr)):
+        ours, hw = self.values(leader), self.replicas[leader].partition.high_watermark
+        for broker in running:
+            if broker not in self.info.isr:
+                continue
             theirs = self.values(broker)
             assert len(theirs) >= hw, (
                 f"5. ISR member {broker} lacks committed records: its LEO {len(theirs)} < leader {leader}'s HW {hw}"
@@ -542,19 +1010,22 @@ class Cluster:
     # --- reporting ------------------------------------------------------------------------
 
     def state(self) -> str:
-        lines = [f"controller: {self.info}"]
+        lines = [f"controller: {self.info}, live {sorted(self.live)}"]
         for broker in BROKERS:
-            part = self.replicas[broker]
-            if part is None:
+            replica = self.replicas[broker]
+            if replica is None:
                 lines.append(f"  broker {broker}: down")
                 continue
+            part = replica.partition
             role = "leader" if part.is_leader else f"follower of {part.leader}"
             followers = {r: (f.end_offset, self.clock() - f.last_caught_up_ms) for r, f in part.followers.items()}
             lines.append(
-                f"  broker {broker}: {role}, epoch {part.leader_epoch}, LEO {part.log.log_end_offset}, "
-                f"HW {part.high_watermark}, ISR {list(part.isr)}, epochs {part.epochs.entries}"
+                f"  broker {broker}{' (paused)' if replica.paused else ''}: {role}, epoch {part.leader_epoch}/"
+                f"{part.partition_epoch}, LEO {part.log.log_end_offset}, HW {part.high_watermark}, ISR "
+                f"{list(part.isr)} (pending {part.pending_isr}), epochs {part.epochs.entries}"
                 + (f", followers (end, ms since caught up) {followers}" if followers else "")
             )
+        lines.append(f"in flight: {[(m.kind, m.src, m.dst) for m in self.in_flight.values()]}")
         return "\n".join(lines)
 
     def report(self, last: int = 40) -> str:
@@ -595,3 +1066,89 @@ def _position_of(log: Log, offset: int) -> int:
         return 0
     position = last.find_position(offset, last.size)
     return last.size if position is None else position
+
+
+# --- running many schedules -------------------------------------------------------------------
+
+
+def run(
+    directory: str, seed: int, steps: int, check: Callable[[Cluster, int], None] | None = None, **kwargs
+) -> Cluster:
+    """Play ``steps`` random steps of seed ``seed``, checking every invariant after each (or
+    calling ``check(cluster, step)`` instead); raises AssertionError with the seed and a report."""
+    cluster = Cluster(directory, seed, **kwargs)
+    for step in range(steps):
+        cluster.step()
+        try:
+            if check is not None:
+                check(cluster, step)
+            else:
+                cluster.check_invariants(reread=step % 100 == 99)
+        except AssertionError as exc:
+            raise AssertionError(f"seed {seed}, step {step}: {exc}\n{cluster.report()}") from None
+    return cluster
+
+
+def _run_seeds(args: tuple[int, int, int]) -> tuple[int, list[str], dict[str, int]]:
+    """Run seeds ``range(start, stop)``; returns (schedules run, failures, summed stats)."""
+    start, stop, steps = args
+    _no_fsync()
+    logging.disable(logging.CRITICAL)  # the replicas log every failed fetch: the trace tells more
+    failures, totals = [], {}
+    root = tempfile.mkdtemp(prefix="raylog-sim-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    try:
+        for seed in range(start, stop):
+            directory = os.path.join(root, str(seed))
+            try:
+                cluster = run(directory, seed, steps)
+                for name, value in vars(cluster.stats).items():
+                    if isinstance(value, int):
+                        totals[name] = totals.get(name, 0) + value
+            except AssertionError as exc:
+                failures.append(str(exc))
+            shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return stop - start, failures, totals
+
+
+def _no_fsync() -> None:
+    """Durability is the simulator's business (a machine crash cuts files past the recovery
+    point), so real fsyncs only cost time."""
+    os.fsync = lambda fd: None
+    os.fdatasync = lambda fd: None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedules", type=int, default=10_000, help="how many seeds to run")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=200, help="random steps per schedule")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    chunk = 50
+    jobs = [
+        (s, min(s + chunk, args.first_seed + args.schedules), args.steps)
+        for s in range(args.first_seed, args.first_seed + args.schedules, chunk)
+    ]
+    done, failures, totals = 0, [], {}
+    with multiprocessing.get_context("fork").Pool(args.workers) as pool:
+        for count, failed, stats in pool.imap_unordered(_run_seeds, jobs):
+            done += count
+            failures += failed
+            for name, value in stats.items():
+                totals[name] = totals.get(name, 0) + value
+    elapsed = time.monotonic() - started
+    print(
+        f"{done} schedules x {args.steps} steps (seeds {args.first_seed}..{args.first_seed + args.schedules - 1}) "
+        f"in {elapsed:.1f} s on {args.workers} workers: {len(failures)} failed"
+    )
+    print("totals: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())))
+    for failure in failures[:3]:
+        print("\n" + failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
