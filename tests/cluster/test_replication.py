@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import pickle
+import signal
 import threading
 import time
 
@@ -231,3 +234,41 @@ def _state_quietly(replica):
         return ray.get(replica.state.remote(), timeout=10)
     except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
         return type(exc).__name__
+
+
+def test_a_follower_keeps_fetching_after_a_corrupt_batch(multinode, replicated_topic):
+    """Defect 8: a follower that fetches a batch failing its CRC (flipped on the leader's disk)
+    logs and counts the error and fetches again, instead of ending its fetch loop for good; once
+    the leader serves it whole, the follower catches up and rejoins the ISR."""
+    cluster, brokers = multinode
+    topic = replicated_topic(**SAFE)
+    with Producer(cluster, acks="all") as producer:
+        producer.send(topic, b"before").result(timeout=30)
+    info = describe(cluster, topic)
+    handles = ray.get(cluster.controller.replica_handles.remote(topic))
+    follower = next(r for r in info.replicas if r != info.leader)
+    state = handles[(0, follower)].state
+    pid = ray.get(state.remote())["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with Producer(cluster, acks=1) as producer:
+            # The first may answer the follower's pending long poll; the second it must fetch.
+            producer.send(topic, b"first").result(timeout=30)
+            producer.send(topic, b"x" * 1000).result(timeout=30)
+        (segment,) = glob.glob(str(brokers.data_root / f"broker-{info.leader}" / f"{topic}-0*" / "*.log"))
+        with open(segment, "r+b") as f:
+            f.seek(-10, os.SEEK_END)  # inside the last batch's value: its CRC no longer matches
+            original = f.read(1)
+            f.seek(-10, os.SEEK_END)
+            f.write(bytes([original[0] ^ 0xFF]))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: follower not in describe(cluster, topic).isr, timeout_s=60, message="the follower stuck")
+    with open(segment, "r+b") as f:
+        f.seek(-10, os.SEEK_END)
+        f.write(original)
+    leader_end = ray.get(handles[(0, info.leader)].state.remote())["log_end_offset"]
+    wait_until(lambda: ray.get(state.remote())["log_end_offset"] == leader_end, timeout_s=60, message="catching up")
+    wait_until(lambda: follower in describe(cluster, topic).isr, timeout_s=60, message="rejoining the ISR")
+    fetched = ray.get(state.remote())
+    assert fetched["fetch_errors"] > 0 and "CorruptRecordError" in fetched["last_fetch_error"]
