@@ -268,3 +268,9 @@ class IllegalStateError(RaylogError):
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """auto_offset_reset="none" and the position is unknown or out of range."""
+
+
+class LogTruncationError(OffsetOutOfRangeError):
+    """The consumer's position lies past where its partition's log diverged after an unclean
+    leader election (KIP-320), and ``auto_offset_reset`` is "none": the records it read
+    beyond that point are gone from the log."""

@@ -47,6 +47,13 @@ class Metadata:
         except KeyError:
             raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}") from None
 
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        """The leader epoch of ``tp`` as the controller said (-1 if unknown)."""
+        try:
+            return self.topics[tp.topic].partitions[tp.partition].leader_epoch
+        except (KeyError, IndexError):
+            return -1
+
     def leader(self, tp: TopicPartition) -> Any:
         """The leader replica actor of ``tp``.
 

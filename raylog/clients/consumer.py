@@ -28,6 +28,7 @@ Concurrency: not thread-safe, like Kafka's consumer; use one per thread.
 from __future__ import annotations
 
 import collections
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -48,6 +49,7 @@ from raylog.errors import (
     CommitFailedError,
     IllegalStateError,
     InvalidConfigError,
+    LogTruncationError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RaylogError,
@@ -56,10 +58,14 @@ from raylog.protocol import FetchRequest, error_of
 from raylog.storage import record_batch
 from raylog.types import OffsetAndMetadata, OffsetAndTimestamp, Record, TopicPartition
 
+log = logging.getLogger(__name__)
+
 #: Decoded responses kept per partition before fetching pauses (bounds memory).
 BUFFERED_FETCHES = 2
 #: Longest a poll sleeps at once while a group member has nothing to wait on.
 GROUP_IDLE_STEP_S = 0.05
+#: Pause before an offset look-up is asked again after a retriable error.
+LIST_OFFSETS_BACKOFF_S = 0.1
 
 ARROW_SCHEMA = pa.schema(
     [pa.field("topic", pa.string()), pa.field("partition", pa.int32()), *record_batch.OUTPUT_SCHEMA]
@@ -195,10 +201,14 @@ class Consumer:
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int | None] = {}
         self._paused: set[TopicPartition] = set()
-        self._in_flight: dict[Any, tuple[TopicPartition, int]] = {}  # ObjectRef -> (tp, offset)
+        self._in_flight: dict[Any, tuple[TopicPartition, int, int]] = {}  # ObjectRef -> (tp, offset, epoch)
         self._fetching: dict[TopicPartition, Any] = {}  # tp -> its one fetch in flight
         self._buffers: dict[TopicPartition, collections.deque[_Buffered]] = {}
         self._next_fetch: dict[TopicPartition, int] = {}  # where the next fetch starts
+        # KIP-320: the leader epoch of the last batch fetched, and the leader epoch (of the
+        # metadata) under which the position was last fetched or checked.
+        self._fetched_epochs: dict[TopicPartition, int] = {}
+        self._validated_epochs: dict[TopicPartition, int] = {}
         self._closed = False
         self._client_id = client_id
         self._throttle_time_ms = 0
@@ -528,21 +538,63 @@ class Consumer:
                 continue
             if self._positions[tp] is None:
                 self._reset_position(tp)
-            offset = self._next_fetch.get(tp, self._positions[tp])
+            metadata = self._cluster.metadata()
             try:
-                leader = self._cluster.metadata().leader(tp)
+                leader, epoch = metadata.leader(tp), metadata.leader_epoch(tp)
+                if self._validated_epochs.get(tp, epoch) != epoch and not self._validate_position(tp, leader, epoch):
+                    continue
             except RaylogError:
                 self._cluster.metadata(refresh=True)
                 continue
+            offset = self._next_fetch.get(tp, self._positions[tp])
             request = FetchRequest(
-                offset, self._max_bytes, self._min_bytes, self._max_wait_ms, client_id=self._client_id
+                offset,
+                self._max_bytes,
+                self._min_bytes,
+                self._max_wait_ms,
+                current_leader_epoch=epoch,
+                client_id=self._client_id,
             )
             ref = leader.fetch.remote(request)
-            self._in_flight[ref] = (tp, offset)
+            self._in_flight[ref] = (tp, offset, epoch)
             self._fetching[tp] = ref
 
+    def _validate_position(self, tp: TopicPartition, leader: Any, epoch: int) -> bool:
+        """After a leader change, ask the new leader where the epoch of the last fetched batch
+        ends there (KIP-320): if before our position, the log was truncated under us (an unclean
+        election): go back to where it diverged (or raise, with auto_offset_reset "none"), so
+        that the records now at those offsets are read, not skipped. False: try again later.
+
+        Raises:
+            LogTruncationError: truncation found and auto_offset_reset is "none".
+        """
+        fetched = self._fetched_epochs.get(tp)
+        if fetched is None:
+            self._validated_epochs[tp] = epoch
+            return True
+        code, found, end = call(leader.end_offset_for_epoch.remote(fetched), self._timeout_s)
+        if code:
+            self._cluster.metadata(refresh=True)
+            return False
+        self._validated_epochs[tp] = epoch
+        position = self._next_fetch.get(tp, self._positions[tp])
+        if found < 0 or end >= position:
+            return True
+        consumed = self._positions[tp]
+        log.warning(
+            "%s: log truncated at %d (epoch %d) below our position %d: reading on from there",
+            tp,
+            end,
+            fetched,
+            position,
+        )
+        if self._reset == "none":
+            raise LogTruncationError(f"{tp}: the log diverged at offset {end}, before our position {position}")
+        self._set_position(tp, min(end, consumed) if consumed is not None else end)
+        return True
+
     def _complete_fetch(self, ref: Any) -> None:
-        tp, offset = self._in_flight.pop(ref)
+        tp, offset, epoch = self._in_flight.pop(ref)
         if self._fetching.get(tp) == ref:
             del self._fetching[tp]
         try:
@@ -570,7 +622,9 @@ class Consumer:
         if len(response.records):
             table = record_batch.decode_table(response.records, check_crcs=self._check_crcs, min_offset=offset)
             # Past the last batch, also where compaction removed its last records.
-            after = list(record_batch.iter_headers(response.records))[-1][1].next_offset
+            last = list(record_batch.iter_headers(response.records))[-1][1]
+            after = last.next_offset
+            self._fetched_epochs[tp], self._validated_epochs[tp] = last.leader_epoch, epoch
             if table.num_rows:
                 self._buffers.setdefault(tp, collections.deque()).append(_Buffered(table))
                 self._next_fetch[tp] = max(after, table.column("offset")[-1].as_py() + 1)
@@ -633,6 +687,7 @@ class Consumer:
     def _set_position(self, tp: TopicPartition, offset: int) -> None:
         self._positions[tp] = offset
         self._next_fetch.pop(tp, None)
+        self._fetched_epochs.pop(tp, None)
         self._buffers.pop(tp, None)
         self._fetching.pop(tp, None)  # a fetch in flight for the old offset is ignored on arrival
 
@@ -773,22 +828,28 @@ def _rebuild_consumer(cluster: RaylogCluster, config: dict, assignment: list, po
 
 def list_offset(cluster: RaylogCluster, tp: TopicPartition, timestamp: int, timeout_s: float) -> OffsetAndTimestamp:
     """The offset of ``tp`` for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP — the high
-    watermark — or a time), asking its leader, with up to two retries after a refresh.
+    watermark — or a time), asking its leader with the leader epoch the metadata says (so a
+    deposed leader cannot answer, KIP-320); retriable errors (a moving leader, a new leader
+    whose HW has not reached its epoch yet) are retried after a metadata refresh until
+    ``timeout_s``.
 
     Raises:
-        UnknownTopicOrPartitionError, LeaderNotAvailableError, and the leader's errors.
+        UnknownTopicOrPartitionError, LeaderNotAvailableError, KafkaTimeoutError, and the
+        leader's errors that are not retriable.
     """
-    for attempt in range(3):
-        leader = cluster.metadata(refresh=attempt > 0).leader(tp)
+    deadline = time.monotonic() + timeout_s
+    refresh = False
+    while True:
+        metadata = cluster.metadata(refresh=refresh)
+        refresh = True
         try:
-            response = call(leader.list_offsets.remote(timestamp), timeout_s)
+            leader = metadata.leader(tp)
+            response = call(leader.list_offsets.remote(timestamp, metadata.leader_epoch(tp)), timeout_s)
+            error = error_of(response)
         except RaylogError as exc:
-            if not exc.retriable or attempt == 2:
-                raise
-            continue
-        error = error_of(response)
+            error = exc
         if error is None:
             return OffsetAndTimestamp(response.offset, response.timestamp_ms)
-        if not error.retriable or attempt == 2:
+        if not error.retriable or time.monotonic() >= deadline:
             raise error
-    raise AssertionError("unreachable")
+        time.sleep(LIST_OFFSETS_BACKOFF_S)

@@ -161,17 +161,37 @@ def test_acks_1_can_lose_acknowledged_data_where_safe_settings_cannot(multinode,
     unsafe = replicated_topic(
         **{"min.insync.replicas": "1", "unclean.leader.election.enable": "true", "replica.lag.time.max.ms": "2000"}
     )
-    acknowledged = _writes_while_alone_then_leader_dies(cluster, brokers, unsafe, acks=1)
+    reader = Consumer(cluster, unsafe, auto_offset_reset="earliest")
+    acknowledged = _writes_while_alone_then_leader_dies(cluster, brokers, unsafe, acks=1, reader=reader)
     assert acknowledged, "acks=1 should acknowledge writes to a leader alone in its ISR"
     assert not set(acknowledged) & set(read_values(cluster, unsafe)), "acks=1 lost nothing?"
+    # KIP-320: the reader had read the lost records; the new leader reuses their offsets (and
+    # goes past them before the reader polls again). It must notice the truncation and read
+    # what is there now, not carry on from its position and skip those offsets.
+    count = len(acknowledged) + 3
+    with Producer(cluster, acks="all") as producer:
+        written = {
+            producer.send(unsafe, b"after-%d" % i).result(timeout=30).offset: b"after-%d" % i for i in range(count)
+        }
+    seen = {}
+    wait_until(lambda: _poll_into(reader, seen) and set(written) <= set(seen), timeout_s=60, message="the new records")
+    assert {o: seen[o] for o in written} == written
+    reader.close()
 
     safe = replicated_topic(**SAFE)
     assert _writes_while_alone_then_leader_dies(cluster, brokers, safe, acks="all") == []
 
 
-def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks) -> list[bytes]:
-    """Kill the followers, write to the lone leader, kill it, bring the followers back (one
-    of them leads if unclean election allows), then the old leader. Returns what was acked."""
+def _poll_into(consumer, seen: dict) -> bool:
+    for records in consumer.poll(timeout_ms=500).values():
+        seen.update((r.offset, r.value) for r in records)
+    return True
+
+
+def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks, reader=None) -> list[bytes]:
+    """Kill the followers, write to the lone leader (``reader`` reads what is acknowledged),
+    kill it, bring the followers back (one of them leads if unclean election allows), then the
+    old leader. Returns what was acked."""
     wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=60, message="a full ISR")
     info = describe(cluster, topic)
     followers = [r for r in info.replicas if r != info.leader]
@@ -190,6 +210,9 @@ def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks) -> list[
                 acknowledged.append(b"alone-%d" % i)
             except NotEnoughReplicasError:
                 pass
+    if reader is not None:
+        seen = {}
+        wait_until(lambda: _poll_into(reader, seen) and set(acknowledged) <= set(seen.values()), timeout_s=30)
     brokers.kill(info.leader)
     # Followers come back only once the controller has seen the leader die: a killed node's
     # worker may answer calls for a moment, and a follower fetching from it would copy the writes.
