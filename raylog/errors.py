@@ -251,6 +251,12 @@ class FencedInstanceIdError(ApiError):
     """Another consumer joined with the same group.instance.id: this one is a zombie."""
 
 
+@_api(103, "INCONSISTENT_TOPIC_ID")
+class InconsistentTopicIdError(ApiError):
+    """A log directory belongs to another topic id than the one asked for (a topic of the
+    same name deleted and created again): the log is not opened."""
+
+
 class CommitFailedError(RaylogError):
     """A commit was refused because the group rebalanced and this member's generation is
     over: its partitions may belong to another member now. Poll again, which rejoins."""

@@ -21,9 +21,12 @@ restarted reports itself (:meth:`replica_restarted`), is made a follower of anot
 member when there is one, and gets its role, config and quotas in the answer (a push to an
 actor that has just restarted may still go to its dead process). A broker that comes back
 (same id, possibly a new node) gets its replicas re-created there; they truncate, catch up
-and rejoin the ISR. Leadership returns to preferred replicas on request
-(:meth:`elect_preferred_leaders`) and automatically when more than
-``leader.imbalance.per.broker.percentage`` of partitions are led elsewhere.
+and rejoin the ISR. Before a broker counts as live again, the logs on its disk that are not
+its replicas' (topics deleted, created again or moved off it while it was away) are moved
+out of the way and deleted (:mod:`raylog.storage.log_dirs`): a log is named by its topic
+id. Leadership returns to preferred replicas on request (:meth:`elect_preferred_leaders`)
+and automatically when more than ``leader.imbalance.per.broker.percentage`` of partitions
+are led elsewhere.
 
 Brokers: in the embedded mode, ``num_brokers`` brokers share the head node, each with its
 own data directory ``<data_dir>/broker-<id>``. Otherwise a node labelled
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import uuid
 from typing import Any
@@ -46,7 +50,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raylog.actors import metrics
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.names import NAMESPACE, replica_name
-from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
+from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor, quietly
 from raylog.config import ControllerConfig
 from raylog.coordination import elections
 from raylog.coordination.group import partition_for
@@ -54,7 +58,10 @@ from raylog.coordination.metadata import MetadataImage, MetadataJournal, partiti
 from raylog.coordination.placement import OFFSETS_TOPIC
 from raylog.errors import CoordinatorNotAvailableError, InvalidConfigError, RaylogError
 from raylog.protocol import error_fields
+from raylog.storage import log_dirs
 from raylog.types import NewTopic, PartitionInfo, TopicDescription
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "/tmp/raylog"
 BROKER_LABEL = "raylog.broker"
@@ -103,6 +110,8 @@ def broker_identity(data_dir: str | None, cluster_id: str, broker_id: int | None
 
 
 _remote_broker_identity = ray.remote(num_cpus=0, max_retries=0)(broker_identity)
+_remote_mark_stray_logs = ray.remote(num_cpus=0, max_retries=0)(log_dirs.mark_stray_logs)
+_remote_delete_stray_logs = ray.remote(num_cpus=0, max_retries=0)(log_dirs.delete_stray_logs)
 
 
 class ControllerActor:
@@ -129,6 +138,8 @@ class ControllerActor:
         self._lock: asyncio.Lock | None = None
         self._started = False
         self._tasks: set[asyncio.Task] = set()
+        # Broker id -> its scan for stray logs, unfinished when last looked at.
+        self._stray_scans: dict[int, Any] = {}
 
     def _commit(self, records: list[dict[str, Any]]) -> None:
         if records:
@@ -168,6 +179,10 @@ class ControllerActor:
 
     async def _register_brokers(self) -> None:
         found = await (self._embedded_brokers() if self.embedded else self._node_brokers())
+        for b, (node_id, d) in list(found.items()):
+            returning = b not in self.live or self.image.brokers[b].node_id != node_id
+            if returning and not await self._remove_stray_logs(b, node_id, d):
+                del found[b]  # live only once its stray logs are out of the way: next round
         changes = [
             {"type": "broker", "broker_id": b, "node_id": node_id, "data_dir": d}
             for b, (node_id, d) in sorted(found.items())
@@ -220,6 +235,45 @@ class ControllerActor:
             found[broker_id] = (node["NodeID"], d)
             next_id += 1
         return found
+
+    async def _remove_stray_logs(self, broker_id: int, node_id: str, data_dir: str) -> bool:
+        """Move the stray logs of a broker that (re)joins out of the way (topics deleted,
+        created again or moved off it while it was away: see :mod:`raylog.storage.log_dirs`),
+        then delete them in the background. Returns whether the broker may be live: not
+        while a scan of its directory is unfinished, for a late scan would take the logs of
+        replicas created since for strays. In the embedded mode the scan runs here and a
+        failure fails the start.
+
+        Raises:
+            StorageError: embedded mode, the scan failed.
+        """
+        assigned = {
+            (p.topic, p.partition): self.image.topics[p.topic].topic_id
+            for p in self.image.partitions()
+            if broker_id in p.replicas
+        }
+        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        if self.embedded:
+            stray = log_dirs.mark_stray_logs(data_dir, assigned)
+        else:
+            pending = self._stray_scans.pop(broker_id, None)
+            if pending is not None and not ray.wait([pending], timeout=0)[0]:
+                self._stray_scans[broker_id] = pending
+                return False
+            scan = _remote_mark_stray_logs.options(scheduling_strategy=strategy).remote(data_dir, assigned)
+            try:
+                stray = await asyncio.wait_for(scan, PEER_CALL_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                self._stray_scans[broker_id] = scan
+                return False
+            except ray.exceptions.RayError as exc:
+                logger.warning("broker %d: cannot look for stray logs in %s: %s", broker_id, data_dir, exc)
+                return False
+        if stray:
+            logger.warning("broker %d: stray logs in %s, deleting them: %s", broker_id, data_dir, stray)
+        # Also those that an earlier deletion left behind.
+        self._spawn(quietly(_remote_delete_stray_logs.options(scheduling_strategy=strategy).remote(data_dir)))
+        return True
 
     async def _identity(self, node: dict, data_dir: str | None, broker_id: int | None):
         strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
@@ -613,7 +667,17 @@ class ControllerActor:
                 num_cpus=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(broker.node_id, soft=False),
             )
-            .remote(self.cluster_name, topic.name, partition, broker_id, broker.data_dir, topic.config, state, leader)
+            .remote(
+                self.cluster_name,
+                topic.name,
+                topic.topic_id,
+                partition,
+                broker_id,
+                broker.data_dir,
+                topic.config,
+                state,
+                leader,
+            )
         )
         self.replicas[key] = (broker.node_id, handle)
         self._push_quotas([handle])
