@@ -1,11 +1,19 @@
-"""Identities on a broker's disk: which topic each log is of.
+"""Identities on a broker's disk: whose data directory it is, and which topic each log is of.
 
-A broker's data directory holds ``meta.json`` (its identity) and one log directory per replica::
+A broker's data directory holds ``meta.json`` and one log directory per replica::
 
+    meta.json                               {"version": 2, "cluster_id", "broker_id",
+                                             "directory_id"}
     <topic>-<partition>-<topic_id>/         a replica's log (see log.py), with
         partition.metadata                  "version: 0" and "topic_id: <id>" lines
     <topic>-<partition>/                    a log of the layout before topic ids
     <log dir name>.<uuid>-stray/            a stray log being removed
+
+``meta.json`` (KIP-858): the cluster id and broker id say whose directory it is; the
+directory id, a uuid drawn when the directory is formatted, says which directory: a
+broker that comes back with an empty or replaced disk presents a new one, so the
+controller knows that it holds none of its replicas any more. Version 1 files (no
+directory id) get one once, when first read.
 
 Log directories (KIP-516): a log is named by its topic id as well as its topic name, so a
 topic deleted while a broker was down and created again with the same name never reopens
@@ -27,25 +35,106 @@ directory for strays only while that broker is not live (no replica of it opens 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
-from ..errors import InconsistentTopicIdError, StorageError
+from ..errors import InconsistentClusterIdError, InconsistentTopicIdError, InvalidConfigError, StorageError
 from .cleaner import fsync_directory
 
 logger = logging.getLogger(__name__)
 
 META_FILE = "meta.json"
+META_VERSION = 2
 PARTITION_METADATA_FILE = "partition.metadata"
 PARTITION_METADATA_VERSION = 0
 STRAY_SUFFIX = "-stray"
 #: ``<topic>-<partition>`` and, optionally, ``-<topic id>`` (32 hex digits, as uuid4().hex).
 _LOG_DIR_NAME = re.compile(r"^(?P<topic>.+?)-(?P<partition>\d+)(?:-(?P<topic_id>[0-9a-f]{32}))?$")
 _SEGMENT_FILE = re.compile(r"^\d{20}\.log$")
+
+
+@dataclass(frozen=True)
+class DataDirIdentity:
+    """What ``meta.json`` says: the cluster, the broker and the directory itself."""
+
+    cluster_id: str
+    broker_id: int
+    directory_id: str
+
+
+def load_data_dir(
+    data_dir: str, cluster_id: str, broker_id: int | None, new_id: Callable[[], str] = lambda: uuid.uuid4().hex
+) -> DataDirIdentity | None:
+    """Read ``<data_dir>/meta.json``, or format the directory for ``broker_id``.
+
+    Args:
+        data_dir: the broker's data directory.
+        cluster_id: the cluster asking (the controller journal's).
+        broker_id: the broker this directory must belong to, or None to take the one on disk.
+        new_id: draws a directory id (when formatting, or for a version 1 file).
+
+    Returns:
+        The identity on disk (written now if the directory was new), or None when the
+        directory holds none and ``broker_id`` is None.
+
+    Raises:
+        InconsistentClusterIdError: the directory belongs to another cluster.
+        InvalidConfigError: it belongs to another broker id.
+        StorageError: ``meta.json`` cannot be read, parsed or written.
+    """
+    path = os.path.join(data_dir, META_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        meta = None
+    except (OSError, ValueError) as exc:
+        raise StorageError(f"cannot read {path}: {exc}") from exc
+    if meta is None:
+        if broker_id is None:
+            return None
+        identity = DataDirIdentity(cluster_id, broker_id, new_id())
+        _write_meta(data_dir, identity)
+        logger.info(
+            "formatted %s for broker %d of cluster %s: directory %s",
+            data_dir,
+            broker_id,
+            cluster_id,
+            identity.directory_id,
+        )
+        return identity
+    try:
+        found = DataDirIdentity(str(meta["cluster_id"]), int(meta["broker_id"]), str(meta.get("directory_id", "")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StorageError(f"{path} is not a raylog meta.json: {meta!r}") from exc
+    if found.cluster_id != cluster_id:
+        raise InconsistentClusterIdError(
+            f"{path} belongs to raylog cluster {found.cluster_id}, not to cluster {cluster_id} whose controller "
+            "asked: refusing this broker (give it an empty data directory to join this cluster)"
+        )
+    if broker_id is not None and found.broker_id != broker_id:
+        raise InvalidConfigError(f"{path} says broker {found.broker_id}, the node label says {broker_id}")
+    if not found.directory_id:
+        found = DataDirIdentity(found.cluster_id, found.broker_id, new_id())
+        _write_meta(data_dir, found)
+        logger.info("%s had no directory id: gave it %s", path, found.directory_id)
+    return found
+
+
+def _write_meta(data_dir: str, identity: DataDirIdentity) -> None:
+    meta = {
+        "version": META_VERSION,
+        "cluster_id": identity.cluster_id,
+        "broker_id": identity.broker_id,
+        "directory_id": identity.directory_id,
+    }
+    _write_file(data_dir, META_FILE, json.dumps(meta))
 
 
 def log_dir_name(topic: str, partition: int, topic_id: str) -> str:

@@ -1,14 +1,19 @@
 """Identities of topics and log directories on a real multi-node cluster: a log belongs to
-one incarnation of a topic (KIP-516)."""
+one incarnation of a topic (KIP-516), a data directory to one broker of one cluster (KIP-858)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 
 import ray
 
 from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
-from tests.cluster.test_replication import SAFE
+from raylog.storage.log import Log
+from raylog.storage.record_batch import decode_table
+from tests.cluster.conftest import NODE_OBJECT_STORE_BYTES
+from tests.cluster.test_replication import SAFE, describe
 from tests.helpers import wait_until
 
 
@@ -76,3 +81,87 @@ def test_a_topic_deleted_while_a_broker_is_down_comes_back_without_its_old_recor
         assert not [n for n in names if new_id not in n], f"old directories left: {names} (old id {old_id})"
     finally:
         admin.delete_topics([topic])
+
+
+def test_a_broker_back_with_a_wiped_disk_never_leads_and_nothing_acknowledged_is_lost(multinode):
+    """A broker that was the last in-sync replica comes back with a wiped data directory
+    while its partition is offline: it is out of the ISR and never leads (its empty log would
+    truncate the others), so the records acknowledged by all three stay on the other two."""
+    cluster, brokers = multinode
+    admin = Admin(cluster)
+    topic = "wiped"
+    admin.create_topics([NewTopic(topic, 1, replication_factor=3, config=SAFE)])
+    try:
+        with Producer(cluster, acks="all") as producer:
+            acknowledged = [b"%d" % i for i in range(20)]
+            for value in acknowledged:
+                producer.send(topic, value).result(timeout=30)
+        info = describe(cluster, topic)
+        last, others = info.leader, [r for r in info.replicas if r != info.leader]
+        for broker in others:
+            brokers.kill(broker)
+        wait_until(lambda: describe(cluster, topic).isr == (last,), timeout_s=30, message="ISR down to the leader")
+        brokers.kill(last)
+        wait_until(lambda: describe(cluster, topic).leader == -1, timeout_s=30, message="the partition offline")
+        shutil.rmtree(brokers.data_root / f"broker-{last}")
+        for broker in others:
+            brokers.start(broker)
+        brokers.start(last)
+        wait_until(lambda: _live(cluster) == {0, 1, 2}, timeout_s=60, message="every broker back")
+        after = wait_until(lambda: _decided(cluster, topic), timeout_s=60, message="a leader, or the ISR emptied")
+        assert after.leader != last, f"broker {last} leads with a wiped log: {after}"
+        assert after.leader == -1 and after.isr == (), after  # lost: only an unclean election could bring it back
+        for broker in others:
+            assert _values_on_disk(brokers.data_root / f"broker-{broker}", topic) == acknowledged
+    finally:
+        admin.delete_topics([topic])
+
+
+def _decided(cluster, topic: str):
+    """The partition once it has a leader again or has no in-sync replica left, else None."""
+    p = describe(cluster, topic)
+    return p if p.leader >= 0 or not p.isr else None
+
+
+def _values_on_disk(broker_dir, topic: str) -> list[bytes]:
+    """The values in a broker's log of partition 0 of ``topic`` (a copy is opened: the
+    replica actor still has the log open)."""
+    (name,) = [n for n in os.listdir(broker_dir) if n.startswith(f"{topic}-0")]
+    copy = broker_dir.parent / f"copy-of-{broker_dir.name}-{name}"
+    shutil.copytree(broker_dir / name, copy)
+    try:
+        log = Log.open(str(copy))
+        table = decode_table(log.read(0, 1 << 30))
+        log.close()
+        return table.column("value").to_pylist()
+    finally:
+        shutil.rmtree(copy)
+
+
+def test_a_node_whose_disk_belongs_to_another_cluster_is_refused_and_the_others_go_on(
+    multinode, replicated_topic, tmp_path
+):
+    """A labelled node whose data directory another raylog cluster formatted is refused
+    (INCONSISTENT_CLUSTER_ID, in the metadata that ``raylog status`` shows) while the other
+    brokers serve on; its directory is left as it was."""
+    cluster, brokers = multinode
+    meta = tmp_path / "foreign" / "meta.json"
+    meta.parent.mkdir()
+    written = json.dumps({"version": 2, "cluster_id": "another-cluster", "broker_id": 3, "directory_id": "d"})
+    meta.write_text(written)
+    node = brokers.ray_cluster.add_node(
+        num_cpus=1,
+        object_store_memory=NODE_OBJECT_STORE_BYTES,
+        labels={"raylog.broker": "3", "raylog.data_dir": str(meta.parent)},
+    )
+    try:
+        refused = wait_until(lambda: cluster.metadata(refresh=True).refused_brokers, timeout_s=60, message="refusal")
+        (why,) = refused.values()
+        assert why.startswith("InconsistentClusterIdError: ") and "another-cluster" in why
+        assert _live(cluster) == {0, 1, 2}
+        topic = replicated_topic(**SAFE)
+        with Producer(cluster, acks="all") as producer:
+            producer.send(topic, b"ok").result(timeout=30)
+    finally:
+        brokers.ray_cluster.remove_node(node)
+    assert meta.read_text() == written

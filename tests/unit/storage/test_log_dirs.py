@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
-from raylog.errors import InconsistentTopicIdError, StorageError
+from raylog.errors import InconsistentClusterIdError, InconsistentTopicIdError, InvalidConfigError, StorageError
 from raylog.storage import log_dirs
 from raylog.storage import record_batch as rb
 from raylog.storage.log import Log
@@ -109,8 +110,7 @@ def test_stray_logs_are_renamed_then_deleted_and_nothing_else_is_touched(tmp_pat
     write_log(os.path.join(data, "legacy-deleted-0"), [b"x"])  # the old layout, topic deleted
     write_log(os.path.join(data, "kept-0"), [b"x"])  # the old layout beside its adopted log
     os.makedirs(os.path.join(data, "broker-0"))
-    write_log(os.path.join(data, "broker-0"), [b"x"])
-    open(os.path.join(data, "broker-0", "meta.json"), "w").close()  # another data directory
+    log_dirs.load_data_dir(os.path.join(data, "broker-0"), "c", 0)  # another data directory
     os.makedirs(os.path.join(data, "controller"))
     os.makedirs(os.path.join(data, "empty-0"))  # no segment, no partition.metadata: not ours
     assigned = {("kept", 0): NEW, ("again", 0): NEW, ("legacy", 0): NEW}
@@ -136,3 +136,56 @@ def test_a_removed_log_is_renamed_first_and_a_removal_cut_short_is_finished(tmp_
     os.makedirs(tmp_path / f"t-0-{NEW}.{OLD}-stray" / "sub")
     assert log_dirs.delete_stray_logs(str(tmp_path)) == [f"t-0-{NEW}.{OLD}-stray"]
     assert os.listdir(tmp_path) == []
+
+
+def test_a_data_directory_is_formatted_once_with_a_directory_id(tmp_path):
+    """A new data directory gets meta.json with the cluster id, broker id and a fresh
+    directory id; read again, it is the same; without a broker id to give, None."""
+    data = str(tmp_path / "d")
+    assert log_dirs.load_data_dir(data, "cluster-1", None) is None
+    formatted = log_dirs.load_data_dir(data, "cluster-1", 4, new_id=lambda: "dir-1")
+    assert formatted == log_dirs.DataDirIdentity("cluster-1", 4, "dir-1")
+    assert log_dirs.load_data_dir(data, "cluster-1", None, new_id=lambda: "dir-2") == formatted
+    with open(os.path.join(data, "meta.json"), encoding="utf-8") as f:
+        assert json.load(f) == {"version": 2, "cluster_id": "cluster-1", "broker_id": 4, "directory_id": "dir-1"}
+
+
+def test_a_wiped_data_directory_gets_a_new_directory_id(tmp_path):
+    """The directory id tells a wiped (or replaced) disk from the one the broker had."""
+    data = tmp_path / "d"
+    first = log_dirs.load_data_dir(str(data), "c", 0)
+    (data / "meta.json").unlink()
+    second = log_dirs.load_data_dir(str(data), "c", 0)
+    assert first.directory_id != second.directory_id and (second.cluster_id, second.broker_id) == ("c", 0)
+
+
+def test_a_data_directory_of_another_cluster_or_broker_is_refused(tmp_path):
+    """meta.json of another cluster: INCONSISTENT_CLUSTER_ID; of another broker id: a config
+    error. Either way the file is left as it was."""
+    data = str(tmp_path / "d")
+    log_dirs.load_data_dir(data, "old-cluster", 0, new_id=lambda: "dir-1")
+    with pytest.raises(InconsistentClusterIdError) as raised:
+        log_dirs.load_data_dir(data, "new-cluster", 0)
+    assert raised.value.code == 104 and "old-cluster" in str(raised.value)
+    with pytest.raises(InvalidConfigError):
+        log_dirs.load_data_dir(data, "old-cluster", 1)
+    assert log_dirs.load_data_dir(data, "old-cluster", 0) == log_dirs.DataDirIdentity("old-cluster", 0, "dir-1")
+
+
+def test_a_meta_json_without_directory_id_gets_one_once(tmp_path):
+    """A version 1 meta.json (cluster and broker id only) is given a directory id when first
+    read, kept from then on."""
+    os.makedirs(tmp_path / "d")
+    (tmp_path / "d" / "meta.json").write_text(json.dumps({"cluster_id": "c", "broker_id": 2, "version": 1}))
+    first = log_dirs.load_data_dir(str(tmp_path / "d"), "c", None, new_id=lambda: "dir-1")
+    assert first == log_dirs.DataDirIdentity("c", 2, "dir-1")
+    assert log_dirs.load_data_dir(str(tmp_path / "d"), "c", 2, new_id=lambda: "dir-2") == first
+
+
+def test_an_unreadable_meta_json_is_a_storage_error(tmp_path):
+    """meta.json that is not JSON or lacks its fields fails with a typed error."""
+    os.makedirs(tmp_path / "d")
+    for text in ("{", json.dumps({"broker_id": 0})):
+        (tmp_path / "d" / "meta.json").write_text(text)
+        with pytest.raises(StorageError):
+            log_dirs.load_data_dir(str(tmp_path / "d"), "c", 0)
