@@ -345,6 +345,7 @@ def _status(args: argparse.Namespace) -> int:
         for p in t["partitions"]
         if not _offline(p, metadata.live) and _under_replicated(p)
     ]
+    lost = [f"{tp.topic}-{tp.partition}" for tp in metadata.lost_partitions]
     report = {
         "cluster_name": args.cluster_name,
         "cluster_id": metadata.cluster_id,
@@ -356,7 +357,9 @@ def _status(args: argparse.Namespace) -> int:
         "topics": [_topic_health(t, metadata.live) for t in topics],
         "offline_partitions": offline,
         "under_replicated_partitions": under,
-        "healthy": not (offline or under),
+        "lost_partitions": lost,
+        "refused_brokers": dict(metadata.refused_brokers),
+        "healthy": not (offline or under or metadata.refused_brokers),
     }
     print(json.dumps(report, indent=2) if args.json else _status_text(report))
     return EXIT_OFFLINE if offline else EXIT_UNDER_REPLICATED if under else 0
@@ -402,6 +405,15 @@ def _status_text(report: dict) -> str:
         "",
     ]
     offline, under = report["offline_partitions"], report["under_replicated_partitions"]
+    lost = report["lost_partitions"]
+    for node_id, why in sorted(report["refused_brokers"].items()):
+        lines.append(f"health: REFUSED: node {node_id} is not a broker of this cluster: {why}")
+    if lost:
+        lines.append(
+            f"health: LOST: {len(lost)} partition(s) without any in-sync replica ({_some(lost)}): their brokers came "
+            "back with new log directories (wiped or replaced disks), so their records are gone; delete them, or "
+            "enable unclean.leader.election.enable on their topics to bring them back with what is left"
+        )
     if offline:
         lines.append(
             f"health: OFFLINE: {len(offline)} partition(s) without a live leader ({_some(offline)}); "

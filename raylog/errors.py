@@ -251,6 +251,18 @@ class FencedInstanceIdError(ApiError):
     """Another consumer joined with the same group.instance.id: this one is a zombie."""
 
 
+@_api(103, "INCONSISTENT_TOPIC_ID")
+class InconsistentTopicIdError(ApiError):
+    """A log directory belongs to another topic id than the one asked for (a topic of the
+    same name deleted and created again): the log is not opened."""
+
+
+@_api(104, "INCONSISTENT_CLUSTER_ID")
+class InconsistentClusterIdError(ApiError):
+    """A broker's data directory was formatted for another raylog cluster: the broker is
+    refused, and its directory left as it is."""
+
+
 class CommitFailedError(RaylogError):
     """A commit was refused because the group rebalanced and this member's generation is
     over: its partitions may belong to another member now. Poll again, which rejoins."""

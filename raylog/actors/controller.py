@@ -21,9 +21,12 @@ restarted reports itself (:meth:`replica_restarted`), is made a follower of anot
 member when there is one, and gets its role, config and quotas in the answer (a push to an
 actor that has just restarted may still go to its dead process). A broker that comes back
 (same id, possibly a new node) gets its replicas re-created there; they truncate, catch up
-and rejoin the ISR. Leadership returns to preferred replicas on request
-(:meth:`elect_preferred_leaders`) and automatically when more than
-``leader.imbalance.per.broker.percentage`` of partitions are led elsewhere.
+and rejoin the ISR. Before a broker counts as live again, the logs on its disk that are not
+its replicas' (topics deleted, created again or moved off it while it was away) are moved
+out of the way and deleted (:mod:`raylog.storage.log_dirs`): a log is named by its topic
+id. Leadership returns to preferred replicas on request (:meth:`elect_preferred_leaders`)
+and automatically when more than ``leader.imbalance.per.broker.percentage`` of partitions
+are led elsewhere.
 
 Brokers: in the embedded mode, ``num_brokers`` brokers share the head node, each with its
 own data directory ``<data_dir>/broker-<id>``. Otherwise a node labelled
@@ -35,7 +38,7 @@ every node is a broker whose id is assigned once and kept in ``<data_dir>/meta.j
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 import os
 import uuid
 from typing import Any
@@ -46,15 +49,18 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raylog.actors import metrics
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.names import NAMESPACE, replica_name
-from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
+from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor, quietly
 from raylog.config import ControllerConfig
 from raylog.coordination import elections
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, MetadataJournal, partition_record
 from raylog.coordination.placement import OFFSETS_TOPIC
-from raylog.errors import CoordinatorNotAvailableError, InvalidConfigError, RaylogError
+from raylog.errors import CoordinatorNotAvailableError, RaylogError
 from raylog.protocol import error_fields
-from raylog.types import NewTopic, PartitionInfo, TopicDescription
+from raylog.storage import log_dirs
+from raylog.types import BrokerInfo, NewTopic, PartitionInfo, TopicDescription
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "/tmp/raylog"
 BROKER_LABEL = "raylog.broker"
@@ -72,37 +78,27 @@ PUSH_RETRY_S = 0.5
 LEADER_CHECK_TIMEOUT_S = 2.0
 
 
-def broker_identity(data_dir: str | None, cluster_id: str, broker_id: int | None) -> tuple[int, str] | None:
-    """Read (or, given ``broker_id``, write) ``<data_dir>/meta.json`` on this node.
+def broker_identity(data_dir: str | None, cluster_id: str, broker_id: int | None) -> tuple[int, str, str] | None:
+    """Read (or, given ``broker_id``, format) the data directory of the broker on this node
+    (:func:`raylog.storage.log_dirs.load_data_dir`).
 
     Returns:
-        ``(broker_id, data_dir)`` kept on disk, or None when there is none and no id to give.
+        ``(broker_id, data_dir, directory_id)`` kept on disk, or None when there is none and
+        no id to give.
 
     Raises:
-        InvalidConfigError: the disk belongs to another cluster or another broker id.
+        InconsistentClusterIdError: the directory belongs to another cluster.
+        InvalidConfigError: it belongs to another broker id.
+        StorageError: its ``meta.json`` cannot be read or written.
     """
     data_dir = data_dir or os.environ.get("RAYLOG_DATA_DIR") or DEFAULT_DATA_DIR
-    path = os.path.join(data_dir, "meta.json")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            meta = json.load(f)
-        if meta["cluster_id"] != cluster_id:
-            raise InvalidConfigError(f"{path} belongs to raylog cluster {meta['cluster_id']}, not {cluster_id}")
-        if broker_id is not None and meta["broker_id"] != broker_id:
-            raise InvalidConfigError(f"{path} says broker {meta['broker_id']}, the node label says {broker_id}")
-        return meta["broker_id"], data_dir
-    if broker_id is None:
-        return None
-    os.makedirs(data_dir, exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump({"cluster_id": cluster_id, "broker_id": broker_id, "version": 1}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path + ".tmp", path)
-    return broker_id, data_dir
+    identity = log_dirs.load_data_dir(data_dir, cluster_id, broker_id)
+    return None if identity is None else (identity.broker_id, data_dir, identity.directory_id)
 
 
 _remote_broker_identity = ray.remote(num_cpus=0, max_retries=0)(broker_identity)
+_remote_mark_stray_logs = ray.remote(num_cpus=0, max_retries=0)(log_dirs.mark_stray_logs)
+_remote_delete_stray_logs = ray.remote(num_cpus=0, max_retries=0)(log_dirs.delete_stray_logs)
 
 
 class ControllerActor:
@@ -129,6 +125,10 @@ class ControllerActor:
         self._lock: asyncio.Lock | None = None
         self._started = False
         self._tasks: set[asyncio.Task] = set()
+        #: Node id -> why it was refused as a broker (e.g. a disk of another cluster).
+        self.refused: dict[str, str] = {}
+        # Broker id -> its scan for stray logs, unfinished when last looked at.
+        self._stray_scans: dict[int, Any] = {}
 
     def _commit(self, records: list[dict[str, Any]]) -> None:
         if records:
@@ -167,68 +167,176 @@ class ControllerActor:
         return {"cluster_id": self.image.cluster_id, "brokers": sorted(self.image.brokers)}
 
     async def _register_brokers(self) -> None:
+        """Find the brokers, journal what changed (node, data directory, directory id) and
+        take them as the live set. A broker back with another directory id than the one
+        journaled lost every replica (a wiped or replaced disk): in the same batch it leaves
+        every ISR and any leadership (:func:`~raylog.coordination.elections.directory_replaced`)."""
         found = await (self._embedded_brokers() if self.embedded else self._node_brokers())
-        changes = [
-            {"type": "broker", "broker_id": b, "node_id": node_id, "data_dir": d}
-            for b, (node_id, d) in sorted(found.items())
+        for b, (node_id, d, _) in list(found.items()):
+            returning = b not in self.live or self.image.brokers[b].node_id != node_id
+            if returning and not await self._remove_stray_logs(b, node_id, d):
+                del found[b]  # live only once its stray logs are out of the way: next round
+        records: list[dict[str, Any]] = [
+            {"type": "broker", "broker_id": b, "node_id": node_id, "data_dir": d, "directory_id": directory_id}
+            for b, (node_id, d, directory_id) in sorted(found.items())
             if b not in self.image.brokers
-            or self.image.brokers[b].node_id != node_id
-            or self.image.brokers[b].data_dir != d
+            or (self.image.brokers[b].node_id, self.image.brokers[b].data_dir) != (node_id, d)
+            or self.image.directory_ids.get(b) != directory_id
         ]
-        self._commit(changes)
+        replaced = [
+            b
+            for b, (_, _, directory_id) in found.items()
+            if self.image.directory_ids.get(b, directory_id) != directory_id
+        ]
+        before = {(p.topic, p.partition): p for p in self.image.partitions()}
+        after = dict(before)
+        for b in sorted(replaced):
+            for new in elections.directory_replaced(list(after.values()), b, set(found), self._unclean):
+                after[(new.topic, new.partition)] = new
+        changed = [p for key, p in after.items() if p is not before[key]]
+        self._commit(records + [partition_record(p) for p in changed])
+        for b in replaced:
+            self._log_directory_replaced(b, found[b][1], found[b][2], changed)
         self.live = set(found)
 
-    async def _embedded_brokers(self) -> dict[int, tuple[str, str]]:
+    def _log_directory_replaced(
+        self, broker_id: int, data_dir: str, directory_id: str, changed: list[PartitionInfo]
+    ) -> None:
+        left = [f"{p.topic}-{p.partition}" for p in changed if broker_id in p.replicas and not p.isr]
+        logger.warning(
+            "broker %d came back with a new log directory %s (id %s): a wiped or replaced disk holds none of its "
+            "replicas, so it left every ISR and leads nothing until it has caught up; %d partition(s) have no "
+            "in-sync replica left and stay offline unless unclean.leader.election.enable: %s",
+            broker_id,
+            data_dir,
+            directory_id,
+            len(left),
+            left,
+        )
+
+    async def _embedded_brokers(self) -> dict[int, tuple[str, str, str]]:
+        """Raises: InconsistentClusterIdError, InvalidConfigError or StorageError when a broker's
+        data directory is refused (the start fails with it)."""
         node_id = ray.get_runtime_context().get_node_id()
         found = {}
         for b in range(self.num_brokers):
-            broker_id, d = broker_identity(os.path.join(self.data_dir, f"broker-{b}"), self.image.cluster_id, b)
-            found[broker_id] = (node_id, d)
+            data_dir = os.path.join(self.data_dir, f"broker-{b}")
+            try:
+                broker_id, d, directory_id = broker_identity(data_dir, self.image.cluster_id, b)
+            except RaylogError as exc:
+                logger.error("broker %d refused: %s", b, exc)
+                raise
+            found[broker_id] = (node_id, d, directory_id)
         return found
 
-    async def _node_brokers(self) -> dict[int, tuple[str, str]]:
+    async def _node_brokers(self) -> dict[int, tuple[str, str, str]]:
         every_node = ray.nodes()
         nodes = [n for n in every_node if n["Alive"]]
-        labelled = [n for n in nodes if BROKER_LABEL in n.get("Labels", {})]
-        found: dict[int, tuple[str, str]] = {}
+        alive = {n["NodeID"] for n in nodes}
+        self.refused = {node_id: why for node_id, why in self.refused.items() if node_id in alive}
+        labelled = [n for n in nodes if BROKER_LABEL in n.get("Labels", {}) and n["NodeID"] not in self.refused]
+        found: dict[int, tuple[str, str, str]] = {}
         # A cluster with labelled brokers stays one even while all of them are down (dead
         # nodes stay in Ray's table): the unlabelled nodes must not become brokers then.
         if any(BROKER_LABEL in n.get("Labels", {}) for n in every_node):
-            alive = {n["NodeID"] for n in nodes}
             for node in labelled:
                 labels = node["Labels"]
                 known = self.image.brokers.get(int(labels[BROKER_LABEL]))
                 if known is not None and known.node_id in alive:
                     # The registered node still lives: it stays the broker, even while a
                     # replacement with the same label joins before Ray declares it dead.
-                    found[known.broker_id] = (known.node_id, known.data_dir)
-                    continue
-                broker_id, d = await self._identity(node, labels.get(DATA_DIR_LABEL), int(labels[BROKER_LABEL]))
-                found[broker_id] = (node["NodeID"], d)
+                    identity = self._known_identity(known) or await self._identity(
+                        known.node_id, known.data_dir, known.broker_id
+                    )
+                    node_id = known.node_id
+                else:
+                    identity = await self._identity(
+                        node["NodeID"], labels.get(DATA_DIR_LABEL), int(labels[BROKER_LABEL])
+                    )
+                    node_id = node["NodeID"]
+                if identity is not None:
+                    found[identity[0]] = (node_id, *identity[1:])
             return found
         unknown = []
-        for node in nodes:
+        for node in (n for n in nodes if n["NodeID"] not in self.refused):
             known = [b for b in self.image.brokers.values() if b.node_id == node["NodeID"]]
-            identity = (known[0].broker_id, known[0].data_dir) if known else await self._identity(node, None, None)
+            identity = (known and self._known_identity(known[0])) or await self._identity(node["NodeID"], None, None)
             if identity is None:
                 unknown.append(node)
             else:
-                found[identity[0]] = (node["NodeID"], identity[1])
+                found[identity[0]] = (node["NodeID"], *identity[1:])
         next_id = max([*found, *self.image.brokers, -1]) + 1
-        for node in sorted(unknown, key=lambda n: n["NodeID"]):
-            broker_id, d = await self._identity(node, None, next_id)
-            found[broker_id] = (node["NodeID"], d)
-            next_id += 1
+        for node in sorted((n for n in unknown if n["NodeID"] not in self.refused), key=lambda n: n["NodeID"]):
+            identity = await self._identity(node["NodeID"], None, next_id)
+            if identity is not None:
+                found[identity[0]] = (node["NodeID"], *identity[1:])
+                next_id += 1
         return found
 
-    async def _identity(self, node: dict, data_dir: str | None, broker_id: int | None):
-        strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        return await asyncio.wait_for(
-            _remote_broker_identity.options(scheduling_strategy=strategy).remote(
-                data_dir, self.image.cluster_id, broker_id
-            ),
-            PEER_CALL_TIMEOUT_S,
-        )
+    def _known_identity(self, known: BrokerInfo) -> tuple[int, str, str] | None:
+        """A registered broker's identity as journaled; None when its directory id is not
+        (a journal from before directory ids): then it is read from its disk once."""
+        directory_id = self.image.directory_ids.get(known.broker_id)
+        return None if directory_id is None else (known.broker_id, known.data_dir, directory_id)
+
+    async def _remove_stray_logs(self, broker_id: int, node_id: str, data_dir: str) -> bool:
+        """Move the stray logs of a broker that (re)joins out of the way (topics deleted,
+        created again or moved off it while it was away: see :mod:`raylog.storage.log_dirs`),
+        then delete them in the background. Returns whether the broker may be live: not
+        while a scan of its directory is unfinished, for a late scan would take the logs of
+        replicas created since for strays. In the embedded mode the scan runs here and a
+        failure fails the start.
+
+        Raises:
+            StorageError: embedded mode, the scan failed.
+        """
+        assigned = {
+            (p.topic, p.partition): self.image.topics[p.topic].topic_id
+            for p in self.image.partitions()
+            if broker_id in p.replicas
+        }
+        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        if self.embedded:
+            stray = log_dirs.mark_stray_logs(data_dir, assigned)
+        else:
+            pending = self._stray_scans.pop(broker_id, None)
+            if pending is not None and not ray.wait([pending], timeout=0)[0]:
+                self._stray_scans[broker_id] = pending
+                return False
+            scan = _remote_mark_stray_logs.options(scheduling_strategy=strategy).remote(data_dir, assigned)
+            try:
+                stray = await asyncio.wait_for(scan, PEER_CALL_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                self._stray_scans[broker_id] = scan
+                return False
+            except ray.exceptions.RayError as exc:
+                logger.warning("broker %d: cannot look for stray logs in %s: %s", broker_id, data_dir, exc)
+                return False
+        if stray:
+            logger.warning("broker %d: stray logs in %s, deleting them: %s", broker_id, data_dir, stray)
+        # Also those that an earlier deletion left behind.
+        self._spawn(quietly(_remote_delete_stray_logs.options(scheduling_strategy=strategy).remote(data_dir)))
+        return True
+
+    async def _identity(self, node_id: str, data_dir: str | None, broker_id: int | None) -> tuple | None:
+        """:func:`broker_identity` run on node ``node_id``; None when it has none to give, or
+        when the node is refused (its data directory belongs to another cluster or broker, or
+        cannot be read): logged, kept in :attr:`refused` (shown by ``raylog status``) and not
+        asked again while the node lives."""
+        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        try:
+            return await asyncio.wait_for(
+                _remote_broker_identity.options(scheduling_strategy=strategy).remote(
+                    data_dir, self.image.cluster_id, broker_id
+                ),
+                PEER_CALL_TIMEOUT_S,
+            )
+        except RaylogError as exc:
+            cause = getattr(exc, "cause", exc)  # the error raised on the node, without Ray's traceback
+            why = f"{type(cause).__name__}: {cause}"
+            self.refused[node_id] = why
+            logger.error("node %s refused as a broker of cluster %s: %s", node_id, self.image.cluster_id, why)
+            return None
 
     # --- watching the cluster -----------------------------------------------------------
 
@@ -613,7 +721,17 @@ class ControllerActor:
                 num_cpus=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(broker.node_id, soft=False),
             )
-            .remote(self.cluster_name, topic.name, partition, broker_id, broker.data_dir, topic.config, state, leader)
+            .remote(
+                self.cluster_name,
+                topic.name,
+                topic.topic_id,
+                partition,
+                broker_id,
+                broker.data_dir,
+                topic.config,
+                state,
+                leader,
+            )
         )
         self.replicas[key] = (broker.node_id, handle)
         self._push_quotas([handle])
@@ -681,6 +799,7 @@ class ControllerActor:
             "topics": described,
             "leaders": leaders,
             "reassignments": dict(self.image.reassignments),
+            "refused_brokers": dict(self.refused),
         }
 
     async def replica_handles(self, topic: str) -> dict[tuple[int, int], Any]:

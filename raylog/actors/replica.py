@@ -1,7 +1,8 @@
 """The partition replica actor: an async Ray actor hosting one :class:`Partition`.
 
 One actor per replica of a partition, pinned to its broker's node (hard node affinity),
-its log in ``<broker data dir>/<topic>-<partition>``. Ray restarts it in place after a
+its log in ``<broker data dir>/<topic>-<partition>-<topic id>`` (:mod:`raylog.storage.log_dirs`:
+a topic created again under the same name never reopens the old one's log). Ray restarts it in place after a
 crash (``max_restarts``) with the arguments it was first created with: ``__init__`` (which
 Ray runs on the actor's event loop) recovers the log from disk and then, on a first start,
 takes the role it was created with; after a restart it takes no role (that one is stale: a
@@ -34,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import shutil
 import time
 
 import ray
@@ -59,6 +59,7 @@ from raylog.protocol import (
     error_fields,
 )
 from raylog.storage.log import Log
+from raylog.storage.log_dirs import open_log_dir, remove_log_dir
 from raylog.types import PartitionInfo
 
 #: How often the actor applies retention, the flush.ms policy and the HW checkpoint.
@@ -73,10 +74,6 @@ REPLICA_BACKOFF_S = 0.1
 PEER_CALL_TIMEOUT_S = 10.0
 
 
-def log_dir(data_dir: str, topic: str, partition: int) -> str:
-    return os.path.join(data_dir, f"{topic}-{partition}")
-
-
 class PartitionReplicaActor:
     """See the module docstring. Concurrency: one asyncio event loop; calls interleave
     only at ``await`` points, so every :class:`Partition` step runs alone."""
@@ -85,6 +82,7 @@ class PartitionReplicaActor:
         self,
         cluster_name: str,
         topic: str,
+        topic_id: str,
         partition: int,
         broker_id: int,
         data_dir: str,
@@ -94,7 +92,7 @@ class PartitionReplicaActor:
     ):
         topic_config = TopicConfig.from_properties(config)
         self._cluster_name = cluster_name
-        self._dir = log_dir(data_dir, topic, partition)
+        self._dir = open_log_dir(data_dir, topic, partition, topic_id)
         log = Log.open(self._dir, topic_config.log_config())
         self.partition = Partition(topic, partition, broker_id, log, topic_config)
         self._changed: asyncio.Event | None = None
@@ -194,11 +192,16 @@ class PartitionReplicaActor:
             self._follower = self._spawn(self._fetch_loop(self._fetcher, handle))
 
     async def delete_data(self) -> None:
-        """Close and remove this replica's log (the topic or this replica is going away)."""
+        """Close and remove this replica's log (the topic or this replica is going away).
+
+        Raises:
+            StorageError: the log was not removed (its broker removes it as a stray log
+                when the controller next registers it).
+        """
         for task in list(self._background):
             task.cancel()
         self.partition.log.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        remove_log_dir(self._dir)
 
     # --- leader: produce ----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ actors (which are already connected to Ray).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
@@ -23,6 +24,8 @@ from raylog.actors.names import NAMESPACE, controller_name
 from raylog.clients.transport import call
 from raylog.errors import InvalidConfigError, LeaderNotAvailableError, UnknownTopicOrPartitionError
 from raylog.types import BrokerInfo, TopicDescription, TopicPartition
+
+logger = logging.getLogger(__name__)
 
 #: How long a metadata call may take (the controller may be restarting).
 METADATA_TIMEOUT_S = 60.0
@@ -40,6 +43,15 @@ class Metadata:
         self.leaders: dict[tuple[str, int], Any] = answer["leaders"]
         self.live: set[int] = answer["live"]
         self.reassignments: dict[tuple[str, int], tuple[int, ...]] = answer["reassignments"]
+        #: Node id -> why the controller refused it as a broker (e.g. a disk of another cluster).
+        self.refused_brokers: dict[str, str] = answer.get("refused_brokers", {})
+
+    @property
+    def lost_partitions(self) -> list[TopicPartition]:
+        """Partitions with no in-sync replica: every broker of their ISR came back with a new
+        (wiped or replaced) log directory, so no replica is known to hold their records. They
+        stay offline unless unclean leader election is enabled for their topic."""
+        return [TopicPartition(t.name, p.partition) for t in self.topics.values() for p in t.partitions if not p.isr]
 
     def num_partitions(self, topic: str) -> int:
         try:
@@ -169,7 +181,28 @@ def connect(
         .remote(cluster_name, data_dir, num_brokers or 1, embedded, config)
     )
     call(controller.start.remote(), METADATA_TIMEOUT_S)
-    return RaylogCluster(cluster_name, controller, started_ray)
+    cluster = RaylogCluster(cluster_name, controller, started_ray)
+    _report_identity_problems(cluster_name, cluster.metadata())
+    return cluster
+
+
+def _report_identity_problems(cluster_name: str, metadata: Metadata) -> None:
+    """Log what the controller found wrong with the brokers' data directories (also shown by
+    ``raylog status``): partitions whose data is gone, and nodes refused as brokers."""
+    lost = metadata.lost_partitions
+    if lost:
+        shown = ", ".join(f"{tp.topic}-{tp.partition}" for tp in lost[:10]) + (" ..." if len(lost) > 10 else "")
+        logger.warning(
+            "raylog cluster %r: %d partition(s) have no in-sync replica left (%s): every broker of their ISR came "
+            "back with a new log directory (wiped or replaced disks, or brokers on fresh disks under an older "
+            "cluster's controller journal), so their records are gone. They stay offline: delete them, or enable "
+            "unclean.leader.election.enable on their topics to bring them back with what their other replicas hold",
+            cluster_name,
+            len(lost),
+            shown,
+        )
+    for node_id, why in sorted(metadata.refused_brokers.items()):
+        logger.error("raylog cluster %r refused node %s as a broker: %s", cluster_name, node_id, why)
 
 
 def _head_node_id() -> str:

@@ -13,6 +13,8 @@ partition epoch; a change of leader also bumps the leader epoch.
 - :func:`react_to_liveness`, :func:`demote`: the controller's reaction to brokers that died
   or came back, to a replica that restarted and to a leader reported dead.
 - :func:`preferred_leader`: leadership back to the first replica when it is in sync.
+- :func:`directory_replaced`: a broker back with a new log directory (KIP-858) leaves every
+  ISR, even as its last member, and leads nothing.
 """
 
 from __future__ import annotations
@@ -156,3 +158,24 @@ def after_restart(info: PartitionInfo, broker: int, live: set[int]) -> Partition
         return replace(info, leader_epoch=info.leader_epoch + 1, partition_epoch=info.partition_epoch + 1)
     new = remove_from_isr(info, {broker})
     return new if new is not info else replace(info, partition_epoch=info.partition_epoch + 1)
+
+
+def directory_replaced(
+    partitions: Iterable[PartitionInfo], broker: int, live: set[int] | frozenset[int], unclean: Callable[[str], bool]
+) -> list[PartitionInfo]:
+    """The partitions that change because ``broker`` came back with a new log directory (a
+    wiped or replaced disk): its replicas hold nothing, so it leaves every ISR, also as the
+    last member (the ISR is then empty: no replica is known to hold the committed records,
+    and the partition stays offline unless ``unclean(topic)``, its topic allows unclean
+    election). Where it led, another live ISR member leads, or with unclean election any
+    other live replica, or none. Like any follower it rejoins an ISR once it has caught up with the leader."""
+    changed = []
+    for info in partitions:
+        if broker not in info.isr and info.leader != broker:
+            continue
+        lost = replace(info, isr=tuple(r for r in info.isr if r != broker))
+        if info.leader == broker:
+            changed.append(elect_leader(lost, set(live) - {broker}, unclean(info.topic)))
+        else:
+            changed.append(replace(lost, partition_epoch=info.partition_epoch + 1))
+    return changed

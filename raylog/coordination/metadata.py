@@ -5,7 +5,10 @@ leader epoch, ISR). It changes only by :meth:`MetadataImage.apply` of a journal 
 replaying the journal rebuilds it exactly. Records are msgpack maps with a ``type``:
 
     cluster   cluster_id                        the first record of a journal
-    broker    broker_id, node_id, data_dir      a broker registered or moved to a new node
+    broker    broker_id, node_id, data_dir, directory_id
+                                                a broker registered, moved to a new node or
+                                                back with a new log directory (its meta.json's
+                                                directory id; absent in older journals)
     topic     name, topic_id, config, replicas, overrides
                                                 a topic created (replicas per partition;
                                                 ``config`` every property, ``overrides``
@@ -65,6 +68,8 @@ class MetadataImage:
     def __init__(self) -> None:
         self.cluster_id: str | None = None
         self.brokers: dict[int, BrokerInfo] = {}
+        #: Broker id -> the directory id of its data directory as last registered.
+        self.directory_ids: dict[int, str] = {}
         self.topics: dict[str, TopicDescription] = {}
         #: Producer ids below this were (or may have been) handed out; never reuse them.
         self.producer_id_block_end = 0
@@ -87,6 +92,8 @@ class MetadataImage:
             self.cluster_id = record["cluster_id"]
         elif kind == "broker":
             self.brokers[record["broker_id"]] = BrokerInfo(record["broker_id"], record["node_id"], record["data_dir"])
+            if record.get("directory_id"):
+                self.directory_ids[record["broker_id"]] = record["directory_id"]
         elif kind == "topic":
             name = record["name"]
             partitions = tuple(_new_partition(name, p, replicas) for p, replicas in enumerate(record["replicas"]))

@@ -1,4 +1,4 @@
-"""The ``raylog`` command's storage tools (no Ray)."""
+"""The ``raylog`` command's storage tools and status text (no Ray)."""
 
 from __future__ import annotations
 
@@ -63,3 +63,25 @@ def test_progress_draws_in_place_only_on_a_terminal():
     progress.show("read 1,000 lines")
     progress.clear()
     assert piped.getvalue() == ""
+
+
+def test_status_text_names_lost_partitions_and_refused_brokers():
+    """status says which partitions lost every in-sync replica (wiped disks) and which nodes
+    were refused as brokers (a disk of another cluster), and then never says "ok"."""
+    report = {
+        "cluster_name": "c",
+        "cluster_id": "id",
+        "ray_address": "a:1",
+        "controller": {"name": "n", "namespace": "raylog"},
+        "brokers": [{"broker_id": 0, "node_id": "n0", "data_dir": "/d", "live": True}],
+        "topics": [],
+        "offline_partitions": ["t-0"],
+        "under_replicated_partitions": [],
+        "lost_partitions": ["t-0"],
+        "refused_brokers": {"n9": "InconsistentClusterIdError: /x/meta.json belongs to raylog cluster other"},
+        "healthy": False,
+    }
+    text = cli._status_text(report)
+    assert "health: REFUSED: node n9 is not a broker of this cluster: InconsistentClusterIdError: " in text
+    assert "health: LOST: 1 partition(s) without any in-sync replica (t-0)" in text
+    assert "health: ok" not in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 from raylog.coordination.elections import (
     NO_LEADER,
     alter_isr,
+    directory_replaced,
     elect_leader,
     finish_reassignment,
     imbalance,
@@ -87,3 +88,51 @@ def test_a_restarted_replica_hands_over_and_leaves_the_isr():
     assert (alone.leader, alone.leader_epoch, alone.isr) == (0, 4, (0,))
     follower = after_restart(info(leader=0), 2, live={0, 1, 2})
     assert follower.isr == (0, 1) and follower.partition_epoch == 8
+
+
+def never(topic: str) -> bool:
+    return False
+
+
+def always(topic: str) -> bool:
+    return True
+
+
+def test_a_broker_back_with_a_new_log_directory_leaves_every_isr_and_leadership():
+    """A broker whose log directory was replaced leaves the ISR of each partition it was in
+    (partition epoch bumped); where it led, another live ISR member leads under a new epoch.
+    Partitions it is not in sync for are not changed."""
+    follower, led, outside = info(leader=1), info(leader=0), info(leader=1, isr=(1, 2))
+    changed = directory_replaced([follower, led, outside], 0, live={0, 1, 2}, unclean=never)
+    assert len(changed) == 2
+    assert (changed[0].leader, changed[0].leader_epoch, changed[0].isr, changed[0].partition_epoch) == (1, 3, (1, 2), 8)
+    assert (changed[1].leader, changed[1].leader_epoch, changed[1].isr, changed[1].partition_epoch) == (1, 4, (1, 2), 8)
+
+
+def test_a_broker_back_with_a_new_log_directory_is_never_elected_from_a_stale_isr():
+    """As the last ISR member (partition offline, or leading alone) the broker leaves the
+    ISR all the same: the ISR is empty and no clean election can pick it (its log is empty;
+    were it elected, the others would truncate to it). Unclean election picks another live
+    replica; once the broker has caught up, a leader can admit it like any follower."""
+    offline = info(leader=NO_LEADER, isr=(0,))
+    (lost,) = directory_replaced([offline], 0, live={0, 1, 2}, unclean=never)
+    assert (lost.leader, lost.isr) == (NO_LEADER, ())
+    assert elect_leader(lost, live={0, 1, 2}, unclean=False).leader == NO_LEADER
+
+    (alone,) = directory_replaced([info(leader=0, isr=(0,))], 0, live={0, 1, 2}, unclean=never)
+    assert (alone.leader, alone.leader_epoch, alone.isr) == (NO_LEADER, 4, ())
+
+    (unclean,) = directory_replaced([info(leader=0, isr=(0,))], 0, live={0, 1, 2}, unclean=always)
+    assert (unclean.leader, unclean.isr) == (1, (1,))
+    accepted, rejoined = alter_isr(unclean, 1, unclean.leader_epoch, unclean.partition_epoch, (1, 0), {0, 1, 2})
+    assert accepted and rejoined.isr == (0, 1)
+
+
+def test_several_brokers_back_with_new_log_directories_leave_a_partition_lost():
+    """Every broker of the ISR back on a fresh disk (say, new brokers under an old controller
+    journal): applied one after another, the partition ends offline with an empty ISR."""
+    partitions = [info()]
+    for broker in (0, 1, 2):
+        partitions = directory_replaced(partitions, broker, live={0, 1, 2}, unclean=never) or partitions
+    (lost,) = partitions
+    assert (lost.leader, lost.isr) == (NO_LEADER, ())

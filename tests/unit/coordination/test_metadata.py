@@ -180,3 +180,13 @@ def test_a_journal_written_before_overrides_were_recorded_replays(controller):
     controller.commit([record])
     described = controller.replayed().describe_config("old")
     assert described["retention.ms"] == ConfigEntry("5", "default")
+
+
+def test_directory_ids_of_brokers_replay_and_older_broker_records_have_none(controller):
+    """A broker record's directory id is kept per broker and survives replay; the broker
+    records of journals from before directory ids (the fixture's) leave it unknown."""
+    assert controller.image.directory_ids == {}
+    controller.commit([{"type": "broker", "broker_id": 1, "node_id": "n9", "data_dir": "/d1", "directory_id": "x"}])
+    controller.commit([{"type": "broker", "broker_id": 1, "node_id": "n9", "data_dir": "/d1", "directory_id": "y"}])
+    replayed = controller.replayed()
+    assert replayed.directory_ids == {1: "y"} and replayed.brokers[1].node_id == "n9"
