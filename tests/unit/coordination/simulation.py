@@ -14,7 +14,8 @@ The simulation plays only what the actors do around them, the I/O:
   (its files stay; it restarts, takes no role, and reports to the controller until it gets its
   state in the answer), be paused (SIGSTOP: it handles nothing until resumed) or lose its
   machine (the unflushed tail of its last segment is cut, the controller sees the node die and,
-  later, come back; never the last in-sync replica, see ``may_lose_unflushed``).
+  later, come back; never the last in-sync replica, see ``may_lose_unflushed``), or come back
+  with a new, empty disk (any replica, the last in-sync one too: the controller must notice).
 - The controller: one :class:`PartitionInfo` and the live brokers. It journals (here: keeps)
   each change, pushes it to the replicas (pushes are calls too: delayed, reordered, lost, sent
   again with the same epochs), answers ISR proposals and restart reports, and checks a leader
@@ -84,6 +85,7 @@ STEP_WEIGHTS = {
     "tick": 10,
     "crash": 2,
     "machine_crash": 2,
+    "disk_replaced": 1,
     "pause": 2,
     "resume": 10,
     "restart": 20,
@@ -92,7 +94,7 @@ STEP_WEIGHTS = {
 }
 #: The faults, whose weights each run scales by one of FAULT_SCALES (drawn from its seed): some
 #: runs see a fault every few hundred steps, others one every few dozen.
-FAULTS = ("lose", "time_out", "crash", "machine_crash", "pause")
+FAULTS = ("lose", "time_out", "crash", "machine_crash", "disk_replaced", "pause")
 FAULT_SCALES = (0.25, 0.5, 1, 2, 4)
 
 
@@ -177,6 +179,7 @@ class Stats:
     leader_changes: int = 0
     crashes: int = 0
     machine_crashes: int = 0
+    disks_replaced: int = 0
     pauses: int = 0
     bytes_lost: int = 0
     offline_steps: int = 0
@@ -217,6 +220,7 @@ class Cluster:
         # The controller: the single writer of leader, leader epoch and ISR.
         self.info = PartitionInfo(TOPIC, 0, leader=0, leader_epoch=0, replicas=BROKERS, isr=BROKERS)
         self.live = set(BROKERS)  # brokers whose node is up (the controller's view)
+        self.wiped: set[int] = set()  # brokers whose node is down and whose disk was replaced
         self.replicas: dict[int, Replica | None] = {}
         self.incarnations = dict.fromkeys(BROKERS, 0)
         self.in_flight: dict[int, Message] = {}
@@ -281,6 +285,8 @@ class Cluster:
             broker = rng.choice(BROKERS)
             # The last in-sync replica's machine dies without losing what it wrote (see may_lose_unflushed).
             self.machine_crash(broker, cut=rng.random() if self.may_lose_unflushed(broker) else 1.0)
+        elif kind == "disk_replaced" and not self.down:
+            self.disk_replaced(rng.choice(BROKERS))
         elif kind == "pause" and not self.down:
             self.pause(rng.choice(BROKERS))
         elif kind == "resume":
@@ -663,6 +669,17 @@ class Cluster:
             self._answer(self._produce_requests.pop(pending.request_id), "produce_answer", RaylogError("died"))
 
     @_step
+    def disk_replaced(self, broker: int) -> None:
+        """``broker``'s machine dies and comes back later with a new, empty disk (the controller
+        sees a new directory id when it registers again)."""
+        if self.replicas[broker] is None:
+            return
+        self.machine_crash(broker, cut=1.0)
+        shutil.rmtree(os.path.join(self.directory, f"broker-{broker}"))
+        self.wiped.add(broker)
+        self.stats.disks_replaced += 1
+
+    @_step
     def pause(self, broker: int) -> None:
         """SIGSTOP: the process handles nothing (calls to it wait) until resumed."""
         replica = self.replicas[broker]
@@ -697,7 +714,12 @@ class Cluster:
         starts there with the current state (a first start: no report)."""
         assert broker not in self.live and self.replicas[broker] is None
         self.live.add(broker)
-        self._change(elections.after_restart(self.info, broker, self.live))
+        if broker in self.wiped:  # a new directory id: it lost every replica
+            self.wiped.discard(broker)
+            for new in elections.directory_replaced([self.info], broker, self.live, lambda topic: False):
+                self._change(new)
+        else:
+            self._change(elections.after_restart(self.info, broker, self.live))
         self._react_to_liveness()
         replica = self.replicas[broker] = self._start(broker)
         self._take(replica, self.info)

@@ -299,3 +299,26 @@ def test_the_last_in_sync_replica_down_takes_the_partition_offline_until_it_retu
     cluster.settle()
     assert cluster.info.leader == 0 and cluster.lost_acknowledged() == []
     cluster.check_invariants(reread=True)
+
+
+def test_a_broker_back_with_a_replaced_disk_never_leads_from_a_stale_isr(tmp_path):
+    """Defect 10: the only in-sync replica's machine dies and comes back with an empty disk (a new
+    directory id): it must not lead the partition it held (its empty log would then truncate
+    the others), even though the controller's ISR still names it."""
+    cluster = Cluster(str(tmp_path), properties={"min.insync.replicas": "1"})
+    cluster.settle()
+    _write_everywhere(cluster, 3)
+    cluster.pause(1)
+    cluster.pause(2)
+    _wait(cluster, 1600)
+    cluster.housekeeping(0)
+    cluster.settle()
+    _write_everywhere(cluster, 2)  # acknowledged by leader 0 alone (ISR [0], min.insync.replicas 1)
+    assert cluster.info.isr == (0,) and len(cluster.acknowledged) == 5
+    cluster.disk_replaced(0)
+    cluster.resume(1)
+    cluster.resume(2)
+    cluster.node_back(0)
+    cluster.settle()
+    assert cluster.info.leader == -1 and cluster.info.isr == (), cluster.report()
+    assert cluster.values(1)[:3] == [b"v0", b"v1", b"v2"]  # nothing truncated them
