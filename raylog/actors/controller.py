@@ -168,9 +168,10 @@ class ControllerActor:
 
     async def _register_brokers(self) -> None:
         """Find the brokers, journal what changed (node, data directory, directory id) and
-        take them as the live set. A broker back with another directory id than the one
-        journaled lost every replica (a wiped or replaced disk): in the same batch it leaves
-        every ISR and any leadership (:func:`~raylog.coordination.elections.directory_replaced`)."""
+        take them as the live set. In the same batch (:func:`~raylog.coordination.elections.brokers_registered`):
+        a broker on another node than journaled restarted from its disk (it hands over
+        leadership and leaves the ISR until it catches up); one back with another directory id
+        lost every replica (a wiped or replaced disk) and leaves every ISR and any leadership."""
         found = await (self._embedded_brokers() if self.embedded else self._node_brokers())
         for b, (node_id, d, _) in list(found.items()):
             returning = b not in self.live or self.image.brokers[b].node_id != node_id
@@ -188,12 +189,12 @@ class ControllerActor:
             for b, (_, _, directory_id) in found.items()
             if self.image.directory_ids.get(b, directory_id) != directory_id
         ]
-        before = {(p.topic, p.partition): p for p in self.image.partitions()}
-        after = dict(before)
-        for b in sorted(replaced):
-            for new in elections.directory_replaced(list(after.values()), b, set(found), self._unclean):
-                after[(new.topic, new.partition)] = new
-        changed = [p for key, p in after.items() if p is not before[key]]
+        moved = [
+            b
+            for b, (node_id, _, _) in found.items()
+            if b in self.image.brokers and self.image.brokers[b].node_id != node_id
+        ]
+        changed = elections.brokers_registered(self.image.partitions(), moved, replaced, set(found), self._unclean)
         self._commit(records + [partition_record(p) for p in changed])
         for b in replaced:
             self._log_directory_replaced(b, found[b][1], found[b][2], changed)
@@ -366,8 +367,9 @@ class ControllerActor:
 
     async def _heal_replicas(self) -> None:
         """Every live replica has an actor on its broker's current node: a broker that came
-        back on a new node gets its replicas re-created there (they recover, truncate,
-        catch up and rejoin the ISR). Checked every round, so a failed round heals later."""
+        back on a new node (handed over by :meth:`_register_brokers`) gets its replicas
+        re-created there (they recover, truncate, catch up and rejoin the ISR). Checked every
+        round, so a failed round heals later."""
         for topic in list(self.image.topics.values()):
             stale = any(
                 b in self.live
@@ -377,18 +379,6 @@ class ControllerActor:
             )
             if not stale:
                 continue
-            # A replica whose actor was on another node restarts from its disk: as after any
-            # restart, its broker hands over leadership and leaves the ISR until it catches up.
-            changed = []
-            for p in topic.partitions:
-                info = p
-                for b in p.replicas:
-                    pinned = self.replicas.get((topic.name, p.partition, b), ("",))[0]
-                    if b in self.live and pinned and pinned != self.image.brokers[b].node_id:
-                        info = elections.after_restart(info, b, self.live)
-                if info is not p:
-                    changed.append(info)
-            self._commit([partition_record(info) for info in changed])
             await self._ensure_replicas(self.image.topics[topic.name])
             self._push(list(self.image.topics[topic.name].partitions))
 

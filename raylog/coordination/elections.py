@@ -179,3 +179,27 @@ def directory_replaced(
         else:
             changed.append(replace(lost, partition_epoch=info.partition_epoch + 1))
     return changed
+
+
+def brokers_registered(
+    partitions: Iterable[PartitionInfo],
+    moved: Iterable[int],
+    replaced: Iterable[int],
+    live: set[int] | frozenset[int],
+    unclean: Callable[[str], bool],
+) -> list[PartitionInfo]:
+    """The partitions that change because brokers registered again: ``moved`` on another node
+    than the one journaled (their replicas restarted from their disk, which may have lost what
+    it had not flushed: see :func:`after_restart`), ``replaced`` with another directory id (see
+    :func:`directory_replaced`). Decided from the journal, not from what this controller saw
+    happen, so a broker that moved while the controller was down is treated the same."""
+    current = {(p.topic, p.partition): p for p in partitions}
+    before = dict(current)
+    for b in sorted(set(replaced)):
+        for new in directory_replaced(list(current.values()), b, live, unclean):
+            current[(new.topic, new.partition)] = new
+    for b in sorted(set(moved) - set(replaced)):
+        for key, info in current.items():
+            if b in info.replicas:
+                current[key] = after_restart(info, b, set(live))
+    return [p for key, p in current.items() if p is not before[key]]

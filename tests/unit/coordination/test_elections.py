@@ -136,3 +136,23 @@ def test_several_brokers_back_with_new_log_directories_leave_a_partition_lost():
         partitions = directory_replaced(partitions, broker, live={0, 1, 2}, unclean=never) or partitions
     (lost,) = partitions
     assert (lost.leader, lost.isr) == (NO_LEADER, ())
+
+
+def test_brokers_registered_on_a_new_node_or_disk_are_treated_from_the_journal():
+    """A broker whose journaled node differs restarted from its disk: it hands leadership over
+    and leaves the ISR (also when the controller was down while it moved, and so never saw it
+    go); one with a new directory id lost its replicas; each partition changes once."""
+    from raylog.coordination.elections import brokers_registered
+
+    led, followed = info(leader=1), PartitionInfo("t", 1, 0, 3, (0, 1, 2), (0, 1, 2), 7)
+    other = PartitionInfo("u", 0, 0, 3, (0, 2), (0, 2), 7)
+    changed = {(p.topic, p.partition): p for p in brokers_registered([led, followed, other], [1], [], {0, 1, 2}, _no)}
+    assert set(changed) == {("t", 0), ("t", 1)}
+    assert changed[("t", 0)].leader != 1 and 1 not in changed[("t", 0)].isr
+    assert changed[("t", 1)].leader == 0 and changed[("t", 1)].isr == (0, 2)
+    replaced = brokers_registered([info(leader=1, isr=(1,))], [1], [1], {0, 1, 2}, _no)
+    assert [(p.leader, p.isr) for p in replaced] == [(NO_LEADER, ())]
+
+
+def _no(topic: str) -> bool:
+    return False
