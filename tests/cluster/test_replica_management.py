@@ -61,3 +61,14 @@ def test_preferred_leader_election_on_request(multinode, replicated_topic):
     assert admin.describe_topics([topic])[0].partitions[0].leader == preferred
     with Producer(cluster, acks="all") as producer:
         producer.send(topic, b"ok").result(timeout=30)
+
+
+def test_the_offsets_topic_is_replicated_with_two_in_sync_replicas_required(multinode):
+    """Group commits are acks=all: __consumer_offsets has offsets.topic.replication.factor (3)
+    replicas and min.insync.replicas 2, so one broker alone never holds a commit (it had 1)."""
+    cluster, _ = multinode
+    ray.get(cluster.controller.find_coordinator.remote("any-group"))  # created on first use
+    admin = Admin(cluster)
+    (offsets,) = admin.describe_topics(["__consumer_offsets"])
+    assert {len(p.replicas) for p in offsets.partitions} == {3}
+    assert admin.describe_configs(["__consumer_offsets"])["__consumer_offsets"]["min.insync.replicas"].value == "2"
