@@ -28,6 +28,7 @@ import ray
 
 from raylog.clients.transport import call
 from raylog.coordination.assignors import COOPERATIVE
+from raylog.coordination.group import check_group_id
 from raylog.errors import (
     CommitFailedError,
     CoordinatorNotAvailableError,
@@ -53,6 +54,10 @@ class CoordinatorClient:
     """Calls to one group's coordinator. Concurrency: thread-safe."""
 
     def __init__(self, cluster: RaylogCluster, group_id: str, timeout_s: float, retry_backoff_s: float):
+        """Raises:
+        InvalidGroupIdError: ``group_id`` is not one Kafka would accept.
+        """
+        check_group_id(group_id)
         self.group_id = group_id
         self._cluster = cluster
         self._timeout_s = timeout_s

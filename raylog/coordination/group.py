@@ -57,6 +57,9 @@ MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 30 * 60_000
 #: Longest metadata string kept with a committed offset (offset.metadata.max.bytes).
 MAX_OFFSET_METADATA_BYTES = 4096
+#: Longest group id, in bytes of UTF-8: the longest string Kafka's protocol carries (an
+#: int16 length), so any group id Kafka accepts is accepted here and no longer one.
+MAX_GROUP_ID_BYTES = 32_767
 #: Record key types in ``__consumer_offsets`` (the first element of each msgpack key).
 _OFFSET_KEY, _GROUP_KEY = 1, 2
 
@@ -184,7 +187,7 @@ class GroupCoordinator:
             InvalidGroupIdError, InvalidSessionTimeoutError, UnknownMemberIdError,
             FencedInstanceIdError, InconsistentGroupProtocolError.
         """
-        _check_group_id(request.group_id)
+        check_group_id(request.group_id)
         if not MIN_SESSION_TIMEOUT_MS <= request.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             raise InvalidSessionTimeoutError(
                 f"session.timeout.ms must be in [{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}],"
@@ -341,7 +344,7 @@ class GroupCoordinator:
             IllegalGenerationError, UnknownMemberIdError, FencedInstanceIdError,
             OffsetMetadataTooLargeError, ValueError (a negative offset).
         """
-        _check_group_id(group_id)
+        check_group_id(group_id)
         for tp, committed in offsets.items():
             if committed.offset < 0:
                 raise ValueError(f"cannot commit offset {committed.offset} for {tp}")
@@ -372,6 +375,7 @@ class GroupCoordinator:
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """Committed offsets of the group (all, or those of ``partitions`` that have one)."""
+        check_group_id(group_id)
         group = self.groups.get(group_id)
         if group is None:
             return {}
@@ -428,6 +432,7 @@ class GroupCoordinator:
     # --- internals ----------------------------------------------------------------------
 
     def _group(self, group_id: str, missing: type = UnknownMemberIdError) -> Group:
+        check_group_id(group_id)
         group = self.groups.get(group_id)
         if group is None:
             raise missing(f"no group {group_id!r}")
@@ -547,9 +552,16 @@ class GroupCoordinator:
         return msgpack.packb([_GROUP_KEY, group.group_id]), msgpack.packb(value)
 
 
-def _check_group_id(group_id: Any) -> None:
+def check_group_id(group_id: Any) -> None:
+    """Kafka's rule for a group id: a non-empty string (of at most MAX_GROUP_ID_BYTES).
+
+    Raises:
+        InvalidGroupIdError: any other value.
+    """
     if not isinstance(group_id, str) or not group_id:
         raise InvalidGroupIdError(f"a group id must be a non-empty string, got {group_id!r}")
+    if len(group_id.encode("utf-8", "surrogatepass")) > MAX_GROUP_ID_BYTES:
+        raise InvalidGroupIdError(f"a group id is at most {MAX_GROUP_ID_BYTES} bytes of UTF-8, got {group_id[:40]!r}…")
 
 
 def _check_strategies(group: Group, strategies: Iterable[str], replacing: str | None) -> None:

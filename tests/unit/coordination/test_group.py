@@ -12,6 +12,7 @@ import pytest
 from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
 from raylog.coordination.group import (
     EMPTY,
+    MAX_GROUP_ID_BYTES,
     MAX_OFFSET_METADATA_BYTES,
     MAX_SESSION_TIMEOUT_MS,
     MIN_SESSION_TIMEOUT_MS,
@@ -314,13 +315,26 @@ def test_invalid_session_timeout(coord, timeout_ms):
     coord.join("hi", T0, session_timeout_ms=MAX_SESSION_TIMEOUT_MS, group_id="hi")
 
 
-@pytest.mark.parametrize("group_id", ["", None, 7])
+@pytest.mark.parametrize("group_id", ["", None, 7, b"g", "x" * (MAX_GROUP_ID_BYTES + 1), "é" * MAX_GROUP_ID_BYTES])
 def test_invalid_group_id(coord, group_id):
-    """A group id must be a non-empty string, for joins and commits alike."""
-    with pytest.raises(InvalidGroupIdError):
-        coord.join("w", T0, group_id=group_id)
-    with pytest.raises(InvalidGroupIdError):
-        coord.commit("", -1, {("t", 0): (1, "")}, T0, group_id=group_id)
+    """A group id must be a non-empty string of at most MAX_GROUP_ID_BYTES bytes of UTF-8,
+    for every group call alike (INVALID_GROUP_ID, code 24); nothing is created."""
+    groups = coord.groups
+    for call in (
+        lambda: coord.join("w", T0, group_id=group_id),
+        lambda: coord.commit("", -1, {("t", 0): (1, "")}, T0, group_id=group_id),
+        lambda: groups.sync(group_id, "m", 1, None, T0),
+        lambda: groups.heartbeat(group_id, "m", 1, None, T0),
+        lambda: groups.leave(group_id, "m", None, T0),
+        lambda: groups.committed(group_id),
+        lambda: groups.describe(group_id),
+        lambda: groups.delete(group_id),
+    ):
+        with pytest.raises(InvalidGroupIdError) as refused:
+            call()
+        assert refused.value.code == 24
+    assert groups.list_groups() == []
+    coord.join("w", T0, group_id="x" * MAX_GROUP_ID_BYTES)
 
 
 def test_inconsistent_protocol_refuses_only_the_joiner(coord):
