@@ -24,8 +24,10 @@ fetches its assignment (sync) and heartbeats. A member that misses ``session.tim
 of heartbeats is removed, and so is one that does not rejoin within its rebalance timeout
 (``max.poll.interval.ms``). With the cooperative assignor a partition never has two
 owners in one generation: one that moves is withheld from its new member until its owner
-revoked it and rejoined (the follow-up rebalance). Static members (``group.instance.id``)
-that come back with the same subscription take their old place without a rebalance.
+revoked it and rejoined (the follow-up rebalance); a claim counts only if made in the
+latest generation any member is in (a member that lost its place claims nothing). Static
+members (``group.instance.id``) that come back with the same subscription take their old
+place without a rebalance.
 
 States (Kafka's names): Empty, PreparingRebalance, CompletingRebalance (the join is
 complete and the assignment computed, the group record not durable yet), Stable, Dead.
@@ -37,6 +39,7 @@ Concurrency: not thread-safe; one caller (the coordinator actor's event loop).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -63,7 +66,7 @@ from ..errors import (
 )
 from ..protocol import JoinGroupRequest, JoinGroupResponse, error_fields
 from ..types import OffsetAndMetadata, TopicPartition
-from .assignors import COOPERATIVE, Subscription, assign, choose_strategy
+from .assignors import COOPERATIVE, Subscription, assign, choose_strategy, current_claims
 
 EMPTY, PREPARING_REBALANCE, STABLE, DEAD = "Empty", "PreparingRebalance", "Stable", "Dead"
 COMPLETING_REBALANCE = "CompletingRebalance"
@@ -77,6 +80,8 @@ MAX_OFFSET_METADATA_BYTES = 4096
 MAX_GROUP_ID_BYTES = 32_767
 #: Record key types in ``__consumer_offsets`` (the first element of each msgpack key).
 _OFFSET_KEY, _GROUP_KEY = 1, 2
+
+logger = logging.getLogger(__name__)
 
 
 def partition_for(group_id: str, num_partitions: int) -> int:
@@ -273,6 +278,7 @@ class GroupCoordinator:
             tuple(TopicPartition(*tp) for tp in request.owned),
             request.instance_id,
             tuple(request.strategies),
+            request.owned_generation,
         )
         static = group.static_member(request.instance_id)
         if request.member_id == "":
@@ -576,9 +582,19 @@ class GroupCoordinator:
                 counts[topic] = max(n, counts.get(topic, 0))
         target = assign(protocol, subscriptions, counts)
         if protocol in COOPERATIVE:
-            # A partition still owned by another member waits for the follow-up rebalance.
-            owners = {tp: m for m, s in subscriptions.items() for tp in s.owned}
-            target = {m: [tp for tp in tps if owners.get(tp, m) == m] for m, tps in target.items()}
+            # A partition still owned by another member waits for the follow-up rebalance,
+            # and so does one that two members claim (neither may keep it).
+            claims, contested = current_claims(subscriptions)
+            if contested:
+                logger.warning(
+                    "group %s: %s claimed by two members in one generation; none of them keeps them",
+                    group.group_id,
+                    sorted(contested),
+                )
+            owners = {tp: m for m, tps in claims.items() for tp in tps}
+            target = {
+                m: [tp for tp in tps if owners.get(tp, m) == m and tp not in contested] for m, tps in target.items()
+            }
         group.generation += 1
         group.protocol = protocol
         group.state = COMPLETING_REBALANCE

@@ -61,6 +61,7 @@ def request(
     counts: dict[str, int] | None = None,
     strategies: tuple[str, ...] = (COOPERATIVE_STICKY,),
     owned=(),
+    owned_generation: int = -1,
     instance_id: str | None = None,
     client_id: str = "c",
     session_timeout_ms: int = SESSION_MS,
@@ -74,6 +75,7 @@ def request(
         partition_counts=counts if counts is not None else {t: 4 for t in topics},
         strategies=strategies,
         owned=tuple(owned),
+        owned_generation=owned_generation,
         instance_id=instance_id,
         client_id=client_id,
         session_timeout_ms=session_timeout_ms,
@@ -614,6 +616,53 @@ def test_cooperative_partition_moves_only_after_its_owner_revoked_it(coord):
     assert clients.sync(coord, "a", a3, T0 + 8) == []
     clients.sync(coord, "b", b2, T0 + 8)
     assert clients.owned == {"a": set(tps("t", 0, 1, 2)), "b": set(tps("t", 3, 4, 5))}
+
+
+def test_a_stale_claim_does_not_keep_a_partition_its_new_owner_holds(coord):
+    """A member that lost its place (its session ran out) and rejoins under a new id still
+    claiming what it held in an older generation does not get it back while the member it
+    went to holds it: the older claim does not count (KIP-792), the newer one does, and the
+    partition stays with its owner. Only claims of the latest generation count."""
+    a1 = coord.join("a1", T0, client_id="a")
+    owned_a = coord.sync(a1, T0)
+    coord.join("b1", T0, client_id="b")
+    a2 = coord.join("a2", T0, a1.member_id, client_id="a", owned=owned_a, owned_generation=1)
+    b1 = coord.replies["b1"]
+    owned_a, owned_b = coord.sync(a2, T0), coord.sync(b1, T0)
+    a3 = coord.join("a3", T0, a1.member_id, client_id="a", owned=owned_a, owned_generation=2)
+    coord.join("b2", T0, b1.member_id, client_id="b", owned=owned_b, owned_generation=2)
+    a3, b2 = coord.replies["a3"], coord.replies["b2"]
+    assert (a3.generation, coord.sync(a3, T0), coord.sync(b2, T0)) == (3, tps("t", 0, 1), tps("t", 2, 3))
+    # b stops; its session runs out and a takes everything in generation 4.
+    coord.heartbeat(a3, T0 + SESSION_MS)
+    coord.tick(T0 + SESSION_MS + 1)
+    a4 = coord.join("a4", T0 + SESSION_MS + 1, a1.member_id, client_id="a", owned=tps("t", 0, 1), owned_generation=3)
+    assert a4.generation == 4 and coord.sync(a4, T0 + SESSION_MS + 1) == tps("t", 0, 1, 2, 3)
+    # b wakes up, is told it is unknown, and rejoins under a new id claiming its old half.
+    with pytest.raises(UnknownMemberIdError):
+        coord.join("b3", T0 + SESSION_MS + 2, b1.member_id, client_id="b", owned=tps("t", 2, 3), owned_generation=3)
+    coord.join("b4", T0 + SESSION_MS + 2, client_id="b", owned=tps("t", 2, 3), owned_generation=3)
+    everything = tps("t", 0, 1, 2, 3)
+    coord.join("a5", T0 + SESSION_MS + 3, a1.member_id, client_id="a", owned=everything, owned_generation=4)
+    a5, b4 = coord.replies["a5"], coord.replies["b4"]
+    assert a5.generation == b4.generation == 5
+    assert coord.sync(b4, T0 + SESSION_MS + 4) == []  # a holds them until it revoked them
+    assert coord.sync(a5, T0 + SESSION_MS + 4) == tps("t", 0, 1)
+
+
+def test_claims_made_twice_in_one_generation_count_for_neither(coord):
+    """Two members claiming one partition in the same generation (one is wrong): neither
+    keeps it and nobody else gets it until both gave it up."""
+    a1 = coord.join("a1", T0, client_id="a")
+    coord.sync(a1, T0)
+    coord.join("b1", T0, client_id="b")
+    a2 = coord.join("a2", T0, a1.member_id, client_id="a", owned=tps("t", 0, 1, 2, 3), owned_generation=1)
+    b1 = coord.replies["b1"]
+    assert a2.generation == 2
+    coord.sync(a2, T0)
+    coord.join("a3", T0, a1.member_id, client_id="a", owned=tps("t", 0, 1), owned_generation=2)
+    coord.join("b2", T0, b1.member_id, client_id="b", owned=tps("t", 1), owned_generation=2)
+    assert TopicPartition("t", 1) not in coord.sync(coord.replies["a3"], T0) + coord.sync(coord.replies["b2"], T0)
 
 
 def test_cooperative_owner_that_did_not_rejoin_loses_its_claim(coord):
