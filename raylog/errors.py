@@ -218,7 +218,7 @@ class InconsistentGroupProtocolError(ApiError, ValueError):
 
 @_api(24, "INVALID_GROUP_ID")
 class InvalidGroupIdError(ApiError, ValueError):
-    """A group id that is empty or not a string."""
+    """A group id that is empty, not a string, or longer than Kafka's protocol allows."""
 
 
 @_api(25, "UNKNOWN_MEMBER_ID")

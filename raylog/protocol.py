@@ -100,6 +100,7 @@ class JoinGroupRequest:
     partition_counts: dict[str, int]
     strategies: tuple[str, ...]  # partition assignors, most preferred first
     owned: tuple[Any, ...] = ()  # TopicPartitions the member reads now (incremental protocol)
+    owned_generation: int = -1  # the generation ``owned`` was assigned in (KIP-792)
     instance_id: str | None = None  # group.instance.id: static membership
     client_id: str = ""
     session_timeout_ms: int = 45_000

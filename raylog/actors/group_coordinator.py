@@ -6,7 +6,9 @@ When it becomes leader it reads its partition back into a :class:`GroupCoordinat
 leading it drops that state and answers NOT_COORDINATOR, so clients find the new leader
 through metadata. Every commit and group change is appended to its own partition with
 acks=all before it counts, so it survives this actor, its node and its disk: the next
-leader, on any broker of the ISR, loads the same offsets.
+leader, on any broker of the ISR, loads the same offsets. A completed join is answered
+only once its group record is replicated, so the next leader never loads a generation
+below one a member was told (Kafka persists the group before answering SyncGroup).
 
 Heartbeats are long polls: a heartbeat waits up to ``wait_ms`` and answers early when its
 group starts rebalancing, so members hear of a rebalance at once rather than at their next
@@ -18,6 +20,7 @@ Concurrency: like the replica, one asyncio loop; each state-machine step runs al
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -36,6 +39,8 @@ LOAD_READ_BYTES = 8 << 20
 LOAD_RETRY_S = 1.0
 #: How long a commit or group record may wait for the ISR.
 APPEND_TIMEOUT_S = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 class GroupCoordinatorActor(PartitionReplicaActor):
@@ -214,14 +219,14 @@ class GroupCoordinatorActor(PartitionReplicaActor):
         return GroupResponse()
 
     async def _deliver(self, outcome: Outcome) -> None:
-        """Answer the joins that completed and record the group changes (in the background:
-        a member's generation is fenced by this coordinator's memory while it lives, and the
-        record is what the next coordinator starts from)."""
+        """Release the replies that promise nothing, and append the group records in the
+        background; the replies held for them go out once they are replicated."""
         for future, response in outcome.replies:
             if not future.done():
                 future.set_result(response)
         if outcome.records:
-            self._spawn(self._append_quietly(outcome.records))
+            assert self._groups is not None, "records come from a step of the loaded groups"
+            self._spawn(self._persist(self._groups, outcome))
         # A group that starts rebalancing (a join, a leave, an expired session) wakes the
         # long-polling heartbeats, so its members rejoin now rather than at their next beat.
         groups = self._groups.groups.values() if self._groups is not None else ()
@@ -230,13 +235,20 @@ class GroupCoordinatorActor(PartitionReplicaActor):
             self._pulse()
         self._rebalancing = rebalancing
 
-    async def _append_quietly(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        """A group change that could not be replicated stays in memory; members of a later
-        coordinator rejoin if it is missing there (their generation is then unknown)."""
+    async def _persist(self, groups: GroupCoordinator, outcome: Outcome) -> None:
+        """Append ``outcome``'s records (acks=all), then release its held replies, or tell
+        their members the append failed. Appends start in call order, so the log keeps the
+        groups' changes in the order they were made."""
         try:
-            await self._append(records)
-        except RaylogError:
-            pass
+            await self._append(outcome.records)
+        except Exception as exc:  # noqa: BLE001 — every failure must release the held replies
+            logger.warning("%s: group records not replicated (%s); their members rejoin", self.partition.name, exc)
+            after = groups.append_failed(outcome, exc, _now_ms())
+        else:
+            after = groups.persisted(outcome, _now_ms())
+        if groups is self._groups:
+            await self._deliver(after)
+        # Else the groups were unloaded meanwhile, which answered every waiting join.
 
     async def _append(self, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append keyed records with acks=all.

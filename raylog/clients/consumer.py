@@ -43,6 +43,7 @@ from raylog.clients.cluster import RaylogCluster
 from raylog.clients.group import ConsumerRebalanceListener, CoordinatorClient, GroupMembership, committed_offsets
 from raylog.clients.transport import call, translate
 from raylog.coordination.assignors import ASSIGNORS, COOPERATIVE_STICKY
+from raylog.coordination.group import check_group_id
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.coordination.placement import INTERNAL_TOPICS
 from raylog.errors import (
@@ -96,9 +97,9 @@ class Consumer:
         check_crcs: verify batch CRCs on decode.
         consumer_timeout_ms: iteration stops after this long without records (None: never).
         key_deserializer, value_deserializer: applied by :meth:`poll` and iteration.
-        group_id: the consumer group; with topics, the consumer subscribes to them as a member.
-            With :meth:`assign` instead, it only commits for the group (which must then have
-            no active members).
+        group_id: the consumer group (a non-empty string, else InvalidGroupIdError); with
+            topics, the consumer subscribes to them as a member. With :meth:`assign` instead,
+            it only commits for the group (which must then have no active members).
         group_instance_id: static membership: a consumer restarted with the same id takes its
             place back without a rebalance (and does not leave the group on close).
         client_id: a name shown in group descriptions, which leaders also hold to a client
@@ -184,8 +185,8 @@ class Consumer:
             raise InvalidConfigError(
                 f"max_poll_interval_ms must be a positive integer or None, got {max_poll_interval_ms!r}"
             )
-        if group_id is not None and (not isinstance(group_id, str) or not group_id):
-            raise InvalidConfigError(f"group_id must be a non-empty string, got {group_id!r}")
+        if group_id is not None:
+            check_group_id(group_id)
         self._strategies = strategies
         self._cluster = cluster
         self._reset = auto_offset_reset

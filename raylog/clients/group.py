@@ -10,8 +10,12 @@ join is an outstanding call that poll waits on with its fetches, so partitions t
 keep flowing during a cooperative rebalance) and by a heartbeat thread of its own, so that
 a long step between polls (training, inference) does not cost the member its session.
 The heartbeat is a long poll at the coordinator, which answers early when the group starts
-rebalancing. If ``max_poll_interval_ms`` passes without a poll, the member leaves the group
-(a dynamic one) or falls silent (a static one), like Kafka's consumer; None turns that off.
+rebalancing; like Kafka's, it pauses while a join is outstanding. If
+``max_poll_interval_ms`` passes without a poll, the member leaves the group (a dynamic one)
+or falls silent (a static one), like Kafka's consumer; None turns that off. What the member
+may keep through all this (its partitions are lost when it loses its generation, and a join
+claims them with their generation) is decided by
+:class:`raylog.coordination.member.MemberState`.
 
 Concurrency: the heartbeat thread and the polling thread share the member's identity
 under a lock; everything else runs in the polling thread.
@@ -28,6 +32,8 @@ import ray
 
 from raylog.clients.transport import call
 from raylog.coordination.assignors import COOPERATIVE
+from raylog.coordination.group import check_group_id
+from raylog.coordination.member import MemberState, assignment_change
 from raylog.errors import (
     CommitFailedError,
     CoordinatorNotAvailableError,
@@ -47,12 +53,18 @@ if TYPE_CHECKING:
 CALL_MARGIN_S = 30.0
 #: A commit refused for one of these means the member's generation is over.
 _FENCED = (IllegalGenerationError, UnknownMemberIdError, RebalanceInProgressError)
+#: A call refused for one of these cost the member its generation (and what it holds).
+_LOST = (IllegalGenerationError, UnknownMemberIdError)
 
 
 class CoordinatorClient:
     """Calls to one group's coordinator. Concurrency: thread-safe."""
 
     def __init__(self, cluster: RaylogCluster, group_id: str, timeout_s: float, retry_backoff_s: float):
+        """Raises:
+        InvalidGroupIdError: ``group_id`` is not one Kafka would accept.
+        """
+        check_group_id(group_id)
         self.group_id = group_id
         self._cluster = cluster
         self._timeout_s = timeout_s
@@ -160,13 +172,12 @@ class GroupMembership:
         self._apply = apply  # (added, revoked)
         self.listener = listener
         self._lock = threading.Lock()
-        self.member_id = ""
-        self.generation = -1
+        self._state = MemberState()
         self._rejoin = True
-        self._joining = False  # a join is outstanding: rebalance news is not news
-        self._lost = False  # the heartbeat thread found the member gone: partitions lost
+        self._joining = False  # a join is outstanding: no heartbeats, rebalance news is not news
         self._fatal: RaylogError | None = None
         self._join_ref: Any = None
+        self._join_sent_as: tuple[str, int] = ("", -1)  # (member id, generation) of that join
         self._joined_topics: dict[str, int] = {}
         self._last_poll = time.monotonic()
         self._stop = threading.Event()
@@ -185,8 +196,10 @@ class GroupMembership:
         self._last_poll = time.monotonic()
         if self._fatal is not None:
             raise self._fatal
-        if self._lost:
-            self._lose()
+        with self._lock:
+            lost = self._state.lost(self._owned())
+        if lost:  # the member lost its generation (expired, fenced, left): someone else may own them
+            self._give_up(lost, lost=True)
         if self._join_ref is not None:
             ready, _ = ray.wait([self._join_ref], timeout=0)
             if ready:
@@ -205,7 +218,8 @@ class GroupMembership:
         """Stop heartbeating; leave the group (dynamic members) so it rebalances at once."""
         self._stop.set()
         with self._lock:
-            member_id, self.member_id, self.generation = self.member_id, "", -1
+            member_id = self._state.member_id
+            self._state.left()
         if leave and member_id and self.instance_id is None:
             try:
                 self.coordinator.call("leave_group", self.group_id, member_id, None)
@@ -217,7 +231,7 @@ class GroupMembership:
 
     def commit_args(self) -> tuple[str, int, str | None]:
         with self._lock:
-            return self.member_id, self.generation, self.instance_id
+            return self._state.member_id, self._state.generation, self.instance_id
 
     def member_commit_args(self) -> tuple[str, int, str | None]:
         """``commit_args`` of a member in a generation.
@@ -252,20 +266,22 @@ class GroupMembership:
     # --- joining --------------------------------------------------------------------------
 
     def _start_join(self) -> None:
-        owned = self._owned()
-        if self._strategies[0] not in COOPERATIVE and owned:
-            # Eager protocol: give everything up before joining.
-            self.listener.on_partitions_revoked(list(owned))
-            self._apply([], list(owned))
-            owned = []
+        with self._lock:
+            plan = self._state.prepare_join(self._owned(), self._strategies[0] in COOPERATIVE)
+            sent_as = (self._state.member_id, self._state.generation)
+        if plan.lost:
+            self._give_up(list(plan.lost), lost=True)
+        if plan.revoked:  # eager protocol: give everything up before joining
+            self._give_up(list(plan.revoked), lost=False)
         topics = self._subscription()
         request = JoinGroupRequest(
             group_id=self.group_id,
-            member_id=self.member_id,
+            member_id=sent_as[0],
             topics=tuple(sorted(topics)),
             partition_counts=topics,
             strategies=self._strategies,
-            owned=tuple(owned),
+            owned=plan.owned,
+            owned_generation=plan.generation,
             instance_id=self.instance_id,
             client_id=self._client_id,
             session_timeout_ms=self._session_timeout_ms,
@@ -278,7 +294,7 @@ class GroupMembership:
                 raise
             self.coordinator.after_error(exc)
             return  # retried at the next poll
-        self._joined_topics = topics
+        self._joined_topics, self._join_sent_as = topics, sent_as
         with self._lock:
             self._rejoin, self._joining = False, True
 
@@ -289,21 +305,18 @@ class GroupMembership:
         try:
             response = self.coordinator.check(call(ref, None))
         except RaylogError as exc:
-            self._join_failed(exc)
+            self._join_failed(exc, self._join_sent_as)
             return
         with self._lock:
-            self.member_id, self.generation = response.member_id, response.generation
+            self._state.joined(response.member_id, response.generation)
         try:
             assignment = self.coordinator.call(
                 "sync_group", self.group_id, response.member_id, response.generation, self.instance_id
             )
         except RaylogError as exc:
-            self._join_failed(exc)
+            self._join_failed(exc, (response.member_id, response.generation))
             return
-        assignment = [TopicPartition(*tp) for tp in assignment.assignment]
-        owned = set(self._owned())
-        revoked = sorted(owned - set(assignment))
-        added = sorted(set(assignment) - owned)
+        added, revoked = assignment_change(self._owned(), [TopicPartition(*tp) for tp in assignment.assignment])
         if revoked:
             self.listener.on_partitions_revoked(revoked)
         self._apply(added, revoked)
@@ -311,32 +324,35 @@ class GroupMembership:
         if revoked and self._strategies[0] in COOPERATIVE:
             self.request_rejoin()  # the follow-up round hands the revoked partitions on
 
-    def _join_failed(self, exc: RaylogError) -> None:
+    def _join_failed(self, exc: RaylogError, sent_as: tuple[str, int]) -> None:
+        """A join or its sync, sent as ``(member id, generation)``, failed: rejoin (what the
+        member holds is lost first if the error cost it its generation), or raise."""
         if isinstance(exc, FencedInstanceIdError):
             self._fatal = exc
             raise exc
-        if isinstance(exc, UnknownMemberIdError | IllegalGenerationError):
-            with self._lock:
-                self.member_id, self.generation = "", -1
-        elif not (exc.retriable or isinstance(exc, RebalanceInProgressError)):
+        if not (exc.retriable or isinstance(exc, (RebalanceInProgressError, *_LOST))):
             raise exc
+        with self._lock:
+            self._state.failed(exc, *sent_as)
         self.coordinator.after_error(exc)
         self.request_rejoin()
 
-    def _lose(self) -> None:
-        self._lost = False
-        lost = list(self._owned())
+    def _give_up(self, partitions: list[TopicPartition], lost: bool) -> None:
+        """Stop reading ``partitions`` (the listener hears it as lost or as revoked)."""
         if lost:
-            self.listener.on_partitions_lost(lost)
-            self._apply([], lost)
+            self.listener.on_partitions_lost(partitions)
+        else:
+            self.listener.on_partitions_revoked(partitions)
+        self._apply([], partitions)
         self.request_rejoin()
 
     # --- heartbeats -------------------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.is_set():
-            member_id, generation, instance_id = self.commit_args()
-            if not member_id or generation < 0:
+            with self._lock:
+                member_id, generation, joining = self._state.member_id, self._state.generation, self._joining
+            if not member_id or generation < 0 or joining:
                 self._stop.wait(min(self._heartbeat_interval_s, 0.1))
                 continue
             if self._poll_interval_exceeded(member_id):
@@ -345,16 +361,22 @@ class GroupMembership:
                 self.coordinator.check(
                     call(
                         self.coordinator.handle().heartbeat.remote(
-                            self.group_id, member_id, generation, instance_id, int(self._heartbeat_interval_s * 1000)
+                            self.group_id,
+                            member_id,
+                            generation,
+                            self.instance_id,
+                            int(self._heartbeat_interval_s * 1000),
                         ),
                         self._heartbeat_interval_s + CALL_MARGIN_S,
                     )
                 )
                 continue  # the long poll paced it
-            except (RebalanceInProgressError, IllegalGenerationError):
+            except RebalanceInProgressError:
                 self._rejoin_unless_moved_on(generation)
-            except UnknownMemberIdError:
-                self._forget_member(generation)
+            except _LOST as exc:
+                with self._lock:
+                    if self._state.failed(exc, member_id, generation):
+                        self._rejoin = True  # the next poll gives its partitions up as lost
             except FencedInstanceIdError as exc:
                 self._fatal = exc
                 return
@@ -373,22 +395,17 @@ class GroupMembership:
                 self.coordinator.call("leave_group", self.group_id, member_id, None)
             except RaylogError:
                 pass
-        self._forget_member(None)
+        with self._lock:
+            self._state.left()
+            self._rejoin = True  # the next poll gives its partitions up as lost
         self._stop.wait(self._heartbeat_interval_s)
         return True
 
     def _rejoin_unless_moved_on(self, generation: int) -> None:
         """Rejoin, unless a join is under way or completed since the heartbeat was sent."""
         with self._lock:
-            if not self._joining and self.generation == generation:
+            if not self._joining and self._state.generation == generation:
                 self._rejoin = True
-
-    def _forget_member(self, generation: int | None) -> None:
-        with self._lock:
-            if generation is not None and generation != self.generation:
-                return  # a join completed meanwhile
-            self.member_id, self.generation, self._rejoin = "", -1, True
-            self._lost = True
 
 
 def committed_offsets(

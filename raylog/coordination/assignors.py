@@ -14,12 +14,16 @@ computes the same answer.
   owner where the balance allows, so a rebalance moves as few partitions as it can
   (Kafka's CooperativeStickyAssignor). It is run with the incremental protocol: a
   partition that moves is first revoked by its owner, then assigned in a follow-up round.
+
+What a member claims to own counts only when claimed in the latest generation any member
+is in (:func:`current_claims`, Kafka's KIP-792): a member that lost its membership and
+claims what it held in an older generation cannot keep a partition given to another since.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import InconsistentGroupProtocolError
 from ..types import TopicPartition
@@ -33,15 +37,43 @@ COOPERATIVE = frozenset({COOPERATIVE_STICKY})
 
 @dataclass(frozen=True)
 class Subscription:
-    """What a member asks for: its topics and, for sticky assignment, what it owns now."""
+    """What a member asks for: its topics and, for sticky assignment, what it owns now and
+    the generation it owns it in (-1: none given)."""
 
     topics: tuple[str, ...]
     owned: tuple[TopicPartition, ...] = ()
     instance_id: str | None = None
     strategies: tuple[str, ...] = field(default=(COOPERATIVE_STICKY,))
+    generation: int = -1
 
 
 Assignment = dict[str, list[TopicPartition]]
+
+
+def current_claims(
+    subscriptions: Mapping[str, Subscription],
+) -> tuple[dict[str, tuple[TopicPartition, ...]], frozenset[TopicPartition]]:
+    """Which ownership claims count: ``({member: partitions it may keep}, contested)``.
+
+    Only claims made in the highest generation any member is in count (older ones come
+    from a member that lost its place, whose partitions may have moved since); a
+    partition claimed by two members in that generation is ``contested`` and counts for
+    neither (one of them is wrong, and neither may keep it).
+    """
+    latest = max((s.generation for s in subscriptions.values()), default=-1)
+    claimants: dict[TopicPartition, str] = {}
+    contested: set[TopicPartition] = set()
+    for member, subscription in subscriptions.items():
+        if subscription.generation != latest:
+            continue
+        for tp in subscription.owned:
+            if claimants.setdefault(tp, member) != member:
+                contested.add(tp)
+    claims = {
+        m: tuple(tp for tp in s.owned if claimants.get(tp) == m and tp not in contested)
+        for m, s in subscriptions.items()
+    }
+    return claims, frozenset(contested)
 
 
 def choose_strategy(subscriptions: Mapping[str, Subscription]) -> str:
@@ -66,12 +98,15 @@ def assign(strategy: str, subscriptions: Mapping[str, Subscription], partition_c
 
     Args:
         strategy: one of ``range``, ``roundrobin``, ``cooperative-sticky``.
-        subscriptions: member id -> :class:`Subscription`.
+        subscriptions: member id -> :class:`Subscription` (claims that do not count, see
+            :func:`current_claims`, are ignored).
         partition_counts: topic -> number of partitions (topics missing here are skipped).
     """
     assignor = ASSIGNORS.get(strategy)
     if assignor is None:
         raise InconsistentGroupProtocolError(f"unknown assignor {strategy!r}; known: {sorted(ASSIGNORS)}")
+    claims, _ = current_claims(subscriptions)
+    subscriptions = {m: replace(s, owned=claims[m]) for m, s in subscriptions.items()}
     result = assignor(subscriptions, partition_counts)
     return {member: sorted(result.get(member, [])) for member in subscriptions}
 

@@ -4,9 +4,18 @@ One :class:`GroupCoordinator` serves the groups whose id hashes to one partition
 internal topic ``__consumer_offsets`` (:func:`partition_for`, Kafka's rule); it lives with
 that partition's leader replica. Everything it must not forget (committed offsets, each
 generation's members and assignment, deletions) is a keyed record of that compacted
-partition: :func:`offset_record` and :func:`group_record` make them, :meth:`load` folds them
-back after a fail-over. Records reach the log through the caller, which applies a commit
-(:meth:`apply_commit`) only once the ISR has it.
+partition: :func:`offset_record` and :meth:`GroupCoordinator._group_record` make them,
+:meth:`load` folds them back after a fail-over. Records reach the log through the caller,
+which applies a commit (:meth:`apply_commit`) only once the ISR has it.
+
+No member is told a generation before it is durable (Kafka persists the group before it
+answers SyncGroup): a join that completes returns the group record to append, and holds
+the replies that carry the new generation (:attr:`Outcome.held`) until the caller reports
+the append replicated (:meth:`persisted`). If the append fails (:meth:`append_failed`) the
+waiting members get a retriable COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR instead and
+the group rebalances again, so nothing was promised. Hence after a fail-over the loaded
+generation is at least every generation any member was told, and generations are never
+reused with another membership or assignment.
 
 Membership is Kafka's classic protocol, with the assignor run here rather than by a
 leading member: members join (the join completes when every known member has rejoined, or
@@ -15,11 +24,13 @@ fetches its assignment (sync) and heartbeats. A member that misses ``session.tim
 of heartbeats is removed, and so is one that does not rejoin within its rebalance timeout
 (``max.poll.interval.ms``). With the cooperative assignor a partition never has two
 owners in one generation: one that moves is withheld from its new member until its owner
-revoked it and rejoined (the follow-up rebalance). Static members (``group.instance.id``)
-that come back with the same subscription take their old place without a rebalance.
+revoked it and rejoined (the follow-up rebalance); a claim counts only if made in the
+latest generation any member is in (a member that lost its place claims nothing). Static
+members (``group.instance.id``) that come back with the same subscription take their old
+place without a rebalance.
 
-States (Kafka's names): Empty, PreparingRebalance, Stable, Dead (the assignment is
-computed when the join completes, so CompletingRebalance never lasts).
+States (Kafka's names): Empty, PreparingRebalance, CompletingRebalance (the join is
+complete and the assignment computed, the group record not durable yet), Stable, Dead.
 
 Inputs are requests and :meth:`tick` with the time; outputs are :class:`Outcome` (replies
 for waiting joins, records to append) or a raised typed error. No clock, no I/O.
@@ -28,6 +39,7 @@ Concurrency: not thread-safe; one caller (the coordinator actor's event loop).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,6 +48,8 @@ from typing import Any
 import msgpack
 
 from ..errors import (
+    ApiError,
+    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
     IllegalGenerationError,
@@ -43,22 +57,31 @@ from ..errors import (
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
+    NotCoordinatorError,
+    NotLeaderOrFollowerError,
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
+    StorageError,
     UnknownMemberIdError,
 )
 from ..protocol import JoinGroupRequest, JoinGroupResponse, error_fields
 from ..types import OffsetAndMetadata, TopicPartition
-from .assignors import COOPERATIVE, Subscription, assign, choose_strategy
+from .assignors import COOPERATIVE, Subscription, assign, choose_strategy, current_claims
 
 EMPTY, PREPARING_REBALANCE, STABLE, DEAD = "Empty", "PreparingRebalance", "Stable", "Dead"
+COMPLETING_REBALANCE = "CompletingRebalance"
 #: Bounds on a member's session timeout (Kafka's group.min/max.session.timeout.ms).
 MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 30 * 60_000
 #: Longest metadata string kept with a committed offset (offset.metadata.max.bytes).
 MAX_OFFSET_METADATA_BYTES = 4096
+#: Longest group id, in bytes of UTF-8: the longest string Kafka's protocol carries (an
+#: int16 length), so any group id Kafka accepts is accepted here and no longer one.
+MAX_GROUP_ID_BYTES = 32_767
 #: Record key types in ``__consumer_offsets`` (the first element of each msgpack key).
 _OFFSET_KEY, _GROUP_KEY = 1, 2
+
+logger = logging.getLogger(__name__)
 
 
 def partition_for(group_id: str, num_partitions: int) -> int:
@@ -91,6 +114,10 @@ class Member:
     assignment: list[TopicPartition] = field(default_factory=list)
     last_heartbeat_ms: int = 0
     join_waiter: Any = None  # the caller's token for a join waiting to complete
+    #: Its join completed and the reply waits for the group record: it cannot heartbeat yet.
+    reply_held: bool = False
+    #: A reply carrying its member id was released (or it was loaded from the log).
+    id_known: bool = True
 
 
 @dataclass
@@ -112,14 +139,25 @@ class Group:
 
 @dataclass
 class Outcome:
-    """What a step produced: replies for joins that were waiting, and records to append."""
+    """What a step produced.
+
+    ``replies`` (errors: they promise nothing) may be released at once. ``records`` must be
+    appended to the coordinator's partition with acks=all; ``held`` replies (each telling a
+    member its generation) wait for that: release them when :meth:`GroupCoordinator.persisted`
+    returns them, or what :meth:`GroupCoordinator.append_failed` returns instead.
+    """
 
     replies: list[tuple[Any, JoinGroupResponse]] = field(default_factory=list)
     records: list[tuple[bytes, bytes | None]] = field(default_factory=list)
+    held: list[tuple[Any, JoinGroupResponse]] = field(default_factory=list)
+    #: group id -> the generation its group record in ``records`` persists.
+    generations: dict[str, int] = field(default_factory=dict)
 
     def extend(self, other: Outcome) -> None:
         self.replies.extend(other.replies)
         self.records.extend(other.records)
+        self.held.extend(other.held)
+        self.generations.update(other.generations)
 
 
 class GroupCoordinator:
@@ -174,6 +212,45 @@ class GroupCoordinator:
             )
         group.state = STABLE if group.members else EMPTY
 
+    # --- the group records' fate ------------------------------------------------------
+
+    def persisted(self, outcome: Outcome, now_ms: int) -> Outcome:
+        """``outcome``'s records are replicated: its held replies may go out. A group whose
+        rebalance completed becomes Stable, and its members' sessions start now (they could
+        not heartbeat a generation they did not know)."""
+        for group in self._groups_of(outcome):
+            for member in group.members.values():
+                if member.reply_held:
+                    member.reply_held, member.id_known, member.last_heartbeat_ms = False, True, now_ms
+            if group.state == COMPLETING_REBALANCE:
+                group.state = STABLE
+        return Outcome(replies=list(outcome.held))
+
+    def append_failed(self, outcome: Outcome, exc: Exception, now_ms: int) -> Outcome:
+        """``outcome``'s records could not be replicated: its held replies become
+        ``exc`` as Kafka reports a failed group append (NOT_COORDINATOR when leadership or
+        the disk is gone, else COORDINATOR_NOT_AVAILABLE; both retriable), members that never
+        learnt their id are dropped, and the group rebalances again (the generation in
+        memory was told to no one, and the next one is above it)."""
+        error = _append_error(exc)
+        result = Outcome(replies=[(waiter, _join_error(error)) for waiter, _ in outcome.held])
+        for group in self._groups_of(outcome):
+            unknown = [m for m in group.members.values() if m.reply_held and not m.id_known]
+            for member in group.members.values():
+                if member.reply_held:
+                    member.reply_held, member.last_heartbeat_ms = False, now_ms
+            if unknown:
+                result.extend(self._remove(group, unknown, now_ms, error))
+            elif group.state in (COMPLETING_REBALANCE, STABLE):
+                self._prepare_rebalance(group, now_ms)
+        return result
+
+    def _groups_of(self, outcome: Outcome) -> list[Group]:
+        """The groups with members whose record ``outcome`` carries, while still in that
+        generation."""
+        groups = [self.groups.get(group_id) for group_id in outcome.generations]
+        return [g for g in groups if g is not None and g.members and g.generation == outcome.generations[g.group_id]]
+
     # --- membership ---------------------------------------------------------------------
 
     def join(self, request: JoinGroupRequest, waiter: Any, now_ms: int) -> Outcome:
@@ -184,7 +261,7 @@ class GroupCoordinator:
             InvalidGroupIdError, InvalidSessionTimeoutError, UnknownMemberIdError,
             FencedInstanceIdError, InconsistentGroupProtocolError.
         """
-        _check_group_id(request.group_id)
+        check_group_id(request.group_id)
         if not MIN_SESSION_TIMEOUT_MS <= request.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             raise InvalidSessionTimeoutError(
                 f"session.timeout.ms must be in [{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}],"
@@ -201,6 +278,7 @@ class GroupCoordinator:
             tuple(TopicPartition(*tp) for tp in request.owned),
             request.instance_id,
             tuple(request.strategies),
+            request.owned_generation,
         )
         static = group.static_member(request.instance_id)
         if request.member_id == "":
@@ -216,6 +294,7 @@ class GroupCoordinator:
                 request.rebalance_timeout_ms,
                 subscription,
                 dict(request.partition_counts),
+                id_known=False,
             )
             group.members[member.member_id] = member
         else:
@@ -259,13 +338,15 @@ class GroupCoordinator:
             dict(request.partition_counts),
             list(old.assignment),
             now_ms,
+            id_known=False,
         )
         group.members[new_id] = member
         if group.leader == old.member_id:
             group.leader = new_id
         if group.state == STABLE and subscription.topics == old.subscription.topics:
-            outcome.replies.append((waiter, self._join_reply(group, member)))
-            outcome.records.append(self._group_record(group))
+            member.reply_held = True
+            outcome.held.append((waiter, self._join_reply(group, member)))
+            self._record(group, outcome)
             return outcome
         member.join_waiter = waiter
         if group.state != PREPARING_REBALANCE:
@@ -308,13 +389,13 @@ class GroupCoordinator:
         """Expire members whose session ran out; finish rebalances past their deadline."""
         outcome = Outcome()
         for group in list(self.groups.values()):
-            # A member waiting in a join cannot heartbeat (a new one does not know its id
-            # yet): like Kafka, its session holds while it waits; the rebalance deadline
-            # bounds the wait instead.
+            # A member waiting in a join, or for the reply of one that completed, cannot
+            # heartbeat (a new one does not know its id yet): like Kafka, its session holds
+            # while it waits; the rebalance deadline and the append bound the wait instead.
             expired = [
                 m
                 for m in group.members.values()
-                if m.join_waiter is None and now_ms - m.last_heartbeat_ms > m.session_timeout_ms
+                if m.join_waiter is None and not m.reply_held and now_ms - m.last_heartbeat_ms > m.session_timeout_ms
             ]
             if expired:
                 outcome.extend(self._remove(group, expired, now_ms, UnknownMemberIdError("the session timed out")))
@@ -341,7 +422,7 @@ class GroupCoordinator:
             IllegalGenerationError, UnknownMemberIdError, FencedInstanceIdError,
             OffsetMetadataTooLargeError, ValueError (a negative offset).
         """
-        _check_group_id(group_id)
+        check_group_id(group_id)
         for tp, committed in offsets.items():
             if committed.offset < 0:
                 raise ValueError(f"cannot commit offset {committed.offset} for {tp}")
@@ -357,6 +438,8 @@ class GroupCoordinator:
             if group is None:
                 raise UnknownMemberIdError(f"no group {group_id!r}")
             member = self._member(group, member_id, instance_id)
+            if group.state == COMPLETING_REBALANCE:
+                raise RebalanceInProgressError(f"group {group_id!r} is completing a rebalance: rejoin")
             if generation != group.generation:
                 raise IllegalGenerationError(
                     f"generation {generation} of group {group_id!r} is over (now {group.generation})"
@@ -372,6 +455,7 @@ class GroupCoordinator:
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """Committed offsets of the group (all, or those of ``partitions`` that have one)."""
+        check_group_id(group_id)
         group = self.groups.get(group_id)
         if group is None:
             return {}
@@ -428,6 +512,7 @@ class GroupCoordinator:
     # --- internals ----------------------------------------------------------------------
 
     def _group(self, group_id: str, missing: type = UnknownMemberIdError) -> Group:
+        check_group_id(group_id)
         group = self.groups.get(group_id)
         if group is None:
             raise missing(f"no group {group_id!r}")
@@ -449,7 +534,7 @@ class GroupCoordinator:
         member = self._member(group, member_id, instance_id)
         if now_ms is not None:
             member.last_heartbeat_ms = now_ms
-        if group.state == PREPARING_REBALANCE:
+        if group.state in (PREPARING_REBALANCE, COMPLETING_REBALANCE):
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing: rejoin")
         if generation != group.generation:
             raise IllegalGenerationError(f"generation {generation} of group {group_id!r} is over")
@@ -468,7 +553,7 @@ class GroupCoordinator:
         if not group.members:
             group.state, group.leader, group.protocol = EMPTY, "", ""
             group.generation += 1  # any straggler's commits are fenced
-            outcome.records.append(self._group_record(group))
+            self._record(group, outcome)
             return outcome
         if group.state != PREPARING_REBALANCE:
             self._prepare_rebalance(group, now_ms)
@@ -488,7 +573,7 @@ class GroupCoordinator:
         if not group.members:
             group.state, group.leader, group.protocol = EMPTY, "", ""
             group.generation += 1
-            return Outcome(records=[self._group_record(group)])
+            return self._record(group, Outcome())
         subscriptions = {m.member_id: m.subscription for m in group.members.values()}
         protocol = choose_strategy(subscriptions)  # join() admitted only members that agree
         counts: dict[str, int] = {}
@@ -497,23 +582,31 @@ class GroupCoordinator:
                 counts[topic] = max(n, counts.get(topic, 0))
         target = assign(protocol, subscriptions, counts)
         if protocol in COOPERATIVE:
-            # A partition still owned by another member waits for the follow-up rebalance.
-            owners = {tp: m for m, s in subscriptions.items() for tp in s.owned}
-            target = {m: [tp for tp in tps if owners.get(tp, m) == m] for m, tps in target.items()}
+            # A partition still owned by another member waits for the follow-up rebalance,
+            # and so does one that two members claim (neither may keep it).
+            claims, contested = current_claims(subscriptions)
+            if contested:
+                logger.warning(
+                    "group %s: %s claimed by two members in one generation; none of them keeps them",
+                    group.group_id,
+                    sorted(contested),
+                )
+            owners = {tp: m for m, tps in claims.items() for tp in tps}
+            target = {
+                m: [tp for tp in tps if owners.get(tp, m) == m and tp not in contested] for m, tps in target.items()
+            }
         group.generation += 1
         group.protocol = protocol
-        group.state = STABLE
+        group.state = COMPLETING_REBALANCE
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
-        outcome = Outcome(records=[])
+        outcome = Outcome()
         for member in group.members.values():
             member.assignment = target[member.member_id]
-            member.last_heartbeat_ms = now_ms
         for member in group.members.values():
-            outcome.replies.append((member.join_waiter, self._join_reply(group, member)))
-            member.join_waiter = None
-        outcome.records.append(self._group_record(group))
-        return outcome
+            outcome.held.append((member.join_waiter, self._join_reply(group, member)))
+            member.join_waiter, member.reply_held = None, True
+        return self._record(group, outcome)
 
     def _join_reply(self, group: Group, member: Member) -> JoinGroupResponse:
         return JoinGroupResponse(
@@ -523,6 +616,12 @@ class GroupCoordinator:
             protocol=group.protocol,
             members=tuple(group.members) if member.member_id == group.leader else (),
         )
+
+    def _record(self, group: Group, outcome: Outcome) -> Outcome:
+        """Add the group's record (its generation, members and assignment) to ``outcome``."""
+        outcome.records.append(self._group_record(group))
+        outcome.generations[group.group_id] = group.generation
+        return outcome
 
     def _group_record(self, group: Group) -> tuple[bytes, bytes]:
         value = {
@@ -547,9 +646,16 @@ class GroupCoordinator:
         return msgpack.packb([_GROUP_KEY, group.group_id]), msgpack.packb(value)
 
 
-def _check_group_id(group_id: Any) -> None:
+def check_group_id(group_id: Any) -> None:
+    """Kafka's rule for a group id: a non-empty string (of at most MAX_GROUP_ID_BYTES).
+
+    Raises:
+        InvalidGroupIdError: any other value.
+    """
     if not isinstance(group_id, str) or not group_id:
         raise InvalidGroupIdError(f"a group id must be a non-empty string, got {group_id!r}")
+    if len(group_id.encode("utf-8", "surrogatepass")) > MAX_GROUP_ID_BYTES:
+        raise InvalidGroupIdError(f"a group id is at most {MAX_GROUP_ID_BYTES} bytes of UTF-8, got {group_id[:40]!r}…")
 
 
 def _check_strategies(group: Group, strategies: Iterable[str], replacing: str | None) -> None:
@@ -564,6 +670,15 @@ def _check_strategies(group: Group, strategies: Iterable[str], replacing: str | 
         raise InconsistentGroupProtocolError(
             f"the members of group {group.group_id!r} support none of the assignors {list(strategies)}"
         )
+
+
+def _append_error(exc: Exception) -> ApiError:
+    """What members are told when a group record could not be appended (Kafka's mapping in
+    its group metadata manager): NOT_COORDINATOR when this replica stopped leading or its
+    disk failed, COORDINATOR_NOT_AVAILABLE otherwise (too few replicas, a timeout)."""
+    if isinstance(exc, NotLeaderOrFollowerError | StorageError):
+        return NotCoordinatorError(f"the group record could not be written here: {exc}")
+    return CoordinatorNotAvailableError(f"the group record could not be replicated: {exc}")
 
 
 def _join_error(exc: Exception) -> JoinGroupResponse:

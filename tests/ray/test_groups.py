@@ -21,10 +21,14 @@ import ray
 
 from raylog import Consumer, NewTopic, OffsetAndMetadata, Producer, TopicPartition, cli
 from raylog.clients.group import ConsumerRebalanceListener
+from raylog.coordination.group import partition_for
+from raylog.coordination.placement import OFFSETS_TOPIC
 from raylog.errors import (
     CommitFailedError,
     GroupIdNotFoundError,
     NonEmptyGroupError,
+    NotEnoughReplicasError,
+    RaylogError,
     UnknownMemberIdError,
 )
 from tests.helpers import wait_until
@@ -141,6 +145,7 @@ class Driver:
         self.poll_ms = poll_ms
         self.read: dict[int, list] = collections.defaultdict(list)  # member index -> records
         self.owned: dict[int, dict[int, set]] = collections.defaultdict(dict)  # generation -> member -> partitions
+        self.generations: dict[int, list[int]] = collections.defaultdict(list)  # member -> generations seen
 
     def poll(self, *indexes: int) -> None:
         indexes = indexes or tuple(range(len(self.members)))
@@ -159,6 +164,11 @@ class Driver:
         generation = self.members[i].group_metadata()["generation"]
         if generation >= 0:
             self.owned[generation].setdefault(i, set()).update(self.members[i].assignment())
+            self.generations[i].append(generation)
+
+    def assert_generations_never_go_back(self) -> None:
+        for member, seen in self.generations.items():
+            assert seen == sorted(seen), f"member {member} saw generations {seen}"
 
     def assert_one_owner_per_generation(self) -> None:
         for generation, by_member in self.owned.items():
@@ -421,6 +431,69 @@ def test_a_zombie_member_of_an_old_generation_cannot_commit(admin, shared, group
     zombie.close()  # runs the callback once the commit is answered
     assert len(answers) == 1 and answers[0] is not None, "a zombie's async commit was accepted"
     assert admin.list_consumer_group_offsets(group) == committed
+
+
+def test_coordinator_killed_right_after_a_rebalance_loads_every_generation_it_told(
+    admin, cluster, shared, group, consumers
+):
+    """The coordinator cannot replicate group records (min.insync.replicas above its ISR)
+    while a second member joins, and its actor is killed right after that rebalance: the
+    restarted coordinator loads a generation at least as high as any a member was told,
+    the group settles, no member sees its generation go back, and no partition has two
+    owners in a generation."""
+    first = consumers(shared.name, group_id=group, enable_auto_commit=False)
+    second = consumers(group_id=group, enable_auto_commit=False)
+    driver = Driver([first, second])
+    settle(admin, driver, group, shared.partitions, 0)
+    partition, coordinator = ray.get(cluster.controller.find_coordinator.remote(group))
+    (offsets,) = admin.describe_topics([OFFSETS_TOPIC])
+    probe = next(
+        g for i in range(1000) if partition_for(g := f"{group}-probe-{i}", len(offsets.partitions)) == partition
+    )
+    probe_offsets = {shared.partitions[0]: OffsetAndMetadata(0, "")}
+    try:
+        admin.alter_configs({OFFSETS_TOPIC: {"min.insync.replicas": "2"}})
+        wait_until(  # the coordinator has the config: its appends are refused
+            lambda: (
+                ray.get(coordinator.commit_offsets.remote(probe, "", -1, None, probe_offsets)).error_code
+                == NotEnoughReplicasError.code
+            ),
+            timeout_s=SETTLE_S,
+            message="the coordinator refusing appends",
+        )
+        second.subscribe([shared.name])
+        wait_until(
+            lambda: (
+                driver.poll()
+                or ((d := admin.describe_consumer_groups([group])[0]).generation >= 2 and len(d.members) == 2)
+            ),
+            timeout_s=SETTLE_S,
+            message="a rebalance with both members",
+        )
+        driver.poll()  # the members take what they were told
+        ray.kill(coordinator, no_restart=False)
+        told = max([m.group_metadata()["generation"] for m in driver.members] + sum(driver.generations.values(), []))
+    finally:
+        admin.alter_configs({OFFSETS_TOPIC: {"min.insync.replicas": None}})
+    (reloaded,) = wait_until(
+        lambda: quietly(admin.describe_consumer_groups, [group]), timeout_s=SETTLE_S, message="the groups reloaded"
+    )
+    assert reloaded.generation >= told >= 1, f"members were told generation {told}, the log has {reloaded.generation}"
+    settle(admin, driver, group, shared.partitions)
+    driver.assert_generations_never_go_back()
+    driver.assert_one_owner_per_generation()
+    try:
+        admin.delete_consumer_groups([probe])
+    except GroupIdNotFoundError:
+        pass  # its commit was refused from the start
+
+
+def quietly(fn, *args):
+    """``fn(*args)``, or None while the coordinator restarts and reloads."""
+    try:
+        return fn(*args)
+    except (RaylogError, ray.exceptions.RayError):
+        return None
 
 
 def test_static_member_restarts_into_its_place_without_a_rebalance(admin, shared, group, consumers):

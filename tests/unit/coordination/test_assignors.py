@@ -16,6 +16,7 @@ from raylog.coordination.assignors import (
     Subscription,
     assign,
     choose_strategy,
+    current_claims,
 )
 from raylog.errors import InconsistentGroupProtocolError
 from raylog.types import TopicPartition
@@ -171,6 +172,43 @@ def test_eager_assignors_ignore_owned_partitions():
     owning = {"a": Subscription(("t",), owned=tuple(tps("t", 2, 3))), "b": Subscription(("t",), tps("t", 0, 1))}
     for strategy in (RANGE, ROUND_ROBIN):
         assert assign(strategy, owning, {"t": 4}) == assign(strategy, plain, {"t": 4}), strategy
+
+
+# --- which ownership claims count -------------------------------------------------------------
+
+
+def test_only_claims_of_the_latest_generation_count():
+    """A claim made in an older generation than another member's (it lost its place since)
+    counts for nothing, so the sticky assignor does not keep the partition with it; a
+    member in no generation claims nothing either while others are in one."""
+    subscriptions = {
+        "a": Subscription(("t",), tuple(tps("t", 0, 1, 2, 3)), generation=4),
+        "b": Subscription(("t",), tuple(tps("t", 2, 3)), generation=3),
+        "c": Subscription(("t",), tuple(tps("t", 3)), generation=-1),
+        "d": Subscription(("t",), generation=4),
+    }
+    claims, contested = current_claims(subscriptions)
+    assert claims == {"a": tuple(tps("t", 0, 1, 2, 3)), "b": (), "c": (), "d": ()} and contested == frozenset()
+    result = assign(COOPERATIVE_STICKY, subscriptions, {"t": 4})
+    assert result["a"] == tps("t", 0) and all(len(result[m]) == 1 for m in "bcd")
+
+
+def test_a_partition_claimed_twice_in_one_generation_counts_for_neither():
+    """Two claims of one partition in the same generation: one is wrong, so it is contested
+    and neither claimant's claim to it counts (their other claims do)."""
+    subscriptions = {
+        "a": Subscription(("t",), tuple(tps("t", 0, 1)), generation=2),
+        "b": Subscription(("t",), tuple(tps("t", 1, 2)), generation=2),
+    }
+    claims, contested = current_claims(subscriptions)
+    assert claims == {"a": tuple(tps("t", 0)), "b": tuple(tps("t", 2))} and contested == {TopicPartition("t", 1)}
+
+
+def test_claims_without_a_generation_count_when_no_member_has_one():
+    """Claims that carry no generation (-1) still count when no member is in a generation
+    (as Kafka's assignor does for members of older versions)."""
+    subscriptions = {"a": Subscription(("t",), tuple(tps("t", 0, 1))), "b": Subscription(("t",), tuple(tps("t", 2)))}
+    assert current_claims(subscriptions) == ({"a": tuple(tps("t", 0, 1)), "b": tuple(tps("t", 2))}, frozenset())
 
 
 # --- cooperative sticky ---------------------------------------------------------------------

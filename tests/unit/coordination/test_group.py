@@ -5,13 +5,14 @@ time is a plain ``now_ms`` integer)."""
 from __future__ import annotations
 
 import itertools
-import random
 
 import pytest
 
 from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
 from raylog.coordination.group import (
+    COMPLETING_REBALANCE,
     EMPTY,
+    MAX_GROUP_ID_BYTES,
     MAX_OFFSET_METADATA_BYTES,
     MAX_SESSION_TIMEOUT_MS,
     MIN_SESSION_TIMEOUT_MS,
@@ -22,6 +23,7 @@ from raylog.coordination.group import (
     partition_for,
 )
 from raylog.errors import (
+    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
     IllegalGenerationError,
@@ -29,8 +31,13 @@ from raylog.errors import (
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
+    NotCoordinatorError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
+    RequestTimedOutError,
+    StorageError,
     UnknownMemberIdError,
 )
 from raylog.protocol import JoinGroupRequest, JoinGroupResponse, error_of
@@ -53,6 +60,7 @@ def request(
     counts: dict[str, int] | None = None,
     strategies: tuple[str, ...] = (COOPERATIVE_STICKY,),
     owned=(),
+    owned_generation: int = -1,
     instance_id: str | None = None,
     client_id: str = "c",
     session_timeout_ms: int = SESSION_MS,
@@ -66,6 +74,7 @@ def request(
         partition_counts=counts if counts is not None else {t: 4 for t in topics},
         strategies=strategies,
         owned=tuple(owned),
+        owned_generation=owned_generation,
         instance_id=instance_id,
         client_id=client_id,
         session_timeout_ms=session_timeout_ms,
@@ -74,31 +83,65 @@ def request(
 
 
 class Coordinator:
-    """A GroupCoordinator plus what a caller keeps: every reply by waiter, and every record
-    it was asked to append, in order (the ``__consumer_offsets`` partition)."""
+    """A GroupCoordinator plus what its actor does: every record it is asked to append goes
+    to ``log`` (the ``__consumer_offsets`` partition), and only then are the replies held
+    for it released (all kept by waiter). With ``hold_appends`` set, appends wait in
+    ``in_flight`` for :meth:`complete` or :meth:`fail`; with ``append_error`` set they fail.
+    Every generation a reply tells a member is checked to be in the log already."""
 
     def __init__(self) -> None:
         self.groups = GroupCoordinator()
         self.replies: dict[object, JoinGroupResponse] = {}
         self.log: list[tuple[bytes, bytes | None]] = []
+        self.durable = GroupCoordinator()  # the log as a coordinator loading it would see it
+        self.hold_appends = False
+        self.append_error: Exception | None = None
+        self.in_flight: list[Outcome] = []
 
-    def take(self, outcome: Outcome) -> Outcome:
-        for waiter, response in outcome.replies:
-            assert waiter not in self.replies, f"{waiter} answered twice"
-            self.replies[waiter] = response
-        self.log.extend(outcome.records)
+    def take(self, outcome: Outcome, now_ms: int) -> Outcome:
+        self.release(outcome.replies)
+        if outcome.records:
+            self.in_flight.append(outcome)
+            if not self.hold_appends:
+                if self.append_error is None:
+                    self.complete(now_ms)
+                else:
+                    self.fail(self.append_error, now_ms)
         return outcome
+
+    def complete(self, now_ms: int) -> None:
+        """The appends in flight are replicated."""
+        while self.in_flight:
+            outcome = self.in_flight.pop(0)
+            self.log.extend(outcome.records)
+            self.durable.load(outcome.records, now_ms)
+            self.take(self.groups.persisted(outcome, now_ms), now_ms)
+
+    def fail(self, exc: Exception, now_ms: int) -> None:
+        """The appends in flight failed with ``exc``."""
+        while self.in_flight:
+            self.take(self.groups.append_failed(self.in_flight.pop(0), exc, now_ms), now_ms)
+
+    def release(self, replies) -> None:
+        for waiter, response in replies:
+            assert waiter not in self.replies, f"{waiter} answered twice"
+            if response.error_code == 0:
+                assert any(
+                    response.member_id in g.members and g.generation >= response.generation
+                    for g in self.durable.groups.values()
+                ), f"{waiter} told generation {response.generation} before it was durable"
+            self.replies[waiter] = response
 
     def join(self, waiter, now_ms: int, member_id: str = "", **kwargs) -> JoinGroupResponse | None:
         """Send a join; its reply if the join completed at once."""
-        self.take(self.groups.join(request(member_id, **kwargs), waiter, now_ms))
+        self.take(self.groups.join(request(member_id, **kwargs), waiter, now_ms), now_ms)
         return self.replies.get(waiter)
 
     def tick(self, now_ms: int) -> Outcome:
-        return self.take(self.groups.tick(now_ms))
+        return self.take(self.groups.tick(now_ms), now_ms)
 
     def leave(self, member_id: str, now_ms: int, instance_id: str | None = None) -> Outcome:
-        return self.take(self.groups.leave(GROUP, member_id, instance_id, now_ms))
+        return self.take(self.groups.leave(GROUP, member_id, instance_id, now_ms), now_ms)
 
     def commit(self, member_id: str, generation: int, offsets: dict, now_ms: int, instance_id=None, group_id=GROUP):
         """Commit the way the actor does: records appended, then applied."""
@@ -200,10 +243,10 @@ def test_rebalance_deadline_completes_without_the_missing_member(coord):
     for now in range(T0 + 3_000, deadline, 3_000):  # b is alive, just slow to rejoin
         with pytest.raises(RebalanceInProgressError):
             coord.heartbeat(b, now)
-        assert coord.tick(now).replies == []
+        assert coord.tick(now).held == []
     assert coord.state() == PREPARING_REBALANCE
     outcome = coord.tick(deadline)
-    assert {w for w, _ in outcome.replies} == {"c1", "a3"}
+    assert {w for w, _ in outcome.held} == {"c1", "a3"}
     assert coord.generation() == 3 and coord.state() == STABLE
     members = {m["member_id"] for m in coord.groups.describe(GROUP)["members"]}
     assert members == {a.member_id, coord.replies["c1"].member_id}
@@ -226,8 +269,8 @@ def test_members_waiting_in_a_join_are_not_expired(coord):
     with pytest.raises(RebalanceInProgressError):
         coord.heartbeat(a, T0 + 9_000)
     outcome = coord.tick(T0 + 3 * SESSION_MS)  # a missed its session: expired, which completes the join
-    assert {w for w, _ in outcome.replies} == {"c1", "b2"}
-    assert all(r.error_code == 0 and r.generation == 3 for _, r in outcome.replies)
+    assert {w for w, _ in outcome.held} == {"c1", "b2"}
+    assert all(r.error_code == 0 and r.generation == 3 for _, r in outcome.held)
     assert coord.state() == STABLE and len(coord.groups.describe(GROUP)["members"]) == 2
 
 
@@ -275,7 +318,7 @@ def test_leaving_during_a_rebalance_completes_it_for_the_others(coord):
     coord.join("c1", T0 + 1, client_id="c", strategies=(RANGE,))
     coord.join("a3", T0 + 2, a.member_id, client_id="a", strategies=(RANGE,))
     outcome = coord.leave(b.member_id, T0 + 3)
-    assert {w for w, _ in outcome.replies} == {"c1", "a3"} and coord.generation() == 3
+    assert {w for w, _ in outcome.held} == {"c1", "a3"} and coord.generation() == 3
     coord.join("c2", T0 + 4, coord.replies["c1"].member_id, client_id="c", strategies=(RANGE,))
     coord.leave(coord.replies["c1"].member_id, T0 + 5)
     assert isinstance(error_of(coord.replies["c2"]), UnknownMemberIdError)
@@ -314,13 +357,26 @@ def test_invalid_session_timeout(coord, timeout_ms):
     coord.join("hi", T0, session_timeout_ms=MAX_SESSION_TIMEOUT_MS, group_id="hi")
 
 
-@pytest.mark.parametrize("group_id", ["", None, 7])
+@pytest.mark.parametrize("group_id", ["", None, 7, b"g", "x" * (MAX_GROUP_ID_BYTES + 1), "é" * MAX_GROUP_ID_BYTES])
 def test_invalid_group_id(coord, group_id):
-    """A group id must be a non-empty string, for joins and commits alike."""
-    with pytest.raises(InvalidGroupIdError):
-        coord.join("w", T0, group_id=group_id)
-    with pytest.raises(InvalidGroupIdError):
-        coord.commit("", -1, {("t", 0): (1, "")}, T0, group_id=group_id)
+    """A group id must be a non-empty string of at most MAX_GROUP_ID_BYTES bytes of UTF-8,
+    for every group call alike (INVALID_GROUP_ID, code 24); nothing is created."""
+    groups = coord.groups
+    for call in (
+        lambda: coord.join("w", T0, group_id=group_id),
+        lambda: coord.commit("", -1, {("t", 0): (1, "")}, T0, group_id=group_id),
+        lambda: groups.sync(group_id, "m", 1, None, T0),
+        lambda: groups.heartbeat(group_id, "m", 1, None, T0),
+        lambda: groups.leave(group_id, "m", None, T0),
+        lambda: groups.committed(group_id),
+        lambda: groups.describe(group_id),
+        lambda: groups.delete(group_id),
+    ):
+        with pytest.raises(InvalidGroupIdError) as refused:
+            call()
+        assert refused.value.code == 24
+    assert groups.list_groups() == []
+    coord.join("w", T0, group_id="x" * MAX_GROUP_ID_BYTES)
 
 
 def test_inconsistent_protocol_refuses_only_the_joiner(coord):
@@ -561,6 +617,53 @@ def test_cooperative_partition_moves_only_after_its_owner_revoked_it(coord):
     assert clients.owned == {"a": set(tps("t", 0, 1, 2)), "b": set(tps("t", 3, 4, 5))}
 
 
+def test_a_stale_claim_does_not_keep_a_partition_its_new_owner_holds(coord):
+    """A member that lost its place (its session ran out) and rejoins under a new id still
+    claiming what it held in an older generation does not get it back while the member it
+    went to holds it: the older claim does not count (KIP-792), the newer one does, and the
+    partition stays with its owner. Only claims of the latest generation count."""
+    a1 = coord.join("a1", T0, client_id="a")
+    owned_a = coord.sync(a1, T0)
+    coord.join("b1", T0, client_id="b")
+    a2 = coord.join("a2", T0, a1.member_id, client_id="a", owned=owned_a, owned_generation=1)
+    b1 = coord.replies["b1"]
+    owned_a, owned_b = coord.sync(a2, T0), coord.sync(b1, T0)
+    a3 = coord.join("a3", T0, a1.member_id, client_id="a", owned=owned_a, owned_generation=2)
+    coord.join("b2", T0, b1.member_id, client_id="b", owned=owned_b, owned_generation=2)
+    a3, b2 = coord.replies["a3"], coord.replies["b2"]
+    assert (a3.generation, coord.sync(a3, T0), coord.sync(b2, T0)) == (3, tps("t", 0, 1), tps("t", 2, 3))
+    # b stops; its session runs out and a takes everything in generation 4.
+    coord.heartbeat(a3, T0 + SESSION_MS)
+    coord.tick(T0 + SESSION_MS + 1)
+    a4 = coord.join("a4", T0 + SESSION_MS + 1, a1.member_id, client_id="a", owned=tps("t", 0, 1), owned_generation=3)
+    assert a4.generation == 4 and coord.sync(a4, T0 + SESSION_MS + 1) == tps("t", 0, 1, 2, 3)
+    # b wakes up, is told it is unknown, and rejoins under a new id claiming its old half.
+    with pytest.raises(UnknownMemberIdError):
+        coord.join("b3", T0 + SESSION_MS + 2, b1.member_id, client_id="b", owned=tps("t", 2, 3), owned_generation=3)
+    coord.join("b4", T0 + SESSION_MS + 2, client_id="b", owned=tps("t", 2, 3), owned_generation=3)
+    everything = tps("t", 0, 1, 2, 3)
+    coord.join("a5", T0 + SESSION_MS + 3, a1.member_id, client_id="a", owned=everything, owned_generation=4)
+    a5, b4 = coord.replies["a5"], coord.replies["b4"]
+    assert a5.generation == b4.generation == 5
+    assert coord.sync(b4, T0 + SESSION_MS + 4) == []  # a holds them until it revoked them
+    assert coord.sync(a5, T0 + SESSION_MS + 4) == tps("t", 0, 1)
+
+
+def test_claims_made_twice_in_one_generation_count_for_neither(coord):
+    """Two members claiming one partition in the same generation (one is wrong): neither
+    keeps it and nobody else gets it until both gave it up."""
+    a1 = coord.join("a1", T0, client_id="a")
+    coord.sync(a1, T0)
+    coord.join("b1", T0, client_id="b")
+    a2 = coord.join("a2", T0, a1.member_id, client_id="a", owned=tps("t", 0, 1, 2, 3), owned_generation=1)
+    b1 = coord.replies["b1"]
+    assert a2.generation == 2
+    coord.sync(a2, T0)
+    coord.join("a3", T0, a1.member_id, client_id="a", owned=tps("t", 0, 1), owned_generation=2)
+    coord.join("b2", T0, b1.member_id, client_id="b", owned=tps("t", 1), owned_generation=2)
+    assert TopicPartition("t", 1) not in coord.sync(coord.replies["a3"], T0) + coord.sync(coord.replies["b2"], T0)
+
+
 def test_cooperative_owner_that_did_not_rejoin_loses_its_claim(coord):
     """Only the owners in this join are respected: a member dropped at the deadline does
     not hold its partitions back."""
@@ -589,133 +692,6 @@ def test_eager_assignors_ignore_what_members_claim_to_own(coord):
     assert coord.sync(a2, T0 + 3) == tps("t", 0, 1)
 
 
-class SimClient:
-    """A consumer following the protocol: heartbeat, rejoin when told, sync when its join
-    completes, revoke (and, cooperatively, rejoin) what the assignment no longer has."""
-
-    def __init__(self, name: str, strategy: str):
-        self.name, self.strategy = name, strategy
-        self.member_id, self.generation = "", -1
-        self.owned: set[TopicPartition] = set()
-        self.waiter: object | None = None
-        self.rejoin = True
-        self.joins = itertools.count()
-
-    def poll(self, coord: Coordinator, now_ms: int) -> None:
-        if self.waiter is not None:
-            response = coord.replies.get(self.waiter)
-            if response is None:
-                return  # still waiting
-            self.waiter = None
-            self.finish_join(coord, response, now_ms)
-        elif self.rejoin:
-            self.start_join(coord, now_ms)
-        else:
-            try:
-                coord.heartbeat(JoinGroupResponse(member_id=self.member_id, generation=self.generation), now_ms)
-            except (RebalanceInProgressError, IllegalGenerationError):
-                self.rejoin = True
-            except UnknownMemberIdError:
-                self.lose()
-
-    def start_join(self, coord: Coordinator, now_ms: int) -> None:
-        if self.strategy != COOPERATIVE_STICKY:
-            self.owned = set()  # eager: revoke everything first
-        self.waiter = (self.name, next(self.joins))
-        self.rejoin = False
-        try:
-            coord.join(
-                self.waiter,
-                now_ms,
-                self.member_id,
-                strategies=(self.strategy,),
-                owned=sorted(self.owned),
-                counts={"t": PARTITIONS},
-            )
-        except UnknownMemberIdError:
-            self.waiter = None
-            self.lose()
-
-    def finish_join(self, coord: Coordinator, response: JoinGroupResponse, now_ms: int) -> None:
-        error = error_of(response)
-        if isinstance(error, UnknownMemberIdError):
-            return self.lose()
-        if error is not None:
-            self.rejoin = True
-            return None
-        self.member_id, self.generation = response.member_id, response.generation
-        try:
-            assignment = set(coord.sync(response, now_ms))
-        except (RebalanceInProgressError, IllegalGenerationError):
-            self.rejoin = True
-            return None
-        revoked = self.owned - assignment
-        self.owned = assignment
-        if revoked and self.strategy == COOPERATIVE_STICKY:
-            self.rejoin = True
-        return None
-
-    def lose(self) -> None:
-        self.owned, self.member_id, self.generation, self.rejoin = set(), "", -1, True
-
-    def leave(self, coord: Coordinator, now_ms: int) -> None:
-        self.owned = set()
-        if self.member_id:
-            try:
-                coord.leave(self.member_id, now_ms)
-            except UnknownMemberIdError:
-                pass
-
-
-PARTITIONS = 10
-
-
-@pytest.mark.parametrize("strategy", [COOPERATIVE_STICKY, RANGE, ROUND_ROBIN])
-@pytest.mark.parametrize("seed", range(12))
-def test_simulation_no_partition_ever_has_two_owners(strategy, seed):
-    """Seeded random joins, leaves, crashes, polls and ticks: at every step the live
-    consumers own disjoint partitions; once quiet, every partition has one owner and the
-    load is balanced. (A failure names its seed.)"""
-    rng = random.Random(seed)
-    coord = Coordinator()
-    names = (f"c{i}" for i in itertools.count())
-    live: list[SimClient] = []
-    now = T0
-
-    def check() -> None:
-        for x, y in itertools.combinations(live, 2):
-            assert not x.owned & y.owned, f"seed {seed}: {sorted(x.owned & y.owned)} owned by {x.name} and {y.name}"
-
-    for _ in range(150):
-        action = rng.random()
-        if action < 0.08 and len(live) < 6:
-            live.append(SimClient(next(names), strategy))
-        elif action < 0.12 and live:
-            live.pop(rng.randrange(len(live))).leave(coord, now)
-        elif action < 0.15 and live:
-            live.pop(rng.randrange(len(live)))  # crashed: owns nothing, its member expires
-        elif action < 0.35:
-            for client in live:  # the heartbeat threads keep every live session going
-                client.poll(coord, now)
-            now += rng.randrange(0, 3_000)
-            coord.tick(now)
-        elif live:
-            rng.choice(live).poll(coord, now)
-        check()
-    for _ in range(200):  # quiet down: no more joins, leaves or crashes
-        for client in live:
-            client.poll(coord, now)
-            check()
-        now += 1_000
-        coord.tick(now)
-        check()
-    if live:
-        counts = sorted(len(c.owned) for c in live)
-        assert set().union(*(c.owned for c in live)) == set(tps("t", *range(PARTITIONS))), f"seed {seed}"
-        assert counts[-1] - counts[0] <= 1, f"seed {seed}: {counts}"
-        assert coord.state() == STABLE
-
-
 # --- fail-over: records and load() ----------------------------------------------------------
 
 
@@ -735,7 +711,7 @@ def test_load_restores_offsets_generation_members_and_assignment(coord):
     assert fresh.list_groups() == coord.groups.list_groups()
     # Sessions restart at load time (members need time to find the new coordinator).
     fresh.heartbeat(GROUP, d.member_id, 2, None, T0 + 100_000 + SESSION_MS)
-    assert fresh.tick(T0 + 100_000 + SESSION_MS).replies == []
+    assert fresh.tick(T0 + 100_000 + SESSION_MS).held == []
     assert fresh.sync(GROUP, s.member_id, 2, "i-s", T0 + 100_000) == coord.sync(s, T0, "i-s")
     fresh.prepare_commit(GROUP, s.member_id, 2, "i-s", {TopicPartition("t", 0): OffsetAndMetadata(10)}, T0)
     with pytest.raises(IllegalGenerationError):
@@ -753,7 +729,7 @@ def test_load_after_static_rejoin_and_rebalances_keeps_the_latest(coord):
     fresh.heartbeat(GROUP, back.member_id, 2, "i-s", T0 + 2)
     # A static member's restart works on the new coordinator too.
     outcome = fresh.join(request(client_id="s", instance_id="i-s", strategies=(RANGE,)), "s4", T0 + 3)
-    assert outcome.replies[0][1].generation == 2
+    assert outcome.held[0][1].generation == 2
 
 
 def test_load_of_an_emptied_group_keeps_its_generation(coord):
@@ -813,6 +789,110 @@ def test_delete_of_unknown_group(coord):
     """Deleting a group that does not exist is GROUP_ID_NOT_FOUND."""
     with pytest.raises(GroupIdNotFoundError):
         coord.groups.delete("nope")
+
+
+# --- a generation is durable before it is told ----------------------------------------------
+
+
+def test_join_replies_wait_until_the_group_record_is_durable(coord):
+    """A completed join tells no member its generation before the group record (generation,
+    members, assignment) is replicated: meanwhile the group is CompletingRebalance, nobody
+    can sync or commit in the new generation, and the waiting members' sessions hold; the
+    append releases the replies, and their sessions start then."""
+    a1 = coord.join("a1", T0, client_id="a", strategies=(RANGE,))
+    coord.hold_appends = True
+    coord.join("b1", T0, client_id="b", strategies=(RANGE,))
+    assert coord.join("a2", T0, a1.member_id, client_id="a", strategies=(RANGE,)) is None
+    assert coord.state() == COMPLETING_REBALANCE and coord.generation() == 2
+    assert "b1" not in coord.replies and len(coord.in_flight) == 1
+    assert coord.durable.describe(GROUP)["generation"] == 1
+    for call in (
+        lambda: coord.groups.sync(GROUP, a1.member_id, 2, None, T0),
+        lambda: coord.groups.heartbeat(GROUP, a1.member_id, 2, None, T0),
+        lambda: coord.commit(a1.member_id, 2, {("t", 0): (1, "")}, T0),
+        lambda: coord.commit(a1.member_id, 1, {("t", 0): (1, "")}, T0),
+    ):
+        with pytest.raises(RebalanceInProgressError):
+            call()
+    late = T0 + 10 * SESSION_MS  # a slow append: nobody expires while it waits
+    assert coord.tick(late).records == [] and len(coord.groups.describe(GROUP)["members"]) == 2
+    coord.complete(late)
+    a2, b1 = coord.replies["a2"], coord.replies["b1"]
+    assert a2.generation == b1.generation == 2 and coord.state() == STABLE
+    assert coord.sync(a2, late) == tps("t", 0, 1) and coord.sync(b1, late) == tps("t", 2, 3)
+    coord.tick(late + SESSION_MS)
+    assert coord.state() == STABLE
+
+
+def test_static_member_back_is_answered_once_its_new_id_is_durable(coord):
+    """A static member taking its place back gets its new member id only once the record
+    naming it is replicated (else a fail-over would revive the old id)."""
+    s, d = static_group(coord)
+    coord.hold_appends = True
+    assert coord.join("s3", T0 + 1, client_id="s", instance_id="i-s", strategies=(RANGE,)) is None
+    coord.complete(T0 + 2)
+    back = coord.replies["s3"]
+    assert back.generation == 2 and coord.reloaded(T0 + 3).describe(GROUP) == coord.groups.describe(GROUP)
+
+
+@pytest.mark.parametrize(
+    ("append_error", "told"),
+    [
+        (NotEnoughReplicasError, CoordinatorNotAvailableError),
+        (RequestTimedOutError, CoordinatorNotAvailableError),
+        (NotLeaderOrFollowerError, NotCoordinatorError),
+        (StorageError, NotCoordinatorError),
+    ],
+)
+def test_a_failed_group_append_answers_a_retriable_error_not_the_generation(coord, append_error, told):
+    """When the group record cannot be replicated the waiting members are told
+    COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR (Kafka's mapping; both retriable), not the
+    generation; a member that never learnt its id is dropped, and the group rebalances
+    again: the members that rejoin get a later generation, once it is durable."""
+    a1 = coord.join("a1", T0, client_id="a", strategies=(RANGE,))
+    coord.append_error = append_error("the ISR is gone")
+    coord.join("b1", T0, client_id="b", strategies=(RANGE,))
+    coord.join("a2", T0, a1.member_id, client_id="a", strategies=(RANGE,))
+    for waiter in ("a2", "b1"):
+        error = error_of(coord.replies[waiter])
+        assert isinstance(error, told) and error.retriable
+    described = coord.groups.describe(GROUP)
+    assert described["state"] == PREPARING_REBALANCE and [m["member_id"] for m in described["members"]] == [
+        a1.member_id
+    ]
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat(a1, T0 + 1)
+    coord.append_error = None
+    a3 = coord.join("a3", T0 + 2, a1.member_id, client_id="a", strategies=(RANGE,))
+    assert a3.generation == 3 and coord.sync(a3, T0 + 2) == tps("t", 0, 1, 2, 3)
+    coord.join("b2", T0 + 3, client_id="b", strategies=(RANGE,))
+    a4 = coord.join("a4", T0 + 3, a1.member_id, client_id="a", strategies=(RANGE,))
+    assert a4.generation == coord.replies["b2"].generation == 4
+
+
+def test_fail_over_continues_from_the_persisted_generation(coord):
+    """A coordinator that dies while a generation's record is in flight told no one that
+    generation; the next coordinator loads the last durable one, its members go on in it,
+    and the next rebalance gets a generation above every one ever told."""
+    a, b = stable_pair(coord)  # generation 2, durable and told
+    told, b_owns = {a.generation, b.generation}, coord.sync(b, T0)
+    coord.hold_appends = True
+    coord.join("c1", T0 + 1, client_id="c", strategies=(RANGE,))
+    coord.join("a3", T0 + 1, a.member_id, client_id="a", strategies=(RANGE,))
+    coord.join("b2", T0 + 1, b.member_id, client_id="b", strategies=(RANGE,))
+    assert coord.generation() == 3 and not {"c1", "a3", "b2"} & set(coord.replies)
+    # The coordinator dies: its record of generation 3 never reached the log.
+    fresh = Coordinator()
+    fresh.log, fresh.durable = list(coord.log), coord.reloaded(T0 + 2)
+    fresh.groups = coord.reloaded(T0 + 2)
+    assert fresh.generation() == 2 >= max(told)
+    fresh.heartbeat(a, T0 + 3)
+    assert fresh.sync(b, T0 + 3) == b_owns  # b goes on with what it was told
+    fresh.join("c2", T0 + 4, client_id="c", strategies=(RANGE,))
+    fresh.join("a4", T0 + 4, a.member_id, client_id="a", strategies=(RANGE,))
+    fresh.join("b3", T0 + 4, b.member_id, client_id="b", strategies=(RANGE,))
+    assert {fresh.replies[w].generation for w in ("c2", "a4", "b3")} == {3}
+    assert fresh.reloaded(T0 + 5).describe(GROUP)["generation"] == 3
 
 
 # --- partition_for --------------------------------------------------------------------------

@@ -1,0 +1,66 @@
+"""A consumer's membership rules (MemberState): what it gives up before joining, what it
+claims, and which errors cost it its generation (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylog.coordination.member import NO_GENERATION, MemberState, assignment_change
+from raylog.errors import (
+    CoordinatorNotAvailableError,
+    IllegalGenerationError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from raylog.types import TopicPartition
+
+HELD = [TopicPartition("t", 2), TopicPartition("t", 0)]
+
+
+def member(generation: int = 7) -> MemberState:
+    state = MemberState()
+    state.joined("m-1", generation)
+    return state
+
+
+def test_a_member_in_a_generation_claims_what_it_holds_with_that_generation():
+    """Cooperative: nothing is given up, the join claims what the member holds in its
+    generation. Eager: everything is revoked first and nothing claimed."""
+    plan = member().prepare_join(HELD, cooperative=True)
+    assert (plan.lost, plan.revoked, plan.owned, plan.generation) == ((), (), tuple(sorted(HELD)), 7)
+    plan = member().prepare_join(HELD, cooperative=False)
+    assert (plan.lost, plan.revoked, plan.owned) == ((), tuple(sorted(HELD)), ())
+    assert member().lost(HELD) == []
+
+
+@pytest.mark.parametrize("error", [UnknownMemberIdError, IllegalGenerationError])
+@pytest.mark.parametrize("cooperative", [True, False])
+def test_a_member_that_lost_its_generation_gives_everything_up_as_lost_and_claims_nothing(error, cooperative):
+    """After UNKNOWN_MEMBER_ID (id and generation reset) or ILLEGAL_GENERATION (generation
+    reset, id kept) what the member holds is lost, and its next join claims nothing."""
+    state = member()
+    assert state.failed(error("gone"), "m-1", 7)
+    assert state.member_id == ("" if error is UnknownMemberIdError else "m-1")
+    assert state.generation == NO_GENERATION
+    assert state.lost(HELD) == sorted(HELD)
+    plan = state.prepare_join(HELD, cooperative)
+    assert (plan.lost, plan.revoked, plan.owned, plan.generation) == (tuple(sorted(HELD)), (), (), NO_GENERATION)
+
+
+def test_errors_about_an_older_membership_and_retriable_ones_change_nothing():
+    """An error for a call sent in a generation the member has left behind (a join completed
+    meanwhile) is no news; REBALANCE_IN_PROGRESS and retriable errors keep id and generation."""
+    state = member(generation=8)
+    assert not state.failed(UnknownMemberIdError("late"), "m-1", 7)
+    assert not state.failed(IllegalGenerationError("late"), "m-0", 8)
+    assert not state.failed(RebalanceInProgressError("rejoin"), "m-1", 8)
+    assert not state.failed(CoordinatorNotAvailableError("moved"), "m-1", 8)
+    assert (state.member_id, state.generation) == ("m-1", 8)
+    state.left()
+    assert (state.member_id, state.generation) == ("", NO_GENERATION) and state.lost(HELD) == sorted(HELD)
+
+
+def test_assignment_change():
+    """A sync's assignment against what the member holds: added and revoked, sorted."""
+    t = [TopicPartition("t", p) for p in range(4)]
+    assert assignment_change([t[0], t[1]], [t[3], t[1], t[2]]) == ([t[2], t[3]], [t[0]])
