@@ -177,7 +177,7 @@ def _sticky(subscriptions: Mapping[str, Subscription], partition_counts: Mapping
         member = min(takers, key=lambda m: (len(out[m]) >= quota[m], len(out[m]), members.index(m)))
         out[member].append(tp)
         taken.add(tp)
-    _balance(out, eligible, members)
+    _balance(out, eligible, members, {m: set(subscriptions[m].owned) for m in members})
     return out
 
 
@@ -194,23 +194,27 @@ def _fair_share(member: str, eligible: Mapping[str, set[TopicPartition]]) -> int
     return -(-len(mine) // len(sharers))  # ceiling
 
 
-def _balance(out: Assignment, eligible: Mapping[str, set[TopicPartition]], members: list[str]) -> None:
+def _balance(
+    out: Assignment, eligible: Mapping[str, set[TopicPartition]], members: list[str], owned: Mapping[str, set]
+) -> None:
     """Move partitions from the most to the least loaded member that can take them, until
-    no move lowers the spread (each move shrinks the gap, so this ends)."""
+    no move lowers the spread (each move shrinks the gap, so this ends). Of the moves from
+    the most loaded donor that has one, take first a partition the donor did not own, then
+    one the taker owned: so no two members trade partitions they could both have kept."""
     while True:
-        moved = False
         for donor in sorted(members, key=lambda m: -len(out[m])):
-            for tp in sorted(out[donor], reverse=True):
-                takers = [m for m in members if tp in eligible[m] and len(out[m]) + 1 < len(out[donor])]
-                if takers:
-                    taker = min(takers, key=lambda m: (len(out[m]), members.index(m)))
-                    out[donor].remove(tp)
-                    out[taker].append(tp)
-                    moved = True
-                    break
-            if moved:
+            moves = [
+                (tp in owned[donor], tp not in owned[taker], len(out[taker]), members.index(taker), tp, taker)
+                for tp in out[donor]
+                for taker in members
+                if tp in eligible[taker] and len(out[taker]) + 1 < len(out[donor])
+            ]
+            if moves:
+                *_, tp, taker = min(moves)
+                out[donor].remove(tp)
+                out[taker].append(tp)
                 break
-        if not moved:
+        else:
             return
 
 
