@@ -7,5 +7,6 @@
 - :mod:`segment` — a log file with its indexes;
 - :mod:`log` — a partition's log: append, read, roll, truncate, recover, retention;
 - :mod:`cleaner` — compaction (``cleanup.policy=compact``): the latest record per key;
-- :mod:`log_dirs` — identities on a broker's disk: log directories by topic id, stray logs.
+- :mod:`log_dirs` — identities on a broker's disk: log directories by topic id, stray logs;
+- :mod:`producer_snapshot` — files of idempotent-producer state at an offset.
 """
