@@ -25,7 +25,11 @@ A round (:func:`clean`):
    in ``segment.bytes`` and one index (Kafka's groupSegmentsBySize).
 3. For each group, oldest first, keep a record only if it has a key, no later record of its
    key is in the map, and it is not a tombstone below the tombstone horizon (the end of the
-   section cleaned ``delete.retention.ms`` ago or earlier). Whole batches that keep every
+   section cleaned ``delete.retention.ms`` ago or earlier); but the last batch of each
+   producer the caller names (``producer_last_offsets``: producer id -> the last offset of
+   its last batch) keeps at least its last record, so the batch and its header (producer
+   id, epoch, sequence range) survive and the producer's state can be rebuilt from the log,
+   as Kafka's cleaner keeps an active producer's last batch. Whole batches that keep every
    record are copied byte for byte; others are rebuilt by :func:`record_batch.retain`
    (original offsets, offset range and producer fields kept). A single segment that keeps
    everything is left alone. Control batches are kept.
@@ -60,7 +64,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -258,8 +262,18 @@ def needs_cleaning(log: Log, found: Sections, now_ms: int) -> bool:
 # A round
 
 
-def clean(log: Log, now_ms: int, max_offset: int | None = None, force: bool = False) -> CleanerStats | None:
+def clean(
+    log: Log,
+    now_ms: int,
+    max_offset: int | None = None,
+    force: bool = False,
+    producer_last_offsets: Mapping[int, int] | None = None,
+) -> CleanerStats | None:
     """Compact ``log`` if it needs it (or ``force`` and anything is dirty).
+
+    Args:
+        producer_last_offsets: producer id -> the last offset of its last batch; each of
+            those batches keeps at least one record (see the module docstring).
 
     Returns:
         What the round did, or None when there was nothing to do.
@@ -280,7 +294,7 @@ def clean(log: Log, now_ms: int, max_offset: int | None = None, force: bool = Fa
     totals = _Totals()
     after_segments = 0
     for group in group_segments(before.cleanable, log.config):
-        kept = _clean_group(log, group, map_keys, map_offsets, horizon, totals)
+        kept = _clean_group(log, group, _Retention(map_keys, map_offsets, horizon, producer_last_offsets or {}), totals)
         after_segments += len(kept)
     write_checkpoint(
         log.dir, checkpoint.after_round(before.first_uncleanable_offset, now_ms, log.config.delete_retention_ms)
@@ -429,26 +443,45 @@ def _decode(position: int, view: memoryview, batches: list[tuple[int, BatchHeade
 # Cleaning a group of segments
 
 
-def _keep(chunk: _Chunk, map_keys: pa.Array, map_offsets: np.ndarray, horizon: int) -> tuple[np.ndarray, int]:
+@dataclass(frozen=True)
+class _Retention:
+    """What a round keeps: the offset map, the tombstone horizon, producers' last batches."""
+
+    map_keys: pa.Array
+    map_offsets: np.ndarray
+    horizon: int
+    producer_last_offsets: Mapping[int, int]
+
+
+def _keep(chunk: _Chunk, retention: _Retention) -> tuple[np.ndarray, int]:
     """Per record of the chunk: keep it? And how many tombstones expired."""
     if not len(chunk.offsets):
         return np.empty(0, dtype=bool), 0
     has_key = chunk.keys.is_valid().to_numpy(zero_copy_only=False)
-    index = pc.index_in(chunk.keys, value_set=map_keys).fill_null(-1).to_numpy()
-    latest = np.where(index >= 0, map_offsets[index] if len(map_offsets) else -1, -1)
+    index = pc.index_in(chunk.keys, value_set=retention.map_keys).fill_null(-1).to_numpy()
+    latest = np.where(index >= 0, retention.map_offsets[index] if len(retention.map_offsets) else -1, -1)
     live = has_key & (latest <= chunk.offsets)
-    expired = live & chunk.tombstones & (chunk.offsets < horizon)
-    return live & ~expired, int(expired.sum())
+    expired = live & chunk.tombstones & (chunk.offsets < retention.horizon)
+    keep = live & ~expired
+    _keep_producers_last_batches(chunk, keep, retention.producer_last_offsets)
+    return keep, int((expired & ~keep).sum())
 
 
-def _clean_group(
-    log: Log,
-    group: list[LogSegment],
-    map_keys: pa.Array,
-    map_offsets: np.ndarray,
-    horizon: int,
-    totals: _Totals,
-) -> list[LogSegment]:
+def _keep_producers_last_batches(chunk: _Chunk, keep: np.ndarray, producer_last_offsets: Mapping[int, int]) -> None:
+    """Make ``keep`` keep the last record of each producer's last batch that it would empty."""
+    if not producer_last_offsets:
+        return
+    start = 0
+    for (_, header), body in zip(chunk.batches, chunk.bodies, strict=True):
+        if body is None:  # control batches are kept whole and have no entries in ``keep``
+            continue
+        end = start + header.record_count
+        if producer_last_offsets.get(header.producer_id) == header.last_offset and not keep[start:end].any():
+            keep[end - 1] = True
+        start = end
+
+
+def _clean_group(log: Log, group: list[LogSegment], retention: _Retention, totals: _Totals) -> list[LogSegment]:
     """Clean one group and swap the result in; returns what replaced it (possibly the
     group itself, unchanged, or nothing)."""
     decisions = []  # per segment, per chunk: the keep mask
@@ -456,7 +489,7 @@ def _clean_group(
     for segment in group:
         masks = []
         for chunk in _chunks(segment):
-            keep, expired = _keep(chunk, map_keys, map_offsets, horizon)
+            keep, expired = _keep(chunk, retention)
             masks.append(keep)
             changed = changed or not keep.all()
             totals.bytes_read += len(chunk.view)

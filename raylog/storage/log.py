@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -450,7 +450,12 @@ class Log:
     # --- compaction -------------------------------------------------------------------
 
     def clean(
-        self, now_ms: int | None = None, max_offset: int | None = None, *, force: bool = False
+        self,
+        now_ms: int | None = None,
+        max_offset: int | None = None,
+        *,
+        force: bool = False,
+        producer_last_offsets: Mapping[int, int] | None = None,
     ) -> CleanerStats | None:
         """Compact the log (see :mod:`raylog.storage.cleaner`) if its dirty ratio reached
         ``min.cleanable.dirty.ratio`` or a dirty record is older than ``max.compaction.lag.ms``
@@ -459,6 +464,8 @@ class Log:
         Args:
             now_ms: the time (default: the log's clock).
             max_offset: nothing at or above it is compacted: the high watermark.
+            producer_last_offsets: producer id -> the last offset of its last batch: those
+                batches keep at least one record (the producer's state survives).
 
         Returns:
             What the round did, or None when it had nothing to do.
@@ -469,7 +476,8 @@ class Log:
         Example:
             >>> stats = log.clean(max_offset=partition.high_watermark)
         """
-        return cleaner.clean(self, self._clock() if now_ms is None else now_ms, max_offset, force)
+        now_ms = self._clock() if now_ms is None else now_ms
+        return cleaner.clean(self, now_ms, max_offset, force, producer_last_offsets)
 
     def dirty_ratio(self, now_ms: int | None = None, max_offset: int | None = None) -> float:
         """Bytes written since the last clean over all cleanable bytes (0 when none)."""

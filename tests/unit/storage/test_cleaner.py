@@ -130,6 +130,30 @@ def test_cleaning_keeps_batch_ranges_producer_fields_and_codec(open_log, clock):
     assert rebuilt._producers[7].last_sequence == original._producers[7].last_sequence == 13
 
 
+def test_each_producers_last_batch_keeps_a_record_so_its_state_survives(open_log, clock):
+    """A batch that is a known producer's last keeps its last record (and so its header:
+    producer id, epoch, sequence range) even when every record in it is obsolete; older
+    batches of that producer, and other producers' obsolete batches, go as usual."""
+    log = open_log(**COMPACT)
+
+    def idempotent(pid, sequence, pairs):
+        return log.append_as_leader(
+            keyed(pairs, clock.now_ms, producer_id=pid, producer_epoch=0, base_sequence=sequence), 0
+        )
+
+    idempotent(7, 0, [(b"a", b"1")])  # offset 0: not 7's last batch
+    last = idempotent(7, 1, [(b"a", b"2"), (b"b", b"2")])  # offsets 1-2: 7's last batch
+    idempotent(8, 0, [(b"b", b"x")])  # offset 3: an expired producer's last batch
+    log.append_as_leader(keyed([(b"a", b"3"), (b"b", b"3")], clock.now_ms), 0)  # obsoletes all above
+    log.roll()
+    log.clean(force=True, producer_last_offsets={7: last.last_offset, 9: 99})
+    assert records(log) == [(2, b"b", b"2"), (4, b"a", b"3"), (5, b"b", b"3")]
+    kept = next(h for _, h in rb.iter_headers(log.read(0, 1 << 20)))
+    assert (kept.producer_id, kept.base_sequence, kept.base_offset, kept.last_offset) == (7, 1, 1, 2)
+    log.clean(force=True, producer_last_offsets={7: last.last_offset})  # stable: nothing more goes
+    assert records(log) == [(2, b"b", b"2"), (4, b"a", b"3"), (5, b"b", b"3")]
+
+
 def test_log_append_time_batches_keep_their_time(open_log, clock):
     """A LogAppendTime batch rebuilt by the cleaner still reads with the time the log stamped."""
     log = open_log(**COMPACT, message_timestamp_type="LogAppendTime")
