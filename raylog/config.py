@@ -189,11 +189,16 @@ class TopicConfig(LogConfig):
     #: A follower that has not caught up for this long leaves the ISR (a broker setting in
     #: Kafka; per topic here so that tests and latency-sensitive topics can lower it).
     replica_lag_time_max_ms: int = 30_000
+    #: A producer id whose last batch is this old is forgotten by the partition (a broker
+    #: setting in Kafka, per topic here like replica.lag.time.max.ms): its next batch is
+    #: then taken as its first (see :mod:`raylog.coordination.producer_state`).
+    producer_id_expiration_ms: int = 24 * 3600 * 1000
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._require(self.min_insync_replicas >= 1, "min.insync.replicas must be >= 1")
         self._require(self.replica_lag_time_max_ms >= 1, "replica.lag.time.max.ms must be >= 1")
+        self._require(self.producer_id_expiration_ms >= 1, "producer.id.expiration.ms must be >= 1")
 
     def log_config(self) -> LogConfig:
         """The part of this config the storage engine uses."""

@@ -24,6 +24,10 @@ class ProduceRequest:
     acks: int = 1  # 0, 1 or -1 (all)
     timeout_ms: int = 30_000  # how long acks=all may wait for the ISR
     client_id: str = ""  # whose producer_byte_rate quota the bytes count against
+    #: Idempotent producers: the base sequence of the oldest batch of this partition not yet
+    #: acknowledged to them (-1: not said; then a leader without the producer's state takes
+    #: any sequence as its first, as Kafka). See raylog.coordination.producer_state.
+    first_unacked_sequence: int = -1
 
 
 @dataclass(frozen=True)

@@ -64,10 +64,6 @@ from raylog.types import PartitionInfo
 
 #: How often the actor applies retention, the flush.ms policy and the HW checkpoint.
 HOUSEKEEPING_INTERVAL_S = 1.0
-#: How long a batch from a producer this replica does not know, with a sequence above 0,
-#: waits for the producer's earlier batches before it is taken as the producer's first
-#: (its earlier batches may be in older segments, or lost with a restart).
-UNKNOWN_PRODUCER_GRACE_S = 0.25
 #: Pause before a follower retries a failed fetch (the leader may be moving).
 REPLICA_BACKOFF_S = 0.1
 #: Bound on any call a replica makes to another actor.
@@ -210,7 +206,8 @@ class PartitionReplicaActor:
         response back for as long as the client's producer quota says.
 
         An idempotent batch that arrives before an earlier one of its producer waits for it
-        (Ray may run pipelined calls out of order)."""
+        (Ray may run pipelined calls out of order); a retry of a batch already appended
+        is answered with the original offsets, after the same wait for the ISR."""
         response = await self._append(request)
         throttle_ms = self._produce_quotas.record(request.client_id, len(request.records), _now_ms())
         return await self._throttled(response, min(throttle_ms, request.timeout_ms), "producer")
@@ -220,20 +217,16 @@ class PartitionReplicaActor:
         deadline = started + request.timeout_ms / 1000
         while True:
             changed = self._event()
-            accept_unknown = time.monotonic() - started >= UNKNOWN_PRODUCER_GRACE_S
             try:
-                outcome = self.partition.append_as_leader(request.records, request.acks, accept_unknown)
+                outcome = self.partition.append_as_leader(request.records, request.acks, request.first_unacked_sequence)
                 break
             except SequenceGap:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return _produce_error(OutOfOrderSequenceError("an earlier batch of this producer never arrived"))
-                await wait_for_event(changed, min(remaining, UNKNOWN_PRODUCER_GRACE_S))
+                await wait_for_event(changed, remaining)
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return ProduceResponse(**error_fields(exc))
-        log_start = self.partition.log.log_start_offset
-        if isinstance(outcome, int):  # a retry of a batch already appended
-            return ProduceResponse(base_offset=outcome, log_start_offset=log_start)
         self._notify()
         self._maybe_propose_isr()
         if request.acks == -1:
@@ -243,7 +236,9 @@ class PartitionReplicaActor:
         latency_ms = (time.monotonic() - started) * 1000
         metrics.record_produce(self._metric_tags, outcome.record_count, len(request.records), latency_ms)
         return ProduceResponse(
-            base_offset=outcome.first_offset, log_append_time_ms=outcome.log_append_time_ms, log_start_offset=log_start
+            base_offset=outcome.first_offset,
+            log_append_time_ms=outcome.log_append_time_ms,
+            log_start_offset=self.partition.log.log_start_offset,
         )
 
     async def _await_replication(self, offset: int, deadline: float) -> RaylogError | None:
@@ -410,8 +405,9 @@ class PartitionReplicaActor:
             self._changed = None
 
     async def _housekeep(self) -> None:
-        """Retention, the flush.ms policy, the HW checkpoint, ISR proposals and, for a
-        compacted topic, the log cleaner (below the HW), each round; a disk error (e.g. a
+        """Retention, the flush.ms policy, the HW checkpoint, producer expiry and snapshot,
+        ISR proposals and, for a compacted topic, the log cleaner (below the HW, keeping
+        each producer's last batch), each round; a disk error (e.g. a
         full disk) skips the round instead of ending the loop."""
         while True:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
@@ -421,8 +417,12 @@ class PartitionReplicaActor:
                 log.apply_retention()
                 log.maybe_flush()
                 self.partition.checkpoint_high_watermark()
+                self.partition.checkpoint_producer_state()
                 if log.config.compact:
-                    cleaned = log.clean(max_offset=self.partition.high_watermark)
+                    cleaned = log.clean(
+                        max_offset=self.partition.high_watermark,
+                        producer_last_offsets=self.partition.producers.last_offsets(),
+                    )
                     if cleaned is not None:
                         metrics.record_cleaning(self._metric_tags, cleaned)
                 metrics.record_partition_state(self._metric_tags, self.partition)

@@ -5,7 +5,8 @@ into these steps:
 
 Leader
 - ``append_as_leader``: checks the role, ``acks`` and, for acks=all, that the ISR has at
-  least ``min.insync.replicas`` members; appends idempotent batches in sequence order.
+  least ``min.insync.replicas`` members; appends idempotent batches in sequence order and
+  answers a retried one (a duplicate) with the original batch's offsets.
 - ``read``: consumers read below the high watermark (HW); a follower's fetch offset is its
   log end offset (LEO), which moves the HW (the smallest LEO in the ISR) and may make it
   eligible to rejoin the ISR.
@@ -22,6 +23,17 @@ Follower
 - ``append_as_follower``: append the leader's bytes unchanged, learn epochs from them, and
   take the HW from the leader.
 
+Producer state (:mod:`raylog.coordination.producer_state`), on every replica: updated by
+each append, snapshotted to ``<offset>.snapshot`` files (:mod:`raylog.storage.producer_snapshot`)
+when a segment rolls and at each ``checkpoint_producer_state`` when it changed, and
+reloaded (on open and after every truncation) from the newest intact snapshot in
+``[log start, LEO]`` plus the log's batches from that snapshot's offset on. Snapshots above
+the LEO (their batches were cut) or below the log start (retention took their segments)
+are deleted, as are, but for the newest, those at no segment's base; a corrupt one is
+deleted in favour of an older one, or of the whole log. Producers idle for
+``producer.id.expiration.ms`` are forgotten; the cleaner keeps each known producer's last
+batch (``producer_last_offsets``), so compaction loses no producer's state.
+
 Invariants: the HW never exceeds the LEO and, while a replica leads, never goes down; a
 committed offset (below the HW) is on every ISR member.
 
@@ -30,6 +42,7 @@ Concurrency: single-threaded (the replica actor's event loop).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +51,7 @@ import numpy as np
 
 from ..config import TopicConfig
 from ..errors import (
+    CorruptRecordError,
     FencedLeaderEpochError,
     InvalidRequestError,
     InvalidRequiredAcksError,
@@ -51,18 +65,18 @@ from ..errors import (
     UnknownLeaderEpochError,
 )
 from ..protocol import FetchRequest, FetchResponse, error_fields
-from ..storage import record_batch
+from ..storage import producer_snapshot, record_batch
 from ..storage.leader_epoch import UNDEFINED, LeaderEpochCache
 from ..storage.log import AppendInfo, Log, wall_clock_ms
 from ..types import PartitionInfo
-from .producer_state import NO_PRODUCER_ID, ProducerStateManager, Verdict
+from .producer_state import NO_PRODUCER_ID, NO_SEQUENCE, BatchMetadata, ProducerStateManager, Verdict
+
+logger = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 #: replica_id of a consumer's fetch (followers send their broker id).
 CONSUMER_REPLICA_ID = -1
-#: Segments whose batch headers rebuild the idempotent-producer state on start.
-PRODUCER_STATE_SEGMENTS = 2
 HIGH_WATERMARK_FILE = "high-watermark"
 
 
@@ -121,7 +135,9 @@ class Partition:
         self.epochs.truncate_from_end(log.log_end_offset + 1)  # a crash may have cut the log
         self.high_watermark = min(self._read_high_watermark(), log.log_end_offset)
         self.producers = ProducerStateManager()
-        self.producers.rebuild(log.tail_headers(PRODUCER_STATE_SEGMENTS))
+        self._snapshot_version = -1  # the producer state's version the newest snapshot holds
+        log.on_roll = self._snapshot_at_roll
+        self._reload_producer_state()
 
     @property
     def name(self) -> str:
@@ -233,16 +249,23 @@ class Partition:
 
     # --- leader: produce ----------------------------------------------------------------
 
-    def append_as_leader(self, data, acks: int, accept_unknown_producer: bool = False) -> AppendInfo | int:
+    def append_as_leader(self, data, acks: int, first_unacked_sequence: int = NO_SEQUENCE) -> AppendInfo:
         """Validate and append a producer's batches.
 
+        Args:
+            data: one or more whole batches; exactly one from an idempotent producer.
+            acks: 0, 1 or -1 (all).
+            first_unacked_sequence: for an idempotent batch, the base sequence of the oldest
+                batch of this partition its producer has not had acknowledged (see
+                :mod:`raylog.coordination.producer_state`); ``NO_SEQUENCE`` if not given.
+
         Returns:
-            The append's info, or for an idempotent batch already appended (a retry) the
-            offset it was appended at.
+            The append's info; for an idempotent batch already appended (a retry), the
+            original batch's offsets with no batches (nothing was written). Either way,
+            acks=all is done when :meth:`replication_done` says so.
 
         Raises:
-            SequenceGap: an idempotent batch came before an earlier one of its producer (or
-                from a producer not known yet, unless ``accept_unknown_producer``).
+            SequenceGap: an idempotent batch came before an earlier one of its producer.
             InvalidRequiredAcksError: ``acks`` not in (0, 1, -1).
             NotLeaderOrFollowerError: this replica does not lead.
             NotEnoughReplicasError: acks=-1 with fewer in-sync replicas than required.
@@ -257,12 +280,14 @@ class Partition:
                 f"{self.name}: ISR {list(self.isr)} is smaller than min.insync.replicas="
                 f"{self.config.min_insync_replicas}"
             )
-        duplicate = self._check_sequence(data, accept_unknown_producer)
+        duplicate = self._check_sequence(data, first_unacked_sequence)
         if duplicate is not None:
-            return duplicate
+            append_time = duplicate.max_timestamp if self.log.config.log_append_time else -1
+            return AppendInfo(
+                duplicate.first_offset, duplicate.last_offset, duplicate.max_timestamp, append_time, 0, ()
+            )
         info = self.log.append_as_leader(data, self.leader_epoch)
-        for header in info.batches:
-            self.producers.update(header)
+        self.producers.apply(info.batches, self._clock())
         self._advance_high_watermark()
         return info
 
@@ -270,19 +295,72 @@ class Partition:
         """Whether the ISR still has min.insync.replicas members (checked after acks=all appends)."""
         return len(self.isr) >= self.config.min_insync_replicas
 
-    def _check_sequence(self, data, accept_unknown_producer: bool) -> int | None:
-        """The offset of a duplicate, None to append; raises SequenceGap to wait."""
+    def _check_sequence(self, data, first_unacked_sequence: int) -> BatchMetadata | None:
+        """The original of a duplicate, None to append; raises SequenceGap to wait."""
         header = record_batch.parse_header(memoryview(data).cast("B"))
         if header.producer_id == NO_PRODUCER_ID:
             return None
         if header.size != len(data):
             raise InvalidRequestError("an idempotent produce request carries exactly one batch")
-        if not self.producers.is_known(header.producer_id) and header.base_sequence > 0 and not accept_unknown_producer:
-            raise SequenceGap()
-        verdict, offset = self.producers.check(header)
+        verdict, original = self.producers.check(header, first_unacked_sequence)
         if verdict is Verdict.GAP:
             raise SequenceGap()
-        return offset if verdict is Verdict.DUPLICATE else None
+        return original if verdict is Verdict.DUPLICATE else None
+
+    # --- producer state -----------------------------------------------------------------
+
+    def checkpoint_producer_state(self) -> None:
+        """Forget producers idle for producer.id.expiration.ms, snapshot the state at the LEO
+        if it changed since the newest snapshot, and delete snapshots that serve no more.
+
+        Raises:
+            StorageError: a snapshot could not be written or deleted.
+        """
+        expired = self.producers.remove_expired(self._clock(), self.config.producer_id_expiration_ms)
+        if expired:
+            logger.info("%s: expired %d idle producer ids", self.name, len(expired))
+        if self.producers.version != self._snapshot_version:
+            self._write_producer_snapshot(self.log.log_end_offset)
+        bases = set(self.log.segment_base_offsets)
+        for offset in producer_snapshot.offsets(self.log.dir)[:-1]:  # the newest is what a restart loads
+            if offset < self.log.log_start_offset or offset not in bases:
+                producer_snapshot.delete(self.log.dir, offset)
+
+    def _snapshot_at_roll(self, base_offset: int) -> None:
+        """The log rolled a segment at ``base_offset``: the state now holds exactly the
+        batches below it. A failed write is logged: older snapshots and the log remain."""
+        try:
+            self._write_producer_snapshot(base_offset)
+        except StorageError as exc:
+            logger.warning("%s: no producer snapshot at offset %d: %s", self.name, base_offset, exc)
+
+    def _write_producer_snapshot(self, offset: int) -> None:
+        producer_snapshot.write(self.log.dir, offset, self.producers.rows())
+        self._snapshot_version = self.producers.version
+
+    def _reload_producer_state(self) -> None:
+        """The state from the newest intact snapshot in ``[log start, LEO]`` and the log's
+        batches from its offset on (the whole log without one); other snapshots out of that
+        range are deleted (their batches were cut, or went with their segments)."""
+        directory, start, end = self.log.dir, self.log.log_start_offset, self.log.log_end_offset
+        self.producers.clear()
+        replay_from = None
+        for offset in reversed(producer_snapshot.offsets(directory)):
+            if not start <= offset <= end:
+                producer_snapshot.delete(directory, offset)
+            elif replay_from is None:  # the newest in range; older ones stay as fallbacks
+                try:
+                    self.producers.load(producer_snapshot.read(directory, offset))
+                    replay_from = offset
+                except CorruptRecordError as exc:
+                    logger.warning("%s: ignoring producer snapshot at offset %d: %s", self.name, offset, exc)
+                    producer_snapshot.delete(directory, offset)
+        replay_from = start if replay_from is None else replay_from
+        loaded = self.producers.version
+        self.producers.apply(self.log.batch_headers(replay_from), self._clock())
+        self.producers.remove_expired(self._clock(), self.config.producer_id_expiration_ms)
+        if self.producers.version == loaded:
+            self._snapshot_version = loaded  # the newest snapshot (or nothing) says it all
 
     # --- leader: fetch ------------------------------------------------------------------
 
@@ -462,7 +540,7 @@ class Partition:
             self.log.truncate_to(target)
         self.epochs.truncate_from_end(self.log.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-        self.producers.rebuild(self.log.tail_headers(PRODUCER_STATE_SEGMENTS))
+        self._reload_producer_state()
         return self.log.log_end_offset
 
     def append_as_follower(self, data, leader_high_watermark: int) -> None:
@@ -472,7 +550,7 @@ class Partition:
             for header in info.batches:
                 if header.leader_epoch > self.epochs.latest_epoch:
                     self.epochs.assign(header.leader_epoch, header.base_offset)
-                self.producers.update(header)
+                self.producers.update(header, self._clock())
         self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
 
     def truncate_to_leader_end(self, leader_log_end_offset: int) -> None:
@@ -480,14 +558,14 @@ class Partition:
         self.log.truncate_to(leader_log_end_offset)
         self.epochs.truncate_from_end(self.log.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-        self.producers.rebuild(self.log.tail_headers(PRODUCER_STATE_SEGMENTS))
+        self._reload_producer_state()
 
     def reset_to_leader_start(self, leader_log_start_offset: int) -> None:
         """The leader no longer has our next offset: restart our log at its log start."""
         self.log.truncate_fully_and_start_at(leader_log_start_offset)
         self.epochs.truncate_from_end(leader_log_start_offset)
         self.high_watermark = min(self.high_watermark, leader_log_start_offset)
-        self.producers.rebuild(())
+        self._reload_producer_state()
 
     # --- high watermark -----------------------------------------------------------------
 

@@ -1,18 +1,44 @@
-"""Idempotent-producer state of one partition leader (Kafka's ProducerStateManager).
+"""Idempotent-producer state of one partition replica (Kafka's ProducerStateManager).
 
 Every batch from an idempotent producer carries ``producer_id``, ``producer_epoch`` and
 ``base_sequence`` (the sequence number of its first record; sequences count records per
-producer and partition from 0). The leader appends a producer's batches strictly in
-sequence order, which is what keeps a partition in send order even though Ray may run
-pipelined calls to an async actor out of order:
+producer and partition from 0 and wrap as Kafka's do: after ``2**31 - 1`` comes 0, see
+:func:`increment_sequence`; "ahead" and "behind" compare modulo ``2**31``, see
+:func:`sequence_after`). The leader appends a producer's batches strictly in sequence
+order, which keeps a partition in send order even though Ray may run pipelined calls to
+an async actor out of order. :meth:`ProducerStateManager.check` decides:
 
-- ``APPEND``: the batch continues the sequence (or comes from a producer not seen yet);
+- ``APPEND``: the batch continues the producer's sequence; or it is the first batch its
+  producer has not had acknowledged (below);
 - ``DUPLICATE``: the batch is one of the last ``RETAINED_BATCHES`` appended (a retry whose
-  first attempt succeeded): answer with its original offset, append nothing;
-- ``GAP``: an earlier batch has not arrived yet; the caller waits for it and asks again;
+  first attempt was written): the caller answers with the original batch's offsets once
+  they are as replicated as the request asks, and appends nothing;
+- ``GAP``: an earlier batch of the producer has not arrived yet; the caller waits for a
+  change and asks again (bounded by the request's timeout);
 - ``OutOfOrderSequenceError`` / ``InvalidProducerEpochError``: a stale or broken producer.
 
-State is rebuilt from batch headers when a log is opened (:meth:`rebuild`).
+The first unacknowledged sequence. A leader that does not know a producer (never seen it,
+expired it, or lost its batches with a log that was cut) cannot tell the producer's first
+batch from a later one that overtook it. So each produce request says the base sequence
+of the oldest batch of that partition its producer has not had acknowledged. Every batch
+before that one was acknowledged, and none of them is still on its way (a batch is retried
+only after its previous attempt was answered), so:
+
+- a batch *at* that sequence has nothing left to wait for: a leader that does not know the
+  producer, or knows less than was acknowledged (its state is behind), appends it, as
+  Kafka accepts any sequence from a producer it has no state for;
+- a batch *after* that sequence waits for the earlier ones (``GAP``), never taking their
+  place. A request that does not say (``-1``: a client that delivers in order) is taken as
+  Kafka takes it: a producer without state may start at any sequence.
+
+State is kept in memory and persisted in snapshot files
+(:mod:`raylog.storage.producer_snapshot`, see :mod:`raylog.coordination.partition` for
+when); :meth:`ProducerStateManager.rows` and :meth:`load` convert. A producer idle for
+``producer.id.expiration.ms`` is forgotten (:meth:`remove_expired`). Idle is measured by
+this replica's clock from when it appended (or replayed, after a restart) the producer's
+last batch, not, as Kafka does, from the batch's record timestamps: a producer writing old
+event times (a backfill) would otherwise be forgotten at once, and a retry of its last
+batch appended twice.
 
 Concurrency: single-threaded (the replica actor's event loop).
 """
@@ -23,14 +49,29 @@ import collections
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from ..storage.producer_snapshot import SnapshotBatch
 from ..storage.record_batch import BatchHeader
 
 #: Batches remembered per producer for duplicate detection (Kafka keeps 5, matching the
 #: largest in-flight window a producer may use with idempotence).
 RETAINED_BATCHES = 5
 NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+#: Sequences are non-negative int32s that wrap (Kafka's DefaultRecordBatch.incrementSequence).
+SEQUENCE_MODULUS = 2**31
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """``sequence + increment`` wrapped into ``[0, 2**31)``."""
+    return (sequence + increment) % SEQUENCE_MODULUS
+
+
+def sequence_after(sequence: int, other: int) -> bool:
+    """Whether ``sequence`` comes after ``other`` (by less than half the sequence space)."""
+    return 0 < (sequence - other) % SEQUENCE_MODULUS < SEQUENCE_MODULUS // 2
 
 
 class Verdict(enum.Enum):
@@ -39,15 +80,36 @@ class Verdict(enum.Enum):
     GAP = "gap"
 
 
+class BatchMetadata(NamedTuple):
+    """What is remembered of one appended batch (offsets inclusive at both ends)."""
+
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int  # from the batch's header
+    appended_ms: int  # when this replica appended or replayed it, by its clock
+
+
 @dataclass
 class _Entry:
     epoch: int
-    # (first_sequence, last_sequence, first_offset) of the last batches, oldest first.
+    # The last batches, oldest first.
     batches: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RETAINED_BATCHES))
 
     @property
     def last_sequence(self) -> int:
-        return self.batches[-1][1] if self.batches else -1
+        return self.batches[-1].last_sequence
+
+    @property
+    def last_appended_ms(self) -> int:
+        return self.batches[-1].appended_ms
+
+
+def last_sequence_of(header: BatchHeader) -> int:
+    """The sequence of a batch's last offset. Sequences follow offsets within a batch: a
+    compacted batch keeps its last offset delta, so its sequence range, as in Kafka."""
+    return increment_sequence(header.base_sequence, header.last_offset_delta)
 
 
 class ProducerStateManager:
@@ -55,58 +117,115 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self._producers: dict[int, _Entry] = {}
+        #: Bumped on every change, so that a snapshot is written only when there is news.
+        self.version = 0
 
-    def check(self, header: BatchHeader) -> tuple[Verdict, int]:
-        """What to do with a batch; for DUPLICATE also the offset it was appended at.
+    def check(
+        self, header: BatchHeader, first_unacked_sequence: int = NO_SEQUENCE
+    ) -> tuple[Verdict, BatchMetadata | None]:
+        """What to do with a batch; for DUPLICATE also the original batch.
+
+        Args:
+            header: the batch's header (one batch of an idempotent producer).
+            first_unacked_sequence: the base sequence of the oldest batch of this partition
+                that the producer has not had acknowledged, or ``NO_SEQUENCE`` if unknown.
 
         Raises:
             InvalidProducerEpochError: the producer's epoch is older than one already seen.
             OutOfOrderSequenceError: the sequence is behind and not a recent duplicate.
         """
+        sequence = header.base_sequence
+        first_unacked_given = first_unacked_sequence != NO_SEQUENCE
         entry = self._producers.get(header.producer_id)
         if entry is None:
-            return Verdict.APPEND, -1
+            if not first_unacked_given or sequence == first_unacked_sequence:
+                return Verdict.APPEND, None
+            if sequence_after(sequence, first_unacked_sequence):
+                return Verdict.GAP, None
+            raise OutOfOrderSequenceError(
+                f"producer {header.producer_id} sent sequence {sequence} before its first unacknowledged "
+                f"sequence {first_unacked_sequence}"
+            )
         if header.producer_epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"producer {header.producer_id} epoch {header.producer_epoch} is older than {entry.epoch}"
             )
         if header.producer_epoch > entry.epoch:
-            if header.base_sequence != 0:
+            if sequence != 0:
                 raise OutOfOrderSequenceError(
-                    f"producer {header.producer_id} began epoch "
-                    f"{header.producer_epoch} at sequence {header.base_sequence}, not 0"
+                    f"producer {header.producer_id} began epoch {header.producer_epoch} at sequence {sequence}, not 0"
                 )
-            return Verdict.APPEND, -1
-        last_sequence = header.base_sequence + header.last_offset_delta
-        for first, last, offset in entry.batches:
-            if (first, last) == (header.base_sequence, last_sequence):
-                return Verdict.DUPLICATE, offset
-        expected = entry.last_sequence + 1
-        if header.base_sequence == expected:
-            return Verdict.APPEND, -1
-        if header.base_sequence > expected:
-            return Verdict.GAP, -1
-        raise OutOfOrderSequenceError(
-            f"producer {header.producer_id} sent sequence {header.base_sequence}, expected {expected}"
-        )
+            return Verdict.APPEND, None
+        last_sequence = last_sequence_of(header)
+        for batch in entry.batches:
+            if (batch.first_sequence, batch.last_sequence) == (sequence, last_sequence):
+                return Verdict.DUPLICATE, batch
+        expected = increment_sequence(entry.last_sequence, 1)
+        if sequence == expected:
+            return Verdict.APPEND, None
+        if first_unacked_given and sequence == first_unacked_sequence and sequence_after(sequence, expected):
+            return Verdict.APPEND, None  # acknowledged batches are missing here: state is behind
+        if sequence_after(sequence, expected):
+            return Verdict.GAP, None
+        raise OutOfOrderSequenceError(f"producer {header.producer_id} sent sequence {sequence}, expected {expected}")
 
-    def is_known(self, producer_id: int) -> bool:
-        return producer_id in self._producers
-
-    def update(self, header: BatchHeader) -> None:
-        """Record an appended batch (its header as written, offsets stamped)."""
+    def update(self, header: BatchHeader, now_ms: int) -> None:
+        """Record a batch appended at ``now_ms`` (its header as written, offsets stamped)."""
         if header.producer_id == NO_PRODUCER_ID:
             return
         entry = self._producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self._producers[header.producer_id] = _Entry(header.producer_epoch)
-        # Sequences follow offsets within a batch: a compacted batch keeps its last offset
-        # delta (and so its sequence range) though it holds fewer records (as in Kafka).
-        last_sequence = header.base_sequence + header.last_offset_delta
-        entry.batches.append((header.base_sequence, last_sequence, header.base_offset))
+        entry.batches.append(
+            BatchMetadata(
+                header.base_sequence,
+                last_sequence_of(header),
+                header.base_offset,
+                header.last_offset,
+                header.max_timestamp,
+                now_ms,
+            )
+        )
+        self.version += 1
 
-    def rebuild(self, headers: Iterable[BatchHeader]) -> None:
-        """Replace the state with what ``headers`` (in log order) imply."""
-        self._producers.clear()
+    def apply(self, headers: Iterable[BatchHeader], now_ms: int) -> None:
+        """Record batches appended (or replayed from the log) at ``now_ms``, in log order."""
         for header in headers:
-            self.update(header)
+            self.update(header, now_ms)
+
+    def clear(self) -> None:
+        self._producers.clear()
+        self.version += 1
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers whose last batch was appended ``expiration_ms`` ago or earlier;
+        returns their ids."""
+        expired = [pid for pid, entry in self._producers.items() if now_ms - entry.last_appended_ms >= expiration_ms]
+        for pid in expired:
+            del self._producers[pid]
+        if expired:
+            self.version += 1
+        return expired
+
+    def last_offsets(self) -> dict[int, int]:
+        """The last offset of each known producer's last batch (the cleaner keeps that batch)."""
+        return {pid: entry.batches[-1].last_offset for pid, entry in self._producers.items()}
+
+    def rows(self) -> list[SnapshotBatch]:
+        """The state as snapshot rows."""
+        return [
+            SnapshotBatch(pid, entry.epoch, *batch) for pid, entry in self._producers.items() for batch in entry.batches
+        ]
+
+    def load(self, rows: Iterable[SnapshotBatch]) -> None:
+        """Replace the state with the one ``rows`` describe (from :meth:`rows`)."""
+        self._producers.clear()
+        for row in rows:
+            entry = self._producers.get(row.producer_id)
+            if entry is None or row.producer_epoch > entry.epoch:
+                entry = self._producers[row.producer_id] = _Entry(row.producer_epoch)
+            entry.batches.append(BatchMetadata(*row[2:]))
+        self.version += 1
+
+    def __len__(self) -> int:
+        return len(self._producers)

@@ -5,6 +5,7 @@ Directory layout::
     00000000000000000000.log / .index / .timeindex     one segment per base offset
     recovery-point                                     offset below which all is flushed
     cleaner-offset-checkpoint                          compacted logs: see cleaner.py
+    00000000000000000000.snapshot                      producer state: see producer_snapshot.py
 
 Invariants: segments are sorted by base offset and never overlap; the last one (the
 active segment) takes every append; ``log_start_offset`` is the base offset of the first
@@ -13,6 +14,8 @@ the recovery point was fsync'd. When the log is opened, segments from the one ho
 recovery point onwards are verified batch by batch (CRC) and cut at the first bad byte;
 later segments are then dropped, so what survives is always a prefix of what was written.
 A swap the cleaner left half done is completed first (:func:`cleaner.recover_swaps`).
+Producer snapshots are the owner's (it reads and writes them through
+:mod:`producer_snapshot`); the log tells it when it rolls (``on_roll``).
 
 ``cleanup.policy`` says what removes old data: ``delete`` (retention by time and size,
 whole segments), ``compact`` (:meth:`clean`: the latest record per key is kept, offsets
@@ -102,6 +105,9 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self.recovery = RecoveryReport(0, 0, 0, False)
+        #: Called with a new active segment's base offset when the log rolls (the owner
+        #: snapshots state that describes the batches below it).
+        self.on_roll: Callable[[int], None] | None = None
 
     # --- opening ----------------------------------------------------------------------
 
@@ -214,6 +220,10 @@ class Log:
     def segment_count(self) -> int:
         return len(self._segments)
 
+    @property
+    def segment_base_offsets(self) -> tuple[int, ...]:
+        return self._bases
+
     # --- appending --------------------------------------------------------------------
 
     def append_as_leader(self, data: Any, leader_epoch: int) -> AppendInfo:
@@ -312,6 +322,8 @@ class Log:
         active.time_index.maybe_append(active.max_timestamp, active.next_offset)
         segment = self._new_segment(base)
         self._publish(self._segments + (segment,))
+        if self.on_roll is not None:
+            self.on_roll(base)
         return segment
 
     # --- reading ----------------------------------------------------------------------
@@ -367,12 +379,17 @@ class Log:
                     return TimestampOffset(int(table.column("offset")[i].as_py()), int(timestamps[i]))
         return None
 
-    def tail_headers(self, segments: int) -> Iterator[BatchHeader]:
-        """Headers of every batch in the newest ``segments`` segments, in offset order."""
-        for segment in self._segments[-segments:]:
+    def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
+        """Headers of every batch whose base offset is ``from_offset`` or above, in offset order."""
+        segments, bases = self._snapshot
+        for segment in segments[max(0, bisect.bisect_right(bases, from_offset) - 1) :]:
             _, size = segment.published
-            for _, header in segment.records.batch_headers(0, size):
-                yield header
+            start = segment.find_position(from_offset, size)
+            if start is None:
+                continue
+            for _, header in segment.records.batch_headers(start, size):
+                if header.base_offset >= from_offset:
+                    yield header
 
     # --- truncation -------------------------------------------------------------------
 

@@ -1,11 +1,17 @@
-"""Producer accumulation, bounded memory, timeouts and partitioner hooks, through Ray."""
+"""Producer accumulation, bounded memory, timeouts, partitioner hooks, and acks=all
+retries under paused followers, through Ray."""
 
 from __future__ import annotations
+
+import os
+import signal
+import uuid
 
 import pytest
 import ray
 
-from raylog import Producer, TopicPartition
+import raylog
+from raylog import Admin, NewTopic, Producer, TopicPartition
 from raylog.errors import KafkaTimeoutError
 from raylog.protocol import FetchRequest
 from raylog.storage import record_batch
@@ -17,6 +23,53 @@ def batch_sizes(cluster, topic: str, partition: int = 0) -> list[int]:
     leader = cluster.metadata(refresh=True).leader(TopicPartition(topic, partition))
     response = ray.get(leader.fetch.remote(FetchRequest(0, max_bytes=64 << 20, max_wait_ms=0)))
     return [h.record_count for _, h in record_batch.iter_headers(response.records)]
+
+
+def committed(cluster, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
+    """``(offset, value)`` of every committed record of a partition, as its leader serves them."""
+    leader = cluster.metadata(refresh=True).leader(TopicPartition(topic, partition))
+    response = ray.get(leader.fetch.remote(FetchRequest(0, max_bytes=64 << 20, max_wait_ms=0)))
+    table = record_batch.decode_table(response.records)
+    return list(zip(table.column("offset").to_pylist(), table.column("value").to_pylist(), strict=True))
+
+
+@pytest.fixture
+def three_brokers(cluster, tmp_path):
+    """A second raylog cluster, of three brokers on this node (each replica an actor process)."""
+    handle = raylog.connect(data_dir=str(tmp_path / "data"), num_brokers=3, cluster_name=f"b3{uuid.uuid4().hex[:8]}")
+    yield handle
+    handle.shutdown()
+
+
+def test_a_retried_acks_all_batch_is_not_acknowledged_while_only_the_leader_has_it(three_brokers):
+    """acks=all, replication factor 3, min.insync.replicas=2, both followers' processes
+    paused (SIGSTOP): the first attempt times out at the leader, and each retry, which the
+    leader finds is a duplicate, waits for the ISR as the first did; so nothing is
+    acknowledged while only the leader has the record. Resumed, the followers catch up and
+    the record is acknowledged once, at its original offset."""
+    name = "acks-all"
+    Admin(three_brokers).create_topics([NewTopic(name, 1, replication_factor=3, config={"min.insync.replicas": "2"})])
+    (described,) = Admin(three_brokers).describe_topics([name])
+    leader_id = described.partitions[0].leader
+    assert len(described.partitions[0].isr) == 3
+    handles = ray.get(three_brokers.controller.replica_handles.remote(name))
+    followers = [ray.get(h.state.remote())["pid"] for (_, broker), h in handles.items() if broker != leader_id]
+    assert len(followers) == 2
+    producer = Producer(three_brokers, acks="all", request_timeout_ms=1000, linger_ms=0)
+    for pid in followers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        future = producer.send(name, b"only the leader has it")
+        # Two failed attempts: the first one and a retry the leader took for a duplicate.
+        wait_until(lambda: future._batch.attempts >= 2, timeout_s=30, message="a second retry")
+        assert not future.done()
+    finally:
+        for pid in followers:
+            os.kill(pid, signal.SIGCONT)
+    metadata = future.result(timeout=60)
+    producer.close()
+    assert metadata.offset == 0
+    assert committed(three_brokers, name) == [(0, b"only the leader has it")]
 
 
 def test_linger_gathers_records_into_one_batch(cluster, topic):

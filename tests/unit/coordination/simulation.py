@@ -779,8 +779,10 @@ class Cluster:
             self._answer(message, "produce_answer", RaylogError("the leader's process is gone"))
             return
         p = replica.partition
+        # The producer sends one batch at a time: the oldest it has not had acknowledged.
+        first_unacked = record_batch.parse_header(memoryview(data).cast("B")).base_sequence if idempotent else -1
         try:
-            outcome = p.append_as_leader(data, self.acks, accept_unknown_producer=True)
+            outcome = p.append_as_leader(data, self.acks, first_unacked_sequence=first_unacked)
         except SequenceGap:
             self._answer(message, "produce_answer", RaylogError("an earlier batch never came"))
             return
@@ -788,12 +790,10 @@ class Cluster:
             self.stats.refused += 1
             self._answer(message, "produce_answer", exc)
             return
-        if isinstance(outcome, int):  # a retry of a batch already appended
+        first, end = outcome.first_offset, outcome.last_offset + 1
+        if not outcome.batches:  # a retry of a batch already appended: its original offsets
             self.stats.duplicates += 1
-            count = record_batch.parse_header(memoryview(data).cast("B")).record_count
-            first, end = outcome, outcome + count
         else:
-            first, end = outcome.first_offset, outcome.last_offset + 1
             self._propose_isr(replica)
         self._log(f"produce at {message.dst}: offsets {first}..{end - 1}, HW {p.high_watermark}")
         if self.acks == 1:

@@ -9,11 +9,12 @@ from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, 
 from raylog.errors import (
     FencedLeaderEpochError,
     InvalidRequiredAcksError,
+    NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
 )
-from raylog.storage import record_batch
+from raylog.storage import producer_snapshot, record_batch
 
 
 @pytest.fixture
@@ -72,25 +73,190 @@ def test_epoch_fencing_and_role(partition):
         part.append_as_leader(record_batch.build([b"x"]), acks=1)
 
 
+def idempotent(values, sequence, producer_id=5, **options) -> bytes:
+    return record_batch.build(values, producer_id=producer_id, producer_epoch=0, base_sequence=sequence, **options)
+
+
 def test_idempotent_batches_append_in_sequence_order_once(partition):
-    """Sequence gaps wait, retries return their first offset, and order follows sequences."""
+    """Sequence gaps wait, retries return their original offsets, and order follows sequences."""
     part = partition()
-
-    def batch(sequence, values):
-        return record_batch.build(values, producer_id=5, producer_epoch=0, base_sequence=sequence)
-
-    part.append_as_leader(batch(0, [b"a"]), acks=1)
-    second, third = batch(1, [b"b", b"c"]), batch(3, [b"d"])
+    part.append_as_leader(idempotent([b"a"], 0), acks=1)
+    second, third = idempotent([b"b", b"c"], 1), idempotent([b"d"], 3)
     with pytest.raises(SequenceGap):
         part.append_as_leader(third, acks=1)
     assert part.append_as_leader(second, acks=1).first_offset == 1
     assert part.append_as_leader(third, acks=1).first_offset == 3
-    assert part.append_as_leader(second, acks=1) == 1  # a retry: its original offset
+    retry = part.append_as_leader(second, acks=1)  # a retry: its original offsets, nothing written
+    assert (retry.first_offset, retry.last_offset, retry.batches) == (1, 2, ())
     assert part.log.log_end_offset == 4
-    with pytest.raises(SequenceGap):  # unknown producer, not at its start: wait a while
-        part.append_as_leader(record_batch.build([b"z"], producer_id=6, producer_epoch=0, base_sequence=9), acks=1)
-    late = record_batch.build([b"z"], producer_id=6, producer_epoch=0, base_sequence=9)
-    assert part.append_as_leader(late, acks=1, accept_unknown_producer=True).first_offset == 4
+
+
+def test_a_producer_not_known_waits_for_its_first_unacknowledged_batch(partition):
+    """Batches overtaken in transit (sequence 1 before 0) wait, however long, for the
+    producer's first unacknowledged one, then append in sequence order."""
+    part = partition()
+    first, second = idempotent([b"a"], 0, producer_id=6), idempotent([b"b"], 1, producer_id=6)
+    with pytest.raises(SequenceGap):
+        part.append_as_leader(second, acks=1, first_unacked_sequence=0)
+    assert part.append_as_leader(first, acks=1, first_unacked_sequence=0).first_offset == 0
+    assert part.append_as_leader(second, acks=1, first_unacked_sequence=0).first_offset == 1
+    resumed = idempotent([b"c"], 9, producer_id=7)  # 0..8 acknowledged, state lost
+    assert part.append_as_leader(resumed, acks=1, first_unacked_sequence=9).first_offset == 2
+
+
+def test_a_retried_acks_all_batch_is_done_only_when_the_isr_has_it(partition):
+    """A duplicate of an acks=all batch that only the leader has is not done: like the
+    first attempt, it waits for the HW, and is answered with the original offsets."""
+    part = partition(**{"min.insync.replicas": "2"})
+    part.become_leader(4, replicas=(1, 2, 3), isr=(1, 2, 3))
+    data = idempotent([b"a", b"b"], 0)
+    first = part.append_as_leader(data, acks=-1)
+    retry = part.append_as_leader(data, acks=-1)
+    assert (retry.first_offset, retry.last_offset) == (first.first_offset, first.last_offset) == (0, 1)
+    assert part.log.log_end_offset == 2
+    assert part.replication_done(retry.last_offset + 1, 4) == (False, None)
+    part.read(2, 1 << 20, replica_id=2)
+    assert part.replication_done(retry.last_offset + 1, 4) == (False, None)  # broker 3 lacks it
+    part.read(2, 1 << 20, replica_id=3)
+    assert part.replication_done(retry.last_offset + 1, 4) == (True, None)
+
+
+def test_a_retried_batch_gets_the_isr_errors_of_any_acks_all_produce(partition):
+    """A duplicate is refused with NOT_ENOUGH_REPLICAS when the ISR is already too small,
+    and gets NOT_ENOUGH_REPLICAS_AFTER_APPEND when it shrank below min.insync.replicas while
+    it waited; and once leadership moved, neither attempt counts as done well."""
+    part = partition(**{"min.insync.replicas": "2"})
+    part.become_leader(4, replicas=(1, 2, 3), isr=(1, 2, 3))
+    data = idempotent([b"a"], 0)
+    part.append_as_leader(data, acks=-1)
+    retry = part.append_as_leader(data, acks=-1)
+    part.apply_isr((1,), partition_epoch=1)  # the followers fell out: the HW is the leader's
+    done, error = part.replication_done(retry.last_offset + 1, 4)
+    assert done and isinstance(error, NotEnoughReplicasAfterAppendError)
+    with pytest.raises(NotEnoughReplicasError):
+        part.append_as_leader(data, acks=-1)
+    part.become_follower(2, 5, replicas=(1, 2, 3), isr=(2, 3))
+    done, error = part.replication_done(retry.last_offset + 1, 4)
+    assert done and isinstance(error, NotLeaderOrFollowerError)
+
+
+SMALL_SEGMENTS = {"segment.bytes": "1024"}
+
+
+def big(values_count=1, size=600) -> list[bytes]:
+    """Values that fill most of a 1024-byte segment (each batch rolls a new one)."""
+    return [b"x" * size] * values_count
+
+
+def reopen(open_log, clock, **config) -> Partition:
+    """The partition as a restarted replica finds it on disk, leading again."""
+    topic_config = TopicConfig.from_properties(config)
+    part = Partition("t", 0, 1, open_log(**topic_config.log_config().to_properties()), topic_config, clock=clock)
+    part.become_leader(leader_epoch=9, replicas=(1,), isr=(1,))
+    return part
+
+
+def test_a_retry_after_a_restart_is_a_duplicate_though_its_batch_is_in_an_old_segment(open_log, clock):
+    """Producer state survives a restart (snapshots written at each roll, then the log after
+    the newest): a retry of a producer's last batch, now several segments back, is answered
+    with its original offset and not written again."""
+    part = reopen(open_log, clock, **SMALL_SEGMENTS)
+    last = idempotent(big(), 0, producer_id=5)
+    original = part.append_as_leader(last, acks=1)
+    for _ in range(4):
+        part.append_as_leader(record_batch.build(big()), acks=1)
+    assert part.log.segment_count == 5
+    restarted = reopen(open_log, clock, **SMALL_SEGMENTS)
+    retry = restarted.append_as_leader(last, acks=1)
+    assert retry.first_offset == original.first_offset and restarted.log.log_end_offset == 5
+
+
+def test_a_corrupt_snapshot_is_set_aside_for_an_older_one_or_the_log(open_log, clock, tmp_path):
+    """A snapshot whose CRC fails is deleted and an older one (or none: the whole log) used;
+    the state is the same either way."""
+    part = reopen(open_log, clock, **SMALL_SEGMENTS)
+    last = idempotent(big(), 0, producer_id=5)
+    part.append_as_leader(last, acks=1)
+    for _ in range(3):
+        part.append_as_leader(record_batch.build(big()), acks=1)
+    part.append_as_leader(idempotent(big(), 1, producer_id=6), acks=1)
+    directory = part.log.dir
+    assert producer_snapshot.offsets(directory) == [1, 2, 3, 4]
+    for corrupt in ([4], [1, 2, 3]):
+        for offset in corrupt:
+            path = producer_snapshot.path(directory, offset)
+            data = bytearray(open(path, "rb").read())
+            data[-1] ^= 0xFF
+            open(path, "wb").write(bytes(data))
+        restarted = reopen(open_log, clock, **SMALL_SEGMENTS)
+        assert restarted.append_as_leader(last, acks=1).first_offset == 0
+        assert restarted.append_as_leader(idempotent(big(), 1, producer_id=6), acks=1).first_offset == 4
+        assert restarted.log.log_end_offset == 5
+    assert producer_snapshot.offsets(directory) == []
+
+
+def test_truncation_and_retention_take_the_snapshots_of_what_they_remove(open_log, clock):
+    """Cutting the log below a snapshot deletes it (its batches are gone) and forgets the
+    producers of the cut batches; retention deletes the snapshots below the new log start;
+    checkpoints snapshot the state only when it changed, keeping segment bases' snapshots
+    and the newest."""
+    part = reopen(open_log, clock, **SMALL_SEGMENTS)
+    for pid in range(5):  # producer p at offset p, one segment each
+        part.append_as_leader(idempotent(big(), 0, producer_id=pid, timestamps_ms=[clock.now_ms]), acks=1)
+    directory = part.log.dir
+    assert producer_snapshot.offsets(directory) == [1, 2, 3, 4]
+    part.checkpoint_producer_state()
+    assert producer_snapshot.offsets(directory) == [1, 2, 3, 4, 5]
+    part.checkpoint_producer_state()  # nothing new: no new file
+    assert producer_snapshot.offsets(directory) == [1, 2, 3, 4, 5]
+    part.become_follower(2, 10, replicas=(1, 2), isr=(2,))
+    part.truncate_to_leader_end(3)
+    assert producer_snapshot.offsets(directory) == [1, 2, 3]
+    assert sorted(part.producers.last_offsets()) == [0, 1, 2]
+    fetched = idempotent(big(), 0, producer_id=8)  # as the leader stamped it at offset 3
+    fetched = record_batch.stamp(record_batch.read_header(fetched), 3, 10) + fetched[record_batch.STAMP.size :]
+    part.append_as_follower(fetched, leader_high_watermark=0)  # rolls at 3
+    part.checkpoint_producer_state()
+    assert producer_snapshot.offsets(directory) == [1, 2, 3, 4]
+    part.update_config(TopicConfig.from_properties({**SMALL_SEGMENTS, "retention.bytes": part.log.size_bytes // 2}))
+    part.log.apply_retention()  # keeps 2 of the 4 (equal) segments: from offset 2 on
+    part.checkpoint_producer_state()
+    assert part.log.log_start_offset == 2 and producer_snapshot.offsets(directory) == [2, 3, 4]
+    assert sorted(part.producers.last_offsets()) == [0, 1, 2, 8]  # state outlives the segments
+
+
+def test_idle_producers_expire_and_a_restart_does_not_bring_them_back(open_log, clock):
+    """producer.id.expiration.ms after the replica appended its last batch a producer is
+    forgotten at the next checkpoint, whatever its records' timestamps (a backfill of old
+    events is not idle), and the snapshot written then keeps it forgotten across a restart."""
+    config = {**SMALL_SEGMENTS, "producer.id.expiration.ms": "60000"}
+    part = reopen(open_log, clock, **config)
+    part.append_as_leader(idempotent([b"a"], 0, producer_id=1, timestamps_ms=[clock.now_ms]), acks=1)
+    clock.advance(30_000)
+    backfill = [clock.now_ms - 2 * 24 * 3600 * 1000]
+    part.append_as_leader(idempotent([b"b"], 0, producer_id=2, timestamps_ms=backfill), acks=1)
+    clock.advance(30_000)
+    part.checkpoint_producer_state()
+    assert sorted(part.producers.last_offsets()) == [2]
+    assert sorted(reopen(open_log, clock, **config).producers.last_offsets()) == [2]
+
+
+def test_compaction_keeps_the_batch_a_producers_state_is_rebuilt_from(open_log, clock):
+    """The cleaner keeps each known producer's last batch (a record of it) though newer
+    records replace its keys, so after a restart its retry is still a duplicate."""
+    config = {**SMALL_SEGMENTS, "cleanup.policy": "compact"}
+    part = reopen(open_log, clock, **config)
+    last = idempotent(big(), 0, producer_id=5, keys=[b"k"])
+    part.append_as_leader(last, acks=1)
+    for _ in range(3):
+        part.append_as_leader(record_batch.build(big(), keys=[b"k"]), acks=1)
+    part.log.roll()
+    part.log.clean(force=True, max_offset=part.high_watermark, producer_last_offsets=part.producers.last_offsets())
+    for snapshot in producer_snapshot.offsets(part.log.dir):  # and no snapshot to lean on
+        producer_snapshot.delete(part.log.dir, snapshot)
+    restarted = reopen(open_log, clock, **config)
+    assert restarted.append_as_leader(last, acks=1).first_offset == 0
+    assert restarted.log.log_end_offset == 4
 
 
 def test_an_altered_config_applies_to_the_next_produce_and_retention_round(partition, clock):

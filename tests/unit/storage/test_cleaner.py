@@ -125,9 +125,9 @@ def test_cleaning_keeps_batch_ranges_producer_fields_and_codec(open_log, clock):
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 2, 10)
     assert (header.codec, header.record_count) == (compression.LZ4, 2)
     rebuilt, original = ProducerStateManager(), ProducerStateManager()
-    rebuilt.rebuild([header])
-    original.rebuild([before])
-    assert rebuilt._producers[7].last_sequence == original._producers[7].last_sequence == 13
+    rebuilt.apply([header], 0)
+    original.apply([before], 0)
+    assert rebuilt.rows() == original.rows() and rebuilt.rows()[0].last_sequence == 13
 
 
 def test_each_producers_last_batch_keeps_a_record_so_its_state_survives(open_log, clock):
