@@ -7,8 +7,18 @@ it reaches ``batch_size`` bytes or ``linger_ms`` after it opened (or on ``flush`
 sender encodes it once into the record-batch format and makes one actor call for it.
 Up to ``max_in_flight_requests_per_connection`` batches per partition are in flight;
 retriable errors are retried after ``retry_backoff_ms`` with a metadata refresh, until
-``delivery_timeout_ms``. As in Kafka without idempotence, a retry can reorder or
-duplicate records when more than one batch per partition is in flight.
+``delivery_timeout_ms``. A retried batch goes back into its partition's queue in the
+order it was first sent, ahead of batches not sent yet. As in Kafka without idempotence, a
+retry can reorder or duplicate records when more than one batch per partition is in flight.
+
+With idempotence (the default) each batch carries the producer id and the sequence of its
+first record in its partition (31-bit, wrapping after ``2**31 - 1`` as Kafka's), and each
+request says the sequence of the oldest batch of that partition not yet acknowledged, so
+a leader appends every batch once and in sequence order whatever order Ray delivers them
+in (see :mod:`raylog.coordination.producer_state`).
+
+Should the sender thread fail (a bug), every record not yet done fails with
+:class:`IllegalStateError` and ``send`` refuses new ones: no future is left waiting.
 
 Memory is bounded by ``buffer_memory``: ``send`` blocks up to ``max_block_ms`` for room.
 
@@ -24,6 +34,9 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import itertools
+import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -37,7 +50,7 @@ from raylog.actors import metrics
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
 from raylog.clients.transport import call, translate
-from raylog.coordination.producer_state import RETAINED_BATCHES
+from raylog.coordination.producer_state import NO_SEQUENCE, RETAINED_BATCHES, increment_sequence
 from raylog.errors import (
     BrokerUnavailableError,
     IllegalStateError,
@@ -61,6 +74,8 @@ LEADER_FAILOVER_WAIT_S = 1.5
 #: Guards completion against a concurrent add_done_callback (callbacks run exactly once).
 _CALLBACK_LOCK = threading.Lock()
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
+
+logger = logging.getLogger(__name__)
 
 
 class BatchMetadata(NamedTuple):
@@ -99,6 +114,8 @@ class _Batch:
         "attempts",
         "retry_at_s",
         "deadline_s",
+        "dispatch_order",
+        "partition_index",
     )
 
     def __init__(self, tp: TopicPartition, delivery_timeout_s: float):
@@ -123,6 +140,8 @@ class _Batch:
         self.deadline_s = self.created_s + delivery_timeout_s
         self.producer_id = -1
         self.base_sequence = -1
+        self.dispatch_order = -1  # rank of its first dispatch in this producer; -1: not sent yet
+        self.partition_index = -1  # idempotent: rank among its partition's batches, from 0
         self.leader: Any = None  # the actor the last attempt went to
         self.unreachable_until_s = 0.0  # until then, wait for another leader than that one
 
@@ -160,8 +179,12 @@ class _Batch:
         return column + [None] * (self.record_count - len(column))
 
     def finish(self, base_offset: int, log_append_time_ms: int, error: RaylogError | None) -> None:
-        self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
+        """Complete the batch's futures (the first call wins: a failed sender may have
+        completed it before its reply came)."""
         with _CALLBACK_LOCK:
+            if self.event.is_set():
+                return
+            self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
             self.event.set()
             callbacks, self.callbacks = self.callbacks, []
         for future, fn in callbacks:
@@ -335,6 +358,7 @@ class Producer:
         self._buffered_bytes = 0
         self._flushing = 0
         self._closed = False
+        self._sender_error: IllegalStateError | None = None  # set if the sender thread failed
         self._metadata_stale = False
         self._metadata_max_age_s = metadata_max_age_ms / 1000
         self._metadata_refreshed_s = time.monotonic()
@@ -343,6 +367,11 @@ class Producer:
         self._idempotent = enable_idempotence
         self._producer_id = -1  # from the controller at the first send (sender thread only)
         self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
+        #: Idempotence, per partition: batches sent and not done yet, in the order first sent,
+        #: and how many batches were ever sent (the next ``partition_index``).
+        self._unacked: dict[TopicPartition, list[_Batch]] = collections.defaultdict(list)
+        self._sent_count: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._dispatch_orders = itertools.count()
         self._sender = threading.Thread(target=self._run_sender, name="raylog-producer-sender", daemon=True)
         self._sender.start()
 
@@ -371,8 +400,7 @@ class Producer:
             UnknownTopicOrPartitionError: no such topic or partition (after a metadata refresh).
             KafkaTimeoutError: no buffer room within ``max_block_ms``.
         """
-        if self._closed:
-            raise IllegalStateError("cannot send: the producer is closed")
+        self._require_open()
         if key is not None and self._key_serializer is not None:
             key = self._key_serializer(key)
         if value is not None and self._value_serializer is not None:
@@ -393,6 +421,7 @@ class Producer:
             )
         tp = partitions[partition]
         with self._lock:
+            self._require_open()  # again: the sender may have failed (or close run) meanwhile
             if self._buffered_bytes + size > self._buffer_memory:
                 self._reserve(size)
             else:
@@ -426,6 +455,12 @@ class Producer:
                 self._cond.notify()
         return FutureRecordMetadata(batch, index, timestamp_ms)
 
+    def _require_open(self) -> None:
+        if self._sender_error is not None:
+            raise self._sender_error
+        if self._closed:
+            raise IllegalStateError("cannot send: the producer is closed")
+
     def send_arrow(
         self,
         topic: str,
@@ -448,8 +483,7 @@ class Producer:
             IllegalStateError, KeyError (missing value column), UnknownTopicOrPartitionError,
             KafkaTimeoutError (no buffer room).
         """
-        if self._closed:
-            raise IllegalStateError("cannot send: the producer is closed")
+        self._require_open()
         count = self._num_partitions(topic)
         if partition is not None and not (isinstance(partition, int) and 0 <= partition < count):
             raise UnknownTopicOrPartitionError(f"partition {partition!r} is not in [0, {count}) for {topic!r}")
@@ -517,6 +551,7 @@ class Producer:
         batch.size_bytes = size
         batch.arrow_rows = rows  # encoded by the sender, numbered in this partition's order
         with self._cond:
+            self._require_open()
             self._reserve(size)
             self._incomplete.add(batch)
             open_batch = self._open.get(tp)
@@ -605,6 +640,7 @@ class Producer:
             if remaining <= 0 or self._closed:
                 raise KafkaTimeoutError(f"no room in buffer_memory={self._buffer_memory} within max_block_ms")
             self._cond.wait(remaining)
+            self._require_open()
         self._buffered_bytes += size
 
     def _close_batch(self, batch: _Batch) -> None:
@@ -619,20 +655,40 @@ class Producer:
     # --- internals: sender thread -----------------------------------------------------
 
     def _run_sender(self) -> None:
-        while True:
-            with self._cond:
-                batches = self._wait_for_sendable()
-                if batches is None:
-                    return
-            if self._metadata_stale or time.monotonic() - self._metadata_refreshed_s >= self._metadata_max_age_s:
-                self._metadata_stale = False
-                try:
-                    self._cluster.metadata(refresh=True)
-                    self._metadata_refreshed_s = time.monotonic()
-                except RaylogError:
-                    self._metadata_stale = True
-            for batch in batches:
-                self._dispatch(batch)
+        try:
+            while True:
+                with self._cond:
+                    batches = self._wait_for_sendable()
+                    if batches is None:
+                        return
+                if self._metadata_stale or time.monotonic() - self._metadata_refreshed_s >= self._metadata_max_age_s:
+                    self._metadata_stale = False
+                    try:
+                        self._cluster.metadata(refresh=True)
+                        self._metadata_refreshed_s = time.monotonic()
+                    except RaylogError:
+                        self._metadata_stale = True
+                for batch in batches:
+                    self._dispatch(batch)
+        except BaseException as exc:  # a bug: no future may wait for a thread that is gone
+            logger.exception("producer sender thread failed; failing every record not yet done")
+            self._fail_everything(exc)
+
+    def _fail_everything(self, cause: BaseException) -> None:
+        """Fail every batch not done with IllegalStateError, and refuse sends from now on."""
+        error = IllegalStateError(f"the producer's sender failed: {type(cause).__name__}: {cause}")
+        error.__cause__ = cause
+        with self._cond:
+            self._sender_error = error
+            batches = list(self._incomplete)
+            self._incomplete.clear()
+            self._open.clear()
+            self._queues.clear()
+            self._unacked.clear()
+            self._buffered_bytes = 0
+            self._cond.notify_all()
+        for batch in batches:
+            batch.finish(-1, -1, error)
 
     def _wait_for_sendable(self) -> list[_Batch] | None:
         """Block (holding ``_cond``) until batches can go; None when closed and drained."""
@@ -643,27 +699,50 @@ class Producer:
                 due = batch.created_s + self._linger_s
                 if due > now and not (self._flushing or self._closed):
                     wake_at = due if wake_at is None else min(wake_at, due)
-                elif not self._queues[batch.tp] and self._in_flight[batch.tp] < self._max_in_flight:
+                elif not self._queues[batch.tp] and self._can_send_new(batch.tp):
                     self._close_batch(batch)
                 # else: its partition's pipe is full; the batch keeps growing until a reply
                 # frees a slot (the reply wakes this loop), as Kafka's accumulator does.
             ready = []
             for tp, queue in self._queues.items():
                 while queue and self._in_flight[tp] < self._max_in_flight:
-                    if queue[0].retry_at_s > now:
-                        wake_at = queue[0].retry_at_s if wake_at is None else min(wake_at, queue[0].retry_at_s)
+                    head = queue[0]
+                    if head.retry_at_s > now:
+                        wake_at = head.retry_at_s if wake_at is None else min(wake_at, head.retry_at_s)
                         break
+                    if head.dispatch_order < 0 and not self._can_send_new(tp):
+                        break  # a reply makes room (and wakes this loop)
                     ready.append(queue.popleft())
                     self._in_flight[tp] += 1
+                    if head.dispatch_order < 0:
+                        self._first_send(head)
             if ready:
                 return ready
             if self._closed and not self._incomplete:
                 return None
             self._cond.wait(None if wake_at is None else max(0.0, wake_at - now))
 
+    def _can_send_new(self, tp: TopicPartition) -> bool:
+        """Whether a batch not sent yet may go (holding ``_cond``): a slot in flight and, with
+        idempotence, fewer than ``max_in_flight`` batches from the oldest one unacknowledged
+        to the newest sent. Replies may come in any order, and a leader remembers only its
+        producer's last batches: a retry of the oldest must still be recognised there."""
+        if self._in_flight[tp] >= self._max_in_flight:
+            return False
+        unacked = self._unacked[tp]
+        return not unacked or self._sent_count[tp] - unacked[0].partition_index < self._max_in_flight
+
+    def _first_send(self, batch: _Batch) -> None:
+        """Rank a batch about to be sent for the first time (holding ``_cond``)."""
+        batch.dispatch_order = next(self._dispatch_orders)
+        if self._idempotent:
+            batch.partition_index = self._sent_count[batch.tp]
+            self._sent_count[batch.tp] += 1
+            self._unacked[batch.tp].append(batch)
+
     def _dispatch(self, batch: _Batch) -> None:
         try:
-            if batch.data is None and self._idempotent:
+            if self._idempotent and batch.producer_id < 0:
                 self._assign_sequence(batch)
             data = batch.encode(self._codec)
             leader = self._cluster.metadata().leader(batch.tp)
@@ -672,12 +751,15 @@ class Producer:
                 # the controller may already be electing another. Look again shortly.
                 raise BrokerUnavailableError(f"the leader of {batch.tp} is down; waiting for a new one")
             batch.leader = leader
-            ref = leader.produce.remote(ProduceRequest(data, self._acks, self._request_timeout_ms, self._client_id))
+            request = ProduceRequest(
+                data, self._acks, self._request_timeout_ms, self._client_id, self._first_unacked_sequence(batch)
+            )
+            ref = leader.produce.remote(request)
         except RaylogError as exc:
             self._completed(batch, None, exc)
             return
-        except (TypeError, ValueError) as exc:  # e.g. headers the batch format refuses
-            self._completed(batch, None, InvalidRecordError(str(exc)))
+        except (TypeError, ValueError, OverflowError, struct.error) as exc:  # records the format refuses
+            self._completed(batch, None, InvalidRecordError(f"{type(exc).__name__}: {exc}"))
             return
         if self._acks == 0:
             self._completed(batch, None, None)
@@ -685,21 +767,34 @@ class Producer:
         ref.future().add_done_callback(lambda future: self._on_reply(batch, future))
 
     def _assign_sequence(self, batch: _Batch) -> None:
-        """Number the batch: sequences follow dispatch order, which is queue order."""
+        """Number the batch: sequences follow first dispatch order, which is queue order."""
         if self._producer_id < 0:
             self._producer_id = call(self._cluster.controller.init_producer_id.remote(), METADATA_TIMEOUT_S)
             self._sequences.clear()
         batch.producer_id = self._producer_id
         batch.base_sequence = self._sequences[batch.tp]
-        self._sequences[batch.tp] += batch.record_count
+        self._sequences[batch.tp] = increment_sequence(batch.base_sequence, batch.record_count)
+
+    def _first_unacked_sequence(self, batch: _Batch) -> int:
+        """The base sequence of the oldest batch of ``batch``'s partition and producer id
+        not done yet (``batch`` itself at the latest); NO_SEQUENCE if not idempotent."""
+        if batch.producer_id < 0:
+            return NO_SEQUENCE
+        with self._cond:
+            unacked = self._unacked[batch.tp]
+            return next((b.base_sequence for b in unacked if b.producer_id == batch.producer_id), batch.base_sequence)
 
     def _on_reply(self, batch: _Batch, future: concurrent.futures.Future) -> None:
         try:
-            response = future.result()
-        except Exception as exc:  # noqa: BLE001 — Ray's failures and any other become raylog errors
-            self._completed(batch, None, translate(exc))
-            return
-        self._completed(batch, response, error_of(response))
+            try:
+                response = future.result()
+            except Exception as exc:  # noqa: BLE001 — Ray's failures and any other become raylog errors
+                self._completed(batch, None, translate(exc))
+                return
+            self._completed(batch, response, error_of(response))
+        except BaseException as exc:  # a bug: no future may wait for a reply that was dropped
+            logger.exception("producer failed on a reply; failing every record not yet done")
+            self._fail_everything(exc)
 
     def _completed(self, batch: _Batch, response: Any, error: RaylogError | None) -> None:
         now = time.monotonic()
@@ -713,6 +808,7 @@ class Producer:
             and batch.attempts < self._retries
             and now + self._backoff_s < batch.deadline_s
             and not self._closed
+            and self._sender_error is None
         )
         if isinstance(error, BrokerUnavailableError) and batch.leader is not None and not batch.unreachable_until_s:
             batch.unreachable_until_s = now + LEADER_FAILOVER_WAIT_S
@@ -722,10 +818,12 @@ class Producer:
                 batch.attempts += 1
                 batch.retry_at_s = now + self._backoff_s
                 self._metadata_stale = self._metadata_stale or error.invalid_metadata
-                self._queues[batch.tp].appendleft(batch)
-            else:
+                self._requeue(batch)
+            elif batch in self._incomplete:  # (not failed with everything meanwhile)
                 self._incomplete.discard(batch)
                 self._buffered_bytes -= batch.size_bytes
+                if self._idempotent:
+                    self._unacked[batch.tp].remove(batch)
             self._cond.notify_all()
         if retry:
             return
@@ -744,6 +842,15 @@ class Producer:
             batch.finish(-1, -1, error)
         else:
             batch.finish(response.base_offset, response.log_append_time_ms, None)
+
+    def _requeue(self, batch: _Batch) -> None:
+        """Put a batch to retry back in its partition's queue (holding ``_cond``): after the
+        batches to retry that were sent before it, ahead of every later or unsent one."""
+        queue = self._queues[batch.tp]
+        i = 0
+        while i < len(queue) and 0 <= queue[i].dispatch_order < batch.dispatch_order:
+            i += 1
+        queue.insert(i, batch)
 
 
 def _partitions(metadata: Any, topic: str) -> list[TopicPartition]:

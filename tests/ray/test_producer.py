@@ -1,17 +1,22 @@
-"""Producer accumulation, bounded memory, timeouts, partitioner hooks, and acks=all
-retries under paused followers, through Ray."""
+"""Producer accumulation, bounded memory, timeouts, partitioner hooks, and idempotence
+under paused followers, reordered calls and wrapping sequences, through Ray."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import copy
 import os
 import signal
+import threading
 import uuid
+from types import SimpleNamespace
 
 import pytest
 import ray
 
 import raylog
 from raylog import Admin, NewTopic, Producer, TopicPartition
+from raylog.coordination.producer_state import SEQUENCE_MODULUS
 from raylog.errors import KafkaTimeoutError
 from raylog.protocol import FetchRequest
 from raylog.storage import record_batch
@@ -70,6 +75,76 @@ def test_a_retried_acks_all_batch_is_not_acknowledged_while_only_the_leader_has_
     producer.close()
     assert metadata.offset == 0
     assert committed(three_brokers, name) == [(0, b"only the leader has it")]
+
+
+class ReorderingLeader:
+    """A leader's actor handle whose first produce call is held back until the second went
+    out and ``hold_s`` passed (Ray may run pipelined calls in any order; this makes it so)."""
+
+    def __init__(self, actor, hold_s: float):
+        self.actor, self.hold_s = actor, hold_s
+        self.sent: list[int] = []  # base sequences, in the order the leader got them
+        self._held = None
+        self._lock = threading.Lock()
+        self.produce = SimpleNamespace(remote=self._produce)
+
+    def _produce(self, request):
+        with self._lock:
+            if self._held is None:
+                self._held = (request, concurrent.futures.Future())
+                return SimpleNamespace(future=lambda held=self._held[1]: held)
+        threading.Timer(self.hold_s, self._release).start()
+        return self._send(request)
+
+    def _send(self, request):
+        self.sent.append(record_batch.read_header(request.records).base_sequence)
+        return self.actor.produce.remote(request)
+
+    def _release(self):
+        request, held = self._held
+        self._send(request).future().add_done_callback(lambda done: held.set_result(done.result()))
+
+
+class ReorderingCluster:
+    """The session's cluster, but produce calls for ``topic`` go through a ReorderingLeader."""
+
+    def __init__(self, cluster, topic: str, hold_s: float):
+        self._cluster, self._topic = cluster, topic
+        self.controller = cluster.controller
+        self.leader = ReorderingLeader(cluster.metadata(refresh=True).leader(TopicPartition(topic, 0)), hold_s)
+
+    def metadata(self, refresh: bool = False):
+        metadata = copy.copy(self._cluster.metadata(refresh))
+        metadata.leaders = {**metadata.leaders, (self._topic, 0): self.leader}
+        return metadata
+
+
+def test_a_batch_that_overtakes_its_producers_first_waits_for_it(cluster, topic):
+    """Sequence 1 reaching a leader that does not know its producer before sequence 0 (by a
+    second here) is not taken for the producer's first batch: it waits for 0, and both are
+    appended, in sequence order, with no OutOfOrderSequence for the real first."""
+    name = topic()
+    reordering = ReorderingCluster(cluster, name, hold_s=1.0)
+    producer = Producer(reordering, linger_ms=0, batch_size=1)
+    futures = [producer.send(name, b"first"), producer.send(name, b"second")]
+    offsets = [f.result(timeout=60).offset for f in futures]
+    producer.close()
+    assert reordering.leader.sent == [1, 0]
+    assert offsets == [0, 1]
+    assert committed(cluster, name) == [(0, b"first"), (1, b"second")]
+
+
+def test_sequences_wrap_at_two_to_the_31_through_the_leader(cluster, topic):
+    """A producer whose partition sequence passes 2**31 - 1 goes on at 0 and the leader
+    follows: every record is acknowledged, in order (the encoder's struct.error used to
+    kill the sender thread and leave every future waiting)."""
+    name = topic()
+    producer = Producer(cluster, linger_ms=0, batch_size=1)
+    producer._sequences.default_factory = lambda: SEQUENCE_MODULUS - 3  # as after 2**31 - 3 records
+    futures = [producer.send(name, b"%d" % i) for i in range(6)]
+    assert [f.result(timeout=60).offset for f in futures] == list(range(6))
+    producer.close()
+    assert committed(cluster, name) == [(i, b"%d" % i) for i in range(6)]
 
 
 def test_linger_gathers_records_into_one_batch(cluster, topic):

@@ -1,0 +1,200 @@
+"""The producer's sender against an in-memory leader: retry order, sequence numbers and
+their wrap, and failures of the sender thread (no Ray runtime)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from raylog.clients import producer as producer_module
+from raylog.clients.cluster import Metadata
+from raylog.clients.producer import Producer
+from raylog.coordination.producer_state import SEQUENCE_MODULUS
+from raylog.errors import IllegalStateError, RequestTimedOutError
+from raylog.protocol import ProduceResponse, error_fields
+from raylog.storage import record_batch
+from tests.helpers import wait_until
+
+PRODUCER_ID = 42
+
+
+class FakeLeader:
+    """A partition leader that records each produce request and answers it when told to
+    (or at once, with consecutive offsets, when ``auto_answer``)."""
+
+    def __init__(self, auto_answer: bool = False):
+        self.auto_answer = auto_answer
+        self.requests: list = []  # (request, future), in arrival order
+        self._next_offset = 0
+        self._lock = threading.Lock()
+        self.produce = SimpleNamespace(remote=self._produce)
+
+    def _produce(self, request):
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self.requests.append((request, future))
+        if self.auto_answer:
+            self.answer(len(self.requests) - 1)
+        return SimpleNamespace(future=lambda: future)
+
+    def answer(self, i: int, error: Exception | None = None) -> None:
+        request, future = self.requests[i]
+        if error is not None:
+            future.set_result(ProduceResponse(**error_fields(error)))
+            return
+        header = record_batch.read_header(request.records)
+        with self._lock:
+            offset, self._next_offset = self._next_offset, self._next_offset + header.record_count
+        future.set_result(ProduceResponse(base_offset=offset))
+
+    def values(self, i: int) -> list[bytes]:
+        return record_batch.decode_table(self.requests[i][0].records).column("value").to_pylist()
+
+    def header(self, i: int) -> record_batch.BatchHeader:
+        return record_batch.read_header(self.requests[i][0].records)
+
+
+class FakeCluster:
+    """One topic ``t``, partition i led by ``leaders[i]``; the controller hands out producer id 42."""
+
+    def __init__(self, *leaders: FakeLeader):
+        self._metadata = Metadata(
+            {
+                "cluster_id": "fake",
+                "brokers": {},
+                "topics": {"t": SimpleNamespace(partitions=list(range(len(leaders))))},
+                "leaders": {("t", i): leader for i, leader in enumerate(leaders)},
+                "live": {0},
+                "reassignments": {},
+            }
+        )
+        self.controller = SimpleNamespace(init_producer_id=SimpleNamespace(remote=lambda: "init_producer_id"))
+
+    def metadata(self, refresh: bool = False) -> Metadata:
+        return self._metadata
+
+
+@pytest.fixture(autouse=True)
+def controller_call(monkeypatch):
+    """The producer's one controller call (its producer id) answered without Ray."""
+    monkeypatch.setattr(
+        producer_module, "call", lambda ref, timeout_s: PRODUCER_ID if ref == "init_producer_id" else None
+    )
+
+
+def make_producer(*leaders: FakeLeader, **options) -> Producer:
+    # batch_size=1: every record closes its own batch.
+    return Producer(FakeCluster(*leaders), linger_ms=0, batch_size=1, **options)
+
+
+def test_retried_batches_keep_their_partitions_order():
+    """Batches that fail together go out again in the order they were first sent, not reversed."""
+    leader = FakeLeader()
+    # The backoff keeps all three waiting to go again until the last has failed.
+    producer = make_producer(
+        leader, enable_idempotence=False, max_in_flight_requests_per_connection=3, retry_backoff_ms=1_000
+    )
+    futures = [producer.send("t", b"%d" % i) for i in range(3)]
+    wait_until(lambda: len(leader.requests) == 3, timeout_s=10)
+    for i in range(3):
+        leader.answer(i, RequestTimedOutError("the ISR did not get it in time"))
+    wait_until(lambda: len(leader.requests) == 6, timeout_s=10)
+    assert [leader.values(i) for i in range(3, 6)] == [[b"0"], [b"1"], [b"2"]]
+    for i in range(3, 6):
+        leader.answer(i)
+    assert [f.result(timeout=10).offset for f in futures] == [0, 1, 2]
+    producer.close()
+
+
+def test_each_request_names_the_first_unacknowledged_sequence():
+    """A request carries the base sequence of the oldest batch of its partition not yet
+    acknowledged, so a leader can tell a first batch from one that overtook it."""
+    leader = FakeLeader()
+    producer = make_producer(leader, retry_backoff_ms=0)
+    futures = [producer.send("t", b"%d" % i) for i in range(3)]
+    wait_until(lambda: len(leader.requests) == 3, timeout_s=10)
+    assert [(leader.header(i).producer_id, leader.header(i).base_sequence) for i in range(3)] == [
+        (PRODUCER_ID, 0),
+        (PRODUCER_ID, 1),
+        (PRODUCER_ID, 2),
+    ]
+    assert [request.first_unacked_sequence for request, _ in leader.requests] == [0, 0, 0]
+    leader.answer(1)  # acknowledged out of order: 0 is still the oldest unacknowledged
+    leader.answer(0)
+    futures.append(producer.send("t", b"3"))
+    wait_until(lambda: len(leader.requests) == 4, timeout_s=10)
+    assert (leader.header(3).base_sequence, leader.requests[3][0].first_unacked_sequence) == (3, 2)
+    leader.answer(2)
+    leader.answer(3)
+    assert [f.result(timeout=10).offset for f in futures] == [1, 0, 2, 3]
+    producer.close()
+
+
+def test_new_batches_wait_while_the_oldest_unacknowledged_one_would_fall_out_of_the_leaders_memory():
+    """Replies may come in any order; a leader remembers a producer's last 5 batches. So a
+    new batch goes only while fewer than max_in_flight batches lie between the oldest one
+    unacknowledged and the newest sent: else a retry of the oldest could not be recognised."""
+    leader, other = FakeLeader(), FakeLeader(auto_answer=True)
+    producer = make_producer(leader, other, max_in_flight_requests_per_connection=3)
+    spans = []  # per request to partition 0: sequences from the oldest unacknowledged to it
+
+    def produce(request, produce=leader.produce.remote):
+        sequence = record_batch.read_header(request.records).base_sequence
+        answered = {leader.header(i).base_sequence for i, (_, f) in enumerate(leader.requests) if f.done()}
+        unanswered = [leader.header(i).base_sequence for i in range(len(leader.requests))] + [sequence]
+        spans.append(sequence - min(s for s in unanswered if s not in answered) + 1)
+        return produce(request)
+
+    leader.produce.remote = produce
+    futures = [producer.send("t", b"%d" % i, partition=0) for i in range(5)]
+    wait_until(lambda: len(leader.requests) == 3, timeout_s=10)
+    leader.answer(1)
+    leader.answer(2)  # 0 is still out: sending 3 now would span 0..3
+    # A record to partition 1 goes out in a pass of the sender that saw those answers.
+    producer.send("t", b"elsewhere", partition=1).result(timeout=10)
+    assert len(leader.requests) == 3
+    leader.answer(0)
+    wait_until(lambda: len(leader.requests) == 5, timeout_s=10)
+    leader.answer(3)
+    leader.answer(4)
+    assert [f.result(timeout=10).offset for f in futures] == [2, 0, 1, 3, 4]
+    assert max(spans) <= 3, spans
+    producer.close()
+
+
+def test_sequences_wrap_after_two_to_the_31_minus_one():
+    """A partition's sequence goes from 2**31 - 1 to 0, as Kafka's, instead of failing to
+    encode (which killed the sender thread and left every future waiting)."""
+    leader = FakeLeader(auto_answer=True)
+    producer = make_producer(leader)
+    producer._sequences.default_factory = lambda: SEQUENCE_MODULUS - 3  # as after 2**31 - 3 records
+    futures = [producer.send("t", b"%d" % i) for i in range(6)]
+    assert [f.result(timeout=10).offset for f in futures] == list(range(6))
+    bases = [leader.header(i).base_sequence for i in range(6)]
+    assert bases == [SEQUENCE_MODULUS - 3, SEQUENCE_MODULUS - 2, SEQUENCE_MODULUS - 1, 0, 1, 2]
+    producer.close()
+
+
+def test_a_failed_sender_thread_fails_every_record_with_a_typed_error():
+    """Should the sender thread meet an unexpected error, every record not yet done fails
+    with IllegalStateError (none waits forever) and send refuses new ones."""
+    leader = FakeLeader()
+    producer = make_producer(leader)
+    held = producer.send("t", b"in flight")
+    wait_until(lambda: len(leader.requests) == 1, timeout_s=10)
+
+    def broken(request):
+        raise RuntimeError("a bug in the transport")
+
+    leader.produce.remote = broken
+    doomed = producer.send("t", b"never sent")
+    assert isinstance(doomed.exception(timeout=10), IllegalStateError)
+    assert isinstance(held.exception(timeout=10), IllegalStateError)
+    leader.answer(0)  # a late reply changes nothing
+    assert isinstance(held.exception(timeout=0), IllegalStateError)
+    with pytest.raises(IllegalStateError, match="RuntimeError: a bug in the transport"):
+        producer.send("t", b"after")
+    producer.close(timeout=10)
