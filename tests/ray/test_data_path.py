@@ -29,7 +29,7 @@ from raylog.storage import record_batch
 from tests.helpers import wait_until
 
 
-def consume_all(cluster, topic: str, expected: int, timeout_s: float = 30, **config) -> list:
+def consume_all(cluster, topic: str, expected: int, timeout_s: float = 60, **config) -> list:
     """Every record of ``topic`` from the beginning, until ``expected`` arrived."""
     consumer = Consumer(cluster, topic, auto_offset_reset="earliest", **config)
     records: list = []
