@@ -73,8 +73,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError, StorageError
-from . import record_batch
+from . import faults, record_batch
 from .file_records import FileRecords
+from .files import fsync_directory, write_atomically
 from .record_batch import CONTROL, HAS_KEY, HEADER_SIZE, BatchHeader
 from .segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment, file_name
 
@@ -170,23 +171,14 @@ def read_checkpoint(directory: str) -> Checkpoint:
 
 
 def write_checkpoint(directory: str, checkpoint: Checkpoint) -> None:
-    """Write the checkpoint atomically (temporary file, fsync, rename).
+    """Write the checkpoint atomically (:func:`~raylog.storage.files.write_atomically`).
 
     Raises:
         StorageError: the write failed; the previous checkpoint is still in place.
     """
-    path = os.path.join(directory, CHECKPOINT_FILE)
     lines = [str(CHECKPOINT_VERSION), str(checkpoint.first_dirty_offset)]
     lines += [f"{end} {at}" for end, at in checkpoint.rounds]
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise StorageError(f"cannot write {path}: {exc}") from exc
+    write_atomically(os.path.join(directory, CHECKPOINT_FILE), "\n".join(lines) + "\n")
 
 
 def truncate_checkpoint(directory: str, offset: int) -> None:
@@ -608,18 +600,6 @@ def _next_offset(path: str, base: int) -> int:
     return end
 
 
-def fsync_directory(directory: str) -> None:
-    """Make renames and unlinks in ``directory`` durable."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise StorageError(f"cannot fsync directory {directory}: {exc}") from exc
-
-
 def _listdir(directory: str) -> list[str]:
     try:
         return os.listdir(directory)
@@ -629,6 +609,7 @@ def _listdir(directory: str) -> list[str]:
 
 def _rename(source: str, target: str) -> None:
     try:
+        faults.check_write(target)
         os.replace(source, target)
     except OSError as exc:
         raise StorageError(f"cannot rename {source} to {target}: {exc}") from exc
@@ -636,6 +617,7 @@ def _rename(source: str, target: str) -> None:
 
 def _unlink(path: str) -> None:
     try:
+        faults.check_shrink(path)
         os.unlink(path)
     except FileNotFoundError:
         pass

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 
 from ..errors import CorruptRecordError, StorageError
+from . import faults
 from .record_batch import HEADER_SIZE, BatchHeader, read_header
 
 #: Bytes read at a time when walking batch headers without their bodies.
@@ -31,6 +32,7 @@ class FileRecords:
     def __init__(self, path: str):
         self.path = path
         try:
+            faults.check_create(path)
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot open {path}: {exc}") from exc
@@ -42,14 +44,15 @@ class FileRecords:
         return self._size
 
     def append(self, buffers: Sequence[bytes | memoryview]) -> int:
-        """Write ``buffers`` at the end of the file, all or nothing.
+        """Write ``buffers`` at the end of the file.
 
         Returns:
             The position at which the first buffer was written.
 
         Raises:
-            StorageError: the write failed (full disk, I/O error); the file is cut back to
-                its previous size.
+            StorageError: the write failed (full disk, I/O error). The size is unchanged,
+                but the file may hold torn bytes past it: the caller cuts them off
+                (:meth:`truncate_to` the size) before the file is used further.
         """
         start = self._size
         position = start
@@ -57,7 +60,7 @@ class FileRecords:
             for i in range(0, len(buffers), _IOV_MAX):
                 chunk = list(buffers[i : i + _IOV_MAX])
                 want = sum(len(b) for b in chunk)
-                written = os.pwritev(self._fd, chunk, position)
+                written = faults.pwritev(self._fd, chunk, position, self.path)
                 if written < want:  # short write: finish what is left of this chunk
                     rest = b"".join(bytes(b) for b in chunk)[written:]
                     while rest:
@@ -65,10 +68,6 @@ class FileRecords:
                         written, rest = written + n, rest[n:]
                 position += written
         except OSError as exc:
-            try:
-                os.ftruncate(self._fd, start)
-            except OSError:
-                pass
             raise StorageError(f"append to {self.path} failed: {exc}") from exc
         self._size = position
         return start
@@ -98,17 +97,29 @@ class FileRecords:
             position += header.size
 
     def truncate_to(self, size: int) -> None:
-        """Cut the file to ``size`` bytes (no-op if it is not longer)."""
-        if size >= self._size:
-            return
+        """Cut the file to ``size`` bytes (not above its size), torn bytes of a failed
+        append included. Durable only after :meth:`flush`.
+
+        Raises:
+            StorageError: the truncation failed; the size is unchanged.
+        """
+        size = min(size, self._size)
         try:
+            faults.check_shrink(self.path)
             os.ftruncate(self._fd, size)
         except OSError as exc:
             raise StorageError(f"truncate of {self.path} failed: {exc}") from exc
         self._size = size
 
     def flush(self) -> None:
+        """fsync the data (and the size) written so far.
+
+        Raises:
+            StorageError: the fsync failed: what was written may be lost (the caller must
+                not trust the file any more).
+        """
         try:
+            faults.check_write(self.path)
             os.fdatasync(self._fd)
         except OSError as exc:
             raise StorageError(f"flush of {self.path} failed: {exc}") from exc
@@ -119,6 +130,9 @@ class FileRecords:
     def delete(self) -> None:
         """Unlink the file; open readers keep reading until they let go of this object."""
         try:
+            faults.check_shrink(self.path)
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            raise StorageError(f"cannot delete {self.path}: {exc}") from exc

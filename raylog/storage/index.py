@@ -27,6 +27,7 @@ from array import array
 import numpy as np
 
 from ..errors import StorageError
+from . import faults
 
 
 class _Index:
@@ -40,6 +41,7 @@ class _Index:
         self._keys = array("q")
         self._values = array("q")
         try:
+            faults.check_create(path)
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot open index {path}: {exc}") from exc
@@ -69,34 +71,38 @@ class _Index:
         return True
 
     def _append(self, key: int, value: int) -> None:
+        """Raises StorageError when the write failed: the entries are unchanged, but the file
+        may end in a torn entry (the next append overwrites it; :meth:`truncate_entries`
+        cuts it)."""
         assert not self._keys or (key > self._keys[-1] and value > self._values[-1]), "index entries must rise"
         try:
-            os.pwrite(self._fd, self.ENTRY.pack(key, value), len(self._keys) * self.ENTRY.size)
+            faults.pwrite(self._fd, self.ENTRY.pack(key, value), len(self._keys) * self.ENTRY.size, self.path)
         except OSError as exc:
             raise StorageError(f"append to index {self.path} failed: {exc}") from exc
         self._keys.append(key)
         self._values.append(value)
 
-    def _truncate_entries(self, count: int) -> None:
-        if count >= len(self._keys):
-            return
+    def truncate_entries(self, count: int) -> None:
+        """Keep the first ``count`` entries and cut the file after them (a torn entry too).
+
+        Raises:
+            StorageError: the file could not be cut; the entries are cut in memory.
+        """
         del self._keys[count:]
         del self._values[count:]
         try:
-            os.ftruncate(self._fd, count * self.ENTRY.size)
+            faults.check_shrink(self.path)
+            os.ftruncate(self._fd, len(self._keys) * self.ENTRY.size)
         except OSError as exc:
             raise StorageError(f"truncate of index {self.path} failed: {exc}") from exc
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
-        self._keys, self._values = array("q"), array("q")
-        try:
-            os.ftruncate(self._fd, 0)
-        except OSError as exc:
-            raise StorageError(f"truncate of index {self.path} failed: {exc}") from exc
+        self.truncate_entries(0)
 
     def flush(self) -> None:
         try:
+            faults.check_write(self.path)
             os.fdatasync(self._fd)
         except OSError as exc:
             raise StorageError(f"flush of index {self.path} failed: {exc}") from exc
@@ -106,9 +112,12 @@ class _Index:
 
     def delete(self) -> None:
         try:
+            faults.check_shrink(self.path)
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            raise StorageError(f"cannot delete index {self.path}: {exc}") from exc
 
 
 class OffsetIndex(_Index):
@@ -142,7 +151,7 @@ class OffsetIndex(_Index):
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries for batches at or above ``offset``."""
-        self._truncate_entries(bisect.bisect_left(self._keys, offset - self.base_offset))
+        self.truncate_entries(bisect.bisect_left(self._keys, offset - self.base_offset))
 
 
 class TimeIndex(_Index):
@@ -172,4 +181,4 @@ class TimeIndex(_Index):
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries that point above ``offset``."""
-        self._truncate_entries(bisect.bisect_right(self._values, offset - self.base_offset))
+        self.truncate_entries(bisect.bisect_right(self._values, offset - self.base_offset))

@@ -6,7 +6,8 @@ epoch ends (:meth:`end_offset_for`) and truncates there, so replicas never disag
 committed offset even after unclean restarts.
 
 File ``leader-epoch-checkpoint`` in the log directory: one ``epoch start_offset`` line per
-entry, rewritten atomically (tmp + fsync + rename) on every change; changes are rare.
+entry, rewritten atomically (:func:`~raylog.storage.files.write_atomically`) on every
+change; changes are rare.
 
 Concurrency: single writer (the replica), no concurrent readers.
 """
@@ -17,6 +18,7 @@ import bisect
 import os
 
 from ..errors import StorageError
+from .files import write_atomically
 
 FILE_NAME = "leader-epoch-checkpoint"
 UNDEFINED = -1
@@ -90,12 +92,4 @@ class LeaderEpochCache:
                 self._offsets.append(offset)
 
     def _save(self) -> None:
-        tmp = self.path + ".tmp"
-        try:
-            with open(tmp, "w", encoding="ascii") as f:
-                f.writelines(f"{e} {o}\n" for e, o in zip(self._epochs, self._offsets, strict=True))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            raise StorageError(f"cannot write {self.path}: {exc}") from exc
+        write_atomically(self.path, "".join(f"{e} {o}\n" for e, o in zip(self._epochs, self._offsets, strict=True)))

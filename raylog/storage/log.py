@@ -22,6 +22,13 @@ whole segments), ``compact`` (:meth:`clean`: the latest record per key is kept, 
 unchanged, so a compacted log has gaps; reads at a missing offset return the next batch),
 or both. A compacted log refuses records without a key from producers.
 
+Disk errors (a full disk, I/O errors) raise StorageError and never leave a partial batch:
+a failed append is cut back to the last whole batch. When that cut, a truncation or an
+fsync fails, the log goes offline (Kafka marks its log directory offline): every call
+raises StorageError until :meth:`revive` has recovered it from disk, back to the log end
+offset it had (so an append that failed never reappears, and nothing acknowledged is lost).
+New segments, deletions, truncations and checkpoints are fsync'd with their directory.
+
 Concurrency: one writer thread calls the mutating methods (``append_*``, ``truncate_*``,
 ``flush``, ``maybe_flush``, ``apply_retention``, ``clean``, ``close``). ``read``,
 ``offsets_for_time`` and the offset properties may run in other threads at the same time:
@@ -34,6 +41,8 @@ offsets it removes (callers truncate only while they are not serving those offse
 from __future__ import annotations
 
 import bisect
+import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -50,11 +59,14 @@ from ..errors import (
 )
 from . import cleaner, record_batch
 from .cleaner import CleanerStats
+from .files import fsync_directory, write_atomically
 from .record_batch import BatchHeader
 from .segment import AppendedBatch, LogSegment
 
 RECOVERY_POINT_FILE = "recovery-point"
 _SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+
+logger = logging.getLogger(__name__)
 
 
 def wall_clock_ms() -> int:
@@ -108,6 +120,10 @@ class Log:
         #: Called with a new active segment's base offset when the log rolls (the owner
         #: snapshots state that describes the batches below it).
         self.on_roll: Callable[[int], None] | None = None
+        #: The disk error that took the log offline (None while it is online).
+        self._offline: StorageError | None = None
+        #: ``(floor, end, start_at)``: what :meth:`revive` must find and cut back to.
+        self._revive_range: tuple[int, int, int | None] = (0, 0, None)
 
     # --- opening ----------------------------------------------------------------------
 
@@ -159,7 +175,7 @@ class Log:
         self._next_offset = segments[-1].next_offset
         self.recovery = RecoveryReport(recovered, truncated, deleted, recovered > 0)
         if recovered or self._recovery_point > self._next_offset:
-            self.flush()
+            self._flush(self._next_offset)
         cleaner.truncate_checkpoint(self.dir, self._next_offset)  # recovery may have cut the log
 
     def _discover_segments(self) -> list[int]:
@@ -288,18 +304,26 @@ class Log:
         return self._append([view], [h for _, h in checked], -1)
 
     def _append(self, buffers: list, headers: list[BatchHeader], append_time: int) -> AppendInfo:
+        self._require_online()
         size = sum(h.size for h in headers)
         first, last = headers[0].base_offset, headers[-1].last_offset
         max_ts = max(h.max_timestamp for h in headers)
         segment = self._maybe_roll(size, first, last, max_ts)
-        segment.append(buffers, [AppendedBatch(h.base_offset, h.next_offset, h.max_timestamp, h.size) for h in headers])
-        self._next_offset = headers[-1].next_offset
+        try:
+            segment.append(
+                buffers, [AppendedBatch(h.base_offset, h.next_offset, h.max_timestamp, h.size) for h in headers]
+            )
+        except StorageError as exc:
+            if segment.torn:
+                self._go_offline(exc)
+            raise
+        end = headers[-1].next_offset
         records = sum(h.record_count for h in headers)
-        self._unflushed_records += records
-        if self._unflushed_records >= self.config.flush_messages:
-            self.flush()
+        if self._unflushed_records + records >= self.config.flush_messages or self._flush_due():
+            self._flush(end)  # before the LEO moves: a failed flush leaves the batch unacknowledged
         else:
-            self.maybe_flush()
+            self._unflushed_records += records
+        self._next_offset = end
         return AppendInfo(first, last, max_ts, append_time, records, tuple(headers))
 
     def _maybe_roll(self, size: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
@@ -313,7 +337,13 @@ class Log:
         return self.roll(first_offset)
 
     def roll(self, base_offset: int | None = None) -> LogSegment:
-        """Start a new active segment at ``base_offset`` (default: the log end offset)."""
+        """Start a new active segment at ``base_offset`` (default: the log end offset); its
+        files and their directory entries are fsync'd before it takes appends.
+
+        Raises:
+            StorageError: the disk failed; the log is as it was.
+        """
+        self._require_online()
         base = self._next_offset if base_offset is None else base_offset
         active = self._segments[-1]
         if active.size == 0:
@@ -321,6 +351,13 @@ class Log:
         # The old segment's time index gets its final entry (all records below base).
         active.time_index.maybe_append(active.max_timestamp, active.next_offset)
         segment = self._new_segment(base)
+        try:
+            segment.flush()
+            fsync_directory(self.dir)
+        except StorageError:
+            segment.close()
+            _quietly(segment.delete)
+            raise
         self._publish(self._segments + (segment,))
         if self.on_roll is not None:
             self.on_roll(base)
@@ -338,7 +375,9 @@ class Log:
 
         Raises:
             OffsetOutOfRangeError: ``offset`` is below the log start or above the log end.
+            StorageError: the log is offline, or the disk failed.
         """
+        self._require_online()
         end_offset = self._next_offset  # read before the segments: never past this
         segments, bases = self._snapshot
         if offset < segments[0].base_offset or offset > end_offset:
@@ -361,6 +400,7 @@ class Log:
 
     def offsets_for_time(self, timestamp_ms: int) -> TimestampOffset | None:
         """The first record with a timestamp >= ``timestamp_ms``, or None if there is none."""
+        self._require_online()
         end_offset = self._next_offset
         for segment in self._segments:
             if segment.max_timestamp < timestamp_ms:
@@ -402,37 +442,50 @@ class Log:
         Raises:
             OffsetOutOfRangeError: ``offset`` is below the log start offset (use
                 :meth:`truncate_fully_and_start_at`).
+            StorageError: the disk failed; the log is offline (:meth:`revive` finishes the cut).
         """
+        self._require_online()
         if offset >= self._next_offset:
             return self._next_offset
         if offset < self.log_start_offset:
             raise OffsetOutOfRangeError(f"cannot truncate to {offset}, below the log start {self.log_start_offset}")
-        segments = list(self._segments)
-        while len(segments) > 1 and segments[-1].base_offset >= offset:
-            doomed = segments.pop()
+        with self._offline_on_error(0, offset):
+            segments = list(self._segments)
+            doomed = []
+            while len(segments) > 1 and segments[-1].base_offset >= offset:
+                doomed.append(segments.pop())
             self._publish(tuple(segments))
-            doomed.delete()
-        segments[-1].truncate_to(offset)
-        self._next_offset = segments[-1].next_offset
-        self._recovery_point = min(self._recovery_point, self._next_offset)
-        self._write_recovery_point()
-        cleaner.truncate_checkpoint(self.dir, self._next_offset)
+            for segment in doomed:
+                segment.delete()
+            fsync_directory(self.dir)  # the deleted segments must not come back after a crash
+            segments[-1].truncate_to(offset)
+            self._next_offset = segments[-1].next_offset
+            self._recovery_point = min(self._recovery_point, self._next_offset)
+            self._write_recovery_point()
+            cleaner.truncate_checkpoint(self.dir, self._next_offset)
         return self._next_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete everything and start an empty log at ``offset``."""
-        kept = None
-        for segment in self._segments:
-            if segment.base_offset == offset:
-                segment.truncate_to(offset)  # its files have the right name: reuse them emptied
-                kept = segment
-            else:
-                segment.delete()
-        self._publish((kept or self._new_segment(offset),))
-        self._next_offset = offset
-        self._recovery_point = offset
-        self._write_recovery_point()
-        cleaner.truncate_checkpoint(self.dir, offset)  # (below the new log start: cleans from it)
+        """Delete everything and start an empty log at ``offset``.
+
+        Raises:
+            StorageError: the disk failed; the log is offline (:meth:`revive` finishes the cut).
+        """
+        self._require_online()
+        with self._offline_on_error(0, offset, start_at=offset):
+            kept = None
+            for segment in self._segments:
+                if segment.base_offset == offset:
+                    segment.truncate_to(offset)  # its files have the right name: reuse them emptied
+                    kept = segment
+                else:
+                    segment.delete()
+            self._publish((kept or self._new_segment(offset),))
+            fsync_directory(self.dir)
+            self._next_offset = offset
+            self._recovery_point = offset
+            self._write_recovery_point()
+            cleaner.truncate_checkpoint(self.dir, offset)  # (below the new log start: cleans from it)
 
     # --- retention --------------------------------------------------------------------
 
@@ -444,6 +497,7 @@ class Log:
         Returns:
             The base offsets of the deleted segments.
         """
+        self._require_online()
         if not self.config.delete:
             return []
         segments = list(self._segments)
@@ -508,38 +562,123 @@ class Log:
         assert segments[i : i + len(old)] == list(old) and i + len(old) < len(segments), "not consecutive old segments"
         if new is not None:
             new.change_suffix(cleaner.CLEANED_SUFFIX, cleaner.SWAP_SUFFIX)
-            cleaner.fsync_directory(self.dir)
+            fsync_directory(self.dir)
         segments[i : i + len(old)] = [new] if new is not None else []
         self._publish(tuple(segments))
         for segment in old:
             segment.delete()
         if new is not None:
             new.change_suffix(cleaner.SWAP_SUFFIX, "")
-        cleaner.fsync_directory(self.dir)
+        fsync_directory(self.dir)
 
     # --- durability -------------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync every segment with unflushed data and move the recovery point to the LEO."""
-        end = self._next_offset
-        for segment in self._segments:
-            if segment.next_offset > self._recovery_point or segment is self._segments[-1]:
-                segment.flush()
-        self._recovery_point = end
-        self._unflushed_records = 0
-        self._last_flush_ms = self._clock()
-        self._write_recovery_point()
+        """fsync every segment with unflushed data and move the recovery point to the LEO.
+
+        Raises:
+            StorageError: an fsync failed; the log is offline (the kernel may have dropped
+                what it could not write, so nothing unflushed can be trusted).
+        """
+        self._require_online()
+        self._flush(self._next_offset)
+
+    def _flush(self, end: int) -> None:
+        with self._offline_on_error(self._next_offset, self._next_offset):
+            for segment in self._segments:
+                if segment.next_offset > self._recovery_point or segment is self._segments[-1]:
+                    segment.flush()
+            self._recovery_point = end
+            self._unflushed_records = 0
+            self._last_flush_ms = self._clock()
+            self._write_recovery_point()
 
     def maybe_flush(self) -> None:
         """Flush if ``flush.ms`` has passed since the last flush with data unflushed."""
-        if self._unflushed_records and self._clock() - self._last_flush_ms >= self.config.flush_ms:
+        if self._unflushed_records and self._flush_due():
             self.flush()
 
+    def _flush_due(self) -> bool:
+        return self._clock() - self._last_flush_ms >= self.config.flush_ms
+
     def close(self) -> None:
-        """Flush and close every file; the next open needs no recovery."""
-        self.flush()
-        for segment in self._segments:
-            segment.close()
+        """Flush and close every file; the next open needs no recovery (an offline log is
+        only closed: its next open recovers it)."""
+        try:
+            if self._offline is None:
+                self.flush()
+        finally:
+            for segment in self._segments:
+                segment.close()
+
+    # --- disk errors ------------------------------------------------------------------
+
+    @property
+    def offline(self) -> StorageError | None:
+        """The disk error that took the log offline, or None while it is online."""
+        return self._offline
+
+    def _require_online(self) -> None:
+        if self._offline is not None:
+            raise StorageError(f"log {self.dir} is offline after a disk error: {self._offline}")
+
+    @contextlib.contextmanager
+    def _offline_on_error(self, floor: int, end: int, start_at: int | None = None) -> Iterator[None]:
+        """Take the log offline if the block raises StorageError; :meth:`revive` must then
+        find a log end offset of at least ``floor`` and cuts it back to ``end`` (or restarts
+        the log at ``start_at``)."""
+        try:
+            yield
+        except StorageError as exc:
+            self._go_offline(exc, floor, end, start_at)
+            raise
+
+    def _go_offline(
+        self, error: StorageError, floor: int | None = None, end: int | None = None, start_at: int | None = None
+    ) -> None:
+        floor = self._next_offset if floor is None else floor
+        end = self._next_offset if end is None else end
+        if self._offline is None:
+            logger.error("log %s goes offline after a disk error: %s", self.dir, error)
+            self._offline = error
+            self._revive_range = (floor, end, start_at)
+        else:  # a second failure before a revive: the first target still holds, widened
+            old_floor, old_end, old_start = self._revive_range
+            self._revive_range = (min(old_floor, floor), min(old_end, end), old_start if start_at is None else start_at)
+
+    def revive(self) -> bool:
+        """Bring an offline log back: recover it from disk as :meth:`open` does, and cut it
+        back to the log end offset it had when it went offline (an append that failed
+        never reappears). True when the log is online.
+
+        A log that recovers less than it had acknowledged stays offline (its disk lost
+        data: the replica must be rebuilt from the others), as does one whose disk still
+        fails.
+        """
+        if self._offline is None:
+            return True
+        floor, end, start_at = self._revive_range
+        try:
+            self._load()
+            if start_at is not None:
+                self._offline = None
+                self.truncate_fully_and_start_at(start_at)
+            elif self._next_offset < floor:
+                logger.critical(
+                    "log %s recovered up to offset %d from disk, below the %d it held: it stays offline",
+                    self.dir,
+                    self._next_offset,
+                    floor,
+                )
+                return False
+            else:
+                self._offline = None
+                self.truncate_to(end)
+        except StorageError as exc:
+            self._offline = self._offline or exc
+            return False
+        logger.warning("log %s is back online at log end offset %d", self.dir, self._next_offset)
+        return True
 
     def _read_recovery_point(self) -> int:
         path = os.path.join(self.dir, RECOVERY_POINT_FILE)
@@ -552,13 +691,12 @@ class Log:
             raise StorageError(f"cannot read {path}: {exc}") from exc
 
     def _write_recovery_point(self) -> None:
-        path = os.path.join(self.dir, RECOVERY_POINT_FILE)
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "w", encoding="ascii") as f:
-                f.write(str(self._recovery_point))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise StorageError(f"cannot write {path}: {exc}") from exc
+        write_atomically(os.path.join(self.dir, RECOVERY_POINT_FILE), str(self._recovery_point))
+
+
+def _quietly(operation: Callable[[], None]) -> None:
+    """Clean up after a failure without hiding it: a second disk error is only logged."""
+    try:
+        operation()
+    except StorageError as exc:
+        logger.warning("clean-up after a disk error failed too: %s", exc)

@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..errors import InconsistentClusterIdError, InconsistentTopicIdError, InvalidConfigError, StorageError
-from .cleaner import fsync_directory
+from .files import fsync_directory, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -295,14 +295,8 @@ def remove_log_dir(path: str) -> None:
 
 
 def _write_file(directory: str, name: str, text: str) -> None:
-    path = os.path.join(directory, name)
     try:
         os.makedirs(directory, exist_ok=True)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
     except OSError as exc:
-        raise StorageError(f"cannot write {path}: {exc}") from exc
-    fsync_directory(directory)
+        raise StorageError(f"cannot create {directory}: {exc}") from exc
+    write_atomically(os.path.join(directory, name), text)

@@ -10,6 +10,10 @@ Invariants: batches are whole and their offsets rise; every index entry points a
 start of a batch; ``max_timestamp`` is the largest record timestamp in the segment (-1
 when empty).
 
+A write that fails (full disk, I/O error) is taken back whole: :meth:`append` cuts the
+files back to where they were; if even that fails the segment is ``torn`` and its log
+must stop using it (see :class:`~raylog.storage.log.Log`).
+
 Concurrency: as :class:`~raylog.storage.file_records.FileRecords` — one writer thread,
 concurrent readers of what was published.
 """
@@ -20,7 +24,7 @@ import os
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError, StorageError
-from . import record_batch
+from . import faults, record_batch
 from .file_records import FileRecords
 from .index import OffsetIndex, TimeIndex
 from .record_batch import HEADER_SIZE
@@ -44,6 +48,18 @@ class AppendedBatch(NamedTuple):
     size: int
 
 
+class SegmentMark(NamedTuple):
+    """A segment's end state, to roll an append back to (:meth:`LogSegment.roll_back`)."""
+
+    size: int
+    offset_entries: int
+    time_entries: int
+    next_offset: int
+    max_timestamp: int
+    first_batch_timestamp: int | None
+    bytes_since_index_entry: int
+
+
 class LogSegment:
     """See the module docstring."""
 
@@ -61,12 +77,16 @@ class LogSegment:
         self.created_ms = created_ms
         self.index_interval_bytes = index_interval_bytes
         self.records = FileRecords(os.path.join(directory, file_name(base_offset, ".log" + suffix)))
-        self.offset_index = OffsetIndex(
-            os.path.join(directory, file_name(base_offset, ".index" + suffix)), base_offset, index_max_bytes
-        )
-        self.time_index = TimeIndex(
-            os.path.join(directory, file_name(base_offset, ".timeindex" + suffix)), base_offset, index_max_bytes
-        )
+        try:
+            self.offset_index = OffsetIndex(
+                os.path.join(directory, file_name(base_offset, ".index" + suffix)), base_offset, index_max_bytes
+            )
+            self.time_index = TimeIndex(
+                os.path.join(directory, file_name(base_offset, ".timeindex" + suffix)), base_offset, index_max_bytes
+            )
+        except StorageError:
+            self.records.close()
+            raise
         self.next_offset = base_offset
         self.max_timestamp = -1
         #: Max timestamp of the first batch: segment.ms measures from it (as Kafka does).
@@ -75,6 +95,8 @@ class LogSegment:
         #: ``(next_offset, size)`` published together after each change, for readers in
         #: other threads: the bytes up to ``size`` hold exactly the offsets below ``next_offset``.
         self.published = (base_offset, 0)
+        #: A failed write could not be taken back: the files hold bytes past their state.
+        self.torn = False
 
     @property
     def size(self) -> int:
@@ -86,11 +108,51 @@ class LogSegment:
     # --- writing ----------------------------------------------------------------------
 
     def append(self, buffers: list, batches: list[AppendedBatch]) -> None:
-        """Write the bytes of ``batches`` (already validated and stamped) and index them."""
-        position = self.records.append(buffers)
-        for batch in batches:
-            self._index(batch, position)
-            position += batch.size
+        """Write the bytes of ``batches`` (already validated and stamped) and index them.
+
+        Raises:
+            StorageError: a write failed; the segment is as it was before the call, or
+                ``torn`` if it could not be cut back.
+        """
+        mark = self.mark()
+        try:
+            position = self.records.append(buffers)
+            for batch in batches:
+                self._index(batch, position)
+                position += batch.size
+        except StorageError:
+            self.roll_back(mark)
+            raise
+        self._publish_end()
+
+    def mark(self) -> SegmentMark:
+        return SegmentMark(
+            self.records.size,
+            len(self.offset_index),
+            len(self.time_index),
+            self.next_offset,
+            self.max_timestamp,
+            self.first_batch_timestamp,
+            self._bytes_since_index_entry,
+        )
+
+    def roll_back(self, mark: SegmentMark) -> None:
+        """Cut the files and the state back to ``mark`` (taken since the last truncation),
+        torn bytes of a failed write included; on failure the segment is ``torn``.
+
+        Raises:
+            StorageError: a file could not be cut.
+        """
+        try:
+            self.records.truncate_to(mark.size)
+            self.offset_index.truncate_entries(mark.offset_entries)
+            self.time_index.truncate_entries(mark.time_entries)
+        except StorageError:
+            self.torn = True
+            raise
+        self.next_offset, self.max_timestamp = mark.next_offset, mark.max_timestamp
+        self.first_batch_timestamp = mark.first_batch_timestamp
+        self._bytes_since_index_entry = mark.bytes_since_index_entry
         self._publish_end()
 
     def _index(self, batch: AppendedBatch, position: int) -> None:
@@ -235,14 +297,26 @@ class LogSegment:
         return truncated
 
     def truncate_to(self, offset: int) -> int:
-        """Remove every batch holding an offset >= ``offset``.
+        """Remove every batch holding an offset >= ``offset``, durably (the files are fsync'd).
 
         Returns:
             The bytes removed.
+
+        Raises:
+            StorageError: a file could not be cut or fsync'd; the segment is ``torn``.
         """
         position = self.find_position(offset)
         if position is None:
             return 0
+        try:
+            removed = self._truncate(position)
+            self.flush()
+        except StorageError:
+            self.torn = True
+            raise
+        return removed
+
+    def _truncate(self, position: int) -> int:
         removed = self.size - position
         cut_offset = record_batch.read_header(self.records.read(position, HEADER_SIZE)).base_offset
         self.records.truncate_to(position)
@@ -285,6 +359,7 @@ class LogSegment:
             assert file.path.endswith(old), f"{file.path} does not end with {old!r}"
             path = file.path[: len(file.path) - len(old)] + new
             try:
+                faults.check_write(path)
                 os.replace(file.path, path)
             except OSError as exc:
                 raise StorageError(f"cannot rename {file.path} to {path}: {exc}") from exc

@@ -1,0 +1,53 @@
+"""Durable file operations shared by the storage modules (Kafka's ``Utils.atomicMoveWithFallback``
+and ``Utils.flushDir``).
+
+A file's data is durable once the file is fsync'd; its name (creation, rename, unlink) only
+once its directory is. :func:`write_atomically` replaces a small file (a checkpoint) so that
+a crash leaves either the old or the new content, and the new one durable on return.
+
+Every write goes through :mod:`raylog.storage.faults`, so fault tests can fail it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import StorageError
+from . import faults
+
+
+def fsync_directory(directory: str) -> None:
+    """Make creations, renames and unlinks in ``directory`` durable.
+
+    Raises:
+        StorageError: the directory cannot be opened or fsync'd.
+    """
+    try:
+        faults.check_write(directory)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StorageError(f"cannot fsync directory {directory}: {exc}") from exc
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Replace ``path`` by a file holding ``text`` (UTF-8): a temporary file, fsync'd, renamed
+    over it, then the directory fsync'd.
+
+    Raises:
+        StorageError: a step failed; ``path`` holds its previous content.
+    """
+    tmp = path + ".tmp"
+    try:
+        faults.check_write(tmp)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc}") from exc
+    fsync_directory(os.path.dirname(path) or ".")
