@@ -164,7 +164,7 @@ class Log:
             except CorruptRecordError:
                 clean = False
             if not clean:
-                dropped = segment.recover(self.config.max_message_bytes)
+                dropped = segment.recover()
                 recovered += 1
                 truncated += dropped
                 cut = dropped > 0 and next_base is not None

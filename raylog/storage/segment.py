@@ -263,7 +263,7 @@ class LogSegment:
         self.first_batch_timestamp = None
         self._bytes_since_index_entry = 0
 
-    def recover(self, max_batch_bytes: int) -> int:
+    def recover(self) -> int:
         """Verify every batch (header, size, CRC, rising offsets), rebuild the indexes,
         and cut the file at the first bad byte.
 
@@ -279,7 +279,7 @@ class LogSegment:
                 chunk_start, chunk = position, self.records.read(position, RECOVERY_CHUNK_BYTES)
             try:
                 header = record_batch.read_header(chunk, position - chunk_start)
-                if header.size > max_batch_bytes or position + header.size > size:
+                if position + header.size > size:  # (not max.message.bytes: it may have been lowered since)
                     break
                 if position + header.size > chunk_start + len(chunk):
                     chunk_start = position

@@ -560,3 +560,14 @@ def _flip_byte(path, position: int, mask: int = 0x40) -> None:
         byte = f.read(1)[0]
         f.seek(position)
         f.write(bytes([byte ^ mask]))
+
+
+def test_lowering_max_message_bytes_never_cuts_batches_already_written(tmp_path):
+    """Recovery keeps whole batches larger than max.message.bytes as altered since they were written."""
+    directory = str(tmp_path / "log")
+    log = Log.open(directory, LogConfig())
+    for i in range(3):
+        log.append_as_leader(rb.build([bytes([i]) * 5_000], now_ms=NOW_MS), 0)
+    log._segments[-1].close()  # a crash: nothing was flushed, everything is recovered
+    reopened = Log.open(directory, LogConfig(max_message_bytes=1_024))
+    assert (reopened.log_end_offset, reopened.recovery.truncated_bytes) == (3, 0)
