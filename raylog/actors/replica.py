@@ -414,7 +414,7 @@ class PartitionReplicaActor:
             self._maybe_propose_isr()
             log = self.partition.log
             try:
-                log.apply_retention()
+                log.apply_retention(self.partition.high_watermark)
                 log.maybe_flush()
                 self.partition.checkpoint_high_watermark()
                 self.partition.checkpoint_producer_state()

@@ -489,34 +489,42 @@ class Log:
 
     # --- retention --------------------------------------------------------------------
 
-    def apply_retention(self) -> list[int]:
+    def apply_retention(self, high_watermark: int) -> list[int]:
         """Delete whole segments past ``retention.ms`` or beyond ``retention.bytes``,
-        oldest first, never the active segment; only when ``cleanup.policy`` includes
-        ``delete``.
+        oldest first, never the active segment and only segments wholly below
+        ``high_watermark`` (as Kafka: uncommitted records may yet be needed, and a
+        follower's log start must not pass what the leader has committed); only when
+        ``cleanup.policy`` includes ``delete``. The deletions are fsync'd (the directory).
 
         Returns:
             The base offsets of the deleted segments.
+
+        Raises:
+            StorageError: the log is offline, or a file could not be deleted (the segment
+                is gone from the log all the same; a restart finds and drops it again).
         """
         self._require_online()
         if not self.config.delete:
             return []
-        segments = list(self._segments)
+        segments = self._segments
         now_ms = self._clock()
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         excess = sum(s.size for s in segments) - retention_bytes if retention_bytes >= 0 else 0
-        deleted = []
-        while len(segments) > 1:
-            oldest = segments[0]
+        doomed = 0
+        for oldest, following in zip(segments, segments[1:], strict=False):  # never the active segment
             expired = retention_ms >= 0 and oldest.max_timestamp < now_ms - retention_ms
             oversize = retention_bytes >= 0 and excess - oldest.size >= 0
-            if not (expired or oversize):
+            if following.base_offset > high_watermark or not (expired or oversize):
                 break
-            segments.pop(0)
             excess -= oldest.size
-            deleted.append(oldest.base_offset)
-            self._publish(tuple(segments))
-            oldest.delete()
-        return deleted
+            doomed += 1
+        if not doomed:
+            return []
+        self._publish(segments[doomed:])
+        for segment in segments[:doomed]:
+            segment.delete()
+        fsync_directory(self.dir)
+        return [s.base_offset for s in segments[:doomed]]
 
     # --- compaction -------------------------------------------------------------------
 

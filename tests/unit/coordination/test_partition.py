@@ -269,8 +269,8 @@ def test_an_altered_config_applies_to_the_next_produce_and_retention_round(parti
         part.append_as_leader(record_batch.build([b"x" * 600], timestamps_ms=[clock.now_ms]), acks=-1)
     assert part.log.segment_count == 4
     clock.advance(60_000)
-    assert part.log.apply_retention() == []  # the default keeps a week
+    assert part.log.apply_retention(part.high_watermark) == []  # the default keeps a week
     part.update_config(TopicConfig.from_properties({"retention.ms": "1000", "min.insync.replicas": "2"}))
-    assert len(part.log.apply_retention()) == 3  # never the active segment
+    assert len(part.log.apply_retention(part.high_watermark)) == 3  # never the active segment
     with pytest.raises(NotEnoughReplicasError):
         part.append_as_leader(record_batch.build([b"y"]), acks=-1)

@@ -466,7 +466,7 @@ def test_compact_alone_disables_time_and_size_retention(open_log, clock):
         write(log, [(b"a", b"1")] * 6, clock.now_ms - 5000)
         log.roll()
         write(log, [(b"b", b"1")], clock.now_ms)
-        deleted = log.apply_retention()
+        deleted = log.apply_retention(log.log_end_offset)
         assert (deleted == []) == survives, policy
 
 

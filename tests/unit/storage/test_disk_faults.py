@@ -132,7 +132,7 @@ def test_an_io_error_that_cannot_be_cut_back_takes_the_log_offline_until_revived
         lambda: log.read(0, 1 << 20),
         lambda: log.truncate_to(3),
         lambda: log.flush(),
-        lambda: log.apply_retention(),
+        lambda: log.apply_retention(0),
     ):
         with pytest.raises(StorageError, match="offline"):
             call()

@@ -213,18 +213,18 @@ def test_retention_by_time_and_bytes_never_deletes_the_active_segment(open_log, 
     for i in range(20):
         log.append_as_leader(batch(5, i * 5, timestamps=[now - 120_000 + i] * 5), 0)
     log.append_as_leader(batch(5, 100, timestamps=[now] * 5), 0)
-    deleted = log.apply_retention()
+    deleted = log.apply_retention(log.log_end_offset)
     assert deleted and deleted[0] == 0
     assert log.segment_count == 1 and log.log_start_offset == 100
     with pytest.raises(OffsetOutOfRangeError):
         log.read(0, 100)
     clock.advance(10**9)
-    assert log.apply_retention() == []  # only the active segment is left
+    assert log.apply_retention(log.log_end_offset) == []  # only the active segment is left
 
     sized = open_log(segment_bytes=3_000, retention_bytes=7_000, retention_ms=-1)
     for i in range(30):
         sized.append_as_leader(batch(5, 105 + i * 5), 0)
-    sized.apply_retention()
+    sized.apply_retention(sized.log_end_offset)
     assert sized.size_bytes <= 7_000 + 3_000
     assert sized.segment_count >= 2
 
@@ -296,3 +296,17 @@ def test_reads_do_not_block_or_tear_during_appends(open_log):
     for t in threads:
         t.join(timeout=30)
     assert not errors, errors
+
+
+def test_retention_never_deletes_a_segment_above_the_high_watermark(open_log, clock):
+    """Retention deletes only segments wholly below the high watermark (Kafka's bound): uncommitted data stays."""
+    log = open_log(segment_bytes=1_500, retention_bytes=0, retention_ms=1)
+    for i in range(12):
+        log.append_as_leader(batch(5, i * 5), 0)
+    clock.advance(10_000)
+    bases = [s.base_offset for s in log._segments]
+    high_watermark = bases[2] + 1  # inside the third segment
+    deleted = log.apply_retention(high_watermark)
+    assert deleted == bases[:2]
+    assert log.log_start_offset == bases[2] <= high_watermark
+    assert log.apply_retention(high_watermark) == []
