@@ -66,6 +66,7 @@ from ..errors import (
 )
 from ..protocol import FetchRequest, FetchResponse, error_fields
 from ..storage import producer_snapshot, record_batch
+from ..storage.files import write_atomically
 from ..storage.leader_epoch import UNDEFINED, LeaderEpochCache
 from ..storage.log import AppendInfo, Log, wall_clock_ms
 from ..types import PartitionInfo
@@ -583,14 +584,12 @@ class Partition:
         return False
 
     def checkpoint_high_watermark(self) -> None:
-        """Persist the HW (a lower bound used after a restart)."""
-        path = os.path.join(self.log.dir, HIGH_WATERMARK_FILE)
-        try:
-            with open(path + ".tmp", "w", encoding="ascii") as f:
-                f.write(str(self.high_watermark))
-            os.replace(path + ".tmp", path)
-        except OSError as exc:
-            raise StorageError(f"cannot write {path}: {exc}") from exc
+        """Persist the HW (a lower bound used after a restart), atomically and durably.
+
+        Raises:
+            StorageError: the write failed; the previous checkpoint is in place.
+        """
+        write_atomically(os.path.join(self.log.dir, HIGH_WATERMARK_FILE), str(self.high_watermark))
 
     def _read_high_watermark(self) -> int:
         try:
