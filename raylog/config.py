@@ -9,6 +9,7 @@ users type them in topic configs. Unknown keys are rejected with the list of kno
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ from raylog.errors import InvalidConfigError
 
 #: Kafka writes "never" as Long.MAX_VALUE; so do we, for flush and retention limits.
 NEVER = 2**63 - 1
+#: Kafka writes "no limit" on a rate as Double.MAX_VALUE.
+UNLIMITED_RATE = sys.float_info.max
 
 _KIB = 1024
 _MIB = 1024 * _KIB
@@ -131,6 +134,9 @@ class LogConfig(_Config):
     min_compaction_lag_ms: int = 0
     #: Dirty records older than this are compacted even below the dirty ratio.
     max_compaction_lag_ms: int = NEVER
+    #: The cleaner's reads and writes, per replica (a broker setting in Kafka, where it
+    #: bounds all cleaner threads together; per topic here, like replica.lag.time.max.ms).
+    log_cleaner_io_max_bytes_per_second: float = UNLIMITED_RATE
 
     def __post_init__(self) -> None:
         self._require(self.segment_bytes >= 1024, f"segment.bytes must be >= 1024, got {self.segment_bytes}")
@@ -159,6 +165,10 @@ class LogConfig(_Config):
         self._require(self.delete_retention_ms >= 0, "delete.retention.ms must be >= 0")
         self._require(self.min_compaction_lag_ms >= 0, "min.compaction.lag.ms must be >= 0")
         self._require(self.max_compaction_lag_ms >= 1, "max.compaction.lag.ms must be >= 1")
+        self._require(
+            self.log_cleaner_io_max_bytes_per_second > 0,
+            f"log.cleaner.io.max.bytes.per.second must be > 0, got {self.log_cleaner_io_max_bytes_per_second}",
+        )
         self._require(
             self.min_compaction_lag_ms <= self.max_compaction_lag_ms,
             f"min.compaction.lag.ms {self.min_compaction_lag_ms} is above max.compaction.lag.ms "

@@ -33,7 +33,10 @@ raylog error becomes a response error code.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
+import functools
+import logging
 import os
 import time
 
@@ -58,6 +61,7 @@ from raylog.protocol import (
     ProduceResponse,
     error_fields,
 )
+from raylog.storage import faults
 from raylog.storage.log import Log
 from raylog.storage.log_dirs import open_log_dir, remove_log_dir
 from raylog.types import PartitionInfo
@@ -68,6 +72,15 @@ HOUSEKEEPING_INTERVAL_S = 1.0
 REPLICA_BACKOFF_S = 0.1
 #: Bound on any call a replica makes to another actor.
 PEER_CALL_TIMEOUT_S = 10.0
+
+
+logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def _cleaner_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's cleaner thread (one replica per process: one cleaner per replica)."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="raylog-cleaner")
 
 
 class PartitionReplicaActor:
@@ -95,6 +108,7 @@ class PartitionReplicaActor:
         self._background: set[asyncio.Task] = set()
         self._follower: asyncio.Task | None = None
         self._fetcher: FollowerFetcher | None = None
+        self._cleaning: asyncio.Task | None = None  # the cleaning round under way, if any
         self._leader_handle = None  # the actor the follower loop fetches from
         self._metric_tags = metrics.partition_tags(topic, partition, broker_id)
         # The constructor's config may be older than any pushed: Ray restarts an actor with
@@ -195,8 +209,11 @@ class PartitionReplicaActor:
                 when the controller next registers it).
         """
         for task in list(self._background):
-            task.cancel()
-        self.partition.log.close()
+            if task is not self._cleaning:
+                task.cancel()
+        self.partition.log.close()  # a cleaning round under way gives up
+        if self._cleaning is not None:
+            await asyncio.gather(self._cleaning, return_exceptions=True)
         remove_log_dir(self._dir)
 
     # --- leader: produce ----------------------------------------------------------------
@@ -405,29 +422,53 @@ class PartitionReplicaActor:
             self._changed = None
 
     async def _housekeep(self) -> None:
-        """Retention, the flush.ms policy, the HW checkpoint, producer expiry and snapshot,
-        ISR proposals and, for a compacted topic, the log cleaner (below the HW, keeping
-        each producer's last batch), each round; a disk error (e.g. a
-        full disk) skips the round instead of ending the loop."""
+        """Each round: ISR proposals, bringing back a log a disk error took offline (once no
+        cleaning round runs), retention (below the HW), the flush.ms policy, the HW
+        checkpoint, producer expiry and snapshot and, for a compacted topic, a cleaning round
+        (below the HW, keeping each producer's last batch) in the cleaner thread; a disk
+        error (e.g. a full disk) skips the round instead of ending the loop."""
         while True:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
             self._maybe_propose_isr()
-            log = self.partition.log
+            p = self.partition
+            log = p.log
+            if log.offline is not None and not self._cleaning_now():
+                if log.revive():
+                    self._notify()
             try:
-                log.apply_retention(self.partition.high_watermark)
+                log.apply_retention(p.high_watermark)
                 log.maybe_flush()
-                self.partition.checkpoint_high_watermark()
-                self.partition.checkpoint_producer_state()
-                if log.config.compact:
-                    cleaned = log.clean(
-                        max_offset=self.partition.high_watermark,
-                        producer_last_offsets=self.partition.producers.last_offsets(),
-                    )
-                    if cleaned is not None:
-                        metrics.record_cleaning(self._metric_tags, cleaned)
-                metrics.record_partition_state(self._metric_tags, self.partition)
+                p.checkpoint_high_watermark()
+                p.checkpoint_producer_state()
+                if log.config.compact and not self._cleaning_now():
+                    self._cleaning = self._spawn(self._clean(p.high_watermark, p.producers.last_offsets()))
+                metrics.record_partition_state(self._metric_tags, p)
             except RaylogError:
                 continue
+
+    def _cleaning_now(self) -> bool:
+        return self._cleaning is not None and not self._cleaning.done()
+
+    async def _clean(self, high_watermark: int, producer_last_offsets: dict[int, int]) -> None:
+        """One cleaning round in this process's cleaner thread, off the event loop (the log
+        swaps segments under its lock; see :class:`~raylog.storage.log.Log`)."""
+        log = self.partition.log
+        round_ = functools.partial(log.clean, max_offset=high_watermark, producer_last_offsets=producer_last_offsets)
+        try:
+            cleaned = await asyncio.get_running_loop().run_in_executor(_cleaner_thread(), round_)
+        except RaylogError as exc:
+            logger.warning("%s: cleaning round failed, the next one retries: %s", self.partition.name, exc)
+            return
+        if cleaned is not None:
+            metrics.record_cleaning(self._metric_tags, cleaned)
+
+    async def inject_disk_fault(self, errno: int | None) -> None:
+        """Test only: make every storage write in this replica's process fail with
+        ``OSError(errno)`` (``errno.ENOSPC``: a full disk, ``errno.EIO``: a failing one), or
+        stop with None (:mod:`raylog.storage.faults`). Produces are then answered with
+        KAFKA_STORAGE_ERROR; once the fault stops, the next housekeeping round brings a
+        log that went offline back."""
+        faults.inject(errno)
 
 
 def _now_ms() -> float:

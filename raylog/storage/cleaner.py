@@ -56,15 +56,25 @@ Checkpoint file ``cleaner-offset-checkpoint`` (ASCII, written atomically)::
     <end offset> <cleaned at ms>    one line per round still within delete.retention.ms
     ...
 
-Concurrency: :func:`clean` runs in the log's writer thread (it swaps segments); readers in
-other threads keep reading the segments they hold.
+Throttling: a round reads and writes at most ``log.cleaner.io.max.bytes.per.second``
+(a :class:`~raylog.storage.throttler.Throttler` paces every chunk read or written).
+
+Concurrency: :func:`clean` may run in a thread of its own (the replica runs it off its
+event loop) while the log's writer thread appends, rolls, truncates and applies retention:
+a round only reads segments below the active one, writes files of its own (``.cleaned``),
+and changes the log in two short steps under the log's lock — each swap and the checkpoint
+write — each checked against what the writer did meanwhile: a swap whose old segments are
+no longer in the log (retention deleted them) is dropped, and a truncation, a revive or a
+close since the round started aborts it (its ``.cleaned`` files deleted, nothing swapped
+after). Readers keep reading the segments they hold. One round at a time per log.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -78,6 +88,7 @@ from .file_records import FileRecords
 from .files import fsync_directory, write_atomically
 from .record_batch import CONTROL, HAS_KEY, HEADER_SIZE, BatchHeader
 from .segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment, file_name
+from .throttler import Throttler
 
 if TYPE_CHECKING:
     from .log import Log
@@ -92,6 +103,12 @@ CHUNK_BYTES = 16 * 1024 * 1024
 MAX_CHECKPOINT_ROUNDS = 64
 _SEGMENT_SUFFIXES = (".index", ".timeindex", ".log")  # the order files are renamed in
 _EMPTY_KEYS = pa.array([], type=pa.binary())
+
+logger = logging.getLogger(__name__)
+
+
+def _unpaced(nbytes: int) -> None:
+    """No throttling, no abort check (tools and tests that read outside a round)."""
 
 
 @dataclass(frozen=True)
@@ -254,21 +271,27 @@ def needs_cleaning(log: Log, found: Sections, now_ms: int) -> bool:
 # A round
 
 
+class _Aborted(Exception):
+    """The log's writer truncated, revived or closed the log during the round."""
+
+
 def clean(
     log: Log,
     now_ms: int,
     max_offset: int | None = None,
     force: bool = False,
     producer_last_offsets: Mapping[int, int] | None = None,
+    throttler: Throttler | None = None,
 ) -> CleanerStats | None:
     """Compact ``log`` if it needs it (or ``force`` and anything is dirty).
 
     Args:
         producer_last_offsets: producer id -> the last offset of its last batch; each of
             those batches keeps at least one record (see the module docstring).
+        throttler: paces the round's I/O (default: none).
 
     Returns:
-        What the round did, or None when there was nothing to do.
+        What the round did, or None when there was nothing to do or the round was aborted.
 
     Raises:
         CorruptRecordError: a batch in the cleanable section is corrupt (nothing swapped
@@ -276,21 +299,37 @@ def clean(
         StorageError: the disk failed; what was swapped in is consistent.
     """
     started = time.perf_counter()
+    layout = log.layout
     before = sections(log, now_ms, max_offset)
     if before.dirty_bytes == 0 or not (force or needs_cleaning(log, before, now_ms)):
         return None
-    log.flush()  # the dirty records that outlive older ones must be on disk before those go
-    checkpoint = read_checkpoint(log.dir)
-    map_keys, map_offsets, map_bytes = build_offset_map(before.dirty, before.first_dirty_offset)
-    horizon = min(checkpoint.tombstone_horizon(now_ms, log.config.delete_retention_ms), before.first_dirty_offset)
-    totals = _Totals()
-    after_segments = 0
-    for group in group_segments(before.cleanable, log.config):
-        kept = _clean_group(log, group, _Retention(map_keys, map_offsets, horizon, producer_last_offsets or {}), totals)
-        after_segments += len(kept)
-    write_checkpoint(
-        log.dir, checkpoint.after_round(before.first_uncleanable_offset, now_ms, log.config.delete_retention_ms)
-    )
+
+    def pace(nbytes: int) -> None:
+        if log.layout != layout:
+            raise _Aborted()
+        if throttler is not None:
+            throttler.maybe_throttle(nbytes)
+
+    try:
+        for segment in before.cleanable:  # the records that outlive older ones must be on disk before those go
+            segment.flush()
+        checkpoint = read_checkpoint(log.dir)
+        map_keys, map_offsets, map_bytes = build_offset_map(before.dirty, before.first_dirty_offset, pace)
+        horizon = min(checkpoint.tombstone_horizon(now_ms, log.config.delete_retention_ms), before.first_dirty_offset)
+        retention = _Retention(map_keys, map_offsets, horizon, producer_last_offsets or {})
+        totals = _Totals()
+        after_segments = 0
+        for group in group_segments(before.cleanable, log.config):
+            kept = _clean_group(log, group, retention, totals, pace, layout)
+            after_segments += len(kept)
+        after = checkpoint.after_round(before.first_uncleanable_offset, now_ms, log.config.delete_retention_ms)
+        if not log._write_cleaner_checkpoint(after, layout):
+            raise _Aborted()
+    except (_Aborted, CorruptRecordError, StorageError):
+        if log.layout == layout:
+            raise
+        logger.info("cleaning of %s stopped: the log was truncated, revived or closed meanwhile", log.dir)
+        return None
     return CleanerStats(
         first_dirty_offset=before.first_dirty_offset,
         end_offset=before.first_uncleanable_offset,
@@ -343,13 +382,15 @@ def group_segments(segments: Sequence[LogSegment], config) -> list[list[LogSegme
 # The offset map
 
 
-def build_offset_map(segments: Sequence[LogSegment], first_dirty_offset: int) -> tuple[pa.Array, np.ndarray, int]:
+def build_offset_map(
+    segments: Sequence[LogSegment], first_dirty_offset: int, pace: Callable[[int], None] = _unpaced
+) -> tuple[pa.Array, np.ndarray, int]:
     """``(keys, latest offsets, bytes read)``: each key with a record at or above
     ``first_dirty_offset`` in ``segments``, and the offset of its last such record."""
     partials = []
     bytes_read = 0
     for segment in segments:
-        for chunk in _chunks(segment):
+        for chunk in _chunks(segment, pace):
             bytes_read += len(chunk.view)
             keyed = chunk.keys.is_valid().to_numpy(zero_copy_only=False) & (chunk.offsets >= first_dirty_offset)
             if not keyed.any():
@@ -385,14 +426,16 @@ class _Chunk:
     tombstones: np.ndarray  # bool: the value is null
 
 
-def _chunks(segment: LogSegment, chunk_bytes: int = CHUNK_BYTES) -> Iterator[_Chunk]:
-    """The segment's batches, CRC-checked and decoded, about ``chunk_bytes`` at a time.
+def _chunks(segment: LogSegment, pace: Callable[[int], None], chunk_bytes: int = CHUNK_BYTES) -> Iterator[_Chunk]:
+    """The segment's batches, CRC-checked and decoded, about ``chunk_bytes`` at a time;
+    ``pace`` is told the bytes of each chunk before it is read.
 
     Raises:
         CorruptRecordError: a batch is torn or fails its checks.
     """
     size, position = segment.size, 0
     while position < size:
+        pace(min(chunk_bytes, size - position))
         view = memoryview(segment.records.read(position, min(chunk_bytes, size - position)))
         batches, pos = [], 0
         while pos + HEADER_SIZE <= len(view):
@@ -473,14 +516,21 @@ def _keep_producers_last_batches(chunk: _Chunk, keep: np.ndarray, producer_last_
         start = end
 
 
-def _clean_group(log: Log, group: list[LogSegment], retention: _Retention, totals: _Totals) -> list[LogSegment]:
+def _clean_group(
+    log: Log,
+    group: list[LogSegment],
+    retention: _Retention,
+    totals: _Totals,
+    pace: Callable[[int], None],
+    layout: int,
+) -> list[LogSegment]:
     """Clean one group and swap the result in; returns what replaced it (possibly the
-    group itself, unchanged, or nothing)."""
+    group itself, unchanged, nothing, or the group when retention took it meanwhile)."""
     decisions = []  # per segment, per chunk: the keep mask
     changed = len(group) > 1
     for segment in group:
         masks = []
-        for chunk in _chunks(segment):
+        for chunk in _chunks(segment, pace):
             keep, expired = _keep(chunk, retention)
             masks.append(keep)
             changed = changed or not keep.all()
@@ -491,19 +541,19 @@ def _clean_group(log: Log, group: list[LogSegment], retention: _Retention, total
         decisions.append(masks)
     if not changed:
         return group
-    cleaned = _write_cleaned(log, group, decisions)
-    keep_empty = group[0] is log._segments[0]  # the log start offset stays where it is
-    if cleaned.size == 0 and not keep_empty:
-        cleaned.close()
-        cleaned.delete()
-        log._replace_segments(None, group)
-        return []
-    totals.bytes_written += cleaned.size
-    log._replace_segments(cleaned, group)
-    return [cleaned]
+    cleaned = _write_cleaned(log, group, decisions, pace)
+    replaced = log._replace_segments(cleaned, group, layout)
+    if replaced is None:
+        if log.layout != layout:
+            raise _Aborted()
+        return group  # retention took (part of) the group meanwhile: nothing swapped
+    totals.bytes_written += cleaned.size if replaced else 0
+    return replaced
 
 
-def _write_cleaned(log: Log, group: list[LogSegment], decisions: list[list[np.ndarray]]) -> LogSegment:
+def _write_cleaned(
+    log: Log, group: list[LogSegment], decisions: list[list[np.ndarray]], pace: Callable[[int], None]
+) -> LogSegment:
     """The group's kept batches in a new, flushed ``.cleaned`` segment named by its base."""
     cleaned = log._new_segment(group[0].base_offset, suffix=CLEANED_SUFFIX)
     try:
@@ -512,9 +562,10 @@ def _write_cleaned(log: Log, group: list[LogSegment], decisions: list[list[np.nd
         cleaned.offset_index.reset()
         cleaned.time_index.reset()
         for segment, masks in zip(group, decisions, strict=True):
-            for chunk, keep in zip(_chunks(segment), masks, strict=True):
+            for chunk, keep in zip(_chunks(segment, pace), masks, strict=True):
                 buffers, appended = _kept_batches(chunk, keep)
                 if buffers:
+                    pace(sum(len(b) for b in buffers))
                     cleaned.append(buffers, appended)
         if cleaned.size:
             cleaned.time_index.maybe_append(cleaned.max_timestamp, cleaned.next_offset)

@@ -29,13 +29,18 @@ raises StorageError until :meth:`revive` has recovered it from disk, back to the
 offset it had (so an append that failed never reappears, and nothing acknowledged is lost).
 New segments, deletions, truncations and checkpoints are fsync'd with their directory.
 
-Concurrency: one writer thread calls the mutating methods (``append_*``, ``truncate_*``,
-``flush``, ``maybe_flush``, ``apply_retention``, ``clean``, ``close``). ``read``,
-``offsets_for_time`` and the offset properties may run in other threads at the same time:
-they work on an immutable snapshot of the segment list and never see bytes past the LEO
-they read first. A segment deleted by retention or replaced by the cleaner stays readable
-by a reader that already holds it. ``truncate_to`` must not race with readers of the
-offsets it removes (callers truncate only while they are not serving those offsets).
+Concurrency: one writer thread calls the mutating methods (``append_*``, ``roll``,
+``truncate_*``, ``flush``, ``maybe_flush``, ``apply_retention``, ``revive``, ``close``).
+``read``, ``offsets_for_time`` and the offset properties may run in other threads at the
+same time: they work on an immutable snapshot of the segment list and never see bytes past
+the LEO they read first. :meth:`clean` may run in one other thread (a cleaner thread) while
+the writer goes on: it swaps segments and writes its checkpoint under the log's lock, which
+the writer also takes to change the segment list (roll, retention, truncation, revive,
+close; appends into the active segment take no lock), and it gives up a round during which
+the writer truncated, revived or closed the log (``layout`` changed). A segment deleted by
+retention or replaced by the cleaner stays readable by a reader that already holds it.
+``truncate_to`` must not race with readers of the offsets it removes (callers truncate only
+while they are not serving those offsets).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import bisect
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -62,6 +68,7 @@ from .cleaner import CleanerStats
 from .files import fsync_directory, write_atomically
 from .record_batch import BatchHeader
 from .segment import AppendedBatch, LogSegment
+from .throttler import Throttler
 
 RECOVERY_POINT_FILE = "recovery-point"
 _SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
@@ -120,6 +127,10 @@ class Log:
         #: Called with a new active segment's base offset when the log rolls (the owner
         #: snapshots state that describes the batches below it).
         self.on_roll: Callable[[int], None] | None = None
+        #: Guards changes of the segment list against the cleaner's thread (see the module docstring).
+        self._lock = threading.RLock()
+        #: Bumped by every truncation, revive and close: a cleaning round that sees it move gives up.
+        self.layout = 0
         #: The disk error that took the log offline (None while it is online).
         self._offline: StorageError | None = None
         #: ``(floor, end, start_at)``: what :meth:`revive` must find and cut back to.
@@ -358,7 +369,8 @@ class Log:
             segment.close()
             _quietly(segment.delete)
             raise
-        self._publish(self._segments + (segment,))
+        with self._lock:
+            self._publish(self._segments + (segment,))
         if self.on_roll is not None:
             self.on_roll(base)
         return segment
@@ -449,7 +461,8 @@ class Log:
             return self._next_offset
         if offset < self.log_start_offset:
             raise OffsetOutOfRangeError(f"cannot truncate to {offset}, below the log start {self.log_start_offset}")
-        with self._offline_on_error(0, offset):
+        with self._lock, self._offline_on_error(0, offset):
+            self.layout += 1
             segments = list(self._segments)
             doomed = []
             while len(segments) > 1 and segments[-1].base_offset >= offset:
@@ -472,7 +485,8 @@ class Log:
             StorageError: the disk failed; the log is offline (:meth:`revive` finishes the cut).
         """
         self._require_online()
-        with self._offline_on_error(0, offset, start_at=offset):
+        with self._lock, self._offline_on_error(0, offset, start_at=offset):
+            self.layout += 1
             kept = None
             for segment in self._segments:
                 if segment.base_offset == offset:
@@ -506,7 +520,19 @@ class Log:
         self._require_online()
         if not self.config.delete:
             return []
-        segments = self._segments
+        with self._lock:  # (the cleaner may swap segments meanwhile)
+            segments = self._segments
+            doomed = self._expired_segments(segments, high_watermark)
+            if not doomed:
+                return []
+            self._publish(segments[doomed:])
+        for segment in segments[:doomed]:
+            segment.delete()
+        fsync_directory(self.dir)
+        return [s.base_offset for s in segments[:doomed]]
+
+    def _expired_segments(self, segments: tuple[LogSegment, ...], high_watermark: int) -> int:
+        """How many of the oldest ``segments`` retention deletes."""
         now_ms = self._clock()
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         excess = sum(s.size for s in segments) - retention_bytes if retention_bytes >= 0 else 0
@@ -518,13 +544,7 @@ class Log:
                 break
             excess -= oldest.size
             doomed += 1
-        if not doomed:
-            return []
-        self._publish(segments[doomed:])
-        for segment in segments[:doomed]:
-            segment.delete()
-        fsync_directory(self.dir)
-        return [s.base_offset for s in segments[:doomed]]
+        return doomed
 
     # --- compaction -------------------------------------------------------------------
 
@@ -535,19 +555,23 @@ class Log:
         *,
         force: bool = False,
         producer_last_offsets: Mapping[int, int] | None = None,
+        throttler: Throttler | None = None,
     ) -> CleanerStats | None:
         """Compact the log (see :mod:`raylog.storage.cleaner`) if its dirty ratio reached
         ``min.cleanable.dirty.ratio`` or a dirty record is older than ``max.compaction.lag.ms``
-        (or ``force``). Whatever ``cleanup.policy`` says: the caller decides.
+        (or ``force``). Whatever ``cleanup.policy`` says: the caller decides. May run in a
+        thread other than the writer's (see the module docstring).
 
         Args:
             now_ms: the time (default: the log's clock).
             max_offset: nothing at or above it is compacted: the high watermark.
             producer_last_offsets: producer id -> the last offset of its last batch: those
                 batches keep at least one record (the producer's state survives).
+            throttler: paces the round's reads and writes (default: one at
+                ``log.cleaner.io.max.bytes.per.second`` on the real clock).
 
         Returns:
-            What the round did, or None when it had nothing to do.
+            What the round did, or None when it had nothing to do or was given up.
 
         Raises:
             CorruptRecordError: a corrupt batch below the dirty end; StorageError.
@@ -555,29 +579,58 @@ class Log:
         Example:
             >>> stats = log.clean(max_offset=partition.high_watermark)
         """
+        self._require_online()
+        if throttler is None:
+            throttler = Throttler(self.config.log_cleaner_io_max_bytes_per_second)
         now_ms = self._clock() if now_ms is None else now_ms
-        return cleaner.clean(self, now_ms, max_offset, force, producer_last_offsets)
+        return cleaner.clean(self, now_ms, max_offset, force, producer_last_offsets, throttler)
 
     def dirty_ratio(self, now_ms: int | None = None, max_offset: int | None = None) -> float:
         """Bytes written since the last clean over all cleanable bytes (0 when none)."""
         return cleaner.sections(self, self._clock() if now_ms is None else now_ms, max_offset).dirty_ratio
 
-    def _replace_segments(self, new: LogSegment | None, old: tuple[LogSegment, ...] | list[LogSegment]) -> None:
+    def _replace_segments(self, new: LogSegment, old: list[LogSegment], layout: int) -> list[LogSegment] | None:
         """Swap ``new`` (flushed, its files named ``.cleaned``) in for ``old`` (consecutive,
-        not the active segment), or just drop ``old``: see the cleaner's crash safety."""
-        segments = list(self._segments)
-        i = segments.index(old[0])
-        assert segments[i : i + len(old)] == list(old) and i + len(old) < len(segments), "not consecutive old segments"
-        if new is not None:
-            new.change_suffix(cleaner.CLEANED_SUFFIX, cleaner.SWAP_SUFFIX)
+        not the active segment), or just drop ``old`` when ``new`` is empty and ``old`` does
+        not start the log (the log start offset never moves): see the cleaner's crash
+        safety. Called from the cleaner's thread: under the lock, and only while the layout
+        is still ``layout`` and ``old`` still in the log.
+
+        Returns:
+            What replaced ``old`` (``[new]`` or ``[]``), or None when nothing was swapped
+            (``new`` is deleted).
+        """
+        with self._lock:
+            segments = list(self._segments)
+            i = next((j for j, s in enumerate(segments) if s is old[0]), -1)
+            if self.layout != layout or i < 0 or segments[i : i + len(old)] != old or i + len(old) >= len(segments):
+                new.close()
+                new.delete()
+                return None
+            keep = new.size > 0 or i == 0
+            if keep:
+                new.change_suffix(cleaner.CLEANED_SUFFIX, cleaner.SWAP_SUFFIX)
+                fsync_directory(self.dir)
+            else:
+                new.close()
+                new.delete()
+            segments[i : i + len(old)] = [new] if keep else []
+            self._publish(tuple(segments))
+            for segment in old:
+                segment.delete()
+            if keep:
+                new.change_suffix(cleaner.SWAP_SUFFIX, "")
             fsync_directory(self.dir)
-        segments[i : i + len(old)] = [new] if new is not None else []
-        self._publish(tuple(segments))
-        for segment in old:
-            segment.delete()
-        if new is not None:
-            new.change_suffix(cleaner.SWAP_SUFFIX, "")
-        fsync_directory(self.dir)
+            return [new] if keep else []
+
+    def _write_cleaner_checkpoint(self, checkpoint: cleaner.Checkpoint, layout: int) -> bool:
+        """Write the cleaner's checkpoint at the end of a round, unless the log was truncated
+        (or revived, or closed) since the round started; True if written."""
+        with self._lock:
+            if self.layout != layout:
+                return False
+            cleaner.write_checkpoint(self.dir, checkpoint)
+            return True
 
     # --- durability -------------------------------------------------------------------
 
@@ -612,12 +665,14 @@ class Log:
     def close(self) -> None:
         """Flush and close every file; the next open needs no recovery (an offline log is
         only closed: its next open recovers it)."""
-        try:
-            if self._offline is None:
-                self.flush()
-        finally:
-            for segment in self._segments:
-                segment.close()
+        with self._lock:
+            self.layout += 1  # a cleaning round under way gives up
+            try:
+                if self._offline is None:
+                    self.flush()
+            finally:
+                for segment in self._segments:
+                    segment.close()
 
     # --- disk errors ------------------------------------------------------------------
 
@@ -665,6 +720,11 @@ class Log:
         """
         if self._offline is None:
             return True
+        with self._lock:
+            self.layout += 1  # a cleaning round under way gives up
+            return self._revive()
+
+    def _revive(self) -> bool:
         floor, end, start_at = self._revive_range
         try:
             self._load()

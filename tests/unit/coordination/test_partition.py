@@ -219,7 +219,7 @@ def test_truncation_and_retention_take_the_snapshots_of_what_they_remove(open_lo
     part.checkpoint_producer_state()
     assert producer_snapshot.offsets(directory) == [1, 2, 3, 4]
     part.update_config(TopicConfig.from_properties({**SMALL_SEGMENTS, "retention.bytes": part.log.size_bytes // 2}))
-    part.log.apply_retention()  # keeps 2 of the 4 (equal) segments: from offset 2 on
+    part.log.apply_retention(part.log.log_end_offset)  # keeps 2 of the 4 (equal) segments: from offset 2 on
     part.checkpoint_producer_state()
     assert part.log.log_start_offset == 2 and producer_snapshot.offsets(directory) == [2, 3, 4]
     assert sorted(part.producers.last_offsets()) == [0, 1, 2, 8]  # state outlives the segments
