@@ -104,6 +104,9 @@ WIDE_TIMESTAMP_DELTA = 0x400
 _SCHEMA_BITS = HAS_KEY | HAS_HEADERS | HAS_OFFSET_DELTA | HAS_TIMESTAMP_DELTA | WIDE_TIMESTAMP_DELTA
 _KNOWN_BITS = CODEC_MASK | LOG_APPEND_TIME | TRANSACTIONAL | CONTROL | _SCHEMA_BITS
 
+#: An encapsulated Arrow IPC message starts with a continuation marker and the metadata length.
+_IPC_PREFIX = struct.Struct("<Ii")
+
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 #: The table every decode returns (clients add topic and partition columns).
@@ -433,10 +436,14 @@ def decode_body(view: memoryview, pos: int, header: BatchHeader) -> pa.RecordBat
     buffer = pa.py_buffer(body) if codec == compression.NONE else compression.decompress(codec, body)
     schema = body_schema(header.attributes & _SCHEMA_BITS)
     try:
-        batch = pa.ipc.read_record_batch(buffer, schema)
+        message = pa.ipc.read_message(buffer)
+        batch = pa.ipc.read_record_batch(message, schema)
         batch.validate(full=True)
     except (pa.ArrowException, ValueError, OSError, EOFError) as exc:
         raise CorruptRecordError(f"batch at offset {header.base_offset} has an undecodable body: {exc}") from None
+    if _IPC_PREFIX.size + message.metadata.size + message.body.size != buffer.size:
+        # (Kafka refuses a batch whose declared size leaves bytes after its last record.)
+        raise CorruptRecordError(f"batch at offset {header.base_offset} has bytes after its Arrow message")
     if batch.num_rows != header.record_count:
         raise CorruptRecordError(
             f"batch at offset {header.base_offset} holds {batch.num_rows} rows, header says {header.record_count}"

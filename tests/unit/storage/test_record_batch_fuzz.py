@@ -1,17 +1,23 @@
-"""Fuzzing the record batch parser: hostile bytes only ever raise CorruptRecordError (no Ray, no disk)."""
+"""Fuzzing the record batch parser: hostile bytes only ever raise CorruptRecordError, quickly, also
+through Log recovery and the follower append path (no Ray)."""
 
 from __future__ import annotations
 
+import os
 import struct
+from datetime import timedelta
 
 import crc32c
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from raylog.errors import CorruptRecordError
+from raylog.config import LogConfig
+from raylog.errors import CorruptRecordError, InvalidRequestError
 from raylog.storage import compression
 from raylog.storage import record_batch as rb
+from raylog.storage.log import Log
 from tests.helpers import record_rows
 
 CODECS = [compression.NONE, compression.LZ4, compression.ZSTD]
@@ -310,3 +316,219 @@ def test_round_trip_is_exact_for_every_codec(inputs):
     # Two batches back to back decode as one table, the second after the first.
     both = rb.decode_table(data + data)
     assert record_rows(both) == record_rows(table) * 2
+
+
+# ---------------------------------------------------------------------------------------
+# (e) targeted: headers, the Arrow IPC message, lz4 bodies, lying lengths and counts.
+# A deadline catches a hang: parsing a batch of a few KiB takes milliseconds.
+
+TARGETED = settings(max_examples=200, deadline=timedelta(seconds=10), suppress_health_check=[HealthCheck.too_slow])
+
+
+def _with_body(header_of: bytes, body: bytes, **fields) -> bytes:
+    """A batch with the header of ``header_of`` (fields overridden), ``body`` for a body,
+    and a length and CRC that match (so only the body's own checks can refuse it)."""
+    header = rb.read_header(header_of)._replace(**fields)
+    buf = bytearray(rb.HEADER.pack(*header)) + body
+    _fix_length(buf)
+    _recompute_crc(buf)
+    return bytes(buf)
+
+
+_any_key = st.binary(max_size=6)  # not necessarily UTF-8: the schema says string
+
+
+@st.composite
+def foreign_bodies(draw):
+    """A real Arrow IPC record-batch message of another schema than the attributes promise:
+    header keys of arbitrary bytes, other column types, extra or missing columns, nulls."""
+    n = draw(st.integers(1, 5))
+    columns = {"value": pa.array(draw(st.lists(_value, min_size=n, max_size=n)), type=pa.binary())}
+    choice = draw(st.sampled_from(["binary header keys", "wrong delta type", "extra column", "nullable deltas"]))
+    if choice == "binary header keys":
+        pairs = st.lists(st.tuples(_any_key, st.one_of(st.none(), st.binary(max_size=4))), max_size=3)
+        headers = [[{"key": k, "value": v} for k, v in draw(pairs)] for _ in range(n)]
+        columns["headers"] = pa.array(headers, type=pa.list_(pa.struct([("key", pa.binary()), ("value", pa.binary())])))
+    elif choice == "wrong delta type":
+        columns["timestamp_delta"] = pa.array(draw(st.lists(st.integers(-(2**62), 2**62), min_size=n, max_size=n)))
+    elif choice == "extra column":
+        columns["x"] = pa.array(range(n), type=pa.int16())
+    else:
+        columns["offset_delta"] = pa.array([None if i % 2 else i for i in range(n)], type=pa.int32())
+    body = pa.RecordBatch.from_pydict(columns).serialize().to_pybytes()
+    attributes = draw(st.integers(0, rb._KNOWN_BITS)) & (rb._SCHEMA_BITS | rb.LOG_APPEND_TIME)
+    return _with_body(rb.build([b"x"] * n), body, attributes=attributes)
+
+
+@TARGETED
+@given(data=foreign_bodies())
+def test_a_body_of_another_schema_raises_only_corrupt_record_error(data):
+    """Header keys that are not UTF-8, columns of the wrong type, extra columns, null deltas: CorruptRecordError."""
+    _parse_everything(data)
+    try:
+        rb.validate(data)
+    except CorruptRecordError:
+        return
+    assert rb.decode_table(data).schema == rb.OUTPUT_SCHEMA
+
+
+def _ipc_metadata_end(body: bytes) -> int:
+    """Where an IPC message's flatbuffer metadata ends (continuation marker, length, metadata)."""
+    (length,) = struct.unpack_from("<i", body, 4)
+    return 8 + length
+
+
+@TARGETED
+@given(inputs=batch_inputs(max_records=6), mutations=st.lists(_mutation, min_size=1, max_size=3), data=st.data())
+def test_lying_arrow_metadata_raises_only_corrupt_record_error(inputs, mutations, data):
+    """Mutations aimed at the IPC message's flatbuffer (buffer offsets, lengths, counts), CRC kept valid."""
+    values, keys, timestamps, headers, _ = inputs
+    batch = rb.build(values, keys, timestamps, headers)
+    body = bytearray(batch[rb.HEADER_SIZE :])
+    end = _ipc_metadata_end(bytes(body))
+    for _ in range(data.draw(st.integers(1, 4))):
+        position = data.draw(st.integers(0, end - 1))
+        body[position] = data.draw(st.integers(0, 255))
+    _parse_everything(_with_body(batch, bytes(body)))
+
+
+@st.composite
+def lz4_bodies(draw):
+    """An lz4 body whose size field lies, whose block is mutated, or that inflates to garbage."""
+    inputs = draw(batch_inputs(max_records=6))
+    values, keys, timestamps, headers, _ = inputs
+    batch = rb.build(values, keys, timestamps, headers, codec=compression.LZ4)
+    body = bytearray(batch[rb.HEADER_SIZE :])
+    kind = draw(st.sampled_from(["size", "block", "garbage", "huge"]))
+    if kind == "size":
+        (size,) = struct.unpack_from(">I", body)
+        struct.pack_into(">I", body, 0, max(0, size + draw(st.integers(-64, 64))))
+    elif kind == "block":
+        body = _mutate(bytes(body[:4]) + bytes(body[4:]), draw(st.lists(_mutation, min_size=1, max_size=3)))
+    elif kind == "garbage":
+        junk = draw(st.binary(min_size=1, max_size=300))
+        body = bytearray(compression.compress(compression.LZ4, junk))
+    else:  # a size at the limit (or past it) over a few bytes
+        limit = compression.MAX_UNCOMPRESSED_BYTES
+        struct.pack_into(">I", body, 0, draw(st.sampled_from([limit, limit + 1, 2**32 - 1])))
+    return _with_body(batch, bytes(body))
+
+
+@TARGETED
+@given(data=lz4_bodies())
+def test_hostile_lz4_bodies_raise_only_corrupt_record_error(data):
+    """lz4 bodies with lying sizes, mutated blocks or garbage inside raise only CorruptRecordError, quickly."""
+    _parse_everything(data)
+
+
+@TARGETED
+@given(
+    inputs=batch_inputs(max_records=6),
+    record_count=st.one_of(st.integers(-3, 10), st.just(2**31 - 1)),
+    extra_delta=st.sampled_from([0, 1, 2**20, 2**31 - 1]),
+    trailing=st.binary(max_size=20),
+)
+def test_counts_and_lengths_that_lie_raise_only_corrupt_record_error(inputs, record_count, extra_delta, trailing):
+    """record_count, last_offset_delta and batch_length that disagree with the body: CorruptRecordError."""
+    data = _build(inputs)
+    last_delta = min(2**31 - 1, max(record_count, 1) - 1 + extra_delta)
+    lying = _with_body(data, data[rb.HEADER_SIZE :] + trailing, record_count=record_count, last_offset_delta=last_delta)
+    _parse_everything(lying)
+    honest = record_count == len(inputs[0]) and last_delta == record_count - 1 and not trailing
+    if not honest:
+        with pytest.raises(CorruptRecordError):
+            rb.validate(lying)
+
+
+# ---------------------------------------------------------------------------------------
+# (f) a buffer of batches cut anywhere, and hostile bytes through the Log
+
+
+def _three_batches() -> tuple[bytes, list[int]]:
+    batches = [
+        rb.build([b"a" * 50, None], keys=[b"k", None], now_ms=5, headers=[[("h", b"v")], None]),
+        rb.build([b"b" * 300] * 3, now_ms=6, codec=compression.LZ4),
+        rb.build([b"c"], now_ms=7, codec=compression.ZSTD),
+    ]
+    stamped, ends, offset = b"", [], 0
+    for batch in batches:
+        header = rb.read_header(batch)
+        stamped += rb.stamp(header, offset, 0) + batch[rb.STAMP.size :]
+        offset += header.record_count
+        ends.append(len(stamped))
+    return stamped, ends
+
+
+def test_batches_cut_at_every_byte_raise_corrupt_record_error():
+    """Three batches cut at any byte: CorruptRecordError unless the cut falls between batches."""
+    data, ends = _three_batches()
+    rows = dict(zip([0, *ends], [0, 2, 5, 6], strict=True))
+    for cut in range(len(data)):
+        part = data[:cut]
+        if cut in rows:
+            assert rb.decode_table(part).num_rows == rows[cut]
+            continue
+        for parse in (rb.iter_headers, rb.validate, rb.decode_table):
+            with pytest.raises(CorruptRecordError):
+                list(parse(part))
+
+
+def _segment_log(tmp_path_factory, tail: bytes) -> tuple[Log, int, int]:
+    """A log whose only segment holds three whole batches then ``tail``, as a crash left it."""
+    directory = str(tmp_path_factory.mktemp("log"))
+    data, ends = _three_batches()
+    with open(os.path.join(directory, f"{0:020d}.log"), "wb") as f:
+        f.write(data + tail)
+    return Log.open(directory, LogConfig()), len(data), ends
+
+
+@FUZZ
+@given(tail=st.one_of(st.binary(max_size=300), plausible_batches(), lz4_bodies(), foreign_bodies()))
+def test_log_recovery_keeps_the_whole_batches_before_any_hostile_tail(tmp_path_factory, tail):
+    """Recovery never raises on hostile bytes after whole batches: it keeps the batches it can verify, readable."""
+    log, size, _ = _segment_log(tmp_path_factory, tail)
+    assert log.log_end_offset >= 6  # the three whole batches (and a plausible tail batch, if it verifies)
+    table = rb.decode_table(log.read(0, 1 << 20))
+    assert table.column("offset").to_pylist()[:6] == list(range(6))
+    log.close()
+
+
+def test_log_recovery_cuts_a_segment_cut_at_every_byte(tmp_path_factory):
+    """A segment file cut at any byte recovers exactly the whole batches before the cut."""
+    data, ends = _three_batches()
+    counts = [2, 5, 6]
+    for cut in range(0, len(data), 7):
+        directory = str(tmp_path_factory.mktemp("cut"))
+        with open(os.path.join(directory, f"{0:020d}.log"), "wb") as f:
+            f.write(data[:cut])
+        log = Log.open(directory, LogConfig())
+        whole = [c for c, e in zip(counts, ends, strict=True) if e <= cut]
+        assert log.log_end_offset == (whole[-1] if whole else 0)
+        assert log.recovery.truncated_bytes == cut - max([e for e in ends if e <= cut], default=0)
+        log.close()
+
+
+@FUZZ
+@given(
+    data=st.one_of(
+        st.binary(max_size=300),
+        plausible_batches(),
+        lz4_bodies(),
+        foreign_bodies(),
+        batch_inputs().map(_build).map(lambda b: bytes(_mutate(b, [("flip", 40, 3)]))),
+    )
+)
+def test_follower_append_refuses_hostile_bytes_and_changes_nothing(tmp_path_factory, data):
+    """A follower given hostile bytes by its leader raises CorruptRecordError (or InvalidRequestError for offsets
+    below its end) and its log is unchanged."""
+    log, _, _ = _segment_log(tmp_path_factory, b"")
+    before = log.read(0, 1 << 20)
+    try:
+        log.append_as_follower(data)
+    except (CorruptRecordError, InvalidRequestError):
+        pass
+    else:  # a hostile buffer that is a valid batch above the log end: appended whole
+        assert log.read(0, 1 << 20).startswith(before)
+        return
+    assert log.log_end_offset == 6 and log.read(0, 1 << 20) == before
+    log.close()
