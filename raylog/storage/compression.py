@@ -26,6 +26,33 @@ MAX_UNCOMPRESSED_BYTES = 256 * 1024 * 1024
 
 _SIZE = struct.Struct(">I")
 
+#: Worst-case growth of incompressible input, per codec, as a fraction of the input plus a
+#: constant (lz4's LZ4_compressBound is n/255 + 16, zstd's ZSTD_compressBound n/256 + 64,
+#: deflate's stored blocks 5 bytes per 16 KiB plus gzip's 18-byte frame, snappy's
+#: MaxCompressedLength n/6 + 32); the size field comes on top.
+_GROWTH = {NONE: (0, 0), LZ4: (1 / 255, 16), ZSTD: (1 / 256, 64), GZIP: (1 / 3000, 64), SNAPPY: (1 / 6, 32)}
+
+
+def max_compressed_bytes(cid: int, size: int) -> int:
+    """An upper bound on the stored body of ``size`` bytes compressed with codec ``cid``."""
+    if cid == NONE:
+        return size
+    ratio, constant = _GROWTH[cid]
+    return _SIZE.size + size + int(size * ratio) + 1 + constant
+
+
+def max_input_bytes(cid: int, stored: int) -> int:
+    """The largest body whose :func:`max_compressed_bytes` is at most ``stored`` (0 if none)."""
+    if cid == NONE:
+        return max(0, stored)
+    ratio, constant = _GROWTH[cid]
+    size = max(0, int((stored - _SIZE.size - 1 - constant) / (1 + ratio)))
+    while size and max_compressed_bytes(cid, size) > stored:  # (float rounding, either way)
+        size -= 1
+    while max_compressed_bytes(cid, size + 1) <= stored:
+        size += 1
+    return size
+
 
 def codec_id(name: str | None) -> int:
     """The codec id for a user-facing name (``None`` means no compression).

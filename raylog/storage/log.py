@@ -71,6 +71,10 @@ from .segment import AppendedBatch, LogSegment
 from .throttler import Throttler
 
 RECOVERY_POINT_FILE = "recovery-point"
+#: The most bytes one read returns (beyond its first batch), whatever the fetch asked: a
+#: response is one Ray object, copied whole into the object store (Kafka bounds a fetch
+#: response by its broker's fetch.max.bytes likewise).
+MAX_READ_BYTES = 64 * 1024 * 1024
 _SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
 
 logger = logging.getLogger(__name__)
@@ -263,13 +267,13 @@ class Log:
         Raises:
             CorruptRecordError: a batch fails validation; nothing is appended.
             RecordTooLargeError: a batch is above ``max.message.bytes``; nothing is appended.
-            InvalidRecordError: a record without a key for a compacted log, or offset gaps in a
-                batch; nothing is appended.
+            InvalidRecordError: a record without a key for a compacted log, offset gaps in a
+                batch, or headers beyond the limits of :mod:`record_batch`; nothing is appended.
             StorageError: the disk failed; nothing is appended.
         """
         view = memoryview(data).cast("B")
         checked = record_batch.validate(
-            view, max_batch_bytes=self.config.max_message_bytes, require_keys=self.config.compact
+            view, max_batch_bytes=self.config.max_message_bytes, require_keys=self.config.compact, limit_headers=True
         )
         now_ms = self._clock()
         append_time = now_ms if self.config.log_append_time else -1
@@ -378,8 +382,9 @@ class Log:
     # --- reading ----------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
-        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (but at least
-        one batch), all below ``max_offset`` (exclusive; e.g. the high watermark).
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at most
+        MAX_READ_BYTES; but at least one batch), all below ``max_offset`` (exclusive; e.g.
+        the high watermark).
 
         Returns:
             The raw batch bytes, exactly as stored (empty at or past ``max_offset``). Reads
@@ -387,9 +392,13 @@ class Log:
 
         Raises:
             OffsetOutOfRangeError: ``offset`` is below the log start or above the log end.
+            InvalidRequestError: ``max_bytes`` is not a non-negative integer.
             StorageError: the log is offline, or the disk failed.
         """
         self._require_online()
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise InvalidRequestError(f"a fetch's max bytes must be a non-negative integer, got {max_bytes!r}")
+        max_bytes = min(max_bytes, MAX_READ_BYTES)
         end_offset = self._next_offset  # read before the segments: never past this
         segments, bases = self._snapshot
         if offset < segments[0].base_offset or offset > end_offset:

@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 import crc32c
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from . import compression
@@ -123,6 +124,25 @@ OUTPUT_SCHEMA = pa.schema(
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 
+# --- Limits on what a producer's batch may hold (checked by producers and leaders). ------
+
+#: Headers per record (Kafka has no such limit; every record field here has one).
+MAX_HEADERS_PER_RECORD = 1_000
+#: Bytes of a header key in UTF-8 (the largest string Kafka's protocol carries).
+MAX_HEADER_KEY_BYTES = 32_767
+
+# --- Upper bounds on encoded sizes, so a producer can tell before building a batch
+# whether it fits max.message.bytes (tests/unit/storage/test_record_batch.py checks them).
+
+#: Per record beyond its key, value and header bytes: the Arrow offsets of value, key and
+#: headers (4 each), a timestamp delta (8), validity bits, and slack.
+RECORD_OVERHEAD_BOUND = 32
+#: Per header: the offsets of its key and value (4 each) and validity bits.
+HEADER_OVERHEAD_BOUND = 10
+#: Per batch: the fixed header, the Arrow IPC message's prefix and metadata (under 600
+#: bytes for the widest schema) and the padding of each buffer to 8 bytes.
+BATCH_OVERHEAD_BOUND = 2_048
+
 
 class BatchHeader(NamedTuple):
     """The decoded fixed header of one batch."""
@@ -178,6 +198,24 @@ def body_schema(attributes: int) -> pa.Schema:
 
 # ---------------------------------------------------------------------------------------
 # Building batches (producer side)
+
+
+def record_size_bound(payload_bytes: int, header_count: int = 0) -> int:
+    """An upper bound on what one record adds to a batch: ``payload_bytes`` (key, value,
+    header keys in UTF-8 and header values) plus the body's per-record structure."""
+    return payload_bytes + RECORD_OVERHEAD_BOUND + HEADER_OVERHEAD_BOUND * header_count
+
+
+def batch_size_bound(records_bound: int, codec: int) -> int:
+    """An upper bound on the bytes of a batch whose records' :func:`record_size_bound`
+    add up to ``records_bound``, compressed with ``codec``."""
+    return BATCH_OVERHEAD_BOUND + compression.max_compressed_bytes(codec, records_bound)
+
+
+def records_capacity(max_batch_bytes: int, codec: int) -> int:
+    """The largest sum of :func:`record_size_bound` a batch of at most ``max_batch_bytes``
+    surely holds (0: not even an empty record)."""
+    return compression.max_input_bytes(codec, max_batch_bytes - BATCH_OVERHEAD_BOUND)
 
 
 def build(
@@ -325,12 +363,20 @@ def build_arrow(
     )
 
 
+_BINARY_LIKE = (pa.binary(), pa.string(), pa.large_binary(), pa.large_string(), pa.binary_view(), pa.string_view())
+
+
+def is_binary_like(data_type: pa.DataType) -> bool:
+    """Whether keys or values of this Arrow type can go into a batch (as binary)."""
+    return data_type in _BINARY_LIKE
+
+
 def _as_binary(array: pa.Array) -> pa.Array:
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
     if array.type == pa.binary():
         return array
-    if array.type in (pa.string(), pa.large_binary(), pa.large_string(), pa.binary_view(), pa.string_view()):
+    if is_binary_like(array.type):
         return array.cast(pa.binary())
     raise TypeError(f"keys and values must be binary or string arrays, got {array.type}")
 
@@ -481,12 +527,15 @@ def _numpy(column: pa.Array, header: BatchHeader) -> np.ndarray:
 
 
 def validate(
-    data: Any, *, max_batch_bytes: int | None = None, require_keys: bool = False
+    data: Any, *, max_batch_bytes: int | None = None, require_keys: bool = False, limit_headers: bool = False
 ) -> list[tuple[int, BatchHeader]]:
     """Check every batch of a buffer completely: header, CRC and body.
 
     Args:
+        max_batch_bytes: the largest batch accepted (``max.message.bytes``).
         require_keys: every record of a data batch must have a key (a compacted topic).
+        limit_headers: records hold at most MAX_HEADERS_PER_RECORD headers whose keys have
+            at most MAX_HEADER_KEY_BYTES (a leader checks a producer's batches).
 
     Returns:
         ``(position, header)`` for each batch.
@@ -494,7 +543,8 @@ def validate(
     Raises:
         CorruptRecordError: any batch is invalid (nothing is partially accepted).
         RecordTooLargeError: a batch is larger than ``max_batch_bytes``.
-        InvalidRecordError: ``require_keys`` and a record has no key.
+        InvalidRecordError: ``require_keys`` and a record has no key, or ``limit_headers``
+            and a record has too many headers or too long a header key.
     """
     view = memoryview(data).cast("B")
     batches = list(iter_headers(view))
@@ -509,7 +559,22 @@ def validate(
             raise InvalidRecordError(
                 f"Compacted topic cannot accept message without key (batch at offset {header.base_offset})"
             )
+        if limit_headers and header.attributes & HAS_HEADERS:
+            _check_header_limits(body.column("headers"), header)
     return batches
+
+
+def _check_header_limits(headers: pa.Array, header: BatchHeader) -> None:
+    counts = pc.list_value_length(headers)
+    if len(counts) and (pc.max(counts).as_py() or 0) > MAX_HEADERS_PER_RECORD:
+        raise InvalidRecordError(
+            f"a record of the batch at offset {header.base_offset} has more than {MAX_HEADERS_PER_RECORD} headers"
+        )
+    keys = headers.flatten().field("key")
+    if len(keys) and (pc.max(pc.binary_length(keys)).as_py() or 0) > MAX_HEADER_KEY_BYTES:
+        raise InvalidRecordError(
+            f"a header key of the batch at offset {header.base_offset} is longer than {MAX_HEADER_KEY_BYTES} bytes"
+        )
 
 
 def _all_keyed(body: pa.RecordBatch, header: BatchHeader) -> bool:

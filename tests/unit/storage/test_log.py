@@ -10,6 +10,7 @@ import pytest
 
 from raylog.errors import (
     CorruptRecordError,
+    InvalidRecordError,
     InvalidRequestError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -310,3 +311,36 @@ def test_retention_never_deletes_a_segment_above_the_high_watermark(open_log, cl
     assert deleted == bases[:2]
     assert log.log_start_offset == bases[2] <= high_watermark
     assert log.apply_retention(high_watermark) == []
+
+
+def test_a_leader_refuses_records_beyond_the_header_limits(open_log):
+    """Too many headers on a record, or too long a header key: InvalidRecordError, nothing appended."""
+    log = open_log()
+    log.append_as_leader(batch(2), 0)
+    many = rb.build([b"v", b"w"], headers=[[("h", b"x")] * (rb.MAX_HEADERS_PER_RECORD + 1), None])
+    long_key = rb.build([b"v"], headers=[[("k" * (rb.MAX_HEADER_KEY_BYTES + 1), None)]])
+    for bad in (many, long_key):
+        with pytest.raises(InvalidRecordError):
+            log.append_as_leader(bad, 0)
+    at_limits = rb.build(
+        [b"v", b"w"], headers=[[("h", b"x")] * rb.MAX_HEADERS_PER_RECORD, [("k" * rb.MAX_HEADER_KEY_BYTES, None)]]
+    )
+    log.append_as_leader(at_limits, 0)
+    assert log.log_end_offset == 4
+
+
+def test_a_read_is_bounded_whatever_it_asks(open_log, monkeypatch):
+    """max_bytes is capped at MAX_READ_BYTES (still at least one batch); a negative or non-integer one is refused."""
+    from raylog.storage import log as log_module
+
+    log = open_log()
+    for i in range(10):
+        log.append_as_leader(batch(10, i * 10), 0)
+    one = len(batch(10))
+    monkeypatch.setattr(log_module, "MAX_READ_BYTES", 3 * one)
+    assert len(log.read(0, 2**62)) == 3 * one
+    monkeypatch.setattr(log_module, "MAX_READ_BYTES", 1)
+    assert len(log.read(0, 2**62)) == one  # at least one batch
+    for bad in (-1, 1.5, None, True):
+        with pytest.raises(InvalidRequestError):
+            log.read(0, bad)

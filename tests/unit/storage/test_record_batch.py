@@ -8,6 +8,8 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raylog.errors import CorruptRecordError, InvalidConfigError, RecordTooLargeError
 from raylog.storage import compression
@@ -179,3 +181,51 @@ def test_log_append_time_rewrites_only_the_header():
     rb.validate(rewritten)
     assert rewritten[rb.HEADER_SIZE :] == data[rb.HEADER_SIZE :]
     assert rb.decode_table(rewritten).column("timestamp_ms").to_pylist() == [777] * 3
+
+
+_bound_codecs = [
+    c for c in ("none", "lz4", "zstd", "gzip", "snappy") if c in ("none", "lz4") or pa.Codec.is_available(c)
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=300)),
+            st.one_of(st.none(), st.binary(max_size=40)),
+            st.one_of(
+                st.none(), st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=30))))
+            ),
+            st.integers(0, 2**40),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    codec=st.sampled_from(_bound_codecs),
+    random_bytes=st.binary(min_size=64, max_size=64),
+)
+def test_batch_size_bound_holds_for_any_records(records, codec, random_bytes):
+    """batch_size_bound over record_size_bound is never below a built batch's size, any codec or data."""
+    values = [None if v is None else (v + random_bytes) for v, _, _, _ in records]  # defeat compression
+    keys = [k for _, k, _, _ in records]
+    headers = [h for _, _, h, _ in records]
+    bound = sum(
+        rb.record_size_bound(
+            len(v or b"") + len(k or b"") + sum(len(hk.encode()) + len(hv or b"") for hk, hv in h or ()), len(h or ())
+        )
+        for v, k, h in zip(values, keys, headers, strict=True)
+    )
+    cid = compression.codec_id(codec)
+    data = rb.build(values, keys, [t for *_, t in records], headers, codec=cid)
+    assert len(data) <= rb.batch_size_bound(bound, cid)
+    assert rb.records_capacity(rb.batch_size_bound(bound, cid), cid) >= bound
+
+
+def test_records_capacity_is_the_inverse_of_the_bound():
+    """records_capacity(limit) is the largest records bound whose batch bound fits the limit."""
+    for cid in (compression.NONE, compression.LZ4, compression.SNAPPY):
+        for limit in (64, 2_048, 2_100, 1 << 20, 8 << 20):
+            capacity = rb.records_capacity(limit, cid)
+            assert capacity == 0 or rb.batch_size_bound(capacity, cid) <= limit
+            assert rb.batch_size_bound(capacity + 1, cid) > limit
