@@ -47,8 +47,10 @@ from raylog.actors.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
 from raylog.coordination.partition import Partition, SequenceGap
+from raylog.coordination.placement import validate_client_id
 from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager
 from raylog.errors import (
+    InvalidRequestError,
     OutOfOrderSequenceError,
     RaylogError,
     RequestTimedOutError,
@@ -225,6 +227,10 @@ class PartitionReplicaActor:
         An idempotent batch that arrives before an earlier one of its producer waits for it
         (Ray may run pipelined calls out of order); a retry of a batch already appended
         is answered with the original offsets, after the same wait for the ISR."""
+        try:
+            validate_client_id(request.client_id)
+        except InvalidRequestError as exc:
+            return _produce_error(exc)
         response = await self._append(request)
         throttle_ms = self._produce_quotas.record(request.client_id, len(request.records), _now_ms())
         return await self._throttled(response, min(throttle_ms, request.timeout_ms), "producer")
@@ -276,6 +282,10 @@ class PartitionReplicaActor:
     async def fetch(self, request: FetchRequest) -> FetchResponse:
         """Batches from ``request.offset``; waits (long poll) for ``min_bytes``; then, for a
         consumer, holds the response back for as long as its consumer quota says."""
+        try:
+            validate_client_id(request.client_id)
+        except InvalidRequestError as exc:
+            return FetchResponse(**error_fields(exc))
         response = await self._read(request)
         if request.replica_id >= 0:
             return response  # replication is never throttled

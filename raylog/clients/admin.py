@@ -9,8 +9,14 @@ from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets
 from raylog.clients.transport import call
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC
-from raylog.errors import NonEmptyGroupError, UnknownMemberIdError, UnknownTopicOrPartitionError, for_code
+from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, validate_topic_name
+from raylog.errors import (
+    InvalidTopicError,
+    NonEmptyGroupError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 from raylog.protocol import error_of
 from raylog.types import (
     BrokerInfo,
@@ -46,21 +52,27 @@ class Admin:
         Raises:
             The first refusal's typed error (InvalidTopicError, TopicAlreadyExistsError,
             InvalidPartitionsError, InvalidReplicationFactorError, InvalidConfigError), after
-            every other topic was handled.
+            every other topic was handled (an illegal name is refused before anything is
+            sent, and the controller checks names again).
         """
-        results = call(self._cluster.controller.create_topics.remote(list(new_topics)), self._timeout_s)
+        new_topics = list(new_topics)
+        refused, valid = _legal_names(new_topics, lambda new: new.name)
+        results = call(self._cluster.controller.create_topics.remote(valid), self._timeout_s) if valid else {}
         self._cluster.metadata(refresh=True)
-        _raise_first(results)
+        _raise_first({**refused, **results})
 
     def delete_topics(self, names: list[str]) -> None:
         """Delete topics and their data.
 
         Raises:
             UnknownTopicOrPartitionError: a name that is not a topic (the others are deleted).
+            InvalidTopicError: a name that is not a legal topic name (checked before sending;
+                the others are deleted).
         """
-        results = call(self._cluster.controller.delete_topics.remote(list(names)), self._timeout_s)
+        refused, valid = _legal_names(list(names), lambda name: name)
+        results = call(self._cluster.controller.delete_topics.remote(valid), self._timeout_s) if valid else {}
         self._cluster.metadata(refresh=True)
-        _raise_first(results)
+        _raise_first({**refused, **results})
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         names = self._cluster.metadata(refresh=True).topics
@@ -309,6 +321,20 @@ class Admin:
 
     def _coordinator(self, group_id: str) -> CoordinatorClient:
         return CoordinatorClient(self._cluster, group_id, self._timeout_s, GROUP_RETRY_BACKOFF_S)
+
+
+def _legal_names(items: list, name_of) -> tuple[dict[str, tuple[int, str]], list]:
+    """``(refused, legal)``: the items whose topic name is illegal, as per-topic results
+    (Kafka's AdminClient fails those before sending), and the others, in order."""
+    refused, legal = {}, []
+    for item in items:
+        try:
+            validate_topic_name(name_of(item))
+        except InvalidTopicError as exc:
+            refused[repr(name_of(item))] = (exc.code, str(exc))
+        else:
+            legal.append(item)
+    return refused, legal
 
 
 def _raise_first(results: dict[str, tuple[int, str]]) -> None:

@@ -163,7 +163,7 @@ class MetadataImage:
             InvalidTopicError, TopicAlreadyExistsError, InvalidPartitionsError,
             InvalidReplicationFactorError, InvalidConfigError.
         """
-        validate_topic_name(name)
+        validate_topic_name(name, existing=self.topics)
         if name in self.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         properties = TopicConfig.from_properties(config or {}).to_properties()
