@@ -45,7 +45,7 @@ from raylog.clients.transport import call, translate
 from raylog.coordination.assignors import ASSIGNORS, COOPERATIVE_STICKY
 from raylog.coordination.group import check_group_id
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raylog.coordination.placement import INTERNAL_TOPICS
+from raylog.coordination.placement import INTERNAL_TOPICS, validate_client_id, validate_topic_name
 from raylog.errors import (
     CommitFailedError,
     IllegalStateError,
@@ -57,6 +57,7 @@ from raylog.errors import (
 )
 from raylog.protocol import FetchRequest, error_of
 from raylog.storage import record_batch
+from raylog.storage.log import MAX_READ_BYTES
 from raylog.types import OffsetAndMetadata, OffsetAndTimestamp, Record, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ BUFFERED_FETCHES = 2
 GROUP_IDLE_STEP_S = 0.05
 #: Pause before an offset look-up is asked again after a retriable error.
 LIST_OFFSETS_BACKOFF_S = 0.1
+#: fetch_max_bytes at most (an int32 in Kafka's protocol).
+MAX_FETCH_BYTES = 2**31 - 1
 
 ARROW_SCHEMA = pa.schema(
     [pa.field("topic", pa.string()), pa.field("partition", pa.int32()), *record_batch.OUTPUT_SCHEMA]
@@ -91,7 +94,11 @@ class Consumer:
         auto_offset_reset: "earliest", "latest" or "none".
         fetch_min_bytes, fetch_max_wait_ms: the long poll of each fetch.
         max_partition_fetch_bytes: bytes per partition per fetch (at least one batch); large,
-            because a Ray call costs about a millisecond whatever it carries.
+            because a Ray call costs about a millisecond whatever it carries. At most
+            ``raylog.storage.log.MAX_READ_BYTES`` (what a leader returns at most).
+        fetch_max_bytes: bytes per fetch request at most (at least one batch); each fetch
+            call here reads one partition, so it bounds each call with
+            ``max_partition_fetch_bytes``.
         max_poll_records: records :meth:`poll` returns at most.
         request_timeout_ms: how long offset look-ups may take.
         check_crcs: verify batch CRCs on decode.
@@ -132,6 +139,7 @@ class Consumer:
         fetch_min_bytes: int = 1,
         fetch_max_wait_ms: int = 500,
         max_partition_fetch_bytes: int = 8 << 20,
+        fetch_max_bytes: int = 50 << 20,
         max_poll_records: int = 500,
         request_timeout_ms: int = 30_000,
         check_crcs: bool = True,
@@ -151,12 +159,15 @@ class Consumer:
         retry_backoff_ms: int = 100,
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster", "topics")}
+        for name in topics:
+            validate_topic_name(name)
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfigError(f"auto_offset_reset must be earliest, latest or none, got {auto_offset_reset!r}")
         for name in (
             "fetch_min_bytes",
             "fetch_max_wait_ms",
             "max_partition_fetch_bytes",
+            "fetch_max_bytes",
             "max_poll_records",
             "request_timeout_ms",
             "auto_commit_interval_ms",
@@ -179,6 +190,12 @@ class Consumer:
         )
         if not strategies or any(s not in ASSIGNORS for s in strategies):
             raise InvalidConfigError(f"partition_assignment_strategy must be among {sorted(ASSIGNORS)}")
+        if max_partition_fetch_bytes > MAX_READ_BYTES or fetch_max_bytes > MAX_FETCH_BYTES:
+            raise InvalidConfigError(
+                f"max_partition_fetch_bytes must be at most {MAX_READ_BYTES} and fetch_max_bytes at most "
+                f"{MAX_FETCH_BYTES}, got {max_partition_fetch_bytes} and {fetch_max_bytes}"
+            )
+        validate_client_id(client_id, InvalidConfigError)
         if heartbeat_interval_ms >= session_timeout_ms:
             raise InvalidConfigError("heartbeat_interval_ms must be lower than session_timeout_ms")
         if max_poll_interval_ms is not None and (isinstance(max_poll_interval_ms, bool) or max_poll_interval_ms < 1):
@@ -192,7 +209,7 @@ class Consumer:
         self._reset = auto_offset_reset
         self._min_bytes = fetch_min_bytes
         self._max_wait_ms = fetch_max_wait_ms
-        self._max_bytes = max_partition_fetch_bytes
+        self._max_bytes = min(max_partition_fetch_bytes, fetch_max_bytes)
         self._max_records = max_poll_records
         self._timeout_s = request_timeout_ms / 1000
         self._check_crcs = check_crcs
@@ -250,12 +267,18 @@ class Consumer:
         Raises:
             IllegalStateError: no group_id, or partitions assigned by hand.
             ValueError: neither or both of topics and pattern.
+            TypeError: topics given as one string instead of a list of names.
+            InvalidTopicError: a name that is not a legal topic name.
         """
         self._require_open()
         if self._coordinator is None:
             raise IllegalStateError("subscribe needs a group_id (or assign partitions by hand)")
         if (topics is None) == (pattern is None):
             raise ValueError("give topics or a pattern")
+        if isinstance(topics, str):
+            raise TypeError(f"topics must be a list of topic names, not the string {topics!r}")
+        if topics is not None:
+            topics = [validate_topic_name(t) for t in topics]
         if self._assignment and self._subscribed is None:
             raise IllegalStateError("partitions were assigned by hand: unsubscribe() first")
         self._subscribed = re.compile(pattern) if pattern is not None else tuple(dict.fromkeys(topics))
@@ -358,11 +381,14 @@ class Consumer:
 
         Raises:
             UnknownTopicOrPartitionError: a partition that does not exist.
+            InvalidTopicError: a name that is not a legal topic name.
         """
         self._require_open()
         if self._subscribed is not None:
             raise IllegalStateError("the consumer is subscribed to a group: unsubscribe() before assign()")
         wanted = [TopicPartition(*tp) for tp in partitions]
+        for tp in wanted:
+            validate_topic_name(tp.topic)
         metadata = self._cluster.metadata()
         for tp in wanted:
             try:

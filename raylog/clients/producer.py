@@ -50,6 +50,8 @@ from raylog.actors import metrics
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
 from raylog.clients.transport import call, translate
+from raylog.config import LogConfig
+from raylog.coordination.placement import validate_client_id, validate_topic_name
 from raylog.coordination.producer_state import NO_SEQUENCE, RETAINED_BATCHES, increment_sequence
 from raylog.errors import (
     BrokerUnavailableError,
@@ -102,6 +104,7 @@ class _Batch:
         "timestamps",
         "headers",
         "size_bytes",
+        "bound_bytes",
         "created_s",
         "created_ms",
         "data",
@@ -126,6 +129,7 @@ class _Batch:
         self.headers: list = []
         self.arrow_rows: dict | None = None  # columns of a send_arrow chunk, instead of the lists
         self.size_bytes = 0
+        self.bound_bytes = 0  # the records' record_size_bound, summed: keeps the batch under its limit
         self.created_s = time.monotonic()
         self.created_ms = time.time_ns() // 1_000_000
         self.data: Any = None  # encoded batch bytes, built once
@@ -327,8 +331,7 @@ class Producer:
             )
         if batch_size < 1 or batch_size > buffer_memory:
             raise InvalidConfigError("batch_size must be in [1, buffer_memory]")
-        if not isinstance(client_id, str):
-            raise InvalidConfigError(f"client_id must be a string, got {client_id!r}")
+        validate_client_id(client_id, InvalidConfigError)
         self._cluster = cluster
         self._acks = _ACKS[acks]
         self._linger_s = linger_ms / 1000
@@ -364,6 +367,7 @@ class Producer:
         self._metadata_refreshed_s = time.monotonic()
         self._topics: dict[str, list[TopicPartition]] = {}
         self._topics_metadata: Any = None  # the metadata snapshot ``_topics`` was read from
+        self._capacities: dict[str, int] = {}  # topic -> records_capacity of its batches (same snapshot)
         self._idempotent = enable_idempotence
         self._producer_id = -1  # from the controller at the first send (sender thread only)
         self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
@@ -393,10 +397,19 @@ class Producer:
     ) -> FutureRecordMetadata:
         """Queue one record; returns a future of its :class:`RecordMetadata`.
 
+        Every check is made here, before the record is queued: a refused record fails alone
+        and nothing of it is sent.
+
         Raises:
             IllegalStateError: the producer is closed.
-            TypeError: key or value is not bytes (and no serializer was given).
-            RecordTooLargeError: the record is above ``max_request_size``.
+            TypeError: key or value is not bytes (and no serializer was given), a header is
+                not a ``(str, bytes or None)`` pair, or the timestamp is not an integer.
+            ValueError: a negative timestamp.
+            InvalidRecordError: more than MAX_HEADERS_PER_RECORD headers, or a header key
+                longer than MAX_HEADER_KEY_BYTES (see :mod:`raylog.storage.record_batch`).
+            RecordTooLargeError: the record cannot fit a batch of ``max_request_size`` or of
+                the topic's ``max.message.bytes``, or is larger than ``buffer_memory``.
+            InvalidTopicError: not a legal topic name.
             UnknownTopicOrPartitionError: no such topic or partition (after a metadata refresh).
             KafkaTimeoutError: no buffer room within ``max_block_ms``.
         """
@@ -405,14 +418,19 @@ class Producer:
             key = self._key_serializer(key)
         if value is not None and self._value_serializer is not None:
             value = self._value_serializer(value)
-        size = RECORD_OVERHEAD_BYTES + (len(value) if type(value) is bytes else _byte_length(value, "value"))
+        payload = len(value) if type(value) is bytes else _byte_length(value, "value")
         if key is not None:
-            size += len(key) if type(key) is bytes else _byte_length(key, "key")
-        if headers:
-            size += sum(len(k) + len(v or b"") for k, v in headers)
-        if size > self._max_request_size:
-            raise RecordTooLargeError(f"record of {size} bytes is above max_request_size={self._max_request_size}")
+            payload += len(key) if type(key) is bytes else _byte_length(key, "key")
+        header_bytes, header_count = _header_bytes(headers)
+        payload += header_bytes
+        if timestamp_ms is not None:
+            _check_timestamp(timestamp_ms)
+        size = RECORD_OVERHEAD_BYTES + payload
+        bound = record_batch.record_size_bound(payload, header_count)
         partitions = self._topic_partitions(topic)
+        capacity = self._capacity(topic, bound)
+        if size > self._buffer_memory:
+            raise RecordTooLargeError(f"record of {size} bytes is larger than buffer_memory={self._buffer_memory}")
         if partition is None:
             partition = self._partitioner(topic, key, len(partitions))
         elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < len(partitions):
@@ -427,7 +445,8 @@ class Producer:
             else:
                 self._buffered_bytes += size
             batch = self._open.get(tp)
-            if batch is not None and batch.size_bytes + size > self._batch_size:
+            full = batch is not None and batch.size_bytes + size > self._batch_size
+            if full or (batch is not None and batch.bound_bytes + bound > capacity):
                 self._close_batch(batch)
                 batch = None
             if batch is None:
@@ -450,6 +469,7 @@ class Producer:
                 batch.headers.append(headers)
             batch.record_count = index + 1
             batch.size_bytes += size
+            batch.bound_bytes += bound
             if batch.size_bytes >= self._batch_size:
                 self._close_batch(batch)
                 self._cond.notify()
@@ -479,29 +499,38 @@ class Producer:
         Returns:
             A future of the list of :class:`BatchMetadata` of the batches sent, in order.
 
+        Every row is checked before any is queued: a refused table sends nothing.
+
         Raises:
             IllegalStateError, KeyError (missing value column), UnknownTopicOrPartitionError,
-            KafkaTimeoutError (no buffer room).
+            KafkaTimeoutError (no buffer room), TypeError (a key or value column that is not
+            binary or string, headers not of ``record_batch.HEADERS_TYPE``),
+            InvalidRecordError and RecordTooLargeError (a row that :meth:`send` would refuse).
         """
         self._require_open()
         count = self._num_partitions(topic)
         if partition is not None and not (isinstance(partition, int) and 0 <= partition < count):
             raise UnknownTopicOrPartitionError(f"partition {partition!r} is not in [0, {count}) for {topic!r}")
-        columns = {"values": table.column(value_column)}
+        columns = {"values": _binary_column(table.column(value_column), value_column)}
         if key_column in table.column_names:
-            columns["keys"] = table.column(key_column)
+            columns["keys"] = _binary_column(table.column(key_column), key_column)
         if timestamp_column is not None:
             columns["timestamps_ms"] = table.column(timestamp_column).cast(pa.int64())
         if headers_column is not None:
             columns["headers"] = table.column(headers_column)
+            if columns["headers"].type != record_batch.HEADERS_TYPE:
+                raise TypeError(f"headers must be of type {record_batch.HEADERS_TYPE}, got {columns['headers'].type}")
+        columns = {k: _one_chunk(v) for k, v in columns.items()}
+        bounds = _row_bounds(columns)
+        capacity = self._capacity(topic, int(bounds.max()) if len(bounds) else 0)
         partitions = self._topic_partitions(topic)
         batches = [
             self._enqueue_prebuilt(partitions[part], chunk)
-            for part, chunk in self._split(topic, columns, count, partition)
+            for part, chunk in self._split(topic, columns, count, partition, capacity)
         ]
         return _gather(batches)
 
-    def _split(self, topic: str, columns: dict, count: int, partition: int | None):
+    def _split(self, topic: str, columns: dict, count: int, partition: int | None, capacity: int):
         """``(partition, (rows, size_bytes))`` per batch to send, in order.
 
         Unkeyed rows (or all rows, given a partition) go out as zero-copy slices, one batch
@@ -512,7 +541,7 @@ class Producer:
         keys = rows.get("keys")
         if partition is not None or keys is None or keys.null_count == len(keys):
             first = partition if partition is not None else self._default_partitioner(topic, None, count)
-            for i, chunk in enumerate(self._chunks(rows)):
+            for i, chunk in enumerate(self._chunks(rows, capacity)):
                 yield (first if partition is not None else (first + i) % count), chunk
             if partition is None:  # the sticky partition's batch went out: the next call moves on
                 self._default_partitioner.on_batch_closed(topic, first, count)
@@ -527,20 +556,27 @@ class Producer:
         for part in range(count):
             lo, hi = int(bounds[part]), int(bounds[part + 1])
             if hi > lo:
-                for chunk in self._chunks({k: v.slice(lo, hi - lo) for k, v in gathered.items()}):
+                for chunk in self._chunks({k: v.slice(lo, hi - lo) for k, v in gathered.items()}, capacity):
                     yield part, chunk
 
-    def _chunks(self, rows: dict):
-        """Slices of ``rows`` of at most ``batch_size`` bytes each (at least one row)."""
+    def _chunks(self, rows: dict, capacity: int):
+        """Slices of ``rows`` of at most ``batch_size`` bytes each (at least one row) whose
+        records' size bounds add up to at most ``capacity`` (each row fits alone)."""
         values = rows["values"]
         sizes = pc.binary_length(values).fill_null(0).to_numpy(zero_copy_only=False) + RECORD_OVERHEAD_BYTES
         if "keys" in rows:
             sizes = sizes + pc.binary_length(rows["keys"]).fill_null(0).to_numpy(zero_copy_only=False)
         ends = sizes.cumsum()
+        bound_ends = _row_bounds(rows).cumsum()
         start, n = 0, len(values)
         while start < n:
             base = ends[start - 1] if start else 0
-            stop = max(start + 1, int(np.searchsorted(ends, base + self._batch_size, side="right")))
+            bound_base = bound_ends[start - 1] if start else 0
+            stop = min(
+                int(np.searchsorted(ends, base + self._batch_size, side="right")),
+                int(np.searchsorted(bound_ends, bound_base + capacity, side="right")),
+            )
+            stop = max(start + 1, stop)
             yield {k: v.slice(start, stop - start) for k, v in rows.items()}, int(ends[stop - 1] - base)
             start = stop
 
@@ -616,18 +652,44 @@ class Producer:
         so partitions added to a topic appear after any refresh; refreshed once if unknown).
 
         Raises:
+            InvalidTopicError: not a legal topic name.
             UnknownTopicOrPartitionError: no such topic.
         """
         metadata = self._cluster.metadata()
         if metadata is not self._topics_metadata:
             self._topics = {t: _partitions(metadata, t) for t in self._topics if t in metadata.topics}
+            self._capacities = {}
             self._topics_metadata = metadata
         partitions = self._topics.get(topic)
         if partitions is None:
+            validate_topic_name(topic)
             if topic not in metadata.topics:
                 metadata = self._cluster.metadata(refresh=True)
             partitions = self._topics[topic] = _partitions(metadata, topic)
         return partitions
+
+    def _capacity(self, topic: str, record_bound: int) -> int:
+        """How much of record_size_bound a batch for ``topic`` holds: what fits in
+        ``max_request_size`` and in the topic's ``max.message.bytes``.
+
+        Raises:
+            RecordTooLargeError: a record of ``record_bound`` does not fit alone.
+        """
+        self._topic_partitions(topic)  # (the cache follows the latest metadata)
+        capacity = self._capacities.get(topic)
+        if capacity is None:
+            limit = min(self._max_request_size, self._topic_max_message_bytes(topic))
+            capacity = self._capacities[topic] = record_batch.records_capacity(limit, self._codec)
+        if record_bound > capacity:
+            raise RecordTooLargeError(
+                f"a record of up to {record_bound} bytes in a batch cannot fit max_request_size="
+                f"{self._max_request_size} and {topic!r}'s max.message.bytes={self._topic_max_message_bytes(topic)}"
+            )
+        return capacity
+
+    def _topic_max_message_bytes(self, topic: str) -> int:
+        config = self._cluster.metadata().topics[topic].config
+        return int(config.get("max.message.bytes", LogConfig.max_message_bytes))
 
     def _num_partitions(self, topic: str) -> int:
         return len(self._topic_partitions(topic))
@@ -871,6 +933,77 @@ def _byte_length(data: Any, what: str) -> int:
     if isinstance(data, (bytes, bytearray, memoryview)):
         return len(data)
     raise TypeError(f"{what} must be bytes (or give the producer a {what}_serializer), got {type(data).__name__}")
+
+
+def _header_bytes(headers: Any) -> tuple[int, int]:
+    """``(bytes, count)`` of a record's headers: the UTF-8 bytes of their keys plus their
+    values, checked against the limits of the batch format.
+
+    Raises:
+        TypeError: not a list of ``(str, bytes or None)`` pairs.
+        InvalidRecordError: too many headers, or too long a key.
+    """
+    if headers is None:
+        return 0, 0
+    if not isinstance(headers, (list, tuple)):
+        raise TypeError(f"headers must be a list of (str, bytes) pairs, got {type(headers).__name__}")
+    if len(headers) > record_batch.MAX_HEADERS_PER_RECORD:
+        raise InvalidRecordError(
+            f"a record has {len(headers)} headers, at most {record_batch.MAX_HEADERS_PER_RECORD} are allowed"
+        )
+    total = 0
+    for pair in headers:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not isinstance(pair[0], str):
+            raise TypeError(f"a header must be a (str, bytes or None) pair, got {pair!r}")
+        try:
+            key_bytes = len(pair[0].encode())
+        except UnicodeEncodeError:
+            raise TypeError(f"header key {pair[0]!r} is not valid unicode") from None
+        if key_bytes > record_batch.MAX_HEADER_KEY_BYTES:
+            raise InvalidRecordError(
+                f"a header key of {key_bytes} bytes is longer than {record_batch.MAX_HEADER_KEY_BYTES}"
+            )
+        total += key_bytes + _byte_length(pair[1], "header value")
+    return total, len(headers)
+
+
+def _check_timestamp(timestamp_ms: Any) -> None:
+    if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer)):
+        raise TypeError(f"timestamp_ms must be an integer (ms since the epoch), got {timestamp_ms!r}")
+    if not 0 <= timestamp_ms < 2**63:
+        raise ValueError(f"timestamp_ms must be non-negative (as Kafka's), got {timestamp_ms}")
+
+
+def _binary_column(column: pa.Array | pa.ChunkedArray, name: str) -> pa.Array | pa.ChunkedArray:
+    if not record_batch.is_binary_like(column.type):
+        raise TypeError(f"column {name!r} must be binary or string, got {column.type}")
+    return column
+
+
+def _row_bounds(rows: dict) -> np.ndarray:
+    """record_size_bound of each row of a send_arrow chunk (int64), header limits checked.
+
+    Raises:
+        InvalidRecordError: a row with too many headers or too long a header key.
+    """
+    payload = pc.binary_length(rows["values"]).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if "keys" in rows:
+        payload += pc.binary_length(rows["keys"]).fill_null(0).to_numpy(zero_copy_only=False)
+    counts = np.zeros(len(payload), dtype=np.int64)
+    if "headers" in rows:
+        headers = rows["headers"]
+        counts = pc.list_value_length(headers).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        if len(counts) and counts.max() > record_batch.MAX_HEADERS_PER_RECORD:
+            raise InvalidRecordError(f"a row has more than {record_batch.MAX_HEADERS_PER_RECORD} headers")
+        entries = headers.flatten()
+        key_bytes = pc.binary_length(entries.field("key")).fill_null(0).to_numpy(zero_copy_only=False)
+        if len(key_bytes) and key_bytes.max() > record_batch.MAX_HEADER_KEY_BYTES:
+            raise InvalidRecordError(f"a header key is longer than {record_batch.MAX_HEADER_KEY_BYTES} bytes")
+        value_bytes = pc.binary_length(entries.field("value")).fill_null(0).to_numpy(zero_copy_only=False)
+        sums = np.concatenate([[0], np.cumsum(key_bytes + value_bytes, dtype=np.int64)])
+        ends = np.cumsum(counts)
+        payload += sums[ends] - sums[ends - counts]
+    return payload + record_batch.RECORD_OVERHEAD_BOUND + record_batch.HEADER_OVERHEAD_BOUND * counts
 
 
 def _gather(batches: list[_Batch]) -> concurrent.futures.Future:

@@ -1,0 +1,63 @@
+"""Clients refuse bad names and sizes with a typed error before they send anything (no Ray runtime)."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylog.clients.consumer import MAX_FETCH_BYTES, Consumer
+from raylog.clients.producer import Producer
+from raylog.errors import InvalidConfigError, InvalidTopicError
+from raylog.storage.log import MAX_READ_BYTES
+from tests.unit.clients.test_producer_limits import TOPIC
+
+
+class NoCluster:
+    """A cluster any use of which fails the test: the checks must come first."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the client used the cluster ({name}) before checking its input")
+
+
+@pytest.mark.parametrize("client_id", [None, 7, "x" * 40_000])
+def test_bad_client_ids_are_refused_by_both_clients(client_id):
+    """A client id that is not a protocol string: InvalidConfigError from Producer and Consumer."""
+    with pytest.raises(InvalidConfigError):
+        Producer(NoCluster(), client_id=client_id)
+    with pytest.raises(InvalidConfigError):
+        Consumer(NoCluster(), client_id=client_id)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_partition_fetch_bytes": 0},
+        {"max_partition_fetch_bytes": MAX_READ_BYTES + 1},
+        {"fetch_max_bytes": 0},
+        {"fetch_max_bytes": MAX_FETCH_BYTES + 1},
+        {"fetch_max_bytes": 1.5},
+        {"max_partition_fetch_bytes": True},
+    ],
+)
+def test_fetch_sizes_are_bounded(options):
+    """max_partition_fetch_bytes in [1, MAX_READ_BYTES], fetch_max_bytes in [1, 2**31 - 1], integers."""
+    with pytest.raises(InvalidConfigError):
+        Consumer(NoCluster(), **options)
+
+
+def test_a_fetch_asks_the_smaller_of_the_two_limits():
+    """Each fetch reads one partition: it asks min(max_partition_fetch_bytes, fetch_max_bytes)."""
+    assert Consumer(NoCluster(), fetch_max_bytes=1_000)._max_bytes == 1_000
+    assert Consumer(NoCluster(), max_partition_fetch_bytes=500)._max_bytes == 500
+
+
+@pytest.mark.parametrize("name", ["", "a b", "..", "x" * 250])
+def test_consumers_refuse_illegal_topic_names_before_any_call(name):
+    """Topics given to the constructor, assign() or subscribe() are checked before the cluster is asked."""
+    with pytest.raises(InvalidTopicError):
+        Consumer(NoCluster(), name)
+    with pytest.raises(InvalidTopicError):
+        Consumer(NoCluster()).assign([(name, 0)])
+    with pytest.raises(InvalidTopicError):
+        Consumer(NoCluster(), group_id="g").subscribe([name])
+    with pytest.raises(TypeError):
+        Consumer(NoCluster(), group_id="g").subscribe(TOPIC)  # a string, not a list of names
