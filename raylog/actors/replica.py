@@ -351,6 +351,9 @@ class PartitionReplicaActor:
             "fetch_errors": self._fetcher.errors if self._fetcher is not None else 0,
             "last_fetch_error": self._fetcher.last_error if self._fetcher is not None else None,
             "client_quotas_version": self._quotas_version,
+            "log_dir": self._dir,
+            "log_offline": p.log.offline is not None,
+            "cleaning": self._cleaning_now(),
         }
 
     # --- leader: ISR --------------------------------------------------------------------

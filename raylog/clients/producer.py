@@ -428,7 +428,14 @@ class Producer:
         size = RECORD_OVERHEAD_BYTES + payload
         bound = record_batch.record_size_bound(payload, header_count)
         partitions = self._topic_partitions(topic)
-        capacity = self._capacity(topic, bound)
+        capacity = self._capacity(topic)
+        if bound > capacity:
+            self._require_fits_alone(
+                topic,
+                pa.array([value], pa.binary()),
+                keys=None if key is None else pa.array([key], pa.binary()),
+                headers=pa.array([headers], record_batch.HEADERS_TYPE) if headers else None,
+            )
         if size > self._buffer_memory:
             raise RecordTooLargeError(f"record of {size} bytes is larger than buffer_memory={self._buffer_memory}")
         if partition is None:
@@ -522,7 +529,9 @@ class Producer:
                 raise TypeError(f"headers must be of type {record_batch.HEADERS_TYPE}, got {columns['headers'].type}")
         columns = {k: _one_chunk(v) for k, v in columns.items()}
         bounds = _row_bounds(columns)
-        capacity = self._capacity(topic, int(bounds.max()) if len(bounds) else 0)
+        capacity = self._capacity(topic)
+        for row in np.flatnonzero(bounds > capacity):  # alone in its batch, if it fits at all
+            self._require_fits_alone(topic, **{k: v.slice(int(row), 1) for k, v in columns.items()})
         partitions = self._topic_partitions(topic)
         batches = [
             self._enqueue_prebuilt(partitions[part], chunk)
@@ -668,28 +677,33 @@ class Producer:
             partitions = self._topics[topic] = _partitions(metadata, topic)
         return partitions
 
-    def _capacity(self, topic: str, record_bound: int) -> int:
-        """How much of record_size_bound a batch for ``topic`` holds: what fits in
-        ``max_request_size`` and in the topic's ``max.message.bytes``.
-
-        Raises:
-            RecordTooLargeError: a record of ``record_bound`` does not fit alone.
-        """
+    def _capacity(self, topic: str) -> int:
+        """How much of record_size_bound a batch for ``topic`` surely holds within
+        ``max_request_size`` and the topic's ``max.message.bytes`` (see :meth:`_limit`)."""
         self._topic_partitions(topic)  # (the cache follows the latest metadata)
         capacity = self._capacities.get(topic)
         if capacity is None:
-            limit = min(self._max_request_size, self._topic_max_message_bytes(topic))
-            capacity = self._capacities[topic] = record_batch.records_capacity(limit, self._codec)
-        if record_bound > capacity:
-            raise RecordTooLargeError(
-                f"a record of up to {record_bound} bytes in a batch cannot fit max_request_size="
-                f"{self._max_request_size} and {topic!r}'s max.message.bytes={self._topic_max_message_bytes(topic)}"
-            )
+            capacity = self._capacities[topic] = record_batch.records_capacity(self._limit(topic), self._codec)
         return capacity
 
-    def _topic_max_message_bytes(self, topic: str) -> int:
+    def _limit(self, topic: str) -> int:
+        """The most bytes a batch for ``topic`` may have."""
         config = self._cluster.metadata().topics[topic].config
-        return int(config.get("max.message.bytes", LogConfig.max_message_bytes))
+        return min(self._max_request_size, int(config.get("max.message.bytes", LogConfig.max_message_bytes)))
+
+    def _require_fits_alone(self, topic: str, values: pa.Array, **columns: Any) -> None:
+        """A record whose size bound passes the capacity may still fit alone (the bound is
+        loose for small limits): build its batch and measure.
+
+        Raises:
+            RecordTooLargeError: its batch is larger than :meth:`_limit`.
+        """
+        size = len(record_batch.build_arrow(values, codec=self._codec, now_ms=0, **columns))
+        if size > self._limit(topic):
+            raise RecordTooLargeError(
+                f"a record makes a batch of {size} bytes, above max_request_size={self._max_request_size} "
+                f"or {topic!r}'s max.message.bytes"
+            )
 
     def _num_partitions(self, topic: str) -> int:
         return len(self._topic_partitions(topic))

@@ -135,6 +135,8 @@ class Log:
         self._lock = threading.RLock()
         #: Bumped by every truncation, revive and close: a cleaning round that sees it move gives up.
         self.layout = 0
+        #: Set when the layout moves: wakes a cleaning round sleeping in its throttler.
+        self._layout_moved = threading.Event()
         #: The disk error that took the log offline (None while it is online).
         self._offline: StorageError | None = None
         #: ``(floor, end, start_at)``: what :meth:`revive` must find and cut back to.
@@ -471,7 +473,7 @@ class Log:
         if offset < self.log_start_offset:
             raise OffsetOutOfRangeError(f"cannot truncate to {offset}, below the log start {self.log_start_offset}")
         with self._lock, self._offline_on_error(0, offset):
-            self.layout += 1
+            self._bump_layout()
             segments = list(self._segments)
             doomed = []
             while len(segments) > 1 and segments[-1].base_offset >= offset:
@@ -495,7 +497,7 @@ class Log:
         """
         self._require_online()
         with self._lock, self._offline_on_error(0, offset, start_at=offset):
-            self.layout += 1
+            self._bump_layout()
             kept = None
             for segment in self._segments:
                 if segment.base_offset == offset:
@@ -589,8 +591,8 @@ class Log:
             >>> stats = log.clean(max_offset=partition.high_watermark)
         """
         self._require_online()
-        if throttler is None:
-            throttler = Throttler(self.config.log_cleaner_io_max_bytes_per_second)
+        if throttler is None:  # its pauses end early when the round must give up
+            throttler = Throttler(self.config.log_cleaner_io_max_bytes_per_second, sleep=self._layout_moved.wait)
         now_ms = self._clock() if now_ms is None else now_ms
         return cleaner.clean(self, now_ms, max_offset, force, producer_last_offsets, throttler)
 
@@ -675,7 +677,7 @@ class Log:
         """Flush and close every file; the next open needs no recovery (an offline log is
         only closed: its next open recovers it)."""
         with self._lock:
-            self.layout += 1  # a cleaning round under way gives up
+            self._bump_layout()  # a cleaning round under way gives up
             try:
                 if self._offline is None:
                     self.flush()
@@ -689,6 +691,11 @@ class Log:
     def offline(self) -> StorageError | None:
         """The disk error that took the log offline, or None while it is online."""
         return self._offline
+
+    def _bump_layout(self) -> None:
+        self.layout += 1
+        self._layout_moved.set()
+        self._layout_moved = threading.Event()
 
     def _require_online(self) -> None:
         if self._offline is not None:
@@ -730,7 +737,7 @@ class Log:
         if self._offline is None:
             return True
         with self._lock:
-            self.layout += 1  # a cleaning round under way gives up
+            self._bump_layout()  # a cleaning round under way gives up
             return self._revive()
 
     def _revive(self) -> bool:

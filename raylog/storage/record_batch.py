@@ -139,9 +139,10 @@ MAX_HEADER_KEY_BYTES = 32_767
 RECORD_OVERHEAD_BOUND = 32
 #: Per header: the offsets of its key and value (4 each) and validity bits.
 HEADER_OVERHEAD_BOUND = 10
-#: Per batch: the fixed header, the Arrow IPC message's prefix and metadata (under 600
-#: bytes for the widest schema) and the padding of each buffer to 8 bytes.
-BATCH_OVERHEAD_BOUND = 2_048
+#: Per batch: the fixed header (61), the Arrow IPC message's prefix (8) and metadata (472
+#: bytes for the widest schema), the padding of its 19 buffers to 8 bytes (133), and what
+#: the worst codec (snappy, n/6) adds to those: 804, rounded up.
+BATCH_OVERHEAD_BOUND = 1_024
 
 
 class BatchHeader(NamedTuple):

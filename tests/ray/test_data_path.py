@@ -212,14 +212,16 @@ def test_corrupt_batch_sent_straight_to_a_replica_is_refused(cluster, topic):
 
 
 def test_record_too_large_for_the_topic_is_refused(cluster, topic):
-    """max.message.bytes is enforced by the leader: the future fails with RecordTooLargeError."""
+    """max.message.bytes is enforced by the producer before sending (the leader checks it again, see
+    tests/ray/test_storage_faults.py): send raises RecordTooLargeError and its neighbours go through."""
     name = topic(**{"max.message.bytes": "2000"})
     with Producer(cluster) as producer:
-        future = producer.send(name, b"x" * 5_000)
+        before = producer.send(name, b"before")
         with pytest.raises(RecordTooLargeError):
-            future.result(timeout=10)
+            producer.send(name, b"x" * 5_000)
         producer.send(name, b"small").result(timeout=10)
-    assert [r.value for r in consume_all(cluster, name, 1)] == [b"small"]
+        assert before.result(timeout=10).offset == 0
+    assert [r.value for r in consume_all(cluster, name, 2)] == [b"before", b"small"]
 
 
 def test_killed_replica_comes_back_with_every_acknowledged_record(cluster, topic):

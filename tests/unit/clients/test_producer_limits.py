@@ -213,3 +213,14 @@ def test_an_illegal_topic_name_is_refused_at_send(setup, name):
     ok = producer.send(TOPIC, b"ok")
     producer.flush(timeout=10)
     assert ok.result(0).offset == 0 and leader.requests == [leader.requests[0]]
+
+
+def test_a_record_that_fits_alone_goes_alone_when_the_bound_is_too_loose(setup):
+    """Below the batch overhead bound, a small record is measured exactly and sent alone in its batch."""
+    producer, leader = setup(max_request_size=600)
+    futures = [producer.send(TOPIC, b"kept-%d" % i) for i in range(3)]
+    with pytest.raises(RecordTooLargeError):
+        producer.send(TOPIC, b"x" * 600)
+    producer.flush(timeout=10)
+    assert [f.result(0).offset for f in futures] == [0, 1, 2]
+    assert len(leader.requests) == 3 and max(leader.requests) <= 600

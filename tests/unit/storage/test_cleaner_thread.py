@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 
@@ -9,8 +10,10 @@ import pytest
 
 from raylog.config import LogConfig
 from raylog.storage import cleaner
+from raylog.storage import log as log_module
 from raylog.storage.log import Log
 from raylog.storage.throttler import Throttler
+from tests.helpers import wait_until
 from tests.unit.storage.test_cleaner import COMPACT, fold, live, records, updates, write
 
 NOW_MS = 1_700_000_000_000
@@ -148,3 +151,25 @@ def test_a_cleaner_thread_and_a_busy_writer_keep_the_log_whole(tmp_path):
     assert live(fold(rows)) == live(fold(written))
     log.close()
     assert records(Log.open(log.dir, log.config, lambda: NOW_MS)) == rows
+
+
+def test_closing_the_log_wakes_a_round_sleeping_in_its_throttler(tmp_path, monkeypatch):
+    """A round throttled to 1 byte/s gives up as soon as the log is closed, not after its pause."""
+    monkeypatch.setattr(log_module, "Throttler", functools.partial(Throttler, check_interval_s=0.0))
+    log, _ = compacted(tmp_path, **{"log.cleaner.io.max.bytes.per.second": "1"})
+    sleeping = threading.Event()
+
+    class Watched(threading.Event):
+        def wait(self, timeout=None):
+            sleeping.set()
+            return super().wait(timeout)
+
+    log._layout_moved = Watched()
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(log.clean(force=True)))
+    thread.start()
+    wait_until(sleeping.is_set, timeout_s=30, message="the round pausing in its throttler")
+    log.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and result == [None]
+    assert no_leftovers(log)
