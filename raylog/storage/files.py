@@ -33,18 +33,19 @@ def fsync_directory(directory: str) -> None:
         raise StorageError(f"cannot fsync directory {directory}: {exc}") from exc
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Replace ``path`` by a file holding ``text`` (UTF-8): a temporary file, fsync'd, renamed
-    over it, then the directory fsync'd.
+def write_atomically(path: str, content: str | bytes) -> None:
+    """Replace ``path`` by a file holding ``content`` (text in UTF-8): a temporary file,
+    fsync'd, renamed over it, then the directory fsync'd.
 
     Raises:
         StorageError: a step failed; ``path`` holds its previous content.
     """
     tmp = path + ".tmp"
+    data = content.encode() if isinstance(content, str) else content
     try:
         faults.check_write(tmp)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

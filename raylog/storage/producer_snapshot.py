@@ -38,6 +38,8 @@ from typing import NamedTuple
 import crc32c
 
 from ..errors import CorruptRecordError, StorageError
+from . import faults
+from .files import write_atomically
 
 VERSION = 1
 SUFFIX = ".snapshot"
@@ -114,21 +116,12 @@ def decode(data: bytes) -> list[SnapshotBatch]:
 
 
 def write(directory: str, offset: int, rows: Iterable[SnapshotBatch]) -> None:
-    """Write the snapshot at ``offset`` atomically (temporary file, fsync, rename).
+    """Write the snapshot at ``offset`` atomically (:func:`~raylog.storage.files.write_atomically`).
 
     Raises:
         StorageError: the write failed; any earlier file at ``offset`` is still in place.
     """
-    target = path(directory, offset)
-    tmp = target + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(encode(rows))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise StorageError(f"cannot write {target}: {exc}") from exc
+    write_atomically(path(directory, offset), encode(rows))
 
 
 def read(directory: str, offset: int) -> list[SnapshotBatch]:
@@ -154,6 +147,7 @@ def delete(directory: str, offset: int) -> None:
         StorageError: the file exists but cannot be removed.
     """
     try:
+        faults.check_shrink(path(directory, offset))
         os.unlink(path(directory, offset))
     except FileNotFoundError:
         pass

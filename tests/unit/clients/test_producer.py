@@ -65,7 +65,7 @@ class FakeCluster:
             {
                 "cluster_id": "fake",
                 "brokers": {},
-                "topics": {"t": SimpleNamespace(partitions=list(range(len(leaders))))},
+                "topics": {"t": SimpleNamespace(partitions=list(range(len(leaders))), config={})},
                 "leaders": {("t", i): leader for i, leader in enumerate(leaders)},
                 "live": {0},
                 "reassignments": {},

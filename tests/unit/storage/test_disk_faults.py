@@ -8,9 +8,9 @@ import os
 import pytest
 
 from raylog.errors import StorageError
-from raylog.storage import cleaner, faults
+from raylog.storage import cleaner, faults, producer_snapshot
 from raylog.storage import record_batch as rb
-from raylog.storage.leader_epoch import FILE_NAME, LeaderEpochCache
+from raylog.storage.leader_epoch import LeaderEpochCache
 from tests.unit.storage.test_log import batch, read_all
 
 
@@ -186,16 +186,21 @@ def test_revive_keeps_a_log_offline_when_its_disk_lost_acknowledged_data(open_lo
 
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
 def test_checkpoint_writes_fail_and_keep_the_previous_file(tmp_path, error):
-    """Leader-epoch and cleaner checkpoints are replaced atomically: a failed write leaves the old content."""
+    """Leader-epoch, cleaner and producer-state checkpoints are replaced atomically: a failed write leaves the old."""
     epochs = LeaderEpochCache(str(tmp_path))
     epochs.assign(3, 0)
     cleaner.write_checkpoint(str(tmp_path), cleaner.Checkpoint(7, ((7, 1),)))
-    saved = {name: (tmp_path / name).read_bytes() for name in (FILE_NAME, cleaner.CHECKPOINT_FILE)}
+    row = producer_snapshot.SnapshotBatch(7, 0, 0, 4, 10, 14, 1, 1)
+    producer_snapshot.write(str(tmp_path), 15, [row])
+    saved = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
     faults.inject(error)
     with pytest.raises(StorageError):
         epochs.assign(4, 10)
     with pytest.raises(StorageError):
         cleaner.write_checkpoint(str(tmp_path), cleaner.Checkpoint(9, ()))
+    with pytest.raises(StorageError):
+        producer_snapshot.write(str(tmp_path), 15, [])
     faults.inject(None)
-    assert {name: (tmp_path / name).read_bytes() for name in saved} == saved
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == saved
     assert LeaderEpochCache(str(tmp_path)).entries == [(3, 0)]
+    assert producer_snapshot.read(str(tmp_path), 15) == [row]
