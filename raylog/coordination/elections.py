@@ -171,8 +171,10 @@ def directory_replaced(
     other live replica, or none. Like any follower it rejoins an ISR once it has caught up with the leader."""
     changed = []
     for info in partitions:
-        if broker not in info.isr and info.leader != broker:
+        if broker not in info.replicas and info.leader != broker:
             continue
+        # The partition epoch moves also where it was no ISR member: an ISR proposal made on
+        # what its replica fetched before the disk was replaced must be refused.
         lost = replace(info, isr=tuple(r for r in info.isr if r != broker))
         if info.leader == broker:
             changed.append(elect_leader(lost, set(live) - {broker}, unclean(info.topic)))

@@ -101,12 +101,18 @@ def always(topic: str) -> bool:
 def test_a_broker_back_with_a_new_log_directory_leaves_every_isr_and_leadership():
     """A broker whose log directory was replaced leaves the ISR of each partition it was in
     (partition epoch bumped); where it led, another live ISR member leads under a new epoch.
-    Partitions it is not in sync for are not changed."""
+    Where it is a replica out of sync the partition epoch moves too: an ISR proposal the
+    leader made on what that replica fetched before it lost its disk must be refused (the
+    simulation found one accepted: seed 7226). Partitions it has no replica of stay."""
     follower, led, outside = info(leader=1), info(leader=0), info(leader=1, isr=(1, 2))
-    changed = directory_replaced([follower, led, outside], 0, live={0, 1, 2}, unclean=never)
-    assert len(changed) == 2
+    elsewhere = info(leader=1, replicas=(1, 2), isr=(1, 2))
+    changed = directory_replaced([follower, led, outside, elsewhere], 0, live={0, 1, 2}, unclean=never)
+    assert len(changed) == 3
     assert (changed[0].leader, changed[0].leader_epoch, changed[0].isr, changed[0].partition_epoch) == (1, 3, (1, 2), 8)
     assert (changed[1].leader, changed[1].leader_epoch, changed[1].isr, changed[1].partition_epoch) == (1, 4, (1, 2), 8)
+    assert (changed[2].isr, changed[2].partition_epoch) == ((1, 2), 8)
+    before = alter_isr(outside, 1, 3, 7, (0, 1, 2), {0, 1, 2})  # proposed before the disk was replaced
+    assert before[0] and alter_isr(changed[2], 1, 3, 7, (0, 1, 2), {0, 1, 2}) == (False, changed[2])
 
 
 def test_a_broker_back_with_a_new_log_directory_is_never_elected_from_a_stale_isr():
