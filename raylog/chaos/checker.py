@@ -1,0 +1,354 @@
+"""The checker: Jepsen's anomaly classes for Kafka-like logs, found in a :class:`History`.
+
+Each class, restated for raylog (see ``/work/shared/anomalies.md``; the history module
+says what a history holds):
+
+- lost write: a send acknowledged (or a value a consumer polled, so below the high
+  watermark) that the final read does not return, where the final read reached its offset.
+- duplicate: one value read at two positions (two offsets of one partition, or in two
+  partitions), by the final read or polls. An unknown send may appear once or not at all,
+  never twice; a producer without idempotence may duplicate on retries.
+- inconsistent offsets: two values at one offset (across acknowledgements, polls and the
+  final read: two readers, or one reader at two times).
+- non-monotonic send: one process's acknowledged sends to a partition, in the order it
+  invoked them, got offsets that do not increase.
+- non-monotonic poll: one consumer's successive records of a partition (within and across
+  polls, with no assignment or seek between) have an offset at or below one before.
+- poll skip: one consumer's successive records of a partition jump over offsets that the
+  final read returns.
+- unseen: a value in the final read below the offset its group committed (the highest
+  acknowledged commit, or the group's committed offset at the end) that no poll of that
+  group ever returned.
+- aborted read: a read_committed poll returned a value of an aborted transaction.
+- intermediate read: a read_committed poll returned a value of a transaction that went on
+  writing to that partition after the poll (so it was not committed when read).
+- torn transaction: a committed transaction whose values the final read returns only in
+  part (some partitions, or some values, and never the others).
+
+The checker is plain Python, deterministic and fast: it runs on every fault run.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+from collections.abc import Iterator
+
+from raylog.chaos.history import ABORTED, COMMITTED, OK, Assign, Commit, History, Op, Poll, Send, Txn
+
+LOST_WRITE = "lost-write"
+DUPLICATE = "duplicate"
+INCONSISTENT_OFFSETS = "inconsistent-offsets"
+NONMONOTONIC_SEND = "non-monotonic-send"
+NONMONOTONIC_POLL = "non-monotonic-poll"
+POLL_SKIP = "poll-skip"
+UNSEEN = "unseen"
+ABORTED_READ = "aborted-read"
+INTERMEDIATE_READ = "intermediate-read"
+TORN_TRANSACTION = "torn-transaction"
+CLASSES = (
+    LOST_WRITE,
+    DUPLICATE,
+    INCONSISTENT_OFFSETS,
+    NONMONOTONIC_SEND,
+    NONMONOTONIC_POLL,
+    POLL_SKIP,
+    UNSEEN,
+    ABORTED_READ,
+    INTERMEDIATE_READ,
+    TORN_TRANSACTION,
+)
+#: Classes that only producers with idempotence promise to avoid (retries without it may
+#: duplicate and, with several batches in flight, reorder).
+IDEMPOTENCE_CLASSES = frozenset({DUPLICATE, NONMONOTONIC_SEND})
+#: Examples kept per class in a report's text.
+EXAMPLES_PER_CLASS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Anomaly:
+    """One instance of an anomaly class: where, which value, the operations involved.
+    ``idempotent``: every value involved was sent by an idempotent producer."""
+
+    kind: str
+    partition: int
+    offset: int | None
+    value: str | None
+    ops: tuple[str, ...]
+    idempotent: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.kind} p{self.partition}@{self.offset} {self.value!r}: " + "; ".join(self.ops)
+
+
+@dataclasses.dataclass
+class Report:
+    """Every anomaly found, by class."""
+
+    anomalies: dict[str, list[Anomaly]]
+
+    def counts(self) -> dict[str, int]:
+        return {kind: len(self.anomalies[kind]) for kind in CLASSES}
+
+    def violations(self, safe: bool) -> list[Anomaly]:
+        """The anomalies a configuration breaks its promise with: none unless it is ``safe``;
+        duplicates and send reordering only for values of idempotent producers."""
+        if not safe:
+            return []
+        return [a for kind in CLASSES for a in self.anomalies[kind] if kind not in IDEMPOTENCE_CLASSES or a.idempotent]
+
+    def summary(self) -> str:
+        """``class=count`` for every class found (``none`` when clean)."""
+        found = [f"{kind}={n}" for kind, n in self.counts().items() if n]
+        return " ".join(found) or "none"
+
+    def examples(self, per_class: int = EXAMPLES_PER_CLASS) -> str:
+        lines = []
+        for kind in CLASSES:
+            for anomaly in self.anomalies[kind][:per_class]:
+                lines.append(f"  {anomaly}")
+        return "\n".join(lines)
+
+
+def check(history: History) -> Report:
+    """Every anomaly in ``history``, by class."""
+    context = _Context(history)
+    anomalies: dict[str, list[Anomaly]] = {kind: [] for kind in CLASSES}
+    for find in (
+        _lost_writes,
+        _duplicates,
+        _inconsistent_offsets,
+        _nonmonotonic_sends,
+        _poll_order,
+        _unseen,
+        _aborted_reads,
+        _intermediate_reads,
+        _torn_transactions,
+    ):
+        for anomaly in find(context):
+            anomalies[anomaly.kind].append(anomaly)
+    return Report(anomalies)
+
+
+class _Context:
+    """Indexes over a history that the class finders share."""
+
+    def __init__(self, history: History):
+        self.ops = history.ops
+        self.final = history.final
+        self.sends: dict[str, Send] = {}
+        for op in self.ops:
+            if isinstance(op, Send):
+                assert op.value not in self.sends, f"value {op.value!r} sent twice: values must be unique"
+                self.sends[op.value] = op
+        self.polls = [op for op in self.ops if isinstance(op, Poll)]
+        self.txns = {op.txn: op for op in self.ops if isinstance(op, Txn)}
+        # value -> every (partition, offset) the final read returned it at
+        self.final_positions: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
+        self.final_offsets: dict[int, list[int]] = {}
+        for partition, records in self.final.records.items():
+            self.final_offsets[partition] = [offset for offset, _ in records]
+            for offset, value in records:
+                self.final_positions[value].append((partition, offset))
+
+    def reached(self, partition: int, offset: int) -> bool:
+        """Whether the final read covered ``offset`` of ``partition``."""
+        return self.final.complete.get(partition, False) or offset < self.final.end_offsets.get(partition, 0)
+
+    def idempotent(self, value: str) -> bool:
+        send = self.sends.get(value)
+        return send is None or send.idempotent
+
+
+def describe(op: Op, around: str | None = None) -> str:
+    """One operation, short: a poll shows only the record ``around`` a value when given."""
+    if isinstance(op, Send):
+        result = f"{op.outcome} {op.offset}" if op.offset is not None else op.outcome
+        error = f" ({op.error})" if op.error else ""
+        return f"{op.process} send p{op.partition} {op.value!r} -> {result}{error} [t{op.start}-{op.end}]"
+    if isinstance(op, Poll):
+        shown = [r for r in op.records if around is None or r[2] == around][:3]
+        records = ", ".join(f"p{p}@{o} {v!r}" for p, o, v in shown)
+        more = f" (+{len(op.records) - len(shown)})" if len(op.records) > len(shown) else ""
+        return f"{op.process} poll [{records}{more}] [t{op.start}-{op.end}]"
+    if isinstance(op, Commit):
+        offsets = ", ".join(f"p{p}@{o}" for p, o in op.offsets)
+        return f"{op.process} commit {op.group} [{offsets}] -> {op.outcome} [t{op.start}-{op.end}]"
+    if isinstance(op, Assign):
+        return f"{op.process} assign {list(op.partitions)} [t{op.start}]"
+    return f"{op.process} txn {op.txn} -> {op.outcome} [t{op.start}-{op.end}]"
+
+
+def _final_read(partition: int, offset: int) -> str:
+    return f"final read p{partition}@{offset}"
+
+
+def _lost_writes(c: _Context) -> Iterator[Anomaly]:
+    reported = set()
+    for send in c.sends.values():
+        if send.outcome == OK and send.value not in c.final_positions and c.reached(send.partition, send.offset):
+            reported.add(send.value)
+            yield Anomaly(LOST_WRITE, send.partition, send.offset, send.value, (describe(send),))
+    for poll in c.polls:
+        for partition, offset, value in poll.records:
+            if value in c.final_positions or value in reported or not c.reached(partition, offset):
+                continue
+            reported.add(value)
+            ops = (describe(poll, value),) + ((describe(c.sends[value]),) if value in c.sends else ())
+            yield Anomaly(LOST_WRITE, partition, offset, value, ops)
+
+
+def _observations(c: _Context) -> Iterator[tuple[int, int, str, str]]:
+    """Every ``(partition, offset, value, who)`` a reader or an acknowledgement reported."""
+    for value, positions in c.final_positions.items():
+        for partition, offset in positions:
+            yield partition, offset, value, _final_read(partition, offset)
+    for poll in c.polls:
+        for partition, offset, value in poll.records:
+            yield partition, offset, value, describe(poll, value)
+
+
+def _duplicates(c: _Context) -> Iterator[Anomaly]:
+    positions: dict[str, dict[tuple[int, int], str]] = collections.defaultdict(dict)
+    for partition, offset, value, who in _observations(c):
+        positions[value].setdefault((partition, offset), who)
+    for value, seen in positions.items():
+        if len(seen) > 1:
+            (partition, offset), *_ = sorted(seen)
+            ops = tuple(who for _, who in sorted(seen.items())) + (
+                (describe(c.sends[value]),) if value in c.sends else ()
+            )
+            yield Anomaly(DUPLICATE, partition, offset, value, ops, c.idempotent(value))
+
+
+def _inconsistent_offsets(c: _Context) -> Iterator[Anomaly]:
+    at: dict[tuple[int, int], dict[str, str]] = collections.defaultdict(dict)
+    for partition, offset, value, who in _observations(c):
+        at[(partition, offset)].setdefault(value, who)
+    for send in c.sends.values():
+        if send.outcome == OK:
+            at[(send.partition, send.offset)].setdefault(send.value, describe(send))
+    for (partition, offset), values in sorted(at.items()):
+        if len(values) > 1:
+            idempotent = all(c.idempotent(v) for v in values)
+            yield Anomaly(INCONSISTENT_OFFSETS, partition, offset, min(values), tuple(values.values()), idempotent)
+
+
+def _nonmonotonic_sends(c: _Context) -> Iterator[Anomaly]:
+    previous: dict[tuple[str, int], Send] = {}
+    for send in sorted(c.sends.values(), key=lambda s: s.start):
+        if send.outcome != OK:
+            continue
+        key = (send.process, send.partition)
+        before = previous.get(key)
+        if before is not None and send.offset <= before.offset:
+            yield Anomaly(
+                NONMONOTONIC_SEND,
+                send.partition,
+                send.offset,
+                send.value,
+                (describe(before), describe(send)),
+                before.idempotent and send.idempotent,
+            )
+        previous[key] = send
+
+
+def _poll_order(c: _Context) -> Iterator[Anomaly]:
+    """Non-monotonic polls and poll skips: each process's records of a partition in order."""
+    last: dict[tuple[str, int], tuple[int, str, Poll]] = {}
+    for op in c.ops:
+        if isinstance(op, Assign):
+            for partition in op.partitions:
+                last.pop((op.process, partition), None)
+            continue
+        if not isinstance(op, Poll):
+            continue
+        for partition, offset, value in op.records:
+            key = (op.process, partition)
+            before = last.get(key)
+            last[key] = (offset, value, op)
+            if before is None:
+                continue
+            before_offset, before_value, before_poll = before
+            ops = (describe(before_poll, before_value), describe(op, value))
+            if offset <= before_offset:
+                yield Anomaly(NONMONOTONIC_POLL, partition, offset, value, ops)
+                continue
+            offsets = c.final_offsets.get(partition, [])
+            i = bisect.bisect_right(offsets, before_offset)
+            if i < len(offsets) and offsets[i] < offset:
+                skipped = offsets[i : bisect.bisect_left(offsets, offset)]
+                shown = ", ".join(map(str, skipped[:5])) + (" ..." if len(skipped) > 5 else "")
+                yield Anomaly(POLL_SKIP, partition, offset, value, ops + (f"skipped offsets {shown}",))
+
+
+def _unseen(c: _Context) -> Iterator[Anomaly]:
+    committed: dict[str, dict[int, tuple[int, str]]] = collections.defaultdict(dict)
+    for group, offsets in c.final.committed.items():
+        for partition, offset in offsets.items():
+            committed[group][partition] = (offset, f"group {group} committed p{partition}@{offset} at the end")
+    for op in c.ops:
+        if isinstance(op, Commit) and op.outcome == OK:
+            for partition, offset in op.offsets:
+                if offset > committed[op.group].get(partition, (-1, ""))[0]:
+                    committed[op.group][partition] = (offset, describe(op))
+    polled: dict[str, set[str]] = collections.defaultdict(set)
+    for poll in c.polls:
+        if poll.group is not None:
+            polled[poll.group].update(value for _, _, value in poll.records)
+    for group, offsets in sorted(committed.items()):
+        for partition, (upto, commit) in sorted(offsets.items()):
+            for offset, value in c.final.records.get(partition, []):
+                if offset >= upto:
+                    break
+                if value not in polled[group]:
+                    ops = (commit,) + ((describe(c.sends[value]),) if value in c.sends else ())
+                    yield Anomaly(UNSEEN, partition, offset, value, ops)
+
+
+def _aborted_reads(c: _Context) -> Iterator[Anomaly]:
+    for poll in c.polls:
+        if not poll.read_committed:
+            continue
+        for partition, offset, value in poll.records:
+            send = c.sends.get(value)
+            txn = c.txns.get(send.txn) if send is not None and send.txn else None
+            if txn is not None and txn.outcome == ABORTED:
+                yield Anomaly(ABORTED_READ, partition, offset, value, (describe(poll, value), describe(txn)))
+
+
+def _intermediate_reads(c: _Context) -> Iterator[Anomaly]:
+    later: dict[tuple[str, int], list[Send]] = collections.defaultdict(list)
+    for send in c.sends.values():
+        if send.txn:
+            later[(send.txn, send.partition)].append(send)
+    for poll in c.polls:
+        if not poll.read_committed:
+            continue
+        for partition, offset, value in poll.records:
+            send = c.sends.get(value)
+            if send is None or not send.txn:
+                continue
+            more = [s for s in later[(send.txn, partition)] if s.start > poll.end]
+            if more:
+                ops = (describe(poll, value), describe(more[0]))
+                yield Anomaly(INTERMEDIATE_READ, partition, offset, value, ops)
+
+
+def _torn_transactions(c: _Context) -> Iterator[Anomaly]:
+    members: dict[str, list[Send]] = collections.defaultdict(list)
+    for send in c.sends.values():
+        if send.txn:
+            members[send.txn].append(send)
+    for txn_id, sends in sorted(members.items()):
+        txn = c.txns.get(txn_id)
+        if txn is None or txn.outcome != COMMITTED:
+            continue
+        if not all(c.final.complete.get(s.partition, False) for s in sends):
+            continue
+        missing = [s for s in sends if s.value not in c.final_positions]
+        if missing and len(missing) < len(sends):
+            shown = missing[0]
+            ops = (describe(txn), *(describe(s) for s in missing[:3]))
+            yield Anomaly(TORN_TRANSACTION, shown.partition, shown.offset, shown.value, ops)
