@@ -66,6 +66,15 @@ raylog bench produce|consume|e2e [--topic T] [--num-records N] [--record-size B]
         a progress bar on stderr; --arrow uses send_arrow/poll_arrow; --sync (produce)
         sends one record at a time, each acknowledged before the next; --json: the report
         as JSON
+raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-faults M]
+                  [--acks all|1] [--min-insync-replicas N] [--unclean] [--partitions P]
+        seeded fault runs (Jepsen's Kafka workload, see raylog.chaos): starts its own Ray
+        cluster of a head and three labelled broker nodes on this machine, then N runs with
+        seeds S, S+1, ...: each a fresh topic, producers and consumer groups recording a
+        history while a nemesis injects faults, everything healed, a final read and the
+        checker; one line per run, a total at the end. Exit code 1 if a run found an anomaly
+        that its configuration promises against (acks=all, min.insync.replicas >= 2, RF 3,
+        unclean election off) or did not heal
 raylog dump-log DIR [--records] [--json]   print a log directory's segments and batches
                                            (Kafka's kafka-dump-log), verifying CRCs;
                                            read-only, exit code 1 if a batch is invalid
@@ -1010,6 +1019,29 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_soak(args: argparse.Namespace) -> int:
+    from raylog.chaos import soak  # imports Ray and starts nodes: only when soaking
+    from raylog.chaos.nemesis import FAULT_KINDS
+
+    faults = soak.RunConfig.faults if args.faults is None else tuple(k for k in args.faults.split(",") if k)
+    unknown = sorted(set(faults) - set(FAULT_KINDS))
+    if unknown:
+        raise _UsageError(f"unknown fault kinds {', '.join(unknown)}; known: {', '.join(FAULT_KINDS)}")
+    given = {
+        "duration_s": args.duration_s,
+        "max_faults": args.max_faults,
+        "acks": args.acks,
+        "min_insync_replicas": args.min_insync_replicas,
+        "partitions": args.partitions,
+    }
+    config = soak.RunConfig(faults=faults, unclean=args.unclean, **{k: v for k, v in given.items() if v is not None})
+    began = time.monotonic()
+    with soak.SoakCluster() as env:
+        results = soak.soak(env, args.runs, args.seed, config, out=lambda line: print(line, flush=True))
+    print(soak.totals(results, time.monotonic() - began))
+    return 1 if any(r.failed for r in results) else 0
+
+
 # --- dump-log --------------------------------------------------------------------------------
 
 
@@ -1356,6 +1388,19 @@ def _add_bench(commands: Any) -> None:
         sub.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "produce":
             sub.add_argument("--sync", action="store_true", help="one record at a time, each acknowledged first")
+    soak = workloads.add_parser(
+        "soak", help="seeded fault runs judged by a Jepsen-style checker (on a Ray cluster of its own)"
+    )
+    soak.set_defaults(run=_bench_soak)
+    soak.add_argument("--runs", type=_positive_int, default=1, help="how many runs (default 1)")
+    soak.add_argument("--seed", type=int, default=1, help="of the first run; run i uses seed + i (default 1)")
+    soak.add_argument("--faults", help="comma-separated fault kinds (default: all but disk faults)")
+    soak.add_argument("--duration-s", type=_positive_float, help="workload time per run (default 6)")
+    soak.add_argument("--max-faults", type=_non_negative_int, help="faults per run at most (default 3)")
+    soak.add_argument("--acks", choices=["all", "1"], help="of the producers (default all)")
+    soak.add_argument("--min-insync-replicas", type=_positive_int, help="of the topic (default 2)")
+    soak.add_argument("--unclean", action="store_true", help="unclean.leader.election.enable=true")
+    soak.add_argument("--partitions", type=_positive_int, help="of each run's topic (default 2)")
 
 
 def _config_pair(text: str) -> tuple[str, str]:

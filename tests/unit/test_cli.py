@@ -85,3 +85,10 @@ def test_status_text_names_lost_partitions_and_refused_brokers():
     assert "health: REFUSED: node n9 is not a broker of this cluster: InconsistentClusterIdError: " in text
     assert "health: LOST: 1 partition(s) without any in-sync replica (t-0)" in text
     assert "health: ok" not in text
+
+
+def test_bench_soak_refuses_unknown_fault_kinds_before_starting_anything(capsys):
+    """A misspelt fault kind is a usage error (exit 2) naming the known kinds; no Ray is started."""
+    assert cli.main(["bench", "soak", "--faults", "kill-leader,kill-everything"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown fault kinds kill-everything" in err and "pause-controller" in err

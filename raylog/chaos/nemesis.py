@@ -1,0 +1,393 @@
+"""The nemesis: seeded faults against a running raylog cluster, bounded in time and count,
+one at a time, each healed before the next (and everything healed before the final read).
+
+Fault kinds (``FAULT_KINDS``; each picks its target with the run's ``random.Random``):
+
+- ``kill-leader``: ``ray.kill`` a partition leader's replica actor (Ray restarts it).
+- ``kill-leader-pid``: SIGKILL the leader replica's process (Ray restarts it).
+- ``kill-node``: remove the node of a partition leader's broker (every replica on it dies),
+  then bring the broker back on a new node with the same label and data directory.
+- ``pause-replica``: SIGSTOP a replica's process (leader or follower) for longer than
+  ``replica.lag.time.max.ms``, then SIGCONT.
+- ``pause-controller``: SIGSTOP the controller's process for a while, then SIGCONT.
+- ``kill-coordinator``: ``ray.kill`` the actor leading the group's ``__consumer_offsets``
+  partition (the group coordinator).
+- ``delay-calls``: for a while, clients' actor calls are delayed at random, so reordered
+  (:mod:`raylog.chaos.faulty`).
+- ``lose-tail``: SIGSTOP a partition's followers for two thirds of the lag time (they stay
+  in the ISR but copy nothing), SIGKILL the leader's process, SIGCONT the followers: a follower
+  leads without what the leader alone had. Safe with acks=all (those writes were never
+  acknowledged); the case that makes acks=1 lose acknowledged writes.
+- ``isolate-leader``: SIGSTOP a partition's followers until the ISR shrinks to the leader,
+  kill the leader's node, SIGCONT the followers once the controller has seen it die, and
+  bring the node back once another leader (or none) is chosen: with unclean election a
+  follower that lacks the leader's writes leads (the case that makes unclean election lose
+  acknowledged writes); without, the partition waits offline for its last ISR member.
+- ``corrupt-tail``: SIGSTOP a follower, cut its last segment short or flip bytes in its
+  tail on disk, SIGKILL it: Ray restarts it and its recovery finds the damage.
+- ``disk-full``: a replica's storage writes fail with ENOSPC for a while
+  (``PartitionReplicaActor.inject_disk_fault(errno)``; ``inject_disk_fault(None)`` heals).
+
+A fault whose target cannot be found (no leader right now, an empty segment) is recorded
+as skipped with the reason; one that raises is recorded with its error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import glob
+import logging
+import os
+import random
+import signal
+import time
+from typing import Any
+
+import ray
+
+from raylog.clients.admin import Admin
+from raylog.clients.transport import call
+from raylog.coordination.placement import OFFSETS_TOPIC
+from raylog.errors import RaylogError
+
+logger = logging.getLogger(__name__)
+
+FAULT_KINDS = (
+    "kill-leader",
+    "kill-leader-pid",
+    "kill-node",
+    "pause-replica",
+    "pause-controller",
+    "kill-coordinator",
+    "delay-calls",
+    "lose-tail",
+    "isolate-leader",
+    "corrupt-tail",
+    "disk-full",
+)
+#: Bound on every call the nemesis makes and on each wait for a fault to take effect.
+CALL_TIMEOUT_S = 20.0
+WAIT_TIMEOUT_S = 30.0
+#: Pause between faults, and how long a paused controller or delayed calls last.
+GAP_S = (0.3, 1.5)
+CONTROLLER_PAUSE_S = (1.0, 3.0)
+DELAY_WINDOW_S = (1.5, 3.0)
+DISK_FULL_S = (1.0, 3.0)
+#: Writes a leader takes alone in ``lose-tail`` / ``isolate-leader`` before it is killed.
+ALONE_S = 1.0
+#: Bytes at the end of a segment that ``corrupt-tail`` damages.
+CORRUPT_TAIL_BYTES = 512
+
+
+@dataclasses.dataclass
+class FaultEvent:
+    kind: str
+    target: str = ""
+    start_s: float = 0.0
+    end_s: float = 0.0
+    outcome: str = "done"  # done | skipped: <why> | error: <what>
+
+    def __str__(self) -> str:
+        detail = f" {self.target}" if self.target else ""
+        status = "" if self.outcome == "done" else f" ({self.outcome})"
+        return f"{self.kind}{detail}{status}"
+
+
+class _Skip(Exception):
+    """The fault has no target right now."""
+
+
+class Nemesis:
+    """Injects faults into ``topic`` for :meth:`run`'s duration.
+
+    Runs in the main thread: bringing a broker back starts a Ray node, which only the main
+    thread may do (Ray installs signal handlers then).
+
+    Args:
+        env: the :class:`raylog.chaos.soak.SoakCluster` (cluster handle, broker nodes).
+        delays: the :class:`~raylog.chaos.faulty.CallDelays` of the run's clients.
+        rng: the run's seeded random source.
+        kinds: the fault kinds to draw from.
+        max_faults: at most this many faults.
+        lag_time_s: the topic's ``replica.lag.time.max.ms``, in seconds.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        topic: str,
+        partitions: int,
+        group: str,
+        delays: Any,
+        rng: random.Random,
+        kinds: tuple[str, ...],
+        max_faults: int,
+        lag_time_s: float,
+    ):
+        unknown = set(kinds) - set(FAULT_KINDS)
+        assert not unknown, f"unknown fault kinds {sorted(unknown)}"
+        self.env = env
+        self.cluster = env.cluster
+        self.admin = Admin(env.cluster)
+        self.topic = topic
+        self.partitions = partitions
+        self.group = group
+        self.delays = delays
+        self.rng = rng
+        self.kinds = kinds
+        self.max_faults = max_faults
+        self.lag_time_s = lag_time_s
+        self.events: list[FaultEvent] = []
+        self._stopped_pids: set[int] = set()
+        self._dead_brokers: set[int] = set()
+        self._disk_faults: list[Any] = []
+
+    # --- the schedule ---------------------------------------------------------------------
+
+    def run(self, duration_s: float) -> None:
+        """Faults, one at a time with pauses between, until ``duration_s`` has passed (a
+        fault under way is finished and healed first) or ``max_faults`` were tried."""
+        began = time.monotonic()
+        end = began + duration_s
+        while len(self.events) < self.max_faults and self.kinds:
+            gap_s = self.rng.uniform(*GAP_S)
+            if time.monotonic() + gap_s >= end:
+                break
+            time.sleep(gap_s)  # the schedule's pause: nothing to wait for but time
+            kind = self.rng.choice(self.kinds)
+            event = FaultEvent(kind, start_s=time.monotonic() - began)
+            try:
+                event.target = getattr(self, "_" + kind.replace("-", "_"))()
+            except _Skip as why:
+                event.outcome = f"skipped: {why}"
+            except (RaylogError, ray.exceptions.RayError, OSError) as exc:
+                event.outcome = f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                logger.warning("nemesis %s failed: %s", kind, event.outcome)
+            finally:
+                self.heal()
+            event.end_s = time.monotonic() - began
+            self.events.append(event)
+        time.sleep(max(0.0, end - time.monotonic()))  # the workload runs to the end
+
+    @property
+    def injected(self) -> list[FaultEvent]:
+        return [e for e in self.events if e.outcome == "done"]
+
+    # --- healing --------------------------------------------------------------------------
+
+    def heal(self) -> None:
+        """Undo whatever is still in effect: resume stopped processes, bring dead brokers
+        back, stop delaying calls, clear disk faults."""
+        for pid in list(self._stopped_pids):
+            self._resume(pid)
+        for broker in sorted(self._dead_brokers):
+            self.env.start_broker(broker)
+            self._dead_brokers.discard(broker)
+        self.delays.stop()
+        for handle in self._disk_faults:
+            try:
+                call(handle.inject_disk_fault.remote(None), CALL_TIMEOUT_S)
+            except RaylogError as exc:
+                logger.warning("nemesis: clearing a disk fault: %s", exc)
+        self._disk_faults.clear()
+
+    # --- faults ---------------------------------------------------------------------------
+
+    def _kill_leader(self) -> str:
+        partition, leader, handle = self._leader()
+        ray.kill(handle, no_restart=False)
+        self._await_answer(handle)
+        return f"p{partition} leader b{leader}"
+
+    def _kill_leader_pid(self) -> str:
+        partition, leader, handle = self._leader()
+        os.kill(self._pid(handle), signal.SIGKILL)
+        self._await_answer(handle)
+        return f"p{partition} leader b{leader}"
+
+    def _kill_node(self) -> str:
+        partition, leader, _ = self._leader()
+        self.env.kill_broker(leader)
+        self._dead_brokers.add(leader)
+        self._hold(self.rng.uniform(2.0, 5.0))
+        return f"b{leader} (led p{partition})"
+
+    def _pause_replica(self) -> str:
+        partition = self.rng.randrange(self.partitions)
+        broker, handle = self._replica(partition)
+        pid = self._pid(handle)
+        role = "leader" if broker == self._describe(partition).leader else "follower"
+        self._pause(pid)
+        self._hold(self.lag_time_s + self.rng.uniform(0.3, 1.5))
+        return f"p{partition} {role} b{broker}"
+
+    def _pause_controller(self) -> str:
+        pid = call(self.cluster.controller.__ray_call__.remote(_own_pid), CALL_TIMEOUT_S)
+        self._pause(pid)
+        self._hold(self.rng.uniform(*CONTROLLER_PAUSE_S))
+        return "controller"
+
+    def _kill_coordinator(self) -> str:
+        partition, handle = call(self.cluster.controller.find_coordinator.remote(self.group), CALL_TIMEOUT_S)
+        if handle is None:
+            raise _Skip("no coordinator")
+        ray.kill(handle, no_restart=False)
+        self._await_answer(handle)
+        return f"{OFFSETS_TOPIC}-{partition}"
+
+    def _delay_calls(self) -> str:
+        max_delay_s = self.rng.uniform(0.05, 0.5)
+        self.delays.start(probability=0.5, max_delay_s=max_delay_s)
+        self._hold(self.rng.uniform(*DELAY_WINDOW_S))
+        return f"up to {max_delay_s * 1000:.0f} ms"
+
+    def _lose_tail(self) -> str:
+        partition, leader, handle = self._leader()
+        followers = self._followers(partition, leader)
+        for pid in followers.values():
+            self._pause(pid)
+        self._hold(self.lag_time_s * 2 / 3)
+        os.kill(self._pid(handle), signal.SIGKILL)
+        for pid in followers.values():
+            self._resume(pid)
+        self._await_answer(handle)
+        return f"p{partition} leader b{leader}"
+
+    def _isolate_leader(self) -> str:
+        partition, leader, _ = self._leader()
+        followers = self._followers(partition, leader)
+        for pid in followers.values():
+            self._pause(pid)
+        self._wait(lambda: self._describe(partition).isr == (leader,), "the ISR shrinking to the leader")
+        self._hold(ALONE_S)
+        self.env.kill_broker(leader)
+        self._dead_brokers.add(leader)
+        # The followers resume only once the controller has seen the leader die: a removed
+        # node's processes may answer calls for a moment, and a follower would copy its tail.
+        self._wait(lambda: leader not in self.cluster.metadata(refresh=True).live, "the leader's death noticed")
+        for pid in followers.values():
+            self._resume(pid)
+        self._wait(lambda: self._describe(partition).leader != leader, "another leader (or none)")
+        return f"p{partition} leader b{leader}"
+
+    def _corrupt_tail(self) -> str:
+        partition, leader, _ = self._leader()
+        broker, handle = self._replica(partition, leader)
+        pid = self._pid(handle)
+        directory = call(handle.__ray_call__.remote(_log_dir), CALL_TIMEOUT_S)
+        self._pause(pid)
+        damage = corrupt_last_segment(directory, self.rng)
+        os.kill(pid, signal.SIGKILL)
+        self._stopped_pids.discard(pid)
+        self._await_answer(handle)
+        return f"p{partition} follower b{broker}: {damage}"
+
+    def _disk_full(self) -> str:
+        partition = self.rng.randrange(self.partitions)
+        broker, handle = self._replica(partition)
+        call(handle.inject_disk_fault.remote(errno.ENOSPC), CALL_TIMEOUT_S)
+        self._disk_faults.append(handle)
+        self._hold(self.rng.uniform(*DISK_FULL_S))
+        return f"p{partition} b{broker}"
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _describe(self, partition: int):
+        return self.admin.describe_topics([self.topic])[0].partitions[partition]
+
+    def _handles(self) -> dict[tuple[int, int], Any]:
+        return call(self.cluster.controller.replica_handles.remote(self.topic), CALL_TIMEOUT_S)
+
+    def _leader(self) -> tuple[int, int, Any]:
+        """A random partition's ``(partition, leader broker, leader actor)``."""
+        partition = self.rng.randrange(self.partitions)
+        leader = self._describe(partition).leader
+        handle = self._handles().get((partition, leader))
+        if handle is None:
+            raise _Skip(f"p{partition} has no live leader")
+        return partition, leader, handle
+
+    def _replica(self, partition: int, leader: int | None = None) -> tuple[int, Any]:
+        """A random live replica of ``partition`` (a follower when ``leader`` is given):
+        ``(broker, actor)``."""
+        replicas = self._handles()
+        brokers = sorted(b for p, b in replicas if p == partition and b != leader)
+        if not brokers:
+            raise _Skip(f"p{partition} has no live replica to pick")
+        broker = self.rng.choice(brokers)
+        return broker, replicas[(partition, broker)]
+
+    def _followers(self, partition: int, leader: int) -> dict[int, int]:
+        """Broker -> process id of each live follower of ``partition``."""
+        return {b: self._pid(h) for (p, b), h in sorted(self._handles().items()) if p == partition and b != leader}
+
+    def _pid(self, handle: Any) -> int:
+        return call(handle.state.remote(), CALL_TIMEOUT_S)["pid"]
+
+    def _pause(self, pid: int) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        self._stopped_pids.add(pid)
+
+    def _resume(self, pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        self._stopped_pids.discard(pid)
+
+    def _hold(self, seconds: float) -> None:
+        time.sleep(seconds)  # a fault's duration: nothing to wait for but time
+
+    def _await_answer(self, handle: Any) -> None:
+        """Until the (restarted) actor answers."""
+        self._wait(lambda: self._answers(handle), "the actor to answer again")
+
+    def _answers(self, handle: Any) -> bool:
+        try:
+            call(handle.state.remote(), 2.0)
+            return True
+        except RaylogError:
+            return False
+
+    def _wait(self, predicate, what: str) -> None:
+        deadline = time.monotonic() + WAIT_TIMEOUT_S
+        while True:
+            try:
+                if predicate():
+                    return
+            except RaylogError:
+                pass
+            if time.monotonic() > deadline:
+                raise RaylogError(f"{what}: not within {WAIT_TIMEOUT_S} s")
+            time.sleep(0.1)
+
+
+def corrupt_last_segment(directory: str, rng: random.Random) -> str:
+    """Cut the last non-empty segment file of ``directory`` short, or flip a byte in its
+    last :data:`CORRUPT_TAIL_BYTES`; says what it did."""
+    segments = [p for p in sorted(glob.glob(os.path.join(directory, "*.log"))) if os.path.getsize(p) > 0]
+    if not segments:
+        raise _Skip("no data on disk yet")
+    path = segments[-1]
+    size = os.path.getsize(path)
+    span = min(size, CORRUPT_TAIL_BYTES)
+    if rng.random() < 0.5:
+        cut = rng.randint(1, span)
+        os.truncate(path, size - cut)
+        return f"{os.path.basename(path)} cut by {cut} of {size} bytes"
+    position = size - rng.randint(1, span)
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)[0]
+        f.seek(position)
+        f.write(bytes([byte ^ (1 << rng.randrange(8))]))
+    return f"{os.path.basename(path)} bit flipped at byte {position} of {size}"
+
+
+def _own_pid(_actor: Any) -> int:
+    return os.getpid()
+
+
+def _log_dir(actor: Any) -> str:
+    return actor.partition.log.dir

@@ -1,0 +1,315 @@
+"""Seeded fault runs: one multi-node Ray cluster on this machine, reused by many short runs.
+
+:class:`SoakCluster` starts a head node (the controller) and labelled broker nodes, each
+with its own data directory, with Ray's fast failure detection; a broker can be killed
+for real (its node removed) and brought back on a new node with the same label and disk.
+
+:func:`run_once` is one run: a fresh topic, the workload (:mod:`raylog.chaos.workload`)
+for ``duration_s`` while the :class:`~raylog.chaos.nemesis.Nemesis` injects faults, then
+every fault healed, the cluster back in sync, clients stopped, a final read, the checker,
+and the topic deleted. Its :class:`RunResult` prints as one line with the seed, so any run
+can be replayed (``raylog bench soak --runs 1 --seed S``). An anomaly in a configuration
+that promises safety (acks=all, min.insync.replicas >= 2, replication factor >= 3, unclean
+election off) fails the run; the same anomalies elsewhere are reported, not failures.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import random
+import tempfile
+import time
+import uuid
+from typing import Any
+
+import ray
+from ray.cluster_utils import Cluster
+
+import raylog
+from raylog.chaos import checker, workload
+from raylog.chaos.faulty import CallDelays, DelayedCluster, start_proxy
+from raylog.chaos.history import OK, Recorder, Send
+from raylog.chaos.nemesis import FAULT_KINDS, FaultEvent, Nemesis
+from raylog.clients.admin import Admin
+from raylog.coordination.placement import OFFSETS_TOPIC
+from raylog.errors import RaylogError
+from raylog.types import NewTopic
+
+logger = logging.getLogger(__name__)
+
+#: Nodes are declared dead in about 1.5 s (Ray's default is about 15 s).
+FAST_FAILURE_DETECTION = {
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 3,
+    "health_check_timeout_ms": 500,
+}
+NODE_OBJECT_STORE_BYTES = 80 * 1024 * 1024
+#: Controller settings: fast node checks, no leadership moves but the faults'; one
+#: ``__consumer_offsets`` partition (each partition is three processes).
+CONTROLLER_CONFIG = {
+    "node.check.interval.ms": "200",
+    "auto.leader.rebalance.enable": "false",
+    "offsets.topic.num.partitions": "1",
+}
+#: How long a run waits for every replica to be back in sync after the faults.
+HEAL_TIMEOUT_S = 90.0
+#: Faults of the default set that need a disk-fault hook in the replica actor.
+DISK_FAULTS = ("disk-full",)
+
+
+class SoakCluster:
+    """A head node plus ``num_brokers`` labelled broker nodes, and raylog on them.
+
+    Use as a context manager; ``cluster`` is the raylog cluster handle."""
+
+    def __init__(self, data_root: str | None = None, num_brokers: int = 3):
+        self._tmp = None if data_root is not None else tempfile.TemporaryDirectory(prefix="raylog-soak-")
+        self.data_root = data_root or self._tmp.name
+        self.num_brokers = num_brokers
+        self.ray_cluster: Cluster | None = None
+        self.nodes: dict[int, Any] = {}
+        self.cluster: Any = None
+        self.proxy: Any = None
+
+    def __enter__(self) -> SoakCluster:
+        self.ray_cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "object_store_memory": NODE_OBJECT_STORE_BYTES,
+                "_system_config": FAST_FAILURE_DETECTION,
+            },
+        )
+        for broker in range(self.num_brokers):
+            self.start_broker(broker)
+        self.ray_cluster.wait_for_nodes()
+        ray.init(address=self.ray_cluster.address, configure_logging=False, log_to_driver=False)
+        self.cluster = raylog.connect(
+            address=self.ray_cluster.address,
+            data_dir=f"{self.data_root}/controller",
+            cluster_name=f"soak{uuid.uuid4().hex[:8]}",
+            config=CONTROLLER_CONFIG,
+        )
+        self.proxy = start_proxy(ray.get_runtime_context().get_node_id())
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            if self.cluster is not None:
+                self.cluster.shutdown()
+        finally:
+            ray.shutdown()
+            if self.ray_cluster is not None:
+                self.ray_cluster.shutdown()
+            if self._tmp is not None:
+                self._tmp.cleanup()
+
+    def start_broker(self, broker: int) -> None:
+        """Broker ``broker`` on a new node, with its data directory (kept across restarts)."""
+        self.nodes[broker] = self.ray_cluster.add_node(
+            num_cpus=1,
+            object_store_memory=NODE_OBJECT_STORE_BYTES,
+            labels={"raylog.broker": str(broker), "raylog.data_dir": f"{self.data_root}/broker-{broker}"},
+        )
+
+    def kill_broker(self, broker: int) -> None:
+        """Remove the broker's node at once (every process on it dies)."""
+        self.ray_cluster.remove_node(self.nodes.pop(broker), allow_graceful=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One run's configuration: the topic's guarantees, the workload, the faults."""
+
+    acks: str = "all"
+    min_insync_replicas: int = 2
+    unclean: bool = False
+    replication_factor: int = 3
+    partitions: int = 2
+    duration_s: float = 6.0
+    faults: tuple[str, ...] = tuple(k for k in FAULT_KINDS if k not in DISK_FAULTS)
+    max_faults: int = 3
+    replica_lag_time_max_ms: int = 1500
+    rate_per_s: float = 40.0  # per producer thread
+
+    @property
+    def safe(self) -> bool:
+        """Whether the configuration promises that nothing acknowledged is lost."""
+        return (
+            self.acks in ("all", "-1")
+            and self.min_insync_replicas >= 2
+            and self.replication_factor >= 3
+            and not self.unclean
+        )
+
+    def describe(self) -> str:
+        unclean = "on" if self.unclean else "off"
+        return (
+            f"acks={self.acks} min.insync.replicas={self.min_insync_replicas} "
+            f"rf={self.replication_factor} unclean={unclean}"
+        )
+
+
+@dataclasses.dataclass
+class RunResult:
+    seed: int
+    config: RunConfig
+    report: checker.Report
+    faults: list[FaultEvent]
+    ops: int
+    acknowledged: int
+    healed: bool
+    elapsed_s: float
+    client_errors: list[str]
+
+    @property
+    def violations(self) -> list[checker.Anomaly]:
+        return self.report.violations(self.config.safe)
+
+    @property
+    def failed(self) -> bool:
+        """An anomaly the configuration promises against, or a cluster that did not heal."""
+        return bool(self.violations) or not self.healed
+
+    def line(self) -> str:
+        """The one-line summary: seed, configuration, ops, faults, anomalies, verdict."""
+        injected = [f for f in self.faults if f.outcome == "done"]
+        verdict = "FAIL" if self.failed else "ok"
+        healed = "" if self.healed else " NOT-HEALED"
+        return (
+            f"seed={self.seed} {self.config.describe()} ops={self.ops} acknowledged={self.acknowledged} "
+            f"faults={len(injected)}[{', '.join(f.kind for f in injected)}] "
+            f"anomalies: {self.report.summary()}{healed} {self.elapsed_s:.1f}s {verdict}"
+        )
+
+    def details(self) -> str:
+        """The faults and a few examples of each anomaly class (for a failed run)."""
+        lines = [f"  fault {f.start_s:.1f}-{f.end_s:.1f}s: {f}" for f in self.faults]
+        examples = self.report.examples()
+        return "\n".join(lines + ([examples] if examples else []) + [f"  client: {e}" for e in self.client_errors[:5]])
+
+
+def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
+    """One seeded run on ``env`` (see the module docstring)."""
+    began = time.monotonic()
+    rng = random.Random(seed)
+    admin = Admin(env.cluster)
+    topic = f"soak-{seed}-{uuid.uuid4().hex[:6]}"
+    group, solo_group = f"{topic}-members", f"{topic}-assigned"
+    topic_config = {
+        "min.insync.replicas": str(config.min_insync_replicas),
+        "unclean.leader.election.enable": str(config.unclean).lower(),
+        "replica.lag.time.max.ms": str(config.replica_lag_time_max_ms),
+    }
+    admin.create_topics([NewTopic(topic, config.partitions, config.replication_factor, config=topic_config)])
+    delays = CallDelays(env.proxy, rng.random())
+    recorder = Recorder()
+    try:
+        wait_in_sync(admin, [topic], HEAL_TIMEOUT_S)
+        clients = _clients(env, delays, topic, config, recorder, rng, group, solo_group)
+        # The coordinator exists once a member asked for it: the nemesis may then kill it.
+        nemesis = Nemesis(
+            env,
+            topic,
+            config.partitions,
+            group,
+            delays,
+            rng,
+            config.faults,
+            config.max_faults,
+            lag_time_s=config.replica_lag_time_max_ms / 1000,
+        )
+        for client in clients:
+            client.start()
+        nemesis.run(config.duration_s)
+        healed = wait_in_sync(admin, [topic, OFFSETS_TOPIC], HEAL_TIMEOUT_S)
+        for client in clients:
+            client.stop()
+        final = workload.final_read(env.cluster, topic, config.partitions, [group, solo_group])
+    finally:
+        delays.close()
+    history = recorder.history(final)
+    report = checker.check(history)
+    _delete_quietly(admin, topic, [group, solo_group])
+    acknowledged = sum(1 for op in history.ops if isinstance(op, Send) and op.outcome == OK)
+    errors = [e for c in clients if isinstance(c, workload.ConsumerWorker) for e in c.errors]
+    return RunResult(
+        seed, config, report, nemesis.events, len(history.ops), acknowledged, healed, time.monotonic() - began, errors
+    )
+
+
+def _clients(env, delays, topic, config, recorder, rng, group, solo_group) -> list:
+    """Two producers (idempotent with two threads, plain with two), two group members (sync
+    and async commits) and one consumer of every partition, each on its own delayable
+    cluster handle."""
+
+    def own() -> DelayedCluster:
+        return DelayedCluster(env.cluster, delays)
+
+    common = (topic, config.partitions, recorder)
+    rate = config.rate_per_s
+    return [
+        # A short request timeout: acks=all requests time out while followers are slow and
+        # are retried, which is where the leader meets duplicates.
+        workload.ProducerWorker(
+            "idem", own(), *common, rng, acks=config.acks, threads=2, rate_per_s=rate, request_timeout_ms=500
+        ),
+        workload.ProducerWorker("plain", own(), *common, rng, acks=config.acks, idempotent=False, rate_per_s=rate),
+        workload.ConsumerWorker("member-sync", own(), *common, group, commit="sync"),
+        workload.ConsumerWorker("member-async", own(), *common, group, commit="async"),
+        workload.ConsumerWorker("assigned", own(), *common, solo_group, member=False),
+    ]
+
+
+def wait_in_sync(admin: Admin, topics: list[str], timeout_s: float) -> bool:
+    """Until every partition of ``topics`` has a leader and all its replicas in sync."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            described = admin.describe_topics(topics)
+            if all(p.leader >= 0 and set(p.isr) == set(p.replicas) for t in described for p in t.partitions):
+                return True
+        except RaylogError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def _delete_quietly(admin: Admin, topic: str, groups: list[str]) -> None:
+    try:
+        admin.delete_topics([topic])
+        admin.delete_consumer_groups(groups)
+    except RaylogError as exc:
+        logger.warning("soak: cleaning up %s: %s", topic, exc)
+
+
+def soak(env: SoakCluster, runs: int, seed: int, config: RunConfig, out=print) -> list[RunResult]:
+    """``runs`` runs with seeds ``seed``, ``seed + 1``, ...; prints each run's line (and,
+    for a failed run, its faults and anomaly examples)."""
+    results = []
+    for i in range(runs):
+        result = run_once(env, seed + i, config)
+        out(result.line())
+        if result.failed or result.report.summary() != "none":
+            out(result.details())
+        results.append(result)
+    return results
+
+
+def totals(results: list[RunResult], elapsed_s: float) -> str:
+    """The closing line of a soak: runs, failures (with their seeds), operations, faults
+    injected by kind, anomalies by class, time."""
+    failed = [r.seed for r in results if r.failed]
+    kinds = collections.Counter(f.kind for r in results for f in r.faults if f.outcome == "done")
+    anomalies = collections.Counter()
+    for result in results:
+        anomalies.update({k: n for k, n in result.report.counts().items() if n})
+    faults = ", ".join(f"{kind}={n}" for kind, n in sorted(kinds.items())) or "none"
+    found = " ".join(f"{kind}={n}" for kind, n in anomalies.items()) or "none"
+    return (
+        f"runs={len(results)} failed={len(failed)}{' seeds=' + ','.join(map(str, failed)) if failed else ''} "
+        f"ops={sum(r.ops for r in results)} acknowledged={sum(r.acknowledged for r in results)} "
+        f"faults={sum(kinds.values())} ({faults}) anomalies: {found} time={elapsed_s:.0f}s"
+    )
