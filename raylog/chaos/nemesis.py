@@ -9,7 +9,9 @@ Fault kinds (``FAULT_KINDS``; each picks its target with the run's ``random.Rand
   then bring the broker back on a new node with the same label and data directory.
 - ``pause-replica``: SIGSTOP a replica's process (leader or follower) for longer than
   ``replica.lag.time.max.ms``, then SIGCONT.
-- ``pause-controller``: SIGSTOP the controller's process for a while, then SIGCONT.
+- ``pause-controller``: SIGSTOP the controller's process for a while, then SIGCONT; one
+  time in three for longer than the replicas' call timeout, so that their ISR proposals
+  time out while the controller, once resumed, may still commit them.
 - ``kill-coordinator``: ``ray.kill`` the actor leading the group's ``__consumer_offsets``
   partition (the group coordinator).
 - ``delay-calls``: for a while, clients' actor calls are delayed at random, so reordered
@@ -23,6 +25,9 @@ Fault kinds (``FAULT_KINDS``; each picks its target with the run's ``random.Rand
   bring the node back once another leader (or none) is chosen: with unclean election a
   follower that lacks the leader's writes leads (the case that makes unclean election lose
   acknowledged writes); without, the partition waits offline for its last ISR member.
+- ``replace-disk``: ``isolate-leader``, but the leader's broker comes back with an empty
+  data directory (a replaced disk): it must not lead with an empty log from the ISR it was
+  the last member of, which would truncate every follower.
 - ``corrupt-tail``: SIGSTOP a follower, cut its last segment short or flip bytes in its
   tail on disk, SIGKILL it: Ray restarts it and its recovery finds the damage.
 - ``disk-full``: a replica's storage writes fail with ENOSPC for a while
@@ -63,6 +68,7 @@ FAULT_KINDS = (
     "delay-calls",
     "lose-tail",
     "isolate-leader",
+    "replace-disk",
     "corrupt-tail",
     "disk-full",
 )
@@ -72,6 +78,8 @@ WAIT_TIMEOUT_S = 30.0
 #: Pause between faults, and how long a paused controller or delayed calls last.
 GAP_S = (0.3, 1.5)
 CONTROLLER_PAUSE_S = (1.0, 3.0)
+#: A long pause: past the replicas' 10 s call timeout (raylog.actors.replica.PEER_CALL_TIMEOUT_S).
+LONG_CONTROLLER_PAUSE_S = (10.5, 12.0)
 DELAY_WINDOW_S = (1.5, 3.0)
 DISK_FULL_S = (1.0, 3.0)
 #: Writes a leader takes alone in ``lose-tail`` / ``isolate-leader`` before it is killed.
@@ -224,9 +232,10 @@ class Nemesis:
 
     def _pause_controller(self) -> str:
         pid = call(self.cluster.controller.__ray_call__.remote(_own_pid), CALL_TIMEOUT_S)
+        seconds = self.rng.uniform(*(LONG_CONTROLLER_PAUSE_S if self.rng.random() < 1 / 3 else CONTROLLER_PAUSE_S))
         self._pause(pid)
-        self._hold(self.rng.uniform(*CONTROLLER_PAUSE_S))
-        return "controller"
+        self._hold(seconds)
+        return f"controller for {seconds:.1f} s"
 
     def _kill_coordinator(self) -> str:
         partition, handle = call(self.cluster.controller.find_coordinator.remote(self.group), CALL_TIMEOUT_S)
@@ -238,9 +247,11 @@ class Nemesis:
 
     def _delay_calls(self) -> str:
         max_delay_s = self.rng.uniform(0.05, 0.5)
+        before = self.delays.delayed_count
         self.delays.start(probability=0.5, max_delay_s=max_delay_s)
         self._hold(self.rng.uniform(*DELAY_WINDOW_S))
-        return f"up to {max_delay_s * 1000:.0f} ms"
+        self.delays.stop()
+        return f"{self.delays.delayed_count - before} calls delayed up to {max_delay_s * 1000:.0f} ms"
 
     def _lose_tail(self) -> str:
         partition, leader, handle = self._leader()
@@ -254,7 +265,10 @@ class Nemesis:
         self._await_answer(handle)
         return f"p{partition} leader b{leader}"
 
-    def _isolate_leader(self) -> str:
+    def _replace_disk(self) -> str:
+        return self._isolate_leader(replace_disk=True)
+
+    def _isolate_leader(self, replace_disk: bool = False) -> str:
         partition, leader, _ = self._leader()
         followers = self._followers(partition, leader)
         for pid in followers.values():
@@ -269,6 +283,8 @@ class Nemesis:
         for pid in followers.values():
             self._resume(pid)
         self._wait(lambda: self._describe(partition).leader != leader, "another leader (or none)")
+        if replace_disk:
+            self.env.wipe_broker(leader)
         return f"p{partition} leader b{leader}"
 
     def _corrupt_tail(self) -> str:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import os
 import random
+import shutil
 import tempfile
 import time
 import uuid
@@ -111,12 +113,20 @@ class SoakCluster:
         self.nodes[broker] = self.ray_cluster.add_node(
             num_cpus=1,
             object_store_memory=NODE_OBJECT_STORE_BYTES,
-            labels={"raylog.broker": str(broker), "raylog.data_dir": f"{self.data_root}/broker-{broker}"},
+            labels={"raylog.broker": str(broker), "raylog.data_dir": self._data_dir(broker)},
         )
 
     def kill_broker(self, broker: int) -> None:
         """Remove the broker's node at once (every process on it dies)."""
         self.ray_cluster.remove_node(self.nodes.pop(broker), allow_graceful=False)
+
+    def wipe_broker(self, broker: int) -> None:
+        """Empty a dead broker's data directory, as a replaced disk would be."""
+        assert broker not in self.nodes, f"broker {broker} is running"
+        shutil.rmtree(self._data_dir(broker), ignore_errors=True)
+
+    def _data_dir(self, broker: int) -> str:
+        return os.path.join(self.data_root, f"broker-{broker}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +142,7 @@ class RunConfig:
     faults: tuple[str, ...] = tuple(k for k in FAULT_KINDS if k not in DISK_FAULTS)
     max_faults: int = 3
     replica_lag_time_max_ms: int = 1500
+    segment_bytes: int = 64 * 1024  # many segments: rolls, and recovery across them
     rate_per_s: float = 40.0  # per producer thread
 
     @property
@@ -202,6 +213,7 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         "min.insync.replicas": str(config.min_insync_replicas),
         "unclean.leader.election.enable": str(config.unclean).lower(),
         "replica.lag.time.max.ms": str(config.replica_lag_time_max_ms),
+        "segment.bytes": str(config.segment_bytes),
     }
     admin.create_topics([NewTopic(topic, config.partitions, config.replication_factor, config=topic_config)])
     delays = CallDelays(env.proxy, rng.random())
