@@ -255,9 +255,12 @@ def _nonmonotonic_sends(c: _Context) -> Iterator[Anomaly]:
 
 
 def _poll_order(c: _Context) -> Iterator[Anomaly]:
-    """Non-monotonic polls and poll skips: each process's records of a partition in order."""
+    """Non-monotonic polls and poll skips: each process's records of a partition in order.
+
+    Ops are taken in the order they completed: a group member's assignment happens inside
+    a poll (which then returns records from the new positions), so it comes first."""
     last: dict[tuple[str, int], tuple[int, str, Poll]] = {}
-    for op in c.ops:
+    for op in sorted(c.ops, key=lambda op: (op.end, op.start)):
         if isinstance(op, Assign):
             for partition in op.partitions:
                 last.pop((op.process, partition), None)

@@ -10,15 +10,18 @@ import pytest
 from raylog.chaos.checker import LOST_WRITE
 from raylog.chaos.soak import RunConfig, run_once
 
-#: Short runs of the default fault set (every kind but disk faults), two faults each.
-FAST = RunConfig(duration_s=3.0, max_faults=2)
+#: Short runs of the default fault set (every kind but disk faults), two faults at most, on
+#: one partition (each replica is a process to start: the soak's runs have two partitions).
+FAST = RunConfig(duration_s=3.0, max_faults=2, partitions=1)
 SAFE_SEEDS = range(1, 21)
 #: acks=1: followers paused (still in the ISR) while the leader acknowledges alone, then the
 #: leader's process killed: a follower leads without those writes.
-ACKS_1 = RunConfig(acks="1", faults=("lose-tail",), max_faults=1, duration_s=4.0)
+ACKS_1 = RunConfig(acks="1", faults=("lose-tail",), max_faults=1, duration_s=3.0, partitions=1)
 #: Unclean election: followers paused until the ISR is the leader alone (min.insync.replicas=1
 #: lets it acknowledge), its node killed: a follower without those writes is elected.
-UNCLEAN = RunConfig(min_insync_replicas=1, unclean=True, faults=("isolate-leader",), max_faults=1, duration_s=4.0)
+UNCLEAN = RunConfig(
+    min_insync_replicas=1, unclean=True, faults=("isolate-leader",), max_faults=1, duration_s=3.0, partitions=1
+)
 DEMO_SEEDS = (1, 2)
 
 
