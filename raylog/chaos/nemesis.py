@@ -27,7 +27,8 @@ Fault kinds (``FAULT_KINDS``; each picks its target with the run's ``random.Rand
   acknowledged writes); without, the partition waits offline for its last ISR member.
 - ``replace-disk``: ``isolate-leader``, but the leader's broker comes back with an empty
   data directory (a replaced disk): it must not lead with an empty log from the ISR it was
-  the last member of, which would truncate every follower.
+  the last member of, which would truncate every follower. The partition may stay offline
+  (``offline_ok``): no replica with its data is left in sync.
 - ``corrupt-tail``: SIGSTOP a follower, cut its last segment short or flip bytes in its
   tail on disk, SIGKILL it: Ray restarts it and its recovery finds the damage.
 - ``disk-full``: a replica's storage writes fail with ENOSPC for a while
@@ -84,6 +85,8 @@ DELAY_WINDOW_S = (1.5, 3.0)
 DISK_FULL_S = (1.0, 3.0)
 #: Writes a leader takes alone in ``lose-tail`` / ``isolate-leader`` before it is killed.
 ALONE_S = 1.0
+#: How long ``replace-disk`` watches the partition of the broker back with an empty disk.
+SETTLE_S = 5.0
 #: Bytes at the end of a segment that ``corrupt-tail`` damages.
 CORRUPT_TAIL_BYTES = 512
 
@@ -147,6 +150,8 @@ class Nemesis:
         self.max_faults = max_faults
         self.lag_time_s = lag_time_s
         self.events: list[FaultEvent] = []
+        #: Partitions that may stay offline: their last in-sync replica lost its disk.
+        self.offline_ok: set[int] = set()
         self._stopped_pids: set[int] = set()
         self._dead_brokers: set[int] = set()
         self._disk_faults: list[Any] = []
@@ -283,9 +288,31 @@ class Nemesis:
         for pid in followers.values():
             self._resume(pid)
         self._wait(lambda: self._describe(partition).leader != leader, "another leader (or none)")
-        if replace_disk:
-            self.env.wipe_broker(leader)
-        return f"p{partition} leader b{leader}"
+        if not replace_disk:
+            return f"p{partition} leader b{leader}"
+        self.env.wipe_broker(leader)
+        self.env.start_broker(leader)
+        self._dead_brokers.discard(leader)
+        self._wait(lambda: leader in self.cluster.metadata(refresh=True).live, "the broker back")
+        if self._comes_online(partition):
+            return f"p{partition} leader b{leader}, back with an empty disk"
+        # Its last in-sync replica lost its data: offline is the safe answer (Kafka with
+        # KIP-858 does the same); only an unclean election could bring it back.
+        self.offline_ok.add(partition)
+        return f"p{partition} leader b{leader}, back with an empty disk: the partition stays offline"
+
+    def _comes_online(self, partition: int) -> bool:
+        """Whether ``partition`` gets a leader within :data:`SETTLE_S` (an observation window:
+        there is no event for "the controller has decided to leave it offline")."""
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline:
+            try:
+                if self._describe(partition).leader >= 0:
+                    return True
+            except RaylogError:
+                pass
+            time.sleep(0.1)
+        return False
 
     def _corrupt_tail(self) -> str:
         partition, leader, _ = self._leader()

@@ -174,6 +174,7 @@ class RunResult:
     healed: bool
     elapsed_s: float
     client_errors: list[str]
+    offline: list[int]  # partitions left without a leader (allowed after replace-disk)
 
     @property
     def violations(self) -> list[checker.Anomaly]:
@@ -189,6 +190,7 @@ class RunResult:
         injected = [f for f in self.faults if f.outcome == "done"]
         verdict = "FAIL" if self.failed else "ok"
         healed = "" if self.healed else " NOT-HEALED"
+        healed += f" offline={self.offline}" if self.offline else ""
         return (
             f"seed={self.seed} {self.config.describe()} ops={self.ops} acknowledged={self.acknowledged} "
             f"faults={len(injected)}[{', '.join(f.kind for f in injected)}] "
@@ -236,7 +238,8 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         for client in clients:
             client.start()
         nemesis.run(config.duration_s)
-        healed = wait_in_sync(admin, [topic, OFFSETS_TOPIC], HEAL_TIMEOUT_S)
+        offline = {(topic, p) for p in nemesis.offline_ok}
+        healed = wait_in_sync(admin, [topic, OFFSETS_TOPIC], HEAL_TIMEOUT_S, offline)
         for client in clients:
             client.stop()
         final = workload.final_read(env.cluster, topic, config.partitions, [group, solo_group])
@@ -248,7 +251,16 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
     acknowledged = sum(1 for op in history.ops if isinstance(op, Send) and op.outcome == OK)
     errors = [e for c in clients if isinstance(c, workload.ConsumerWorker) for e in c.errors]
     return RunResult(
-        seed, config, report, nemesis.events, len(history.ops), acknowledged, healed, time.monotonic() - began, errors
+        seed,
+        config,
+        report,
+        nemesis.events,
+        len(history.ops),
+        acknowledged,
+        healed,
+        time.monotonic() - began,
+        errors,
+        sorted(nemesis.offline_ok),
     )
 
 
@@ -275,13 +287,19 @@ def _clients(env, delays, topic, config, recorder, rng, group, solo_group) -> li
     ]
 
 
-def wait_in_sync(admin: Admin, topics: list[str], timeout_s: float) -> bool:
-    """Until every partition of ``topics`` has a leader and all its replicas in sync."""
+def wait_in_sync(admin: Admin, topics: list[str], timeout_s: float, offline_ok: set = frozenset()) -> bool:
+    """Until every partition of ``topics`` has a leader and all its replicas in sync (those
+    named ``(topic, partition)`` in ``offline_ok`` may have no leader instead)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             described = admin.describe_topics(topics)
-            if all(p.leader >= 0 and set(p.isr) == set(p.replicas) for t in described for p in t.partitions):
+            if all(
+                (p.leader >= 0 and set(p.isr) == set(p.replicas))
+                or (p.leader < 0 and (t.name, p.partition) in offline_ok)
+                for t in described
+                for p in t.partitions
+            ):
                 return True
         except RaylogError:
             pass

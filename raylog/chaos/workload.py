@@ -283,15 +283,18 @@ class ConsumerWorker:
 
 def final_read(cluster: Any, topic: str, partitions: int, groups: list[str]) -> FinalRead:
     """Every partition from its log start to its end offset, with a fresh consumer; and
-    each group's committed offsets."""
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    each group's committed offsets. A partition without a leader is left unread (not complete)."""
+    leaders = cluster.metadata(refresh=True).leaders
+    tps = [TopicPartition(topic, p) for p in range(partitions) if (topic, p) in leaders]
     records: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
     reached = dict.fromkeys(range(partitions), 0)
+    ends: dict[TopicPartition, int] = {}
     consumer = Consumer(cluster, auto_offset_reset="earliest", request_timeout_ms=10_000)
     try:
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        ends = _retrying(lambda: consumer.end_offsets(tps))
+        if tps:
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            ends = _retrying(lambda: consumer.end_offsets(tps))
         deadline = time.monotonic() + FINAL_READ_TIMEOUT_S
         while any(reached[tp.partition] < ends[tp] for tp in tps) and time.monotonic() < deadline:
             try:
@@ -304,13 +307,13 @@ def final_read(cluster: Any, topic: str, partitions: int, groups: list[str]) -> 
                 reached[tp.partition] = max(reached[tp.partition], rs[-1].offset + 1)
     finally:
         consumer.close()
-    complete = {tp.partition: reached[tp.partition] >= ends[tp] for tp in tps}
+    complete = {p: TopicPartition(topic, p) in ends and reached[p] >= ends[TopicPartition(topic, p)] for p in records}
     admin = Admin(cluster)
     committed = {}
     for group in groups:
         found = _retrying(lambda g=group: admin.list_consumer_group_offsets(g))
         committed[group] = {tp.partition: om.offset for tp, om in found.items() if tp.topic == topic}
-    return FinalRead(records, {p: max(reached[p], 0) for p in reached}, complete, committed)
+    return FinalRead(records, reached, complete, committed)
 
 
 def _retrying(fn, timeout_s: float = FINAL_READ_TIMEOUT_S):
