@@ -19,6 +19,10 @@ says what a history holds):
 - unseen: a value in the final read below the offset its group committed (the highest
   acknowledged commit, or the group's committed offset at the end) that no poll of that
   group ever returned.
+- unfenced commit (not one of Jepsen's classes: the promise of groups): a commit from a
+  member acknowledged for a partition that another member of its group owned all along the
+  commit (assigned before it began, not given up before it ended). The coordinator must
+  refuse a member whose generation is over, and never give one partition to two members.
 - aborted read: a read_committed poll returned a value of an aborted transaction.
 - intermediate read: a read_committed poll returned a value of a transaction that went on
   writing to that partition after the poll (so it was not committed when read).
@@ -35,7 +39,7 @@ import collections
 import dataclasses
 from collections.abc import Iterator
 
-from raylog.chaos.history import ABORTED, COMMITTED, OK, Assign, Commit, History, Op, Poll, Send, Txn
+from raylog.chaos.history import ABORTED, COMMITTED, OK, Assign, Commit, History, Op, Poll, Revoke, Send, Txn
 
 LOST_WRITE = "lost-write"
 DUPLICATE = "duplicate"
@@ -44,6 +48,7 @@ NONMONOTONIC_SEND = "non-monotonic-send"
 NONMONOTONIC_POLL = "non-monotonic-poll"
 POLL_SKIP = "poll-skip"
 UNSEEN = "unseen"
+UNFENCED_COMMIT = "unfenced-commit"
 ABORTED_READ = "aborted-read"
 INTERMEDIATE_READ = "intermediate-read"
 TORN_TRANSACTION = "torn-transaction"
@@ -55,6 +60,7 @@ CLASSES = (
     NONMONOTONIC_POLL,
     POLL_SKIP,
     UNSEEN,
+    UNFENCED_COMMIT,
     ABORTED_READ,
     INTERMEDIATE_READ,
     TORN_TRANSACTION,
@@ -122,6 +128,7 @@ def check(history: History) -> Report:
         _nonmonotonic_sends,
         _poll_order,
         _unseen,
+        _unfenced_commits,
         _aborted_reads,
         _intermediate_reads,
         _torn_transactions,
@@ -177,6 +184,8 @@ def describe(op: Op, around: str | None = None) -> str:
         return f"{op.process} commit {op.group} [{offsets}] -> {op.outcome} [t{op.start}-{op.end}]"
     if isinstance(op, Assign):
         return f"{op.process} assign {list(op.partitions)} [t{op.start}]"
+    if isinstance(op, Revoke):
+        return f"{op.process} revoke {list(op.partitions)} [t{op.start}]"
     return f"{op.process} txn {op.txn} -> {op.outcome} [t{op.start}-{op.end}]"
 
 
@@ -308,6 +317,34 @@ def _unseen(c: _Context) -> Iterator[Anomaly]:
                 if value not in polled[group]:
                     ops = (commit,) + ((describe(c.sends[value]),) if value in c.sends else ())
                     yield Anomaly(UNSEEN, partition, offset, value, ops)
+
+
+def _unfenced_commits(c: _Context) -> Iterator[Anomaly]:
+    """Commits acknowledged while another member of the group owned the partition."""
+    # (group, partition) -> [(owner, Assign, Revoke or None)], in time order
+    owned: dict[tuple[str, int], list[list]] = collections.defaultdict(list)
+    open_: dict[tuple[str, str, int], list] = {}
+    for op in sorted(c.ops, key=lambda op: (op.end, op.start)):
+        if isinstance(op, Assign) and op.group is not None:
+            for partition in op.partitions:
+                interval = [op.process, op, None]
+                owned[(op.group, partition)].append(interval)
+                open_[(op.group, op.process, partition)] = interval
+        elif isinstance(op, Revoke):
+            for partition in op.partitions:
+                interval = open_.pop((op.group, op.process, partition), None)
+                if interval is not None:
+                    interval[2] = op
+    for commit in c.ops:
+        if not isinstance(commit, Commit) or commit.outcome != OK:
+            continue
+        for partition, offset in commit.offsets:
+            for owner, assign, revoke in owned.get((commit.group, partition), ()):
+                held = assign.end < commit.start and (revoke is None or revoke.start > commit.end)
+                if owner != commit.process and held:
+                    ops = (describe(commit), describe(assign)) + ((describe(revoke),) if revoke else ())
+                    yield Anomaly(UNFENCED_COMMIT, partition, offset, None, ops)
+                    break
 
 
 def _aborted_reads(c: _Context) -> Iterator[Anomaly]:

@@ -71,10 +71,24 @@ class Commit:
 @dataclasses.dataclass(frozen=True)
 class Assign:
     """The process's partitions changed (an assignment, a rebalance, a seek): from here on its
-    polls of ``partitions`` start a new sequence (no order is expected across it)."""
+    polls of ``partitions`` start a new sequence (no order is expected across it). ``group``:
+    the consumer group that gave a member these partitions to own (None for a consumer that
+    assigned or sought them itself)."""
 
     process: str
     partitions: tuple[int, ...]
+    group: str | None = None
+    start: int = 0
+    end: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Revoke:
+    """A group member gave ``partitions`` up (revoked in a rebalance, or lost)."""
+
+    process: str
+    partitions: tuple[int, ...]
+    group: str
     start: int = 0
     end: int = 0
 
@@ -90,7 +104,7 @@ class Txn:
     end: int = 0
 
 
-Op = Send | Poll | Commit | Assign | Txn
+Op = Send | Poll | Commit | Assign | Revoke | Txn
 
 
 @dataclasses.dataclass

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from raylog.chaos.history import FAIL, OK, UNKNOWN, Assign, Commit, FinalRead, Poll, Recorder, Send
+from raylog.chaos.history import FAIL, OK, UNKNOWN, Assign, Commit, FinalRead, Poll, Recorder, Revoke, Send
 from raylog.clients.admin import Admin
 from raylog.clients.consumer import Consumer
 from raylog.clients.group import ConsumerRebalanceListener
@@ -177,8 +177,16 @@ class _Listener(ConsumerRebalanceListener):
         self.worker = worker
 
     def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        now = self.worker.recorder.now()
-        self.worker.recorder.add(Assign(self.worker.name, tuple(sorted(tp.partition for tp in assigned)), now, now))
+        worker, now = self.worker, self.worker.recorder.now()
+        worker.recorder.add(Assign(worker.name, _partitions(assigned), worker.group, now, now))
+
+    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        worker, now = self.worker, self.worker.recorder.now()
+        worker.recorder.add(Revoke(worker.name, _partitions(revoked), worker.group, now, now))
+
+
+def _partitions(tps: list[TopicPartition]) -> tuple[int, ...]:
+    return tuple(sorted(tp.partition for tp in tps))
 
 
 class ConsumerWorker:
@@ -221,7 +229,7 @@ class ConsumerWorker:
             tps = [TopicPartition(topic, p) for p in range(partitions)]
             self.consumer.assign(tps)
             now = recorder.now()
-            recorder.add(Assign(name, tuple(range(partitions)), now, now))
+            recorder.add(Assign(name, tuple(range(partitions)), None, now, now))
         self._pending_async: dict[int, tuple[int, ...]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -17,6 +17,7 @@ from raylog.chaos.checker import (
     NONMONOTONIC_SEND,
     POLL_SKIP,
     TORN_TRANSACTION,
+    UNFENCED_COMMIT,
     UNSEEN,
 )
 from raylog.chaos.history import (
@@ -31,6 +32,7 @@ from raylog.chaos.history import (
     History,
     Poll,
     Recorder,
+    Revoke,
     Send,
     Txn,
 )
@@ -279,6 +281,42 @@ def test_values_above_the_commit_or_polled_by_another_member_or_committed_by_a_f
         Commit("c2", "g", ((0, 4),), UNKNOWN, start=4, end=4),
     ]
     assert found(ops, FINAL4) == {}
+
+
+# --- unfenced commit ------------------------------------------------------------------------
+
+
+def test_a_commit_accepted_from_a_member_while_another_owned_the_partition_is_unfenced():
+    """c1 owned p0 and was expired without knowing; c2 got p0; c1's commit was still accepted."""
+    ops = [
+        Assign("c1", (0,), "g", start=1, end=1),
+        polled("c1", (0, 0, "a"), group="g", t=2),
+        Assign("c2", (0,), "g", start=3, end=3),
+        Commit("c1", "g", ((0, 1),), OK, start=4, end=5),
+        Revoke("c1", (0,), "g", start=6, end=6),
+    ]
+    report = checker.check(History(ops, FinalRead.of(FINAL4)))
+    (anomaly,) = report.anomalies[UNFENCED_COMMIT]
+    assert (anomaly.partition, anomaly.offset) == (0, 1) and "c2 assign [0]" in anomaly.ops[1]
+
+
+def test_commits_refused_or_made_before_another_member_owned_the_partition_are_fenced():
+    """A commit before the other's assignment, a refused one after it, one after the other gave
+    the partition up, and commits of other groups or partitions are all fine."""
+    ops = [
+        Assign("c1", (0, 1), "g", start=1, end=1),
+        Commit("c1", "g", ((0, 1),), OK, start=2, end=4),
+        Revoke("c1", (0,), "g", start=3, end=3),
+        Assign("c2", (0,), "g", start=5, end=5),
+        Commit("c1", "g", ((0, 2),), FAIL, start=6, end=6),
+        Commit("c1", "g", ((1, 2),), OK, start=7, end=7),
+        Commit("c3", "h", ((0, 2),), OK, start=8, end=8),
+        Commit("c2", "g", ((0, 2),), OK, start=9, end=9),
+        Revoke("c2", (0,), "g", start=10, end=10),
+        Assign("c1", (0,), "g", start=11, end=11),
+        Commit("c1", "g", ((0, 3),), OK, start=12, end=12),
+    ]
+    assert UNFENCED_COMMIT not in found(ops, FINAL4)
 
 
 # --- transactions ----------------------------------------------------------------------------
