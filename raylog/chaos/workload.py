@@ -45,6 +45,8 @@ POLL_TIMEOUT_MS = 200
 #: Bound on a final read and on each producer's close.
 FINAL_READ_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 30.0
+#: How long a producer's close may wait for sends in flight (then they are unknown).
+PRODUCER_CLOSE_TIMEOUT_S = 5.0
 
 
 class ProducerWorker:
@@ -84,8 +86,11 @@ class ProducerWorker:
         self._stop = threading.Event()
         self._pending: dict[int, tuple[Send, Any]] = {}  # start -> (invocation, future)
         self._lock = threading.Lock()
+        self._wakes = [threading.Event() for _ in range(threads)]  # a send completed, or stop
         self._threads = [
-            threading.Thread(target=self._run, args=(f"{name}/t{i}", random.Random(rng.random())), daemon=True)
+            threading.Thread(
+                target=self._run, args=(f"{name}/t{i}", random.Random(rng.random()), self._wakes[i]), daemon=True
+            )
             for i in range(threads)
         ]
 
@@ -93,7 +98,7 @@ class ProducerWorker:
         for thread in self._threads:
             thread.start()
 
-    def _run(self, process: str, rng: random.Random) -> None:
+    def _run(self, process: str, rng: random.Random, wake: threading.Event) -> None:
         sequence = 0
         while not self._stop.is_set():
             began = time.monotonic()
@@ -103,8 +108,8 @@ class ProducerWorker:
                 sequence += 1
                 round_.append(self._send(process, rng.randrange(self.partitions), value))
             for invocation in round_:
-                if invocation is not None:
-                    self._await(invocation, timeout_s=None)
+                if invocation is not None and not self._await(invocation, wake):
+                    return
             pause = len(round_) * self._interval_s - (time.monotonic() - began)
             if pause > 0:
                 self._stop.wait(pause)
@@ -124,19 +129,26 @@ class ProducerWorker:
             self._pending[start] = (invocation, future)
         return start
 
-    def _await(self, start: int, timeout_s: float | None) -> None:
+    def _await(self, start: int, wake: threading.Event) -> bool:
+        """Record the send's outcome once it completes; False if stopped first (a send still
+        in flight is decided by :meth:`stop`)."""
         with self._lock:
             invocation, future = self._pending[start]
+        future.add_done_callback(lambda _: wake.set())
+        while not future.done():
+            if self._stop.is_set():
+                return False
+            wake.wait()
+            wake.clear()
         try:
-            metadata = future.result(timeout=timeout_s)
+            metadata = future.result(0)
         except RaylogError as exc:
-            if timeout_s is not None and not future.done():
-                return  # still in flight: decided at close
             self._finish(invocation, UNKNOWN, None, exc)
         else:
             self._finish(invocation, OK, metadata.offset, None)
         with self._lock:
             self._pending.pop(start, None)
+        return True
 
     def _finish(self, invocation: Send, outcome: str, offset: int | None, error: Exception | None) -> None:
         self.recorder.add(
@@ -154,12 +166,15 @@ class ProducerWorker:
         )
 
     def stop(self) -> None:
-        """Stop sending, give what is in flight time to complete, record the rest as unknown."""
+        """Stop sending, give what is in flight a little time to complete, record the rest as
+        unknown (a partition left offline would hold them until the delivery timeout)."""
         self._stop.set()
+        for wake in self._wakes:
+            wake.set()
         for thread in self._threads:
             thread.join(CLOSE_TIMEOUT_S)
         try:
-            self.producer.close(timeout=CLOSE_TIMEOUT_S)
+            self.producer.close(timeout=PRODUCER_CLOSE_TIMEOUT_S)
         except RaylogError as exc:
             logger.info("%s: close: %s", self.name, exc)
         with self._lock:
