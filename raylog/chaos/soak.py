@@ -35,6 +35,7 @@ from raylog.chaos.faulty import CallDelays, DelayedCluster, start_proxy
 from raylog.chaos.history import OK, Recorder, Send
 from raylog.chaos.nemesis import FAULT_KINDS, FaultEvent, Nemesis
 from raylog.clients.admin import Admin
+from raylog.clients.transport import call
 from raylog.coordination.placement import OFFSETS_TOPIC
 from raylog.errors import RaylogError
 from raylog.types import NewTopic
@@ -57,6 +58,8 @@ CONTROLLER_CONFIG = {
 }
 #: How long a run waits for every replica to be back in sync after the faults.
 HEAL_TIMEOUT_S = 90.0
+#: Bound on each call that describes a replica's state.
+REPLICA_STATE_TIMEOUT_S = 10.0
 #: Faults of the default set that need a disk-fault hook in the replica actor.
 DISK_FAULTS = ("disk-full",)
 
@@ -175,6 +178,7 @@ class RunResult:
     elapsed_s: float
     client_errors: list[str]
     offline: list[int]  # partitions left without a leader (allowed after replace-disk)
+    unhealed: str  # when the cluster did not heal: what each replica said
 
     @property
     def violations(self) -> list[checker.Anomaly]:
@@ -201,7 +205,9 @@ class RunResult:
         """The faults and a few examples of each anomaly class (for a failed run)."""
         lines = [f"  fault {f.start_s:.1f}-{f.end_s:.1f}s: {f}" for f in self.faults]
         examples = self.report.examples()
-        return "\n".join(lines + ([examples] if examples else []) + [f"  client: {e}" for e in self.client_errors[:5]])
+        lines += [examples] if examples else []
+        lines += [f"  not healed: {self.unhealed}"] if self.unhealed else []
+        return "\n".join(lines + [f"  client: {e}" for e in self.client_errors[:5]])
 
 
 def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
@@ -240,6 +246,7 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         nemesis.run(config.duration_s)
         offline = {(topic, p) for p in nemesis.offline_ok}
         healed = wait_in_sync(admin, [topic, OFFSETS_TOPIC], HEAL_TIMEOUT_S, offline)
+        unhealed = "" if healed else replica_states(env.cluster, [topic, OFFSETS_TOPIC])
         for client in clients:
             client.stop()
         final = workload.final_read(env.cluster, topic, config.partitions, [group, solo_group])
@@ -261,6 +268,7 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         time.monotonic() - began,
         errors,
         sorted(nemesis.offline_ok),
+        unhealed,
     )
 
 
@@ -305,6 +313,39 @@ def wait_in_sync(admin: Admin, topics: list[str], timeout_s: float, offline_ok: 
             pass
         time.sleep(0.2)
     return False
+
+
+def replica_states(cluster: Any, topics: list[str]) -> str:
+    """Each partition's state as the controller and each of its replicas see it (to show why
+    a run did not heal)."""
+    admin = Admin(cluster)
+    parts = []
+    for name in topics:
+        try:
+            (described,) = admin.describe_topics([name])
+            handles = call(cluster.controller.replica_handles.remote(name), REPLICA_STATE_TIMEOUT_S)
+        except RaylogError as exc:
+            parts.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        for p in described.partitions:
+            if p.leader >= 0 and set(p.isr) == set(p.replicas):
+                continue
+            seen = []
+            for (partition, broker), handle in sorted(handles.items()):
+                if partition == p.partition:
+                    try:
+                        st = call(handle.state.remote(), REPLICA_STATE_TIMEOUT_S)
+                        seen.append(
+                            f"b{broker}: leader {st['leader']} epoch {st['leader_epoch']} isr {st['isr']} "
+                            f"hw {st['high_watermark']} leo {st['log_end_offset']}"
+                        )
+                    except RaylogError as exc:
+                        seen.append(f"b{broker}: {type(exc).__name__}")
+            parts.append(
+                f"{name}-{p.partition} leader {p.leader} epoch {p.leader_epoch} isr {list(p.isr)} "
+                f"replicas {list(p.replicas)} ({'; '.join(seen)})"
+            )
+    return " | ".join(parts)
 
 
 def _delete_quietly(admin: Admin, topic: str, groups: list[str]) -> None:
