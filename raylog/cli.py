@@ -1394,7 +1394,7 @@ def _add_bench(commands: Any) -> None:
     soak.set_defaults(run=_bench_soak)
     soak.add_argument("--runs", type=_positive_int, default=1, help="how many runs (default 1)")
     soak.add_argument("--seed", type=int, default=1, help="of the first run; run i uses seed + i (default 1)")
-    soak.add_argument("--faults", help="comma-separated fault kinds (default: all but disk faults)")
+    soak.add_argument("--faults", help="comma-separated fault kinds (default: all this build supports)")
     soak.add_argument("--duration-s", type=_positive_float, help="workload time per run (default 6)")
     soak.add_argument("--max-faults", type=_non_negative_int, help="faults per run at most (default 3)")
     soak.add_argument("--acks", choices=["all", "1"], help="of the producers (default all)")

@@ -10,7 +10,7 @@ import pytest
 from raylog.chaos.checker import LOST_WRITE
 from raylog.chaos.soak import RunConfig, run_once
 
-#: Short runs of the default fault set (every kind but disk faults), two faults at most, on
+#: Short runs of the default fault set (every kind the replica actor supports), two at most, on
 #: one partition (each replica is a process to start: the soak's runs have two partitions).
 FAST = RunConfig(duration_s=3.0, max_faults=2, partitions=1)
 SAFE_SEEDS = range(1, 21)
