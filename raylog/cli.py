@@ -1021,9 +1021,21 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _bench_soak(args: argparse.Namespace) -> int:
     from raylog.chaos import soak  # imports Ray and starts nodes: only when soaking
-    from raylog.chaos.nemesis import FAULT_KINDS
 
-    faults = soak.RunConfig.faults if args.faults is None else tuple(k for k in args.faults.split(",") if k)
+    config = _soak_config(args)
+    began = time.monotonic()
+    with soak.SoakCluster() as env:
+        results = soak.soak(env, args.runs, args.seed, config, out=lambda line: print(line, flush=True))
+    print(soak.totals(results, time.monotonic() - began))
+    return 1 if any(r.failed for r in results) else 0
+
+
+def _soak_config(args: argparse.Namespace):
+    """The :class:`raylog.chaos.soak.RunConfig` that ``bench soak``'s options choose."""
+    from raylog.chaos.nemesis import FAULT_KINDS
+    from raylog.chaos.soak import RunConfig
+
+    faults = RunConfig.faults if args.faults is None else tuple(k for k in args.faults.split(",") if k)
     unknown = sorted(set(faults) - set(FAULT_KINDS))
     if unknown:
         raise _UsageError(f"unknown fault kinds {', '.join(unknown)}; known: {', '.join(FAULT_KINDS)}")
@@ -1034,12 +1046,7 @@ def _bench_soak(args: argparse.Namespace) -> int:
         "min_insync_replicas": args.min_insync_replicas,
         "partitions": args.partitions,
     }
-    config = soak.RunConfig(faults=faults, unclean=args.unclean, **{k: v for k, v in given.items() if v is not None})
-    began = time.monotonic()
-    with soak.SoakCluster() as env:
-        results = soak.soak(env, args.runs, args.seed, config, out=lambda line: print(line, flush=True))
-    print(soak.totals(results, time.monotonic() - began))
-    return 1 if any(r.failed for r in results) else 0
+    return RunConfig(faults=faults, unclean=args.unclean, **{k: v for k, v in given.items() if v is not None})
 
 
 # --- dump-log --------------------------------------------------------------------------------

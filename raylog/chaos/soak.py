@@ -162,12 +162,34 @@ class RunConfig:
             and not self.unclean
         )
 
+    def flags(self) -> str:
+        """The ``raylog bench soak`` options that choose this configuration."""
+        default = RunConfig()
+        flags = [
+            f"--{name.replace('_', '-')} {getattr(self, name)}"
+            for name in _FLAGS
+            if getattr(self, name) != getattr(default, name)
+        ]
+        if self.faults != default.faults:
+            flags.append(f"--faults {','.join(self.faults)}")
+        if self.unclean:
+            flags.append("--unclean")
+        assert all(getattr(self, name) == getattr(default, name) for name in _NOT_FLAGS), (
+            "not a command's configuration"
+        )
+        return " ".join(flags)
+
     def describe(self) -> str:
         unclean = "on" if self.unclean else "off"
         return (
             f"acks={self.acks} min.insync.replicas={self.min_insync_replicas} "
             f"rf={self.replication_factor} unclean={unclean}"
         )
+
+
+#: RunConfig fields that ``raylog bench soak`` takes as ``--name value``, and those it does not take.
+_FLAGS = ("acks", "min_insync_replicas", "partitions", "duration_s", "max_faults")
+_NOT_FLAGS = ("replication_factor", "replica_lag_time_max_ms", "segment_bytes", "rate_per_s")
 
 
 @dataclasses.dataclass
@@ -207,7 +229,9 @@ class RunResult:
 
     def details(self) -> str:
         """The faults and a few examples of each anomaly class (for a failed run)."""
-        lines = [f"  fault {f.start_s:.1f}-{f.end_s:.1f}s: {f}" for f in self.faults]
+        flags = self.config.flags()
+        lines = [f"  replay: raylog bench soak --runs 1 --seed {self.seed}{' ' + flags if flags else ''}"]
+        lines += [f"  fault {f.start_s:.1f}-{f.end_s:.1f}s: {f}" for f in self.faults]
         examples = self.report.examples()
         lines += [examples] if examples else []
         lines += [f"  not healed: {self.unhealed}"] if self.unhealed else []

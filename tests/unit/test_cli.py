@@ -92,3 +92,17 @@ def test_bench_soak_refuses_unknown_fault_kinds_before_starting_anything(capsys)
     assert cli.main(["bench", "soak", "--faults", "kill-leader,kill-everything"]) == 2
     err = capsys.readouterr().err
     assert "unknown fault kinds kill-everything" in err and "pause-controller" in err
+
+
+def test_a_soak_runs_replay_flags_choose_its_configuration_again():
+    """The options a failed run prints for its replay build the same run configuration."""
+    from raylog.chaos.soak import RunConfig
+
+    for config in (
+        RunConfig(),
+        RunConfig(duration_s=3.0, max_faults=2, partitions=1),
+        RunConfig(acks="1", faults=("lose-tail",), max_faults=1),
+        RunConfig(min_insync_replicas=1, unclean=True, faults=("isolate-leader", "kill-node")),
+    ):
+        args = cli._parser().parse_args(["bench", "soak", *config.flags().split()])
+        assert cli._soak_config(args) == config
