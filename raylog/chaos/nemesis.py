@@ -183,10 +183,6 @@ class Nemesis:
             self.events.append(event)
         time.sleep(max(0.0, end - time.monotonic()))  # the workload runs to the end
 
-    @property
-    def injected(self) -> list[FaultEvent]:
-        return [e for e in self.events if e.outcome == "done"]
-
     # --- healing --------------------------------------------------------------------------
 
     def heal(self) -> None:
