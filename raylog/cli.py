@@ -1025,6 +1025,11 @@ def _bench_soak(args: argparse.Namespace) -> int:
     config = _soak_config(args)
     began = time.monotonic()
     with soak.SoakCluster() as env:
+        print(
+            f"soak: a head and {env.num_brokers} broker nodes up in {time.monotonic() - began:.1f} s; "
+            f"{args.runs} run(s) from seed {args.seed}, {config.describe()}, faults {','.join(config.faults)}",
+            flush=True,
+        )
         results = soak.soak(env, args.runs, args.seed, config, out=lambda line: print(line, flush=True))
     print(soak.totals(results, time.monotonic() - began))
     return 1 if any(r.failed for r in results) else 0
