@@ -38,9 +38,11 @@ every node is a broker whose id is assigned once and kept in ``<data_dir>/meta.j
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ray
@@ -55,7 +57,7 @@ from raylog.coordination import elections
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, MetadataJournal, partition_record
 from raylog.coordination.placement import OFFSETS_TOPIC
-from raylog.errors import CoordinatorNotAvailableError, RaylogError
+from raylog.errors import CoordinatorNotAvailableError, RaylogError, UnknownTopicOrPartitionError
 from raylog.protocol import error_fields
 from raylog.storage import log_dirs
 from raylog.types import BrokerInfo, NewTopic, PartitionInfo, TopicDescription
@@ -125,6 +127,7 @@ class ControllerActor:
         self._lock: asyncio.Lock | None = None
         self._started = False
         self._tasks: set[asyncio.Task] = set()
+        self._healing: set[str] = set()  # topics whose replicas are being started on new nodes
         #: Node id -> why it was refused as a broker (e.g. a disk of another cluster).
         self.refused: dict[str, str] = {}
         # Broker id -> its scan for stray logs, unfinished when last looked at.
@@ -157,8 +160,8 @@ class ControllerActor:
             if not self._started:
                 await self._register_brokers()
                 await self._react_to_liveness()
-                for topic in list(self.image.topics.values()):
-                    await self._ensure_replicas(topic)
+                for name in list(self.image.topics):
+                    await self._ensure_replicas(name)
                 self._push(self.image.partitions())
                 self._spawn(self._watch())
                 for topic, partition in self.image.reassignments:
@@ -377,10 +380,9 @@ class ControllerActor:
                 for p in topic.partitions
                 for b in p.replicas
             )
-            if not stale:
-                continue
-            await self._ensure_replicas(self.image.topics[topic.name])
-            self._push(list(self.image.topics[topic.name].partitions))
+            if stale and topic.name not in self._healing:
+                self._healing.add(topic.name)
+                self._spawn(self._heal_topic(topic.name))  # not under the lock: actors take seconds to start
 
     def _record_metrics(self) -> None:
         partitions = self.image.partitions()
@@ -477,7 +479,7 @@ class ControllerActor:
     async def create_topics(self, topics: list[NewTopic]) -> dict[str, tuple[int, str]]:
         """Create each topic; per topic ``(error_code, message)``, code 0 on success."""
 
-        async def create(new: NewTopic) -> None:
+        def create(new: NewTopic) -> Awaitable[None]:
             self._commit(
                 [
                     self.image.create_topic(
@@ -485,18 +487,18 @@ class ControllerActor:
                     )
                 ]
             )
-            await self._ensure_replicas(self.image.topics[new.name])
+            return self._ensure_replicas(new.name)
 
         return await self._each({new.name: new for new in topics}, create)
 
     async def delete_topics(self, names: list[str]) -> dict[str, tuple[int, str]]:
         """Delete each topic and its replicas' data; per topic ``(error_code, message)``."""
 
-        async def delete(name: str) -> None:
+        def delete(name: str) -> Awaitable[None]:
             record = self.image.delete_topic(name)
             topic = self.image.topics[name]
             self._commit([record])
-            await self._remove_replicas(topic)
+            return self._remove_replicas(topic)
 
         return await self._each({name: name for name in names}, delete)
 
@@ -504,7 +506,7 @@ class ControllerActor:
         """Alter each topic's config (None deletes an override), journaled, then pushed to
         its live replicas; per topic ``(error_code, message)``. A refused topic is unchanged."""
 
-        async def alter(item: tuple[str, dict[str, str | None]]) -> None:
+        def alter(item: tuple[str, dict[str, str | None]]) -> None:
             name, change = item
             self._commit([self.image.alter_config(name, change)])
             self._push(list(self.image.topics[name].partitions))
@@ -519,8 +521,7 @@ class ControllerActor:
             try:
                 results[name] = (0, "", self.image.describe_config(name))
             except RaylogError as exc:
-                fields = error_fields(exc)
-                results[name] = (fields["error_code"], fields["error_message"], {})
+                results[name] = (*_error_result(exc), {})
         return results
 
     async def alter_client_quotas(self, changes: dict) -> tuple[int, str]:
@@ -532,8 +533,7 @@ class ControllerActor:
             try:
                 self._commit(self.image.alter_client_quotas(changes))
             except RaylogError as exc:
-                fields = error_fields(exc)
-                return fields["error_code"], fields["error_message"]
+                return _error_result(exc)
             handles = [handle for (_, _, b), (_, handle) in self.replicas.items() if b in self.live]
         self._push_quotas(handles)
         return 0, ""
@@ -548,26 +548,34 @@ class ControllerActor:
         journaled and get their replica actors as at topic creation (led by their first
         replica, every replica in sync); per topic ``(error_code, message)``."""
 
-        async def add(item: tuple[str, int]) -> None:
+        def add(item: tuple[str, int]) -> Awaitable[None]:
             name, total_count = item
             self._commit([self.image.add_partitions(name, total_count, live=self.live)])
-            await self._ensure_replicas(self.image.topics[name])
+            return self._ensure_replicas(name)
 
         return await self._each({name: (name, count) for name, count in counts.items()}, add)
 
-    async def _each(self, items: dict, step) -> dict:
-        """Run ``step`` on each item, one at a time under the lock; per key
-        ``(error_code, message)``, code 0 where the step succeeded."""
+    async def _each(self, items: dict, step: Callable[[Any], Awaitable[None] | None]) -> dict:
+        """Run ``step`` on each item, one at a time under the lock (it journals the change and
+        starts what follows from it), then await what each step returned (replica actors
+        starting or being removed) with the lock released: elections, ISR changes and restart
+        reports must not wait for processes to start (a topic of many partitions takes
+        seconds). Per key ``(error_code, message)``, code 0 where the step succeeded."""
         await self.start()
-        results = {}
+        results, pending = {}, {}
         async with self._guard():
             for key, item in items.items():
                 try:
-                    await step(item)
+                    pending[key] = step(item)
                     results[key] = (0, "")
                 except RaylogError as exc:
-                    fields = error_fields(exc)
-                    results[key] = (fields["error_code"], fields["error_message"])
+                    results[key] = _error_result(exc)
+        for key, then in pending.items():
+            try:
+                if then is not None:
+                    await then
+            except RaylogError as exc:
+                results[key] = _error_result(exc)
         return results
 
     async def elect_preferred_leaders(self, topics: list[str] | None = None) -> int:
@@ -583,14 +591,20 @@ class ControllerActor:
         replication factor); per partition ``(error_code, message)``. New replicas fill by
         fetching; old ones are removed only once every target replica is in sync."""
 
-        async def reassign(item: tuple[tuple[str, int], list[int]]) -> None:
+        def reassign(item: tuple[tuple[str, int], list[int]]) -> Awaitable[None]:
             (topic, partition), target = item
             self._commit(self.image.reassign(topic, partition, target))
-            await self._ensure_replicas(self.image.topics[topic])
-            self._push([self.image.partition(topic, partition)])
-            self._spawn(self._complete_reassignment(topic, partition))
+            return self._start_reassignment(topic, partition)
 
         return await self._each({key: (key, target) for key, target in targets.items()}, reassign)
+
+    async def _start_reassignment(self, topic: str, partition: int) -> None:
+        """The new replicas' actors, the partition's new state to every replica, then wait
+        until they are in sync to complete it (in the background)."""
+        started = await self._start_replicas(topic)
+        self._push([self.image.partition(topic, partition)])
+        self._spawn(self._complete_reassignment(topic, partition))
+        await self._await_replicas(topic, started)
 
     async def _complete_reassignment(self, topic: str, partition: int) -> None:
         """Switch to the target replicas once all are in sync; then remove the others."""
@@ -660,7 +674,7 @@ class ControllerActor:
             OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, replication, config, live=self.live
         )
         self._commit([record])
-        await self._ensure_replicas(self.image.topics[OFFSETS_TOPIC])
+        await self._ensure_replicas(OFFSETS_TOPIC)
 
     async def init_producer_id(self) -> int:
         """A producer id never handed out before (Kafka's InitProducerId)."""
@@ -673,59 +687,106 @@ class ControllerActor:
 
     # --- replicas -----------------------------------------------------------------------
 
-    async def _ensure_replicas(self, topic: TopicDescription) -> None:
-        """Create (or find) every live replica actor of ``topic`` and wait until ready."""
-        waits = []
-        for p in topic.partitions:
-            for broker_id in p.replicas:
-                if broker_id in self.live:
-                    waits.append(self._replica_actor(topic.name, p.partition, broker_id).ready.remote())
+    async def _ensure_replicas(self, name: str) -> None:
+        """Create (or find) every live replica actor of topic ``name`` and wait until ready."""
+        await self._await_replicas(name, await self._start_replicas(name))
+
+    async def _start_replicas(self, name: str) -> list:
+        """Create the live replica actors of topic ``name`` this controller has none of, and
+        return the readiness calls of all. Created in a thread: creating a named actor waits
+        for Ray's GCS (0.4 s each on a busy machine here), which on the event loop would hold
+        up every election and ISR change meanwhile. Leaders first: a follower is created with
+        its leader's actor."""
+        topic = self.image.topic(name)
+        keys = [(name, p.partition, b) for p in topic.partitions for b in p.replicas if b in self.live]
+        leaders = [k for k in keys if topic.partitions[k[1]].leader == k[2]]
+        for batch in (leaders, [k for k in keys if k not in leaders]):
+            missing = [k for k in batch if self._cached_replica(k) is None]
+            specs = [self._replica_spec(k) for k in missing]
+            handles = await asyncio.to_thread(
+                lambda specs=specs: [_remote(cls).options(**options).remote(*args) for cls, options, args in specs]
+            )
+            now = self.image.topics.get(name)
+            if now is None or now.topic_id != topic.topic_id:
+                await self._remove_replica_actors(handles)  # deleted meanwhile
+                raise UnknownTopicOrPartitionError(f"topic {name!r} was deleted while its replicas started")
+            for key, handle in zip(missing, handles, strict=True):
+                self._keep_replica(key, handle)
+        return [self._replica_actor(*k).ready.remote() for k in keys]
+
+    async def _heal_topic(self, name: str) -> None:
+        """Start ``name``'s replicas on their brokers' current nodes, tell them their state."""
+        try:
+            started = await self._start_replicas(name)
+            if name in self.image.topics:
+                self._push(list(self.image.topics[name].partitions))
+            await self._await_replicas(name, started)
+        except RaylogError as exc:
+            logger.warning("healing %s: %s", name, exc)
+        finally:
+            self._healing.discard(name)
+
+    async def _await_replicas(self, name: str, ready: list) -> None:
         results = await asyncio.gather(
-            *(asyncio.wait_for(w, REPLICA_START_TIMEOUT_S) for w in waits), return_exceptions=True
+            *(asyncio.wait_for(r, REPLICA_START_TIMEOUT_S) for r in ready), return_exceptions=True
         )
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
-            raise RaylogError(f"replicas of {topic.name} did not start: {errors[0]}")
+            raise RaylogError(f"replicas of {name} did not start: {errors[0]}")
 
     def _replica_actor(self, topic_name: str, partition: int, broker_id: int):
+        """The replica actor of ``broker_id`` for the partition on its broker's current node,
+        created here if this controller has none (blocking the event loop: prefer
+        :meth:`_start_replicas` for many)."""
         key = (topic_name, partition, broker_id)
-        broker = self.image.brokers[broker_id]
+        handle = self._cached_replica(key)
+        if handle is None:
+            cls, options, args = self._replica_spec(key)
+            handle = self._keep_replica(key, _remote(cls).options(**options).remote(*args))
+        return handle
+
+    def _cached_replica(self, key: tuple[str, int, int]):
         cached = self.replicas.get(key)
-        if cached is not None and cached[0] == broker.node_id:
-            return cached[1]
+        return cached[1] if cached is not None and cached[0] == self.image.brokers[key[2]].node_id else None
+
+    def _keep_replica(self, key: tuple[str, int, int], handle):
+        self.replicas[key] = (self.image.brokers[key[2]].node_id, handle)
+        self._push_quotas([handle])
+        return handle
+
+    def _replica_spec(self, key: tuple[str, int, int]) -> tuple[type, dict, tuple]:
+        """How to create the replica actor of ``key``: its class, options and arguments (the
+        partition's state and, for a follower, its live leader's actor)."""
+        topic_name, partition, broker_id = key
+        broker = self.image.brokers[broker_id]
         topic = self.image.topics[topic_name]
         state = topic.partitions[partition]
         leader = None
         if state.leader >= 0 and state.leader != broker_id and state.leader in self.live:
             leader = self._replica_actor(topic_name, partition, state.leader)
-        actor_class = GroupCoordinatorActor if topic_name == OFFSETS_TOPIC else PartitionReplicaActor
-        handle = (
-            ray.remote(actor_class)
-            .options(
-                name=replica_name(self.cluster_name, topic.topic_id, partition, broker_id, broker.node_id),
-                namespace=NAMESPACE,
-                lifetime="detached",
-                get_if_exists=True,
-                max_restarts=-1,
-                max_task_retries=0,
-                num_cpus=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(broker.node_id, soft=False),
-            )
-            .remote(
-                self.cluster_name,
-                topic.name,
-                topic.topic_id,
-                partition,
-                broker_id,
-                broker.data_dir,
-                topic.config,
-                state,
-                leader,
-            )
+        options = {
+            "name": replica_name(self.cluster_name, topic.topic_id, partition, broker_id, broker.node_id),
+            "namespace": NAMESPACE,
+            "lifetime": "detached",
+            "get_if_exists": True,
+            "max_restarts": -1,
+            "max_task_retries": 0,
+            "num_cpus": 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(broker.node_id, soft=False),
+        }
+        args = (
+            self.cluster_name,
+            topic.name,
+            topic.topic_id,
+            partition,
+            broker_id,
+            broker.data_dir,
+            topic.config,
+            state,
+            leader,
         )
-        self.replicas[key] = (broker.node_id, handle)
-        self._push_quotas([handle])
-        return handle
+        actor_class = GroupCoordinatorActor if topic_name == OFFSETS_TOPIC else PartitionReplicaActor
+        return actor_class, options, args
 
     def _push(self, partitions: list[PartitionInfo]) -> None:
         """Tell every live replica of each partition its new state and its topic's config
@@ -753,13 +814,14 @@ class ControllerActor:
         for handle in handles:
             self._spawn(pushed(handle.update_quotas, version, quotas))
 
-    async def _remove_replicas(self, topic: TopicDescription) -> None:
+    def _remove_replicas(self, topic: TopicDescription) -> Awaitable[None]:
+        """Forget ``topic``'s replica actors; the removal of their data and processes, to await."""
         handles = [
             self.replicas.pop((topic.name, p.partition, b), (None, None))[1]
             for p in topic.partitions
             for b in p.replicas
         ]
-        await self._remove_replica_actors([h for h in handles if h is not None])
+        return self._remove_replica_actors([h for h in handles if h is not None])
 
     async def _remove_replica_actors(self, handles: list) -> None:
         """Delete the replicas' data and stop their actors."""
@@ -810,6 +872,17 @@ class ControllerActor:
         for _, handle in self.replicas.values():
             ray.kill(handle, no_restart=True)
         self.replicas.clear()
+
+
+@functools.cache
+def _remote(actor_class: type):
+    """The Ray actor class of ``actor_class``, made once (each ``ray.remote`` exports the class anew)."""
+    return ray.remote(actor_class)
+
+
+def _error_result(exc: RaylogError) -> tuple[int, str]:
+    fields = error_fields(exc)
+    return fields["error_code"], fields["error_message"]
 
 
 async def pushed(method, *args: Any) -> None:

@@ -393,10 +393,8 @@ class PartitionReplicaActor:
                     answer = EpochAnswer(*await asyncio.wait_for(call, PEER_CALL_TIMEOUT_S))
                 else:
                     answer = await asyncio.wait_for(leader.fetch.remote(request), PEER_CALL_TIMEOUT_S)
-            except (ray.exceptions.ActorDiedError, asyncio.TimeoutError):
-                then = fetcher.on_failure(request, suspect=True)
-            except ray.exceptions.RayError:
-                then = fetcher.on_failure(request, suspect=False)
+            except (asyncio.TimeoutError, ray.exceptions.RayError):
+                then = fetcher.on_failure(request)
             else:
                 then = fetcher.on_answer(request, answer)
                 self._notify()

@@ -4,7 +4,7 @@ one partition): what it asks its leader next and what it does with the answer (n
 The replica actor, and the seeded simulation, run the same loop around it::
 
     request = fetcher.next_request()        # None: the role moved on, stop
-    answer = <send request to the leader>   # or a failure: on_failure(request, suspect)
+    answer = <send request to the leader>   # or a failure: on_failure(request)
     next = fetcher.on_answer(request, answer)
     BACKOFF: pause before the next request; REPORT_LEADER: ask the controller to check first.
 
@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import OffsetOutOfRangeError, RaylogError
 from ..protocol import FetchRequest, FetchResponse, error_of
+from ..storage.log import wall_clock_ms
 from .partition import Partition
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,9 @@ log = logging.getLogger(__name__)
 #: A follower's fetch: large, and long-polling at the leader.
 REPLICA_FETCH_MAX_BYTES = 8 << 20
 REPLICA_FETCH_MAX_WAIT_MS = 500
+#: A leader that keeps failing the follower's calls is reported to the controller at most
+#: this often (each report makes the controller call the leader itself).
+LEADER_REPORT_INTERVAL_MS = 1000
 
 
 class Next(enum.Enum):
@@ -61,10 +66,12 @@ class EpochAnswer:
 class FollowerFetcher:
     """See the module docstring."""
 
-    def __init__(self, partition: Partition, leader: int, leader_epoch: int):
+    def __init__(self, partition: Partition, leader: int, leader_epoch: int, clock: Callable[[], int] = wall_clock_ms):
         self.partition = partition
         self.leader = leader
         self.leader_epoch = leader_epoch
+        self._clock = clock
+        self._reported_ms: int | None = None  # when the leader was last reported
         self.truncated = False
         self.errors = 0  # failed answers and calls since this fetcher started
         self.last_error: str | None = None
@@ -103,15 +110,20 @@ class FollowerFetcher:
             log.exception("%s: unexpected error on leader %d's answer", self.partition.name, self.leader)
             return self._failed(f"{type(exc).__name__}: {exc}", logging.DEBUG)
 
-    def on_failure(self, request: EpochQuery | FetchRequest, suspect: bool) -> Next:
-        """The call failed. ``suspect``: the leader's process is gone (Ray says so) or gave no
-        answer in time (hung, paused, or its node is going): the controller is asked to check
-        it (and to move leadership if it finds it dead too). Otherwise (the actor is briefly
-        unavailable) the same request is made again after a pause."""
+    def on_failure(self, request: EpochQuery | FetchRequest) -> Next:
+        """The call failed: the leader's process is gone or restarting (Ray says so) or gave no
+        answer in time (hung, paused, or its node is going). The same request is made again
+        after a pause; at most every ``LEADER_REPORT_INTERVAL_MS`` the controller is asked to
+        check the leader itself (and to let another in-sync replica lead if it cannot reach it
+        either: one follower's failed call is no proof)."""
         if not self.active:
             return Next.AGAIN
-        self._failed(f"no answer from leader {self.leader}", logging.WARNING if suspect else logging.DEBUG)
-        return Next.REPORT_LEADER if suspect else Next.BACKOFF
+        self._failed(f"no answer from leader {self.leader}", logging.WARNING)
+        now = self._clock()
+        if self._reported_ms is not None and now - self._reported_ms < LEADER_REPORT_INTERVAL_MS:
+            return Next.BACKOFF
+        self._reported_ms = now
+        return Next.REPORT_LEADER
 
     def _on_epoch_end(self, answer: EpochAnswer) -> Next:
         if answer.error_code:

@@ -471,7 +471,7 @@ class Cluster:
         fetcher = replica.fetcher
         before = replica.partition.log.log_end_offset
         if answer is None:
-            then = fetcher.on_failure(request, suspect=True)
+            then = fetcher.on_failure(request)
         else:
             then = fetcher.on_answer(request, answer)
         after = replica.partition.log.log_end_offset
@@ -494,7 +494,7 @@ class Cluster:
         replica.request = None
         self.stats.timeouts += 1
         self._log(f"timeout {broker}: stops waiting for its {type(request).__name__}")
-        self._after(replica, replica.fetcher.on_failure(request, suspect=True))
+        self._after(replica, replica.fetcher.on_failure(request))
 
     def _after(self, replica: Replica, then: Next) -> None:
         """What the fetch loop does after an answer: the next request at once, or a pause."""
@@ -518,7 +518,7 @@ class Cluster:
             return
         if replica.fetcher is not None and replica.fetcher.active and not role_moved:
             return
-        replica.fetcher = FollowerFetcher(p, p.leader, p.leader_epoch)
+        replica.fetcher = FollowerFetcher(p, p.leader, p.leader_epoch, clock=self.clock)
         replica.request, replica.backoff_until_ms = None, 0
         self._send_next(replica)
 
