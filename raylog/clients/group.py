@@ -375,7 +375,7 @@ class GroupMembership:
                 self._rejoin_unless_moved_on(generation)
             except _LOST as exc:
                 with self._lock:
-                    if self._state.failed(exc, member_id, generation):
+                    if self._state.failed(exc, member_id, generation, joining=self._joining):
                         self._rejoin = True  # the next poll gives its partitions up as lost
             except FencedInstanceIdError as exc:
                 self._fatal = exc

@@ -69,15 +69,20 @@ class MemberState:
         assert generation > NO_GENERATION, "a join reply carries a generation"
         self.member_id, self.generation = member_id, generation
 
-    def failed(self, exc: Exception, member_id: str, generation: int) -> bool:
+    def failed(self, exc: Exception, member_id: str, generation: int, joining: bool = False) -> bool:
         """A call sent as ``(member_id, generation)`` failed with ``exc``. Returns whether
-        the member lost its generation (then what it holds is lost: see :meth:`lost`)."""
+        the member lost its generation (then what it holds is lost: see :meth:`lost`).
+
+        ``joining``: a join of this member is outstanding. Then ILLEGAL_GENERATION is no news:
+        a group whose generation moved past a member it still knows did so through that
+        member's join, whose reply (held until the group is written) brings the generation;
+        the join's answer decides (a heartbeat sent just before a join may come back so)."""
         if (member_id, generation) != (self.member_id, self.generation):
             return False  # about a membership the member has already left behind
         if isinstance(exc, UnknownMemberIdError):
             self.member_id, self.generation = "", NO_GENERATION
             return True
-        if isinstance(exc, IllegalGenerationError):
+        if isinstance(exc, IllegalGenerationError) and not joining:
             self.generation = NO_GENERATION
             return True
         return False

@@ -60,6 +60,17 @@ def test_errors_about_an_older_membership_and_retriable_ones_change_nothing():
     assert (state.member_id, state.generation) == ("", NO_GENERATION) and state.lost(HELD) == sorted(HELD)
 
 
+def test_illegal_generation_while_a_join_is_outstanding_is_no_news():
+    """A heartbeat sent just before a join comes back ILLEGAL_GENERATION when the join has
+    completed at the coordinator (its reply waits until the group is written): the member keeps
+    what it holds and claims it in that generation; the join's answer decides. (Losing it made
+    a lone member of a pattern subscription read its partition again from the committed offset.)"""
+    state = member(generation=1)
+    assert not state.failed(IllegalGenerationError("moved on"), "m-1", 1, joining=True)
+    assert state.generation == 1 and state.lost(HELD) == []
+    assert state.failed(UnknownMemberIdError("gone"), "m-1", 1, joining=True)  # the join will fail too
+
+
 def test_assignment_change():
     """A sync's assignment against what the member holds: added and revoked, sorted."""
     t = [TopicPartition("t", p) for p in range(4)]
