@@ -110,10 +110,24 @@ class Scale:
     timeout_s: float  # bound on any single wait
 
 
-FULL = Scale("full", repeats=3, records={100: 500_000, 1024: 200_000}, latency_seconds=5.0,
-             warmup_seconds=1.0, drain_seconds=60.0, timeout_s=180.0)
-QUICK = Scale("quick", repeats=1, records={100: 20_000, 1024: 5_000}, latency_seconds=0.5,
-              warmup_seconds=0.25, drain_seconds=10.0, timeout_s=60.0)
+FULL = Scale(
+    "full",
+    repeats=3,
+    records={100: 500_000, 1024: 200_000},
+    latency_seconds=5.0,
+    warmup_seconds=1.0,
+    drain_seconds=60.0,
+    timeout_s=180.0,
+)
+QUICK = Scale(
+    "quick",
+    repeats=1,
+    records={100: 20_000, 1024: 5_000},
+    latency_seconds=0.5,
+    warmup_seconds=0.25,
+    drain_seconds=10.0,
+    timeout_s=60.0,
+)
 
 
 @dataclass
@@ -170,8 +184,13 @@ def make_workload(value_size: int, count: int) -> Workload:
     key_pool = [b"key-%05d" % i for i in range(DISTINCT_KEYS)]
     keys = [key_pool[i % DISTINCT_KEYS] for i in range(count)]
     value_array = pa.array(values, type=pa.binary())
-    return Workload(value_size, values, keys, pa.table({"value": value_array}),
-                    pa.table({"key": pa.array(keys, type=pa.binary()), "value": value_array}))
+    return Workload(
+        value_size,
+        values,
+        keys,
+        pa.table({"value": value_array}),
+        pa.table({"key": pa.array(keys, type=pa.binary()), "value": value_array}),
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -287,12 +306,26 @@ def queue_rows(work: Workload, label: str, scale: Scale) -> tuple[list[Row], flo
         queue.shutdown(force=True)
     put, got = work.count / min(put_s), work.count / min(get_s)
     note = f"{work.count:,} records, {QUEUE_BATCH:,} per call"
-    return [
-        Row("throughput", f"baseline: Ray Queue put_nowait_batch, {label}", put, put * work.value_size / MB,
-            note=note),
-        Row("throughput", f"baseline: Ray Queue get_nowait_batch, {label}", got, got * work.value_size / MB,
-            note=note),
-    ], put, got
+    return (
+        [
+            Row(
+                "throughput",
+                f"baseline: Ray Queue put_nowait_batch, {label}",
+                put,
+                put * work.value_size / MB,
+                note=note,
+            ),
+            Row(
+                "throughput",
+                f"baseline: Ray Queue get_nowait_batch, {label}",
+                got,
+                got * work.value_size / MB,
+                note=note,
+            ),
+        ],
+        put,
+        got,
+    )
 
 
 def file_rows(work: Workload, label: str, scale: Scale, workdir: str) -> tuple[list[Row], float, float]:
@@ -323,20 +356,35 @@ def file_rows(work: Workload, label: str, scale: Scale, workdir: str) -> tuple[l
         ray.kill(actor)
     append, read = work.count / min(append_s), work.count / min(read_s)
     note = f"{len(blobs)} blobs of {total / len(blobs) / MIB:.2f} MiB ({per_blob:,} records)"
-    return [
-        Row("throughput", f"baseline: actor os.write of ~1 MiB blobs, {label}", append,
-            append * work.value_size / MB, note=note + f", {IN_FLIGHT} in flight"),
-        Row("throughput", f"baseline: actor os.pread of the blobs, {label}", read, read * work.value_size / MB,
-            note=note + ", 1 in flight, NumPy result"),
-    ], append, read
+    return (
+        [
+            Row(
+                "throughput",
+                f"baseline: actor os.write of ~1 MiB blobs, {label}",
+                append,
+                append * work.value_size / MB,
+                note=note + f", {IN_FLIGHT} in flight",
+            ),
+            Row(
+                "throughput",
+                f"baseline: actor os.pread of the blobs, {label}",
+                read,
+                read * work.value_size / MB,
+                note=note + ", 1 in flight, NumPy result",
+            ),
+        ],
+        append,
+        read,
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # 1. Produce and 2. consume
 
 
-def timed_produce(cluster: RaylogCluster, topic: str, work: Workload, mode: str, timeout_s: float,
-                  acks: int | str = 1) -> tuple[float, str]:
+def timed_produce(
+    cluster: RaylogCluster, topic: str, work: Workload, mode: str, timeout_s: float, acks: int | str = 1
+) -> tuple[float, str]:
     """Seconds for one produce run of ``work`` in ``mode`` (send, send_keyed, arrow,
     arrow_keyed) by a fresh producer with ``acks``, and a note on batching; every record
     must be under the high watermarks afterwards."""
@@ -362,13 +410,13 @@ def timed_produce(cluster: RaylogCluster, topic: str, work: Workload, mode: str,
         producer.close(timeout=timeout_s)
     written = high_watermarks(cluster, topic) - before
     if written != work.count:
-        raise BenchError(f"{mode} to {topic} (acks={acks}): {written:,} records under the high watermarks, "
-                         f"expected {work.count:,}")
+        raise BenchError(
+            f"{mode} to {topic} (acks={acks}): {written:,} records under the high watermarks, expected {work.count:,}"
+        )
     return seconds, note
 
 
-def timed_consume(cluster: RaylogCluster, topic: str, count: int, method: str, scale: Scale,
-                  **config: Any) -> float:
+def timed_consume(cluster: RaylogCluster, topic: str, count: int, method: str, scale: Scale, **config: Any) -> float:
     """Seconds to read ``count`` records of ``topic`` from the start with ``method``."""
     consumer = Consumer(cluster, topic, auto_offset_reset="earliest", **config)
     try:
@@ -457,9 +505,11 @@ class Runner(common.Phases):
         plain = ray.remote(PlainActor).options(num_cpus=0).remote(True)
         bare = ray.remote(PlainActor).options(num_cpus=0).remote(False)
         try:
-            pids = {"replica": self.replica_pid(topic),
-                    "plain": get(plain.pid.remote(), self.scale.timeout_s, "plain actor"),
-                    "bare": get(bare.pid.remote(), self.scale.timeout_s, "bare actor")}
+            pids = {
+                "replica": self.replica_pid(topic),
+                "plain": get(plain.pid.remote(), self.scale.timeout_s, "plain actor"),
+                "bare": get(bare.pid.remote(), self.scale.timeout_s, "bare actor"),
+            }
             time.sleep(2.0)  # let every process settle after start-up
             uss = {name: uss_mb(pid) for name, pid in pids.items()}
         finally:
@@ -467,9 +517,14 @@ class Runner(common.Phases):
             ray.kill(bare)
             self.delete_topic(topic)
         self.rows += [
-            Row("memory", "idle replica actor (new 1-partition topic)", uss_mb=uss["replica"],
-                ratio=uss["replica"] / uss["plain"], targets=[Target("uss_mb", "<=", 80)],
-                note=f"pid {pids['replica']}; ratio over the plain actor below"),
+            Row(
+                "memory",
+                "idle replica actor (new 1-partition topic)",
+                uss_mb=uss["replica"],
+                ratio=uss["replica"] / uss["plain"],
+                targets=[Target("uss_mb", "<=", 80)],
+                note=f"pid {pids['replica']}; ratio over the plain actor below",
+            ),
             Row("memory", "  plain actor importing pyarrow, lz4, msgpack", uss_mb=uss["plain"], ratio=1.0),
             Row("memory", "  bare Ray actor (no imports)", uss_mb=uss["bare"], ratio=uss["bare"] / uss["plain"]),
         ]
@@ -480,8 +535,15 @@ class Runner(common.Phases):
             raise BenchError("the loaded replica's pid is unknown (its phase failed)")
         uss = uss_mb(self.loaded_replica_pid)
         plain = getattr(self, "_plain_uss", None)
-        self.rows.append(Row("memory", "replica after its produce/consume runs (1 KiB, 1 partition)", uss_mb=uss,
-                             ratio=None if plain is None else uss / plain, note="idle again, data still held"))
+        self.rows.append(
+            Row(
+                "memory",
+                "replica after its produce/consume runs (1 KiB, 1 partition)",
+                uss_mb=uss,
+                ratio=None if plain is None else uss / plain,
+                note="idle again, data still held",
+            )
+        )
 
     # --- 4. baselines ---------------------------------------------------------------------
 
@@ -499,8 +561,11 @@ class Runner(common.Phases):
         shape = f"{label}, {partitions} partition{'s' if partitions > 1 else ''}"
         try:
             for mode, title in PRODUCE_MODES:
-                self.phase("throughput", f"produce {title}, {shape}",
-                           lambda mode=mode, title=title: self._produce(topic, work, mode, title, shape, base))
+                self.phase(
+                    "throughput",
+                    f"produce {title}, {shape}",
+                    lambda mode=mode, title=title: self._produce(topic, work, mode, title, shape, base),
+                )
                 if mode == "send":
                     self.phase("throughput", f"consume, {shape}", lambda: self._consume(topic, work, shape, base))
             if work.value_size == 1024 and partitions == 1:
@@ -511,33 +576,52 @@ class Runner(common.Phases):
             self.delete_topic(topic)
 
     def _produce(self, topic: str, work: Workload, mode: str, title: str, shape: str, base: Baseline) -> None:
-        seconds, note = common.best(partial(timed_produce, self.cluster, topic, work, mode, self.scale.timeout_s),
-                             self.scale.repeats)
+        seconds, note = common.best(
+            partial(timed_produce, self.cluster, topic, work, mode, self.scale.timeout_s), self.scale.repeats
+        )
         rate = work.count / seconds
         payload = work.value_bytes + (work.key_bytes if mode.endswith("keyed") else 0)
-        self.rows.append(Row(
-            "throughput", f"produce {title}, {shape}", rate, payload / seconds / MB,
-            _ratio(rate, base.queue_put), _ratio(rate, base.file_append), targets=produce_target(mode, work.value_size),
-            note=f"{work.count:,} rec; {note}" if note else f"{work.count:,} records"))
+        self.rows.append(
+            Row(
+                "throughput",
+                f"produce {title}, {shape}",
+                rate,
+                payload / seconds / MB,
+                _ratio(rate, base.queue_put),
+                _ratio(rate, base.file_append),
+                targets=produce_target(mode, work.value_size),
+                note=f"{work.count:,} rec; {note}" if note else f"{work.count:,} records",
+            )
+        )
 
     def _consume(self, topic: str, work: Workload, shape: str, base: Baseline) -> None:
         count = work.count
         variants = (
             ("poll_arrow", "poll_arrow(), 1 MiB fetches (default)", {}, 2_000_000),
-            ("poll_arrow", "poll_arrow(), 8 MiB fetches", {"max_partition_fetch_bytes": BIG_FETCH_BYTES},
-             2_000_000),
+            ("poll_arrow", "poll_arrow(), 8 MiB fetches", {"max_partition_fetch_bytes": BIG_FETCH_BYTES}, 2_000_000),
             ("poll", "poll() -> Records, max_poll_records=500", {}, 800_000),
         )
         for method, title, config, target in variants:
+
             def one(method=method, title=title, config=config, target=target) -> None:
-                seconds = common.best(partial(timed_consume, self.cluster, topic, count, method, self.scale, **config),
-                               self.scale.repeats)
+                seconds = common.best(
+                    partial(timed_consume, self.cluster, topic, count, method, self.scale, **config), self.scale.repeats
+                )
                 rate = count / seconds
                 ref_q, ref_f = base.queue_get, base.file_read
-                self.rows.append(Row("throughput", f"consume {title}, {shape}", rate,
-                                     work.value_bytes / seconds / MB, _ratio(rate, ref_q), _ratio(rate, ref_f),
-                                     targets=[Target("records_per_s", ">=", target)],
-                                     note=f"{count:,} records of the send() no-key data, from offset 0"))
+                self.rows.append(
+                    Row(
+                        "throughput",
+                        f"consume {title}, {shape}",
+                        rate,
+                        work.value_bytes / seconds / MB,
+                        _ratio(rate, ref_q),
+                        _ratio(rate, ref_f),
+                        targets=[Target("records_per_s", ">=", target)],
+                        note=f"{count:,} records of the send() no-key data, from offset 0",
+                    )
+                )
+
             self.phase("throughput", f"consume {title}, {shape}", one)
 
     # --- 3. latency -------------------------------------------------------------------
@@ -589,16 +673,30 @@ class Runner(common.Phases):
             raise BenchError("no record was sent after the warm-up")
         p50, p99, p999 = (nearest_rank(latencies, q) for q in (0.50, 0.99, 0.999))
         ack_ms = np.sort([(done - sent) / 1e6 for sent, done in list(acks) if sent >= warm_until_ns])
-        ack = (f"; producer acks p50 {nearest_rank(ack_ms, 0.5):.1f} / p99 {nearest_rank(ack_ms, 0.99):.1f} ms"
-               if len(ack_ms) else "")
+        ack = (
+            f"; producer acks p50 {nearest_rank(ack_ms, 0.5):.1f} / p99 {nearest_rank(ack_ms, 0.99):.1f} ms"
+            if len(ack_ms)
+            else ""
+        )
         drained = (recv_ns.max() - sent_ns.min()) / 1e9 if len(recv_ns) else float("nan")
         targets = [Target("p50_ms", "<=", 2), Target("p99_ms", "<=", 10)] if rate == 10_000 else []
-        self.rows.append(Row(
-            "latency", f"e2e latency, 100 B, linger_ms=0, at {rate:,} rec/s", records_per_s=count / elapsed,
-            p50_ms=p50, p99_ms=p99, p999_ms=p999, max_ms=float(latencies[-1]), targets=targets,
-            note=(f"{len(measured):,} of {expected:,} after warm-up"
-                  + (f", {missing:,} not received (inf)" if missing else "")
-                  + f"; all in {drained:.1f} s for {send_s:g} s of sending{ack}{flush_note}")))
+        self.rows.append(
+            Row(
+                "latency",
+                f"e2e latency, 100 B, linger_ms=0, at {rate:,} rec/s",
+                records_per_s=count / elapsed,
+                p50_ms=p50,
+                p99_ms=p99,
+                p999_ms=p999,
+                max_ms=float(latencies[-1]),
+                targets=targets,
+                note=(
+                    f"{len(measured):,} of {expected:,} after warm-up"
+                    + (f", {missing:,} not received (inf)" if missing else "")
+                    + f"; all in {drained:.1f} s for {send_s:g} s of sending{ack}{flush_note}"
+                ),
+            )
+        )
 
 
 def _ratio(value: float, baseline: float) -> float | None:
@@ -610,26 +708,46 @@ def _ratio(value: float, baseline: float) -> float | None:
 
 
 TABLES = {
-    "throughput": ((
-        ("measurement", 66, None), ("records/s", 11, lambda r: number(r.records_per_s, ",.0f")),
-        ("MB/s", 7, lambda r: number(r.mb_per_s, ",.0f")), ("x queue", 7, lambda r: times(r.vs_queue)),
-        ("x file", 7, lambda r: times(r.vs_file)),
-    ), 16),
-    "latency": ((
-        ("measurement", 50, None), ("sent/s", 9, lambda r: number(r.records_per_s, ",.0f")),
-        ("p50 ms", 7, lambda r: number(r.p50_ms, ".2f")), ("p99 ms", 7, lambda r: number(r.p99_ms, ".2f")),
-        ("p99.9 ms", 8, lambda r: number(r.p999_ms, ".2f")), ("max ms", 7, lambda r: number(r.max_ms, ".1f")),
-    ), 34),
-    "memory": ((
-        ("measurement", 62, None), ("USS MB", 7, lambda r: number(r.uss_mb, ".1f")),
-        ("ratio", 6, lambda r: times(r.ratio)),
-    ), 16),
+    "throughput": (
+        (
+            ("measurement", 66, None),
+            ("records/s", 11, lambda r: number(r.records_per_s, ",.0f")),
+            ("MB/s", 7, lambda r: number(r.mb_per_s, ",.0f")),
+            ("x queue", 7, lambda r: times(r.vs_queue)),
+            ("x file", 7, lambda r: times(r.vs_file)),
+        ),
+        16,
+    ),
+    "latency": (
+        (
+            ("measurement", 50, None),
+            ("sent/s", 9, lambda r: number(r.records_per_s, ",.0f")),
+            ("p50 ms", 7, lambda r: number(r.p50_ms, ".2f")),
+            ("p99 ms", 7, lambda r: number(r.p99_ms, ".2f")),
+            ("p99.9 ms", 8, lambda r: number(r.p999_ms, ".2f")),
+            ("max ms", 7, lambda r: number(r.max_ms, ".1f")),
+        ),
+        34,
+    ),
+    "memory": (
+        (
+            ("measurement", 62, None),
+            ("USS MB", 7, lambda r: number(r.uss_mb, ".1f")),
+            ("ratio", 6, lambda r: times(r.ratio)),
+        ),
+        16,
+    ),
 }
 
 
 def json_document(scale: Scale) -> dict[str, object]:
-    return {"mode": scale.name, "statistic": f"best of {scale.repeats} runs (throughput)", "mb": MB,
-            "records": {str(k): v for k, v in scale.records.items()}, "durability": "acks=1, RF=1, no fsync"}
+    return {
+        "mode": scale.name,
+        "statistic": f"best of {scale.repeats} runs (throughput)",
+        "mb": MB,
+        "records": {str(k): v for k, v in scale.records.items()},
+        "durability": "acks=1, RF=1, no fsync",
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -648,13 +766,20 @@ def run(scale: Scale, parent: str | None) -> list[Row]:
         runner.phase("memory", "idle replica memory", runner.memory)
         workloads = {size: make_workload(size, scale.records[size]) for _, size in SIZES}
         for label, size in SIZES:
-            runner.phase("throughput", f"baselines, {label}", lambda label=label, size=size:
-                         runner.baselines_for(label, workloads[size]))
+            runner.phase(
+                "throughput",
+                f"baselines, {label}",
+                lambda label=label, size=size: runner.baselines_for(label, workloads[size]),
+            )
         for label, size in SIZES:
             for partitions in PARTITION_COUNTS:
-                runner.phase("throughput", f"throughput, {label}, {partitions} partitions",
-                             lambda label=label, size=size, partitions=partitions:
-                             runner.throughput(label, workloads[size], partitions))
+                runner.phase(
+                    "throughput",
+                    f"throughput, {label}, {partitions} partitions",
+                    lambda label=label, size=size, partitions=partitions: runner.throughput(
+                        label, workloads[size], partitions
+                    ),
+                )
         workloads.clear()
         runner.phase("latency", "e2e latency", runner.latency)
         return runner.rows
@@ -673,11 +798,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = run(scale, args.dir)
     watch.stop()
     counts = ", ".join(f"{scale.records[size]:,} x {label}" for label, size in SIZES)
-    print(f"raylog client benchmark, {scale.name} mode: embedded cluster, 1 broker, RF=1, acks=1, "
-          "no fsync (page cache, Kafka's default)")
+    print(
+        f"raylog client benchmark, {scale.name} mode: embedded cluster, 1 broker, RF=1, acks=1, "
+        "no fsync (page cache, Kafka's default)"
+    )
     print(f"throughput: best of {scale.repeats} runs of {counts} records; MB = 10^6 bytes of values (+ keys)")
-    print("x queue / x file: records/s over the Ray Queue / actor + file baseline of the same record size "
-          "(produce: put / append; consume: get / read)")
+    print(
+        "x queue / x file: records/s over the Ray Queue / actor + file baseline of the same record size "
+        "(produce: put / append; consume: get / read)"
+    )
     print("BELOW: target missed; ERROR: the measurement failed (see stderr)")
     common.print_tables(rows, TABLES, baselines_first)
     print()

@@ -90,9 +90,11 @@ class ProducerProfile:
     cpu_s: float  # this process's CPU time meanwhile
 
     def line(self, what: str, rate: str, call: str, then: str = "") -> str:
-        return (f"=== {what}: {rate} under cProfile ({call} {self.call_s:.2f} s, "
-                f"{then}flush {self.wall_s - self.call_s:.2f} s; driver CPU "
-                f"{self.cpu_s:.2f} s of {self.wall_s:.2f} s wall; {self.producer.batches_sent} batches)")
+        return (
+            f"=== {what}: {rate} under cProfile ({call} {self.call_s:.2f} s, "
+            f"{then}flush {self.wall_s - self.call_s:.2f} s; driver CPU "
+            f"{self.cpu_s:.2f} s of {self.wall_s:.2f} s wall; {self.producer.batches_sent} batches)"
+        )
 
 
 def profiled_produce(cluster: Any, produce: Callable[[ProfiledProducer], Any]) -> ProducerProfile:
@@ -130,8 +132,14 @@ def profile_send(cluster: Any, topic: str, records: int, top: int, dump: str | N
 def profile_send_arrow(cluster: Any, topic: str, records: int, top: int, dump: str | None) -> None:
     work = make_workload(1024, records)
     run = profiled_produce(cluster, lambda producer: producer.send_arrow(topic, work.table))
-    print(run.line(f"send_arrow, {records:,} x 1 KiB, 1 partition", f"{work.value_bytes / run.wall_s / 1e6:,.0f} MB/s",
-                   "send_arrow call", "then "))
+    print(
+        run.line(
+            f"send_arrow, {records:,} x 1 KiB, 1 partition",
+            f"{work.value_bytes / run.wall_s / 1e6:,.0f} MB/s",
+            "send_arrow call",
+            "then ",
+        )
+    )
     listing(run.main, top, "send_arrow 1KiB main thread", dump)
     listing(run.sender, top, "send_arrow 1KiB sender thread", dump)
 
@@ -166,8 +174,10 @@ def profile_consume(cluster: Any, topic: str, records: int, top: int, dump: str 
             ray.wait = real_wait
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         consumer.close()
-        print(f"=== {method} {config or ''}: {got / wall:,.0f} rec/s under cProfile, {polls} polls; driver CPU "
-              f"{cpu:.2f} s of {wall:.2f} s wall; {wait_s:.2f} s blocked in ray.wait (fetch round trips)")
+        print(
+            f"=== {method} {config or ''}: {got / wall:,.0f} rec/s under cProfile, {polls} polls; driver CPU "
+            f"{cpu:.2f} s of {wall:.2f} s wall; {wait_s:.2f} s blocked in ray.wait (fetch round trips)"
+        )
         listing(profile, top, f"{method}{'_8MiB' if config else ''} loop", dump)
 
 
@@ -179,8 +189,9 @@ def profile_replica(workdir: str, top: int, dump: str | None) -> None:
     from raylog.storage.log import Log
 
     config = TopicConfig.from_properties({})
-    partition = Partition("prof", 0, 0, Log.open(os.path.join(workdir, "replica", "prof-0"), config.log_config()),
-                          config)
+    partition = Partition(
+        "prof", 0, 0, Log.open(os.path.join(workdir, "replica", "prof-0"), config.log_config()), config
+    )
     partition.become_leader(0, (0,), (0,))
     values = make_values(10_000, 100)
     big = record_batch.build(values)  # ~1 MiB, 10,000 records
@@ -206,16 +217,20 @@ def profile_replica(workdir: str, top: int, dump: str | None) -> None:
         seconds = produce_all(batches)
         profile.disable()
         records = sum(record_batch.parse_header(b).record_count for b in batches)
-        print(f"=== replica append (Partition.append_as_leader), {name}, no Ray: {len(batches) / seconds:,.0f} "
-              f"calls/s, {seconds / len(batches) * 1e6:,.0f} us/call, {records / seconds:,.0f} rec/s "
-              f"({len(batches[0]):,} B per batch)")
+        print(
+            f"=== replica append (Partition.append_as_leader), {name}, no Ray: {len(batches) / seconds:,.0f} "
+            f"calls/s, {seconds / len(batches) * 1e6:,.0f} us/call, {records / seconds:,.0f} rec/s "
+            f"({len(batches[0]):,} B per batch)"
+        )
         listing(profile, top, f"replica append {name}", dump)
     profile = cProfile.Profile()
     profile.enable()
     seconds, calls = fetch_all()
     profile.disable()
-    print(f"=== replica read (Partition.read) of 1 MiB, no Ray: {calls / seconds:,.0f} calls/s, "
-          f"{seconds / calls * 1e6:,.0f} us/call")
+    print(
+        f"=== replica read (Partition.read) of 1 MiB, no Ray: {calls / seconds:,.0f} calls/s, "
+        f"{seconds / calls * 1e6:,.0f} us/call"
+    )
     listing(profile, top, "replica read", dump)
     partition.log.close()
 
@@ -240,8 +255,10 @@ def ray_floor() -> None:
                 calls += 1
             ray.get(refs)
             seconds = time.perf_counter() - start
-            print(f"=== no-op async actor, {size:,} B payload, {in_flight} in flight: {calls / seconds:,.0f} calls/s "
-                  f"({seconds / calls * 1e6:,.0f} us/call)")
+            print(
+                f"=== no-op async actor, {size:,} B payload, {in_flight} in flight: {calls / seconds:,.0f} calls/s "
+                f"({seconds / calls * 1e6:,.0f} us/call)"
+            )
     ray.kill(actor)
 
 
@@ -253,9 +270,11 @@ def linger_zero(cluster: Any, topic: str, rate: int = 10_000, seconds: float = 3
     producer.flush(timeout=300)
     total = time.perf_counter() - start
     producer.close()
-    print(f"=== linger_ms=0 at {rate:,} rec/s, no consumer: sent {count:,} in {sending:.2f} s, all acknowledged "
-          f"after {total:.2f} s; {producer.batches_sent:,} batches = {producer.batches_sent / total:,.0f} produce "
-          f"calls/s, avg {count / producer.batches_sent:.1f} records per batch")
+    print(
+        f"=== linger_ms=0 at {rate:,} rec/s, no consumer: sent {count:,} in {sending:.2f} s, all acknowledged "
+        f"after {total:.2f} s; {producer.batches_sent:,} batches = {producer.batches_sent / total:,.0f} produce "
+        f"calls/s, avg {count / producer.batches_sent:.1f} records per batch"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,7 +47,12 @@ def make_values(count: int, size: int, seed: int = 0) -> list[bytes]:
     values = []
     for i in range(count):
         head = b'{"id":%d,"user":"user-%05d","event":"%s","amount":%d.%02d,"pad":"' % (
-            i, rng.randrange(100_000), rng.choice(events).encode(), rng.randrange(10_000), rng.randrange(100))
+            i,
+            rng.randrange(100_000),
+            rng.choice(events).encode(),
+            rng.randrange(10_000),
+            rng.randrange(100),
+        )
         values.append((head + rng.randbytes(size // 2).hex().encode())[: size - 2] + b'"}')
     return values
 
@@ -167,8 +172,9 @@ def format_table(columns: Columns, rows: Iterable[Any], target_width: int = 16) 
     return "\n".join(lines)
 
 
-def print_tables(rows: list[Any], tables: dict[str, tuple[Columns, int]],
-                 arrange: Callable[[list[Any]], list[Any]] = list) -> None:
+def print_tables(
+    rows: list[Any], tables: dict[str, tuple[Columns, int]], arrange: Callable[[list[Any]], list[Any]] = list
+) -> None:
     """One table per section of ``tables`` (columns, target width) that has rows, in that
     order, each after an empty line; ``arrange`` orders a section's rows."""
     for section, (columns, target_width) in tables.items():
@@ -215,8 +221,7 @@ def environment(with_ray: bool = True) -> dict[str, object]:
         import ray
 
         env["ray"] = ray.__version__
-    env.update(pyarrow=pa.__version__, cpus=os.cpu_count(), machine=platform.machine(),
-               platform=platform.platform())
+    env.update(pyarrow=pa.__version__, cpus=os.cpu_count(), machine=platform.machine(), platform=platform.platform())
     return env
 
 
@@ -246,14 +251,18 @@ class RunWatch:
         if self.sources_after == self.sources_before:
             print(f"raylog sources {self.sources_before} (unchanged during the run)")
         else:
-            print(f"WARNING: raylog's sources changed during the run ({self.sources_before} -> "
-                  f"{self.sources_after}): actors started after the change ran the new code; run again for "
-                  "consistent figures")
+            print(
+                f"WARNING: raylog's sources changed during the run ({self.sources_before} -> "
+                f"{self.sources_after}): actors started after the change ran the new code; run again for "
+                "consistent figures"
+            )
 
     def json_fields(self) -> dict[str, object]:
-        return {"total_seconds": self.seconds, "load_average_1min": {"before": self.load_before,
-                                                                     "after": self.load_after},
-                "raylog_sources": [self.sources_before, self.sources_after]}
+        return {
+            "total_seconds": self.seconds,
+            "load_average_1min": {"before": self.load_before, "after": self.load_after},
+            "raylog_sources": [self.sources_before, self.sources_after],
+        }
 
 
 def rows_json(rows: Iterable[Any]) -> list[dict[str, object]]:
@@ -317,9 +326,14 @@ class Phases:
         except Exception as exc:  # noqa: BLE001 — reported as a row, the run goes on
             traceback.print_exc(file=sys.stderr)
             message = strip_ansi(str(exc))
-            self.rows.append(self.row_type(section, name, error=f"{type(exc).__name__}: {message}",
-                                           note=f"ERROR {type(exc).__name__}: "
-                                                f"{message.splitlines()[0] if message else ''}"))
+            self.rows.append(
+                self.row_type(
+                    section,
+                    name,
+                    error=f"{type(exc).__name__}: {message}",
+                    note=f"ERROR {type(exc).__name__}: {message.splitlines()[0] if message else ''}",
+                )
+            )
 
 
 # ---------------------------------------------------------------------------------------
@@ -350,8 +364,13 @@ def start_local_ray(stack: contextlib.ExitStack, ship: str | None = None) -> Non
 
     if ray.is_initialized():
         raise BenchError("Ray is already initialized in this process; the benchmark starts its own")
-    ray.init(address="local", object_store_memory=EMBEDDED_OBJECT_STORE_BYTES, include_dashboard=False,
-             configure_logging=False, log_to_driver=False)
+    ray.init(
+        address="local",
+        object_store_memory=EMBEDDED_OBJECT_STORE_BYTES,
+        include_dashboard=False,
+        configure_logging=False,
+        log_to_driver=False,
+    )
     stack.callback(shutdown_ray)
     if ship is not None and ship != "__main__":
         ray.cloudpickle.register_pickle_by_value(sys.modules[ship])

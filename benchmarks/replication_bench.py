@@ -121,10 +121,12 @@ class Scale:
     timeout_s: float  # bound on any single wait (a produce run, a fail-over, an ISR refill)
 
 
-FULL = Scale("full", repeats=3, arrow_records=500_000, send_records=200_000, process_trials=10, node_trials=3,
-             timeout_s=120.0)
-QUICK = Scale("quick", repeats=1, arrow_records=20_000, send_records=10_000, process_trials=2, node_trials=1,
-              timeout_s=60.0)
+FULL = Scale(
+    "full", repeats=3, arrow_records=500_000, send_records=200_000, process_trials=10, node_trials=3, timeout_s=120.0
+)
+QUICK = Scale(
+    "quick", repeats=1, arrow_records=20_000, send_records=10_000, process_trials=2, node_trials=1, timeout_s=60.0
+)
 
 
 class Target(common.Target):
@@ -153,6 +155,7 @@ class Row(common.Judged):
     note: str = ""
     error: str | None = None
     verdict: str | None = None  # a pass/fail observation without a figure ("OK", "FAIL")
+
 
 # ---------------------------------------------------------------------------------------
 # Helpers
@@ -219,13 +222,16 @@ class Probe:
     def note(self) -> str:
         parts = [] if self.attempts is None else [f"{self.attempts} send(s)"]
         if self.failures:
-            parts.append(f"{len(self.failures)} producer(s) failed first, e.g. at {self.failures[0][0]:.2f} s: "
-                         f"{self.failures[0][1]}")
+            parts.append(
+                f"{len(self.failures)} producer(s) failed first, e.g. at {self.failures[0][0]:.2f} s: "
+                f"{self.failures[0][1]}"
+            )
         return ", ".join(parts)
 
 
-def first_acknowledged_write(cluster: RaylogCluster, topic: str, t0: float, timeout_s: float,
-                             refresh_after_failure: bool = True) -> Probe:
+def first_acknowledged_write(
+    cluster: RaylogCluster, topic: str, t0: float, timeout_s: float, refresh_after_failure: bool = True
+) -> Probe:
     """A fresh acks=all producer's single record, until one is acknowledged: seconds from
     ``t0``. A producer whose record fails for good (a non-retriable error or its delivery
     timeout) is closed and a new one made; with ``refresh_after_failure`` the bench first
@@ -238,9 +244,11 @@ def first_acknowledged_write(cluster: RaylogCluster, topic: str, t0: float, time
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             shown = "; ".join(f"{t:.1f} s {e}" for t, e in failures[:2])
-            raise BenchError(f"no acks=all write acknowledged within {timeout_s:.0f} s of the kill "
-                             f"({producers} fresh producers, {refreshes} metadata refreshes by the bench)"
-                             + (f"; failures: {shown}" if shown else ""))
+            raise BenchError(
+                f"no acks=all write acknowledged within {timeout_s:.0f} s of the kill "
+                f"({producers} fresh producers, {refreshes} metadata refreshes by the bench)"
+                + (f"; failures: {shown}" if shown else "")
+            )
         if failures and refresh_after_failure:
             try:
                 cluster.metadata(refresh=True)
@@ -253,8 +261,9 @@ def first_acknowledged_write(cluster: RaylogCluster, topic: str, t0: float, time
             future = producer.send(topic, b"failover-probe-%d" % producers)
             future.result(timeout=remaining + 1)
             attempts = getattr(getattr(future, "_batch", None), "attempts", None)
-            return Probe(time.perf_counter() - t0, None if attempts is None else attempts + 1, producers, refreshes,
-                         failures)
+            return Probe(
+                time.perf_counter() - t0, None if attempts is None else attempts + 1, producers, refreshes, failures
+            )
         except RaylogError as exc:  # KafkaTimeoutError included
             failures.append((time.perf_counter() - t0, short_error(exc)))
             time.sleep(0.02)
@@ -329,7 +338,6 @@ class StrictClient(threading.Thread):
                 close_quietly(producer)
 
 
-
 def _seconds(value: float | None) -> str:
     return "never" if value is None else f"{value:.2f} s"
 
@@ -350,10 +358,12 @@ class Trial:
     refill_s: float = 0.0
 
     def describe(self) -> str:
-        return (f"write after {self.probe.seconds:.2f} s (leader {self.old_leader} -> {self.new_leader}, epoch "
-                f"{self.epoch}; {self.probe.note()}); old pid gone {self.gone_s:.2f} s, controller elected "
-                f"{_seconds(self.elected_s)}, strict client {_seconds(self.strict_s)} "
-                f"({len(self.strict_failures)} failed producers)")
+        return (
+            f"write after {self.probe.seconds:.2f} s (leader {self.old_leader} -> {self.new_leader}, epoch "
+            f"{self.epoch}; {self.probe.note()}); old pid gone {self.gone_s:.2f} s, controller elected "
+            f"{_seconds(self.elected_s)}, strict client {_seconds(self.strict_s)} "
+            f"({len(self.strict_failures)} failed producers)"
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -377,8 +387,12 @@ class Runner(common.Phases):
     def embedded(self) -> None:
         with contextlib.ExitStack() as stack:
             common.start_local_ray(stack)
-            cluster = raylog.connect(data_dir=os.path.join(self.workdir, "embedded"), num_brokers=NUM_BROKERS,
-                                     cluster_name=f"rb{uuid.uuid4().hex[:8]}", config=CONTROLLER_CONFIG)
+            cluster = raylog.connect(
+                data_dir=os.path.join(self.workdir, "embedded"),
+                num_brokers=NUM_BROKERS,
+                cluster_name=f"rb{uuid.uuid4().hex[:8]}",
+                config=CONTROLLER_CONFIG,
+            )
             stack.callback(cluster.shutdown)
             topics: list[str] = []
             stack.callback(self.delete_topics, cluster, topics, "the embedded topics")
@@ -391,10 +405,14 @@ class Runner(common.Phases):
                 return name
 
             self.phase("throughput", "throughput, 1 partition", lambda: self.throughput(cluster, create, 1, True))
-            self.phase("throughput", "throughput, 3 partitions (extra)",
-                       lambda: self.throughput(cluster, create, 3, False))
-            self.phase("failover", "fail-over after the leader's process dies",
-                       lambda: self.process_failover(cluster, create(1, 3, SAFE_TOPIC)))
+            self.phase(
+                "throughput", "throughput, 3 partitions (extra)", lambda: self.throughput(cluster, create, 3, False)
+            )
+            self.phase(
+                "failover",
+                "fail-over after the leader's process dies",
+                lambda: self.process_failover(cluster, create(1, 3, SAFE_TOPIC)),
+            )
             self.phase("failover", "baseline: a plain Ray actor restarted after ray.kill", self.restart_baseline)
 
     def delete_topics(self, cluster: RaylogCluster, topics: list[str], what: str, **admin_config: Any) -> None:
@@ -431,13 +449,27 @@ class Runner(common.Phases):
             rate1, rate3 = count / best1, count / best3
             ratio = rate3 / rate1
             spread = lambda rs, count=count: ", ".join(f"{count / s:,.0f}" for s, _ in rs)  # noqa: E731
-            self.rows.append(Row("throughput", f"RF1 acks=1, {title}, {shape}", rate1, rate1 * VALUE_BYTES / MB,
-                                 note=f"{count:,} rec; runs/s: {spread(runs[1])}; {min(runs[1])[1]}"))
+            self.rows.append(
+                Row(
+                    "throughput",
+                    f"RF1 acks=1, {title}, {shape}",
+                    rate1,
+                    rate1 * VALUE_BYTES / MB,
+                    note=f"{count:,} rec; runs/s: {spread(runs[1])}; {min(runs[1])[1]}",
+                )
+            )
             isr_note = f"ISR SHRANK during the runs: {isrs}" if shrunk else f"ISR after the runs: {isrs}"
-            self.rows.append(Row(
-                "throughput", f"RF3 acks=all, {title}, {shape}", rate3, rate3 * VALUE_BYTES / MB, ratio,
-                targets=[Target("ratio", ">=", 0.6)] if with_targets else [],
-                note=f"{count:,} rec; runs/s: {spread(runs[3])}; {min(runs[3])[1]}; {isr_note}"))
+            self.rows.append(
+                Row(
+                    "throughput",
+                    f"RF3 acks=all, {title}, {shape}",
+                    rate3,
+                    rate3 * VALUE_BYTES / MB,
+                    ratio,
+                    targets=[Target("ratio", ">=", 0.6)] if with_targets else [],
+                    note=f"{count:,} rec; runs/s: {spread(runs[3])}; {min(runs[3])[1]}; {isr_note}",
+                )
+            )
 
     def process_failover(self, cluster: RaylogCluster, topic: str) -> None:
         scale = self.scale
@@ -450,17 +482,21 @@ class Runner(common.Phases):
             handle = cluster.metadata(refresh=True).leader(tp)
             state = get(handle.state.remote(), scale.timeout_s, "leader state")
             if state["leader"] != before.leader:
-                raise BenchError(f"trial {number}: metadata leader {before.leader}, the replica says "
-                                 f"{state['leader']}")
+                raise BenchError(f"trial {number}: metadata leader {before.leader}, the replica says {state['leader']}")
             old_pid = state["pid"]
             strict = StrictClient(cluster, topic, 0.0, scale.timeout_s)  # primed before the kill
             t0 = time.perf_counter()
             ray.kill(handle, no_restart=False)
             elected = self.election_watch(cluster, topic, before.leader, t0)
-            restarted = Poller(lambda h=handle, pid=old_pid: ray.get(h.state.remote(), timeout=10)["pid"] != pid, t0,
-                               0.02, scale.timeout_s)
-            trial = self.probe_after_kill(cluster, topic, before.leader, old_pid, f"trial {number}: leader process",
-                                          t0, strict, elected)
+            restarted = Poller(
+                lambda h=handle, pid=old_pid: ray.get(h.state.remote(), timeout=10)["pid"] != pid,
+                t0,
+                0.02,
+                scale.timeout_s,
+            )
+            trial = self.probe_after_kill(
+                cluster, topic, before.leader, old_pid, f"trial {number}: leader process", t0, strict, elected
+            )
             restarted.join(max(0.0, t0 + scale.timeout_s - time.perf_counter()))
             restart.append(restarted.seconds)
             after = describe(cluster, topic)
@@ -472,20 +508,37 @@ class Runner(common.Phases):
             if new_pid == old_pid:
                 raise BenchError(f"trial {number}: the killed replica still runs as pid {old_pid}")
             trials.append(trial)
-            print(f"[replication_bench]   process trial {number}: {trial.describe()}; Ray restarted the replica "
-                  f"{_seconds(restarted.seconds)}; ISR full after {trial.refill_s:.2f} s", file=sys.stderr, flush=True)
+            print(
+                f"[replication_bench]   process trial {number}: {trial.describe()}; Ray restarted the replica "
+                f"{_seconds(restarted.seconds)}; ISR full after {trial.refill_s:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         answered = [r for r in restart if r is not None]
         sub = []
         if answered:
             p50, worst = stats(answered)
-            sub.append(Row("failover", "  Ray restarted the killed replica (its first reply)", trials=len(answered),
-                           p50_s=p50, max_s=worst, values_s=answered,
-                           note=f"s: {seconds_list(answered)}; state() calls from the driver on the killed handle "
-                                "(an upper bound: a call caught by the death fails late, then the next one waits); "
-                                "old pid "
-                                f"gone after p50 {stats([t.gone_s for t in trials])[0] * 1000:.0f} ms"))
-        self.failover_rows("leader process killed (ray.kill, restarted)", trials,
-                           [Target("p50_s", "<=", 2), Target("max_s", "<=", 5)], "ISR full again (from the kill)", sub)
+            sub.append(
+                Row(
+                    "failover",
+                    "  Ray restarted the killed replica (its first reply)",
+                    trials=len(answered),
+                    p50_s=p50,
+                    max_s=worst,
+                    values_s=answered,
+                    note=f"s: {seconds_list(answered)}; state() calls from the driver on the killed handle "
+                    "(an upper bound: a call caught by the death fails late, then the next one waits); "
+                    "old pid "
+                    f"gone after p50 {stats([t.gone_s for t in trials])[0] * 1000:.0f} ms",
+                )
+            )
+        self.failover_rows(
+            "leader process killed (ray.kill, restarted)",
+            trials,
+            [Target("p50_s", "<=", 2), Target("max_s", "<=", 5)],
+            "ISR full again (from the kill)",
+            sub,
+        )
 
     def restart_baseline(self) -> None:
         """Ray alone: a plain actor with the replica's imports and restart options, killed
@@ -498,8 +551,9 @@ class Runner(common.Phases):
                 old_pid = get(actor.pid.remote(), scale.timeout_s, "plain actor")
                 t0 = time.perf_counter()
                 ray.kill(actor, no_restart=False)
-                back = Poller(lambda pid=old_pid: ray.get(actor.pid.remote(), timeout=10) != pid, t0, 0.02,
-                              scale.timeout_s)
+                back = Poller(
+                    lambda pid=old_pid: ray.get(actor.pid.remote(), timeout=10) != pid, t0, 0.02, scale.timeout_s
+                )
                 back.join(scale.timeout_s + 1)
                 back.stop.set()
                 if back.seconds is None:
@@ -508,16 +562,26 @@ class Runner(common.Phases):
         finally:
             ray.kill(actor, no_restart=True)
         p50, worst = stats(times)
-        self.rows.append(Row("failover", "  baseline: plain Ray actor (same imports) killed: first reply",
-                             trials=len(times), p50_s=p50, max_s=worst, values_s=times,
-                             note=f"s: {seconds_list(times)}; max_restarts=-1, imports raylog.actors.replica; "
-                                  "Ray's own restart time, no log recovery"))
+        self.rows.append(
+            Row(
+                "failover",
+                "  baseline: plain Ray actor (same imports) killed: first reply",
+                trials=len(times),
+                p50_s=p50,
+                max_s=worst,
+                values_s=times,
+                note=f"s: {seconds_list(times)}; max_restarts=-1, imports raylog.actors.replica; "
+                "Ray's own restart time, no log recovery",
+            )
+        )
 
     def full_isr(self, cluster: RaylogCluster, topic: str, what: str):
         """The partition once its ISR holds every replica and it has a leader."""
+
         def check():
             p = describe(cluster, topic)
             return p if len(p.isr) == NUM_BROKERS and p.leader >= 0 else None
+
         try:
             return wait_for(check, self.scale.timeout_s, what, 0.05)
         except BenchError as exc:
@@ -527,8 +591,9 @@ class Runner(common.Phases):
                 for (_, broker), h in sorted(handles.items()):
                     try:
                         st = ray.get(h.state.remote(), timeout=5)
-                        states[broker] = {k: st[k] for k in ("leader", "leader_epoch", "isr", "high_watermark",
-                                                             "log_end_offset")}
+                        states[broker] = {
+                            k: st[k] for k in ("leader", "leader_epoch", "isr", "high_watermark", "log_end_offset")
+                        }
                     except Exception as inner:  # noqa: BLE001
                         states[broker] = short_error(inner)
             except Exception as inner:  # noqa: BLE001
@@ -539,8 +604,17 @@ class Runner(common.Phases):
         """A Poller of when the controller names a leader other than ``old_leader``."""
         return Poller(lambda: controller_leader(cluster, topic) not in (old_leader, -1), t0, 0.02, self.scale.timeout_s)
 
-    def probe_after_kill(self, cluster: RaylogCluster, topic: str, old_leader: int, old_pid: int, what: str,
-                         t0: float, strict: StrictClient, elected: Poller) -> Trial:
+    def probe_after_kill(
+        self,
+        cluster: RaylogCluster,
+        topic: str,
+        old_leader: int,
+        old_pid: int,
+        what: str,
+        t0: float,
+        strict: StrictClient,
+        elected: Poller,
+    ) -> Trial:
         """Once the killed leader's process ``old_pid`` is gone, the measured write (from
         ``t0``, the kill) with the strict client running alongside."""
         wait_for(lambda: not pid_running(old_pid), 30, f"{what} {old_pid} exiting", 0.005)
@@ -563,57 +637,116 @@ class Runner(common.Phases):
         trial.strict_failures = list(strict.failures)
         trial.strict_window_s = time.perf_counter() - t0
 
-    def failover_rows(self, title: str, trials: list[Trial], targets: list[Target], refill_what: str,
-                      sub: list[Row], detection: list[float] | None = None) -> None:
+    def failover_rows(
+        self,
+        title: str,
+        trials: list[Trial],
+        targets: list[Target],
+        refill_what: str,
+        sub: list[Row],
+        detection: list[float] | None = None,
+    ) -> None:
         times = [t.probe.seconds for t in trials]
         p50, worst = stats(times)
         refreshed = [t for t in trials if t.probe.refreshes]
         moved = sum(t.new_leader != t.old_leader for t in trials)
-        note = (f"s: {seconds_list(times)}; leader moved in {moved}/{len(trials)}; "
-                f"{refill_what} p50 {stats([t.refill_s for t in trials])[0]:.1f} s")
+        note = (
+            f"s: {seconds_list(times)}; leader moved in {moved}/{len(trials)}; "
+            f"{refill_what} p50 {stats([t.refill_s for t in trials])[0]:.1f} s"
+        )
         if refreshed:
-            note += (f"; in {len(refreshed)}/{len(trials)} trials a producer failed for good and the bench refreshed "
-                     f"the metadata before the next one (first failure: {refreshed[0].probe.failures[0][1]})")
+            note += (
+                f"; in {len(refreshed)}/{len(trials)} trials a producer failed for good and the bench refreshed "
+                f"the metadata before the next one (first failure: {refreshed[0].probe.failures[0][1]})"
+            )
         retried = [t.probe.attempts for t in trials if t.probe.attempts and t.probe.attempts > 1]
         if retried:
             note += f"; the record was resent in {len(retried)} trials (up to {max(retried)} sends)"
-        self.rows.append(Row("failover", title + ": first acks=all write", trials=len(trials), p50_s=p50, max_s=worst,
-                             values_s=times, targets=targets, note=note))
+        self.rows.append(
+            Row(
+                "failover",
+                title + ": first acks=all write",
+                trials=len(trials),
+                p50_s=p50,
+                max_s=worst,
+                values_s=times,
+                targets=targets,
+                note=note,
+            )
+        )
         self.rows += sub
         elected = [t.elected_s for t in trials if t.elected_s is not None]
         if elected:
             p50, worst = stats(elected)
-            self.rows.append(Row("failover", "  controller elected a new leader", trials=len(elected), p50_s=p50,
-                                 max_s=worst, values_s=elected,
-                                 note=f"s: {seconds_list(elected)}; direct controller.metadata() calls every 20 ms"
-                                      + ("" if len(elected) == len(trials) else
-                                         f"; NO new leader within the bound in {len(trials) - len(elected)} trials")))
+            self.rows.append(
+                Row(
+                    "failover",
+                    "  controller elected a new leader",
+                    trials=len(elected),
+                    p50_s=p50,
+                    max_s=worst,
+                    values_s=elected,
+                    note=f"s: {seconds_list(elected)}; direct controller.metadata() calls every 20 ms"
+                    + (
+                        ""
+                        if len(elected) == len(trials)
+                        else f"; NO new leader within the bound in {len(trials) - len(elected)} trials"
+                    ),
+                )
+            )
         if detection is not None:
             over = [t.probe.seconds - d for t, d in zip(trials, detection, strict=True)]
             p50, worst = stats(over)
-            self.rows.append(Row("failover", "  first write minus Ray's detection time", trials=len(over), p50_s=p50,
-                                 max_s=worst, values_s=over, targets=[Target("max_s", "<=", 1.0)],
-                                 note=f"s: {seconds_list(over)}; the controller reads ray.nodes() every 200 ms"))
+            self.rows.append(
+                Row(
+                    "failover",
+                    "  first write minus Ray's detection time",
+                    trials=len(over),
+                    p50_s=p50,
+                    max_s=worst,
+                    values_s=over,
+                    targets=[Target("max_s", "<=", 1.0)],
+                    note=f"s: {seconds_list(over)}; the controller reads ray.nodes() every 200 ms",
+                )
+            )
         recovered = [t for t in trials if t.strict_s is not None]
         failed = [t for t in trials if t.strict_s is None]
         if failed:
             worst_trial = failed[0]
             last = worst_trial.strict_failures[-1] if worst_trial.strict_failures else (0.0, "no attempt")
-            note = (f"did NOT recover in {len(failed)}/{len(trials)} trials: e.g. {len(worst_trial.strict_failures)} "
-                    f"fresh producers over {worst_trial.strict_window_s:.1f} s after the kill all failed (the new "
-                    f"leader was elected at {_seconds(worst_trial.elected_s)}), the last at {last[0]:.1f} s with "
-                    f"{last[1]}")
+            note = (
+                f"did NOT recover in {len(failed)}/{len(trials)} trials: e.g. {len(worst_trial.strict_failures)} "
+                f"fresh producers over {worst_trial.strict_window_s:.1f} s after the kill all failed (the new "
+                f"leader was elected at {_seconds(worst_trial.elected_s)}), the last at {last[0]:.1f} s with "
+                f"{last[1]}"
+            )
             if recovered:
                 note += f"; recovered in {len(recovered)} trials (s: {seconds_list([t.strict_s for t in recovered])})"
-            self.rows.append(Row("failover", "  client on its own (own metadata cache, no manual refresh)",
-                                 trials=len(trials), verdict="FAIL", note=note))
+            self.rows.append(
+                Row(
+                    "failover",
+                    "  client on its own (own metadata cache, no manual refresh)",
+                    trials=len(trials),
+                    verdict="FAIL",
+                    note=note,
+                )
+            )
         else:
             values = [t.strict_s for t in trials]
             p50, worst = stats(values)
-            self.rows.append(Row("failover", "  client on its own (own metadata cache, no manual refresh)",
-                                 trials=len(trials), p50_s=p50, max_s=worst, values_s=values, verdict="OK",
-                                 note=f"s: {seconds_list(values)}; fresh producers every 0.1 s after a failure, "
-                                      "concurrently with the measured probe"))
+            self.rows.append(
+                Row(
+                    "failover",
+                    "  client on its own (own metadata cache, no manual refresh)",
+                    trials=len(trials),
+                    p50_s=p50,
+                    max_s=worst,
+                    values_s=values,
+                    verdict="OK",
+                    note=f"s: {seconds_list(values)}; fresh producers every 0.1 s after a failure, "
+                    "concurrently with the measured probe",
+                )
+            )
 
     # --- phase 3: multi-node Ray cluster, a node dies ---------------------------------------
 
@@ -626,24 +759,37 @@ class Runner(common.Phases):
         nodes: dict[int, Any] = {}
         data_root = os.path.join(self.workdir, "nodes")
         with contextlib.ExitStack() as stack:
-            ray_cluster = Cluster(initialize_head=True, head_node_args={
-                "num_cpus": 1, "object_store_memory": NODE_OBJECT_STORE_BYTES,
-                "_system_config": dict(FAST_FAILURE_DETECTION)})
+            ray_cluster = Cluster(
+                initialize_head=True,
+                head_node_args={
+                    "num_cpus": 1,
+                    "object_store_memory": NODE_OBJECT_STORE_BYTES,
+                    "_system_config": dict(FAST_FAILURE_DETECTION),
+                },
+            )
             stack.callback(ray_cluster.shutdown)
             stack.callback(ray.shutdown)
 
             def start_broker(broker_id: int) -> None:
                 nodes[broker_id] = ray_cluster.add_node(
-                    num_cpus=1, object_store_memory=NODE_OBJECT_STORE_BYTES,
-                    labels={"raylog.broker": str(broker_id),
-                            "raylog.data_dir": os.path.join(data_root, f"broker-{broker_id}")})
+                    num_cpus=1,
+                    object_store_memory=NODE_OBJECT_STORE_BYTES,
+                    labels={
+                        "raylog.broker": str(broker_id),
+                        "raylog.data_dir": os.path.join(data_root, f"broker-{broker_id}"),
+                    },
+                )
 
             for broker_id in range(NUM_BROKERS):
                 start_broker(broker_id)
             ray_cluster.wait_for_nodes(timeout=scale.timeout_s)
             ray.init(address=ray_cluster.address, configure_logging=False, log_to_driver=False)
-            cluster = raylog.connect(address=ray_cluster.address, data_dir=os.path.join(self.workdir, "controller"),
-                                     cluster_name=f"rn{uuid.uuid4().hex[:8]}", config=NODE_CONTROLLER_CONFIG)
+            cluster = raylog.connect(
+                address=ray_cluster.address,
+                data_dir=os.path.join(self.workdir, "controller"),
+                cluster_name=f"rn{uuid.uuid4().hex[:8]}",
+                config=NODE_CONTROLLER_CONFIG,
+            )
             stack.callback(cluster.shutdown)
             topic = f"repl-node-{uuid.uuid4().hex[:6]}"
             stack.callback(self.delete_topics, cluster, [topic], "the node-phase topic", request_timeout_ms=30_000)
@@ -664,38 +810,61 @@ class Runner(common.Phases):
             node_id = node.node_id
             strict = StrictClient(cluster, topic, 0.0, scale.timeout_s)  # primed before the kill
             t0 = time.perf_counter()
-            detected = Poller(lambda nid=node_id: any(n["NodeID"] == nid and not n["Alive"] for n in ray.nodes()),
-                              t0, DETECTION_POLL_S, scale.timeout_s)
+            detected = Poller(
+                lambda nid=node_id: any(n["NodeID"] == nid and not n["Alive"] for n in ray.nodes()),
+                t0,
+                DETECTION_POLL_S,
+                scale.timeout_s,
+            )
             elected = self.election_watch(cluster, topic, before.leader, t0)
             ray_cluster.remove_node(node, allow_graceful=False)
             removal.append(time.perf_counter() - t0)
-            trial = self.probe_after_kill(cluster, topic, before.leader, old_pid, f"node trial {number}: leader", t0,
-                                          strict, elected)
+            trial = self.probe_after_kill(
+                cluster, topic, before.leader, old_pid, f"node trial {number}: leader", t0, strict, elected
+            )
             detected.join(max(0.0, t0 + scale.timeout_s - time.perf_counter()))
             if detected.seconds is None:
-                raise BenchError(f"node trial {number}: Ray did not declare node {node_id[:8]} dead "
-                                 f"within {scale.timeout_s:.0f} s")
+                raise BenchError(
+                    f"node trial {number}: Ray did not declare node {node_id[:8]} dead within {scale.timeout_s:.0f} s"
+                )
             detection.append(detected.seconds)
             after = describe(cluster, topic)
             trial.new_leader, trial.epoch = after.leader, after.leader_epoch
             start_broker(before.leader)  # back with the same labels and data directory
             ray_cluster.wait_for_nodes(timeout=scale.timeout_s)
             refill_start = time.perf_counter()
-            self.full_isr(cluster, topic, f"node trial {number}: the ISR refilling after broker {before.leader} "
-                                          "rejoined")
+            self.full_isr(
+                cluster, topic, f"node trial {number}: the ISR refilling after broker {before.leader} rejoined"
+            )
             trial.refill_s = time.perf_counter() - refill_start
             trials.append(trial)
-            print(f"[replication_bench]   node trial {number}: {trial.describe()}; Ray declared the node dead after "
-                  f"{detected.seconds:.2f} s (remove_node returned after {removal[-1]:.2f} s); ISR full "
-                  f"{trial.refill_s:.1f} s after re-adding the node", file=sys.stderr, flush=True)
+            print(
+                f"[replication_bench]   node trial {number}: {trial.describe()}; Ray declared the node dead after "
+                f"{detected.seconds:.2f} s (remove_node returned after {removal[-1]:.2f} s); ISR full "
+                f"{trial.refill_s:.1f} s after re-adding the node",
+                file=sys.stderr,
+                flush=True,
+            )
         p50, worst = stats(detection)
-        detection_row = (Row("failover", "  Ray declared the node dead (ray.nodes() Alive=False)",
-                             trials=len(detection), p50_s=p50, max_s=worst, values_s=detection,
-                             note=f"s: {seconds_list(detection)}; polled every {DETECTION_POLL_S * 1000:.0f} ms; "
-                                  f"remove_node() returned after p50 {stats(removal)[0]:.2f} s, the leader's "
-                                  f"process was gone after p50 {stats([t.gone_s for t in trials])[0]:.2f} s"))
-        self.failover_rows("leader node killed (remove_node)", trials, [],
-                           "ISR full again after re-adding the node", [detection_row], detection)
+        detection_row = Row(
+            "failover",
+            "  Ray declared the node dead (ray.nodes() Alive=False)",
+            trials=len(detection),
+            p50_s=p50,
+            max_s=worst,
+            values_s=detection,
+            note=f"s: {seconds_list(detection)}; polled every {DETECTION_POLL_S * 1000:.0f} ms; "
+            f"remove_node() returned after p50 {stats(removal)[0]:.2f} s, the leader's "
+            f"process was gone after p50 {stats([t.gone_s for t in trials])[0]:.2f} s",
+        )
+        self.failover_rows(
+            "leader node killed (remove_node)",
+            trials,
+            [],
+            "ISR full again after re-adding the node",
+            [detection_row],
+            detection,
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -703,23 +872,37 @@ class Runner(common.Phases):
 
 
 TABLES = {
-    "throughput": ((
-        ("measurement", 62, None), ("records/s", 11, lambda r: common.number(r.records_per_s, ",.0f")),
-        ("MB/s", 6, lambda r: common.number(r.mb_per_s, ",.1f")), ("RF3/RF1", 7, lambda r: common.times(r.ratio)),
-    ), 18),
-    "failover": ((
-        ("measurement", 62, None), ("trials", 6, lambda r: common.number(r.trials, "d")),
-        ("p50 s", 6, lambda r: common.number(r.p50_s, ".2f")), ("max s", 6, lambda r: common.number(r.max_s, ".2f")),
-    ), 18),
+    "throughput": (
+        (
+            ("measurement", 62, None),
+            ("records/s", 11, lambda r: common.number(r.records_per_s, ",.0f")),
+            ("MB/s", 6, lambda r: common.number(r.mb_per_s, ",.1f")),
+            ("RF3/RF1", 7, lambda r: common.times(r.ratio)),
+        ),
+        18,
+    ),
+    "failover": (
+        (
+            ("measurement", 62, None),
+            ("trials", 6, lambda r: common.number(r.trials, "d")),
+            ("p50 s", 6, lambda r: common.number(r.p50_s, ".2f")),
+            ("max s", 6, lambda r: common.number(r.max_s, ".2f")),
+        ),
+        18,
+    ),
 }
 
 
 def json_document(scale: Scale, messages: list[str]) -> dict[str, object]:
     return {
-        "mode": scale.name, "scale": asdict(scale), "statistic": f"best of {scale.repeats} runs (throughput)",
-        "mb": MB, "value_bytes": VALUE_BYTES,
+        "mode": scale.name,
+        "scale": asdict(scale),
+        "statistic": f"best of {scale.repeats} runs (throughput)",
+        "mb": MB,
+        "value_bytes": VALUE_BYTES,
         "durability": "no fsync (page cache); RF1 acks=1 vs RF3 acks=all min.insync.replicas=2",
-        "failure_detection": FAST_FAILURE_DETECTION, "controller_config": NODE_CONTROLLER_CONFIG,
+        "failure_detection": FAST_FAILURE_DETECTION,
+        "controller_config": NODE_CONTROLLER_CONFIG,
         "messages": messages,
     }
 
@@ -760,22 +943,33 @@ def main(argv: list[str] | None = None) -> int:
         runner = run(scale, args.dir)
     watch.stop()
     rows = runner.rows
-    print(f"raylog replication benchmark, {scale.name} mode; durability: no fsync (page cache + replication, "
-          "Kafka's default)")
-    print(f"throughput: embedded cluster, {NUM_BROKERS} brokers on this node, {VALUE_BYTES} B values, best of "
-          f"{scale.repeats} runs ({scale.arrow_records:,} records for send_arrow, {scale.send_records:,} for send()); "
-          "RF1 acks=1 vs RF3 acks=all min.insync.replicas=2; MB = 10^6 value bytes")
-    print(f"fail-over: time from the kill to the first acknowledged acks=all write of a fresh producer "
-          f"({', '.join(f'{k}={v}' for k, v in PROBE_PRODUCER.items())}); {scale.process_trials} process trials, "
-          f"{scale.node_trials} node trials")
+    print(
+        f"raylog replication benchmark, {scale.name} mode; durability: no fsync (page cache + replication, "
+        "Kafka's default)"
+    )
+    print(
+        f"throughput: embedded cluster, {NUM_BROKERS} brokers on this node, {VALUE_BYTES} B values, best of "
+        f"{scale.repeats} runs ({scale.arrow_records:,} records for send_arrow, {scale.send_records:,} for send()); "
+        "RF1 acks=1 vs RF3 acks=all min.insync.replicas=2; MB = 10^6 value bytes"
+    )
+    print(
+        f"fail-over: time from the kill to the first acknowledged acks=all write of a fresh producer "
+        f"({', '.join(f'{k}={v}' for k, v in PROBE_PRODUCER.items())}); {scale.process_trials} process trials, "
+        f"{scale.node_trials} node trials"
+    )
     print("BELOW: target missed; ERROR: the measurement failed (see stderr)")
     common.print_tables(rows, TABLES)
     print()
     print(DETECTION_HELP.format(used=", ".join(f"{k}={v}" for k, v in FAST_FAILURE_DETECTION.items())))
     print()
-    return common.finish(rows, watch, args.json, json_document(scale, runner.messages),
-                         "the machine is shared: other work lowers throughput and lengthens fail-over",
-                         notes=runner.messages)
+    return common.finish(
+        rows,
+        watch,
+        args.json,
+        json_document(scale, runner.messages),
+        "the machine is shared: other work lowers throughput and lengthens fail-over",
+        notes=runner.messages,
+    )
 
 
 if __name__ == "__main__":

@@ -213,13 +213,25 @@ def log_rows(workdir: str, scale: Scale) -> list[Row]:
         discard(log)
         shape = f"{label} records, {len(pool[0]) / MIB:.2f} MiB batches"
         appends += [
-            Row(f"append {shape}", total_records / log_s, total_bytes / log_s / MB, write_s / log_s,
-                Target("ratio", ">=", 0.6), f"{total_bytes / MIB:.0f} MiB per run"),
+            Row(
+                f"append {shape}",
+                total_records / log_s,
+                total_bytes / log_s / MB,
+                write_s / log_s,
+                Target("ratio", ">=", 0.6),
+                f"{total_bytes / MIB:.0f} MiB per run",
+            ),
             Row("  baseline: os.write of the same bytes", None, total_bytes / write_s / MB),
         ]
         reads += [
-            Row(f"read {shape}", total_records / read_s, total_bytes / read_s / MB, plain_s / read_s,
-                Target("ratio", ">=", 0.8), "1 MiB reads, warm page cache"),
+            Row(
+                f"read {shape}",
+                total_records / read_s,
+                total_bytes / read_s / MB,
+                plain_s / read_s,
+                Target("ratio", ">=", 0.8),
+                "1 MiB reads, warm page cache",
+            ),
             Row("  baseline: os.pread of the segment file", None, total_bytes / plain_s / MB),
         ]
     return appends + reads
@@ -241,8 +253,15 @@ def codec_rows(scale: Scale) -> list[Row]:
             batch = build()
             seconds = best(partial(timed_calls, build, calls), scale.repeats)
             note = f"batch {len(batch) / MIB:.2f} MiB"
-            encodes.append(Row(f"encode {shape}", records * calls / seconds, len(batch) * calls / seconds / MB,
-                               target=Target("records_per_s", ">=", 1_000_000), note=note))
+            encodes.append(
+                Row(
+                    f"encode {shape}",
+                    records * calls / seconds,
+                    len(batch) * calls / seconds / MB,
+                    target=Target("records_per_s", ">=", 1_000_000),
+                    note=note,
+                )
+            )
             decodes += [decode_row(shape, batch, records, calls, crcs, scale.repeats) for crcs in (True, False)]
     return encodes + decodes
 
@@ -253,9 +272,13 @@ def decode_row(shape: str, batch: bytes, records: int, calls: int, check_crcs: b
     if decode().num_rows != records:
         raise RuntimeError(f"decoding {shape} lost records")
     seconds = best(partial(timed_calls, decode, calls), repeats)
-    return Row(f"decode {shape}, crc {'on' if check_crcs else 'off'}", records * calls / seconds,
-               len(batch) * calls / seconds / MB, target=Target("records_per_s", ">=", 20_000_000),
-               note="one batch per call")
+    return Row(
+        f"decode {shape}, crc {'on' if check_crcs else 'off'}",
+        records * calls / seconds,
+        len(batch) * calls / seconds / MB,
+        target=Target("records_per_s", ">=", 20_000_000),
+        note="one batch per call",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -272,9 +295,12 @@ def disk_row(workdir: str, scale: Scale) -> Row:
     shutil.rmtree(directory)
     total, segment = sum(sizes.values()), sizes[file_name(0, ".log")]
     payload = scale.disk_batches * 1_000 * 100
-    return Row("on-disk size, 1,000 x 100 B batches, none", ratio=total / payload,
-               target=Target("ratio", "<=", 1.15),
-               note=f"{total:,} B on disk ({segment:,} B segment) for {payload:,} B of values")
+    return Row(
+        "on-disk size, 1,000 x 100 B batches, none",
+        ratio=total / payload,
+        target=Target("ratio", "<=", 1.15),
+        note=f"{total:,} B on disk ({segment:,} B segment) for {payload:,} B of values",
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -302,8 +328,13 @@ def clean_rows(workdir: str, scale: Scale) -> list[Row]:
         discard(log)
     records, clean_s, read_s = stats.records_read, min(clean_times), min(read_times)
     return [
-        Row("compaction: Log.clean, 100 B records, ~5 per key", records / clean_s, stats.bytes_read / clean_s / MB,
-            read_s / clean_s, note=f"{stats.records_read:,} records read, {stats.records_kept:,} kept"),
+        Row(
+            "compaction: Log.clean, 100 B records, ~5 per key",
+            records / clean_s,
+            stats.bytes_read / clean_s / MB,
+            read_s / clean_s,
+            note=f"{stats.records_read:,} records read, {stats.records_kept:,} kept",
+        ),
         Row("  baseline: Log.read of the same segments", records / read_s, stats.bytes_read / read_s / MB),
     ]
 
@@ -313,16 +344,34 @@ def clean_rows(workdir: str, scale: Scale) -> list[Row]:
 
 
 COLUMNS = (
-    ("measurement", 50, None), ("records/s", 13, lambda r: common.number(r.records_per_s, ",.0f")),
-    ("MB/s", 9, lambda r: common.number(r.mb_per_s, ",.0f")), ("ratio", 7, lambda r: common.times(r.ratio)),
+    ("measurement", 50, None),
+    ("records/s", 13, lambda r: common.number(r.records_per_s, ",.0f")),
+    ("MB/s", 9, lambda r: common.number(r.mb_per_s, ",.0f")),
+    ("ratio", 7, lambda r: common.times(r.ratio)),
 )
 
 
 def write_json(path: str, scale: Scale, rows: list[Row], seconds: float) -> None:
-    results = [{**asdict(row), "name": row.name.strip(), "target": None if row.target is None else asdict(row.target),
-                "result": row.result or None} for row in rows]
-    common.dump_json(path, {"mode": scale.name, "statistic": f"best of {scale.repeats} runs", "mb": MB,
-                     "total_seconds": seconds, "environment": common.environment(with_ray=False), "results": results})
+    results = [
+        {
+            **asdict(row),
+            "name": row.name.strip(),
+            "target": None if row.target is None else asdict(row.target),
+            "result": row.result or None,
+        }
+        for row in rows
+    ]
+    common.dump_json(
+        path,
+        {
+            "mode": scale.name,
+            "statistic": f"best of {scale.repeats} runs",
+            "mb": MB,
+            "total_seconds": seconds,
+            "environment": common.environment(with_ray=False),
+            "results": results,
+        },
+    )
 
 
 # ---------------------------------------------------------------------------------------

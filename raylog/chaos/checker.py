@@ -1,7 +1,7 @@
 """The checker: Jepsen's anomaly classes for Kafka-like logs, found in a :class:`History`.
 
-Each class, restated for raylog (see ``/work/shared/anomalies.md``; the history module
-says what a history holds):
+Each class, restated for raylog from Jepsen's Kafka analysis (the history module says what
+a history holds):
 
 - lost write: a send acknowledged (or a value a consumer polled, so below the high
   watermark) that the final read does not return, where the final read reached its offset.
