@@ -64,7 +64,7 @@ from ..errors import (
     StorageError,
     UnknownLeaderEpochError,
 )
-from ..protocol import FetchRequest, FetchResponse, error_fields
+from ..protocol import MAX_FETCH_BYTES, MAX_REQUEST_BYTES, FetchRequest, FetchResponse, error_fields
 from ..storage import producer_snapshot, record_batch
 from ..storage.files import write_atomically
 from ..storage.leader_epoch import UNDEFINED, LeaderEpochCache
@@ -268,6 +268,7 @@ class Partition:
         Raises:
             SequenceGap: an idempotent batch came before an earlier one of its producer.
             InvalidRequiredAcksError: ``acks`` not in (0, 1, -1).
+            InvalidRequestError: ``data`` is larger than ``MAX_REQUEST_BYTES``.
             NotLeaderOrFollowerError: this replica does not lead.
             NotEnoughReplicasError: acks=-1 with fewer in-sync replicas than required.
             OutOfOrderSequenceError, InvalidProducerEpochError: a stale or broken producer.
@@ -275,6 +276,9 @@ class Partition:
         """
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks!r}")
+        size = memoryview(data).nbytes
+        if size > MAX_REQUEST_BYTES:
+            raise InvalidRequestError(f"a produce request of {size} bytes, above the limit of {MAX_REQUEST_BYTES}")
         self._require_leader()
         if acks == -1 and len(self.isr) < self.config.min_insync_replicas:
             raise NotEnoughReplicasError(
@@ -373,7 +377,8 @@ class Partition:
         current_leader_epoch: int = -1,
         record_fetch: bool = True,
     ) -> ReadResult:
-        """Batches from ``offset``: below the HW for consumers, below the LEO for followers.
+        """Batches from ``offset``: below the HW for consumers, below the LEO for followers;
+        ``max_bytes`` (at most ``MAX_FETCH_BYTES``) or the first batch, whichever is larger.
         A follower's fetch offset is recorded as its log end (``record_fetch``: once per
         request, not again when a long poll reads anew, as Kafka's delayed fetch does).
 
@@ -394,7 +399,7 @@ class Partition:
             if limit < offset <= self.log.log_end_offset:
                 # Offsets above the HW exist but are not yet committed: nothing to read yet.
                 return self._result(b"")
-        return self._result(self.log.read(offset, max_bytes, max_offset=limit))
+        return self._result(self.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=limit))
 
     def _follower_fetched(self, replica_id: int, offset: int) -> None:
         follower = self.followers.get(replica_id)

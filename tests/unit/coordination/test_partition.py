@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from raylog.config import TopicConfig
+from raylog.coordination import partition as partition_module
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition, SequenceGap
 from raylog.errors import (
     FencedLeaderEpochError,
+    InvalidRequestError,
     InvalidRequiredAcksError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
@@ -274,3 +276,29 @@ def test_an_altered_config_applies_to_the_next_produce_and_retention_round(parti
     assert len(part.log.apply_retention(part.high_watermark)) == 3  # never the active segment
     with pytest.raises(NotEnoughReplicasError):
         part.append_as_leader(record_batch.build([b"y"]), acks=-1)
+
+
+def test_a_produce_request_above_the_request_limit_fails_whole(partition, monkeypatch):
+    """A request larger than MAX_REQUEST_BYTES (Kafka's socket.request.max.bytes) fails with
+    INVALID_REQUEST before anything of it is written, though each batch would fit."""
+    part = partition()
+    batch = record_batch.build([b"v" * 100])
+    monkeypatch.setattr(partition_module, "MAX_REQUEST_BYTES", 2 * len(batch))
+    with pytest.raises(InvalidRequestError, match="above the limit"):
+        part.append_as_leader(batch + batch + batch, acks=1)
+    assert part.log.log_end_offset == 0
+    part.append_as_leader(batch, acks=1)
+    assert part.log.log_end_offset == 1
+
+
+def test_a_fetch_returns_at_most_max_fetch_bytes_but_always_one_batch(partition, monkeypatch):
+    """Whatever max_bytes a fetch asks, the leader returns at most MAX_FETCH_BYTES (Kafka's
+    broker fetch.max.bytes), and at least the first batch."""
+    part = partition()
+    batch = record_batch.build([b"v" * 100])
+    for _ in range(4):
+        part.append_as_leader(batch, acks=1)
+    monkeypatch.setattr(partition_module, "MAX_FETCH_BYTES", 2 * len(batch))
+    assert len(part.read(0, 1 << 30).data) == 2 * len(batch)
+    monkeypatch.setattr(partition_module, "MAX_FETCH_BYTES", 1)
+    assert len(part.read(0, 1 << 30).data) == len(batch)
