@@ -295,3 +295,20 @@ def test_a_follower_keeps_fetching_after_a_corrupt_batch(multinode, replicated_t
     wait_until(lambda: follower in describe(cluster, topic).isr, timeout_s=60, message="rejoining the ISR")
     fetched = ray.get(state.remote())
     assert fetched["fetch_errors"] > 0 and "CorruptRecordError" in fetched["last_fetch_error"]
+
+
+def test_one_followers_report_does_not_move_a_live_leader(multinode, replicated_topic):
+    """Defect 11 (``leader_unreachable`` fired on transient errors from any follower): a
+    follower's report that it cannot reach the leader makes the controller call the leader
+    itself; a leader that answers keeps leading, in the same epoch, and keeps acknowledging."""
+    cluster, _ = multinode
+    topic = replicated_topic(**SAFE)
+    with Producer(cluster, acks="all") as producer:
+        producer.send(topic, b"before").result(timeout=30)
+    info = describe(cluster, topic)
+    ray.get(cluster.controller.leader_unreachable.remote(topic, 0, info.leader_epoch), timeout=30)
+    after = describe(cluster, topic)
+    assert (after.leader, after.leader_epoch, sorted(after.isr)) == (info.leader, info.leader_epoch, sorted(info.isr))
+    with Producer(cluster, acks="all") as producer:
+        producer.send(topic, b"after").result(timeout=30)
+    assert read_values(cluster, topic) == [b"before", b"after"]

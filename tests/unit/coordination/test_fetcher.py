@@ -1,0 +1,63 @@
+"""The follower's fetch loop decisions (no Ray): failed calls are retried after a pause and the
+leader is reported to the controller at most once a second; refusals and bad answers are never
+taken for a dead leader; an error never ends the loop."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylog.config import TopicConfig
+from raylog.coordination.fetcher import LEADER_REPORT_INTERVAL_MS, EpochAnswer, EpochQuery, FollowerFetcher, Next
+from raylog.coordination.partition import Partition
+from raylog.errors import NotLeaderOrFollowerError
+from raylog.protocol import FetchRequest, FetchResponse, error_fields
+
+
+@pytest.fixture
+def fetcher(open_log, clock) -> FollowerFetcher:
+    """Broker 2 follows leader 1 in epoch 3."""
+    part = Partition("t", 0, broker_id=2, log=open_log(), config=TopicConfig(), clock=clock)
+    part.become_follower(leader=1, leader_epoch=3, replicas=(1, 2), isr=(1, 2), partition_epoch=5)
+    return FollowerFetcher(part, leader=1, leader_epoch=3, clock=clock)
+
+
+def _truncated(fetcher: FollowerFetcher) -> FetchRequest:
+    query = fetcher.next_request()
+    assert isinstance(query, EpochQuery)
+    assert fetcher.on_answer(query, EpochAnswer(0, 3, 0)) is Next.AGAIN
+    request = fetcher.next_request()
+    assert isinstance(request, FetchRequest)
+    return request
+
+
+def test_failed_calls_report_the_leader_at_most_once_an_interval(fetcher, clock):
+    """Defect 11 (``leader_unreachable`` on transient errors): a follower whose calls keep
+    failing asks the controller to check the leader once, then only after the interval; in
+    between it pauses and tries again."""
+    request = _truncated(fetcher)
+    assert fetcher.on_failure(request) is Next.REPORT_LEADER
+    for _ in range(5):
+        clock.advance(LEADER_REPORT_INTERVAL_MS // 10)
+        assert fetcher.on_failure(request) is Next.BACKOFF
+    clock.advance(LEADER_REPORT_INTERVAL_MS)
+    assert fetcher.on_failure(request) is Next.REPORT_LEADER
+    assert fetcher.errors == 7 and "no answer from leader 1" in fetcher.last_error
+    assert fetcher.next_request() == request  # the same fetch again: nothing was skipped
+
+
+def test_a_refusal_from_a_live_leader_is_no_report(fetcher):
+    """An answer, even a refusal (a leader that moved on), proves the leader alive: the
+    follower pauses for the controller's new state and never reports it."""
+    request = _truncated(fetcher)
+    refused = FetchResponse(**error_fields(NotLeaderOrFollowerError("moved on")))
+    for _ in range(3):
+        assert fetcher.on_answer(request, refused) is Next.BACKOFF
+    assert fetcher.errors == 3 and "moved on" in fetcher.last_error
+
+
+def test_a_fetcher_of_a_role_left_behind_neither_reports_nor_fetches(fetcher):
+    """Once the partition follows another leader (or leads), the old fetcher stops quietly."""
+    request = _truncated(fetcher)
+    fetcher.partition.become_follower(leader=3, leader_epoch=4, replicas=(1, 2, 3), isr=(2, 3), partition_epoch=6)
+    assert fetcher.on_failure(request) is Next.AGAIN
+    assert fetcher.next_request() is None and fetcher.errors == 0
