@@ -102,7 +102,7 @@ CHUNK_BYTES = 16 * 1024 * 1024
 #: Rounds remembered for tombstone horizons; beyond, neighbours merge (later time: safe).
 MAX_CHECKPOINT_ROUNDS = 64
 _SEGMENT_SUFFIXES = (".index", ".timeindex", ".log")  # the order files are renamed in
-_EMPTY_KEYS = pa.array([], type=pa.binary())
+_EMPTY_KEYS = pa.nulls(0, pa.binary())  # pa.array would import pandas into every replica
 
 logger = logging.getLogger(__name__)
 

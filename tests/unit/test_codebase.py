@@ -24,3 +24,32 @@ def test_ruff_is_clean():
     """ruff finds nothing to complain about in the package, integrations, tests, benchmarks and examples."""
     result = _run("ruff", "check", "raylog", "integrations", "tests", "benchmarks", "examples")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+REPLICA_PROCESS = """
+import sys, tempfile
+import raylog.actors.replica
+from raylog.config import TopicConfig
+from raylog.coordination.partition import Partition
+from raylog.storage.log import Log
+batch = sys.stdin.buffer.read()
+part = Partition("t", 0, 1, Log.open(tempfile.mkdtemp() + "/t-0", TopicConfig().log_config()), TopicConfig())
+part.become_leader(1, (1,), (1,))
+part.append_as_leader(batch, acks=1)
+assert part.read(0, 1 << 20).data
+print(sorted(m for m in ("pandas", "pyspark", "raydp", "torch") if m in sys.modules))
+"""
+
+
+def test_a_replica_process_imports_no_more_than_it_needs():
+    """A replica is a process of its own, one per partition: importing pandas (which a first
+    ``pa.array`` call does) costs each about 200 ms at start and tens of MB, so neither the
+    replica's modules nor its append and fetch path may pull it in."""
+    from raylog.storage import record_batch
+
+    batch = record_batch.build([b"a", b"b"], keys=[b"k", None], headers=[[("h", b"v")], []])
+    result = subprocess.run(
+        [sys.executable, "-c", REPLICA_PROCESS], input=batch, cwd=ROOT, capture_output=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().strip() == "[]"
