@@ -433,12 +433,16 @@ class ControllerActor:
             for the replica to take, or None when its partition is gone.
         """
         await self.start()
-        await self._demote(topic, partition, broker_id, None)
         try:
-            info = self.image.partition(topic, partition)
-        except RaylogError:
-            return None
-        leader, config = self._role(info)
+            await self._demote(topic, partition, broker_id, None)
+            try:
+                info = self.image.partition(topic, partition)
+            except RaylogError:
+                return None
+            leader, config = self._role(info)
+        except Exception:  # the replica serves nothing until answered: say why it was not
+            logger.exception("restart report of %s-%d from broker %d failed", topic, partition, broker_id)
+            raise
         return info, leader, config, (self.image.client_quotas_version, dict(self.image.client_quotas))
 
     async def leader_unreachable(self, topic: str, partition: int, leader_epoch: int) -> None:

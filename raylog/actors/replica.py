@@ -74,6 +74,8 @@ HOUSEKEEPING_INTERVAL_S = 1.0
 REPLICA_BACKOFF_S = 0.1
 #: Bound on any call a replica makes to another actor.
 PEER_CALL_TIMEOUT_S = 10.0
+#: A restarted replica that cannot report to the controller logs every this many tries.
+RESTART_REPORT_LOG_EVERY = 50
 
 
 logger = logging.getLogger(__name__)
@@ -137,6 +139,7 @@ class PartitionReplicaActor:
         restarting itself), and take what it answers. The answer, not a push, carries them:
         the controller's calls may still go to this actor's dead process for a while."""
         p = self.partition
+        attempts = 0
         while True:
             try:
                 answer = await asyncio.wait_for(
@@ -144,7 +147,10 @@ class PartitionReplicaActor:
                     PEER_CALL_TIMEOUT_S,
                 )
                 break
-            except (asyncio.TimeoutError, ValueError, ray.exceptions.RayError):
+            except (asyncio.TimeoutError, ValueError, ray.exceptions.RayError) as exc:
+                if attempts % RESTART_REPORT_LOG_EVERY == 0:  # it serves nothing until answered
+                    logger.warning("%s: restarted; report %d to the controller failed: %r", p.name, attempts + 1, exc)
+                attempts += 1
                 await asyncio.sleep(REPLICA_BACKOFF_S)
         if answer is not None:  # None: the partition was deleted meanwhile
             state, leader_handle, config, quotas = answer

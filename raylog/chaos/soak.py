@@ -33,7 +33,7 @@ import raylog
 from raylog.actors.replica import PartitionReplicaActor
 from raylog.chaos import checker, workload
 from raylog.chaos.faulty import CallDelays, DelayedCluster, start_proxy
-from raylog.chaos.history import OK, Recorder, Send
+from raylog.chaos.history import OK, FinalRead, Recorder, Send
 from raylog.chaos.nemesis import FAULT_KINDS, FaultEvent, Nemesis
 from raylog.clients.admin import Admin
 from raylog.clients.transport import call
@@ -277,7 +277,15 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         unhealed = "" if healed else replica_states(env.cluster, [topic, OFFSETS_TOPIC])
         for client in clients:
             client.stop()
-        final = workload.final_read(env.cluster, topic, config.partitions, [group, solo_group])
+        try:
+            final = workload.final_read(env.cluster, topic, config.partitions, [group, solo_group])
+        except RaylogError as exc:  # the controller says healed, yet the partitions do not serve
+            healed, unhealed = (
+                False,
+                f"final read: {type(exc).__name__}: {exc}; " + replica_states(env.cluster, [topic, OFFSETS_TOPIC]),
+            )
+            unread = range(config.partitions)
+            final = FinalRead({p: [] for p in unread}, dict.fromkeys(unread, 0), dict.fromkeys(unread, False))
     finally:
         delays.close()
     history = recorder.history(final)
