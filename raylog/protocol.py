@@ -19,9 +19,6 @@ EMPTY_RECORDS = np.empty(0, dtype=np.uint8)
 #: The largest produce request a leader takes (Kafka's socket.request.max.bytes default); a
 #: larger one fails whole with INVALID_REQUEST and writes nothing.
 MAX_REQUEST_BYTES = 100 << 20
-#: The most a fetch returns, whatever its max_bytes asks (Kafka's broker fetch.max.bytes
-#: default); as ever, at least one batch.
-MAX_FETCH_BYTES = 55 << 20
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ from ..errors import (
     StorageError,
     UnknownLeaderEpochError,
 )
-from ..protocol import MAX_FETCH_BYTES, MAX_REQUEST_BYTES, FetchRequest, FetchResponse, error_fields
+from ..protocol import MAX_REQUEST_BYTES, FetchRequest, FetchResponse, error_fields
 from ..storage import producer_snapshot, record_batch
 from ..storage.files import write_atomically
 from ..storage.leader_epoch import UNDEFINED, LeaderEpochCache
@@ -377,8 +377,7 @@ class Partition:
         current_leader_epoch: int = -1,
         record_fetch: bool = True,
     ) -> ReadResult:
-        """Batches from ``offset``: below the HW for consumers, below the LEO for followers;
-        ``max_bytes`` (at most ``MAX_FETCH_BYTES``) or the first batch, whichever is larger.
+        """Batches from ``offset``: below the HW for consumers, below the LEO for followers.
         A follower's fetch offset is recorded as its log end (``record_fetch``: once per
         request, not again when a long poll reads anew, as Kafka's delayed fetch does).
 
@@ -399,7 +398,7 @@ class Partition:
             if limit < offset <= self.log.log_end_offset:
                 # Offsets above the HW exist but are not yet committed: nothing to read yet.
                 return self._result(b"")
-        return self._result(self.log.read(offset, min(max_bytes, MAX_FETCH_BYTES), max_offset=limit))
+        return self._result(self.log.read(offset, max_bytes, max_offset=limit))
 
     def _follower_fetched(self, replica_id: int, offset: int) -> None:
         follower = self.followers.get(replica_id)

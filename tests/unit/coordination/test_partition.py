@@ -290,15 +290,3 @@ def test_a_produce_request_above_the_request_limit_fails_whole(partition, monkey
     part.append_as_leader(batch, acks=1)
     assert part.log.log_end_offset == 1
 
-
-def test_a_fetch_returns_at_most_max_fetch_bytes_but_always_one_batch(partition, monkeypatch):
-    """Whatever max_bytes a fetch asks, the leader returns at most MAX_FETCH_BYTES (Kafka's
-    broker fetch.max.bytes), and at least the first batch."""
-    part = partition()
-    batch = record_batch.build([b"v" * 100])
-    for _ in range(4):
-        part.append_as_leader(batch, acks=1)
-    monkeypatch.setattr(partition_module, "MAX_FETCH_BYTES", 2 * len(batch))
-    assert len(part.read(0, 1 << 30).data) == 2 * len(batch)
-    monkeypatch.setattr(partition_module, "MAX_FETCH_BYTES", 1)
-    assert len(part.read(0, 1 << 30).data) == len(batch)
