@@ -289,4 +289,3 @@ def test_a_produce_request_above_the_request_limit_fails_whole(partition, monkey
     assert part.log.log_end_offset == 0
     part.append_as_leader(batch, acks=1)
     assert part.log.log_end_offset == 1
-
