@@ -492,9 +492,36 @@ class _Progress:
 def _topics_create(args: argparse.Namespace) -> int:
     new = raylog.NewTopic(args.name, args.partitions, args.replication_factor, dict(args.config))
     with _connected(args) as cluster:
-        raylog.Admin(cluster).create_topics([new])
-    print(f"created topic {args.name!r}: {args.partitions} partition(s), replication factor {args.replication_factor}")
+        admin = raylog.Admin(cluster)
+        admin.create_topics([new])
+        print(
+            f"created topic {args.name!r}: {args.partitions} partition(s), replication factor {args.replication_factor}"
+        )
+        if args.wait_ms:
+            _await_leaders(admin, [args.name], args.wait_ms)
     return 0
+
+
+def _await_leaders(admin: Any, topics: list[str], timeout_ms: int) -> None:
+    """Wait until every partition of ``topics`` has a running leader, with a progress line,
+    then say how long it took.
+
+    Raises:
+        RequestTimedOutError: some have none after ``timeout_ms`` (their replicas go on starting).
+    """
+    progress = _Progress()
+    started = time.monotonic()
+    counts = [0, 0]
+
+    def show(led: int, total: int) -> None:
+        counts[:] = [led, total]
+        progress.show(f"starting replicas: {led}/{total} partitions have a leader")
+
+    try:
+        admin.await_leaders(topics, timeout_ms, progress=show)
+    finally:
+        progress.clear()
+    print(f"every partition has a leader ({counts[1]} in {time.monotonic() - started:.1f} s)")
 
 
 def _topics_list(args: argparse.Namespace) -> int:
@@ -589,13 +616,16 @@ def _topics_alter(args: argparse.Namespace) -> int:
 
 def _topics_add_partitions(args: argparse.Namespace) -> int:
     with _connected(args) as cluster:
-        raylog.Admin(cluster).create_partitions({args.name: args.partitions})
-    print(f"topic {args.name!r} now has {args.partitions} partitions")
-    print(
-        f"note: keys now hash over {args.partitions} partitions, so a key's new records may go to another "
-        "partition than its old ones (per-key order holds only within a partition)",
-        file=sys.stderr,
-    )
+        admin = raylog.Admin(cluster)
+        admin.create_partitions({args.name: args.partitions})
+        print(f"topic {args.name!r} now has {args.partitions} partitions")
+        print(
+            f"note: keys now hash over {args.partitions} partitions, so a key's new records may go to another "
+            "partition than its old ones (per-key order holds only within a partition)",
+            file=sys.stderr,
+        )
+        if args.wait_ms:
+            _await_leaders(admin, [args.name], args.wait_ms)
     return 0
 
 
@@ -1219,6 +1249,12 @@ def _add_topics(commands: Any) -> None:
     create.add_argument("--partitions", type=int, default=1)
     create.add_argument("--replication-factor", type=int, default=1)
     create.add_argument(
+        "--wait-ms",
+        type=int,
+        default=300_000,
+        help="wait this long for every partition to have a leader, showing progress (0: return once created)",
+    )
+    create.add_argument(
         "--config",
         type=_config_pair,
         nargs="+",
@@ -1257,6 +1293,12 @@ def _add_topics(commands: Any) -> None:
     grow = _command(actions, "add-partitions", _topics_add_partitions, "grow a topic's partition count")
     grow.add_argument("name")
     grow.add_argument("--partitions", type=_positive_int, required=True, help="the new total count")
+    grow.add_argument(
+        "--wait-ms",
+        type=int,
+        default=300_000,
+        help="wait this long for every partition to have a leader, showing progress (0: return once added)",
+    )
     delete = _command(actions, "delete", _topics_delete, "delete topics and their data")
     delete.add_argument("names", nargs="+", metavar="NAME")
 

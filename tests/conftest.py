@@ -58,14 +58,15 @@ _names = itertools.count()
 
 @pytest.fixture
 def topic(admin, request):
-    """``topic(num_partitions=1, **config)`` creates a fresh topic; all are deleted after the test."""
+    """``topic(num_partitions=1, **config)`` creates a fresh topic, every partition led (tests
+    call its leaders' actors directly); all are deleted after the test."""
     from raylog import NewTopic
 
     created = []
 
     def make(num_partitions: int = 1, **config) -> str:
         name = f"{re.sub(r'[^a-zA-Z0-9._-]', '_', request.node.name[:40])}-{next(_names)}"
-        admin.create_topics([NewTopic(name, num_partitions=num_partitions, config=config)])
+        admin.create_topics([NewTopic(name, num_partitions=num_partitions, config=config)], wait_for_leaders_ms=60_000)
         created.append(name)
         return name
 

@@ -38,6 +38,7 @@ every node is a broker whose id is assigned once and kept in ``<data_dir>/meta.j
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import os
@@ -51,7 +52,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raylog.actors import metrics
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.names import NAMESPACE, replica_name
-from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor, quietly
+from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor, quietly, wait_for_event
 from raylog.config import ControllerConfig
 from raylog.coordination import elections
 from raylog.coordination.group import partition_for
@@ -70,8 +71,13 @@ DATA_DIR_LABEL = "raylog.data_dir"
 HEAD_RESOURCE = "node:__internal_head__"
 #: Producer ids are journaled a block at a time, not one fsync per producer.
 PRODUCER_ID_BLOCK = 1000
-#: How long the controller waits for new replica actors (process start and log recovery).
+#: How long the controller waits for a new replica actor to answer (process start and log
+#: recovery); one that has not answered by then is tried again in the next watch round.
 REPLICA_START_TIMEOUT_S = 60.0
+#: Replica actors started at once, in the background. Each is a process that imports Ray and
+#: raylog and recovers its log: more at once only queue behind the node's cores and Ray's
+#: worker start-up, and would hold up the leaders that are started first.
+MAX_STARTING_REPLICAS = 8
 #: Tries of a push to a replica whose actor is unreachable (e.g. Ray is restarting it, or
 #: this process has not yet heard where it restarted), and the pause between them.
 PUSH_ATTEMPTS = 5
@@ -117,8 +123,6 @@ class ControllerActor:
         self.journal = MetadataJournal(os.path.join(data_dir, "controller", "metadata.journal"))
         for record in self.journal.replay():
             self.image.apply(record)
-        if self.image.cluster_id is None:
-            self._commit([{"type": "cluster", "cluster_id": uuid.uuid4().hex}])
         # (topic, partition, broker) -> (node the actor is pinned to, actor handle)
         self.replicas: dict[tuple[str, int, int], tuple[str, Any]] = {}
         self.live: set[int] = set()
@@ -127,17 +131,29 @@ class ControllerActor:
         self._lock: asyncio.Lock | None = None
         self._started = False
         self._tasks: set[asyncio.Task] = set()
-        self._healing: set[str] = set()  # topics whose replicas are being started on new nodes
+        # Replica start-up (see _start_replicas): keys waiting, leaders first, and those whose
+        # actor, as cached, answered ``ready``; the event wakes await_leaders.
+        self._leaders_to_start: collections.deque[tuple[str, int, int]] = collections.deque()
+        self._followers_to_start: collections.deque[tuple[str, int, int]] = collections.deque()
+        self._starting: set[tuple[str, int, int]] = set()
+        self._starting_leaders: set[tuple[str, int, int]] = set()
+        self._leaders_starting = 0  # leaders taken from the queue, not started yet
+        self._starters = 0
+        self._ready: set[tuple[str, int, int]] = set()
+        self._leaders_changed: asyncio.Event | None = None
         #: Node id -> why it was refused as a broker (e.g. a disk of another cluster).
         self.refused: dict[str, str] = {}
         # Broker id -> its scan for stray logs, unfinished when last looked at.
         self._stray_scans: dict[int, Any] = {}
+        if self.image.cluster_id is None:
+            self._commit([{"type": "cluster", "cluster_id": uuid.uuid4().hex}])
 
     def _commit(self, records: list[dict[str, Any]]) -> None:
         if records:
             self.journal.append(records)
             for record in records:
                 self.image.apply(record)
+            self._notify_leaders()
 
     def _guard(self) -> asyncio.Lock:
         if self._lock is None:
@@ -160,9 +176,8 @@ class ControllerActor:
             if not self._started:
                 await self._register_brokers()
                 await self._react_to_liveness()
-                for name in list(self.image.topics):
-                    await self._ensure_replicas(name)
-                self._push(self.image.partitions())
+                await self._find_running_replicas()
+                self._start_missing_replicas()
                 self._spawn(self._watch())
                 for topic, partition in self.image.reassignments:
                     self._spawn(self._complete_reassignment(topic, partition))
@@ -355,8 +370,8 @@ class ControllerActor:
                 async with self._guard():
                     if not self.embedded:
                         await self._register_brokers()
-                        await self._heal_replicas()
                     await self._react_to_liveness()
+                    self._start_missing_replicas()
                     self._record_metrics()
                     if self.config.auto_leader_rebalance_enable and since_rebalance >= rebalance_s:
                         since_rebalance = 0.0
@@ -367,22 +382,6 @@ class ControllerActor:
                             self._move_to_preferred(self.image.partitions())
             except (RaylogError, ray.exceptions.RayError, asyncio.TimeoutError):
                 continue  # try again next round
-
-    async def _heal_replicas(self) -> None:
-        """Every live replica has an actor on its broker's current node: a broker that came
-        back on a new node (handed over by :meth:`_register_brokers`) gets its replicas
-        re-created there (they recover, truncate, catch up and rejoin the ISR). Checked every
-        round, so a failed round heals later."""
-        for topic in list(self.image.topics.values()):
-            stale = any(
-                b in self.live
-                and self.replicas.get((topic.name, p.partition, b), ("",))[0] != self.image.brokers[b].node_id
-                for p in topic.partitions
-                for b in p.replicas
-            )
-            if stale and topic.name not in self._healing:
-                self._healing.add(topic.name)
-                self._spawn(self._heal_topic(topic.name))  # not under the lock: actors take seconds to start
 
     def _record_metrics(self) -> None:
         partitions = self.image.partitions()
@@ -440,6 +439,9 @@ class ControllerActor:
             except RaylogError:
                 return None
             leader, config = self._role(info)
+            if self._cached_replica((topic, partition, broker_id)) is not None:
+                self._ready.add((topic, partition, broker_id))  # it answers: it runs
+                self._notify_leaders()
         except Exception:  # the replica serves nothing until answered: say why it was not
             logger.exception("restart report of %s-%d from broker %d failed", topic, partition, broker_id)
             raise
@@ -457,7 +459,9 @@ class ControllerActor:
             return
         if info.leader_epoch != leader_epoch or info.leader not in self.live:
             return
-        handle = self._replica_actor(topic, partition, info.leader)
+        handle = self._live_leader(info)
+        if handle is None:
+            return  # its actor is starting: nothing to judge yet
         try:
             await asyncio.wait_for(handle.ready.remote(), LEADER_CHECK_TIMEOUT_S)
             return  # it answers: alive
@@ -483,7 +487,7 @@ class ControllerActor:
     async def create_topics(self, topics: list[NewTopic]) -> dict[str, tuple[int, str]]:
         """Create each topic; per topic ``(error_code, message)``, code 0 on success."""
 
-        def create(new: NewTopic) -> Awaitable[None]:
+        def create(new: NewTopic) -> None:
             self._commit(
                 [
                     self.image.create_topic(
@@ -491,7 +495,7 @@ class ControllerActor:
                     )
                 ]
             )
-            return self._ensure_replicas(new.name)
+            self._ensure_replicas(new.name)
 
         return await self._each({new.name: new for new in topics}, create)
 
@@ -552,10 +556,10 @@ class ControllerActor:
         journaled and get their replica actors as at topic creation (led by their first
         replica, every replica in sync); per topic ``(error_code, message)``."""
 
-        def add(item: tuple[str, int]) -> Awaitable[None]:
+        def add(item: tuple[str, int]) -> None:
             name, total_count = item
             self._commit([self.image.add_partitions(name, total_count, live=self.live)])
-            return self._ensure_replicas(name)
+            self._ensure_replicas(name)
 
         return await self._each({name: (name, count) for name, count in counts.items()}, add)
 
@@ -595,20 +599,19 @@ class ControllerActor:
         replication factor); per partition ``(error_code, message)``. New replicas fill by
         fetching; old ones are removed only once every target replica is in sync."""
 
-        def reassign(item: tuple[tuple[str, int], list[int]]) -> Awaitable[None]:
+        def reassign(item: tuple[tuple[str, int], list[int]]) -> None:
             (topic, partition), target = item
             self._commit(self.image.reassign(topic, partition, target))
-            return self._start_reassignment(topic, partition)
+            self._start_reassignment(topic, partition)
 
         return await self._each({key: (key, target) for key, target in targets.items()}, reassign)
 
-    async def _start_reassignment(self, topic: str, partition: int) -> None:
+    def _start_reassignment(self, topic: str, partition: int) -> None:
         """The new replicas' actors, the partition's new state to every replica, then wait
         until they are in sync to complete it (in the background)."""
-        started = await self._start_replicas(topic)
+        self._ensure_replicas(topic)
         self._push([self.image.partition(topic, partition)])
         self._spawn(self._complete_reassignment(topic, partition))
-        await self._await_replicas(topic, started)
 
     async def _complete_reassignment(self, topic: str, partition: int) -> None:
         """Switch to the target replicas once all are in sync; then remove the others."""
@@ -650,9 +653,7 @@ class ControllerActor:
                     await self._create_offsets_topic()
         topic = self.image.topics[OFFSETS_TOPIC]
         partition = topic.partitions[partition_for(group_id, len(topic.partitions))]
-        leader = partition.leader
-        handle = self._replica_actor(OFFSETS_TOPIC, partition.partition, leader) if leader in self.live else None
-        return partition.partition, handle
+        return partition.partition, self._live_leader(partition)
 
     async def _create_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` with ``offsets.topic.replication.factor`` replicas (at
@@ -678,7 +679,7 @@ class ControllerActor:
             OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, replication, config, live=self.live
         )
         self._commit([record])
-        await self._ensure_replicas(OFFSETS_TOPIC)
+        self._ensure_replicas(OFFSETS_TOPIC)
 
     async def init_producer_id(self) -> int:
         """A producer id never handed out before (Kafka's InitProducerId)."""
@@ -691,57 +692,135 @@ class ControllerActor:
 
     # --- replicas -----------------------------------------------------------------------
 
-    async def _ensure_replicas(self, name: str) -> None:
-        """Create (or find) every live replica actor of topic ``name`` and wait until ready."""
-        await self._await_replicas(name, await self._start_replicas(name))
-
-    async def _start_replicas(self, name: str) -> list:
-        """Create the live replica actors of topic ``name`` this controller has none of, and
-        return the readiness calls of all. Created in a thread: creating a named actor waits
-        for Ray's GCS (0.4 s each on a busy machine here), which on the event loop would hold
-        up every election and ISR change meanwhile. Leaders first: a follower is created with
-        its leader's actor."""
+    def _ensure_replicas(self, name: str) -> None:
+        """Start every live replica actor of topic ``name`` that is not running (in the
+        background: see :meth:`_start_replicas`)."""
         topic = self.image.topic(name)
         keys = [(name, p.partition, b) for p in topic.partitions for b in p.replicas if b in self.live]
-        leaders = [k for k in keys if topic.partitions[k[1]].leader == k[2]]
-        for batch in (leaders, [k for k in keys if k not in leaders]):
-            missing = [k for k in batch if self._cached_replica(k) is None]
-            specs = [self._replica_spec(k) for k in missing]
-            handles = await asyncio.to_thread(
-                lambda specs=specs: [_remote(cls).options(**options).remote(*args) for cls, options, args in specs]
-            )
+        self._start_replicas([k for k in keys if not self._is_ready(k)])
+
+    async def _find_running_replicas(self) -> None:
+        """After a controller restart: take the replica actors that still run (found by name,
+        in a thread: each look-up asks Ray's GCS) as running, so that clients keep their
+        leaders, and tell them the current state (a push may have been lost in the restart)."""
+        keys = [(t.name, p.partition, b) for t in self.image.topics.values() for p in t.partitions for b in p.replicas]
+        names = {key: self._replica_name(key) for key in keys if key[2] in self.live}
+        found = await asyncio.to_thread(lambda: {key: h for key, name in names.items() if (h := _running(name))})
+        for key, handle in found.items():
+            self._keep_replica(key, handle)
+            self._ready.add(key)
+        self._push(self.image.partitions())
+
+    def _start_missing_replicas(self) -> None:
+        """:meth:`_ensure_replicas` for every topic: after a (controller) start, for brokers
+        back on new nodes, and for replicas whose start failed. Checked every watch round."""
+        for name in list(self.image.topics):
+            self._ensure_replicas(name)
+
+    def _start_replicas(self, keys: list[tuple[str, int, int]]) -> None:
+        """Queue replica actors to start, at most :data:`MAX_STARTING_REPLICAS` at a time, as
+        Kafka brokers do after a topic is created: the topic exists once journaled, and its
+        partitions get leaders as their actors answer (clients get LEADER_NOT_AVAILABLE and
+        retry meanwhile). Leaders first: a partition serves once its leader runs, and a
+        follower is created with its leader's actor."""
+        for key in keys:
+            if key in self._starting:
+                continue
+            self._starting.add(key)
+            if self.image.topics[key[0]].partitions[key[1]].leader == key[2]:
+                self._starting_leaders.add(key)
+                self._leaders_to_start.append(key)
+            else:
+                self._followers_to_start.append(key)
+        while self._starters < MAX_STARTING_REPLICAS and (self._leaders_to_start or self._followers_to_start):
+            self._starters += 1
+            self._spawn(self._run_starter())
+
+    async def _run_starter(self) -> None:
+        """Start queued replicas one after another: leaders first, and followers only once no
+        leader is starting (on a node of few cores, a follower's process start would slow
+        the leaders' down, and a partition serves once its leader runs)."""
+        try:
+            while self._leaders_to_start or self._followers_to_start:
+                if self._leaders_to_start:
+                    key = self._leaders_to_start.popleft()
+                    self._leaders_starting += 1
+                elif self._leaders_starting:
+                    await wait_for_event(self._leaders_event(), REPLICA_START_TIMEOUT_S)
+                    continue
+                else:
+                    key = self._followers_to_start.popleft()
+                leads = key in self._starting_leaders
+                try:
+                    await self._start_replica(key)
+                except Exception:  # noqa: BLE001 — the next watch round tries it again
+                    logger.exception("starting replica %s-%d on broker %d failed", *key)
+                finally:
+                    self._starting.discard(key)
+                    if leads:
+                        self._starting_leaders.discard(key)
+                        self._leaders_starting -= 1
+                        self._notify_leaders()
+        finally:
+            self._starters -= 1
+
+    async def _start_replica(self, key: tuple[str, int, int]) -> None:
+        """Create the replica actor of ``key`` (or find it, after a controller restart), wait
+        until it answers, and tell it the partition's state if that moved meanwhile (pushes
+        skip replicas that are not running yet). Created in a thread: creating a named actor
+        waits for Ray's GCS, which on the event loop would hold up elections meanwhile."""
+        name, partition, broker_id = key
+        topic = self.image.topics.get(name)
+        if topic is None or broker_id not in self.live or broker_id not in topic.partitions[partition].replicas:
+            return
+        config_version = self.image.config_versions[name]
+        handle = self._cached_replica(key)
+        if handle is None:
+            cls, options, args = self._replica_spec(key)
+            handle = await asyncio.to_thread(lambda: _remote(cls).options(**options).remote(*args))
             now = self.image.topics.get(name)
             if now is None or now.topic_id != topic.topic_id:
-                await self._remove_replica_actors(handles)  # deleted meanwhile
-                raise UnknownTopicOrPartitionError(f"topic {name!r} was deleted while its replicas started")
-            for key, handle in zip(missing, handles, strict=True):
-                self._keep_replica(key, handle)
-        return [self._replica_actor(*k).ready.remote() for k in keys]
-
-    async def _heal_topic(self, name: str) -> None:
-        """Start ``name``'s replicas on their brokers' current nodes, tell them their state."""
+                await self._remove_replica_actors([handle])  # deleted meanwhile
+                return
+            self._keep_replica(key, handle)
         try:
-            started = await self._start_replicas(name)
-            if name in self.image.topics:
-                self._push(list(self.image.topics[name].partitions))
-            await self._await_replicas(name, started)
-        except RaylogError as exc:
-            logger.warning("healing %s: %s", name, exc)
-        finally:
-            self._healing.discard(name)
+            answer = await asyncio.wait_for(handle.ready.remote(), REPLICA_START_TIMEOUT_S)
+        except (asyncio.TimeoutError, ray.exceptions.RayError) as exc:
+            logger.warning("replica %s-%d on broker %d did not start (tried again later): %r", *key, exc)
+            return
+        if self._cached_replica(key) is not handle or name not in self.image.topics:
+            return  # deleted or moved meanwhile
+        self._ready.add(key)
+        info = self.image.partition(name, partition)
+        if (answer["leader_epoch"], answer["partition_epoch"]) != (info.leader_epoch, info.partition_epoch) or (
+            config_version != self.image.config_versions[name]
+        ):
+            # A leader's followers may hold an older actor of it (its broker moved): all of them.
+            self._push([info], only=None if info.leader == broker_id else broker_id)
+        self._notify_leaders()
 
-    async def _await_replicas(self, name: str, ready: list) -> None:
-        results = await asyncio.gather(
-            *(asyncio.wait_for(r, REPLICA_START_TIMEOUT_S) for r in ready), return_exceptions=True
-        )
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise RaylogError(f"replicas of {name} did not start: {errors[0]}")
+    def _is_ready(self, key: tuple[str, int, int]) -> bool:
+        return key in self._ready and self._cached_replica(key) is not None
+
+    def _notify_leaders(self) -> None:
+        if self._leaders_changed is not None:
+            self._leaders_changed.set()
+            self._leaders_changed = None
+
+    def _leaders_event(self) -> asyncio.Event:
+        if self._leaders_changed is None:
+            self._leaders_changed = asyncio.Event()
+        return self._leaders_changed
+
+    def _live_leader(self, info: PartitionInfo):
+        """The running actor of ``info``'s leader, or None (not live, or not started yet)."""
+        key = (info.topic, info.partition, info.leader)
+        return self._cached_replica(key) if info.leader in self.live and self._is_ready(key) else None
 
     def _replica_actor(self, topic_name: str, partition: int, broker_id: int):
         """The replica actor of ``broker_id`` for the partition on its broker's current node,
-        created here if this controller has none (blocking the event loop: prefer
-        :meth:`_start_replicas` for many)."""
+        created here if this controller has none (blocking the event loop: only for the
+        leader of a follower being created, which is normally started already)."""
         key = (topic_name, partition, broker_id)
         handle = self._cached_replica(key)
         if handle is None:
@@ -755,8 +834,14 @@ class ControllerActor:
 
     def _keep_replica(self, key: tuple[str, int, int], handle):
         self.replicas[key] = (self.image.brokers[key[2]].node_id, handle)
+        self._ready.discard(key)
         self._push_quotas([handle])
         return handle
+
+    def _replica_name(self, key: tuple[str, int, int]) -> str:
+        topic_name, partition, broker_id = key
+        node_id = self.image.brokers[broker_id].node_id
+        return replica_name(self.cluster_name, self.image.topics[topic_name].topic_id, partition, broker_id, node_id)
 
     def _replica_spec(self, key: tuple[str, int, int]) -> tuple[type, dict, tuple]:
         """How to create the replica actor of ``key``: its class, options and arguments (the
@@ -769,7 +854,7 @@ class ControllerActor:
         if state.leader >= 0 and state.leader != broker_id and state.leader in self.live:
             leader = self._replica_actor(topic_name, partition, state.leader)
         options = {
-            "name": replica_name(self.cluster_name, topic.topic_id, partition, broker_id, broker.node_id),
+            "name": self._replica_name(key),
             "namespace": NAMESPACE,
             "lifetime": "detached",
             "get_if_exists": True,
@@ -792,21 +877,24 @@ class ControllerActor:
         actor_class = GroupCoordinatorActor if topic_name == OFFSETS_TOPIC else PartitionReplicaActor
         return actor_class, options, args
 
-    def _push(self, partitions: list[PartitionInfo]) -> None:
-        """Tell every live replica of each partition its new state and its topic's config
-        (fire and forget, retried while the actor is unreachable: a replica that still
-        misses one is told again by the next change or restart)."""
+    def _push(self, partitions: list[PartitionInfo], only: int | None = None) -> None:
+        """Tell every running replica of each partition (or broker ``only``'s) its new state and
+        its topic's config (fire and forget, retried while the actor is unreachable: a replica
+        that still misses one is told again by the next change or restart). A replica not
+        started yet gets the state it will start with, or is told once it answers."""
         for info in partitions:
             leader, config = self._role(info)
             for broker_id in info.replicas:
-                if broker_id in self.live:
-                    handle = self._replica_actor(info.topic, info.partition, broker_id)
+                handle = self._cached_replica((info.topic, info.partition, broker_id))
+                if broker_id in self.live and handle is not None and only in (None, broker_id):
                     self._spawn(pushed(handle.update_state, info, leader, config))
 
     def _role(self, info: PartitionInfo) -> tuple[Any, tuple[int, dict]]:
         """What a replica of ``info``'s partition is told with its state: the leader's actor
-        (None when the leader is not live) and the topic's ``(config version, config)``."""
-        leader = self._replica_actor(info.topic, info.partition, info.leader) if info.leader in self.live else None
+        (None when the leader is not live or its actor not created yet: it is told when the
+        leader answers) and the topic's ``(config version, config)``."""
+        key = (info.topic, info.partition, info.leader)
+        leader = self._cached_replica(key) if info.leader in self.live else None
         return leader, (self.image.config_versions[info.topic], self.image.topics[info.topic].config)
 
     def _push_quotas(self, handles: list) -> None:
@@ -820,11 +908,9 @@ class ControllerActor:
 
     def _remove_replicas(self, topic: TopicDescription) -> Awaitable[None]:
         """Forget ``topic``'s replica actors; the removal of their data and processes, to await."""
-        handles = [
-            self.replicas.pop((topic.name, p.partition, b), (None, None))[1]
-            for p in topic.partitions
-            for b in p.replicas
-        ]
+        keys = [(topic.name, p.partition, b) for p in topic.partitions for b in p.replicas]
+        self._ready.difference_update(keys)
+        handles = [self.replicas.pop(key, (None, None))[1] for key in keys]
         return self._remove_replica_actors([h for h in handles if h is not None])
 
     async def _remove_replica_actors(self, handles: list) -> None:
@@ -846,8 +932,9 @@ class ControllerActor:
         leaders = {}
         for topic in described.values():
             for p in topic.partitions:
-                if p.leader in self.live:
-                    leaders[(topic.name, p.partition)] = self._replica_actor(topic.name, p.partition, p.leader)
+                handle = self._live_leader(p)
+                if handle is not None:
+                    leaders[(topic.name, p.partition)] = handle
         return {
             "cluster_id": self.image.cluster_id,
             "brokers": dict(self.image.brokers),
@@ -859,15 +946,39 @@ class ControllerActor:
         }
 
     async def replica_handles(self, topic: str) -> dict[tuple[int, int], Any]:
-        """Every live replica actor of ``topic`` by ``(partition, broker_id)`` (tests, tools)."""
+        """Every live replica actor of ``topic`` by ``(partition, broker_id)`` (tests, tools),
+        once each has answered (at most :data:`REPLICA_START_TIMEOUT_S`: then those running)."""
         await self.start()
-        described = self.image.topic(topic)
-        return {
-            (p.partition, b): self._replica_actor(topic, p.partition, b)
-            for p in described.partitions
-            for b in p.replicas
-            if b in self.live
-        }
+        deadline = asyncio.get_running_loop().time() + REPLICA_START_TIMEOUT_S
+        while True:
+            changed = self._leaders_event()
+            described = self.image.topic(topic)
+            keys = [(topic, p.partition, b) for p in described.partitions for b in p.replicas if b in self.live]
+            remaining = deadline - asyncio.get_running_loop().time()
+            if all(self._is_ready(k) for k in keys) or remaining <= 0:
+                return {(k[1], k[2]): h for k in keys if (h := self._cached_replica(k)) is not None}
+            await wait_for_event(changed, remaining)
+
+    async def await_leaders(self, topics: list[str], timeout_ms: int) -> dict[str, tuple[int, int, int, str]]:
+        """Wait until every partition of ``topics`` has a running leader (its replica actor
+        answered), at most ``timeout_ms``. Per topic ``(error_code, message, partitions with
+        a leader, partitions)``: UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist."""
+        await self.start()
+        deadline = asyncio.get_running_loop().time() + max(0, timeout_ms) / 1000
+        while True:
+            changed = self._leaders_event()
+            counts: dict[str, tuple[int, str, int, int]] = {}
+            for name in topics:
+                topic = self.image.topics.get(name)
+                if topic is None:
+                    counts[name] = (*_error_result(UnknownTopicOrPartitionError(f"unknown topic {name!r}")), 0, 0)
+                else:
+                    led = sum(self._live_leader(p) is not None for p in topic.partitions)
+                    counts[name] = (0, "", led, len(topic.partitions))
+            remaining = deadline - asyncio.get_running_loop().time()
+            if all(led == total for _, _, led, total in counts.values()) or remaining <= 0:
+                return counts
+            await wait_for_event(changed, remaining)
 
     async def shutdown(self) -> None:
         """Kill every replica actor (data stays on disk); the caller then kills this actor."""
@@ -876,12 +987,21 @@ class ControllerActor:
         for _, handle in self.replicas.values():
             ray.kill(handle, no_restart=True)
         self.replicas.clear()
+        self._ready.clear()
 
 
 @functools.cache
 def _remote(actor_class: type):
     """The Ray actor class of ``actor_class``, made once (each ``ray.remote`` exports the class anew)."""
     return ray.remote(actor_class)
+
+
+def _running(name: str):
+    """The actor named ``name`` in raylog's namespace, or None."""
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return None
 
 
 def _error_result(exc: RaylogError) -> tuple[int, str]:

@@ -68,8 +68,12 @@ from raylog.storage.log import Log
 from raylog.storage.log_dirs import open_log_dir, remove_log_dir
 from raylog.types import PartitionInfo
 
-#: How often the actor applies retention, the flush.ms policy and the HW checkpoint.
+#: How often the actor applies retention, the flush.ms policy and the HW checkpoint while its
+#: partition changes; rounds that find nothing changed double the pause up to the idle
+#: maximum (a node hosts hundreds of idle replicas), and at most a quarter of
+#: replica.lag.time.max.ms.
 HOUSEKEEPING_INTERVAL_S = 1.0
+HOUSEKEEPING_IDLE_MAX_S = 8.0
 #: Pause before a follower retries a failed fetch (the leader may be moving).
 REPLICA_BACKOFF_S = 0.1
 #: Bound on any call a replica makes to another actor.
@@ -130,9 +134,14 @@ class PartitionReplicaActor:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def ready(self) -> dict:
-        """Constructed: what recovery found."""
-        log = self.partition.log
-        return {"log_end_offset": log.log_end_offset, "recovery": vars(log.recovery)}
+        """Constructed: what recovery found, and the epochs of the state it holds."""
+        p = self.partition
+        return {
+            "log_end_offset": p.log.log_end_offset,
+            "recovery": vars(p.log.recovery),
+            "leader_epoch": p.leader_epoch,
+            "partition_epoch": p.partition_epoch,
+        }
 
     async def _report_restart(self) -> None:
         """Tell the controller that Ray restarted this replica, until it has heard (it may be
@@ -444,11 +453,19 @@ class PartitionReplicaActor:
         checkpoint, producer expiry and snapshot and, for a compacted topic, a cleaning round
         (below the HW, keeping each producer's last batch) in the cleaner thread; a disk
         error (e.g. a full disk) skips the round instead of ending the loop."""
+        interval_s, seen = HOUSEKEEPING_INTERVAL_S, None
         while True:
-            await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
-            self._maybe_propose_isr()
+            await asyncio.sleep(interval_s)
             p = self.partition
             log = p.log
+            now = (log.log_end_offset, p.high_watermark, log.log_start_offset, p.leader_epoch, p.isr, p.pending_isr)
+            idle = now == seen and log.offline is None and not log.config.compact
+            # An idle leader still drops a follower that stopped fetching, within 1.25 lag times.
+            longest_s = min(HOUSEKEEPING_IDLE_MAX_S, p.config.replica_lag_time_max_ms / 4000)
+            longest_s = max(HOUSEKEEPING_INTERVAL_S, longest_s)
+            interval_s = min(2 * interval_s, longest_s) if idle else HOUSEKEEPING_INTERVAL_S
+            seen = now
+            self._maybe_propose_isr()
             if log.offline is not None and not self._cleaning_now():
                 if log.revive():
                     self._notify()
@@ -459,7 +476,8 @@ class PartitionReplicaActor:
                 p.checkpoint_producer_state()
                 if log.config.compact and not self._cleaning_now():
                     self._cleaning = self._spawn(self._clean(p.high_watermark, p.producers.last_offsets()))
-                metrics.record_partition_state(self._metric_tags, p)
+                if not idle:
+                    metrics.record_partition_state(self._metric_tags, p)
             except RaylogError:
                 continue
 

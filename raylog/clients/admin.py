@@ -4,6 +4,9 @@ alter and describe client quotas."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets
@@ -13,6 +16,7 @@ from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, valida
 from raylog.errors import (
     InvalidTopicError,
     NonEmptyGroupError,
+    RequestTimedOutError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     for_code,
@@ -32,6 +36,8 @@ from raylog.types import (
 
 #: Pause between retries of a group coordinator call.
 GROUP_RETRY_BACKOFF_S = 0.1
+#: How often :meth:`Admin.await_leaders` reports progress.
+PROGRESS_STEP_MS = 500
 
 
 class Admin:
@@ -46,20 +52,68 @@ class Admin:
         self._cluster = cluster
         self._timeout_s = request_timeout_ms / 1000
 
-    def create_topics(self, new_topics: list[NewTopic]) -> None:
-        """Create topics; each is created or refused on its own.
+    def create_topics(self, new_topics: list[NewTopic], *, wait_for_leaders_ms: int | None = None) -> None:
+        """Create topics; each is created or refused on its own. As in Kafka, a topic exists
+        once the controller has journaled it: its replica actors then start in the background
+        (a few at a time, leaders first), and clients get LEADER_NOT_AVAILABLE, and retry, for
+        a partition whose leader is not running yet.
+
+        Args:
+            wait_for_leaders_ms: also wait until every partition of the created topics has a
+                running leader, at most this long (see :meth:`await_leaders`).
 
         Raises:
             The first refusal's typed error (InvalidTopicError, TopicAlreadyExistsError,
             InvalidPartitionsError, InvalidReplicationFactorError, InvalidConfigError), after
             every other topic was handled (an illegal name is refused before anything is
             sent, and the controller checks names again).
+            RequestTimedOutError: the topics were created, but not every partition has a
+                leader after ``wait_for_leaders_ms``.
         """
         new_topics = list(new_topics)
         refused, valid = _legal_names(new_topics, lambda new: new.name)
         results = call(self._cluster.controller.create_topics.remote(valid), self._timeout_s) if valid else {}
         self._cluster.metadata(refresh=True)
+        created = [name for name, (code, _) in results.items() if not code]
+        if wait_for_leaders_ms is not None and created:
+            self.await_leaders(created, wait_for_leaders_ms)
         _raise_first({**refused, **results})
+
+    def await_leaders(
+        self, topics: list[str], timeout_ms: int, progress: Callable[[int, int], None] | None = None
+    ) -> None:
+        """Wait until every partition of ``topics`` has a running leader.
+
+        Args:
+            timeout_ms: how long to wait at most.
+            progress: called with ``(partitions with a leader, partitions)`` as they come up.
+
+        Raises:
+            RequestTimedOutError: some partitions have no leader after ``timeout_ms`` (the
+                topics exist; their replicas go on starting).
+            UnknownTopicOrPartitionError: a name that is not a topic.
+        """
+        topics = list(topics)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            step_ms = remaining_ms if progress is None else min(remaining_ms, PROGRESS_STEP_MS)
+            answer = call(
+                self._cluster.controller.await_leaders.remote(topics, step_ms), step_ms / 1000 + self._timeout_s
+            )
+            _raise_first({name: (code, message) for name, (code, message, _, _) in answer.items()})
+            led = sum(count for _, _, count, _ in answer.values())
+            total = sum(total for _, _, _, total in answer.values())
+            if progress is not None:
+                progress(led, total)
+            if led == total:
+                self._cluster.metadata(refresh=True)
+                return
+            if time.monotonic() >= deadline:
+                raise RequestTimedOutError(
+                    f"{total - led} of {total} partitions of {', '.join(topics)} have no leader after {timeout_ms} ms "
+                    "(the topics exist: their replicas are still starting)"
+                )
 
     def delete_topics(self, names: list[str]) -> None:
         """Delete topics and their data.
@@ -145,20 +199,28 @@ class Admin:
         default quota under None."""
         return call(self._cluster.controller.describe_client_quotas.remote(), self._timeout_s)
 
-    def create_partitions(self, new_counts: dict[str, int]) -> None:
+    def create_partitions(self, new_counts: dict[str, int], *, wait_for_leaders_ms: int | None = None) -> None:
         """Add partitions to topics (Kafka's CreatePartitions): each topic grows to its new
-        total count; the new partitions are placed like a new topic's and get replicas and
-        leaders at once. Keys then map to other partitions (murmur2 modulo the count), as in
-        Kafka. Producers and consumers see the new partitions on their next metadata refresh.
+        total count; the new partitions are placed like a new topic's and their replicas
+        start in the background, as at :meth:`create_topics`. Keys then map to other
+        partitions (murmur2 modulo the count), as in Kafka. Producers and consumers see the
+        new partitions on their next metadata refresh.
+
+        Args:
+            wait_for_leaders_ms: also wait until every partition has a running leader.
 
         Raises:
             The first refusal's typed error (UnknownTopicOrPartitionError;
             InvalidPartitionsError for a count not above the current one or for an internal
             topic; InvalidReplicationFactorError when fewer brokers are live than the topic's
             replication factor), after every other topic was handled.
+            RequestTimedOutError: as :meth:`create_topics`.
         """
         results = call(self._cluster.controller.create_partitions.remote(dict(new_counts)), self._timeout_s)
         self._cluster.metadata(refresh=True)
+        grown = [name for name, (code, _) in results.items() if not code]
+        if wait_for_leaders_ms is not None and grown:
+            self.await_leaders(grown, wait_for_leaders_ms)
         _raise_first(results)
 
     def alter_partition_reassignments(self, reassignments: dict[TopicPartition, list[int]]) -> None:

@@ -66,13 +66,17 @@ class Metadata:
         except (KeyError, IndexError):
             return -1
 
+    def has_partition(self, tp: TopicPartition) -> bool:
+        return tp.topic in self.topics and 0 <= tp.partition < len(self.topics[tp.topic].partitions)
+
     def leader(self, tp: TopicPartition) -> Any:
         """The leader replica actor of ``tp``.
 
         Raises:
-            UnknownTopicOrPartitionError, LeaderNotAvailableError.
+            UnknownTopicOrPartitionError, LeaderNotAvailableError (none live, or its actor is
+            still starting: retriable).
         """
-        if tp.topic not in self.topics or not 0 <= tp.partition < len(self.topics[tp.topic].partitions):
+        if not self.has_partition(tp):
             raise UnknownTopicOrPartitionError(f"unknown partition {tp.topic}-{tp.partition}")
         try:
             return self.leaders[(tp.topic, tp.partition)]

@@ -54,6 +54,7 @@ from raylog.errors import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RaylogError,
+    UnknownTopicOrPartitionError,
 )
 from raylog.protocol import FetchRequest, error_of
 from raylog.storage import record_batch
@@ -96,9 +97,11 @@ class Consumer:
         max_partition_fetch_bytes: bytes per partition per fetch (at least one batch); large,
             because a Ray call costs about a millisecond whatever it carries. At most
             ``raylog.storage.log.MAX_READ_BYTES`` (what a leader returns at most).
-        fetch_max_bytes: bytes per fetch request at most (at least one batch); each fetch
-            call here reads one partition, so it bounds each call with
-            ``max_partition_fetch_bytes``.
+        fetch_max_bytes: bytes per poll round at most (at least one batch a partition): each
+            fetch call here reads one partition (its leader is an actor of its own), and the
+            partitions assigned share this limit, as the partitions of one Kafka fetch
+            request do, so that a consumer of hundreds of partitions does not buffer hundreds
+            of ``max_partition_fetch_bytes``.
         max_poll_records: records :meth:`poll` returns at most.
         request_timeout_ms: how long offset look-ups may take.
         check_crcs: verify batch CRCs on decode.
@@ -209,7 +212,8 @@ class Consumer:
         self._reset = auto_offset_reset
         self._min_bytes = fetch_min_bytes
         self._max_wait_ms = fetch_max_wait_ms
-        self._max_bytes = min(max_partition_fetch_bytes, fetch_max_bytes)
+        self._partition_max_bytes = max_partition_fetch_bytes
+        self._fetch_max_bytes = fetch_max_bytes
         self._max_records = max_poll_records
         self._timeout_s = request_timeout_ms / 1000
         self._check_crcs = check_crcs
@@ -391,11 +395,10 @@ class Consumer:
             validate_topic_name(tp.topic)
         metadata = self._cluster.metadata()
         for tp in wanted:
-            try:
-                metadata.leader(tp)
-            except RaylogError:
+            if not metadata.has_partition(tp):
                 metadata = self._cluster.metadata(refresh=True)
-                metadata.leader(tp)
+                if not metadata.has_partition(tp):
+                    raise UnknownTopicOrPartitionError(f"unknown partition {tp.topic}-{tp.partition}")
         self._set_assignment(wanted)
 
     def _set_assignment(self, wanted: list[TopicPartition]) -> None:
@@ -461,15 +464,15 @@ class Consumer:
         return out
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {
-            TopicPartition(*tp): self._list_offset(TopicPartition(*tp), EARLIEST_TIMESTAMP).offset for tp in partitions
-        }
+        return self._offsets_at(partitions, EARLIEST_TIMESTAMP)
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The high watermark of each partition (the offset the next committed record gets)."""
-        return {
-            TopicPartition(*tp): self._list_offset(TopicPartition(*tp), LATEST_TIMESTAMP).offset for tp in partitions
-        }
+        return self._offsets_at(partitions, LATEST_TIMESTAMP)
+
+    def _offsets_at(self, partitions: Iterable[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        tps = [TopicPartition(*tp) for tp in partitions]
+        return {tp: found.offset for tp, found in list_offsets(self._cluster, tps, timestamp, self._timeout_s).items()}
 
     # --- polling ------------------------------------------------------------------------
 
@@ -560,11 +563,13 @@ class Consumer:
                     self._complete_fetch(ref)
 
     def _send_fetches(self) -> None:
-        for tp in self._assignment:
-            if tp in self._fetching or tp in self._paused or len(self._buffers.get(tp, ())) >= BUFFERED_FETCHES:
-                continue
-            if self._positions[tp] is None:
-                self._reset_position(tp)
+        fetchable = [
+            tp
+            for tp in self._assignment
+            if tp not in self._fetching and tp not in self._paused and len(self._buffers.get(tp, ())) < BUFFERED_FETCHES
+        ]
+        self._reset_positions([tp for tp in fetchable if self._positions[tp] is None])
+        for tp in fetchable:
             metadata = self._cluster.metadata()
             try:
                 leader, epoch = metadata.leader(tp), metadata.leader_epoch(tp)
@@ -576,7 +581,7 @@ class Consumer:
             offset = self._next_fetch.get(tp, self._positions[tp])
             request = FetchRequest(
                 offset,
-                self._max_bytes,
+                self._max_bytes(),
                 self._min_bytes,
                 self._max_wait_ms,
                 current_leader_epoch=epoch,
@@ -585,6 +590,11 @@ class Consumer:
             ref = leader.fetch.remote(request)
             self._in_flight[ref] = (tp, offset, epoch)
             self._fetching[tp] = ref
+
+    def _max_bytes(self) -> int:
+        """What one partition's fetch asks: its share of ``fetch_max_bytes`` among the
+        partitions assigned, at most ``max_partition_fetch_bytes``."""
+        return min(self._partition_max_bytes, max(1, self._fetch_max_bytes // max(1, len(self._assignment))))
 
     def _validate_position(self, tp: TopicPartition, leader: Any, epoch: int) -> bool:
         """After a leader change, ask the new leader where the epoch of the last fetched batch
@@ -719,10 +729,17 @@ class Consumer:
         self._fetching.pop(tp, None)  # a fetch in flight for the old offset is ignored on arrival
 
     def _reset_position(self, tp: TopicPartition) -> None:
+        self._reset_positions([tp])
+
+    def _reset_positions(self, tps: list[TopicPartition]) -> None:
+        """Positions by ``auto_offset_reset``, the partitions' leaders asked all at once."""
+        if not tps:
+            return
         if self._reset == "none":
-            raise NoOffsetForPartitionError(f"no position for {tp} and auto_offset_reset is none")
+            raise NoOffsetForPartitionError(f"no position for {tps[0]} and auto_offset_reset is none")
         timestamp = EARLIEST_TIMESTAMP if self._reset == "earliest" else LATEST_TIMESTAMP
-        self._set_position(tp, self._list_offset(tp, timestamp).offset)
+        for tp, found in list_offsets(self._cluster, tps, timestamp, self._timeout_s).items():
+            self._set_position(tp, found.offset)
 
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> OffsetAndTimestamp:
         return list_offset(self._cluster, tp, timestamp, self._timeout_s)
@@ -851,6 +868,32 @@ def _rebuild_consumer(cluster: RaylogCluster, config: dict, assignment: list, po
         if offset is not None:
             consumer.seek(tp, offset)
     return consumer
+
+
+def list_offsets(
+    cluster: RaylogCluster, tps: list[TopicPartition], timestamp: int, timeout_s: float
+) -> dict[TopicPartition, OffsetAndTimestamp]:
+    """:func:`list_offset` of many partitions: their leaders asked at once (a consumer of
+    hundreds of partitions must not ask them one after another), any that failed then asked
+    again one by one, with :func:`list_offset`'s retries."""
+    metadata = cluster.metadata()
+    asked = {}
+    for tp in tps:
+        try:
+            asked[tp] = metadata.leader(tp).list_offsets.remote(timestamp, metadata.leader_epoch(tp))
+        except RaylogError:
+            pass
+    found = {}
+    for tp in tps:
+        try:
+            response = call(asked[tp], timeout_s) if tp in asked else None
+        except RaylogError:
+            response = None
+        if response is not None and error_of(response) is None:
+            found[tp] = OffsetAndTimestamp(response.offset, response.timestamp_ms)
+        else:
+            found[tp] = list_offset(cluster, tp, timestamp, timeout_s)
+    return found
 
 
 def list_offset(cluster: RaylogCluster, tp: TopicPartition, timestamp: int, timeout_s: float) -> OffsetAndTimestamp:

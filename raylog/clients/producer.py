@@ -832,7 +832,9 @@ class Producer:
             )
             ref = leader.produce.remote(request)
         except RaylogError as exc:
-            self._completed(batch, None, exc)
+            # Not sent (e.g. no leader yet: a new topic's replicas are starting). As in Kafka,
+            # the batch waits for its leader until its delivery timeout; no retry is spent.
+            self._completed(batch, None, exc, sent=False)
             return
         except (TypeError, ValueError, OverflowError, struct.error) as exc:  # records the format refuses
             self._completed(batch, None, InvalidRecordError(f"{type(exc).__name__}: {exc}"))
@@ -872,7 +874,7 @@ class Producer:
             logger.exception("producer failed on a reply; failing every record not yet done")
             self._fail_everything(exc)
 
-    def _completed(self, batch: _Batch, response: Any, error: RaylogError | None) -> None:
+    def _completed(self, batch: _Batch, response: Any, error: RaylogError | None, sent: bool = True) -> None:
         now = time.monotonic()
         if response is not None:
             self._throttle_time_ms = response.throttle_time_ms
@@ -881,7 +883,7 @@ class Producer:
         retry = (
             error is not None
             and error.retriable
-            and batch.attempts < self._retries
+            and (batch.attempts < self._retries or not sent)
             and now + self._backoff_s < batch.deadline_s
             and not self._closed
             and self._sender_error is None
@@ -891,7 +893,7 @@ class Producer:
         with self._cond:
             self._in_flight[batch.tp] -= 1
             if retry:
-                batch.attempts += 1
+                batch.attempts += sent
                 batch.retry_at_s = now + self._backoff_s
                 self._metadata_stale = self._metadata_stale or error.invalid_metadata
                 self._requeue(batch)

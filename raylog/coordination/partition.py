@@ -134,9 +134,11 @@ class Partition:
         self._resend_isr = False  # the pending proposal's answer never came: send it again
         self.epochs = LeaderEpochCache(log.dir)
         self.epochs.truncate_from_end(log.log_end_offset + 1)  # a crash may have cut the log
-        self.high_watermark = min(self._read_high_watermark(), log.log_end_offset)
+        self._checkpointed_high_watermark = self._read_high_watermark()
+        self.high_watermark = min(self._checkpointed_high_watermark, log.log_end_offset)
         self.producers = ProducerStateManager()
         self._snapshot_version = -1  # the producer state's version the newest snapshot holds
+        self._snapshots_kept_for: tuple | None = None  # the log layout snapshots were last pruned for
         log.on_roll = self._snapshot_at_roll
         self._reload_producer_state()
 
@@ -326,10 +328,14 @@ class Partition:
             logger.info("%s: expired %d idle producer ids", self.name, len(expired))
         if self.producers.version != self._snapshot_version:
             self._write_producer_snapshot(self.log.log_end_offset)
-        bases = set(self.log.segment_base_offsets)
+        layout = (self.log.log_start_offset, tuple(self.log.segment_base_offsets), self._snapshot_version)
+        if layout == self._snapshots_kept_for:
+            return  # nothing to prune since the last round (an idle partition lists no directory)
+        bases = set(layout[1])
         for offset in producer_snapshot.offsets(self.log.dir)[:-1]:  # the newest is what a restart loads
             if offset < self.log.log_start_offset or offset not in bases:
                 producer_snapshot.delete(self.log.dir, offset)
+        self._snapshots_kept_for = layout
 
     def _snapshot_at_roll(self, base_offset: int) -> None:
         """The log rolled a segment at ``base_offset``: the state now holds exactly the
@@ -588,12 +594,16 @@ class Partition:
         return False
 
     def checkpoint_high_watermark(self) -> None:
-        """Persist the HW (a lower bound used after a restart), atomically and durably.
+        """Persist the HW (a lower bound used after a restart), atomically and durably, when
+        it moved since the last checkpoint (an idle partition writes nothing).
 
         Raises:
             StorageError: the write failed; the previous checkpoint is in place.
         """
+        if self.high_watermark == self._checkpointed_high_watermark:
+            return
         write_atomically(os.path.join(self.log.dir, HIGH_WATERMARK_FILE), str(self.high_watermark))
+        self._checkpointed_high_watermark = self.high_watermark
 
     def _read_high_watermark(self) -> int:
         try:

@@ -80,7 +80,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError, StorageError
 from . import faults, record_batch
@@ -490,6 +489,8 @@ class _Retention:
 
 def _keep(chunk: _Chunk, retention: _Retention) -> tuple[np.ndarray, int]:
     """Per record of the chunk: keep it? And how many tombstones expired."""
+    import pyarrow.compute as pc  # here: importing it costs every replica process ~25 ms at start
+
     if not len(chunk.offsets):
         return np.empty(0, dtype=bool), 0
     has_key = chunk.keys.is_valid().to_numpy(zero_copy_only=False)

@@ -55,7 +55,7 @@ def test_topics_create_list_describe_delete_round_trip(run, admin):
     name = _fresh_name()
     try:
         code, out, _ = run("topics", "create", name, "--partitions", "3", "--config", "retention.ms=60000")
-        assert code == 0 and name in out
+        assert code == 0 and name in out and "every partition has a leader (3 in" in out
         code, out, _ = run("topics", "list")
         assert code == 0 and name in out.splitlines()
         code, out, _ = run("topics", "describe", name)

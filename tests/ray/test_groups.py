@@ -184,8 +184,11 @@ class Driver:
 def settled(admin, group_id: str, members: list[Consumer], partitions: list[TopicPartition]):
     """The group's description once it is Stable with exactly ``members``, each at the
     group's generation owning what the coordinator says, together owning every partition
-    once; else None."""
-    (described,) = admin.describe_consumer_groups([group_id])
+    once; else None (also while no member has joined yet: the group does not exist)."""
+    try:
+        (described,) = admin.describe_consumer_groups([group_id])
+    except GroupIdNotFoundError:
+        return None
     if described.state != "Stable" or len(described.members) != len(members):
         return None
     by_id = {m.member_id: set(m.assignment) for m in described.members}

@@ -53,3 +53,12 @@ def test_a_replica_process_imports_no_more_than_it_needs():
     )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().strip() == "[]"
+
+
+def test_an_idle_replica_process_does_not_import_pyarrow_compute():
+    """Every partition replica is a process that imports its modules at start: pyarrow.compute
+    (~25 ms) loads only when a batch with headers is checked or a log is compacted."""
+    code = "import sys, raylog.actors.replica; print('pyarrow.compute' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

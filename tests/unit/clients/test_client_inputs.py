@@ -8,6 +8,7 @@ from raylog.clients.consumer import MAX_FETCH_BYTES, Consumer
 from raylog.clients.producer import Producer
 from raylog.errors import InvalidConfigError, InvalidTopicError
 from raylog.storage.log import MAX_READ_BYTES
+from raylog.types import TopicPartition
 from tests.unit.clients.test_producer_limits import TOPIC
 
 
@@ -44,10 +45,19 @@ def test_fetch_sizes_are_bounded(options):
         Consumer(NoCluster(), **options)
 
 
-def test_a_fetch_asks_the_smaller_of_the_two_limits():
-    """Each fetch reads one partition: it asks min(max_partition_fetch_bytes, fetch_max_bytes)."""
-    assert Consumer(NoCluster(), fetch_max_bytes=1_000)._max_bytes == 1_000
-    assert Consumer(NoCluster(), max_partition_fetch_bytes=500)._max_bytes == 500
+def test_a_fetch_asks_its_partitions_share_of_fetch_max_bytes():
+    """Each fetch reads one partition: it asks its share of fetch_max_bytes among the partitions
+    assigned (as partitions share one Kafka fetch request), at most max_partition_fetch_bytes."""
+    consumer = Consumer(NoCluster(), fetch_max_bytes=1_000)
+    assert consumer._max_bytes() == 1_000
+    consumer._assignment = [TopicPartition("t", p) for p in range(4)]
+    assert consumer._max_bytes() == 250
+    many = Consumer(NoCluster(), max_partition_fetch_bytes=8 << 20, fetch_max_bytes=50 << 20)
+    many._assignment = [TopicPartition("t", p) for p in range(256)]
+    assert many._max_bytes() * 256 <= 50 << 20
+    many._assignment = many._assignment[:2]
+    assert many._max_bytes() == 8 << 20
+    assert Consumer(NoCluster(), max_partition_fetch_bytes=500)._max_bytes() == 500
 
 
 @pytest.mark.parametrize("name", ["", "a b", "..", "x" * 250])

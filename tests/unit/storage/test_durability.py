@@ -92,3 +92,35 @@ def test_checkpoints_are_fsynced_and_so_is_their_rename(open_log, synced):
     assert {".", f"{RECOVERY_POINT_FILE}.tmp", f"{HIGH_WATERMARK_FILE}.tmp"} <= names(synced, log.dir)
     with open(os.path.join(log.dir, HIGH_WATERMARK_FILE)) as f:
         assert f.read() == "5"
+
+
+def test_an_idle_partitions_housekeeping_writes_nothing(open_log, clock, synced, monkeypatch):
+    """Housekeeping rounds of a partition where nothing happened write, fsync and list nothing:
+    a node hosts hundreds of replicas, each running a round every few seconds."""
+    log = open_log(flush_ms=1)
+    log.append_as_leader(batch(5), 0)
+    partition = Partition("t", 0, 1, log, TopicConfig(), clock=clock)
+    partition.become_leader(1, (1,), (1,))
+
+    def housekeeping_round() -> None:
+        log.apply_retention(partition.high_watermark)
+        log.maybe_flush()
+        partition.checkpoint_high_watermark()
+        partition.checkpoint_producer_state()
+
+    clock.advance(1_000)
+    housekeeping_round()  # the first round after the append flushes and writes its checkpoints
+    assert {f"{HIGH_WATERMARK_FILE}.tmp"} <= names(synced, log.dir)
+    listed: list[str] = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path=".": listed.append(path) or real_listdir(path))
+    synced.clear()
+    for _ in range(3):
+        clock.advance(1_000)
+        housekeeping_round()
+    assert synced == [] and listed == []
+
+    log.append_as_leader(batch(5, 5), 0)  # something happens: the next round writes again
+    partition.high_watermark = log.log_end_offset
+    housekeeping_round()
+    assert {f"{HIGH_WATERMARK_FILE}.tmp"} <= names(synced, log.dir)
