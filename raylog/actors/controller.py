@@ -775,7 +775,8 @@ class ControllerActor:
             return
         config_version = self.image.config_versions[name]
         handle = self._cached_replica(key)
-        if handle is None:
+        created = handle is None
+        if created:
             cls, options, args = self._replica_spec(key)
             handle = await asyncio.to_thread(lambda: _remote(cls).options(**options).remote(*args))
             now = self.image.topics.get(name)
@@ -792,11 +793,14 @@ class ControllerActor:
             return  # deleted or moved meanwhile
         self._ready.add(key)
         info = self.image.partition(name, partition)
-        if (answer["leader_epoch"], answer["partition_epoch"]) != (info.leader_epoch, info.partition_epoch) or (
+        if created and info.leader == broker_id:
+            # Its running followers were told of no actor of it, or of one on the node its
+            # broker left: they follow this one from now on.
+            self._push([info])
+        elif (answer["leader_epoch"], answer["partition_epoch"]) != (info.leader_epoch, info.partition_epoch) or (
             config_version != self.image.config_versions[name]
         ):
-            # A leader's followers may hold an older actor of it (its broker moved): all of them.
-            self._push([info], only=None if info.leader == broker_id else broker_id)
+            self._push([info], only=broker_id)
         self._notify_leaders()
 
     def _is_ready(self, key: tuple[str, int, int]) -> bool:

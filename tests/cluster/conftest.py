@@ -74,14 +74,15 @@ def multinode(tmp_path_factory):
 
 @pytest.fixture
 def replicated_topic(multinode, request):
-    """``replicated_topic(**config)``: a fresh 1-partition topic with replication factor 3."""
+    """``replicated_topic(**config)``: a fresh 1-partition topic with replication factor 3, its
+    leader running (tests call its actor)."""
     cluster, _ = multinode
     admin = Admin(cluster)
     created = []
 
     def make(**config) -> str:
         name = f"{request.node.name[:30]}-{len(created)}".replace("[", "_").replace("]", "_")
-        admin.create_topics([NewTopic(name, 1, replication_factor=3, config=config)])
+        admin.create_topics([NewTopic(name, 1, replication_factor=3, config=config)], wait_for_leaders_ms=60_000)
         created.append(name)
         return name
 

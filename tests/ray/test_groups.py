@@ -692,7 +692,9 @@ def test_a_killed_consumer_process_hands_its_partitions_on_from_the_committed_of
     starts = {tp: committed[tp].offset if tp in committed else 0 for tp in taken}
     for tp in taken:
         resumed = [offset for p, offset, _ in after if p == tp.partition]
-        assert resumed and resumed[0] == starts[tp], f"{tp} did not resume from its committed offset {starts[tp]}"
+        # (The worker may have read and committed a whole partition while it was alone.)
+        first = [starts[tp]] if starts[tp] < PER_PARTITION else []
+        assert resumed[:1] == first, f"{tp} did not resume from its committed offset {starts[tp]}: {resumed}"
     # Read by the worker past the committed offsets of the partitions it held when it died
     # (of partitions it held only earlier, what it read may have been committed since).
     uncommitted = {v for p, o, v in by_worker if (tp := TopicPartition(shared.name, p)) in starts and o >= starts[tp]}
