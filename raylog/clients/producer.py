@@ -259,8 +259,9 @@ class Producer:
         cluster: from :func:`raylog.connect`.
         acks: 0 (no wait), 1 (leader wrote it) or "all" / -1 (every in-sync replica has it).
         linger_ms: how long a batch waits for more records before it is sent.
-        batch_size: bytes at which a batch closes (raylog moves MiB batches; Kafka's 16 KiB
-            would cost an actor call per 16 KiB).
+        batch_size: bytes at which a batch of :meth:`send` closes (raylog moves MiB batches;
+            Kafka's 16 KiB would cost an actor call per 16 KiB; :meth:`send_arrow` makes
+            batches as large as a request may be).
         compression: None, "lz4", "zstd", "gzip" or "snappy" (whole-batch compression).
         buffer_memory: bytes of unsent records allowed before ``send`` blocks.
         max_block_ms: how long ``send`` may block for room or metadata.
@@ -501,7 +502,14 @@ class Producer:
     ) -> concurrent.futures.Future:
         """Send a whole Arrow table: rows are split by partition (murmur2 of the key column,
         when present and not null; otherwise spread by batch over partitions) and into
-        batches of ``batch_size`` bytes, encoded columnar without a loop per record.
+        batches, encoded columnar without a loop per record.
+
+        A leader call costs about the same whatever it carries, so a bulk send makes as few
+        as it can: its batches are as large as ``max_request_size``, the topic's
+        ``max.message.bytes`` and ``buffer_memory`` allow (``batch_size`` is for
+        :meth:`send`). Unkeyed rows fill one batch per partition in turn, from the sticky
+        partition on; the next call starts elsewhere (KIP-480 sticky partitioning), so
+        partitions even out over calls as they do with :meth:`send`.
 
         Returns:
             A future of the list of :class:`BatchMetadata` of the batches sent, in order.
@@ -550,10 +558,12 @@ class Producer:
         keys = rows.get("keys")
         if partition is not None or keys is None or keys.null_count == len(keys):
             first = partition if partition is not None else self._default_partitioner(topic, None, count)
+            last = first
             for i, chunk in enumerate(self._chunks(rows, capacity)):
-                yield (first if partition is not None else (first + i) % count), chunk
+                last = first if partition is not None else (first + i) % count
+                yield last, chunk
             if partition is None:  # the sticky partition's batch went out: the next call moves on
-                self._default_partitioner.on_batch_closed(topic, first, count)
+                self._default_partitioner.on_batch_closed(topic, last, count)
             return
         targets = self._default_partitioner.partitions_for_keys(keys, count)
         unkeyed = targets < 0
@@ -569,7 +579,7 @@ class Producer:
                     yield part, chunk
 
     def _chunks(self, rows: dict, capacity: int):
-        """Slices of ``rows`` of at most ``batch_size`` bytes each (at least one row) whose
+        """Slices of ``rows`` of at most ``buffer_memory`` bytes each (at least one row) whose
         records' size bounds add up to at most ``capacity`` (each row fits alone)."""
         values = rows["values"]
         sizes = pc.binary_length(values).fill_null(0).to_numpy(zero_copy_only=False) + RECORD_OVERHEAD_BYTES
@@ -582,7 +592,7 @@ class Producer:
             base = ends[start - 1] if start else 0
             bound_base = bound_ends[start - 1] if start else 0
             stop = min(
-                int(np.searchsorted(ends, base + self._batch_size, side="right")),
+                int(np.searchsorted(ends, base + self._buffer_memory, side="right")),
                 int(np.searchsorted(bound_ends, bound_base + capacity, side="right")),
             )
             stop = max(start + 1, stop)

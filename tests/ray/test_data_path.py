@@ -99,9 +99,9 @@ def test_send_arrow_and_poll_arrow(cluster, topic):
     name = topic(num_partitions=3)
     n = 20_000
     table = pa.table({"key": [b"user-%d" % (i % 50) for i in range(n)], "value": [b"%d" % i for i in range(n)]})
-    with Producer(cluster, batch_size=64 * 1024) as producer:
+    with Producer(cluster, max_request_size=64 * 1024) as producer:
         sent = producer.send_arrow(name, table).result(timeout=30)
-    assert sum(b.record_count for b in sent) == n and len(sent) > 3
+    assert sum(b.record_count for b in sent) == n and len(sent) > 3  # batches of at most 64 KiB
     consumer = Consumer(cluster, name, auto_offset_reset="earliest")
     tables = []
     wait_until(lambda: tables.append(consumer.poll_arrow(timeout_ms=500)) or sum(t.num_rows for t in tables) >= n)

@@ -211,16 +211,18 @@ def test_future_interface(cluster, topic):
 
 
 def test_send_arrow_without_keys_spreads_batches_and_keeps_order_per_partition(cluster, topic):
-    """Unkeyed Arrow rows go out batch by batch over the partitions, each in table order."""
+    """Unkeyed Arrow rows go out batch by batch over the partitions, each in table order; batches are as
+    large as a request may be (here max_request_size), whatever batch_size says."""
     import pyarrow as pa
 
     name = topic(num_partitions=3)
     n = 30_000
     table = pa.table({"value": pa.array([b"%06d" % i for i in range(n)])})
-    with Producer(cluster, batch_size=20_000) as producer:
+    with Producer(cluster, batch_size=1_000, max_request_size=40_000) as producer:
         sent = producer.send_arrow(name, table).result(timeout=30)
         fixed = producer.send_arrow(name, table.slice(0, 10), partition=2).result(timeout=30)
     assert sum(b.record_count for b in sent) == n and {b.partition for b in sent} == {0, 1, 2}
+    assert 1 < len(sent) <= 2 * n * 20 // 40_000  # ~20 bytes a row: batches near 40,000 bytes, not 1,000
     assert [b.partition for b in fixed] == [2]
     for partition in range(3):
         leader = cluster.metadata(refresh=True).leader(TopicPartition(name, partition))

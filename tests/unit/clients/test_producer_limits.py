@@ -190,6 +190,17 @@ def test_send_arrow_splits_a_table_into_batches_that_fit(setup):
     assert values_in_log(leader) == table.column("value").to_pylist()
 
 
+def test_send_arrow_fills_batches_to_the_largest_request_not_to_batch_size(setup):
+    """A bulk send makes as few leader calls as the limits allow: batch_size (for send) does not cut it smaller."""
+    producer, leader = setup(batch_size=512)
+    table = pa.table({"value": [os.urandom(100) for _ in range(400)]})
+    metadata = producer.send_arrow(TOPIC, table, partition=0).result(timeout=10)
+    assert sum(m.record_count for m in metadata) == 400
+    assert len(leader.requests) == len(metadata) and max(leader.requests) <= MAX_MESSAGE_BYTES
+    assert min(leader.requests[:-1]) > MAX_MESSAGE_BYTES // 2  # every batch but the last near the limit
+    assert values_in_log(leader) == table.column("value").to_pylist()
+
+
 def test_send_arrow_checks_column_types_and_header_limits_up_front(setup):
     """Columns of the wrong type and headers beyond the limits raise before anything is queued."""
     producer, leader = setup()
