@@ -27,25 +27,31 @@ For each partition count N (``--counts``, RF1; ``--rf3-counts``, RF3), in this o
    window, per actor x N x rf (what Ray alone costs that many processes). Targets: 128 RF1
    replicas <= 5%, 32 RF3 partitions (96 replicas on 3 brokers) <= 15%.
 4. Throughput: 1M records of 100 B (``make_values``) in one pre-built pyarrow table with
-   only a ``value`` column, sent with one ``send_arrow`` by a fresh ``Producer(acks=1)``
-   (default 1 MiB batches, sticky per batch: each batch goes to the next partition), timed
-   from the call until ``flush()`` returned, then (untimed) checked against the high
-   watermarks, which with RF3 and acks=1 move once the followers fetched the records; then
-   read by a fresh ``Consumer(topic, auto_offset_reset="earliest")`` with ``poll_arrow``
-   until 1M records arrived (``client_bench.timed_consume``). The note says how many
-   partitions got records (1M x 100 B makes ~115 batches of up to 1 MiB). Ratio:
-   records/s over a 6-partition topic of the same RF measured in the same run. Target: ratio
-   >= 0.8 at 64 RF1 partitions, produce and consume.
+   only a ``value`` column, sent S times with ``send_arrow`` by a fresh
+   ``Producer(acks=1)`` (batches as large as a request may be, 8 MiB, one partition after
+   the other), timed from the first call until ``flush()`` returned, then (untimed) checked
+   against the high watermarks, which with RF3 and acks=1 move once the followers fetched
+   the records; then read by a fresh ``Consumer(topic, auto_offset_reset="earliest")`` with
+   ``poll_arrow`` until all S x 1M records arrived (``client_bench.timed_consume``). S is the
+   same for every count of an RF: enough for every partition of its largest count to get a
+   full batch (RF1 to 256: S = 22), so that each count is measured with data in all its
+   partitions and the same load. The note says how many partitions got records. Ratio:
+   records/s over a 6-partition topic of the same RF and load measured in the same run.
+   Target: ratio >= 0.8 at 64 RF1 partitions, produce and consume.
 5. Loaded memory: the replicas' mean USS after that load and ``--idle-s`` seconds idle (the
    CPU of that idle window is shown too), against the bare actors'. Target ratio <= 1.5.
 
 A count whose processes would not fit in the available memory is refused (ERROR row).
 MB is 10^6 bytes.
 
+``--replica-fetch-wait-ms`` sets the RF3 topics' ``replica.fetch.wait.max.ms`` (Kafka's 500
+by default): how long an idle follower's fetch waits at its leader, so how often it calls.
+
 Usage::
 
     python -m benchmarks.density_bench [--quick] [--json PATH] [--dir PARENT]
         [--counts 1,16,64,128,256] [--rf3-counts 1,16,32,64] [--idle-s 30]
+        [--replica-fetch-wait-ms 500]
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ from benchmarks.common import MB, BenchError, get, number, times
 from raylog import Admin, Consumer, NewTopic
 from raylog.bench import high_watermarks, wait_for_records
 from raylog.clients.cluster import RaylogCluster
+from raylog.config import LogConfig
 from raylog.types import TopicPartition
 
 VALUE_BYTES = 100
@@ -93,6 +100,7 @@ class Scale:
     settle_s: float  # pause after every replica answered, before the idle measurements
     leaders_timeout_s: float  # bound on starting N actors or N leaders
     timeout_s: float  # bound on any other wait (produce, consume, a call)
+    replica_fetch_wait_ms: int = 500  # the RF3 topics' replica.fetch.wait.max.ms
 
 
 FULL = Scale("full", (1, 16, 64, 128, 256), (1, 16, 32, 64), 1_000_000, 30.0, 5.0, 600.0, 300.0)
@@ -238,23 +246,31 @@ def replica_pids(cluster: RaylogCluster, topic: str, expected: int, timeout_s: f
     return [s["pid"] for s in states]
 
 
-def timed_send_arrow(cluster: RaylogCluster, topic: str, work: Workload, timeout_s: float) -> tuple[float, str]:
-    """Seconds for one ``send_arrow`` of ``work.table`` by a fresh ``Producer(acks=1)`` until
-    ``flush()`` returned, and a note on batching. Unlike ``client_bench.timed_produce`` it
-    then waits (untimed) for the high watermarks: with RF3 and acks=1 they advance only once
-    the followers fetched the records."""
+def sends_for(partitions: int, work: Workload) -> int:
+    """How many sends of ``work.table`` give each of ``partitions`` a full batch."""
+    return max(1, -(-partitions * LogConfig.max_message_bytes // work.table.nbytes))
+
+
+def timed_send_arrow(
+    cluster: RaylogCluster, topic: str, work: Workload, sends: int, timeout_s: float
+) -> tuple[float, str]:
+    """Seconds for ``sends`` calls of ``send_arrow(work.table)`` by a fresh
+    ``Producer(acks=1)`` until ``flush()`` returned, and a note on batching. Unlike
+    ``client_bench.timed_produce`` it then waits (untimed) for the high watermarks: with RF3
+    and acks=1 they advance only once the followers fetched the records."""
     before = high_watermarks(cluster, topic)
     producer = new_producer(cluster, acks=1)
     try:
         start = time.perf_counter()
-        future = producer.send_arrow(topic, work.table)
+        futures = [producer.send_arrow(topic, work.table) for _ in range(sends)]
         producer.flush(timeout=timeout_s)
         seconds = time.perf_counter() - start
-        future.result(timeout=timeout_s)  # raises the first failed batch's error
-        note = batch_note(producer, work.count)
+        for future in futures:
+            future.result(timeout=timeout_s)  # raises the first failed batch's error
+        note = batch_note(producer, work.count * sends)
     finally:
         producer.close(timeout=timeout_s)
-    wait_for_records(cluster, topic, before + work.count, timeout_s)
+    wait_for_records(cluster, topic, before + work.count * sends, timeout_s)
     return seconds, note
 
 
@@ -281,15 +297,21 @@ class Runner(common.Phases):
         self.cluster: RaylogCluster | None = None
         self.admin: Admin | None = None
         self.rf = 1
+        self.sends = 1  # send_arrow calls of the workload per throughput run, for this RF
         self.reference: dict[str, float] = {}  # "produce"/"consume" -> records/s at 6 partitions
         self.replica_mb = GUESS_REPLICA_MB
 
-    def use(self, cluster: RaylogCluster, rf: int) -> None:
+    def use(self, cluster: RaylogCluster, rf: int, counts: tuple[int, ...]) -> None:
         self.cluster, self.rf, self.reference = cluster, rf, {}
+        self.sends = sends_for(max(counts), self.work)
         self.admin = Admin(cluster, request_timeout_ms=int((self.scale.leaders_timeout_s + 60) * 1000))
 
     def _topic(self, partitions: int) -> str:
         return f"density-rf{self.rf}-{partitions}p-{uuid.uuid4().hex[:6]}"
+
+    def _new_topic(self, name: str, partitions: int) -> NewTopic:
+        config = {"replica.fetch.wait.max.ms": str(self.scale.replica_fetch_wait_ms)} if self.rf > 1 else {}
+        return NewTopic(name, partitions, self.rf, config=config)
 
     def _delete(self, topic: str, pids: list[int]) -> None:
         self.admin.delete_topics([topic])
@@ -301,7 +323,7 @@ class Runner(common.Phases):
     def reference_run(self) -> None:
         n = REFERENCE_PARTITIONS
         topic = self._topic(n)
-        create_with_leaders(self.admin, NewTopic(topic, n, self.rf), self.scale.leaders_timeout_s)
+        create_with_leaders(self.admin, self._new_topic(topic, n), self.scale.leaders_timeout_s)
         pids = replica_pids(self.cluster, topic, n * self.rf, self.scale.leaders_timeout_s)
         try:
             for kind, rate, note in self._load(topic, n):
@@ -322,8 +344,8 @@ class Runner(common.Phases):
 
     def _load(self, topic: str, partitions: int) -> list[tuple[str, float, str]]:
         """Produce the workload with send_arrow, then consume it: (kind, records/s, note)."""
-        count = self.work.count
-        produce_s, batches = timed_send_arrow(self.cluster, topic, self.work, self.scale.timeout_s)
+        count = self.work.count * self.sends
+        produce_s, batches = timed_send_arrow(self.cluster, topic, self.work, self.sends, self.scale.timeout_s)
         written = partitions_written(self.cluster, topic, partitions)
         consume_s = timed_consume(self.cluster, topic, count, "poll_arrow", self.scale)
         spread = f"{count:,} rec in {written} of {partitions} partitions"
@@ -348,7 +370,7 @@ class Runner(common.Phases):
             topic = self._topic(n)
             created = time.perf_counter()
             state["topic"] = topic
-            new = NewTopic(topic, n, rf)
+            new = self._new_topic(topic, n)
             leaders_s = create_with_leaders(self.admin, new, scale.leaders_timeout_s)
             state["pids"] = replica_pids(self.cluster, topic, n * rf, scale.leaders_timeout_s)
             all_s = time.perf_counter() - created
@@ -402,7 +424,7 @@ class Runner(common.Phases):
                 state["pids"],
                 f"loaded replicas, {label}",
                 1.5,
-                f"after {self.work.count:,} rec and {scale.idle_s:g} s idle",
+                f"after {self.work.count * self.sends:,} rec and {scale.idle_s:g} s idle",
             )
 
         try:
@@ -514,6 +536,11 @@ def json_document(scale: Scale, runner: Runner) -> dict[str, object]:
         "counts": list(scale.counts),
         "rf3_counts": list(scale.rf3_counts),
         "records": scale.records,
+        "sends_per_load": {
+            "rf1": sends_for(max(scale.counts or (1,)), runner.work),
+            "rf3": sends_for(max(scale.rf3_counts or (1,)), runner.work),
+        },
+        "rf3_replica_fetch_wait_ms": scale.replica_fetch_wait_ms,
         "value_bytes": VALUE_BYTES,
         "idle_s": scale.idle_s,
         "baseline_bare_actors": BASELINE_ACTORS,
@@ -544,7 +571,7 @@ def run(scale: Scale, parent: str | None) -> Runner:
                     cluster_name=f"density{rf}-{uuid.uuid4().hex[:8]}",
                 )
                 inner.callback(cluster.shutdown)
-                runner.use(cluster, rf)
+                runner.use(cluster, rf, counts)
                 runner.phase("throughput", f"reference, RF{rf}", runner.reference_run)
                 for n in counts:
                     runner.count(n)
@@ -563,9 +590,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--counts", type=counts_arg, help="RF1 partition counts (default 1,16,64,128,256)")
     parser.add_argument("--rf3-counts", type=counts_arg, help="RF3 partition counts (default 1,16,32,64)")
     parser.add_argument("--idle-s", type=float, help="idle window of the CPU and loaded-memory figures (default 30)")
+    parser.add_argument(
+        "--replica-fetch-wait-ms", type=int, help="the RF3 topics' replica.fetch.wait.max.ms (default 500, Kafka's)"
+    )
     args = parser.parse_args(argv)
     scale = QUICK if args.quick else FULL
-    overrides = {"counts": args.counts, "rf3_counts": args.rf3_counts, "idle_s": args.idle_s}
+    overrides = {
+        "counts": args.counts,
+        "rf3_counts": args.rf3_counts,
+        "idle_s": args.idle_s,
+        "replica_fetch_wait_ms": args.replica_fetch_wait_ms,
+    }
     scale = Scale(**{**scale.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
     watch = common.RunWatch()
     runner = run(scale, args.dir)
@@ -578,8 +613,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"bare: Ray actors with no imports ({BASELINE_ACTORS} kept alive for memory and CPU, N started for time); "
-        f"load: {scale.records:,} x {VALUE_BYTES} B, send_arrow / poll_arrow, acks=1; x 6p: over "
-        f"{REFERENCE_PARTITIONS} partitions of the same RF"
+        f"load: a table of {scale.records:,} x {VALUE_BYTES} B sent S times (a full batch for every partition of "
+        f"the RF's largest count: RF1 S={sends_for(max(scale.counts or (1,)), runner.work)}, RF3 "
+        f"S={sends_for(max(scale.rf3_counts or (1,)), runner.work)}), send_arrow / poll_arrow, acks=1; x 6p: over "
+        f"{REFERENCE_PARTITIONS} partitions of the same RF and load; RF3 replica.fetch.wait.max.ms "
+        f"{scale.replica_fetch_wait_ms}"
     )
     print("BELOW: target missed; ERROR: the measurement failed (see stderr)")
     common.print_tables(rows, TABLES)

@@ -199,6 +199,11 @@ class TopicConfig(LogConfig):
     #: A follower that has not caught up for this long leaves the ISR (a broker setting in
     #: Kafka; per topic here so that tests and latency-sensitive topics can lower it).
     replica_lag_time_max_ms: int = 30_000
+    #: How long the leader holds a follower's fetch that finds nothing new (a broker setting
+    #: in Kafka, per topic here): an idle follower makes one call per this many ms, so a
+    #: node of many idle followers spends less with a longer wait. Data and new leaders do
+    #: not wait for it. Below ``replica.lag.time.max.ms``, as Kafka requires.
+    replica_fetch_wait_max_ms: int = 500
     #: A producer id whose last batch is this old is forgotten by the partition (a broker
     #: setting in Kafka, per topic here like replica.lag.time.max.ms): its next batch is
     #: then taken as its first (see :mod:`raylog.coordination.producer_state`).
@@ -208,6 +213,12 @@ class TopicConfig(LogConfig):
         super().__post_init__()
         self._require(self.min_insync_replicas >= 1, "min.insync.replicas must be >= 1")
         self._require(self.replica_lag_time_max_ms >= 1, "replica.lag.time.max.ms must be >= 1")
+        self._require(
+            0 <= self.replica_fetch_wait_max_ms < self.replica_lag_time_max_ms,
+            f"replica.fetch.wait.max.ms must be >= 0 and below replica.lag.time.max.ms "
+            f"({self.replica_lag_time_max_ms}), or an idle follower leaves the ISR; "
+            f"got {self.replica_fetch_wait_max_ms}",
+        )
         self._require(self.producer_id_expiration_ms >= 1, "producer.id.expiration.ms must be >= 1")
 
     def log_config(self) -> LogConfig:

@@ -83,6 +83,11 @@ class DefaultPartitioner:
             choice = self._rng.randrange(num_partitions - 1)
             self._sticky[topic] = choice + (choice >= partition)
 
+    def stick_to(self, topic: str, partition: int) -> None:
+        """Unkeyed records of ``topic`` go to ``partition`` next (a bulk send goes on where the
+        previous one stopped, so its batches spread evenly)."""
+        self._sticky[topic] = partition
+
     def partitions_for_keys(self, keys: pa.Array, num_partitions: int) -> np.ndarray:
         """Partition of each key of an Arrow column (-1 for a null key), hashing each
         distinct key once."""

@@ -508,8 +508,8 @@ class Producer:
         as it can: its batches are as large as ``max_request_size``, the topic's
         ``max.message.bytes`` and ``buffer_memory`` allow (``batch_size`` is for
         :meth:`send`). Unkeyed rows fill one batch per partition in turn, from the sticky
-        partition on; the next call starts elsewhere (KIP-480 sticky partitioning), so
-        partitions even out over calls as they do with :meth:`send`.
+        partition on, and the next call goes on from the partition after the last one, so
+        partitions even out over calls.
 
         Returns:
             A future of the list of :class:`BatchMetadata` of the batches sent, in order.
@@ -562,8 +562,8 @@ class Producer:
             for i, chunk in enumerate(self._chunks(rows, capacity)):
                 last = first if partition is not None else (first + i) % count
                 yield last, chunk
-            if partition is None:  # the sticky partition's batch went out: the next call moves on
-                self._default_partitioner.on_batch_closed(topic, last, count)
+            if partition is None:  # the next call goes on from here
+                self._default_partitioner.stick_to(topic, (last + 1) % count)
             return
         targets = self._default_partitioner.partitions_for_keys(keys, count)
         unkeyed = targets < 0

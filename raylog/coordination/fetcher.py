@@ -33,9 +33,9 @@ from .partition import Partition
 
 log = logging.getLogger(__name__)
 
-#: A follower's fetch: large, and long-polling at the leader.
+#: A follower's fetch: large, and long-polling at the leader (for the topic's
+#: ``replica.fetch.wait.max.ms``).
 REPLICA_FETCH_MAX_BYTES = 8 << 20
-REPLICA_FETCH_MAX_WAIT_MS = 500
 #: A leader that keeps failing the follower's calls is reported to the controller at most
 #: this often (each report makes the controller call the leader itself).
 LEADER_REPORT_INTERVAL_MS = 1000
@@ -91,7 +91,7 @@ class FollowerFetcher:
             p.log.log_end_offset,
             REPLICA_FETCH_MAX_BYTES,
             1,
-            REPLICA_FETCH_MAX_WAIT_MS,
+            p.config.replica_fetch_wait_max_ms,
             replica_id=p.broker_id,
             current_leader_epoch=self.leader_epoch,
         )

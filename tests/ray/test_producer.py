@@ -221,11 +221,15 @@ def test_send_arrow_without_keys_spreads_batches_and_keeps_order_per_partition(c
     with Producer(cluster, batch_size=1_000, max_request_size=40_000) as producer:
         sent = producer.send_arrow(name, table).result(timeout=30)
         fixed = producer.send_arrow(name, table.slice(0, 10), partition=2).result(timeout=30)
+        small = [producer.send_arrow(name, table.slice(0, 10)).result(timeout=30)[0].partition for _ in range(3)]
     assert sum(b.record_count for b in sent) == n and {b.partition for b in sent} == {0, 1, 2}
+    assert [b.partition for b in sent[1:]] == [(b.partition + 1) % 3 for b in sent[:-1]]  # one after the other
+    assert small == [(sent[-1].partition + i) % 3 for i in (1, 2, 3)]  # the next calls go on from there
     assert 1 < len(sent) <= 2 * n * 20 // 40_000  # ~20 bytes a row: batches near 40,000 bytes, not 1,000
     assert [b.partition for b in fixed] == [2]
     for partition in range(3):
         leader = cluster.metadata(refresh=True).leader(TopicPartition(name, partition))
         data = ray.get(leader.fetch.remote(FetchRequest(0, max_bytes=64 << 20, max_wait_ms=0))).records
         values = record_batch.decode_table(data).column("value").to_pylist()
-        assert values == sorted(values) or partition == 2  # partition 2 also got the fixed rows last
+        bulk = values[: len(values) - 10 - 10 * (partition == 2)]  # then its small batch (and the fixed rows)
+        assert bulk == sorted(bulk) and values[len(bulk) :] == [b"%06d" % i for i in range(10)] * (1 + (partition == 2))

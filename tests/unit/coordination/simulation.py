@@ -66,7 +66,7 @@ PRODUCER_ID = 7
 FETCH_MAX_BYTES = (1, 300, 1 << 20)  # 1: exactly one batch per fetch
 #: A follower's pause after a failed fetch (the actor's REPLICA_BACKOFF_S).
 BACKOFF_MS = 100
-#: How long a leader holds a follower's fetch that finds nothing new (REPLICA_FETCH_MAX_WAIT_MS).
+#: How long a leader holds a follower's fetch that finds nothing new (replica.fetch.wait.max.ms).
 LONG_POLL_MS = 500
 #: At most this many messages in flight: further sends wait (the steps deliver or lose some first).
 MAX_IN_FLIGHT = 24

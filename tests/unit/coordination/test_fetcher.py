@@ -9,7 +9,7 @@ import pytest
 from raylog.config import TopicConfig
 from raylog.coordination.fetcher import LEADER_REPORT_INTERVAL_MS, EpochAnswer, EpochQuery, FollowerFetcher, Next
 from raylog.coordination.partition import Partition
-from raylog.errors import NotLeaderOrFollowerError
+from raylog.errors import InvalidConfigError, NotLeaderOrFollowerError
 from raylog.protocol import FetchRequest, FetchResponse, error_fields
 
 
@@ -61,3 +61,23 @@ def test_a_fetcher_of_a_role_left_behind_neither_reports_nor_fetches(fetcher):
     fetcher.partition.become_follower(leader=3, leader_epoch=4, replicas=(1, 2, 3), isr=(2, 3), partition_epoch=6)
     assert fetcher.on_failure(request) is Next.AGAIN
     assert fetcher.next_request() is None and fetcher.errors == 0
+
+
+def test_a_followers_long_poll_is_the_topics_replica_fetch_wait_max_ms(open_log, clock):
+    """An idle follower calls its leader once per replica.fetch.wait.max.ms: the topic's setting, Kafka's 500 ms
+    by default."""
+    for config, wait_ms in (
+        (TopicConfig(), 500),
+        (TopicConfig.from_properties({"replica.fetch.wait.max.ms": 5000}), 5000),
+    ):
+        part = Partition("t", 0, broker_id=2, log=open_log(), config=config, clock=clock)
+        part.become_follower(leader=1, leader_epoch=3, replicas=(1, 2), isr=(1, 2), partition_epoch=5)
+        assert _truncated(FollowerFetcher(part, leader=1, leader_epoch=3, clock=clock)).max_wait_ms == wait_ms
+
+
+def test_a_fetch_wait_as_long_as_the_lag_time_is_refused():
+    """A follower that waits replica.lag.time.max.ms at the leader would leave the ISR while idle: a typed error."""
+    with pytest.raises(InvalidConfigError, match=r"replica\.fetch\.wait\.max\.ms"):
+        TopicConfig.from_properties({"replica.fetch.wait.max.ms": "30000"})
+    with pytest.raises(InvalidConfigError):
+        TopicConfig.from_properties({"replica.fetch.wait.max.ms": "-1"})
