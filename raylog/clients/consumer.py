@@ -78,12 +78,25 @@ ARROW_SCHEMA = pa.schema(
 
 
 class _Buffered:
-    """A decoded fetch not yet handed out."""
+    """A decoded fetch not yet handed out (``nbytes``: the batches it came in)."""
 
-    __slots__ = ("table", "cursor")
+    __slots__ = ("table", "cursor", "nbytes")
 
-    def __init__(self, table: pa.Table):
-        self.table, self.cursor = table, 0
+    def __init__(self, table: pa.Table, nbytes: int):
+        self.table, self.cursor, self.nbytes = table, 0, nbytes
+
+
+def fetch_ask(used: int, fetch_max_bytes: int, partition_max_bytes: int, batch_bytes: int) -> tuple[int, int] | None:
+    """The ``(max_bytes, expected_bytes)`` of a fetch of a partition with records to read, or
+    None: ``fetch_max_bytes`` is spent (``used`` bytes are buffered or expected from fetches in
+    flight). A leader answers at least one batch however little is asked, so a partition
+    whose last answer was ``batch_bytes`` is expected to bring that much; one fetch is always
+    allowed when nothing is used, as Kafka returns at least one batch per fetch request."""
+    ask = min(partition_max_bytes, max(1, fetch_max_bytes - used))
+    expected = max(ask, batch_bytes)
+    if used > 0 and used + expected > fetch_max_bytes:
+        return None
+    return ask, expected
 
 
 class Consumer:
@@ -97,11 +110,12 @@ class Consumer:
         max_partition_fetch_bytes: bytes per partition per fetch (at least one batch); large,
             because a Ray call costs about a millisecond whatever it carries. At most
             ``raylog.storage.log.MAX_READ_BYTES`` (what a leader returns at most).
-        fetch_max_bytes: bytes per poll round at most (at least one batch a partition): each
-            fetch call here reads one partition (its leader is an actor of its own), and the
-            partitions assigned share this limit, as the partitions of one Kafka fetch
-            request do, so that a consumer of hundreds of partitions does not buffer hundreds
-            of ``max_partition_fetch_bytes``.
+        fetch_max_bytes: bytes buffered and in flight at most, over all partitions (at least
+            one batch): each fetch call here reads one partition (its leader is an actor of
+            its own), and the partitions with records to read share this limit, in turn, as
+            the partitions of one Kafka fetch request do, so that a consumer of hundreds of
+            partitions holds no more than one of a few partitions. A caught-up partition's
+            long poll waits at its leader without holding any of it.
         max_poll_records: records :meth:`poll` returns at most.
         request_timeout_ms: how long offset look-ups may take.
         check_crcs: verify batch CRCs on decode.
@@ -223,10 +237,14 @@ class Consumer:
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int | None] = {}
         self._paused: set[TopicPartition] = set()
-        self._in_flight: dict[Any, tuple[TopicPartition, int, int]] = {}  # ObjectRef -> (tp, offset, epoch)
+        #: ObjectRef -> (tp, offset, epoch, bytes expected of fetch_max_bytes)
+        self._in_flight: dict[Any, tuple[TopicPartition, int, int, int]] = {}
         self._fetching: dict[TopicPartition, Any] = {}  # tp -> its one fetch in flight
         self._buffers: dict[TopicPartition, collections.deque[_Buffered]] = {}
         self._next_fetch: dict[TopicPartition, int] = {}  # where the next fetch starts
+        self._high_watermarks: dict[TopicPartition, int] = {}  # from each partition's last answer
+        self._batch_bytes: dict[TopicPartition, int] = {}  # its last answer's size with records
+        self._fetch_turn = 0  # which partition goes first, in turn
         # KIP-320: the leader epoch of the last batch fetched, and the leader epoch (of the
         # metadata) under which the position was last fetched or checked.
         self._fetched_epochs: dict[TopicPartition, int] = {}
@@ -569,7 +587,27 @@ class Consumer:
             if tp not in self._fetching and tp not in self._paused and len(self._buffers.get(tp, ())) < BUFFERED_FETCHES
         ]
         self._reset_positions([tp for tp in fetchable if self._positions[tp] is None])
+        if fetchable:
+            self._fetch_turn = (self._fetch_turn + 1) % len(fetchable)
+            fetchable = fetchable[self._fetch_turn :] + fetchable[: self._fetch_turn]
+        used = sum(b.nbytes for queue in self._buffers.values() for b in queue)
+        used += sum(expected for *_, expected in self._in_flight.values())
         for tp in fetchable:
+            offset = self._next_fetch.get(tp, self._positions[tp])
+            if offset is None:
+                continue
+            # Records to read: a share of fetch_max_bytes, answered at once. Not known yet (the
+            # first fetch): the same, without a long poll, so that the answer tells.
+            max_wait_ms = self._max_wait_ms
+            if offset < self._high_watermarks.get(tp, offset + 1):
+                plan = fetch_ask(used, self._fetch_max_bytes, self._partition_max_bytes, self._batch_bytes.get(tp, 0))
+                if plan is None:
+                    continue  # its turn comes once buffered records are handed out
+                max_bytes, expected = plan
+                if tp not in self._high_watermarks:
+                    max_wait_ms = 0
+            else:  # caught up: a long poll, answered when records come; it holds no share
+                max_bytes, expected = self._max_bytes(), 0
             metadata = self._cluster.metadata()
             try:
                 leader, epoch = metadata.leader(tp), metadata.leader_epoch(tp)
@@ -581,19 +619,20 @@ class Consumer:
             offset = self._next_fetch.get(tp, self._positions[tp])
             request = FetchRequest(
                 offset,
-                self._max_bytes(),
+                max_bytes,
                 self._min_bytes,
-                self._max_wait_ms,
+                max_wait_ms,
                 current_leader_epoch=epoch,
                 client_id=self._client_id,
             )
             ref = leader.fetch.remote(request)
-            self._in_flight[ref] = (tp, offset, epoch)
+            self._in_flight[ref] = (tp, offset, epoch, expected)
             self._fetching[tp] = ref
+            used += expected
 
     def _max_bytes(self) -> int:
-        """What one partition's fetch asks: its share of ``fetch_max_bytes`` among the
-        partitions assigned, at most ``max_partition_fetch_bytes``."""
+        """What a caught-up partition's long poll asks: its share of ``fetch_max_bytes`` among
+        the partitions assigned, at most ``max_partition_fetch_bytes``."""
         return min(self._partition_max_bytes, max(1, self._fetch_max_bytes // max(1, len(self._assignment))))
 
     def _validate_position(self, tp: TopicPartition, leader: Any, epoch: int) -> bool:
@@ -631,7 +670,7 @@ class Consumer:
         return True
 
     def _complete_fetch(self, ref: Any) -> None:
-        tp, offset, epoch = self._in_flight.pop(ref)
+        tp, offset, epoch, _ = self._in_flight.pop(ref)
         if self._fetching.get(tp) == ref:
             del self._fetching[tp]
         try:
@@ -656,14 +695,16 @@ class Consumer:
                 self._cluster.metadata(refresh=True)
                 return
             raise error
+        self._high_watermarks[tp] = response.high_watermark
         if len(response.records):
+            self._batch_bytes[tp] = len(response.records)
             table = record_batch.decode_table(response.records, check_crcs=self._check_crcs, min_offset=offset)
             # Past the last batch, also where compaction removed its last records.
             last = list(record_batch.iter_headers(response.records))[-1][1]
             after = last.next_offset
             self._fetched_epochs[tp], self._validated_epochs[tp] = last.leader_epoch, epoch
             if table.num_rows:
-                self._buffers.setdefault(tp, collections.deque()).append(_Buffered(table))
+                self._buffers.setdefault(tp, collections.deque()).append(_Buffered(table, len(response.records)))
                 self._next_fetch[tp] = max(after, table.column("offset")[-1].as_py() + 1)
                 if self._coordinator is not None:
                     lag = max(0, response.high_watermark - self._next_fetch[tp])

@@ -114,6 +114,30 @@ def test_send_arrow_and_poll_arrow(cluster, topic):
         assert partition == partition_for_key(key, 3)
 
 
+def test_partitions_share_fetch_max_bytes_and_every_record_comes_once_in_order(cluster, topic):
+    """A consumer of many partitions whose batches pass fetch_max_bytes: at most about fetch_max_bytes is buffered
+    or on its way at once (not a batch of every partition), and still every record comes, once, in order."""
+    name = topic(num_partitions=8)
+    rows, size = 4_000, 200  # ~820 KB a partition, in batches of at most 100 KB
+    with Producer(cluster, max_request_size=100_000) as producer:
+        for p in range(8):
+            values = pa.array([b"%d:%06d:" % (p, i) + b"x" * (size - 10) for i in range(rows)], pa.binary())
+            producer.send_arrow(name, pa.table({"value": values}), partition=p)
+    consumer = Consumer(cluster, name, auto_offset_reset="earliest", fetch_max_bytes=150_000)
+    got: dict[int, list[bytes]] = {p: [] for p in range(8)}
+    most = 0
+    deadline = time.monotonic() + 60
+    while sum(map(len, got.values())) < 8 * rows and time.monotonic() < deadline:
+        table = consumer.poll_arrow(timeout_ms=500)
+        for p, value in zip(table.column("partition").to_pylist(), table.column("value").to_pylist(), strict=True):
+            got[p].append(value[:9])
+        buffered = sum(b.nbytes for queue in consumer._buffers.values() for b in queue)
+        most = max(most, buffered + sum(e for *_, e in consumer._in_flight.values()))
+    consumer.close()
+    assert all(got[p] == [b"%d:%06d:" % (p, i) for i in range(rows)] for p in range(8))
+    assert most <= 150_000 + 100_000  # the limit, passed by one batch at most
+
+
 def test_long_poll_wakes_on_new_data(cluster, topic):
     """A consumer waiting in poll gets a record produced meanwhile well before its timeout."""
     name = topic()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raylog.clients.consumer import MAX_FETCH_BYTES, Consumer
+from raylog.clients.consumer import MAX_FETCH_BYTES, Consumer, fetch_ask
 from raylog.clients.producer import Producer
 from raylog.errors import InvalidConfigError, InvalidTopicError
 from raylog.storage.log import MAX_READ_BYTES
@@ -45,8 +45,8 @@ def test_fetch_sizes_are_bounded(options):
         Consumer(NoCluster(), **options)
 
 
-def test_a_fetch_asks_its_partitions_share_of_fetch_max_bytes():
-    """Each fetch reads one partition: it asks its share of fetch_max_bytes among the partitions
+def test_a_long_poll_asks_its_partitions_share_of_fetch_max_bytes():
+    """A caught-up partition's long poll asks its share of fetch_max_bytes among the partitions
     assigned (as partitions share one Kafka fetch request), at most max_partition_fetch_bytes."""
     consumer = Consumer(NoCluster(), fetch_max_bytes=1_000)
     assert consumer._max_bytes() == 1_000
@@ -58,6 +58,25 @@ def test_a_fetch_asks_its_partitions_share_of_fetch_max_bytes():
     many._assignment = many._assignment[:2]
     assert many._max_bytes() == 8 << 20
     assert Consumer(NoCluster(), max_partition_fetch_bytes=500)._max_bytes() == 500
+
+
+def test_fetches_of_partitions_with_records_share_fetch_max_bytes_in_turn():
+    """Partitions with records to read are fetched while fetch_max_bytes lasts, counting what is buffered and
+    what fetches in flight will bring (at least a batch each, as large as the partition's last answer); one
+    fetch always goes when nothing is used, as Kafka answers at least one batch per request."""
+    mib = 1 << 20
+    assert fetch_ask(0, 50 * mib, 8 * mib, 0) == (8 * mib, 8 * mib)
+    assert fetch_ask(0, 50 * mib, 8 * mib, 20 * mib) == (8 * mib, 20 * mib)  # a large batch comes whole
+    assert fetch_ask(0, 1 * mib, 8 * mib, 20 * mib) == (1 * mib, 20 * mib)  # nothing used: it goes anyway
+    assert fetch_ask(45 * mib, 50 * mib, 8 * mib, 0) == (5 * mib, 5 * mib)  # asks what is left
+    assert fetch_ask(45 * mib, 50 * mib, 8 * mib, 6 * mib) is None  # its batch would pass the limit
+    assert fetch_ask(50 * mib, 50 * mib, 8 * mib, 0) is None
+    used, fetched = 0, 0
+    for _ in range(128):  # 128 partitions of 6 MiB batches, each asked 8 MiB: 6 at a time, not 128
+        plan = fetch_ask(used, 50 * mib, 8 * mib, 6 * mib)
+        if plan is not None:
+            used, fetched = used + plan[1], fetched + 1
+    assert fetched == 6 and used <= 50 * mib
 
 
 @pytest.mark.parametrize("name", ["", "a b", "..", "x" * 250])
