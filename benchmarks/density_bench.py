@@ -28,13 +28,13 @@ For each partition count N (``--counts``, RF1; ``--rf3-counts``, RF3), in this o
    replicas <= 5%, 32 RF3 partitions (96 replicas on 3 brokers) <= 15%.
 4. Throughput: 1M records of 100 B (``make_values``) in one pre-built pyarrow table with
    only a ``value`` column, sent S times with ``send_arrow`` by a fresh
-   ``Producer(acks=1)`` (batches as large as a request may be, 8 MiB, one partition after
+   ``Producer(acks=1)`` (batches as large as a request may be, up to 8 MiB, one partition after
    the other), timed from the first call until ``flush()`` returned, then (untimed) checked
    against the high watermarks, which with RF3 and acks=1 move once the followers fetched
    the records; then read by a fresh ``Consumer(topic, auto_offset_reset="earliest")`` with
    ``poll_arrow`` until all S x 1M records arrived (``client_bench.timed_consume``). S is the
    same for every count of an RF: enough for every partition of its largest count to get a
-   full batch (RF1 to 256: S = 22), so that each count is measured with data in all its
+   full batch (RF1 to 256: S = 21), so that each count is measured with data in all its
    partitions and the same load. The note says how many partitions got records. Ratio:
    records/s over a 6-partition topic of the same RF and load measured in the same run.
    Target: ratio >= 0.8 at 64 RF1 partitions, produce and consume.
@@ -246,9 +246,10 @@ def replica_pids(cluster: RaylogCluster, topic: str, expected: int, timeout_s: f
     return [s["pid"] for s in states]
 
 
-def sends_for(partitions: int, work: Workload) -> int:
-    """How many sends of ``work.table`` give each of ``partitions`` a full batch."""
-    return max(1, -(-partitions * LogConfig.max_message_bytes // work.table.nbytes))
+def sends_for(counts: tuple[int, ...], work: Workload) -> int:
+    """How many sends of ``work.table`` give each partition of the largest of ``counts`` a
+    full batch (the load of every count of one RF)."""
+    return max(1, -(-max(counts, default=1) * LogConfig.max_message_bytes // work.table.nbytes))
 
 
 def timed_send_arrow(
@@ -303,7 +304,7 @@ class Runner(common.Phases):
 
     def use(self, cluster: RaylogCluster, rf: int, counts: tuple[int, ...]) -> None:
         self.cluster, self.rf, self.reference = cluster, rf, {}
-        self.sends = sends_for(max(counts), self.work)
+        self.sends = sends_for(counts, self.work)
         self.admin = Admin(cluster, request_timeout_ms=int((self.scale.leaders_timeout_s + 60) * 1000))
 
     def _topic(self, partitions: int) -> str:
@@ -538,8 +539,8 @@ def json_document(scale: Scale, runner: Runner) -> dict[str, object]:
         "rf3_counts": list(scale.rf3_counts),
         "records": scale.records,
         "sends_per_load": {
-            "rf1": sends_for(max(scale.counts or (1,)), runner.work),
-            "rf3": sends_for(max(scale.rf3_counts or (1,)), runner.work),
+            "rf1": sends_for(scale.counts, runner.work),
+            "rf3": sends_for(scale.rf3_counts, runner.work),
         },
         "rf3_replica_fetch_wait_ms": scale.replica_fetch_wait_ms,
         "value_bytes": VALUE_BYTES,
@@ -615,8 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"bare: Ray actors with no imports ({BASELINE_ACTORS} kept alive for memory and CPU, N started for time); "
         f"load: a table of {scale.records:,} x {VALUE_BYTES} B sent S times (a full batch for every partition of "
-        f"the RF's largest count: RF1 S={sends_for(max(scale.counts or (1,)), runner.work)}, RF3 "
-        f"S={sends_for(max(scale.rf3_counts or (1,)), runner.work)}), send_arrow / poll_arrow, acks=1; x 6p: over "
+        f"the RF's largest count: RF1 S={sends_for(scale.counts, runner.work)}, RF3 "
+        f"S={sends_for(scale.rf3_counts, runner.work)}), send_arrow / poll_arrow, acks=1; x 6p: over "
         f"{REFERENCE_PARTITIONS} partitions of the same RF and load; RF3 replica.fetch.wait.max.ms "
         f"{scale.replica_fetch_wait_ms}"
     )

@@ -593,9 +593,15 @@ class Consumer:
         used = sum(b.nbytes for queue in self._buffers.values() for b in queue)
         used += sum(expected for *_, expected in self._in_flight.values())
         for tp in fetchable:
-            offset = self._next_fetch.get(tp, self._positions[tp])
-            if offset is None:
+            metadata = self._cluster.metadata()
+            try:
+                leader, epoch = metadata.leader(tp), metadata.leader_epoch(tp)
+                if self._validated_epochs.get(tp, epoch) != epoch and not self._validate_position(tp, leader, epoch):
+                    continue
+            except RaylogError:
+                self._cluster.metadata(refresh=True)
                 continue
+            offset = self._next_fetch.get(tp, self._positions[tp])
             # Records to read: a share of fetch_max_bytes, answered at once. Not known yet (the
             # first fetch): the same, without a long poll, so that the answer tells.
             max_wait_ms = self._max_wait_ms
@@ -608,15 +614,6 @@ class Consumer:
                     max_wait_ms = 0
             else:  # caught up: a long poll, answered when records come; it holds no share
                 max_bytes, expected = self._max_bytes(), 0
-            metadata = self._cluster.metadata()
-            try:
-                leader, epoch = metadata.leader(tp), metadata.leader_epoch(tp)
-                if self._validated_epochs.get(tp, epoch) != epoch and not self._validate_position(tp, leader, epoch):
-                    continue
-            except RaylogError:
-                self._cluster.metadata(refresh=True)
-                continue
-            offset = self._next_fetch.get(tp, self._positions[tp])
             request = FetchRequest(
                 offset,
                 max_bytes,
