@@ -36,6 +36,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import functools
+import gc
 import logging
 import os
 import time
@@ -130,6 +131,11 @@ class PartitionReplicaActor:
         else:
             self._apply_state(state, leader_handle)
         self._spawn(self._housekeep())
+        # What this process holds from now on lives as long as it does (modules, the log and
+        # its indexes): out of the collector's sight. When the object store runs full, Ray
+        # asks every worker on the node to gc.collect() at once; 64 replicas took ~25 ms of
+        # CPU each to walk ~77k objects, a 2 s stall of every fetch on 2 cores (now ~0.01 ms).
+        gc.freeze()
 
     # --- lifecycle ----------------------------------------------------------------------
 
