@@ -366,9 +366,9 @@ class Producer:
         self._metadata_stale = False
         self._metadata_max_age_s = metadata_max_age_ms / 1000
         self._metadata_refreshed_s = time.monotonic()
-        self._topics: dict[str, list[TopicPartition]] = {}
-        self._topics_metadata: Any = None  # the metadata snapshot ``_topics`` was read from
-        self._capacities: dict[str, int] = {}  # topic -> records_capacity of its batches (same snapshot)
+        #: topic -> (its partitions, the records_capacity of its batches), of one snapshot:
+        self._routes: dict[str, tuple[list[TopicPartition], int]] = {}
+        self._routes_metadata: Any = None  # the metadata snapshot ``_routes`` was read from
         self._idempotent = enable_idempotence
         self._producer_id = -1  # from the controller at the first send (sender thread only)
         self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
@@ -422,14 +422,15 @@ class Producer:
         payload = len(value) if type(value) is bytes else _byte_length(value, "value")
         if key is not None:
             payload += len(key) if type(key) is bytes else _byte_length(key, "key")
-        header_bytes, header_count = _header_bytes(headers)
-        payload += header_bytes
+        header_count = 0
+        if headers is not None:
+            header_bytes, header_count = _header_bytes(headers)
+            payload += header_bytes
         if timestamp_ms is not None:
             _check_timestamp(timestamp_ms)
         size = RECORD_OVERHEAD_BYTES + payload
         bound = record_batch.record_size_bound(payload, header_count)
-        partitions = self._topic_partitions(topic)
-        capacity = self._capacity(topic)
+        partitions, capacity = self._route(topic)
         if bound > capacity:
             self._require_fits_alone(
                 topic,
@@ -537,10 +538,9 @@ class Producer:
                 raise TypeError(f"headers must be of type {record_batch.HEADERS_TYPE}, got {columns['headers'].type}")
         columns = {k: _one_chunk(v) for k, v in columns.items()}
         bounds = _row_bounds(columns)
-        capacity = self._capacity(topic)
+        partitions, capacity = self._route(topic)
         for row in np.flatnonzero(bounds > capacity):  # alone in its batch, if it fits at all
             self._require_fits_alone(topic, **{k: v.slice(int(row), 1) for k, v in columns.items()})
-        partitions = self._topic_partitions(topic)
         batches = [
             self._enqueue_prebuilt(partitions[part], chunk)
             for part, chunk in self._split(topic, columns, count, partition, capacity)
@@ -666,39 +666,32 @@ class Producer:
 
     # --- internals: accumulator -------------------------------------------------------
 
-    def _topic_partitions(self, topic: str) -> list[TopicPartition]:
-        """The partitions of ``topic`` in the cluster's latest metadata (cached per snapshot,
-        so partitions added to a topic appear after any refresh; refreshed once if unknown).
+    def _route(self, topic: str) -> tuple[list[TopicPartition], int]:
+        """``topic``'s partitions in the cluster's latest metadata, and how much of
+        record_size_bound a batch for it surely holds within ``max_request_size`` and its
+        ``max.message.bytes`` (see :meth:`_limit`). Cached per metadata snapshot, so that
+        partitions added to a topic appear after any refresh; refreshed once if unknown.
 
         Raises:
             InvalidTopicError: not a legal topic name.
             UnknownTopicOrPartitionError: no such topic.
         """
         metadata = self._cluster.metadata()
-        if metadata is not self._topics_metadata:
-            self._topics = {t: _partitions(metadata, t) for t in self._topics if t in metadata.topics}
-            self._capacities = {}
-            self._topics_metadata = metadata
-        partitions = self._topics.get(topic)
-        if partitions is None:
+        if metadata is not self._routes_metadata:
+            self._routes, self._routes_metadata = {}, metadata
+        route = self._routes.get(topic)
+        if route is None:
             validate_topic_name(topic)
             if topic not in metadata.topics:
                 metadata = self._cluster.metadata(refresh=True)
-            partitions = self._topics[topic] = _partitions(metadata, topic)
-        return partitions
+            partitions = _partitions(metadata, topic)
+            capacity = record_batch.records_capacity(self._limit(topic, metadata), self._codec)
+            route = self._routes[topic] = (partitions, capacity)
+        return route
 
-    def _capacity(self, topic: str) -> int:
-        """How much of record_size_bound a batch for ``topic`` surely holds within
-        ``max_request_size`` and the topic's ``max.message.bytes`` (see :meth:`_limit`)."""
-        self._topic_partitions(topic)  # (the cache follows the latest metadata)
-        capacity = self._capacities.get(topic)
-        if capacity is None:
-            capacity = self._capacities[topic] = record_batch.records_capacity(self._limit(topic), self._codec)
-        return capacity
-
-    def _limit(self, topic: str) -> int:
-        """The most bytes a batch for ``topic`` may have."""
-        config = self._cluster.metadata().topics[topic].config
+    def _limit(self, topic: str, metadata: Any = None) -> int:
+        """The most bytes a batch for ``topic`` may have (in ``metadata``, else the latest)."""
+        config = (metadata or self._cluster.metadata()).topics[topic].config
         return min(self._max_request_size, int(config.get("max.message.bytes", LogConfig.max_message_bytes)))
 
     def _require_fits_alone(self, topic: str, values: pa.Array, **columns: Any) -> None:
@@ -716,7 +709,7 @@ class Producer:
             )
 
     def _num_partitions(self, topic: str) -> int:
-        return len(self._topic_partitions(topic))
+        return len(self._route(topic)[0])
 
     def _reserve(self, size: int) -> None:
         """Wait (holding the lock) for ``size`` bytes of buffer room."""
@@ -735,7 +728,7 @@ class Producer:
             del self._open[batch.tp]
             self._queues[batch.tp].append(batch)
             self._default_partitioner.on_batch_closed(
-                batch.tp.topic, batch.tp.partition, len(self._topics.get(batch.tp.topic, ()))
+                batch.tp.topic, batch.tp.partition, len(self._routes.get(batch.tp.topic, ((),))[0])
             )
 
     # --- internals: sender thread -----------------------------------------------------
