@@ -1,0 +1,246 @@
+"""Where a record's end-to-end latency goes: one record through every hop, with timestamps.
+
+A producer in this driver sends 100 B records (``linger_ms=0``) at a fixed rate to a
+1-partition topic while a consumer in another process (``raylog.bench.StampReader``, as
+``client_bench``'s latency rows) reads them. Every timestamp is the wall clock of this one
+machine: the driver's, the consumer actor's, and the leader replica's task spans from Ray's
+own task events (``ray.timeline()``). Per record (records sent alone in their batch):
+
+- ``accumulate``: ``send()`` returns -> the sender thread has submitted the produce call
+  (accumulator, the sender's wake-up, encoding, Ray's submission);
+- ``to leader``: submitted -> the leader's ``produce`` starts (Ray's transport, the
+  leader's event loop);
+- ``produce``: the leader's ``produce`` (the append; with acks=all, the wait for the ISR);
+- ``ack back``: the produce ends -> the producer's future is done (Ray's reply path);
+- ``wake``: the produce ends -> the consumer's long-polling fetch ends at the leader;
+- ``to consumer``: the fetch ends -> the consumer's poll returns the record;
+- ``e2e``: ``send()`` called -> the consumer has the record; ``ack``: -> the future is done.
+
+Floors measured in the same run: a round trip to a bare async Ray actor (100 B), and a
+relay through one (a call that wakes a call held by another process), the least an
+end-to-end hop through one actor can cost.
+
+Usage::
+
+    python -m benchmarks.latency_trace [--rate R] [--seconds S] [--acks 1|all] [--rf N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import contextlib
+import os
+import struct
+import sys
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import ray
+
+if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import raylog
+from benchmarks.common import send_at_rate, start_local_ray, temp_workdir
+from raylog import Admin, NewTopic, Producer
+from raylog.bench import StampReader
+
+VALUE_BYTES = 100
+#: How long Ray's task events of a run may take to reach the GCS.
+TASK_EVENTS_WAIT_S = 15.0
+HOPS = ("accumulate", "to leader", "produce", "ack back", "wake", "to consumer", "e2e", "ack")
+
+
+class TracedProducer(Producer):
+    """Notes when each batch's produce call was submitted: ``(first record's send time_ns,
+    records in the batch, submitted time_ns)``."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.dispatched: list[tuple[int, int, int]] = []
+        super().__init__(*args, **kwargs)
+
+    def _dispatch(self, batch: Any) -> None:
+        first = batch.values[0] if batch.values else None  # (None: a retry, encoded before)
+        super()._dispatch(batch)
+        if first is not None:
+            self.dispatched.append((struct.unpack(">q", first[:8])[0], batch.record_count, time.time_ns()))
+
+
+@ray.remote(num_cpus=0)
+class Relay:
+    """A held ``take`` answered by another process's ``put``."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    async def put(self) -> int:
+        self.event.set()
+        return time.time_ns()
+
+    async def take(self) -> int:
+        await self.event.wait()
+        self.event.clear()
+        return time.time_ns()
+
+    async def echo(self, payload: bytes) -> int:
+        return len(payload)
+
+
+@ray.remote(num_cpus=0)
+class SyncEcho:
+    """The same call to an actor without an event loop (Ray runs its calls on its own thread)."""
+
+    def echo(self, payload: bytes) -> int:
+        return len(payload)
+
+
+def round_trips(actor: Any, payload: bytes, samples: int) -> np.ndarray:
+    ray.get(actor.echo.remote(payload))
+    out = []
+    for _ in range(samples):
+        start = time.perf_counter_ns()
+        ray.get(actor.echo.remote(payload))
+        out.append(time.perf_counter_ns() - start)
+    return np.array(out) / 1e6
+
+
+def floors(samples: int) -> dict[str, np.ndarray]:
+    """Milliseconds of a bare round trip (100 B) to an async actor (as a replica is) and to a
+    sync one, and of a relay: put -> a take held by the actor returned."""
+    relay, plain = Relay.remote(), SyncEcho.remote()
+    payload = os.urandom(VALUE_BYTES)
+    bare, sync = round_trips(relay, payload, samples), round_trips(plain, payload, samples)
+    relays = []
+    for _ in range(samples):
+        held = relay.take.remote()
+        time.sleep(0.002)  # the take is waiting at the actor
+        start = time.time_ns()
+        relay.put.remote()
+        ray.get(held)
+        relays.append(time.time_ns() - start)
+        time.sleep(0.001)
+    ray.kill(relay)
+    ray.kill(plain)
+    return {"bare call": bare, "sync actor call": sync, "relay": np.array(relays) / 1e6}
+
+
+def spans(name: str, since_ns: int) -> list[tuple[int, int]]:
+    """``(start, end)`` time_ns of every task named ``name`` that started after ``since_ns``
+    in Ray's task events, by start."""
+    out = []
+    for event in ray.timeline():
+        if event.get("ph") == "X" and event.get("cat") == "task::" + name:
+            start = int(event["ts"] * 1000)
+            if start >= since_ns:
+                out.append((start, start + int(event["dur"] * 1000)))
+    return sorted(out)
+
+
+def trace(cluster: Any, topic: str, rate: int, seconds: float, acks: Any) -> dict[str, np.ndarray]:
+    reader = ray.remote(StampReader).options(num_cpus=0).remote(cluster, topic)
+    producer = TracedProducer(cluster, acks=acks, linger_ms=0)
+    acked: dict[int, int] = {}
+    pad = b"x" * (VALUE_BYTES - 8)
+    count = int(rate * seconds)
+    began = time.time_ns()
+    try:
+        ray.get(reader.ready.remote())
+        pending = reader.run.remote(count, 10.0)
+        time.sleep(0.2)  # the reader is in its poll loop
+
+        def send_one() -> None:
+            now = time.time_ns()
+            producer.send(topic, struct.pack(">q", now) + pad).add_done_callback(
+                lambda _, now=now: acked.__setitem__(now, time.time_ns())
+            )
+
+        send_at_rate(count, rate, send_one)
+        producer.flush(timeout=60)
+        sent_ns, received_ns = ray.get(pending)
+    finally:
+        producer.close(timeout=60)
+        ray.kill(reader)
+    received = dict(zip(sent_ns.tolist(), received_ns.tolist(), strict=True))
+    produces: list[tuple[int, int]] = []
+    deadline = time.monotonic() + TASK_EVENTS_WAIT_S
+    while len(produces) < len(producer.dispatched) and time.monotonic() < deadline:
+        time.sleep(0.5)  # workers report task events to the GCS about every second
+        produces = spans("PartitionReplicaActor.produce", began)
+    fetches = spans("PartitionReplicaActor.fetch", began)
+    fetch_ends = sorted(end for _, end in fetches)
+    hops: dict[str, list[float]] = {hop: [] for hop in HOPS}
+    if len(produces) != len(producer.dispatched):
+        raise RuntimeError(f"{len(producer.dispatched)} produce calls sent, {len(produces)} in Ray's task events")
+    for (sent, records, submitted), (start, end) in zip(producer.dispatched, produces, strict=True):
+        if records != 1 or sent not in received or sent not in acked:
+            continue  # several records shared the batch: no hop is that one record's own
+        woke = fetch_ends[bisect.bisect_left(fetch_ends, end)] if fetch_ends[-1] >= end else received[sent]
+        for hop, ns in zip(
+            HOPS,
+            (
+                submitted - sent,
+                start - submitted,
+                end - start,
+                acked[sent] - end,
+                woke - end,
+                received[sent] - woke,
+                received[sent] - sent,
+                acked[sent] - sent,
+            ),
+            strict=True,
+        ):
+            hops[hop].append(ns / 1e6)
+    return {hop: np.array(values) for hop, values in hops.items()}
+
+
+def show(title: str, table: dict[str, np.ndarray], floor_ms: float) -> None:
+    print(f"--- {title}")
+    print(f"{'hop':<14}{'n':>7}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'p50 / bare call':>17}")
+    for hop, values in table.items():
+        if len(values) == 0:
+            print(f"{hop:<14}{0:>7}")
+            continue
+        p50, p90, p99 = np.percentile(values, [50, 90, 99])
+        print(f"{hop:<14}{len(values):>7}{p50:>9.2f}{p90:>9.2f}{p99:>9.2f}{p50 / floor_ms:>16.2f}x")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=int, action="append", help="records per second (repeatable; 100 and 1000)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds of sending per rate")
+    parser.add_argument("--acks", default="1", choices=("0", "1", "all"), help="the producer's acks")
+    parser.add_argument("--rf", type=int, default=1, help="the topic's replication factor (brokers started)")
+    parser.add_argument("--dir", metavar="PARENT", help="parent of the temporary directory")
+    args = parser.parse_args(argv)
+    acks = args.acks if args.acks == "all" else int(args.acks)
+    with contextlib.ExitStack() as stack:
+        workdir = temp_workdir(stack, "raylog-latency-trace-", args.dir)
+        start_local_ray(stack)
+        cluster = raylog.connect(
+            data_dir=os.path.join(workdir, "data"), cluster_name=f"trace{uuid.uuid4().hex[:8]}", num_brokers=args.rf
+        )
+        stack.callback(cluster.shutdown)
+        floor = floors(300)
+        show("floors (same run)", floor, float(np.median(floor["bare call"])))
+        admin = Admin(cluster)
+        for rate in args.rate or [100, 1000]:
+            topic = f"trace-{uuid.uuid4().hex[:6]}"
+            admin.create_topics([NewTopic(topic, 1, replication_factor=args.rf)], wait_for_leaders_ms=60_000)
+            try:
+                table = trace(cluster, topic, rate, args.seconds, acks)
+            finally:
+                admin.delete_topics([topic])
+            show(
+                f"{rate:,} rec/s for {args.seconds:g} s, 100 B, linger_ms=0, acks={args.acks}, RF{args.rf}",
+                table,
+                float(np.median(floor["bare call"])),
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
