@@ -830,8 +830,15 @@ class Producer:
                 # the controller may already be electing another. Look again shortly.
                 raise BrokerUnavailableError(f"the leader of {batch.tp} is down; waiting for a new one")
             batch.leader = leader
+            # As an array, Ray ships the bytes out of band (the leader reads them where they lie
+            # in the object store); as bytes they are copied into the pickle and out again:
+            # a 6.5 MB call took 8-11 ms that way, 3 ms this way.
             request = ProduceRequest(
-                data, self._acks, self._request_timeout_ms, self._client_id, self._first_unacked_sequence(batch)
+                np.frombuffer(data, dtype=np.uint8),
+                self._acks,
+                self._request_timeout_ms,
+                self._client_id,
+                self._first_unacked_sequence(batch),
             )
             ref = leader.produce.remote(request)
         except RaylogError as exc:
