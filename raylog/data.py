@@ -127,10 +127,21 @@ def read_topic(
         >>> ds.groupby("partition").count().take_all()                                  # doctest: +SKIP
     """
     cluster = cluster or raylog.connect()
+    return _dataset(cluster, topic_ranges(topic, start=start, end=end, cluster=cluster))
+
+
+def topic_ranges(
+    topic: str,
+    *,
+    start: OffsetSpec = "earliest",
+    end: OffsetSpec = "latest",
+    cluster: RaylogCluster,
+) -> dict[TopicPartition, tuple[int, int]]:
+    """The ``[start, end)`` offsets of each partition of ``topic``, as :func:`read_topic`
+    resolves them (and raises)."""
     partitions = _partitions(cluster, topic)
     with _offset_consumer(cluster, start, end) as consumer:
-        ranges = _resolve_ranges(consumer, partitions, start, end)
-    return _dataset(cluster, ranges)
+        return _resolve_ranges(consumer, partitions, start, end)
 
 
 def write_topic(
@@ -500,7 +511,7 @@ class _TopicDatasource(Datasource):
         # one consumer, as Kafka's design has it (one task per partition, restartable).
         return [
             ReadTask(
-                functools.partial(_read_range, self._cluster, tp, start, end),
+                functools.partial(read_range, self._cluster, tp, start, end),
                 # Rows are unknown up front: a compacted topic has gaps between offsets.
                 BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None),
                 schema=ARROW_SCHEMA,
@@ -510,9 +521,13 @@ class _TopicDatasource(Datasource):
         ]
 
 
-def _read_range(cluster: RaylogCluster, tp: TopicPartition, start: int, end: int) -> Iterator[pa.Table]:
+def read_range(cluster: RaylogCluster, tp: TopicPartition, start: int, end: int) -> Iterator[pa.Table]:
     """The records of ``tp`` in ``[start, end)``, one Arrow table per fetched response (no
-    empty ones: an empty range yields nothing)."""
+    empty ones: an empty range yields nothing), headers as empty lists where none: what each
+    read task of :func:`read_topic` runs, in any process that can reach Ray.
+
+    Raises:
+        KafkaTimeoutError: no record came for READ_STALL_TIMEOUT_S below ``end``."""
     if start >= end:
         return
     with Consumer(cluster, auto_offset_reset="none") as consumer:

@@ -13,11 +13,13 @@ from tests.helpers import wait_until
 from tests.ray.test_ray_data import produce, table_of
 
 
-def test_read_topic_into_spark_returns_every_record_with_its_columns(cluster, topic, spark):
-    """A topic read into Spark has each produced record once, with Kafka's columns and types."""
+@pytest.mark.parametrize("via", raylog_spark.READ_PATHS)
+def test_read_topic_into_spark_returns_every_record_with_its_columns(cluster, topic, spark, via):
+    """A topic read into Spark, in Spark's tasks or through Ray Data, has each produced record
+    once, with Kafka's columns and types; a range from the end is empty."""
     name = topic(num_partitions=2)
     sent = produce(cluster, name, 200)
-    df = raylog_spark.read_topic(spark, name, cluster=cluster)
+    df = raylog_spark.read_topic(spark, name, cluster=cluster, via=via)
     assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
         ("topic", "string"),
         ("partition", "int"),
@@ -39,7 +41,15 @@ def test_read_topic_into_spark_returns_every_record_with_its_columns(cluster, to
     assert len(rows) == len(got) == 200
     assert got == sent
     assert {r.topic for r in rows} == {name}
-    assert raylog_spark.read_topic(spark, name, start="latest", cluster=cluster).count() == 0
+    assert raylog_spark.read_topic(spark, name, start="latest", cluster=cluster, via=via).count() == 0
+    partial = raylog_spark.read_topic(spark, name, start={0: 10}, end={1: 5}, cluster=cluster, via=via)
+    expected = {k for k in sent if (k[0] == 0 and k[1] >= 10) or (k[0] == 1 and k[1] < 5)}
+    assert {(r.partition, r.offset) for r in partial.collect()} == expected
+
+
+def test_read_topic_refuses_an_unknown_read_path(cluster, topic, spark):
+    with pytest.raises(ValueError, match="via must be one of"):
+        raylog_spark.read_topic(spark, topic(num_partitions=1), cluster=cluster, via="jdbc")
 
 
 def test_write_topic_from_spark_round_trips(cluster, topic, spark):

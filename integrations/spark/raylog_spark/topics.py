@@ -1,15 +1,18 @@
 """Batch reads and writes between raylog topics and Spark DataFrames.
 
-Both go through Ray Data: a read is :func:`raylog.data.read_topic` (one Ray task per
-partition range, Arrow blocks) handed to Spark as Arrow IPC bytes that RayDP's JVM reader
-takes from Ray's object store (:func:`dataset_to_spark`); a write is RayDP's ``ray.data.from_spark`` followed by
-:func:`raylog.data.write_topic` (one idempotent producer per Ray task).
+A read runs in Spark's own tasks on RayDP's executors by default: one task per partition
+range, each a Consumer (:func:`raylog.data.read_range`) whose Arrow record batches go to Spark
+through ``mapInArrow``. Or, ``via="ray_data"``, it is :func:`raylog.data.read_topic` (one Ray
+task per range, Arrow blocks) handed to Spark as Arrow IPC bytes that RayDP's JVM reader takes
+from Ray's object store (:func:`dataset_to_spark`). A write is RayDP's ``ray.data.from_spark``
+followed by :func:`raylog.data.write_topic` (one idempotent producer per Ray task).
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -21,8 +24,12 @@ from pyspark.sql.types import StructField, StructType
 from raydp.spark.dataset import ray_dataset_to_spark_dataframe
 from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
 
-from raylog import RaylogCluster, data
+import raylog
+from raylog import RaylogCluster, TopicPartition, data
 from raylog.clients.consumer import ARROW_SCHEMA
+
+#: Where :func:`read_topic` reads: in Spark's tasks, or in Ray Data's.
+READ_PATHS = ("executors", "ray_data")
 
 
 def read_topic(
@@ -32,12 +39,17 @@ def read_topic(
     start: data.OffsetSpec = "earliest",
     end: data.OffsetSpec = "latest",
     cluster: RaylogCluster | None = None,
+    via: str = "executors",
 ) -> DataFrame:
     """A DataFrame of the records of ``topic`` in ``[start, end)`` of each partition.
 
     Args:
         spark: a session from :func:`raylog_spark.init_spark` (RayDP).
         topic, start, end, cluster: as :func:`raylog.data.read_topic`.
+        via: "executors" (each partition range read by a Spark task on RayDP's executors,
+            lazily, when Spark runs the query) or "ray_data" (read at once by Ray Data's
+            tasks, the blocks handed to Spark through Ray's object store). See
+            ``benchmarks/spark_bench.py`` for both measured.
 
     Returns:
         A DataFrame with columns topic (string), partition (int), offset (bigint),
@@ -46,14 +58,41 @@ def read_topic(
 
     Raises:
         UnknownTopicOrPartitionError, OffsetOutOfRangeError, ValueError: as
-        :func:`raylog.data.read_topic`.
+        :func:`raylog.data.read_topic`; ValueError: ``via`` is not one of READ_PATHS.
 
     Example:
         >>> df = read_topic(spark, "clicks", start={0: 100}, end="latest")  # doctest: +SKIP
         >>> df.selectExpr("cast(value as string)").show()                   # doctest: +SKIP
     """
-    df, _ = dataset_to_spark(spark, data.read_topic(topic, start=start, end=end, cluster=cluster))
-    return df
+    if via not in READ_PATHS:
+        raise ValueError(f"via must be one of {READ_PATHS}, got {via!r}")
+    cluster = cluster or raylog.connect()
+    if via == "ray_data":
+        df, _ = dataset_to_spark(spark, data.read_topic(topic, start=start, end=end, cluster=cluster))
+        return df
+    ranges = data.topic_ranges(topic, start=start, end=end, cluster=cluster)
+    tasks = [(tp.partition, first, stop) for tp, (first, stop) in sorted(ranges.items()) if first < stop]
+    schema = _spark_schema()
+    if not tasks:
+        return spark.createDataFrame([], schema)
+    # One Spark partition (one task) per range, as one Ray Data read task per range.
+    rows = spark.sparkContext.parallelize(tasks, len(tasks))
+    return spark.createDataFrame(rows, "partition int, start long, end long").mapInArrow(
+        functools.partial(_read_ranges, cluster, topic), schema
+    )
+
+
+def _read_ranges(cluster: RaylogCluster, topic: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """In a Spark task: the records of each ``(partition, start, end)`` row, as record
+    batches of ARROW_SCHEMA (``cluster`` unpickled here connects to Ray first)."""
+    for batch in batches:
+        for partition, start, end in zip(*(column.to_pylist() for column in batch.columns), strict=True):
+            for table in data.read_range(cluster, TopicPartition(topic, partition), start, end):
+                yield from table.cast(ARROW_SCHEMA).to_batches()
+
+
+def _spark_schema() -> StructType:
+    return StructType([StructField(f.name, from_arrow_type(f.type), f.nullable) for f in ARROW_SCHEMA])
 
 
 def dataset_to_spark(spark: SparkSession, dataset: ray.data.Dataset) -> tuple[DataFrame, Callable[[], None]]:
@@ -69,8 +108,7 @@ def dataset_to_spark(spark: SparkSession, dataset: ray.data.Dataset) -> tuple[Da
     """
     dataset = dataset.materialize()
     if not dataset.count():
-        fields = [StructField(f.name, from_arrow_type(f.type), f.nullable) for f in ARROW_SCHEMA]
-        return spark.createDataFrame([], StructType(fields)), lambda: None
+        return spark.createDataFrame([], _spark_schema()), lambda: None
     blocks = [_arrow_ipc.remote(ref) for bundle in dataset.iter_internal_ref_bundles() for ref in bundle.block_refs]
     holder = ray.get_actor(spark.sparkContext.appName + RAYDP_SPARK_MASTER_SUFFIX)
     key = f"raylog-{uuid.uuid4().hex}"
