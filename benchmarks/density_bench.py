@@ -37,7 +37,10 @@ For each partition count N (``--counts``, RF1; ``--rf3-counts``, RF3), in this o
    full batch (RF1 to 256: S = 21), so that each count is measured with data in all its
    partitions and the same load. The note says how many partitions got records. Ratio:
    records/s over a 6-partition topic of the same RF and load measured in the same run.
-   Target: ratio >= 0.8 at 64 RF1 partitions, produce and consume.
+   Target: ratio >= 0.8 at 64 RF1 partitions, produce and consume. Beside each RF1 count,
+   the floor of that ratio: as many fresh bare async actors answering 160 calls of a full
+   batch's size (6.5 MB, NumPy, out of band), in turn, 7 in flight (what a consumer's
+   default ``fetch_max_bytes`` holds), over 6 bare actors doing the same.
 5. Loaded memory: the replicas' mean USS after that load and ``--idle-s`` seconds idle (the
    CPU of that idle window is shown too), against the bare actors'. Target ratio <= 1.5.
 
@@ -88,6 +91,11 @@ BASELINE_ACTORS = 8
 RESERVE_MB = 2_000
 #: Assumed USS of a replica until one was measured.
 GUESS_REPLICA_MB = 120.0
+#: The bare actors' fetch floor (RF1 counts): calls of a full batch's size, in turn, with as
+#: many in flight as fit a consumer's default fetch_max_bytes (50 MiB).
+BARE_FETCH_BYTES = 6_500_000
+BARE_FETCH_CALLS = 160
+BARE_FETCH_IN_FLIGHT = 7
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,14 @@ class BareActor:
 
     def ready(self) -> int:
         return os.getpid()
+
+    async def fetch(self, size: int) -> Any:
+        """``size`` bytes as a leader answers a fetch: a NumPy view of fresh bytes (shipped out
+        of band), from an async actor as a replica is (imports NumPy: for the throughput
+        floor only, never on the actors whose memory is the baseline)."""
+        import numpy as np
+
+        return np.frombuffer(bytes(size), dtype=np.uint8)
 
 
 # ---------------------------------------------------------------------------------------
@@ -212,6 +228,22 @@ def start_bare_actors(count: int, timeout_s: float) -> tuple[list[Any], list[int
         kill_bare_actors(actors, [])
         raise
     return actors, pids, time.perf_counter() - start
+
+
+def bare_fetch_rate(actors: list[Any], timeout_s: float) -> float:
+    """Bytes per second of BARE_FETCH_CALLS calls of BARE_FETCH_BYTES, to ``actors`` in turn
+    with BARE_FETCH_IN_FLIGHT outstanding: a consumer's reading of full batches (that many
+    fit its default ``fetch_max_bytes``) without raylog, the floor of poll_arrow's ratio."""
+    start, pending, sent = time.perf_counter(), [], 0
+    while sent < BARE_FETCH_CALLS or pending:
+        while sent < BARE_FETCH_CALLS and len(pending) < BARE_FETCH_IN_FLIGHT:
+            pending.append(actors[sent % len(actors)].fetch.remote(BARE_FETCH_BYTES))
+            sent += 1
+        ready, pending = ray.wait(pending, num_returns=1, timeout=timeout_s)
+        if not ready:
+            raise BenchError(f"a bare actor's fetch took over {timeout_s:.0f} s")
+        get(ready, timeout_s, "bare fetch")
+    return BARE_FETCH_CALLS * BARE_FETCH_BYTES / (time.perf_counter() - start)
 
 
 def kill_bare_actors(actors: list[Any], pids: list[int]) -> None:
@@ -300,6 +332,7 @@ class Runner(common.Phases):
         self.rf = 1
         self.sends = 1  # send_arrow calls of the workload per throughput run, for this RF
         self.reference: dict[str, float] = {}  # "produce"/"consume" -> records/s at 6 partitions
+        self.bare_fetch_reference: float | None = None  # bytes/s of REFERENCE_PARTITIONS bare actors
         self.replica_mb = GUESS_REPLICA_MB
 
     def use(self, cluster: RaylogCluster, rf: int, counts: tuple[int, ...]) -> None:
@@ -323,6 +356,9 @@ class Runner(common.Phases):
 
     def reference_run(self) -> None:
         n = REFERENCE_PARTITIONS
+        if self.rf == 1:
+            self.bare_fetch_reference = self._bare_fetch(n)
+            self.rows.append(self._bare_fetch_row(n, self.bare_fetch_reference, "reference: "))
         topic = self._topic(n)
         create_with_leaders(self.admin, self._new_topic(topic, n), self.scale.leaders_timeout_s)
         pids = replica_pids(self.cluster, topic, n * self.rf, self.scale.leaders_timeout_s)
@@ -354,6 +390,28 @@ class Runner(common.Phases):
             ("send_arrow", count / produce_s, f"{spread}; {batches}" if batches else spread),
             ("poll_arrow", count / consume_s, spread),
         ]
+
+    def _bare_fetch(self, n: int) -> float:
+        """The bare actors' fetch floor of ``n`` processes (see :func:`bare_fetch_rate`)."""
+        actors, pids, _ = start_bare_actors(n, self.scale.leaders_timeout_s)
+        try:
+            return bare_fetch_rate(actors, self.scale.timeout_s)
+        finally:
+            kill_bare_actors(actors, pids)
+
+    def _bare_fetch_row(self, n: int, rate: float, prefix: str) -> Row:
+        return Row(
+            "throughput",
+            f"{prefix}bare actors' fetches, {n} actors",
+            n,
+            n,
+            mb_per_s=rate / MB,
+            ratio=rate / self.bare_fetch_reference if self.bare_fetch_reference else None,
+            note=(
+                f"{BARE_FETCH_CALLS} calls of {BARE_FETCH_BYTES / MB:.1f} MB in turn, {BARE_FETCH_IN_FLIGHT} "
+                "in flight: poll_arrow's floor at this many processes"
+            ),
+        )
 
     # --- one count ----------------------------------------------------------------------
 
@@ -418,6 +476,8 @@ class Runner(common.Phases):
                     )
                 )
             state["loaded"] = True
+            if rf == 1 and self.bare_fetch_reference:
+                self.rows.append(self._bare_fetch_row(n, self._bare_fetch(n), ""))
 
         def loaded() -> None:
             self._cpu(state["pids"], n, f"CPU after load, {label}", f"the {scale.idle_s:g} s after the load (extra)")
