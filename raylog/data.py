@@ -198,15 +198,18 @@ class MicroBatch:
     Attributes:
         batch_id: 0, 1, 2, ... in the order the stream handed batches out.
         ranges: ``{TopicPartition: (start, end)}``, end exclusive, partitions with records only.
-        dataset: the records in those ranges (see :func:`read_topic`).
     """
 
     def __init__(self, stream: TopicStream, batch_id: int, ranges: dict[TopicPartition, tuple[int, int]]):
         self.batch_id = batch_id
         self.ranges = ranges
-        self.dataset = _dataset(stream.cluster, ranges)
         self._stream = stream
         self.committed = False
+
+    @functools.cached_property
+    def dataset(self) -> ray.data.Dataset:
+        """The records in :attr:`ranges` (see :func:`read_topic`), planned on first use."""
+        return _dataset(self._stream.cluster, self.ranges)
 
     @property
     def record_count(self) -> int:

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from raylog import RaylogCluster
 from raylog.data import OffsetSpec, TopicStream
-from raylog_spark.topics import dataset_to_spark
+from raylog_spark.topics import READ_PATHS, dataset_to_spark, ranges_to_spark
 
 
 class MicroBatchStream:
@@ -43,10 +43,13 @@ class MicroBatchStream:
         trigger_interval_s: how often to look for new records while there are none.
         max_records_per_partition: the largest range per partition in one batch (None: all).
         cluster: from :func:`raylog.connect`; default ``raylog.connect()``.
+        via: how each batch is read, as :func:`raylog_spark.read_topic`: "executors" (Spark's
+            tasks read the batch's ranges when ``process`` queries the DataFrame) or
+            "ray_data" (read by Ray Data first, handed to Spark through Ray's object store).
 
     Raises:
         UnknownTopicOrPartitionError, OffsetOutOfRangeError, ValueError: as
-        :class:`raylog.data.TopicStream`.
+        :class:`raylog.data.TopicStream`; ValueError: ``via`` is not one of READ_PATHS.
 
     Example:
         >>> def upsert(df, batch_id):                                        # doctest: +SKIP
@@ -66,7 +69,11 @@ class MicroBatchStream:
         trigger_interval_s: float = 1.0,
         max_records_per_partition: int | None = None,
         cluster: RaylogCluster | None = None,
+        via: str = "executors",
     ):
+        if via not in READ_PATHS:
+            raise ValueError(f"via must be one of {READ_PATHS}, got {via!r}")
+        self._via = via
         self._spark = spark
         self._process = process
         self._trigger_interval_s = trigger_interval_s
@@ -128,7 +135,10 @@ class MicroBatchStream:
                 batch = self._source.next_batch(timeout_s=self._trigger_interval_s)
                 if batch is None:
                     continue
-                df, release = dataset_to_spark(self._spark, batch.dataset)
+                if self._via == "executors":
+                    df, release = ranges_to_spark(self._spark, self._source.cluster, batch.ranges), _nothing
+                else:
+                    df, release = dataset_to_spark(self._spark, batch.dataset)
                 try:
                     self._process(df, batch.batch_id)
                 finally:
@@ -140,3 +150,7 @@ class MicroBatchStream:
             self._error = exc
         finally:
             self._source.close()
+
+
+def _nothing() -> None:
+    """Nothing to release: Spark's tasks read the ranges themselves."""

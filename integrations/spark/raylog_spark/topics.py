@@ -70,23 +70,31 @@ def read_topic(
     if via == "ray_data":
         df, _ = dataset_to_spark(spark, data.read_topic(topic, start=start, end=end, cluster=cluster))
         return df
-    ranges = data.topic_ranges(topic, start=start, end=end, cluster=cluster)
-    tasks = [(tp.partition, first, stop) for tp, (first, stop) in sorted(ranges.items()) if first < stop]
+    return ranges_to_spark(spark, cluster, data.topic_ranges(topic, start=start, end=end, cluster=cluster))
+
+
+def ranges_to_spark(
+    spark: SparkSession, cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int, int]]
+) -> DataFrame:
+    """The records of ``ranges`` (``{TopicPartition: (start, end)}``, end exclusive) as a
+    DataFrame that Spark reads in its own tasks, one per range with records, when a query
+    runs (each query reads the same ranges again)."""
+    tasks = [(tp.topic, tp.partition, first, stop) for tp, (first, stop) in sorted(ranges.items()) if first < stop]
     schema = _spark_schema()
     if not tasks:
         return spark.createDataFrame([], schema)
     # One Spark partition (one task) per range, as one Ray Data read task per range.
     rows = spark.sparkContext.parallelize(tasks, len(tasks))
-    return spark.createDataFrame(rows, "partition int, start long, end long").mapInArrow(
-        functools.partial(_read_ranges, cluster, topic), schema
+    return spark.createDataFrame(rows, "topic string, partition int, start long, end long").mapInArrow(
+        functools.partial(_read_ranges, cluster), schema
     )
 
 
-def _read_ranges(cluster: RaylogCluster, topic: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """In a Spark task: the records of each ``(partition, start, end)`` row, as record
+def _read_ranges(cluster: RaylogCluster, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """In a Spark task: the records of each ``(topic, partition, start, end)`` row, as record
     batches of ARROW_SCHEMA (``cluster`` unpickled here connects to Ray first)."""
     for batch in batches:
-        for partition, start, end in zip(*(column.to_pylist() for column in batch.columns), strict=True):
+        for topic, partition, start, end in zip(*(column.to_pylist() for column in batch.columns), strict=True):
             for table in data.read_range(cluster, TopicPartition(topic, partition), start, end):
                 yield from table.cast(ARROW_SCHEMA).to_batches()
 
