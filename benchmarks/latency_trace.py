@@ -16,9 +16,11 @@ own task events (``ray.timeline()``). Per record (records sent alone in their ba
 - ``to consumer``: the fetch ends -> the consumer's poll returns the record;
 - ``e2e``: ``send()`` called -> the consumer has the record; ``ack``: -> the future is done.
 
-Floors measured in the same run: a round trip to a bare async Ray actor (100 B), and a
-relay through one (a call that wakes a call held by another process), the least an
-end-to-end hop through one actor can cost.
+Floors measured in the same run: a round trip to a bare async Ray actor (100 B), to a
+sync one, and a relay through an async one (a call that wakes a call held by another
+process), the least an end-to-end hop through one actor can cost; and the CPU one call
+costs the actor's process and this one (psutil), for those bare actors and for a leader's
+``produce`` of a one-record batch.
 
 Usage::
 
@@ -39,6 +41,7 @@ import uuid
 from typing import Any
 
 import numpy as np
+import psutil
 import ray
 
 if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package importable
@@ -48,6 +51,8 @@ import raylog
 from benchmarks.common import send_at_rate, start_local_ray, temp_workdir
 from raylog import Admin, NewTopic, Producer
 from raylog.bench import StampReader
+from raylog.protocol import ProduceRequest
+from raylog.storage import record_batch
 
 VALUE_BYTES = 100
 #: How long Ray's task events of a run may take to reach the GCS.
@@ -89,6 +94,9 @@ class Relay:
     async def echo(self, payload: bytes) -> int:
         return len(payload)
 
+    def pid(self) -> int:
+        return os.getpid()
+
 
 @ray.remote(num_cpus=0)
 class SyncEcho:
@@ -96,6 +104,51 @@ class SyncEcho:
 
     def echo(self, payload: bytes) -> int:
         return len(payload)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _cpu_s(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def cpu_per_call(call: Any, pid: int, calls: int) -> tuple[float, float]:
+    """Microseconds of CPU that one ``call()`` (a ref, awaited before the next) costs the
+    process ``pid`` and this one, over ``calls`` calls after a few unmeasured ones."""
+    ray.get([call() for _ in range(20)])
+    callee, caller = psutil.Process(pid), psutil.Process()
+    callee_s, caller_s = _cpu_s(callee), _cpu_s(caller)
+    for _ in range(calls):
+        ray.get(call())
+    return (_cpu_s(callee) - callee_s) / calls * 1e6, (_cpu_s(caller) - caller_s) / calls * 1e6
+
+
+def cpu_floors(cluster: Any, topic: str, calls: int) -> None:
+    """Print the CPU per call of a bare async and sync actor and of a leader's produce."""
+    relay, plain = Relay.remote(), SyncEcho.remote()
+    payload = os.urandom(VALUE_BYTES)
+    batch = np.frombuffer(
+        record_batch.build([payload], None, None, None, codec=0, now_ms=time.time_ns() // 1_000_000), dtype=np.uint8
+    )
+    leader = cluster.metadata(refresh=True).leader(raylog.TopicPartition(topic, 0))
+    rows = (
+        ("bare async actor", lambda: relay.echo.remote(payload), ray.get(relay.pid.remote())),
+        ("bare sync actor", lambda: plain.echo.remote(payload), ray.get(plain.pid.remote())),
+        (
+            "leader produce, 1 record",
+            lambda: leader.produce.remote(ProduceRequest(batch)),
+            ray.get(leader.state.remote())["pid"],
+        ),
+    )
+    print(f"--- CPU per call, {calls:,} calls one at a time")
+    print(f"{'call':<26}{'callee us':>11}{'caller us':>11}")
+    for name, call, pid in rows:
+        callee_us, caller_us = cpu_per_call(call, pid, calls)
+        print(f"{name:<26}{callee_us:>11.0f}{caller_us:>11.0f}")
+    ray.kill(relay)
+    ray.kill(plain)
 
 
 def round_trips(actor: Any, payload: bytes, samples: int) -> np.ndarray:
@@ -227,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         floor = floors(300)
         show("floors (same run)", floor, float(np.median(floor["bare call"])))
         admin = Admin(cluster)
+        cpu_topic = f"trace-cpu-{uuid.uuid4().hex[:6]}"
+        admin.create_topics([NewTopic(cpu_topic, 1, replication_factor=1)], wait_for_leaders_ms=60_000)
+        try:
+            cpu_floors(cluster, cpu_topic, 1_000)
+        finally:
+            admin.delete_topics([cpu_topic])
         for rate in args.rate or [100, 1000]:
             topic = f"trace-{uuid.uuid4().hex[:6]}"
             admin.create_topics([NewTopic(topic, 1, replication_factor=args.rf)], wait_for_leaders_ms=60_000)
