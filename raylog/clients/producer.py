@@ -366,9 +366,9 @@ class Producer:
         self._metadata_stale = False
         self._metadata_max_age_s = metadata_max_age_ms / 1000
         self._metadata_refreshed_s = time.monotonic()
-        #: topic -> (its partitions, the records_capacity of its batches), of one snapshot:
-        self._routes: dict[str, tuple[list[TopicPartition], int]] = {}
-        self._routes_metadata: Any = None  # the metadata snapshot ``_routes`` was read from
+        #: topic -> (its partitions, the records_capacity of its batches, the metadata
+        #: snapshot both were read from)
+        self._routes: dict[str, tuple[list[TopicPartition], int, Any]] = {}
         self._idempotent = enable_idempotence
         self._producer_id = -1  # from the controller at the first send (sender thread only)
         self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
@@ -669,25 +669,25 @@ class Producer:
     def _route(self, topic: str) -> tuple[list[TopicPartition], int]:
         """``topic``'s partitions in the cluster's latest metadata, and how much of
         record_size_bound a batch for it surely holds within ``max_request_size`` and its
-        ``max.message.bytes`` (see :meth:`_limit`). Cached per metadata snapshot, so that
-        partitions added to a topic appear after any refresh; refreshed once if unknown.
+        ``max.message.bytes`` (see :meth:`_limit`). Read again from each new metadata
+        snapshot, so that partitions added to a topic appear after any refresh; refreshed
+        once if unknown.
 
         Raises:
             InvalidTopicError: not a legal topic name.
             UnknownTopicOrPartitionError: no such topic.
         """
         metadata = self._cluster.metadata()
-        if metadata is not self._routes_metadata:
-            self._routes, self._routes_metadata = {}, metadata
         route = self._routes.get(topic)
-        if route is None:
-            validate_topic_name(topic)
+        if route is None or route[2] is not metadata:
+            if route is None:
+                validate_topic_name(topic)
             if topic not in metadata.topics:
                 metadata = self._cluster.metadata(refresh=True)
             partitions = _partitions(metadata, topic)
             capacity = record_batch.records_capacity(self._limit(topic, metadata), self._codec)
-            route = self._routes[topic] = (partitions, capacity)
-        return route
+            route = self._routes[topic] = (partitions, capacity, metadata)
+        return route[0], route[1]
 
     def _limit(self, topic: str, metadata: Any = None) -> int:
         """The most bytes a batch for ``topic`` may have (in ``metadata``, else the latest)."""
@@ -728,7 +728,7 @@ class Producer:
             del self._open[batch.tp]
             self._queues[batch.tp].append(batch)
             self._default_partitioner.on_batch_closed(
-                batch.tp.topic, batch.tp.partition, len(self._routes.get(batch.tp.topic, ((),))[0])
+                batch.tp.topic, batch.tp.partition, len(self._routes[batch.tp.topic][0])
             )
 
     # --- internals: sender thread -----------------------------------------------------
