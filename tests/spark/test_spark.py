@@ -47,9 +47,12 @@ def test_read_topic_into_spark_returns_every_record_with_its_columns(cluster, to
     assert {(r.partition, r.offset) for r in partial.collect()} == expected
 
 
-def test_read_topic_refuses_an_unknown_read_path(cluster, topic, spark):
+def test_read_topic_and_streams_refuse_an_unknown_read_path(cluster, topic, spark):
+    name = topic(num_partitions=1)
     with pytest.raises(ValueError, match="via must be one of"):
-        raylog_spark.read_topic(spark, topic(num_partitions=1), cluster=cluster, via="jdbc")
+        raylog_spark.read_topic(spark, name, cluster=cluster, via="jdbc")
+    with pytest.raises(ValueError, match="via must be one of"):
+        raylog_spark.MicroBatchStream(spark, name, "never", lambda df, batch_id: None, cluster=cluster, via="jdbc")
 
 
 def test_write_topic_from_spark_round_trips(cluster, topic, spark):
@@ -66,11 +69,12 @@ def test_write_topic_from_spark_round_trips(cluster, topic, spark):
     assert raylog_spark.read_topic(spark, name, cluster=cluster).where("size(headers) = 0").count() == 300
 
 
-def test_stream_killed_mid_batch_and_restarted_is_exactly_once_in_an_idempotent_sink(cluster, topic, spark):
+@pytest.mark.parametrize("via", raylog_spark.READ_PATHS)
+def test_stream_killed_mid_batch_and_restarted_is_exactly_once_in_an_idempotent_sink(cluster, topic, spark, via):
     """A stream whose function dies in the middle of a batch, restarted with the same group,
     gives every record exactly once in a sink keyed by (partition, offset): the failed batch is
     repeated, no committed batch is, and records produced after the restart arrive too."""
-    name = topic(num_partitions=2)
+    name, group = topic(num_partitions=2), f"spark-stream-{via}"
     expected = {key: value for key, (_, value, _) in produce(cluster, name, 120).items()}
     sink: dict[tuple[int, int], bytes] = {}
     deliveries: list[tuple[int, int]] = []
@@ -86,11 +90,12 @@ def test_stream_killed_mid_batch_and_restarted_is_exactly_once_in_an_idempotent_
     stream = raylog_spark.MicroBatchStream(
         spark,
         name,
-        "spark-stream",
+        group,
         lambda df, batch_id: upsert(df, batch_id, crash_at=1),
         max_records_per_partition=20,
         trigger_interval_s=0.1,
         cluster=cluster,
+        via=via,
     ).start()
     with pytest.raises(RuntimeError, match="middle of a batch"):
         stream.await_termination(timeout_s=120)
@@ -98,7 +103,7 @@ def test_stream_killed_mid_batch_and_restarted_is_exactly_once_in_an_idempotent_
     assert 40 < len(sink) < 80  # batch 0 whole, half of batch 1
 
     restarted = raylog_spark.MicroBatchStream(
-        spark, name, "spark-stream", upsert, max_records_per_partition=20, trigger_interval_s=0.1, cluster=cluster
+        spark, name, group, upsert, max_records_per_partition=20, trigger_interval_s=0.1, cluster=cluster, via=via
     ).start()
     expected.update({key: value for key, (_, value, _) in produce(cluster, name, 30, b"late").items()})
     wait_until(lambda: len(sink) >= len(expected) or not restarted.is_active, timeout_s=180, message="all records")
@@ -106,7 +111,7 @@ def test_stream_killed_mid_batch_and_restarted_is_exactly_once_in_an_idempotent_
     assert sink == expected
     repeated = len(deliveries) - len(set(deliveries))
     assert repeated == 20  # exactly the half of batch 1 delivered before the crash
-    with Consumer(cluster, group_id="spark-stream", enable_auto_commit=False) as consumer:
+    with Consumer(cluster, group_id=group, enable_auto_commit=False) as consumer:
         committed = consumer.committed([TopicPartition(name, 0), TopicPartition(name, 1)])
     ends = {tp.partition: c.offset for tp, c in committed.items()}
     assert ends == {p: 1 + max(o for q, o in expected if q == p) for p in (0, 1)}

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from raylog import RaylogCluster
 from raylog.data import OffsetSpec, TopicStream
-from raylog_spark.topics import READ_PATHS, dataset_to_spark, ranges_to_spark
+from raylog_spark.topics import check_read_path, dataset_to_spark, ranges_to_spark
 
 
 class MicroBatchStream:
@@ -71,8 +71,7 @@ class MicroBatchStream:
         cluster: RaylogCluster | None = None,
         via: str = "executors",
     ):
-        if via not in READ_PATHS:
-            raise ValueError(f"via must be one of {READ_PATHS}, got {via!r}")
+        check_read_path(via)
         self._via = via
         self._spark = spark
         self._process = process

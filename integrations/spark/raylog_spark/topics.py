@@ -64,13 +64,18 @@ def read_topic(
         >>> df = read_topic(spark, "clicks", start={0: 100}, end="latest")  # doctest: +SKIP
         >>> df.selectExpr("cast(value as string)").show()                   # doctest: +SKIP
     """
-    if via not in READ_PATHS:
-        raise ValueError(f"via must be one of {READ_PATHS}, got {via!r}")
+    check_read_path(via)
     cluster = cluster or raylog.connect()
     if via == "ray_data":
         df, _ = dataset_to_spark(spark, data.read_topic(topic, start=start, end=end, cluster=cluster))
         return df
     return ranges_to_spark(spark, cluster, data.topic_ranges(topic, start=start, end=end, cluster=cluster))
+
+
+def check_read_path(via: str) -> None:
+    """Raises ValueError unless ``via`` is one of READ_PATHS."""
+    if via not in READ_PATHS:
+        raise ValueError(f"via must be one of {READ_PATHS}, got {via!r}")
 
 
 def ranges_to_spark(
