@@ -52,7 +52,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raylog.actors import metrics
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.names import NAMESPACE, replica_name
-from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor, quietly, wait_for_event
+from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.config import ControllerConfig
 from raylog.coordination import elections
 from raylog.coordination.group import partition_for
@@ -879,6 +879,7 @@ class ControllerActor:
             leader,
         )
         actor_class = GroupCoordinatorActor if topic_name == OFFSETS_TOPIC else PartitionReplicaActor
+        options["max_concurrency"] = actor_class.MAX_CONCURRENCY
         return actor_class, options, args
 
     def _push(self, partitions: list[PartitionInfo], only: int | None = None) -> None:
@@ -1025,3 +1026,19 @@ async def pushed(method, *args: Any) -> None:
             return
         except ray.exceptions.RayError:
             await asyncio.sleep(PUSH_RETRY_S)
+
+
+async def wait_for_event(event: asyncio.Event, timeout_s: float) -> None:
+    """Wait until ``event`` is set or ``timeout_s`` passes."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except asyncio.TimeoutError:
+        pass
+
+
+async def quietly(ref) -> None:
+    """Await a fire-and-forget call to another actor; a failure is left to retries elsewhere."""
+    try:
+        await asyncio.wait_for(ref, PEER_CALL_TIMEOUT_S)
+    except (asyncio.TimeoutError, ray.exceptions.RayError):
+        pass

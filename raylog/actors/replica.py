@@ -1,10 +1,10 @@
-"""The partition replica actor: an async Ray actor hosting one :class:`Partition`.
+"""The partition replica actor: a threaded Ray actor hosting one :class:`Partition`.
 
 One actor per replica of a partition, pinned to its broker's node (hard node affinity),
 its log in ``<broker data dir>/<topic>-<partition>-<topic id>`` (:mod:`raylog.storage.log_dirs`:
 a topic created again under the same name never reopens the old one's log). Ray restarts it in place after a
-crash (``max_restarts``) with the arguments it was first created with: ``__init__`` (which
-Ray runs on the actor's event loop) recovers the log from disk and then, on a first start,
+crash (``max_restarts``) with the arguments it was first created with: ``__init__``
+recovers the log from disk and then, on a first start,
 takes the role it was created with; after a restart it takes no role (that one is stale: a
 restarted former leader must not accept writes) and reports to the controller until it
 answers with the role it decided, the topic's config and the client quotas.
@@ -14,8 +14,18 @@ the topic's config, which the replica re-reads when it was altered. A leader ser
 produce, fetch and offset look-ups, waits for the ISR on acks=all, and proposes ISR changes
 to the controller. A follower runs a fetch loop against its leader: it first truncates
 what diverged (asking the leader where its latest epoch ends, KIP-101), then appends what
-it fetches, unchanged. One asyncio event wakes everything that waits on a change of the
+it fetches, unchanged. One condition wakes everything that waits on a change of the
 log or high watermark: long-polling fetches, acks=all producers, out-of-order batches.
+
+Concurrency: Ray runs up to :data:`MAX_CONCURRENCY` calls at once, each on a thread of its
+own (a threaded actor, not an async one: Ray hands each call of an async actor to its event
+loop and back, which cost ~300 us more CPU per call, measured by
+``benchmarks.latency_trace``). One lock guards the partition, so each :class:`Partition` step
+runs alone, as it did on one event loop; a waiting call (a long poll, an acks=all produce,
+a throttled response) releases it while it waits, and holds only its thread. Calls beyond
+:data:`MAX_CONCURRENCY` wait in Ray's queue until one of them answers. Background threads:
+the housekeeping rounds, the follower's fetch loop, ISR proposals, the restart report, the
+cleaner.
 
 Client quotas (:mod:`raylog.coordination.quotas`, pushed by the controller through
 :meth:`update_quotas`): a leader counts the bytes of each produce request and of each
@@ -32,14 +42,15 @@ raylog error becomes a response error code.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import dataclasses
 import functools
 import gc
 import logging
 import os
+import threading
 import time
+from collections.abc import Callable
 
 import ray
 
@@ -69,6 +80,11 @@ from raylog.storage.log import Log
 from raylog.storage.log_dirs import open_log_dir, remove_log_dir
 from raylog.types import PartitionInfo
 
+#: Calls a replica serves at once, each on its own thread (Ray's ``max_concurrency``): the
+#: long polls of its followers and consumers and the acks=all produces in flight each hold
+#: one while they wait. A thread costs ~10 KiB and no CPU while it waits (a node's thread
+#: ids are bounded too: ``kernel.pid_max``, 32,768 here, for hundreds of replicas).
+MAX_CONCURRENCY = 32
 #: How often the actor applies retention, the flush.ms policy and the HW checkpoint while its
 #: partition changes; rounds that find nothing changed double the pause up to the idle
 #: maximum (a node hosts hundreds of idle replicas), and at most a quarter of
@@ -93,8 +109,11 @@ def _cleaner_thread() -> concurrent.futures.ThreadPoolExecutor:
 
 
 class PartitionReplicaActor:
-    """See the module docstring. Concurrency: one asyncio event loop; calls interleave
-    only at ``await`` points, so every :class:`Partition` step runs alone."""
+    """See the module docstring. Concurrency: every step on the partition holds ``_lock``;
+    ``_changed`` (a condition of that lock) wakes the calls waiting for a change."""
+
+    #: Ray's ``max_concurrency`` for this actor class (the controller creates it with it).
+    MAX_CONCURRENCY = MAX_CONCURRENCY
 
     def __init__(
         self,
@@ -109,15 +128,17 @@ class PartitionReplicaActor:
         leader_handle=None,
     ):
         topic_config = TopicConfig.from_properties(config)
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._stopped = threading.Event()  # set once the data is deleted: every loop ends
         self._cluster_name = cluster_name
         self._dir = open_log_dir(data_dir, topic, partition, topic_id)
         log = Log.open(self._dir, topic_config.log_config())
         self.partition = Partition(topic, partition, broker_id, log, topic_config)
-        self._changed: asyncio.Event | None = None
-        self._background: set[asyncio.Task] = set()
-        self._follower: asyncio.Task | None = None
+        self._follower: threading.Event | None = None  # the running fetch loop's stop signal
         self._fetcher: FollowerFetcher | None = None
-        self._cleaning: asyncio.Task | None = None  # the cleaning round under way, if any
+        self._proposing: concurrent.futures.Future | None = None  # the ISR proposal in flight
+        self._cleaning: concurrent.futures.Future | None = None  # the cleaning round under way
         self._leader_handle = None  # the actor the follower loop fetches from
         self._metric_tags = metrics.partition_tags(topic, partition, broker_id)
         # The constructor's config may be older than any pushed: Ray restarts an actor with
@@ -126,11 +147,12 @@ class PartitionReplicaActor:
         self._produce_quotas = QuotaManager(PRODUCER_BYTE_RATE)
         self._fetch_quotas = QuotaManager(CONSUMER_BYTE_RATE)
         self._quotas_version = -1
-        if ray.get_runtime_context().was_current_actor_reconstructed:
-            self._spawn(self._report_restart())
-        else:
-            self._apply_state(state, leader_handle)
-        self._spawn(self._housekeep())
+        with self._lock:
+            if ray.get_runtime_context().was_current_actor_reconstructed:
+                self._start(self._report_restart)
+            else:
+                self._apply_state(state, leader_handle)
+        self._start(self._housekeep)
         # What this process holds from now on lives as long as it does (modules, the log and
         # its indexes): out of the collector's sight. When the object store runs full, Ray
         # asks every worker on the node to gc.collect() at once; 64 replicas took ~25 ms of
@@ -139,48 +161,49 @@ class PartitionReplicaActor:
 
     # --- lifecycle ----------------------------------------------------------------------
 
-    async def ready(self) -> dict:
+    def ready(self) -> dict:
         """Constructed: what recovery found, and the epochs of the state it holds."""
         p = self.partition
-        return {
-            "log_end_offset": p.log.log_end_offset,
-            "recovery": vars(p.log.recovery),
-            "leader_epoch": p.leader_epoch,
-            "partition_epoch": p.partition_epoch,
-        }
+        with self._lock:
+            return {
+                "log_end_offset": p.log.log_end_offset,
+                "recovery": vars(p.log.recovery),
+                "leader_epoch": p.leader_epoch,
+                "partition_epoch": p.partition_epoch,
+            }
 
-    async def _report_restart(self) -> None:
+    def _report_restart(self) -> None:
         """Tell the controller that Ray restarted this replica, until it has heard (it may be
         restarting itself), and take what it answers. The answer, not a push, carries them:
         the controller's calls may still go to this actor's dead process for a while."""
         p = self.partition
         attempts = 0
-        while True:
+        while not self._stopped.is_set():
             try:
-                answer = await asyncio.wait_for(
-                    self._controller().replica_restarted.remote(p.topic, p.partition, p.broker_id),
-                    PEER_CALL_TIMEOUT_S,
-                )
+                call = self._controller().replica_restarted.remote(p.topic, p.partition, p.broker_id)
+                answer = ray.get(call, timeout=PEER_CALL_TIMEOUT_S)
                 break
-            except (asyncio.TimeoutError, ValueError, ray.exceptions.RayError) as exc:
+            except (ValueError, ray.exceptions.RayError) as exc:  # (a timeout is a RayError)
                 if attempts % RESTART_REPORT_LOG_EVERY == 0:  # it serves nothing until answered
                     logger.warning("%s: restarted; report %d to the controller failed: %r", p.name, attempts + 1, exc)
                 attempts += 1
-                await asyncio.sleep(REPLICA_BACKOFF_S)
+                self._stopped.wait(REPLICA_BACKOFF_S)
+        else:
+            return
         if answer is not None:  # None: the partition was deleted meanwhile
             state, leader_handle, config, quotas = answer
-            self._apply_config(*config)
-            self._apply_state(state, leader_handle)
-            self._apply_quotas(*quotas)
+            with self._lock:
+                self._apply_config(*config)
+                self._apply_state(state, leader_handle)
+                self._apply_quotas(*quotas)
 
-    async def update_state(
-        self, state: PartitionInfo, leader_handle=None, config: tuple[int, dict] | None = None
-    ) -> None:
+    def update_state(self, state: PartitionInfo, leader_handle=None, config: tuple[int, dict] | None = None) -> None:
         """The controller's word on this partition's leader, epochs, replicas and ISR, and
         on its topic's config as ``(config_version, properties)``."""
-        if config is not None:
-            self._apply_config(*config)
-        self._apply_state(state, leader_handle)
+        with self._lock:
+            if config is not None:
+                self._apply_config(*config)
+            self._apply_state(state, leader_handle)
 
     def _apply_config(self, version: int, properties: dict) -> None:
         """Use the topic's config of ``version`` unless a newer one is in use (pushes may
@@ -189,9 +212,10 @@ class PartitionReplicaActor:
             self._config_version = version
             self.partition.update_config(TopicConfig.from_properties(properties))
 
-    async def update_quotas(self, version: int, quotas: ClientQuotas) -> None:
+    def update_quotas(self, version: int, quotas: ClientQuotas) -> None:
         """The controller's client quotas of ``version`` (an older push is ignored)."""
-        self._apply_quotas(version, quotas)
+        with self._lock:
+            self._apply_quotas(version, quotas)
 
     def _apply_quotas(self, version: int, quotas: ClientQuotas) -> None:
         if version > self._quotas_version:
@@ -215,33 +239,34 @@ class PartitionReplicaActor:
             self._stop_following()
             return
         handle = leader_handle if leader_handle is not None or role_moved else self._leader_handle
-        running = self._follower is not None and not self._follower.done()
-        if running and not role_moved and handle == self._leader_handle:
+        if self._follower is not None and not role_moved and handle == self._leader_handle:
             return
         self._stop_following()
         self._leader_handle = handle
-        if handle is not None:
+        if handle is not None and not self._stopped.is_set():
             self._fetcher = FollowerFetcher(p, p.leader, p.leader_epoch)
-            self._follower = self._spawn(self._fetch_loop(self._fetcher, handle))
+            self._follower = threading.Event()
+            self._start(self._fetch_loop, self._fetcher, handle, self._follower)
 
-    async def delete_data(self) -> None:
+    def delete_data(self) -> None:
         """Close and remove this replica's log (the topic or this replica is going away).
 
         Raises:
             StorageError: the log was not removed (its broker removes it as a stray log
                 when the controller next registers it).
         """
-        for task in list(self._background):
-            if task is not self._cleaning:
-                task.cancel()
-        self.partition.log.close()  # a cleaning round under way gives up
-        if self._cleaning is not None:
-            await asyncio.gather(self._cleaning, return_exceptions=True)
+        self._stopped.set()
+        with self._lock:
+            self._stop_following()
+            self.partition.log.close()  # a cleaning round under way gives up
+            cleaning = self._cleaning
+        if cleaning is not None:
+            concurrent.futures.wait([cleaning])
         remove_log_dir(self._dir)
 
     # --- leader: produce ----------------------------------------------------------------
 
-    async def produce(self, request: ProduceRequest) -> ProduceResponse:
+    def produce(self, request: ProduceRequest) -> ProduceResponse:
         """Append a producer's batch; for acks=all, wait until the ISR has it; then hold the
         response back for as long as the client's producer quota says.
 
@@ -252,41 +277,48 @@ class PartitionReplicaActor:
             validate_client_id(request.client_id)
         except InvalidRequestError as exc:
             return _produce_error(exc)
-        response = await self._append(request)
-        throttle_ms = self._produce_quotas.record(request.client_id, len(request.records), _now_ms())
-        return await self._throttled(response, min(throttle_ms, request.timeout_ms), "producer")
+        response = self._append(request)
+        with self._lock:
+            throttle_ms = self._produce_quotas.record(request.client_id, len(request.records), _now_ms())
+        return self._throttled(response, min(throttle_ms, request.timeout_ms), "producer")
 
-    async def _append(self, request: ProduceRequest) -> ProduceResponse:
+    def _append(self, request: ProduceRequest) -> ProduceResponse:
         started = time.monotonic()
         deadline = started + request.timeout_ms / 1000
-        while True:
-            changed = self._event()
-            try:
-                outcome = self.partition.append_as_leader(request.records, request.acks, request.first_unacked_sequence)
-                break
-            except SequenceGap:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return _produce_error(OutOfOrderSequenceError("an earlier batch of this producer never arrived"))
-                await wait_for_event(changed, remaining)
-            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
-                return ProduceResponse(**error_fields(exc))
-        self._notify()
-        self._maybe_propose_isr()
-        if request.acks == -1:
-            error = await self._await_replication(outcome.last_offset + 1, deadline)
-            if error is not None:
-                return _produce_error(error)
+        with self._lock:
+            while True:
+                try:
+                    outcome = self.partition.append_as_leader(
+                        request.records, request.acks, request.first_unacked_sequence
+                    )
+                    break
+                except SequenceGap:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return _produce_error(
+                            OutOfOrderSequenceError("an earlier batch of this producer never arrived")
+                        )
+                    self._changed.wait(remaining)
+                except Exception as exc:  # noqa: BLE001 — every error travels back as a code
+                    return ProduceResponse(**error_fields(exc))
+            self._notify()
+            self._maybe_propose_isr()
+            if request.acks == -1:
+                error = self._await_replication(outcome.last_offset + 1, deadline)
+                if error is not None:
+                    return _produce_error(error)
+            log_start_offset = self.partition.log.log_start_offset
         latency_ms = (time.monotonic() - started) * 1000
         metrics.record_produce(self._metric_tags, outcome.record_count, len(request.records), latency_ms)
         return ProduceResponse(
             base_offset=outcome.first_offset,
             log_append_time_ms=outcome.log_append_time_ms,
-            log_start_offset=self.partition.log.log_start_offset,
+            log_start_offset=log_start_offset,
         )
 
-    async def _await_replication(self, offset: int, deadline: float) -> RaylogError | None:
-        """Wait until the HW reaches ``offset`` (see :meth:`Partition.replication_done`)."""
+    def _await_replication(self, offset: int, deadline: float) -> RaylogError | None:
+        """Wait (holding ``_lock``, released meanwhile) until the HW reaches ``offset`` (see
+        :meth:`Partition.replication_done`)."""
         p = self.partition
         epoch = p.leader_epoch
         while True:
@@ -296,138 +328,158 @@ class PartitionReplicaActor:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return RequestTimedOutError(f"{p.name}: the ISR {list(p.isr)} did not get the batch in time")
-            await wait_for_event(self._event(), remaining)
+            self._changed.wait(remaining)
 
     # --- leader: fetch and offsets ------------------------------------------------------
 
-    async def fetch(self, request: FetchRequest) -> FetchResponse:
+    def fetch(self, request: FetchRequest) -> FetchResponse:
         """Batches from ``request.offset``; waits (long poll) for ``min_bytes``; then, for a
         consumer, holds the response back for as long as its consumer quota says."""
         try:
             validate_client_id(request.client_id)
         except InvalidRequestError as exc:
             return FetchResponse(**error_fields(exc))
-        response = await self._read(request)
+        response = self._read(request)
         if request.replica_id >= 0:
             return response  # replication is never throttled
-        throttle_ms = self._fetch_quotas.record(request.client_id, len(response.records), _now_ms())
-        return await self._throttled(response, throttle_ms, "consumer")
+        with self._lock:
+            throttle_ms = self._fetch_quotas.record(request.client_id, len(response.records), _now_ms())
+        return self._throttled(response, throttle_ms, "consumer")
 
-    async def _throttled(self, response, throttle_ms: int, client_type: str):
+    def _throttled(self, response, throttle_ms: int, client_type: str):
         """``response`` after ``throttle_ms``, reporting it (at once when 0)."""
         if throttle_ms <= 0:
             return response
         metrics.record_broker_throttle(self._metric_tags, client_type, throttle_ms)
-        await asyncio.sleep(throttle_ms / 1000)
+        time.sleep(throttle_ms / 1000)
         return dataclasses.replace(response, throttle_time_ms=throttle_ms)
 
-    async def _read(self, request: FetchRequest) -> FetchResponse:
+    def _read(self, request: FetchRequest) -> FetchResponse:
         deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
         first = True
-        while True:
-            changed = self._event()
-            high_watermark = self.partition.high_watermark
-            response = self.partition.fetch(request, record_fetch=first)
-            if response.error_code:
-                return response
-            if request.replica_id >= 0 and first:
-                # Only when the HW moved: a notify wakes the other followers' long polls too,
-                # and theirs would wake this one, a busy loop while the partition is idle.
-                if self.partition.high_watermark != high_watermark:
-                    self._notify()  # wake acks=all producers and consumers
-                self._maybe_propose_isr()
-            first = False
-            remaining = deadline - time.monotonic()
-            if len(response.records) >= request.min_bytes or remaining <= 0:
-                latency_ms = (time.monotonic() - deadline) * 1000 + request.max_wait_ms
-                metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_ms)
-                return response
-            await wait_for_event(changed, remaining)
+        with self._lock:
+            while True:
+                high_watermark = self.partition.high_watermark
+                response = self.partition.fetch(request, record_fetch=first)
+                if response.error_code:
+                    return response
+                if request.replica_id >= 0 and first:
+                    # Only when the HW moved: a notify wakes the other followers' long polls
+                    # too, and theirs would wake this one, a busy loop while the partition is idle.
+                    if self.partition.high_watermark != high_watermark:
+                        self._notify()  # wake acks=all producers and consumers
+                    self._maybe_propose_isr()
+                first = False
+                remaining = deadline - time.monotonic()
+                if len(response.records) >= request.min_bytes or remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+        latency_ms = (time.monotonic() - deadline) * 1000 + request.max_wait_ms
+        metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_ms)
+        return response
 
-    async def list_offsets(self, timestamp_ms: int, current_leader_epoch: int = -1) -> ListOffsetsResponse:
-        try:
-            offset, timestamp = self.partition.list_offset(timestamp_ms, current_leader_epoch)
-        except Exception as exc:  # noqa: BLE001
-            return ListOffsetsResponse(**error_fields(exc))
-        return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp, leader_epoch=self.partition.leader_epoch)
+    def list_offsets(self, timestamp_ms: int, current_leader_epoch: int = -1) -> ListOffsetsResponse:
+        with self._lock:
+            try:
+                offset, timestamp = self.partition.list_offset(timestamp_ms, current_leader_epoch)
+            except Exception as exc:  # noqa: BLE001
+                return ListOffsetsResponse(**error_fields(exc))
+            return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp, leader_epoch=self.partition.leader_epoch)
 
-    async def end_offset_for_epoch(self, epoch: int) -> tuple[int, int, int]:
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int, int]:
         """``(error_code, epoch', end_offset)`` for a follower truncating (KIP-101)."""
-        return self.partition.answer_epoch_query(epoch)
+        with self._lock:
+            return self.partition.answer_epoch_query(epoch)
 
-    async def state(self) -> dict:
+    def state(self) -> dict:
         p = self.partition
-        return {
-            "leader": p.leader,
-            "leader_epoch": p.leader_epoch,
-            "isr": list(p.isr),
-            "replicas": list(p.replicas),
-            "partition_epoch": p.partition_epoch,
-            "high_watermark": p.high_watermark,
-            "log_start_offset": p.log.log_start_offset,
-            "log_end_offset": p.log.log_end_offset,
-            "size_bytes": p.log.size_bytes,
-            "segments": p.log.segment_count,
-            "pid": os.getpid(),
-            "fetch_errors": self._fetcher.errors if self._fetcher is not None else 0,
-            "last_fetch_error": self._fetcher.last_error if self._fetcher is not None else None,
-            "client_quotas_version": self._quotas_version,
-            "log_dir": self._dir,
-            "log_offline": p.log.offline is not None,
-            "cleaning": self._cleaning_now(),
-        }
+        with self._lock:
+            return {
+                "leader": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "isr": list(p.isr),
+                "replicas": list(p.replicas),
+                "partition_epoch": p.partition_epoch,
+                "high_watermark": p.high_watermark,
+                "log_start_offset": p.log.log_start_offset,
+                "log_end_offset": p.log.log_end_offset,
+                "size_bytes": p.log.size_bytes,
+                "segments": p.log.segment_count,
+                "pid": os.getpid(),
+                "fetch_errors": self._fetcher.errors if self._fetcher is not None else 0,
+                "last_fetch_error": self._fetcher.last_error if self._fetcher is not None else None,
+                "client_quotas_version": self._quotas_version,
+                "log_dir": self._dir,
+                "log_offline": p.log.offline is not None,
+                "cleaning": self._cleaning_now(),
+            }
 
     # --- leader: ISR --------------------------------------------------------------------
 
     def _maybe_propose_isr(self) -> None:
+        """Send the ISR change the partition proposes, if any and none is in flight (holding
+        ``_lock``): one at a time, from the peer-call thread."""
+        if self._proposing is not None and not self._proposing.done():
+            return  # its answer, or the next housekeeping round, looks again
         p = self.partition
         proposal = p.propose_isr() or p.isr_to_resend()
         if proposal is not None:
-            self._spawn(self._propose_isr(proposal, p.leader_epoch, p.partition_epoch))
+            self._proposing = _peer_thread().submit(self._propose_isr, proposal, p.leader_epoch, p.partition_epoch)
 
-    async def _propose_isr(self, isr: tuple[int, ...], leader_epoch: int, partition_epoch: int) -> None:
+    def _propose_isr(self, isr: tuple[int, ...], leader_epoch: int, partition_epoch: int) -> None:
         """Ask the controller (the single writer of the ISR) and take its answer; without one
         the proposal stays pending and the next housekeeping round sends it again."""
         p = self.partition
         try:
-            answer = await asyncio.wait_for(
-                self._controller().alter_isr.remote(
-                    p.topic, p.partition, p.broker_id, leader_epoch, partition_epoch, isr
-                ),
-                PEER_CALL_TIMEOUT_S,
+            call = self._controller().alter_isr.remote(
+                p.topic, p.partition, p.broker_id, leader_epoch, partition_epoch, isr
             )
-        except (asyncio.TimeoutError, ValueError, ray.exceptions.RayError):
+            answer = ray.get(call, timeout=PEER_CALL_TIMEOUT_S)
+        except (ValueError, ray.exceptions.RayError):
             answer = None
-        self._take_role(p.isr_answer(isr, answer), None)
-        self._notify()
+        with self._lock:
+            self._take_role(p.isr_answer(isr, answer), None)
+            self._notify()
 
     # --- follower -----------------------------------------------------------------------
 
-    async def _fetch_loop(self, fetcher: FollowerFetcher, leader) -> None:
-        """Run ``fetcher`` against ``leader`` until the role moves on (see
-        :mod:`raylog.coordination.fetcher`: the rules are there, the calls here)."""
+    def _fetch_loop(self, fetcher: FollowerFetcher, leader, stop: threading.Event) -> None:
+        """Run ``fetcher`` against ``leader`` until the role moves on or ``stop`` is set (see
+        :mod:`raylog.coordination.fetcher`: the rules are there, the calls here). Once
+        stopped, nothing it receives is applied: every step checks ``stop`` under the lock."""
         p = self.partition
-        while (request := fetcher.next_request()) is not None:
+        while True:
+            with self._lock:
+                request = None if stop.is_set() else fetcher.next_request()
+                if request is None:
+                    if self._follower is stop:
+                        self._follower = None  # ended on its own: a new role starts another
+                    return
             try:
                 if isinstance(request, EpochQuery):
                     call = leader.end_offset_for_epoch.remote(request.epoch)
-                    answer = EpochAnswer(*await asyncio.wait_for(call, PEER_CALL_TIMEOUT_S))
+                    answer = EpochAnswer(*ray.get(call, timeout=PEER_CALL_TIMEOUT_S))
                 else:
-                    answer = await asyncio.wait_for(leader.fetch.remote(request), PEER_CALL_TIMEOUT_S)
-            except (asyncio.TimeoutError, ray.exceptions.RayError):
-                then = fetcher.on_failure(request)
-            else:
-                then = fetcher.on_answer(request, answer)
-                self._notify()
+                    answer = ray.get(leader.fetch.remote(request), timeout=PEER_CALL_TIMEOUT_S)
+            except ray.exceptions.RayError:  # (a timeout is a RayError)
+                answer = None
+            with self._lock:
+                if stop.is_set():
+                    return
+                if answer is None:
+                    then = fetcher.on_failure(request)
+                else:
+                    then = fetcher.on_answer(request, answer)
+                    self._notify()
             if then is Next.REPORT_LEADER:
                 # Another in-sync replica can lead while Ray restarts a dead one.
-                self._spawn(quietly(self._controller().leader_unreachable.remote(p.topic, p.partition, p.leader_epoch)))
+                self._tell_controller("leader_unreachable", p.topic, p.partition, p.leader_epoch)
             if then is not Next.AGAIN:
-                await asyncio.sleep(REPLICA_BACKOFF_S)
+                stop.wait(REPLICA_BACKOFF_S)
 
     def _stop_following(self) -> None:
         if self._follower is not None:
-            self._follower.cancel()
+            self._follower.set()
             self._follower = None
         self._fetcher = None
 
@@ -436,74 +488,75 @@ class PartitionReplicaActor:
     def _controller(self):
         return ray.get_actor(controller_name(self._cluster_name), namespace=NAMESPACE)
 
-    def _spawn(self, coroutine) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
+    def _tell_controller(self, method: str, *args) -> None:
+        """A call to the controller without waiting for its answer (retried elsewhere)."""
+        try:
+            getattr(self._controller(), method).remote(*args)
+        except (ValueError, ray.exceptions.RayError):
+            pass
 
-    def _event(self) -> asyncio.Event:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        return self._changed
+    def _start(self, target: Callable[..., None], *args) -> threading.Thread:
+        """Run ``target(*args)`` on a daemon thread of its own."""
+        thread = threading.Thread(target=target, args=args, name=f"raylog-{target.__name__}", daemon=True)
+        thread.start()
+        return thread
 
     def _notify(self) -> None:
-        """Wake every waiter: long-polling fetches, acks=all producers, sequence gaps."""
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+        """Wake every waiter (holding ``_lock``): long-polling fetches, acks=all producers,
+        sequence gaps."""
+        self._changed.notify_all()
 
-    async def _housekeep(self) -> None:
+    def _housekeep(self) -> None:
         """Each round: ISR proposals, bringing back a log a disk error took offline (once no
         cleaning round runs), retention (below the HW), the flush.ms policy, the HW
         checkpoint, producer expiry and snapshot and, for a compacted topic, a cleaning round
         (below the HW, keeping each producer's last batch) in the cleaner thread; a disk
         error (e.g. a full disk) skips the round instead of ending the loop."""
         interval_s, seen = HOUSEKEEPING_INTERVAL_S, None
-        while True:
-            await asyncio.sleep(interval_s)
-            p = self.partition
-            log = p.log
-            now = (log.log_end_offset, p.high_watermark, log.log_start_offset, p.leader_epoch, p.isr, p.pending_isr)
-            idle = now == seen and log.offline is None and not log.config.compact
-            # An idle leader still drops a follower that stopped fetching, within 1.25 lag times.
-            longest_s = min(HOUSEKEEPING_IDLE_MAX_S, p.config.replica_lag_time_max_ms / 4000)
-            longest_s = max(HOUSEKEEPING_INTERVAL_S, longest_s)
-            interval_s = min(2 * interval_s, longest_s) if idle else HOUSEKEEPING_INTERVAL_S
-            seen = now
-            self._maybe_propose_isr()
-            if log.offline is not None and not self._cleaning_now():
-                if log.revive():
-                    self._notify()
-            try:
-                log.apply_retention(p.high_watermark)
-                log.maybe_flush()
-                p.checkpoint_high_watermark()
-                p.checkpoint_producer_state()
-                if log.config.compact and not self._cleaning_now():
-                    self._cleaning = self._spawn(self._clean(p.high_watermark, p.producers.last_offsets()))
-                if not idle:
-                    metrics.record_partition_state(self._metric_tags, p)
-            except RaylogError:
-                continue
+        while not self._stopped.wait(interval_s):
+            with self._lock:
+                p = self.partition
+                log = p.log
+                now = (log.log_end_offset, p.high_watermark, log.log_start_offset, p.leader_epoch, p.isr, p.pending_isr)
+                idle = now == seen and log.offline is None and not log.config.compact
+                # An idle leader still drops a follower that stopped fetching, within 1.25 lag times.
+                longest_s = min(HOUSEKEEPING_IDLE_MAX_S, p.config.replica_lag_time_max_ms / 4000)
+                longest_s = max(HOUSEKEEPING_INTERVAL_S, longest_s)
+                interval_s = min(2 * interval_s, longest_s) if idle else HOUSEKEEPING_INTERVAL_S
+                seen = now
+                self._maybe_propose_isr()
+                if log.offline is not None and not self._cleaning_now():
+                    if log.revive():
+                        self._notify()
+                try:
+                    log.apply_retention(p.high_watermark)
+                    log.maybe_flush()
+                    p.checkpoint_high_watermark()
+                    p.checkpoint_producer_state()
+                    if log.config.compact and not self._cleaning_now():
+                        self._cleaning = _cleaner_thread().submit(
+                            self._clean, p.high_watermark, p.producers.last_offsets()
+                        )
+                    if not idle:
+                        metrics.record_partition_state(self._metric_tags, p)
+                except RaylogError:
+                    continue
 
     def _cleaning_now(self) -> bool:
         return self._cleaning is not None and not self._cleaning.done()
 
-    async def _clean(self, high_watermark: int, producer_last_offsets: dict[int, int]) -> None:
-        """One cleaning round in this process's cleaner thread, off the event loop (the log
-        swaps segments under its lock; see :class:`~raylog.storage.log.Log`)."""
-        log = self.partition.log
-        round_ = functools.partial(log.clean, max_offset=high_watermark, producer_last_offsets=producer_last_offsets)
+    def _clean(self, high_watermark: int, producer_last_offsets: dict[int, int]) -> None:
+        """One cleaning round, in this process's cleaner thread without ``_lock`` (the log
+        swaps segments under its own lock; see :class:`~raylog.storage.log.Log`)."""
         try:
-            cleaned = await asyncio.get_running_loop().run_in_executor(_cleaner_thread(), round_)
+            cleaned = self.partition.log.clean(max_offset=high_watermark, producer_last_offsets=producer_last_offsets)
         except RaylogError as exc:
             logger.warning("%s: cleaning round failed, the next one retries: %s", self.partition.name, exc)
             return
         if cleaned is not None:
             metrics.record_cleaning(self._metric_tags, cleaned)
 
-    async def inject_disk_fault(self, errno: int | None) -> None:
+    def inject_disk_fault(self, errno: int | None) -> None:
         """Test only: make every storage write in this replica's process fail with
         ``OSError(errno)`` (``errno.ENOSPC``: a full disk, ``errno.EIO``: a failing one), or
         stop with None (:mod:`raylog.storage.faults`). Produces are then answered with
@@ -512,25 +565,15 @@ class PartitionReplicaActor:
         faults.inject(errno)
 
 
+@functools.cache
+def _peer_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's thread for calls to other actors whose answers it waits for."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="raylog-peer")
+
+
 def _now_ms() -> float:
     return time.monotonic() * 1000
 
 
 def _produce_error(error: RaylogError) -> ProduceResponse:
     return ProduceResponse(**error_fields(error))
-
-
-async def wait_for_event(event: asyncio.Event, timeout_s: float) -> None:
-    """Wait until ``event`` is set or ``timeout_s`` passes."""
-    try:
-        await asyncio.wait_for(event.wait(), timeout_s)
-    except asyncio.TimeoutError:
-        pass
-
-
-async def quietly(ref) -> None:
-    """Await a fire-and-forget call to another actor; a failure is left to retries elsewhere."""
-    try:
-        await asyncio.wait_for(ref, PEER_CALL_TIMEOUT_S)
-    except (asyncio.TimeoutError, ray.exceptions.RayError):
-        pass
