@@ -7,7 +7,8 @@ settings: a 512 MiB object store, no dashboard). RF1: one embedded raylog broker
 (``raylog.connect(data_dir=...)``); RF3: afterwards, in the same Ray, an embedded cluster of
 three brokers on this node (``num_brokers=3``). Data in a temporary directory; every topic
 is deleted after it was measured (and its processes gone before the next count starts).
-A fixed set of 8 bare Ray actors (``num_cpus=0``, a ``ready()`` returning the pid, no
+A fixed set of 8 bare Ray actors (``num_cpus=0``, threaded as a replica is: ``max_concurrency``
+of ``raylog.actors.replica.MAX_CONCURRENCY``; a ``ready()`` returning the pid, no
 imports) stays alive for the whole run: the memory and idle-CPU baseline.
 
 For each partition count N (``--counts``, RF1; ``--rf3-counts``, RF3), in this order:
@@ -38,7 +39,7 @@ For each partition count N (``--counts``, RF1; ``--rf3-counts``, RF3), in this o
    partitions and the same load. The note says how many partitions got records. Ratio:
    records/s over a 6-partition topic of the same RF and load measured in the same run.
    Target: ratio >= 0.8 at 64 RF1 partitions, produce and consume. Beside each RF1 count,
-   the floor of that ratio: as many fresh bare async actors answering 320 calls of a full
+   the floor of that ratio: as many fresh bare threaded actors answering 320 calls of a full
    batch's size (6.5 MB, NumPy, out of band), in turn, 7 in flight (what a consumer's
    default ``fetch_max_bytes`` holds), over 6 bare actors doing the same.
 5. Loaded memory: the replicas' mean USS after that load and ``--idle-s`` seconds idle (the
@@ -78,6 +79,7 @@ from benchmarks import common
 from benchmarks.client_bench import Workload, batch_note, make_workload, new_producer, timed_consume, uss_mb
 from benchmarks.common import MB, BenchError, get, number, times
 from raylog import Admin, Consumer, NewTopic
+from raylog.actors.replica import MAX_CONCURRENCY
 from raylog.bench import high_watermarks, wait_for_records
 from raylog.clients.cluster import RaylogCluster
 from raylog.config import LogConfig
@@ -153,9 +155,9 @@ class BareActor:
     def ready(self) -> int:
         return os.getpid()
 
-    async def fetch(self, size: int) -> Any:
+    def fetch(self, size: int) -> Any:
         """``size`` bytes as a leader answers a fetch: a NumPy view of fresh bytes (shipped out
-        of band), from an async actor as a replica is (imports NumPy: for the throughput
+        of band), from a threaded actor as a replica is (imports NumPy: for the throughput
         floor only, never on the actors whose memory is the baseline)."""
         import numpy as np
 
@@ -219,7 +221,7 @@ def require_memory(processes: int, per_process_mb: float, what: str) -> None:
 
 def start_bare_actors(count: int, timeout_s: float) -> tuple[list[Any], list[int], float]:
     """``count`` bare actors created at once: handles, pids, seconds until all answered."""
-    cls = ray.remote(BareActor).options(num_cpus=0)
+    cls = ray.remote(BareActor).options(num_cpus=0, max_concurrency=MAX_CONCURRENCY)  # threaded, as a replica
     start = time.perf_counter()
     actors = [cls.remote() for _ in range(count)]
     try:

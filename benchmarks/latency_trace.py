@@ -12,15 +12,17 @@ own task events (``ray.timeline()``). Per record (records sent alone in their ba
   leader's event loop);
 - ``produce``: the leader's ``produce`` (the append; with acks=all, the wait for the ISR);
 - ``ack back``: the produce ends -> the producer's future is done (Ray's reply path);
-- ``wake``: the produce ends -> the consumer's long-polling fetch ends at the leader;
+- ``wake``: the produce starts -> the consumer's long-polling fetch ends at the leader (the
+  append wakes it on its own thread: it may answer before the produce does);
 - ``to consumer``: the fetch ends -> the consumer's poll returns the record;
-- ``e2e``: ``send()`` called -> the consumer has the record; ``ack``: -> the future is done.
+- ``e2e``: ``send()`` called -> the consumer has the record (accumulate, to leader, wake, to
+  consumer); ``ack``: -> the future is done (accumulate, to leader, produce, ack back).
 
-Floors measured in the same run: a round trip to a bare async Ray actor (100 B), to a
-sync one, and a relay through an async one (a call that wakes a call held by another
-process), the least an end-to-end hop through one actor can cost; and the CPU one call
-costs the actor's process and this one (psutil), for those bare actors and for a leader's
-``produce`` of a one-record batch.
+Floors measured in the same run: a round trip (100 B) to a bare threaded Ray actor, as a
+replica is (the ``bare call`` every ratio is against), and to an async one; a relay through
+a threaded one (a call that wakes a call held by another process), the least an end-to-end
+hop through one actor can cost; and the CPU one call costs the actor's process and this one
+(psutil), for those bare actors and for a leader's ``produce`` of a one-record batch.
 
 Usage::
 
@@ -30,12 +32,12 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import asyncio
 import bisect
 import contextlib
 import os
 import struct
 import sys
+import threading
 import time
 import uuid
 from typing import Any
@@ -50,6 +52,7 @@ if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package 
 import raylog
 from benchmarks.common import send_at_rate, start_local_ray, temp_workdir
 from raylog import Admin, NewTopic, Producer
+from raylog.actors.replica import MAX_CONCURRENCY
 from raylog.bench import StampReader
 from raylog.protocol import ProduceRequest
 from raylog.storage import record_batch
@@ -75,23 +78,24 @@ class TracedProducer(Producer):
             self.dispatched.append((struct.unpack(">q", first[:8])[0], batch.record_count, time.time_ns()))
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
 class Relay:
-    """A held ``take`` answered by another process's ``put``."""
+    """A threaded actor as a replica is: a no-op ``echo``, and a held ``take`` answered by
+    another process's ``put``."""
 
     def __init__(self) -> None:
-        self.event = asyncio.Event()
+        self.event = threading.Event()
 
-    async def put(self) -> int:
+    def put(self) -> int:
         self.event.set()
         return time.time_ns()
 
-    async def take(self) -> int:
-        await self.event.wait()
+    def take(self) -> int:
+        self.event.wait()
         self.event.clear()
         return time.time_ns()
 
-    async def echo(self, payload: bytes) -> int:
+    def echo(self, payload: bytes) -> int:
         return len(payload)
 
     def pid(self) -> int:
@@ -99,10 +103,10 @@ class Relay:
 
 
 @ray.remote(num_cpus=0)
-class SyncEcho:
-    """The same call to an actor without an event loop (Ray runs its calls on its own thread)."""
+class AsyncEcho:
+    """The same call to an async actor (Ray hands each call to its event loop and back)."""
 
-    def echo(self, payload: bytes) -> int:
+    async def echo(self, payload: bytes) -> int:
         return len(payload)
 
     def pid(self) -> int:
@@ -126,16 +130,16 @@ def cpu_per_call(call: Any, pid: int, calls: int) -> tuple[float, float]:
 
 
 def cpu_floors(cluster: Any, topic: str, calls: int) -> None:
-    """Print the CPU per call of a bare async and sync actor and of a leader's produce."""
-    relay, plain = Relay.remote(), SyncEcho.remote()
+    """Print the CPU per call of a bare threaded and async actor and of a leader's produce."""
+    relay, plain = Relay.remote(), AsyncEcho.remote()
     payload = os.urandom(VALUE_BYTES)
     batch = np.frombuffer(
         record_batch.build([payload], None, None, None, codec=0, now_ms=time.time_ns() // 1_000_000), dtype=np.uint8
     )
     leader = cluster.metadata(refresh=True).leader(raylog.TopicPartition(topic, 0))
     rows = (
-        ("bare async actor", lambda: relay.echo.remote(payload), ray.get(relay.pid.remote())),
-        ("bare sync actor", lambda: plain.echo.remote(payload), ray.get(plain.pid.remote())),
+        ("bare threaded actor", lambda: relay.echo.remote(payload), ray.get(relay.pid.remote())),
+        ("bare async actor", lambda: plain.echo.remote(payload), ray.get(plain.pid.remote())),
         (
             "leader produce, 1 record",
             lambda: leader.produce.remote(ProduceRequest(batch)),
@@ -162,11 +166,11 @@ def round_trips(actor: Any, payload: bytes, samples: int) -> np.ndarray:
 
 
 def floors(samples: int) -> dict[str, np.ndarray]:
-    """Milliseconds of a bare round trip (100 B) to an async actor (as a replica is) and to a
-    sync one, and of a relay: put -> a take held by the actor returned."""
-    relay, plain = Relay.remote(), SyncEcho.remote()
+    """Milliseconds of a bare round trip (100 B) to a threaded actor (as a replica is) and to
+    an async one, and of a relay: put -> a take held by the threaded actor returned."""
+    relay, plain = Relay.remote(), AsyncEcho.remote()
     payload = os.urandom(VALUE_BYTES)
-    bare, sync = round_trips(relay, payload, samples), round_trips(plain, payload, samples)
+    bare, other = round_trips(relay, payload, samples), round_trips(plain, payload, samples)
     relays = []
     for _ in range(samples):
         held = relay.take.remote()
@@ -178,7 +182,7 @@ def floors(samples: int) -> dict[str, np.ndarray]:
         time.sleep(0.001)
     ray.kill(relay)
     ray.kill(plain)
-    return {"bare call": bare, "sync actor call": sync, "relay": np.array(relays) / 1e6}
+    return {"bare call": bare, "async actor call": other, "relay": np.array(relays) / 1e6}
 
 
 def spans(name: str, since_ns: int) -> list[tuple[int, int]]:
@@ -231,7 +235,8 @@ def trace(cluster: Any, topic: str, rate: int, seconds: float, acks: Any) -> dic
     for (sent, records, submitted), (start, end) in zip(producer.dispatched, produces, strict=True):
         if records != 1 or sent not in received or sent not in acked:
             continue  # several records shared the batch: no hop is that one record's own
-        woke = fetch_ends[bisect.bisect_left(fetch_ends, end)] if fetch_ends[-1] >= end else received[sent]
+        # The fetch that carried the record ended after the append began (the produce's start).
+        woke = fetch_ends[bisect.bisect_left(fetch_ends, start)] if fetch_ends[-1] >= start else received[sent]
         for hop, ns in zip(
             HOPS,
             (
@@ -239,7 +244,7 @@ def trace(cluster: Any, topic: str, rate: int, seconds: float, acks: Any) -> dic
                 start - submitted,
                 end - start,
                 acked[sent] - end,
-                woke - end,
+                woke - start,
                 received[sent] - woke,
                 received[sent] - sent,
                 acked[sent] - sent,
