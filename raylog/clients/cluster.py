@@ -104,6 +104,9 @@ class RaylogCluster:
 
     def metadata(self, refresh: bool = False) -> Metadata:
         """The cached metadata of every topic (fetched on first use or when ``refresh``)."""
+        cached = self._metadata  # (read without the lock: a snapshot is replaced, never changed)
+        if cached is not None and not refresh:
+            return cached
         with self._lock:
             if self._metadata is None or refresh:
                 self._metadata = Metadata(call(self.controller.metadata.remote(), METADATA_TIMEOUT_S))

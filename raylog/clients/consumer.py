@@ -28,6 +28,7 @@ Concurrency: not thread-safe, like Kafka's consumer; use one per thread.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import re
 import time
@@ -746,18 +747,18 @@ class Consumer:
             headers: list = [[] for _ in range(n)]
         else:
             headers = [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in header_column.to_pylist()]
-        return list(
-            map(
-                Record,
-                [tp.topic] * n,
-                [tp.partition] * n,
-                table.column("offset").to_pylist(),
-                table.column("timestamp_ms").to_pylist(),
-                keys,
-                values,
-                headers,
-            )
+        # tuple.__new__ builds each Record in C (Record(...) runs its Python __new__ per record).
+        fields = zip(
+            itertools.repeat(tp.topic, n),
+            itertools.repeat(tp.partition, n),
+            table.column("offset").to_pylist(),
+            table.column("timestamp_ms").to_pylist(),
+            keys,
+            values,
+            headers,
+            strict=True,
         )
+        return list(map(tuple.__new__, itertools.repeat(Record, n), fields))
 
     def _set_position(self, tp: TopicPartition, offset: int) -> None:
         self._positions[tp] = offset

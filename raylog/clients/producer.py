@@ -73,6 +73,8 @@ RECORD_OVERHEAD_BYTES = 16
 #: After a leader's process dies, how long a batch waits for metadata naming another leader
 #: before it is sent to the same actor again (Ray restarts it in about that time or more).
 LEADER_FAILOVER_WAIT_S = 1.5
+#: Batches smaller than this go to the leader as bytes, larger ones as an array (out of band).
+INLINE_BATCH_BYTES = 64 << 10
 #: Guards completion against a concurrent add_done_callback (callbacks run exactly once).
 _CALLBACK_LOCK = threading.Lock()
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
@@ -414,7 +416,8 @@ class Producer:
             UnknownTopicOrPartitionError: no such topic or partition (after a metadata refresh).
             KafkaTimeoutError: no buffer room within ``max_block_ms``.
         """
-        self._require_open()
+        if self._sender_error is not None or self._closed:
+            self._require_open()
         if key is not None and self._key_serializer is not None:
             key = self._key_serializer(key)
         if value is not None and self._value_serializer is not None:
@@ -448,7 +451,8 @@ class Producer:
             )
         tp = partitions[partition]
         with self._lock:
-            self._require_open()  # again: the sender may have failed (or close run) meanwhile
+            if self._sender_error is not None or self._closed:  # the sender failed, or close ran, meanwhile
+                self._require_open()
             if self._buffered_bytes + size > self._buffer_memory:
                 self._reserve(size)
             else:
@@ -679,7 +683,7 @@ class Producer:
         """
         metadata = self._cluster.metadata()
         route = self._routes.get(topic)
-        if route is None or route[2] is not metadata:
+        if route is None or route[2] is not metadata:  # (on a send: only for a new snapshot)
             if route is None:
                 validate_topic_name(topic)
             if topic not in metadata.topics:
@@ -832,9 +836,10 @@ class Producer:
             batch.leader = leader
             # As an array, Ray ships the bytes out of band (the leader reads them where they lie
             # in the object store); as bytes they are copied into the pickle and out again:
-            # a 6.5 MB call took 8-11 ms that way, 3 ms this way.
+            # a 6.5 MB call took 8-11 ms that way, 3 ms this way. A small batch rides inside
+            # the call either way, and as bytes it costs each side ~50 us less CPU.
             request = ProduceRequest(
-                np.frombuffer(data, dtype=np.uint8),
+                data if len(data) < INLINE_BATCH_BYTES else np.frombuffer(data, dtype=np.uint8),
                 self._acks,
                 self._request_timeout_ms,
                 self._client_id,
