@@ -31,7 +31,9 @@ shows the best run, the one least disturbed by the rest of this 2-core machine):
    (warm-up) are left out; 5 s are measured per rate. Records still missing once none came
    for 60 s count as infinitely late (nearest-rank percentiles). The note gives the
    producer's acknowledgement latency (send to future done) and how long the whole run took
-   to arrive. Target at 10,000/s: p50 <= 2 ms, p99 <= 10 ms.
+   to arrive. Baseline, first: 1,000 round trips of 100 B, one at a time, to a no-op method
+   of a threaded Ray actor (as a replica is). Targets: p50 <= 2x that bare call, and p99 <=
+   10 ms at 10,000/s, <= 5 ms at 100/s.
 4. Baselines for the same values: a ``ray.util.queue.Queue`` fed with
    ``put_nowait_batch`` of 1,000 records and drained with ``get_nowait_batch(1,000)``; a bare
    Ray actor that appends ~1 MiB blobs (the record batches raylog would store, built from
@@ -76,6 +78,7 @@ import raylog
 from benchmarks import common
 from benchmarks.common import MB, MIB, BenchError, Target, get, number, times
 from raylog import Admin, Consumer, NewTopic, Producer
+from raylog.actors.replica import MAX_CONCURRENCY
 from raylog.bench import StampReader, high_watermarks, nearest_rank
 from raylog.clients.cluster import RaylogCluster
 from raylog.errors import KafkaTimeoutError
@@ -94,6 +97,12 @@ QUEUE_BATCH = 1_000
 IN_FLIGHT = 5
 LATENCY_RATES = (10_000, 1_000, 100)
 LATENCY_VALUE_BYTES = 100
+#: End-to-end latency targets: p50 <= this many bare Ray actor calls (measured in the same
+#: run), and p99 <= the rate's bound in ms.
+LATENCY_P50_BARE_CALLS = 2.0
+LATENCY_P99_MS = {10_000: 10.0, 100: 5.0}
+#: Round trips timed for the bare call baseline.
+BARE_CALLS = 1_000
 BIG_FETCH_BYTES = 8 * MIB
 
 
@@ -145,7 +154,7 @@ class Row(common.Judged):
     p999_ms: float | None = None
     max_ms: float | None = None
     uss_mb: float | None = None
-    ratio: float | None = None  # memory: USS over the plain actor's
+    ratio: float | None = None  # memory: USS over the plain actor's; latency: p50 over a bare call's
     targets: list[Target] = field(default_factory=list)
     note: str = ""
     error: str | None = None
@@ -271,6 +280,10 @@ class PlainActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def echo(self, value: bytes) -> int:
+        """A no-op call: the latency baseline (as a threaded actor, as a replica is)."""
+        return len(value)
 
 
 # ---------------------------------------------------------------------------------------
@@ -474,6 +487,7 @@ class Runner(common.Phases):
         self.topics: list[str] = []
         self.baselines: dict[int, Baseline] = {}
         self.loaded_replica_pid: int | None = None
+        self.bare_call_ms: float | None = None  # p50 round trip of a no-op call, 100 B
 
     # --- plumbing -------------------------------------------------------------------
 
@@ -627,12 +641,42 @@ class Runner(common.Phases):
     # --- 3. latency -------------------------------------------------------------------
 
     def latency(self) -> None:
+        self.phase("latency", "baseline: bare Ray actor call", self._bare_call)
         topic = self.create_topic(1)
         try:
             for rate in LATENCY_RATES:
                 self.phase("latency", f"e2e latency at {rate:,} rec/s", lambda rate=rate: self._latency(topic, rate))
         finally:
             self.delete_topic(topic)
+
+    def _bare_call(self) -> None:
+        """Round trips of 100 B to a no-op method of a threaded actor, one at a time."""
+        options = {"num_cpus": 0, "max_concurrency": MAX_CONCURRENCY}
+        actor = ray.remote(PlainActor).options(**options).remote(True)
+        payload = os.urandom(LATENCY_VALUE_BYTES)
+        try:
+            get([actor.echo.remote(payload) for _ in range(20)], self.scale.timeout_s, "bare actor start")
+            samples = []
+            for _ in range(BARE_CALLS):
+                start = time.perf_counter_ns()
+                ray.get(actor.echo.remote(payload))
+                samples.append(time.perf_counter_ns() - start)
+        finally:
+            ray.kill(actor)
+        latencies = np.sort(samples) / 1e6
+        self.bare_call_ms = nearest_rank(latencies, 0.5)
+        self.rows.append(
+            Row(
+                "latency",
+                "baseline: bare Ray actor call, 100 B",
+                p50_ms=self.bare_call_ms,
+                p99_ms=nearest_rank(latencies, 0.99),
+                p999_ms=nearest_rank(latencies, 0.999),
+                max_ms=float(latencies[-1]),
+                ratio=1.0,
+                note=f"{BARE_CALLS:,} round trips one at a time, a no-op method of a threaded actor (as a replica is)",
+            )
+        )
 
     def _latency(self, topic: str, rate: int) -> None:
         scale = self.scale
@@ -679,7 +723,10 @@ class Runner(common.Phases):
             else ""
         )
         drained = (recv_ns.max() - sent_ns.min()) / 1e9 if len(recv_ns) else float("nan")
-        targets = [Target("p50_ms", "<=", 2), Target("p99_ms", "<=", 10)] if rate == 10_000 else []
+        bare = self.bare_call_ms
+        targets = []
+        if rate in LATENCY_P99_MS and bare:
+            targets = [Target("ratio", "<=", LATENCY_P50_BARE_CALLS), Target("p99_ms", "<=", LATENCY_P99_MS[rate])]
         self.rows.append(
             Row(
                 "latency",
@@ -689,6 +736,7 @@ class Runner(common.Phases):
                 p99_ms=p99,
                 p999_ms=p999,
                 max_ms=float(latencies[-1]),
+                ratio=p50 / bare if bare else None,
                 targets=targets,
                 note=(
                     f"{len(measured):,} of {expected:,} after warm-up"
@@ -726,6 +774,7 @@ TABLES = {
             ("p99 ms", 7, lambda r: number(r.p99_ms, ".2f")),
             ("p99.9 ms", 8, lambda r: number(r.p999_ms, ".2f")),
             ("max ms", 7, lambda r: number(r.max_ms, ".1f")),
+            ("p50 x bare", 10, lambda r: times(r.ratio)),
         ),
         34,
     ),

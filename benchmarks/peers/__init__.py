@@ -14,6 +14,9 @@ Systems, each started by the benchmark on this machine and stopped after it (on 
   call as the Queue's batches carry. The measuring code is ``raylog.bench``, the same as
   ``raylog bench``.
 - ``ray.util.queue.Queue`` on the same Ray: ``put_nowait_batch`` / ``get_nowait_batch``.
+- In the synchronous mode only, a bare Ray actor call: a no-op method of a threaded actor
+  (as a replica is) per record, the floor of any synchronous send through Ray. Targets:
+  raylog RF=1's ``send().result()`` p50 <= 1.2x the bare call's, RF=3's <= 3x RF=1's.
 - Redis Streams (Debian's redis-server): pipelined ``XADD`` and ``XREAD COUNT``.
 - NATS JetStream (Debian's nats-server, ``-js`` with a file store): ``publish_async`` and a
   pull consumer (``fetch``) through nats-py.

@@ -34,6 +34,10 @@ BIG_BATCH_BYTES = 8 * 1024 * 1024
 #: The baselines every row is compared with: raylog's fast path, RF=1 and RF=3.
 RF1, RF3 = "raylog RF=1 acks=1", "raylog RF=3 acks=all"
 FAST, PER_RECORD, SYNC = "send_arrow/poll_arrow", "send()/poll()", "send().result()"
+#: The sync mode's floor: a no-op call to a threaded Ray actor (as a replica is).
+BARE = "bare Ray actor call"
+#: Sync mode targets: raylog RF=1's p50 over the bare call's, RF=3's over RF=1's.
+SYNC_RF1_VS_BARE, SYNC_RF3_VS_RF1 = 1.2, 3.0
 MODES = ("produce", "consume", "sync")
 
 
@@ -49,6 +53,7 @@ class Row(common.Judged):
     vs_rf3: float | None = None
     ack_p50_ms: float | None = None
     ack_p99_ms: float | None = None
+    ratio: float | None = None  # sync mode: ack p50 over its baseline's (see SYNC_RF1_VS_BARE)
     seconds: float | None = None
     records: int | None = None
     verdict: str | None = None
@@ -163,6 +168,8 @@ def run_on_ray(runner: Runner, stack: contextlib.ExitStack, workdir: str) -> Non
     stack.callback(common.shutdown_ray)
     base = {"ray_address": ray.get_runtime_context().gcs_address, "namespace": f"peers-{uuid.uuid4().hex[:8]}"}
 
+    runner.system(BARE, {**base, "system": "bare"}, ("sync",))
+
     def queue_phase() -> None:
         queue = Queue(actor_options={"num_cpus": 0})
         try:
@@ -230,6 +237,16 @@ def compare(rows: list[Row]) -> None:
             row.vs_rf3 = row.records_per_s / rf3.records_per_s if rf3 else None
             if mode != "sync" and not row.name.startswith("raylog") and rf1 is not None:
                 row.verdict = "raylog ahead" if rf1.records_per_s > row.records_per_s else "PEER AHEAD"
+    synced = {r.name: r for r in rows if r.section == "sync" and r.error is None}
+    for name, base, limit, what in (
+        (f"{RF1}, {SYNC}", BARE, SYNC_RF1_VS_BARE, "the bare call's"),
+        (f"{RF3}, {SYNC}", f"{RF1}, {SYNC}", SYNC_RF3_VS_RF1, "RF=1's"),
+    ):
+        row, baseline = synced.get(name), synced.get(base)
+        if row is not None and baseline is not None and row.ack_p50_ms and baseline.ack_p50_ms:
+            row.ratio = row.ack_p50_ms / baseline.ack_p50_ms
+            row.targets = [Target("ratio", "<=", limit)]
+            row.note = f"{row.note}; p50 ratio: over {what}"
 
 
 COLUMNS = (
@@ -241,6 +258,7 @@ COLUMNS = (
     ("x RF=3", 7, lambda r: times(r.vs_rf3)),
     ("ack p50 ms", 10, lambda r: number(r.ack_p50_ms, ".3f")),
     ("ack p99 ms", 10, lambda r: number(r.ack_p99_ms, ".3f")),
+    ("p50 ratio", 9, lambda r: times(r.ratio)),
 )
 
 
@@ -268,7 +286,8 @@ def header(records: int, sync_records: int, versions: dict[str, str]) -> list[st
         f"peer bulk sizes: {', '.join(f'{k} {v:,}' for k, v in BATCH.items())}",
         "x RF=1 / x RF=3: records/s over raylog's (RF=1 / RF=3) in the same mode, fast path for produce and "
         "consume; "
-        "MB = 10^6 bytes of values; ack latency: sync mode only",
+        "MB = 10^6 bytes of values; ack latency: sync mode only; p50 ratio: raylog RF=1's sync p50 over the "
+        f"bare Ray actor call's (target <= {SYNC_RF1_VS_BARE:g}x), RF=3's over RF=1's (<= {SYNC_RF3_VS_RF1:g}x)",
         "versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
     ]
 
@@ -343,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in header(records, sync_records, all_versions):
         print(line)
     print()
-    print(common.format_table(COLUMNS, arranged(runner.rows), target_width=0))
+    print(common.format_table(COLUMNS, arranged(runner.rows), target_width=8))
     print()
     print(common.totals_line(watch.seconds, common.environment(with_ray=False)))
     watch.print_load("other work on the machine lowers every figure")

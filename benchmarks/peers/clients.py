@@ -1,7 +1,7 @@
 """One client role of the peers benchmark, run in a process of its own.
 
 ``python -m benchmarks.peers.clients SPEC`` where SPEC is a JSON object with ``system``
-(raylog, queue, redis, nats), ``role`` (produce, consume, sync), ``records``,
+(raylog, bare, queue, redis, nats), ``role`` (produce, consume, sync; bare: sync only), ``records``,
 ``record_size`` and the system's coordinates; it prints one JSON line: the
 :class:`raylog.bench.Throughput` figures, ``ack_latency_ms`` and a ``note``.
 
@@ -113,6 +113,33 @@ def raylog_role(spec: dict) -> dict:
     if not sync:
         bench.wait_for_records(cluster, topic, count, TIMEOUT_S)
     return _result(result.records, result.value_bytes, result.seconds, None if not sync else latency, note)
+
+
+# --- a bare Ray actor ---------------------------------------------------------------------
+
+
+class _Bare:
+    """A no-op call to a threaded actor, as a replica is: the floor of a synchronous send."""
+
+    def append(self, value: bytes) -> int:
+        return len(value)
+
+
+def bare_role(spec: dict) -> dict:
+    import ray
+
+    from raylog.actors.replica import MAX_CONCURRENCY
+
+    if spec["role"] != "sync":
+        raise ValueError("the bare actor has a sync role only")
+    _join_ray(spec)
+    actor = ray.remote(_Bare).options(num_cpus=0, max_concurrency=MAX_CONCURRENCY).remote()
+    try:
+        payloads = _payloads(spec)
+        ray.get([actor.append.remote(p) for p in payloads[:20]])  # started, warm
+        return _one_by_one(payloads, lambda value: ray.get(actor.append.remote(value)), "no-op call per record")
+    finally:
+        ray.kill(actor)
 
 
 # --- ray.util.queue.Queue ----------------------------------------------------------------
@@ -245,7 +272,7 @@ async def _nats_sync(js: Any, subject: str, payloads: list[bytes]) -> dict:
     )
 
 
-ROLES = {"raylog": raylog_role, "queue": queue_role, "redis": redis_role, "nats": nats_role}
+ROLES = {"raylog": raylog_role, "bare": bare_role, "queue": queue_role, "redis": redis_role, "nats": nats_role}
 
 
 def main(argv: list[str]) -> int:
