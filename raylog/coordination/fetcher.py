@@ -16,7 +16,7 @@ its log; a corrupt batch, a full or failing disk, a fenced or moved leader: the 
 logged and counted and the same fetch is made again after a pause. The loop never ends on an
 error, only when the role moves on.
 
-Concurrency: single-threaded (the replica actor's event loop); one request out at a time.
+Concurrency: not thread-safe; the replica actor calls it under its lock, one request out at a time.
 """
 
 from __future__ import annotations

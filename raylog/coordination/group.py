@@ -34,7 +34,7 @@ complete and the assignment computed, the group record not durable yet), Stable,
 
 Inputs are requests and :meth:`tick` with the time; outputs are :class:`Outcome` (replies
 for waiting joins, records to append) or a raised typed error. No clock, no I/O.
-Concurrency: not thread-safe; one caller (the coordinator actor's event loop).
+Concurrency: not thread-safe; one caller at a time (the coordinator actor, under its lock).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ batch (``producer_last_offsets``), so compaction loses no producer's state.
 Invariants: the HW never exceeds the LEO and, while a replica leads, never goes down; a
 committed offset (below the HW) is on every ISR member.
 
-Concurrency: single-threaded (the replica actor's event loop).
+Concurrency: not thread-safe; the replica actor calls it under its lock.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ producer and partition from 0 and wrap as Kafka's do: after ``2**31 - 1`` comes 
 :func:`increment_sequence`; "ahead" and "behind" compare modulo ``2**31``, see
 :func:`sequence_after`). The leader appends a producer's batches strictly in sequence
 order, which keeps a partition in send order even though Ray may run pipelined calls to
-an async actor out of order. :meth:`ProducerStateManager.check` decides:
+a threaded actor out of order. :meth:`ProducerStateManager.check` decides:
 
 - ``APPEND``: the batch continues the producer's sequence; or it is the first batch its
   producer has not had acknowledged (below);
@@ -40,7 +40,7 @@ last batch, not, as Kafka does, from the batch's record timestamps: a producer w
 event times (a backfill) would otherwise be forgotten at once, and a retry of its last
 batch appended twice.
 
-Concurrency: single-threaded (the replica actor's event loop).
+Concurrency: not thread-safe; the replica actor calls it under its lock.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ the client is throttled for the time that brings the rate back to it::
 Throttling delays the response, which holds back a client that waits for responses: its
 rate converges to its quota.
 
-Concurrency: not thread-safe; one owner (a replica actor's event loop) calls it.
+Concurrency: not thread-safe; one owner (a replica actor, under its lock) calls it.
 """
 
 from __future__ import annotations
