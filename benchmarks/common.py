@@ -83,8 +83,8 @@ class Target:
             return f"{self.op} {self.value:.2f}x"
         if self.metric.endswith("_ms"):
             return f"{self.metric[:-3]} {self.op} {self.value:g} ms"
-        if self.metric.endswith("_s"):
-            return f"{self.metric[:-2]} {self.op} {self.value:g} s"
+        if self.metric.endswith("_s") or self.metric == "seconds":
+            return f"{self.metric.removesuffix('_s')} {self.op} {self.value:g} s"
         return f"{self.op} {self.value:g} MB"
 
 
