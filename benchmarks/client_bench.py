@@ -30,10 +30,11 @@ shows the best run, the one least disturbed by the rest of this 2-core machine):
    (``raylog.bench.StampReader``, as ``raylog bench e2e``). Records sent in the first second
    (warm-up) are left out; 5 s are measured per rate. Records still missing once none came
    for 60 s count as infinitely late (nearest-rank percentiles). The note gives the
-   producer's acknowledgement latency (send to future done) and how long the whole run took
-   to arrive. Baseline, first: 1,000 round trips of 100 B, one at a time, to a no-op method
-   of a threaded Ray actor (as a replica is). Targets: p50 <= 2x that bare call, and p99 <=
-   10 ms at 10,000/s, <= 5 ms at 100/s.
+   producer's acknowledgement latency (send to future done), how long the whole run took
+   to arrive, the produce calls made and the CPU the leader, the consumer and the producer's
+   process used while sending (% of a core). Baseline, first: 1,000 round trips of 100 B,
+   one at a time, to a no-op method of a threaded Ray actor (as a replica is). Targets: p50
+   <= 2x that bare call, and p99 <= 10 ms at 10,000/s, <= 5 ms at 100/s.
 4. Baselines for the same values: a ``ray.util.queue.Queue`` fed with
    ``put_nowait_batch`` of 1,000 records and drained with ``get_nowait_batch(1,000)``; a bare
    Ray actor that appends ~1 MiB blobs (the record batches raylog would store, built from
@@ -683,11 +684,15 @@ class Runner(common.Phases):
         count = int(rate * (scale.warmup_seconds + scale.latency_seconds))
         send_s = scale.warmup_seconds + scale.latency_seconds
         actor = ray.remote(StampReader).options(num_cpus=0).remote(self.cluster, topic)
-        producer = Producer(self.cluster, acks=1, linger_ms=0)
+        producer = new_producer(self.cluster, acks=1, linger_ms=0)
         acks: list[tuple[int, int]] = []  # (send time_ns, acknowledged time_ns), from Ray's callback thread
         flush_note = ""
         try:
-            get(actor.ready.remote(), scale.timeout_s, "latency consumer start")
+            consumer_pid = get(actor.ready.remote(), scale.timeout_s, "latency consumer start")
+            leader = self.cluster.metadata(refresh=True).leader(raylog.TopicPartition(topic, 0))
+            pids = {"leader": get(leader.state.remote(), scale.timeout_s, "leader state")["pid"]}
+            pids.update(consumer=consumer_pid, producer=os.getpid())
+            cpu_before = {name: common.cpu_seconds(pid) for name, pid in pids.items()}
             pending = actor.run.remote(count, scale.drain_seconds)
             time.sleep(0.2)  # the consumer is in its poll loop
             pad = b"x" * (LATENCY_VALUE_BYTES - 8)
@@ -702,6 +707,8 @@ class Runner(common.Phases):
                 expected += now >= warm_until_ns
 
             elapsed = common.send_at_rate(count, rate, send_stamped)
+            cpu = {name: (common.cpu_seconds(pid) - cpu_before[name]) / elapsed for name, pid in pids.items()}
+            calls = batch_note(producer, count).split(" batches")[0]
             try:
                 producer.flush(timeout=scale.drain_seconds)
             except KafkaTimeoutError:
@@ -742,6 +749,8 @@ class Runner(common.Phases):
                     f"{len(measured):,} of {expected:,} after warm-up"
                     + (f", {missing:,} not received (inf)" if missing else "")
                     + f"; all in {drained:.1f} s for {send_s:g} s of sending{ack}{flush_note}"
+                    + f"; {calls} produce calls; CPU while sending, % of a core: "
+                    + ", ".join(f"{name} {100 * share:.0f}" for name, share in cpu.items())
                 ),
             )
         )

@@ -115,6 +115,17 @@ class Judged:
 # Timing and statistics
 
 
+def cpu_seconds(*pids: int) -> float:
+    """User + system CPU seconds the processes ``pids`` used so far."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        times_ = psutil.Process(pid).cpu_times()
+        total += times_.user + times_.system
+    return total
+
+
 def best(run: Callable[[], Any], repeats: int) -> Any:
     """The least of ``repeats`` calls of ``run`` (its elapsed seconds, or a tuple led by them)."""
     return min(run() for _ in range(repeats))

@@ -187,21 +187,12 @@ def mean_uss_mb(pids: list[int]) -> tuple[float, float, float]:
     return sum(values) / len(values), min(values), max(values)
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds the processes ``pids`` used so far."""
-    total = 0.0
-    for pid in pids:
-        times_ = psutil.Process(pid).cpu_times()
-        total += times_.user + times_.system
-    return total
-
-
 def idle_cpu(replica_pids: list[int], bare_pids: list[int], seconds: float) -> tuple[float, float]:
     """% of one core used over ``seconds`` by all of ``replica_pids``, and by one bare actor (mean)."""
-    before = cpu_seconds(replica_pids), cpu_seconds(bare_pids)
+    before = common.cpu_seconds(*replica_pids), common.cpu_seconds(*bare_pids)
     start = time.perf_counter()
     time.sleep(seconds)
-    after = cpu_seconds(replica_pids), cpu_seconds(bare_pids)
+    after = common.cpu_seconds(*replica_pids), common.cpu_seconds(*bare_pids)
     elapsed = time.perf_counter() - start
     return (
         100 * (after[0] - before[0]) / elapsed,

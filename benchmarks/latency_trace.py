@@ -22,7 +22,10 @@ Floors measured in the same run: a round trip (100 B) to a bare threaded Ray act
 replica is (the ``bare call`` every ratio is against), and to an async one; a relay through
 a threaded one (a call that wakes a call held by another process), the least an end-to-end
 hop through one actor can cost; and the CPU one call costs the actor's process and this one
-(psutil), for those bare actors and for a leader's ``produce`` of a one-record batch.
+(psutil), for those bare actors and for a leader's ``produce`` of a one-record batch. Also
+the cold path: raylog's one-record append and a plain ``pwrite`` of the same bytes in this
+process, back to back and after a 5 ms pause each, as calls at 100 records/s find the
+machine (on this VM a pause makes the same append ~10x slower: every sparse hop pays that).
 
 Usage::
 
@@ -43,19 +46,21 @@ import uuid
 from typing import Any
 
 import numpy as np
-import psutil
 import ray
 
 if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import raylog
-from benchmarks.common import send_at_rate, start_local_ray, temp_workdir
+from benchmarks.common import cpu_seconds, send_at_rate, start_local_ray, temp_workdir
 from raylog import Admin, NewTopic, Producer
 from raylog.actors.replica import MAX_CONCURRENCY
 from raylog.bench import StampReader
+from raylog.config import TopicConfig
+from raylog.coordination.partition import Partition
 from raylog.protocol import ProduceRequest
 from raylog.storage import record_batch
+from raylog.storage.log import Log
 
 VALUE_BYTES = 100
 #: How long Ray's task events of a run may take to reach the GCS.
@@ -113,20 +118,14 @@ class AsyncEcho:
         return os.getpid()
 
 
-def _cpu_s(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
-
-
 def cpu_per_call(call: Any, pid: int, calls: int) -> tuple[float, float]:
     """Microseconds of CPU that one ``call()`` (a ref, awaited before the next) costs the
     process ``pid`` and this one, over ``calls`` calls after a few unmeasured ones."""
     ray.get([call() for _ in range(20)])
-    callee, caller = psutil.Process(pid), psutil.Process()
-    callee_s, caller_s = _cpu_s(callee), _cpu_s(caller)
+    callee_s, caller_s = cpu_seconds(pid), cpu_seconds(os.getpid())
     for _ in range(calls):
         ray.get(call())
-    return (_cpu_s(callee) - callee_s) / calls * 1e6, (_cpu_s(caller) - caller_s) / calls * 1e6
+    return (cpu_seconds(pid) - callee_s) / calls * 1e6, (cpu_seconds(os.getpid()) - caller_s) / calls * 1e6
 
 
 def cpu_floors(cluster: Any, topic: str, calls: int) -> None:
@@ -153,6 +152,55 @@ def cpu_floors(cluster: Any, topic: str, calls: int) -> None:
         print(f"{name:<26}{callee_us:>11.0f}{caller_us:>11.0f}")
     ray.kill(relay)
     ray.kill(plain)
+
+
+def cold_path(workdir: str, samples: int = 300, pause_s: float = 0.005) -> None:
+    """Print what a call's own work costs when calls are sparse: raylog's one-record
+    idempotent acks=all append (a Partition over a Log, in this process, no Ray) and a plain
+    pwrite of the same bytes, back to back and after a pause before each (as at 100
+    records/s: caches and the CPU gone cold in between)."""
+    config = TopicConfig.from_properties({})
+    directory = os.path.join(workdir, "cold-path")
+    os.makedirs(directory)
+    partition = Partition("cold", 0, broker_id=1, log=Log.open(directory, config.log_config()), config=config)
+    partition.become_leader(leader_epoch=1, replicas=(1,), isr=(1,))
+    payload = os.urandom(VALUE_BYTES)
+    batches = iter(
+        record_batch.build([payload], producer_id=1, producer_epoch=0, base_sequence=i, now_ms=1)
+        for i in range(4 * samples)
+    )
+    sequence = 0
+
+    def append() -> None:
+        nonlocal sequence
+        partition.append_as_leader(next(batches), -1, first_unacked_sequence=sequence)
+        sequence += 1
+
+    fd = os.open(os.path.join(directory, "plain"), os.O_WRONLY | os.O_CREAT)
+    offset = 0
+
+    def write() -> None:
+        nonlocal offset
+        offset += os.pwrite(fd, payload, offset)
+
+    def median_us(step: Any, pause: float) -> float:
+        out = []
+        for _ in range(samples):
+            if pause:
+                time.sleep(pause)
+            start = time.perf_counter_ns()
+            step()
+            out.append(time.perf_counter_ns() - start)
+        return float(np.median(out)) / 1e3
+
+    try:
+        print(f"--- cold path: p50 us of one step, back to back and after a {pause_s * 1e3:g} ms pause each")
+        for name, step in (("raylog append, 1 record", append), ("plain pwrite, same bytes", write)):
+            hot, cold = median_us(step, 0), median_us(step, pause_s)
+            print(f"{name:<26}{hot:>9.1f}{cold:>9.1f}  ({cold / hot:.1f}x)")
+    finally:
+        os.close(fd)
+        partition.log.close()
 
 
 def round_trips(actor: Any, payload: bytes, samples: int) -> np.ndarray:
@@ -284,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(cluster.shutdown)
         floor = floors(300)
         show("floors (same run)", floor, float(np.median(floor["bare call"])))
+        cold_path(workdir)
         admin = Admin(cluster)
         cpu_topic = f"trace-cpu-{uuid.uuid4().hex[:6]}"
         admin.create_topics([NewTopic(cpu_topic, 1, replication_factor=1)], wait_for_leaders_ms=60_000)
