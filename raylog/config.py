@@ -242,12 +242,26 @@ class ControllerConfig(_Config):
     #: Capped at the number of live brokers when the topic is created.
     offsets_topic_replication_factor: int = 3
     offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    #: ``__transaction_state`` (created on the first transactional producer), as above.
+    transaction_state_log_num_partitions: int = 3
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_segment_bytes: int = 100 * 1024 * 1024
 
     def __post_init__(self) -> None:
         self._require(self.node_check_interval_ms >= 10, "node.check.interval.ms must be >= 10")
         self._require(self.offsets_topic_num_partitions >= 1, "offsets.topic.num.partitions must be >= 1")
         self._require(self.offsets_topic_replication_factor >= 1, "offsets.topic.replication.factor must be >= 1")
         self._require(self.offsets_topic_segment_bytes >= 1024, "offsets.topic.segment.bytes must be >= 1024")
+        self._require(
+            self.transaction_state_log_num_partitions >= 1, "transaction.state.log.num.partitions must be >= 1"
+        )
+        self._require(
+            self.transaction_state_log_replication_factor >= 1,
+            "transaction.state.log.replication.factor must be >= 1",
+        )
+        self._require(
+            self.transaction_state_log_segment_bytes >= 1024, "transaction.state.log.segment.bytes must be >= 1024"
+        )
         self._require(
             0 <= self.leader_imbalance_per_broker_percentage <= 100,
             "leader.imbalance.per.broker.percentage must be in [0, 100]",

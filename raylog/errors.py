@@ -160,6 +160,38 @@ class InvalidProducerEpochError(ApiError):
     """A producer's epoch is older than one the partition has seen (a zombie producer)."""
 
 
+@_api(48, "INVALID_TXN_STATE")
+class InvalidTxnStateError(ApiError):
+    """The transactional call does not fit the transaction's state (e.g. committing a
+    transaction that was aborted)."""
+
+
+@_api(49, "INVALID_PRODUCER_ID_MAPPING")
+class InvalidProducerIdMappingError(ApiError):
+    """The transactional id has no producer with this id and epoch (init_transactions first)."""
+
+
+@_api(50, "INVALID_TRANSACTION_TIMEOUT")
+class InvalidTransactionTimeoutError(ApiError, ValueError):
+    """transaction.timeout.ms is out of the coordinator's range."""
+
+
+@_api(51, "CONCURRENT_TRANSACTIONS", retriable=True)
+class ConcurrentTransactionsError(ApiError):
+    """The transactional id's previous transaction is still completing; retry."""
+
+
+@_api(88, "UNSTABLE_OFFSET_COMMIT", retriable=True)
+class UnstableOffsetCommitError(ApiError):
+    """A transaction that commits offsets of this partition is not decided yet; retry."""
+
+
+@_api(90, "PRODUCER_FENCED")
+class ProducerFencedError(ApiError):
+    """A newer producer instance with the same transactional id started (or the transaction
+    timed out and the coordinator aborted it): this instance can neither write nor commit."""
+
+
 @_api(56, "KAFKA_STORAGE_ERROR", retriable=True)
 class StorageError(ApiError):
     """The log's disk failed an operation (full disk, I/O error); nothing partial was kept."""
@@ -272,6 +304,10 @@ class KafkaTimeoutError(RaylogError):
     """A client-side wait ran out (metadata, buffer space, a future's result)."""
 
     retriable = True
+
+
+class TransactionAbortableError(RaylogError):
+    """The open transaction cannot commit (a send in it failed): abort it, then begin anew."""
 
 
 class IllegalStateError(RaylogError):

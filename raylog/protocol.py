@@ -52,6 +52,7 @@ class FetchRequest:
     replica_id: int = -1  # -1 for consumers, the broker id for followers
     current_leader_epoch: int = -1  # -1: do not check
     client_id: str = ""  # whose consumer_byte_rate quota the bytes count against (consumers)
+    isolation_level: int = 0  # 0 read_uncommitted (up to the HW), 1 read_committed (up to the LSO)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class FetchResponse:
     #: Whole record batches, exactly as stored. A NumPy array so that Ray passes it out of
     #: band and the caller reads it from the object store without a copy.
     records: np.ndarray = field(default_factory=lambda: EMPTY_RECORDS)
+    last_stable_offset: int = -1
+    #: read_committed: ``(producer_id, first_offset)`` of each aborted transaction the
+    #: records may hold (see raylog.storage.record_batch.decode_table).
+    aborted_transactions: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -139,3 +144,18 @@ class GroupResponse:
     error_code: int = NONE
     error_message: str = ""
     value: Any = None
+
+
+# --- transactions (served by the leader replica of a ``__transaction_state`` partition) ---
+
+
+@dataclass(frozen=True)
+class TxnResponse:
+    """The answer to a transaction coordinator's calls: the producer id and epoch to use."""
+
+    error_code: int = NONE
+    error_message: str = ""
+    producer_id: int = -1
+    producer_epoch: int = -1
+    state: str = ""  # describe_transaction only
+    partitions: tuple = ()  # describe_transaction only

@@ -53,11 +53,12 @@ from raylog.actors import metrics
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.names import NAMESPACE, replica_name
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
+from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.config import ControllerConfig
 from raylog.coordination import elections
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, MetadataJournal, partition_record
-from raylog.coordination.placement import OFFSETS_TOPIC
+from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import CoordinatorNotAvailableError, RaylogError, UnknownTopicOrPartitionError
 from raylog.protocol import error_fields
 from raylog.storage import log_dirs
@@ -646,40 +647,59 @@ class ControllerActor:
         """``(partition, leader actor or None)`` of the ``__consumer_offsets`` partition whose
         leader coordinates ``group_id`` (Kafka's FindCoordinator); creates the topic, compacted
         and replicated, on the first call."""
+        return await self._coordinator_of(OFFSETS_TOPIC, group_id)
+
+    async def find_transaction_coordinator(self, transactional_id: str) -> tuple[int, Any]:
+        """As :meth:`find_coordinator`, for a transactional id and ``__transaction_state``."""
+        return await self._coordinator_of(TRANSACTION_TOPIC, transactional_id)
+
+    async def _coordinator_of(self, name: str, key: str) -> tuple[int, Any]:
         await self.start()
-        if OFFSETS_TOPIC not in self.image.topics:
+        if name not in self.image.topics:
             async with self._guard():
-                if OFFSETS_TOPIC not in self.image.topics:
-                    await self._create_offsets_topic()
-        topic = self.image.topics[OFFSETS_TOPIC]
-        partition = topic.partitions[partition_for(group_id, len(topic.partitions))]
+                if name not in self.image.topics:
+                    await self._create_internal_topic(name)
+        topic = self.image.topics[name]
+        partition = topic.partitions[partition_for(key, len(topic.partitions))]
         return partition.partition, self._live_leader(partition)
 
-    async def _create_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` with ``offsets.topic.replication.factor`` replicas (at
-        most as many as the cluster has brokers, so that one broker can run groups) and, as
-        commits are acks=all, ``min.insync.replicas`` 2 from three replicas up.
+    async def _create_internal_topic(self, name: str) -> None:
+        """Create ``__consumer_offsets`` or ``__transaction_state`` with its configured
+        replicas (at most as many as the cluster has brokers, so that one broker can run
+        groups and transactions) and, as their writes are acks=all, ``min.insync.replicas``
+        2 from three replicas up.
 
         Raises:
             CoordinatorNotAvailableError: fewer brokers are live than the topic needs (retriable:
-                as in Kafka, groups wait until the cluster can host it fully replicated).
+                as in Kafka, clients wait until the cluster can host it fully replicated).
         """
-        replication = max(1, min(self.config.offsets_topic_replication_factor, len(self.image.brokers)))
+        c = self.config
+        if name == OFFSETS_TOPIC:
+            partitions, factor, segment_bytes = (
+                c.offsets_topic_num_partitions,
+                c.offsets_topic_replication_factor,
+                c.offsets_topic_segment_bytes,
+            )
+        else:
+            partitions, factor, segment_bytes = (
+                c.transaction_state_log_num_partitions,
+                c.transaction_state_log_replication_factor,
+                c.transaction_state_log_segment_bytes,
+            )
+        replication = max(1, min(factor, len(self.image.brokers)))
         if len(self.live) < replication:
             raise CoordinatorNotAvailableError(
-                f"{OFFSETS_TOPIC} needs {replication} live brokers to be created, {len(self.live)} are live"
+                f"{name} needs {replication} live brokers to be created, {len(self.live)} are live"
             )
         config = {
             "cleanup.policy": "compact",
-            "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+            "segment.bytes": str(segment_bytes),
             "unclean.leader.election.enable": "false",
             "min.insync.replicas": str(max(1, min(2, replication - 1))),
         }
-        record = self.image.create_topic(
-            OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, replication, config, live=self.live
-        )
+        record = self.image.create_topic(name, partitions, replication, config, live=self.live)
         self._commit([record])
-        self._ensure_replicas(OFFSETS_TOPIC)
+        self._ensure_replicas(name)
 
     async def init_producer_id(self) -> int:
         """A producer id never handed out before (Kafka's InitProducerId)."""
@@ -878,7 +898,9 @@ class ControllerActor:
             state,
             leader,
         )
-        actor_class = GroupCoordinatorActor if topic_name == OFFSETS_TOPIC else PartitionReplicaActor
+        actor_class = {OFFSETS_TOPIC: GroupCoordinatorActor, TRANSACTION_TOPIC: TransactionCoordinatorActor}.get(
+            topic_name, PartitionReplicaActor
+        )
         options["max_concurrency"] = actor_class.MAX_CONCURRENCY
         return actor_class, options, args
 

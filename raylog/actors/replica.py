@@ -318,6 +318,35 @@ class PartitionReplicaActor:
             log_start_offset=log_start_offset,
         )
 
+    def write_txn_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, timeout_ms: int = 30_000
+    ) -> ProduceResponse:
+        """A transaction coordinator's marker (see :meth:`Partition.append_marker`), answered
+        once the ISR has it; a stale marker is answered once the ISR has everything this
+        replica holds (the first attempt, whose answer was lost, may still be replicating)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        with self._lock:
+            try:
+                self._require_markers_accepted()
+                info = self.partition.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
+                return ProduceResponse(**error_fields(exc))
+            self._notify()
+            self._maybe_propose_isr()
+            end = self.partition.log.log_end_offset if info is None else info.last_offset + 1
+            error = self._await_replication(end, deadline)
+            if error is not None:
+                return _produce_error(error)
+            if info is not None:
+                self._marker_written(producer_id, commit)
+        return ProduceResponse(base_offset=-1 if info is None else info.first_offset)
+
+    def _require_markers_accepted(self) -> None:
+        """Raise a retriable error while this replica cannot take markers (holding ``_lock``)."""
+
+    def _marker_written(self, producer_id: int, commit: bool) -> None:
+        """A marker of ``producer_id`` is replicated (holding ``_lock``)."""
+
     def _await_replication(self, offset: int, deadline: float) -> RaylogError | None:
         """Wait (holding ``_lock``, released meanwhile) until the HW reaches ``offset`` (see
         :meth:`Partition.replication_done`)."""
@@ -380,10 +409,12 @@ class PartitionReplicaActor:
         metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_ms)
         return response
 
-    def list_offsets(self, timestamp_ms: int, current_leader_epoch: int = -1) -> ListOffsetsResponse:
+    def list_offsets(
+        self, timestamp_ms: int, current_leader_epoch: int = -1, isolation_level: int = 0
+    ) -> ListOffsetsResponse:
         with self._lock:
             try:
-                offset, timestamp = self.partition.list_offset(timestamp_ms, current_leader_epoch)
+                offset, timestamp = self.partition.list_offset(timestamp_ms, current_leader_epoch, isolation_level)
             except Exception as exc:  # noqa: BLE001
                 return ListOffsetsResponse(**error_fields(exc))
             return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp, leader_epoch=self.partition.leader_epoch)
@@ -539,7 +570,7 @@ class PartitionReplicaActor:
                     p.checkpoint_producer_state()
                     if log.config.compact and not self._cleaning_now():
                         self._cleaning = _cleaner_thread().submit(
-                            self._clean, p.high_watermark, p.producers.last_offsets()
+                            self._clean, p.last_stable_offset, p.producers.last_offsets()
                         )
                     if not idle:
                         metrics.record_partition_state(self._metric_tags, p)
@@ -549,11 +580,14 @@ class PartitionReplicaActor:
     def _cleaning_now(self) -> bool:
         return self._cleaning is not None and not self._cleaning.done()
 
-    def _clean(self, high_watermark: int, producer_last_offsets: dict[int, int]) -> None:
-        """One cleaning round, in this process's cleaner thread without ``_lock`` (the log
-        swaps segments under its own lock; see :class:`~raylog.storage.log.Log`)."""
+    def _clean(self, last_stable_offset: int, producer_last_offsets: dict[int, int]) -> None:
+        """One cleaning round below the LSO (transactions there are decided), in this
+        process's cleaner thread without ``_lock`` (the log swaps segments under its own
+        lock; see :class:`~raylog.storage.log.Log`)."""
         try:
-            cleaned = self.partition.log.clean(max_offset=high_watermark, producer_last_offsets=producer_last_offsets)
+            cleaned = self.partition.log.clean(
+                max_offset=last_stable_offset, producer_last_offsets=producer_last_offsets
+            )
         except RaylogError as exc:
             logger.warning("%s: cleaning round failed, the next one retries: %s", self.partition.name, exc)
             return

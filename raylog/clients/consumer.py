@@ -45,7 +45,12 @@ from raylog.clients.group import ConsumerRebalanceListener, CoordinatorClient, G
 from raylog.clients.transport import call, translate
 from raylog.coordination.assignors import ASSIGNORS, COOPERATIVE_STICKY
 from raylog.coordination.group import check_group_id
-from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.coordination.partition import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+)
 from raylog.coordination.placement import INTERNAL_TOPICS, validate_client_id, validate_topic_name
 from raylog.errors import (
     CommitFailedError,
@@ -62,6 +67,8 @@ from raylog.storage import record_batch
 from raylog.storage.log import MAX_READ_BYTES
 from raylog.types import OffsetAndMetadata, OffsetAndTimestamp, Record, TopicPartition
 
+#: Consumer(isolation_level=...) values and the fetch's isolation level each asks for.
+ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
 log = logging.getLogger(__name__)
 
 #: Decoded responses kept per partition before fetching pauses (bounds memory).
@@ -120,6 +127,11 @@ class Consumer:
         max_poll_records: records :meth:`poll` returns at most.
         request_timeout_ms: how long offset look-ups may take.
         check_crcs: verify batch CRCs on decode.
+        isolation_level: "read_committed" (the default here; Kafka's is "read_uncommitted"):
+            read only up to the last stable offset, never a record of an aborted transaction
+            nor of one still open; "latest" offsets and lag count to that offset too.
+            "read_uncommitted": read up to the high watermark, transactions or not. Without
+            transactions both read the same records, at the same speed.
         consumer_timeout_ms: iteration stops after this long without records (None: never).
         key_deserializer, value_deserializer: applied by :meth:`poll` and iteration.
         group_id: the consumer group (a non-empty string, else InvalidGroupIdError); with
@@ -161,6 +173,7 @@ class Consumer:
         max_poll_records: int = 500,
         request_timeout_ms: int = 30_000,
         check_crcs: bool = True,
+        isolation_level: str = "read_committed",
         consumer_timeout_ms: int | None = None,
         key_deserializer: Callable[[bytes], Any] | None = None,
         value_deserializer: Callable[[bytes], Any] | None = None,
@@ -232,6 +245,12 @@ class Consumer:
         self._max_records = max_poll_records
         self._timeout_s = request_timeout_ms / 1000
         self._check_crcs = check_crcs
+        if isolation_level not in ISOLATION_LEVELS:
+            raise InvalidConfigError(
+                f"isolation_level must be one of {sorted(ISOLATION_LEVELS)}, got {isolation_level!r}"
+            )
+        self._isolation = ISOLATION_LEVELS[isolation_level]
+        self._read_committed = self._isolation == READ_COMMITTED
         self._iteration_timeout_ms = consumer_timeout_ms
         self._key_deserializer = key_deserializer
         self._value_deserializer = value_deserializer
@@ -491,7 +510,8 @@ class Consumer:
 
     def _offsets_at(self, partitions: Iterable[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         tps = [TopicPartition(*tp) for tp in partitions]
-        return {tp: found.offset for tp, found in list_offsets(self._cluster, tps, timestamp, self._timeout_s).items()}
+        found = list_offsets(self._cluster, tps, timestamp, self._timeout_s, self._isolation)
+        return {tp: o.offset for tp, o in found.items()}
 
     # --- polling ------------------------------------------------------------------------
 
@@ -622,6 +642,7 @@ class Consumer:
                 max_wait_ms,
                 current_leader_epoch=epoch,
                 client_id=self._client_id,
+                isolation_level=self._isolation,
             )
             ref = leader.fetch.remote(request)
             self._in_flight[ref] = (tp, offset, epoch, expected)
@@ -693,10 +714,16 @@ class Consumer:
                 self._cluster.metadata(refresh=True)
                 return
             raise error
-        self._high_watermarks[tp] = response.high_watermark
+        end = response.last_stable_offset if self._read_committed else response.high_watermark
+        self._high_watermarks[tp] = end
         if len(response.records):
             self._batch_bytes[tp] = len(response.records)
-            table = record_batch.decode_table(response.records, check_crcs=self._check_crcs, min_offset=offset)
+            table = record_batch.decode_table(
+                response.records,
+                check_crcs=self._check_crcs,
+                min_offset=offset,
+                aborted=response.aborted_transactions if self._read_committed else None,
+            )
             # Past the last batch, also where compaction removed its last records.
             last = list(record_batch.iter_headers(response.records))[-1][1]
             after = last.next_offset
@@ -705,7 +732,7 @@ class Consumer:
                 self._buffers.setdefault(tp, collections.deque()).append(_Buffered(table, len(response.records)))
                 self._next_fetch[tp] = max(after, table.column("offset")[-1].as_py() + 1)
                 if self._coordinator is not None:
-                    lag = max(0, response.high_watermark - self._next_fetch[tp])
+                    lag = max(0, end - self._next_fetch[tp])
                     metrics.record_consumer_lag(self._coordinator.group_id, tp.topic, tp.partition, lag)
             else:
                 # Batches wholly below the position (e.g. control batches): skip past them.
@@ -777,11 +804,11 @@ class Consumer:
         if self._reset == "none":
             raise NoOffsetForPartitionError(f"no position for {tps[0]} and auto_offset_reset is none")
         timestamp = EARLIEST_TIMESTAMP if self._reset == "earliest" else LATEST_TIMESTAMP
-        for tp, found in list_offsets(self._cluster, tps, timestamp, self._timeout_s).items():
+        for tp, found in list_offsets(self._cluster, tps, timestamp, self._timeout_s, self._isolation).items():
             self._set_position(tp, found.offset)
 
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> OffsetAndTimestamp:
-        return list_offset(self._cluster, tp, timestamp, self._timeout_s)
+        return list_offset(self._cluster, tp, timestamp, self._timeout_s, self._isolation)
 
     def _assigned(self, tp: Any) -> TopicPartition:
         tp = TopicPartition(*tp)
@@ -910,7 +937,11 @@ def _rebuild_consumer(cluster: RaylogCluster, config: dict, assignment: list, po
 
 
 def list_offsets(
-    cluster: RaylogCluster, tps: list[TopicPartition], timestamp: int, timeout_s: float
+    cluster: RaylogCluster,
+    tps: list[TopicPartition],
+    timestamp: int,
+    timeout_s: float,
+    isolation_level: int = READ_UNCOMMITTED,
 ) -> dict[TopicPartition, OffsetAndTimestamp]:
     """:func:`list_offset` of many partitions: their leaders asked at once (a consumer of
     hundreds of partitions must not ask them one after another), any that failed then asked
@@ -919,7 +950,7 @@ def list_offsets(
     asked = {}
     for tp in tps:
         try:
-            asked[tp] = metadata.leader(tp).list_offsets.remote(timestamp, metadata.leader_epoch(tp))
+            asked[tp] = metadata.leader(tp).list_offsets.remote(timestamp, metadata.leader_epoch(tp), isolation_level)
         except RaylogError:
             pass
     found = {}
@@ -931,13 +962,19 @@ def list_offsets(
         if response is not None and error_of(response) is None:
             found[tp] = OffsetAndTimestamp(response.offset, response.timestamp_ms)
         else:
-            found[tp] = list_offset(cluster, tp, timestamp, timeout_s)
+            found[tp] = list_offset(cluster, tp, timestamp, timeout_s, isolation_level)
     return found
 
 
-def list_offset(cluster: RaylogCluster, tp: TopicPartition, timestamp: int, timeout_s: float) -> OffsetAndTimestamp:
+def list_offset(
+    cluster: RaylogCluster,
+    tp: TopicPartition,
+    timestamp: int,
+    timeout_s: float,
+    isolation_level: int = READ_UNCOMMITTED,
+) -> OffsetAndTimestamp:
     """The offset of ``tp`` for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP — the high
-    watermark — or a time), asking its leader with the leader epoch the metadata says (so a
+    watermark, or the LSO read_committed — or a time), asking its leader with the leader epoch the metadata says (so a
     deposed leader cannot answer, KIP-320); retriable errors (a moving leader, a new leader
     whose HW has not reached its epoch yet) are retried after a metadata refresh until
     ``timeout_s``.
@@ -953,7 +990,8 @@ def list_offset(cluster: RaylogCluster, tp: TopicPartition, timestamp: int, time
         refresh = True
         try:
             leader = metadata.leader(tp)
-            response = call(leader.list_offsets.remote(timestamp, metadata.leader_epoch(tp)), timeout_s)
+            ref = leader.list_offsets.remote(timestamp, metadata.leader_epoch(tp), isolation_level)
+            response = call(ref, timeout_s)
             error = error_of(response)
         except RaylogError as exc:
             error = exc

@@ -60,12 +60,24 @@ _LOST = (IllegalGenerationError, UnknownMemberIdError)
 class CoordinatorClient:
     """Calls to one group's coordinator. Concurrency: thread-safe."""
 
-    def __init__(self, cluster: RaylogCluster, group_id: str, timeout_s: float, retry_backoff_s: float):
-        """Raises:
-        InvalidGroupIdError: ``group_id`` is not one Kafka would accept.
+    def __init__(
+        self,
+        cluster: RaylogCluster,
+        group_id: str,
+        timeout_s: float,
+        retry_backoff_s: float,
+        find: str = "find_coordinator",
+    ):
+        """``find``: the controller's method that finds the coordinator of ``group_id``
+        (``find_transaction_coordinator`` for a transactional id's).
+
+        Raises:
+            InvalidGroupIdError: ``group_id`` is not one Kafka would accept.
         """
-        check_group_id(group_id)
+        if find == "find_coordinator":
+            check_group_id(group_id)
         self.group_id = group_id
+        self._find = find
         self._cluster = cluster
         self._timeout_s = timeout_s
         self._backoff_s = retry_backoff_s
@@ -80,9 +92,10 @@ class CoordinatorClient:
         """
         with self._lock:
             if self._handle is None:
-                _, handle = call(self._cluster.controller.find_coordinator.remote(self.group_id), self._timeout_s)
+                finder = getattr(self._cluster.controller, self._find)
+                _, handle = call(finder.remote(self.group_id), self._timeout_s)
                 if handle is None:
-                    raise CoordinatorNotAvailableError(f"no coordinator for group {self.group_id!r} right now")
+                    raise CoordinatorNotAvailableError(f"no coordinator for {self.group_id!r} right now")
                 self._handle = handle
             return self._handle
 

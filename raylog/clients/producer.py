@@ -48,25 +48,29 @@ import pyarrow.compute as pc
 
 from raylog.actors import metrics
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
+from raylog.clients.group import CoordinatorClient
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
 from raylog.clients.transport import call, translate
 from raylog.config import LogConfig
-from raylog.coordination.placement import validate_client_id, validate_topic_name
+from raylog.coordination.placement import OFFSETS_TOPIC, validate_client_id, validate_topic_name
 from raylog.coordination.producer_state import NO_SEQUENCE, RETAINED_BATCHES, increment_sequence
 from raylog.errors import (
     BrokerUnavailableError,
     IllegalStateError,
     InvalidConfigError,
+    InvalidProducerEpochError,
     InvalidRecordError,
     KafkaTimeoutError,
+    ProducerFencedError,
     RaylogError,
     RecordTooLargeError,
+    TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
 from raylog.protocol import ProduceRequest, error_of
 from raylog.storage import compression as codecs
 from raylog.storage import record_batch
-from raylog.types import RecordMetadata, TopicPartition
+from raylog.types import OffsetAndMetadata, RecordMetadata, TopicPartition
 
 #: Bytes counted per record beyond its key, value and headers (offsets, timestamp).
 RECORD_OVERHEAD_BYTES = 16
@@ -100,6 +104,8 @@ class _Batch:
         "unreachable_until_s",
         "arrow_rows",
         "producer_id",
+        "producer_epoch",
+        "transactional",
         "base_sequence",
         "values",
         "keys",
@@ -145,6 +151,8 @@ class _Batch:
         self.retry_at_s = 0.0
         self.deadline_s = self.created_s + delivery_timeout_s
         self.producer_id = -1
+        self.producer_epoch = -1
+        self.transactional = False
         self.base_sequence = -1
         self.dispatch_order = -1  # rank of its first dispatch in this producer; -1: not sent yet
         self.partition_index = -1  # idempotent: rank among its partition's batches, from 0
@@ -158,8 +166,9 @@ class _Batch:
                 "codec": codec,
                 "now_ms": self.created_ms,
                 "producer_id": self.producer_id,
-                "producer_epoch": 0 if self.producer_id >= 0 else -1,
+                "producer_epoch": self.producer_epoch,
                 "base_sequence": self.base_sequence,
+                "transactional": self.transactional,
             }
             rows = self.arrow_rows
             if rows is not None:
@@ -281,6 +290,14 @@ class Producer:
             Without it, more than one batch in flight per partition may be reordered.
         client_id: the name leaders hold to a client quota (``producer_byte_rate``, see
             :meth:`Admin.alter_client_quotas`); clients without one share the default quota.
+        transactional_id: makes the producer transactional (Kafka's transactions, see
+            :meth:`init_transactions`): what it sends between :meth:`begin_transaction` and
+            :meth:`commit_transaction` is read by read_committed consumers all at once or,
+            if aborted, never; offsets sent with :meth:`send_offsets_to_transaction` commit
+            with it. Requires idempotence and acks="all". The id names the application
+            instance across restarts: a new producer with the same id fences the old one.
+        transaction_timeout_ms: how long a transaction may stay open before the coordinator
+            aborts it (and fences this producer).
 
     Example:
         >>> with Producer(cluster, linger_ms=5) as producer:           # doctest: +SKIP
@@ -309,6 +326,8 @@ class Producer:
         enable_idempotence: bool = True,
         metadata_max_age_ms: int = 300_000,
         client_id: str = "",
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster")}
         if acks not in _ACKS:
@@ -334,6 +353,13 @@ class Producer:
             )
         if batch_size < 1 or batch_size > buffer_memory:
             raise InvalidConfigError("batch_size must be in [1, buffer_memory]")
+        if transactional_id is not None:
+            if not isinstance(transactional_id, str) or not transactional_id:
+                raise InvalidConfigError(f"transactional_id must be a non-empty string, got {transactional_id!r}")
+            if not enable_idempotence or _ACKS[acks] != -1:
+                raise InvalidConfigError('a transactional producer needs enable_idempotence=True and acks="all"')
+            if isinstance(transaction_timeout_ms, bool) or not isinstance(transaction_timeout_ms, int):
+                raise InvalidConfigError(f"transaction_timeout_ms must be an integer, got {transaction_timeout_ms!r}")
         validate_client_id(client_id, InvalidConfigError)
         self._cluster = cluster
         self._acks = _ACKS[acks]
@@ -373,6 +399,15 @@ class Producer:
         self._routes: dict[str, tuple[list[TopicPartition], int, Any]] = {}
         self._idempotent = enable_idempotence
         self._producer_id = -1  # from the controller at the first send (sender thread only)
+        self._producer_epoch = 0
+        self._transactional_id = transactional_id
+        self._transaction_timeout_ms = transaction_timeout_ms
+        self._txn_coordinator: CoordinatorClient | None = None
+        #: Transactional: sends are refused outside a transaction (never True otherwise).
+        self._outside_txn = transactional_id is not None
+        self._txn_partitions: set[TopicPartition] = set()  # added to the open transaction
+        self._txn_error: RaylogError | None = None  # a send of the open transaction failed
+        self._txn_fenced: RaylogError | None = None  # a newer instance took over: nothing works
         self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
         #: Idempotence, per partition: batches sent and not done yet, in the order first sent,
         #: and how many batches were ever sent (the next ``partition_index``).
@@ -416,7 +451,7 @@ class Producer:
             UnknownTopicOrPartitionError: no such topic or partition (after a metadata refresh).
             KafkaTimeoutError: no buffer room within ``max_block_ms``.
         """
-        if self._sender_error is not None or self._closed:
+        if self._sender_error is not None or self._closed or self._outside_txn:
             self._require_open()
         if key is not None and self._key_serializer is not None:
             key = self._key_serializer(key)
@@ -493,6 +528,8 @@ class Producer:
             raise self._sender_error
         if self._closed:
             raise IllegalStateError("cannot send: the producer is closed")
+        if self._outside_txn:
+            raise self._txn_fenced or IllegalStateError("a transactional producer sends only within a transaction")
 
     def send_arrow(
         self,
@@ -668,6 +705,214 @@ class Producer:
     def partitions_for(self, topic: str) -> list[int]:
         return list(range(self._num_partitions(topic)))
 
+    # --- transactions ---------------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id with its coordinator: aborts a transaction a previous
+        instance left open, fences every older instance (their next write or commit fails
+        with ProducerFencedError), and gets this instance's producer id and epoch. Call once,
+        before the first transaction.
+
+        Raises:
+            IllegalStateError: not a transactional producer, or already initialised.
+            ProducerFencedError, InvalidTransactionTimeoutError, KafkaTimeoutError, ...
+        """
+        if self._transactional_id is None:
+            raise IllegalStateError("init_transactions needs a transactional_id")
+        if self._producer_id >= 0:
+            raise IllegalStateError("init_transactions was called already")
+        answer = self._txn_call(
+            "init_producer_id", self._transactional_id, self._transaction_timeout_ms, timeout=timeout
+        )
+        with self._cond:
+            self._producer_id, self._producer_epoch = answer.producer_id, answer.producer_epoch
+            self._sequences.clear()
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: sends are part of it until it is committed or aborted.
+
+        Raises:
+            IllegalStateError: not initialised, or a transaction is open already.
+            ProducerFencedError: a newer instance took over.
+        """
+        if self._txn_fenced is not None:
+            raise self._txn_fenced
+        if self._transactional_id is None or self._producer_id < 0:
+            raise IllegalStateError("call init_transactions before begin_transaction")
+        if not self._outside_txn:
+            raise IllegalStateError("a transaction is open already")
+        self._txn_partitions.clear()
+        self._txn_error = None
+        self._outside_txn = False
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: dict[TopicPartition, OffsetAndMetadata | int],
+        group_metadata: dict[str, Any] | str,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's offsets as part of the open transaction (the offsets of
+        the next records to read): they count if and when the transaction commits.
+
+        Args:
+            offsets: per partition, the offset of the next record to read.
+            group_metadata: ``consumer.group_metadata()`` (its generation fences a consumer
+                that lost its partitions), or a group id for a consumer outside any group.
+
+        Raises:
+            IllegalStateError: no transaction is open.
+            ProducerFencedError, IllegalGenerationError, UnknownMemberIdError, ...
+        """
+        self._require_transaction()
+        meta = {"group_id": group_metadata} if isinstance(group_metadata, str) else group_metadata
+        group_id = meta["group_id"]
+        committed = {
+            TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o, "")
+            for tp, o in offsets.items()
+        }
+        try:
+            offsets_partition = TopicPartition(OFFSETS_TOPIC, self._offsets_partition(group_id, timeout))
+            self._register([offsets_partition], timeout)
+            coordinator = CoordinatorClient(self._cluster, group_id, self._txn_timeout_s(timeout), self._backoff_s)
+            coordinator.call(
+                "txn_commit_offsets",
+                group_id,
+                meta.get("member_id", ""),
+                meta.get("generation", -1),
+                meta.get("group_instance_id"),
+                self._producer_id,
+                self._producer_epoch,
+                committed,
+            )
+        except RaylogError as exc:
+            self._transaction_failed(exc)
+            raise
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send what is queued, then commit: once this returns, read_committed consumers of
+        every partition written read the transaction, and its offsets are the group's.
+
+        Raises:
+            TransactionAbortableError: a send of the transaction failed: abort it.
+            ProducerFencedError: a newer instance took over (or the transaction timed out).
+            KafkaTimeoutError: not done within ``timeout``: call again (the retry is
+                answered once the first call's commit completes).
+        """
+        self._require_transaction()
+        self.flush(timeout)
+        if self._txn_fenced is not None:
+            raise self._txn_fenced
+        if self._txn_error is not None:
+            raise TransactionAbortableError(f"a send of the transaction failed, abort it: {self._txn_error}")
+        self._end_transaction(True, timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the open transaction: read_committed consumers never see what it wrote.
+
+        Raises:
+            IllegalStateError: no transaction is open.
+            ProducerFencedError, KafkaTimeoutError.
+        """
+        self._require_transaction()
+        try:
+            self.flush(timeout)  # the batches in flight land (or fail) before the markers
+        except KafkaTimeoutError:
+            pass
+        if self._txn_fenced is not None:
+            raise self._txn_fenced
+        self._end_transaction(False, timeout)
+
+    def _end_transaction(self, commit: bool, timeout: float | None) -> None:
+        answer = self._txn_call(
+            "end_txn", self._transactional_id, self._producer_id, self._producer_epoch, commit, timeout=timeout
+        )
+        with self._cond:
+            self._producer_id, self._producer_epoch = answer.producer_id, answer.producer_epoch
+            self._sequences.clear()  # a new epoch numbers from 0
+            self._outside_txn = True
+
+    def _require_transaction(self) -> None:
+        if self._txn_fenced is not None:
+            raise self._txn_fenced
+        if self._transactional_id is None or self._outside_txn:
+            raise IllegalStateError("no transaction is open (call begin_transaction)")
+
+    def _transaction_failed(self, error: RaylogError) -> None:
+        """A call of the open transaction failed: fenced for good, or abortable."""
+        if isinstance(error, (ProducerFencedError, InvalidProducerEpochError)):
+            fenced = ProducerFencedError(f"transactional id {self._transactional_id!r}: {error}")
+            self._txn_fenced = fenced
+        elif self._txn_error is None:
+            self._txn_error = error
+
+    def _add_to_transaction(self, batches: list[_Batch]) -> list[_Batch]:
+        """Add the partitions of ``batches`` that are new to the transaction (one call in the
+        sender thread); the batches that may go (the rest fail with the call's error)."""
+        new = {b.tp for b in batches} - self._txn_partitions
+        if not new:
+            return batches
+        try:
+            self._register(sorted(new), None)
+        except RaylogError as exc:
+            self._transaction_failed(exc)
+            for batch in batches:
+                self._completed(batch, None, exc, sent=False)
+            return []
+        return batches
+
+    def _register(self, partitions: list[TopicPartition], timeout: float | None) -> None:
+        new = [tp for tp in partitions if tp not in self._txn_partitions]
+        if new:
+            self._txn_call(
+                "add_partitions",
+                self._transactional_id,
+                self._producer_id,
+                self._producer_epoch,
+                [tuple(tp) for tp in new],
+                timeout=timeout,
+            )
+            self._txn_partitions.update(new)
+
+    def _txn_call(self, method: str, *args: Any, timeout: float | None) -> Any:
+        """A call to the transactional id's coordinator, retried on retriable errors (for
+        ``max_block_ms``, or ``timeout``)."""
+        if self._txn_coordinator is None:
+            self._txn_coordinator = CoordinatorClient(
+                self._cluster,
+                self._transactional_id,
+                self._max_block_s,
+                self._backoff_s,
+                find="find_transaction_coordinator",
+            )
+        coordinator = self._txn_coordinator
+        deadline = time.monotonic() + self._txn_timeout_s(timeout)
+        while True:
+            try:
+                return coordinator.check(
+                    call(getattr(coordinator.handle(), method).remote(*args), self._txn_timeout_s(timeout))
+                )
+            except RaylogError as exc:
+                if isinstance(exc, (ProducerFencedError, InvalidProducerEpochError)):
+                    self._transaction_failed(exc)
+                    raise self._txn_fenced from None
+                if not exc.retriable or time.monotonic() + self._backoff_s >= deadline:
+                    if exc.retriable:
+                        raise KafkaTimeoutError(
+                            f"{method} of {self._transactional_id!r} not done in time: {exc}"
+                        ) from exc
+                    raise
+                coordinator.after_error(exc)
+                time.sleep(self._backoff_s)
+
+    def _txn_timeout_s(self, timeout: float | None) -> float:
+        return self._max_block_s if timeout is None else timeout
+
+    def _offsets_partition(self, group_id: str, timeout: float | None) -> int:
+        """The ``__consumer_offsets`` partition of ``group_id`` (the controller creates the
+        topic on the first look-up)."""
+        partition, _ = call(self._cluster.controller.find_coordinator.remote(group_id), self._txn_timeout_s(timeout))
+        return partition
+
     # --- internals: accumulator -------------------------------------------------------
 
     def _route(self, topic: str) -> tuple[list[TopicPartition], int]:
@@ -751,6 +996,8 @@ class Producer:
                         self._metadata_refreshed_s = time.monotonic()
                     except RaylogError:
                         self._metadata_stale = True
+                if self._transactional_id is not None:
+                    batches = self._add_to_transaction(batches)
                 for batch in batches:
                     self._dispatch(batch)
         except BaseException as exc:  # a bug: no future may wait for a thread that is gone
@@ -865,6 +1112,8 @@ class Producer:
             self._producer_id = call(self._cluster.controller.init_producer_id.remote(), METADATA_TIMEOUT_S)
             self._sequences.clear()
         batch.producer_id = self._producer_id
+        batch.producer_epoch = self._producer_epoch
+        batch.transactional = self._transactional_id is not None
         batch.base_sequence = self._sequences[batch.tp]
         self._sequences[batch.tp] = increment_sequence(batch.base_sequence, batch.record_count)
 
@@ -924,7 +1173,9 @@ class Producer:
             cause = error
             error = KafkaTimeoutError(f"delivery_timeout_ms passed for {batch.tp}: {cause}")
             error.__cause__ = cause
-        if error is not None and batch.producer_id >= 0:
+        if error is not None and batch.transactional:
+            self._transaction_failed(error)
+        elif error is not None and batch.producer_id >= 0:
             # The leader may now wait for this batch's sequence forever: number the next
             # batches under a new producer id (batches in flight under the old one may
             # then fail with OutOfOrderSequenceError, never be reordered).

@@ -63,6 +63,7 @@ from ..errors import (
     RebalanceInProgressError,
     StorageError,
     UnknownMemberIdError,
+    UnstableOffsetCommitError,
 )
 from ..protocol import JoinGroupRequest, JoinGroupResponse, error_fields
 from ..types import OffsetAndMetadata, TopicPartition
@@ -165,6 +166,9 @@ class GroupCoordinator:
 
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
+        #: Offsets committed in transactions not decided yet: producer id -> group -> offsets.
+        #: A commit marker of the producer makes them the group's; an abort marker drops them.
+        self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
 
     # --- fail-over ----------------------------------------------------------------------
 
@@ -451,11 +455,39 @@ class GroupCoordinator:
         """The commit's records are replicated: make the offsets visible."""
         self.groups.setdefault(group_id, Group(group_id)).offsets.update(offsets)
 
+    # --- offsets in transactions (Kafka's TxnOffsetCommit) -------------------------------
+
+    def add_pending(self, producer_id: int, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """A transactional commit's records are replicated: hold the offsets until the
+        producer's transaction is decided (:meth:`complete_transaction`)."""
+        self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> None:
+        """A marker of ``producer_id`` came: its pending offsets count, or are dropped."""
+        for group_id, offsets in self.pending.pop(producer_id, {}).items():
+            if committed:
+                self.apply_commit(group_id, offsets)
+
+    def load_pending(self, producer_id: int, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
+        """Replay a transactional batch of offset records (held until its marker)."""
+        for key, value in records:
+            if key is None or value is None:
+                continue
+            kind, group_id, *rest = msgpack.unpackb(key)
+            if kind == _OFFSET_KEY:
+                offset, metadata, _ = msgpack.unpackb(value)
+                tp = TopicPartition(rest[0], rest[1])
+                self.add_pending(producer_id, group_id, {tp: OffsetAndMetadata(offset, metadata)})
+
     def committed(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """Committed offsets of the group (all, or those of ``partitions`` that have one)."""
         check_group_id(group_id)
+        for by_group in self.pending.values():
+            undecided = by_group.get(group_id, {})
+            if undecided and (partitions is None or any(TopicPartition(*tp) in undecided for tp in partitions)):
+                raise UnstableOffsetCommitError(f"group {group_id!r} has offsets in a transaction not decided yet")
         group = self.groups.get(group_id)
         if group is None:
             return {}

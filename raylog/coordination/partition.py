@@ -34,6 +34,13 @@ deleted in favour of an older one, or of the whole log. Producers idle for
 ``producer.id.expiration.ms`` are forgotten; the cleaner keeps each known producer's last
 batch (``producer_last_offsets``), so compaction loses no producer's state.
 
+Transactions: each replica indexes the transactions that markers abort
+(:mod:`raylog.storage.txn_index`), from the batches it appends and those it replays. The
+leader's last stable offset (LSO) is the HW, or the first offset of the oldest transaction
+still open if that is lower; a read_committed fetch reads below the LSO and gets the
+aborted transactions its range may meet. ``append_marker`` writes a coordinator's marker
+unless it is stale (see :mod:`raylog.coordination.producer_state`).
+
 Invariants: the HW never exceeds the LEO and, while a replica leads, never goes down; a
 committed offset (below the HW) is on every ISR member.
 
@@ -65,12 +72,19 @@ from ..errors import (
     UnknownLeaderEpochError,
 )
 from ..protocol import MAX_REQUEST_BYTES, FetchRequest, FetchResponse, error_fields
-from ..storage import producer_snapshot, record_batch
+from ..storage import producer_snapshot, record_batch, txn_index
 from ..storage.files import write_atomically
 from ..storage.leader_epoch import UNDEFINED, LeaderEpochCache
 from ..storage.log import AppendInfo, Log, wall_clock_ms
 from ..types import PartitionInfo
-from .producer_state import NO_PRODUCER_ID, NO_SEQUENCE, BatchMetadata, ProducerStateManager, Verdict
+from .producer_state import (
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    BatchMetadata,
+    ClosedTransaction,
+    ProducerStateManager,
+    Verdict,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +92,9 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 #: replica_id of a consumer's fetch (followers send their broker id).
 CONSUMER_REPLICA_ID = -1
+#: FetchRequest.isolation_level values (Kafka's).
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 HIGH_WATERMARK_FILE = "high-watermark"
 
 
@@ -91,6 +108,9 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1
+    #: read_committed: ``(producer_id, first_offset)`` of the aborted transactions it may meet.
+    aborted: tuple = ()
 
 
 @dataclass
@@ -137,6 +157,7 @@ class Partition:
         self._checkpointed_high_watermark = self._read_high_watermark()
         self.high_watermark = min(self._checkpointed_high_watermark, log.log_end_offset)
         self.producers = ProducerStateManager()
+        self.txn_index = txn_index.TransactionIndex(log.dir)
         self._snapshot_version = -1  # the producer state's version the newest snapshot holds
         self._snapshots_kept_for: tuple | None = None  # the log layout snapshots were last pruned for
         log.on_roll = self._snapshot_at_roll
@@ -149,6 +170,13 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.leader == self.broker_id
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is decided: the HW, or the first offset of the oldest
+        open transaction if lower."""
+        first_open = self.producers.first_open_offset()
+        return self.high_watermark if first_open is None else min(self.high_watermark, first_open)
 
     # --- role changes (from the controller) ---------------------------------------------
 
@@ -294,9 +322,37 @@ class Partition:
                 duplicate.first_offset, duplicate.last_offset, duplicate.max_timestamp, append_time, 0, ()
             )
         info = self.log.append_as_leader(data, self.leader_epoch)
-        self.producers.apply(info.batches, self._clock())
+        self._index_aborted(self.producers.apply(info.batches, self._clock()))
         self._advance_high_watermark()
         return info
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int):
+        """Write a transaction coordinator's marker, which ends ``producer_id``'s transaction
+        here and makes ``producer_epoch`` (its next epoch) the oldest this partition takes.
+
+        Returns:
+            The append's info, or None when the marker is stale (this partition knows that
+            epoch already: the marker was written before, or the transaction ended): then
+            nothing is written and the caller has nothing to wait for.
+
+        Raises:
+            NotLeaderOrFollowerError, StorageError.
+        """
+        self._require_leader()
+        if self.producers.marker_is_stale(producer_id, producer_epoch):
+            return None
+        marker = record_batch.build_marker(producer_id, producer_epoch, commit, coordinator_epoch, self._clock())
+        info = self.log.append_as_leader(marker, self.leader_epoch)
+        self._index_aborted(self.producers.apply(info.batches, self._clock()))
+        self._advance_high_watermark()
+        return info
+
+    def _index_aborted(self, closed: list[ClosedTransaction]) -> None:
+        """Index the aborted ones of the transactions markers just closed."""
+        for txn in closed:
+            if not txn.committed:
+                entry = txn_index.AbortedTxn(txn.producer_id, txn.first_offset, txn.marker_offset)
+                self.txn_index.add(entry, self.log.segment_base_offsets)
 
     def enough_replicas(self) -> bool:
         """Whether the ISR still has min.insync.replicas members (checked after acks=all appends)."""
@@ -306,6 +362,11 @@ class Partition:
         """The original of a duplicate, None to append; raises SequenceGap to wait."""
         header = record_batch.parse_header(memoryview(data).cast("B"))
         if header.producer_id == NO_PRODUCER_ID:
+            return None
+        if header.attributes & record_batch.CONTROL:
+            raise InvalidRequestError("only a transaction coordinator writes control batches")
+        if header.base_sequence == NO_SEQUENCE:  # a transactional write without sequence (offsets)
+            self.producers.check_epoch(header.producer_id, header.producer_epoch)
             return None
         if header.size != len(data):
             raise InvalidRequestError("an idempotent produce request carries exactly one batch")
@@ -326,6 +387,7 @@ class Partition:
         expired = self.producers.remove_expired(self._clock(), self.config.producer_id_expiration_ms)
         if expired:
             logger.info("%s: expired %d idle producer ids", self.name, len(expired))
+        self.txn_index.retain(self.log.log_start_offset)
         if self.producers.version != self._snapshot_version:
             self._write_producer_snapshot(self.log.log_end_offset)
         layout = (self.log.log_start_offset, tuple(self.log.segment_base_offsets), self._snapshot_version)
@@ -368,7 +430,8 @@ class Partition:
                     producer_snapshot.delete(directory, offset)
         replay_from = start if replay_from is None else replay_from
         loaded = self.producers.version
-        self.producers.apply(self.log.batch_headers(replay_from), self._clock())
+        self.txn_index.truncate_to(end)
+        self._index_aborted(self.producers.apply(self.log.batch_headers(replay_from), self._clock()))
         self.producers.remove_expired(self._clock(), self.config.producer_id_expiration_ms)
         if self.producers.version == loaded:
             self._snapshot_version = loaded  # the newest snapshot (or nothing) says it all
@@ -382,8 +445,10 @@ class Partition:
         replica_id: int = CONSUMER_REPLICA_ID,
         current_leader_epoch: int = -1,
         record_fetch: bool = True,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> ReadResult:
-        """Batches from ``offset``: below the HW for consumers, below the LEO for followers.
+        """Batches from ``offset``: below the HW for consumers (below the LSO read_committed,
+        with the aborted transactions the range may meet), below the LEO for followers.
         A follower's fetch offset is recorded as its log end (``record_fetch``: once per
         request, not again when a long poll reads anew, as Kafka's delayed fetch does).
 
@@ -400,10 +465,14 @@ class Partition:
                 raise OffsetOutOfRangeError(f"follower {replica_id} fetch offset {offset} is past the log end")
             limit = None
         else:
-            limit = self.high_watermark
+            committed = isolation_level == READ_COMMITTED
+            limit = self.last_stable_offset if committed else self.high_watermark
             if limit < offset <= self.log.log_end_offset:
-                # Offsets above the HW exist but are not yet committed: nothing to read yet.
+                # Offsets above the HW (LSO) exist but are not yet committed (decided).
                 return self._result(b"")
+            if committed:
+                data = self.log.read(offset, max_bytes, max_offset=limit)
+                return self._result(data, tuple(self.txn_index.collect(offset, limit)) if data else ())
         return self._result(self.log.read(offset, max_bytes, max_offset=limit))
 
     def _follower_fetched(self, replica_id: int, offset: int) -> None:
@@ -424,15 +493,23 @@ class Partition:
         follower.last_fetch_leader_end, follower.last_fetch_ms = end, now
         self._advance_high_watermark()
 
-    def _result(self, data: bytes) -> ReadResult:
-        return ReadResult(data, self.high_watermark, self.log.log_start_offset, self.log.log_end_offset)
+    def _result(self, data: bytes, aborted: tuple = ()) -> ReadResult:
+        log = self.log
+        return ReadResult(
+            data, self.high_watermark, log.log_start_offset, log.log_end_offset, self.last_stable_offset, aborted
+        )
 
     def fetch(self, request: FetchRequest, record_fetch: bool = True) -> FetchResponse:
         """A fetch request's response (errors as codes), read at once: :meth:`read` as the
         replica actor answers it, each time its long poll reads."""
         try:
             result = self.read(
-                request.offset, request.max_bytes, request.replica_id, request.current_leader_epoch, record_fetch
+                request.offset,
+                request.max_bytes,
+                request.replica_id,
+                request.current_leader_epoch,
+                record_fetch,
+                request.isolation_level,
             )
         except Exception as exc:  # noqa: BLE001 — every error travels back as a code
             return FetchResponse(
@@ -447,6 +524,8 @@ class Partition:
             log_end_offset=result.log_end_offset,
             leader_epoch=self.leader_epoch,
             records=np.frombuffer(result.data, dtype=np.uint8),
+            last_stable_offset=result.last_stable_offset,
+            aborted_transactions=result.aborted,
         )
 
     def replication_done(self, end_offset: int, leader_epoch: int) -> tuple[bool, RaylogError | None]:
@@ -507,9 +586,12 @@ class Partition:
             return error_fields(exc)["error_code"], -1, -1
         return 0, found, end
 
-    def list_offset(self, timestamp_ms: int, current_leader_epoch: int = -1) -> tuple[int, int]:
-        """``(offset, timestamp_ms)`` for EARLIEST / LATEST or the first record at or after
-        ``timestamp_ms``; ``(-1, -1)`` when no committed record is that recent.
+    def list_offset(
+        self, timestamp_ms: int, current_leader_epoch: int = -1, isolation_level: int = READ_UNCOMMITTED
+    ) -> tuple[int, int]:
+        """``(offset, timestamp_ms)`` for EARLIEST / LATEST (the LSO read_committed) or the
+        first record at or after ``timestamp_ms``; ``(-1, -1)`` when no committed record is
+        that recent.
 
         A new leader's HW may lag what its predecessor had exposed: until it reaches the
         start of this leader's epoch, LATEST and time look-ups are refused with the retriable
@@ -528,10 +610,11 @@ class Partition:
                 f"{self.name}: leader epoch {self.leader_epoch} starts at {self.leader_epoch_start_offset}, "
                 f"the HW is still {self.high_watermark}"
             )
+        end = self.last_stable_offset if isolation_level == READ_COMMITTED else self.high_watermark
         if timestamp_ms == LATEST_TIMESTAMP:
-            return self.high_watermark, -1
+            return end, -1
         found = self.log.offsets_for_time(timestamp_ms)
-        if found is None or found.offset >= self.high_watermark:
+        if found is None or found.offset >= end:
             return -1, -1
         return found.offset, found.timestamp_ms
 
@@ -561,7 +644,9 @@ class Partition:
             for header in info.batches:
                 if header.leader_epoch > self.epochs.latest_epoch:
                     self.epochs.assign(header.leader_epoch, header.base_offset)
-                self.producers.update(header, self._clock())
+                closed = self.producers.update(header, self._clock())
+                if closed is not None:
+                    self._index_aborted([closed])
         self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
 
     def truncate_to_leader_end(self, leader_log_end_offset: int) -> None:

@@ -36,9 +36,11 @@ MAX_ID_BYTES = 32_767
 #: A bound on partitions per topic: each replica is a Ray actor process (~60 MB).
 MAX_PARTITIONS = 10_000
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-#: Topics raylog keeps for itself (consumer offsets); users may read but not create them.
+#: Topics raylog keeps for itself (consumer offsets, transaction states); users may read
+#: but not create them.
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+TRANSACTION_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
 
 
 logger = logging.getLogger(__name__)

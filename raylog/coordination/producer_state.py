@@ -31,6 +31,19 @@ only after its previous attempt was answered), so:
   place. A request that does not say (``-1``: a client that delivers in order) is taken as
   Kafka takes it: a producer without state may start at any sequence.
 
+Transactions (Kafka's, KIP-98). A transactional batch (``TRANSACTIONAL`` bit) opens its
+producer's transaction in this partition at its base offset unless one is open; a
+transaction marker (a control batch, written by the transaction coordinator) closes it,
+committed or aborted: :meth:`ProducerStateManager.update` returns what it closed, so that
+the partition indexes aborted transactions. :meth:`first_open_offset` bounds the last
+stable offset. A marker carries the producer's *next* epoch (the coordinator bumps the
+epoch with every transaction it ends, as KIP-890 does): from then on this partition fences
+every batch of the ended transaction that arrives late (a retry, a call Ray delivered
+late), so no late write can join, or hang, a later transaction; and a marker whose epoch
+is not above the producer's known one is stale (sent again, or late) and is not written
+(:meth:`ProducerStateManager.marker_is_stale`). A producer with an open transaction is
+never expired.
+
 State is kept in memory and persisted in snapshot files
 (:mod:`raylog.storage.producer_snapshot`, see :mod:`raylog.coordination.partition` for
 when); :meth:`ProducerStateManager.rows` and :meth:`load` convert. A producer idle for
@@ -53,7 +66,7 @@ from typing import NamedTuple
 
 from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from ..storage.producer_snapshot import SnapshotBatch
-from ..storage.record_batch import BatchHeader
+from ..storage.record_batch import COMMIT_MARKER, CONTROL, TRANSACTIONAL, BatchHeader
 
 #: Batches remembered per producer for duplicate detection (Kafka keeps 5, matching the
 #: largest in-flight window a producer may use with idempotence).
@@ -91,19 +104,28 @@ class BatchMetadata(NamedTuple):
     appended_ms: int  # when this replica appended or replayed it, by its clock
 
 
+class ClosedTransaction(NamedTuple):
+    """A transaction a marker closed in this partition: its producer, its first offset, the
+    marker's offset, and whether it committed."""
+
+    producer_id: int
+    first_offset: int
+    marker_offset: int
+    committed: bool
+
+
 @dataclass
 class _Entry:
     epoch: int
-    # The last batches, oldest first.
+    last_appended_ms: int = 0  # when this replica appended (or replayed) its last batch or marker
+    #: The first offset of its open transaction in this partition, or -1.
+    txn_first_offset: int = -1
+    # The last batches of this epoch, oldest first (none yet after a marker bumped the epoch).
     batches: collections.deque = field(default_factory=lambda: collections.deque(maxlen=RETAINED_BATCHES))
 
     @property
     def last_sequence(self) -> int:
         return self.batches[-1].last_sequence
-
-    @property
-    def last_appended_ms(self) -> int:
-        return self.batches[-1].appended_ms
 
 
 def last_sequence_of(header: BatchHeader) -> int:
@@ -117,6 +139,8 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self._producers: dict[int, _Entry] = {}
+        #: producer id -> first offset of its open transaction here (a subset of the entries).
+        self._open: dict[int, int] = {}
         #: Bumped on every change, so that a snapshot is written only when there is news.
         self.version = 0
 
@@ -150,7 +174,7 @@ class ProducerStateManager:
             raise InvalidProducerEpochError(
                 f"producer {header.producer_id} epoch {header.producer_epoch} is older than {entry.epoch}"
             )
-        if header.producer_epoch > entry.epoch:
+        if header.producer_epoch > entry.epoch or not entry.batches:
             if sequence != 0:
                 raise OutOfOrderSequenceError(
                     f"producer {header.producer_id} began epoch {header.producer_epoch} at sequence {sequence}, not 0"
@@ -169,13 +193,49 @@ class ProducerStateManager:
             return Verdict.GAP, None
         raise OutOfOrderSequenceError(f"producer {header.producer_id} sent sequence {sequence}, expected {expected}")
 
-    def update(self, header: BatchHeader, now_ms: int) -> None:
-        """Record a batch appended at ``now_ms`` (its header as written, offsets stamped)."""
-        if header.producer_id == NO_PRODUCER_ID:
-            return
-        entry = self._producers.get(header.producer_id)
+    def check_epoch(self, producer_id: int, producer_epoch: int) -> None:
+        """Raises InvalidProducerEpochError if ``producer_epoch`` is older than the known one."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {producer_epoch} is older than {entry.epoch}"
+            )
+
+    def marker_is_stale(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether a marker for ``producer_id`` with ``producer_epoch`` (the producer's next
+        epoch) ends nothing here: this partition already knows that epoch or a later one."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.epoch >= producer_epoch
+
+    def first_open_offset(self) -> int | None:
+        """The first offset of the oldest transaction open here, or None."""
+        return min(self._open.values()) if self._open else None
+
+    def update(self, header: BatchHeader, now_ms: int) -> ClosedTransaction | None:
+        """Record a batch appended at ``now_ms`` (its header as written, offsets stamped);
+        for a marker, the transaction it closed (None if its producer had none open)."""
+        pid = header.producer_id
+        if pid == NO_PRODUCER_ID:
+            return None
+        entry = self._producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = self._producers[header.producer_id] = _Entry(header.producer_epoch)
+            previous = entry
+            entry = self._producers[pid] = _Entry(header.producer_epoch)
+            if previous is not None:
+                entry.txn_first_offset = previous.txn_first_offset
+        entry.last_appended_ms = now_ms
+        self.version += 1
+        attributes = header.attributes
+        if attributes & CONTROL:
+            first, entry.txn_first_offset = entry.txn_first_offset, -1
+            self._open.pop(pid, None)
+            if first < 0:
+                return None
+            return ClosedTransaction(pid, first, header.base_offset, bool(attributes & COMMIT_MARKER))
+        if attributes & TRANSACTIONAL and entry.txn_first_offset < 0:
+            entry.txn_first_offset = self._open[pid] = header.base_offset
+        if header.base_sequence == NO_SEQUENCE:
+            return None  # a transactional write without sequence (a group's offsets)
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -186,21 +246,30 @@ class ProducerStateManager:
                 now_ms,
             )
         )
-        self.version += 1
+        return None
 
-    def apply(self, headers: Iterable[BatchHeader], now_ms: int) -> None:
-        """Record batches appended (or replayed from the log) at ``now_ms``, in log order."""
+    def apply(self, headers: Iterable[BatchHeader], now_ms: int) -> list[ClosedTransaction]:
+        """Record batches appended (or replayed from the log) at ``now_ms``, in log order;
+        the transactions their markers closed."""
+        closed = []
         for header in headers:
-            self.update(header, now_ms)
+            if (done := self.update(header, now_ms)) is not None:
+                closed.append(done)
+        return closed
 
     def clear(self) -> None:
         self._producers.clear()
+        self._open.clear()
         self.version += 1
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Forget producers whose last batch was appended ``expiration_ms`` ago or earlier;
         returns their ids."""
-        expired = [pid for pid, entry in self._producers.items() if now_ms - entry.last_appended_ms >= expiration_ms]
+        expired = [
+            pid
+            for pid, entry in self._producers.items()
+            if now_ms - entry.last_appended_ms >= expiration_ms and entry.txn_first_offset < 0
+        ]
         for pid in expired:
             del self._producers[pid]
         if expired:
@@ -209,22 +278,31 @@ class ProducerStateManager:
 
     def last_offsets(self) -> dict[int, int]:
         """The last offset of each known producer's last batch (the cleaner keeps that batch)."""
-        return {pid: entry.batches[-1].last_offset for pid, entry in self._producers.items()}
+        return {pid: entry.batches[-1].last_offset for pid, entry in self._producers.items() if entry.batches}
 
     def rows(self) -> list[SnapshotBatch]:
-        """The state as snapshot rows."""
-        return [
-            SnapshotBatch(pid, entry.epoch, *batch) for pid, entry in self._producers.items() for batch in entry.batches
-        ]
+        """The state as snapshot rows: one per retained batch, or one without a batch
+        (``first_sequence`` -1) for a producer that has none in its epoch yet."""
+        rows = []
+        for pid, entry in self._producers.items():
+            batches = entry.batches or [BatchMetadata(NO_SEQUENCE, NO_SEQUENCE, -1, -1, -1, entry.last_appended_ms)]
+            rows.extend(SnapshotBatch(pid, entry.epoch, *batch, entry.txn_first_offset) for batch in batches)
+        return rows
 
     def load(self, rows: Iterable[SnapshotBatch]) -> None:
         """Replace the state with the one ``rows`` describe (from :meth:`rows`)."""
         self._producers.clear()
+        self._open.clear()
         for row in rows:
             entry = self._producers.get(row.producer_id)
             if entry is None or row.producer_epoch > entry.epoch:
                 entry = self._producers[row.producer_id] = _Entry(row.producer_epoch)
-            entry.batches.append(BatchMetadata(*row[2:]))
+            entry.last_appended_ms = max(entry.last_appended_ms, row.appended_ms)
+            entry.txn_first_offset = row.txn_first_offset
+            if row.txn_first_offset >= 0:
+                self._open[row.producer_id] = row.txn_first_offset
+            if row.first_sequence != NO_SEQUENCE:
+                entry.batches.append(BatchMetadata(*row[2:8]))
         self.version += 1
 
     def __len__(self) -> int:

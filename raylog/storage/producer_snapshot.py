@@ -18,6 +18,10 @@ implied by every batch below ``offset``: per producer, its epoch and its last ba
       last_offset    i64
       max_timestamp  i64   the batch's max timestamp, as in its header
       appended_ms    i64   when this replica appended (or replayed) it, by its clock
+      txn_first_offset i64 the first offset of the producer's open transaction, or -1
+
+A producer without a batch in its epoch (a transaction marker bumped it) has one row with
+``first_sequence`` -1. Version 1 files (without ``txn_first_offset``) are still read.
 
 Written whole to ``<name>.tmp``, fsync'd, renamed: a file is either complete or, after a
 crash or a bad disk, caught by its CRC (:class:`CorruptRecordError`), and the caller falls
@@ -41,13 +45,14 @@ from ..errors import CorruptRecordError, StorageError
 from . import faults
 from .files import write_atomically
 
-VERSION = 1
+VERSION = 2
 SUFFIX = ".snapshot"
 #: version, crc, row_count
 HEADER = struct.Struct(">hIi")
 #: producer_id, producer_epoch, first_sequence, last_sequence, first_offset, last_offset,
-#: max_timestamp, appended_ms
-ROW = struct.Struct(">qhiiqqqq")
+#: max_timestamp, appended_ms, txn_first_offset (version 1: without it)
+ROW = struct.Struct(">qhiiqqqqq")
+ROW_V1 = struct.Struct(">qhiiqqqq")
 CRC_START = struct.calcsize(">hI")  # the CRC covers everything from row_count on
 
 
@@ -62,6 +67,7 @@ class SnapshotBatch(NamedTuple):
     last_offset: int
     max_timestamp: int
     appended_ms: int
+    txn_first_offset: int = -1
 
 
 def path(directory: str, offset: int) -> str:
@@ -106,13 +112,14 @@ def decode(data: bytes) -> list[SnapshotBatch]:
     if len(data) < HEADER.size:
         raise CorruptRecordError(f"producer snapshot of {len(data)} bytes is shorter than its header")
     version, crc, count = HEADER.unpack_from(data)
-    if version != VERSION:
+    row = {VERSION: ROW, 1: ROW_V1}.get(version)
+    if row is None:
         raise CorruptRecordError(f"unknown producer snapshot version {version}")
     if crc32c.crc32c(memoryview(data)[CRC_START:]) != crc:
         raise CorruptRecordError("producer snapshot CRC mismatch")
-    if count < 0 or len(data) != HEADER.size + count * ROW.size:
+    if count < 0 or len(data) != HEADER.size + count * row.size:
         raise CorruptRecordError(f"producer snapshot of {len(data)} bytes cannot hold {count} rows")
-    return [SnapshotBatch._make(fields) for fields in ROW.iter_unpack(memoryview(data)[HEADER.size :])]
+    return [SnapshotBatch._make(fields) for fields in row.iter_unpack(memoryview(data)[HEADER.size :])]
 
 
 def write(directory: str, offset: int, rows: Iterable[SnapshotBatch]) -> None:

@@ -101,8 +101,12 @@ HAS_HEADERS = 0x80
 HAS_OFFSET_DELTA = 0x100
 HAS_TIMESTAMP_DELTA = 0x200
 WIDE_TIMESTAMP_DELTA = 0x400
+#: On a control batch: the marker commits its producer's transaction (else it aborts it).
+#: The marker's record says the same (Kafka's control record key); the bit lets a replica
+#: replay transactions from headers alone, as it replays producer state.
+COMMIT_MARKER = 0x800
 _SCHEMA_BITS = HAS_KEY | HAS_HEADERS | HAS_OFFSET_DELTA | HAS_TIMESTAMP_DELTA | WIDE_TIMESTAMP_DELTA
-_KNOWN_BITS = CODEC_MASK | LOG_APPEND_TIME | TRANSACTIONAL | CONTROL | _SCHEMA_BITS
+_KNOWN_BITS = CODEC_MASK | LOG_APPEND_TIME | TRANSACTIONAL | CONTROL | COMMIT_MARKER | _SCHEMA_BITS
 
 #: An encapsulated Arrow IPC message starts with a continuation marker and the metadata length.
 _IPC_PREFIX = struct.Struct("<Ii")
@@ -268,6 +272,7 @@ def build_arrow(
     base_sequence: int = -1,
     transactional: bool = False,
     control: bool = False,
+    commit_marker: bool = False,
     offset_deltas: np.ndarray | None = None,
     last_offset_delta: int | None = None,
 ) -> bytes:
@@ -281,7 +286,7 @@ def build_arrow(
         codec: a :mod:`raylog.storage.compression` codec id.
         now_ms: the timestamp for records without one (default: the wall clock).
         producer_id, producer_epoch, base_sequence: idempotence fields.
-        transactional, control: the transaction flags.
+        transactional, control, commit_marker: the transaction flags.
         offset_deltas: each record's offset minus the base offset, rising strictly from 0
             or more (a compacted batch); None for consecutive offsets from 0.
         last_offset_delta: the batch's last offset minus its base offset, at least the last
@@ -300,6 +305,8 @@ def build_arrow(
         attributes |= TRANSACTIONAL
     if control:
         attributes |= CONTROL
+    if commit_marker:
+        attributes |= COMMIT_MARKER
     if keys is not None and keys.null_count < len(keys):
         _require_length(keys, count, "keys")
         columns["key"] = _as_binary(keys)
@@ -583,23 +590,46 @@ def _all_keyed(body: pa.RecordBatch, header: BatchHeader) -> bool:
     return bool(header.attributes & HAS_KEY) and body.column("key").null_count == 0
 
 
-def decode_table(data: Any, *, check_crcs: bool = True, min_offset: int = 0) -> pa.Table:
-    """Decode a buffer of whole batches into one table of ``OUTPUT_SCHEMA``.
+def decode_table(
+    data: Any,
+    *,
+    check_crcs: bool = True,
+    min_offset: int = 0,
+    aborted: Sequence[tuple[int, int]] | None = None,
+) -> pa.Table:
+    """Decode a buffer of whole batches into one table of ``OUTPUT_SCHEMA``. Control batches
+    (transaction markers) are never part of it.
 
     Args:
         data: bytes-like holding zero or more whole batches, as read from a log.
         check_crcs: verify each batch's CRC first (Kafka's ``check.crcs``).
         min_offset: drop records below this offset (a read starts at the batch holding it).
+        aborted: for a read_committed read, the ``(producer_id, first_offset)`` of every
+            aborted transaction that may overlap ``data`` (what the leader's fetch answer
+            lists): the batches of such a transaction, from its first offset up to its
+            abort marker, are dropped whole, from their headers (Kafka's consumer does the
+            same). None: keep every data batch (read_uncommitted).
 
     Raises:
         CorruptRecordError: a batch fails its checks.
     """
     view = memoryview(data).cast("B")
     out = []
+    starts = sorted(aborted, key=lambda txn: txn[1]) if aborted else ()
+    next_start, aborting = 0, set()
     for pos, header in iter_headers(view):
         if check_crcs:  # before trusting any field inside the CRC (attributes, deltas)
             check_crc(view, pos, header)
-        if header.next_offset <= min_offset or header.attributes & CONTROL:
+        attributes = header.attributes
+        if starts:
+            while next_start < len(starts) and starts[next_start][1] <= header.last_offset:
+                aborting.add(starts[next_start][0])
+                next_start += 1
+            if attributes & CONTROL and not attributes & COMMIT_MARKER:
+                aborting.discard(header.producer_id)  # its aborted transaction ends here
+            elif attributes & TRANSACTIONAL and header.producer_id in aborting:
+                continue
+        if header.next_offset <= min_offset or attributes & CONTROL:
             continue
         batch = _output_batch(header, decode_body(view, pos, header))
         if header.base_offset < min_offset:
@@ -607,6 +637,29 @@ def decode_table(data: Any, *, check_crcs: bool = True, min_offset: int = 0) -> 
             batch = batch.slice(int(np.searchsorted(offsets, min_offset)))
         out.append(batch)
     return pa.Table.from_batches(out, schema=OUTPUT_SCHEMA)
+
+
+#: A control record's key: version and type (Kafka's ControlRecordType: 0 abort, 1 commit);
+#: its value: version and the coordinator epoch that wrote the marker.
+CONTROL_KEY = struct.Struct(">hh")
+CONTROL_VALUE = struct.Struct(">hi")
+
+
+def build_marker(
+    producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int | None = None
+) -> bytes:
+    """A transaction marker: a control batch of one record that commits or aborts the
+    transaction of ``producer_id`` in the partition it is appended to."""
+    return build(
+        [CONTROL_VALUE.pack(0, coordinator_epoch)],
+        keys=[CONTROL_KEY.pack(0, 1 if commit else 0)],
+        now_ms=now_ms,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=True,
+        control=True,
+        commit_marker=commit,
+    )
 
 
 def offset_deltas(header: BatchHeader, body: pa.RecordBatch) -> np.ndarray:
@@ -691,6 +744,7 @@ def retain(header: BatchHeader, body: pa.RecordBatch, keep: np.ndarray) -> bytes
         base_sequence=header.base_sequence,
         transactional=bool(attributes & TRANSACTIONAL),
         control=bool(attributes & CONTROL),
+        commit_marker=bool(attributes & COMMIT_MARKER),
         offset_deltas=offset_deltas(header, body)[keep],
         last_offset_delta=header.last_offset_delta,
     )

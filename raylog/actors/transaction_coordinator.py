@@ -1,0 +1,276 @@
+"""The transaction coordinator: a replica of a ``__transaction_state`` partition that, while
+it leads, serves the transactional ids that hash to its partition (Kafka's design; loading,
+acks=all appends and hand-over are :mod:`raylog.actors.coordinator`'s, the state machine is
+:mod:`raylog.coordination.transactions`).
+
+Ending a transaction takes three steps: the Prepare record (acks=all: from then on the
+outcome is decided, whoever coordinates), a marker in every partition of the transaction
+(:meth:`PartitionReplicaActor.write_txn_marker`, acks=all, retried against each
+partition's current leader until written), and the Complete record. The producer is
+answered after the Complete record, so once ``commit_transaction()`` returns, every
+partition's read_committed consumers may read the transaction (Kafka answers after the
+Prepare record and lets the next transaction wait). A coordinator that takes over, or finds
+a transaction past its timeout, runs the same completion: markers are idempotent.
+
+Concurrency: as the replica's; each transaction's completion runs on a thread of its own,
+outside the lock while it calls partition leaders, one at a time per transactional id.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from typing import Any
+
+import ray
+
+from raylog.actors.coordinator import CoordinatorActor, now_ms
+from raylog.actors.replica import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
+from raylog.coordination.transactions import Step, TransactionCoordinator, TxnMetadata
+from raylog.errors import (
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+from raylog.protocol import TxnResponse, error_fields, error_of
+from raylog.storage import record_batch
+
+#: Calls a coordinator serves at once (each producer's calls are short; end_txn waits for
+#: its markers).
+MAX_CONCURRENCY = 64
+#: How long an end_txn call waits for its markers before answering REQUEST_TIMED_OUT (the
+#: completion goes on; the producer's retry is answered once it is done).
+END_TXN_WAIT_S = 20.0
+
+logger = logging.getLogger(__name__)
+
+
+class TransactionCoordinatorActor(CoordinatorActor):
+    """See the module docstring."""
+
+    MAX_CONCURRENCY = MAX_CONCURRENCY
+    TICK_INTERVAL_S = 0.5
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self._completions: dict[str, concurrent.futures.Future] = {}
+        super().__init__(*args, **kwargs)
+
+    # --- the state ----------------------------------------------------------------------
+
+    def _new_state(self) -> TransactionCoordinator:
+        return TransactionCoordinator()
+
+    def _load_batch(self, state: TransactionCoordinator, header: record_batch.BatchHeader, records: list) -> None:
+        if not header.attributes & record_batch.CONTROL:
+            state.load(records)
+
+    def _loaded(self, state: TransactionCoordinator) -> None:
+        for metadata in state.prepared():
+            self._complete_later(state, metadata)
+
+    def _tick(self, state: TransactionCoordinator) -> None:
+        for step in state.expired(now_ms(), self._new_producer_id):
+            logger.info(
+                "%s: transaction %r timed out after %d ms: aborting it",
+                self.partition.name,
+                step.metadata.transactional_id,
+                step.metadata.timeout_ms,
+            )
+            try:
+                self._run(state, step)
+            except Exception as exc:  # noqa: BLE001 — the next tick tries again
+                logger.warning("%s: timed-out abort not written: %s", self.partition.name, exc)
+                continue
+            self._complete_later(state, step.metadata)
+
+    # --- requests -----------------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int) -> TxnResponse:
+        """The producer id and next epoch of a transactional producer instance (fencing every
+        older one); an open transaction is aborted first (CONCURRENT_TRANSACTIONS meanwhile)."""
+        with self._lock:
+            try:
+                state = self._loaded_state()
+                abort = state.abort_open(transactional_id, now_ms(), self._new_producer_id)
+                if abort is not None:
+                    self._run(state, abort)
+                    self._complete_later(state, abort.metadata)
+                step = state.init_producer(transactional_id, timeout_ms, now_ms(), self._new_producer_id)
+                self._run(state, step)
+            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
+                return TxnResponse(**error_fields(exc))
+        return _answer(step.metadata)
+
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list
+    ) -> TxnResponse:
+        """Partitions (and group offset partitions) join the producer's transaction."""
+        with self._lock:
+            try:
+                state = self._loaded_state()
+                step = state.add_partitions(transactional_id, producer_id, producer_epoch, partitions, now_ms())
+                if step is not None:
+                    self._run(state, step)
+            except Exception as exc:  # noqa: BLE001
+                return TxnResponse(**error_fields(exc))
+        return TxnResponse(producer_id=producer_id, producer_epoch=producer_epoch)
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnResponse:
+        """Commit or abort the producer's transaction; answered once every marker is written,
+        with the producer id and epoch to use next."""
+        with self._lock:
+            try:
+                state = self._loaded_state()
+                outcome = state.end(
+                    transactional_id, producer_id, producer_epoch, commit, now_ms(), self._new_producer_id
+                )
+                if isinstance(outcome, TxnMetadata):
+                    return _answer(outcome)
+                self._run(state, outcome)
+                completion = self._complete_later(state, outcome.metadata)
+            except Exception as exc:  # noqa: BLE001
+                return TxnResponse(**error_fields(exc))
+        try:
+            completion.result(timeout=END_TXN_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            error = RequestTimedOutError(f"transaction {transactional_id!r}: markers not all written yet")
+            return TxnResponse(**error_fields(error))
+        except Exception as exc:  # noqa: BLE001
+            return TxnResponse(**error_fields(exc))
+        return _answer(outcome.metadata)
+
+    def describe_transaction(self, transactional_id: str) -> TxnResponse:
+        with self._lock:
+            try:
+                metadata = self._loaded_state().describe(transactional_id)
+            except Exception as exc:  # noqa: BLE001
+                return TxnResponse(**error_fields(exc))
+        if metadata is None:
+            return TxnResponse()
+        return TxnResponse(
+            producer_id=metadata.producer_id,
+            producer_epoch=metadata.producer_epoch,
+            state=metadata.state.value,
+            partitions=tuple(sorted(metadata.partitions)),
+        )
+
+    # --- completion ---------------------------------------------------------------------
+
+    def _run(self, state: TransactionCoordinator, step: Step) -> None:
+        """Append ``step``'s record with acks=all and wait for the ISR (holding ``_lock``);
+        the move counts once it is replicated.
+
+        Raises:
+            NotEnoughReplicasError, NotLeaderOrFollowerError, RequestTimedOutError, ...
+        """
+        try:
+            self._await_records(self._append_records([step.record]))
+        except Exception:
+            state.failed(step)
+            raise
+        state.applied(step)
+
+    def _complete_later(self, state: TransactionCoordinator, metadata: TxnMetadata) -> concurrent.futures.Future:
+        """The prepared transaction's completion, on a thread of its own (one per id)."""
+        tid = metadata.transactional_id
+        running = self._completions.get(tid)
+        if running is not None and not running.done():
+            return running
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._completions[tid] = future
+        stop = self._coordinator_stop
+        self._start(self._complete, state, metadata, future, stop)
+        return future
+
+    def _complete(
+        self,
+        state: TransactionCoordinator,
+        metadata: TxnMetadata,
+        future: concurrent.futures.Future,
+        stop: threading.Event | None,
+    ) -> None:
+        """Write every marker of ``metadata``'s transaction, then its Complete record."""
+        try:
+            self._write_markers(metadata, stop)
+            with self._lock:
+                if stop is None or stop.is_set():
+                    raise NotCoordinatorError("the coordinator moved before the transaction completed")
+                step = state.complete(metadata.transactional_id, now_ms())
+                if step is not None:
+                    self._run(state, step)
+                future.set_result(None)
+        except Exception as exc:  # noqa: BLE001 — told to the waiting end_txn, if any
+            logger.warning("%s: transaction %r not completed: %s", self.partition.name, metadata.transactional_id, exc)
+            with self._lock:
+                if not future.done():  # (dropping the state fails it first)
+                    future.set_exception(exc)
+
+    def _write_markers(self, metadata: TxnMetadata, stop: threading.Event | None) -> None:
+        """A marker in every partition of the transaction, each retried against the
+        partition's current leader until written, or until this coordinator stops.
+
+        Raises:
+            NotCoordinatorError: the coordinator stopped first.
+        """
+        remaining = set(metadata.partitions)
+        commit = metadata.committing
+        while remaining:
+            if stop is None or stop.is_set():
+                raise NotCoordinatorError("the coordinator moved before the markers were written")
+            leaders = self._leaders(sorted({tp.topic for tp in remaining}))
+            if leaders is None:
+                stop.wait(REPLICA_BACKOFF_S)
+                continue
+            calls = {}
+            for tp in remaining:
+                if tp.topic not in leaders["topics"]:
+                    calls[tp] = None  # the topic was deleted: nothing to mark
+                elif (leader := leaders["leaders"].get((tp.topic, tp.partition))) is not None:
+                    calls[tp] = leader.write_txn_marker.remote(
+                        metadata.marker_producer_id, metadata.marker_epoch, commit, self.partition.leader_epoch
+                    )
+            for tp, ref in calls.items():
+                if ref is None:
+                    remaining.discard(tp)
+                    continue
+                try:
+                    error = error_of(ray.get(ref, timeout=PEER_CALL_TIMEOUT_S))
+                except ray.exceptions.RayError as exc:  # (a timeout is a RayError)
+                    error = exc
+                if error is None or isinstance(error, UnknownTopicOrPartitionError):
+                    remaining.discard(tp)
+                else:
+                    logger.info("%s: marker for %s not written yet: %s", self.partition.name, tp, error)
+            if remaining and stop is not None:
+                stop.wait(REPLICA_BACKOFF_S)
+
+    def _leaders(self, topics: list[str]) -> dict | None:
+        """The controller's metadata of ``topics`` (those deleted are missing), or None."""
+        try:
+            return ray.get(self._controller().metadata.remote(topics), timeout=PEER_CALL_TIMEOUT_S)
+        except (ValueError, ray.exceptions.RayError):
+            return None
+
+    def _new_producer_id(self) -> int:
+        """A producer id from the controller (holding ``_lock``: rare, a new transactional
+        id or an exhausted epoch).
+
+        Raises:
+            CoordinatorNotAvailableError: the controller did not answer.
+        """
+        try:
+            return ray.get(self._controller().init_producer_id.remote(), timeout=PEER_CALL_TIMEOUT_S)
+        except (ValueError, ray.exceptions.RayError) as exc:
+            raise CoordinatorNotAvailableError(f"no producer id from the controller: {exc!r}") from None
+
+    def _unloaded(self) -> None:
+        for future in self._completions.values():
+            if not future.done():
+                future.set_exception(NotCoordinatorError("the coordinator moved"))
+        self._completions.clear()
+
+
+def _answer(metadata: TxnMetadata) -> TxnResponse:
+    return TxnResponse(producer_id=metadata.producer_id, producer_epoch=metadata.producer_epoch)
