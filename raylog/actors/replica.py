@@ -570,7 +570,7 @@ class PartitionReplicaActor:
                     p.checkpoint_producer_state()
                     if log.config.compact and not self._cleaning_now():
                         self._cleaning = _cleaner_thread().submit(
-                            self._clean, p.last_stable_offset, p.producers.last_offsets()
+                            self._clean, p.last_stable_offset, p.producers.last_offsets(), p.txn_index.all()
                         )
                     if not idle:
                         metrics.record_partition_state(self._metric_tags, p)
@@ -580,13 +580,13 @@ class PartitionReplicaActor:
     def _cleaning_now(self) -> bool:
         return self._cleaning is not None and not self._cleaning.done()
 
-    def _clean(self, last_stable_offset: int, producer_last_offsets: dict[int, int]) -> None:
+    def _clean(self, last_stable_offset: int, producer_last_offsets: dict[int, int], aborted: list) -> None:
         """One cleaning round below the LSO (transactions there are decided), in this
         process's cleaner thread without ``_lock`` (the log swaps segments under its own
         lock; see :class:`~raylog.storage.log.Log`)."""
         try:
             cleaned = self.partition.log.clean(
-                max_offset=last_stable_offset, producer_last_offsets=producer_last_offsets
+                max_offset=last_stable_offset, producer_last_offsets=producer_last_offsets, aborted=aborted
             )
         except RaylogError as exc:
             logger.warning("%s: cleaning round failed, the next one retries: %s", self.partition.name, exc)

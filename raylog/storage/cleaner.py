@@ -32,7 +32,10 @@ A round (:func:`clean`):
    as Kafka's cleaner keeps an active producer's last batch. Whole batches that keep every
    record are copied byte for byte; others are rebuilt by :func:`record_batch.retain`
    (original offsets, offset range and producer fields kept). A single segment that keeps
-   everything is left alone. Control batches are kept.
+   everything is left alone. Control batches (transaction markers) are kept; records of
+   aborted transactions (``aborted``: the log's aborted-transaction index) are dropped and
+   never enter the offset map, so an aborted write never shadows a committed one. The caller
+   passes ``max_offset`` at the last stable offset: below it every transaction is decided.
 4. Swap the cleaned segment in (below); a group that kept nothing is dropped, except the
    first segment of the log, which stays (empty) so the log start offset never moves.
 5. Write the checkpoint: ``first dirty`` := ``first uncleanable``, and remember that the
@@ -74,7 +77,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -85,9 +88,10 @@ from ..errors import CorruptRecordError, StorageError
 from . import faults, record_batch
 from .file_records import FileRecords
 from .files import fsync_directory, write_atomically
-from .record_batch import CONTROL, HAS_KEY, HEADER_SIZE, BatchHeader
+from .record_batch import CONTROL, HAS_KEY, HEADER_SIZE, TRANSACTIONAL, BatchHeader
 from .segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment, file_name
 from .throttler import Throttler
+from .txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from .log import Log
@@ -281,10 +285,12 @@ def clean(
     force: bool = False,
     producer_last_offsets: Mapping[int, int] | None = None,
     throttler: Throttler | None = None,
+    aborted: Iterable[AbortedTxn] = (),
 ) -> CleanerStats | None:
     """Compact ``log`` if it needs it (or ``force`` and anything is dirty).
 
     Args:
+        aborted: the aborted transactions of the log (their records are dropped).
         producer_last_offsets: producer id -> the last offset of its last batch; each of
             those batches keeps at least one record (see the module docstring).
         throttler: paces the round's I/O (default: none).
@@ -313,9 +319,10 @@ def clean(
         for segment in before.cleanable:  # the records that outlive older ones must be on disk before those go
             segment.flush()
         checkpoint = read_checkpoint(log.dir)
-        map_keys, map_offsets, map_bytes = build_offset_map(before.dirty, before.first_dirty_offset, pace)
+        is_aborted = _aborted_batches(aborted)
+        map_keys, map_offsets, map_bytes = build_offset_map(before.dirty, before.first_dirty_offset, pace, is_aborted)
         horizon = min(checkpoint.tombstone_horizon(now_ms, log.config.delete_retention_ms), before.first_dirty_offset)
-        retention = _Retention(map_keys, map_offsets, horizon, producer_last_offsets or {})
+        retention = _Retention(map_keys, map_offsets, horizon, producer_last_offsets or {}, is_aborted)
         totals = _Totals()
         after_segments = 0
         for group in group_segments(before.cleanable, log.config):
@@ -382,14 +389,18 @@ def group_segments(segments: Sequence[LogSegment], config) -> list[list[LogSegme
 
 
 def build_offset_map(
-    segments: Sequence[LogSegment], first_dirty_offset: int, pace: Callable[[int], None] = _unpaced
+    segments: Sequence[LogSegment],
+    first_dirty_offset: int,
+    pace: Callable[[int], None] = _unpaced,
+    is_aborted: Callable[[BatchHeader], bool] | None = None,
 ) -> tuple[pa.Array, np.ndarray, int]:
     """``(keys, latest offsets, bytes read)``: each key with a record at or above
-    ``first_dirty_offset`` in ``segments``, and the offset of its last such record."""
+    ``first_dirty_offset`` in ``segments`` (not in an aborted transaction), and the offset
+    of its last such record."""
     partials = []
     bytes_read = 0
     for segment in segments:
-        for chunk in _chunks(segment, pace):
+        for chunk in _chunks(segment, pace, is_aborted):
             bytes_read += len(chunk.view)
             keyed = chunk.keys.is_valid().to_numpy(zero_copy_only=False) & (chunk.offsets >= first_dirty_offset)
             if not keyed.any():
@@ -425,9 +436,28 @@ class _Chunk:
     tombstones: np.ndarray  # bool: the value is null
 
 
-def _chunks(segment: LogSegment, pace: Callable[[int], None], chunk_bytes: int = CHUNK_BYTES) -> Iterator[_Chunk]:
+def _aborted_batches(aborted: Iterable[AbortedTxn]) -> Callable[[BatchHeader], bool]:
+    """Whether a batch belongs to one of the ``aborted`` transactions."""
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for txn in aborted:
+        ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.marker_offset))
+
+    def is_aborted(header: BatchHeader) -> bool:
+        spans = ranges.get(header.producer_id) if header.attributes & TRANSACTIONAL else None
+        return bool(spans) and any(first <= header.base_offset < marker for first, marker in spans)
+
+    return is_aborted
+
+
+def _chunks(
+    segment: LogSegment,
+    pace: Callable[[int], None],
+    is_aborted: Callable[[BatchHeader], bool] | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> Iterator[_Chunk]:
     """The segment's batches, CRC-checked and decoded, about ``chunk_bytes`` at a time;
-    ``pace`` is told the bytes of each chunk before it is read.
+    ``pace`` is told the bytes of each chunk before it is read. The records of batches
+    ``is_aborted`` names count as keyless: no offset map holds them and no round keeps them.
 
     Raises:
         CorruptRecordError: a batch is torn or fails its checks.
@@ -449,11 +479,20 @@ def _chunks(segment: LogSegment, pace: Callable[[int], None], chunk_bytes: int =
             if len(view) < header.size:
                 raise CorruptRecordError(f"batch at byte {position} of {segment.records.path} is torn")
             batches, pos = [(0, header)], header.size
-        yield _decode(position, view[:pos], batches)
+        yield _decode(position, view[:pos], batches, is_aborted or _never)
         position += pos
 
 
-def _decode(position: int, view: memoryview, batches: list[tuple[int, BatchHeader]]) -> _Chunk:
+def _never(header: BatchHeader) -> bool:
+    return False
+
+
+def _decode(
+    position: int,
+    view: memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    is_aborted: Callable[[BatchHeader], bool] = _never,
+) -> _Chunk:
     bodies: list[pa.RecordBatch | None] = []
     keys, offsets, tombstones = [], [], []
     for pos, header in batches:
@@ -463,7 +502,8 @@ def _decode(position: int, view: memoryview, batches: list[tuple[int, BatchHeade
             continue
         body = record_batch.decode_body(view, pos, header)
         bodies.append(body)
-        keys.append(body.column("key") if header.attributes & HAS_KEY else pa.nulls(header.record_count, pa.binary()))
+        keyed = header.attributes & HAS_KEY and not is_aborted(header)
+        keys.append(body.column("key") if keyed else pa.nulls(header.record_count, pa.binary()))
         offsets.append(record_batch.offset_deltas(header, body) + header.base_offset)
         tombstones.append(body.column("value").is_null().to_numpy(zero_copy_only=False))
     if not keys:
@@ -485,6 +525,7 @@ class _Retention:
     map_offsets: np.ndarray
     horizon: int
     producer_last_offsets: Mapping[int, int]
+    is_aborted: Callable[[BatchHeader], bool]
 
 
 def _keep(chunk: _Chunk, retention: _Retention) -> tuple[np.ndarray, int]:
@@ -531,7 +572,7 @@ def _clean_group(
     changed = len(group) > 1
     for segment in group:
         masks = []
-        for chunk in _chunks(segment, pace):
+        for chunk in _chunks(segment, pace, retention.is_aborted):
             keep, expired = _keep(chunk, retention)
             masks.append(keep)
             changed = changed or not keep.all()

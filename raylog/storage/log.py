@@ -51,7 +51,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,7 @@ from .files import fsync_directory, write_atomically
 from .record_batch import BatchHeader
 from .segment import AppendedBatch, LogSegment
 from .throttler import Throttler
+from .txn_index import AbortedTxn
 
 RECOVERY_POINT_FILE = "recovery-point"
 #: The most bytes one read returns (beyond its first batch), whatever the fetch asked: a
@@ -567,6 +568,7 @@ class Log:
         force: bool = False,
         producer_last_offsets: Mapping[int, int] | None = None,
         throttler: Throttler | None = None,
+        aborted: Iterable[AbortedTxn] = (),
     ) -> CleanerStats | None:
         """Compact the log (see :mod:`raylog.storage.cleaner`) if its dirty ratio reached
         ``min.cleanable.dirty.ratio`` or a dirty record is older than ``max.compaction.lag.ms``
@@ -580,6 +582,7 @@ class Log:
                 batches keep at least one record (the producer's state survives).
             throttler: paces the round's reads and writes (default: one at
                 ``log.cleaner.io.max.bytes.per.second`` on the real clock).
+            aborted: the aborted transactions (their records are dropped, see the cleaner).
 
         Returns:
             What the round did, or None when it had nothing to do or was given up.
@@ -594,7 +597,7 @@ class Log:
         if throttler is None:  # its pauses end early when the round must give up
             throttler = Throttler(self.config.log_cleaner_io_max_bytes_per_second, sleep=self._layout_moved.wait)
         now_ms = self._clock() if now_ms is None else now_ms
-        return cleaner.clean(self, now_ms, max_offset, force, producer_last_offsets, throttler)
+        return cleaner.clean(self, now_ms, max_offset, force, producer_last_offsets, throttler, aborted)
 
     def dirty_ratio(self, now_ms: int | None = None, max_offset: int | None = None) -> float:
         """Bytes written since the last clean over all cleanable bytes (0 when none)."""

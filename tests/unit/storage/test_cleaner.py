@@ -691,3 +691,25 @@ def test_property_cleaning_keeps_the_fold_and_the_offsets(tmp_path_factory, ops,
     assert log.log_end_offset == written[-1][0] + 1
     log.close()
     assert records(Log.open(directory, config, clock)) == rows
+
+
+def test_aborted_records_never_shadow_committed_ones_and_markers_stay(open_log, clock):
+    """A key written, then overwritten in a transaction that aborted: cleaning drops the
+    aborted records (they are not the key's latest value) and keeps the committed value and
+    the transaction's marker, so a read_committed reader restores the committed state."""
+    from raylog.storage.txn_index import AbortedTxn
+
+    log = open_log(**COMPACT)
+    write(log, [(b"k%d" % i, b"committed-%d" % i) for i in range(6)], clock.now_ms)
+    txn = {"producer_id": 7, "producer_epoch": 0, "base_sequence": 0, "transactional": True}
+    aborted = log.append_as_leader(keyed([(b"k0", b"aborted"), (b"k1", b"aborted")], clock.now_ms, **txn), 0)
+    marker = log.append_as_leader(rb.build_marker(7, 1, commit=False, coordinator_epoch=0), 0)
+    write(log, [(b"k5", b"later")], clock.now_ms)
+    log.roll()
+    log.clean(force=True, aborted=[AbortedTxn(7, aborted.first_offset, marker.first_offset)])
+    assert fold(records(log)) == {**{b"k%d" % i: b"committed-%d" % i for i in range(5)}, b"k5": b"later"}
+    headers = [h for _, h in rb.iter_headers(log.read(0, 1 << 20))]
+    while headers[-1].next_offset < log.log_end_offset:
+        headers += [h for _, h in rb.iter_headers(log.read(headers[-1].next_offset, 1 << 20))]
+    assert any(h.attributes & rb.CONTROL and h.base_offset == marker.first_offset for h in headers)
+    assert not any(h.base_offset == aborted.first_offset for h in headers)
