@@ -39,7 +39,8 @@ def cluster(tmp_path_factory):
     handle = raylog.connect(
         data_dir=str(tmp_path_factory.mktemp("raylog")),
         cluster_name=f"t{uuid.uuid4().hex[:8]}",
-        config={"offsets.topic.num.partitions": "2"},  # each partition is a process
+        # Each partition is a process.
+        config={"offsets.topic.num.partitions": "2", "transaction.state.log.num.partitions": "1"},
     )
     yield handle
     handle.shutdown()

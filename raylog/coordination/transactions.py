@@ -226,6 +226,9 @@ class TransactionCoordinator:
         if current is not None and current.state.idle and _is_retry_of_end(current, producer_id, producer_epoch):
             if current.state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT):
                 return current
+            if commit and current.state is TxnState.COMPLETE_ABORT:
+                # Not this producer's abort (it asks to commit): a timeout's or a newer instance's.
+                raise ProducerFencedError(f"transaction {transactional_id!r} was aborted by its coordinator")
             raise InvalidTxnStateError(f"transaction {transactional_id!r} ended otherwise: {current.state.value}")
         if current is not None and current.state.prepared and _is_retry_of_end(current, producer_id, producer_epoch):
             raise ConcurrentTransactionsError(f"transaction {transactional_id!r} is completing")
