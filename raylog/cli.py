@@ -52,6 +52,8 @@ raylog groups reset-offsets GROUP --topic T [--partitions 0,1]
         (--to-earliest | --to-latest | --to-timestamp-ms T | --shift-by N) [--execute]
         move an idle group's committed offsets (a dry run unless --execute)
 raylog groups delete GROUP ...                delete idle groups and their offsets
+raylog transactions list [--json]             transactional ids, their states and producers
+raylog transactions describe ID ... [--json]  state, producer id and epoch, open partitions
 raylog quotas alter (--client-id ID | --default) [--producer-byte-rate R] [--consumer-byte-rate R]
                     [--delete-producer-byte-rate] [--delete-consumer-byte-rate]
         as kafka-configs --alter --entity-type clients: set (bytes/s) or remove a client
@@ -947,6 +949,53 @@ def _add_groups(commands: Any) -> None:
     delete.add_argument("groups", nargs="+")
 
 
+# --- transactions ----------------------------------------------------------------------------
+
+
+def _transactions_list(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        return _print_transactions(raylog.Admin(cluster).list_transactions(), args.json)
+
+
+def _transactions_describe(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        return _print_transactions(raylog.Admin(cluster).describe_transactions(args.ids), args.json)
+
+
+def _print_transactions(described: list, as_json: bool) -> int:
+    if as_json:
+        rows = [dataclasses.asdict(t) | {"partitions": [list(tp) for tp in t.partitions]} for t in described]
+        print(json.dumps(rows, indent=2))
+        return 0
+    rows = [("TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH", "TIMEOUT-MS", "PARTITIONS", "COORDINATOR")]
+    for t in described:
+        partitions = ",".join(f"{tp.topic}-{tp.partition}" for tp in t.partitions) or "-"
+        coordinator = f"__transaction_state-{t.coordinator_partition}"
+        rows.append(
+            (
+                t.transactional_id,
+                t.state,
+                str(t.producer_id),
+                str(t.producer_epoch),
+                str(t.timeout_ms),
+                partitions,
+                coordinator,
+            )
+        )
+    print(_table(rows))
+    return 0
+
+
+def _add_transactions(commands: Any) -> None:
+    transactions = commands.add_parser("transactions", help="list and describe transactional producers")
+    actions = transactions.add_subparsers(dest="action", required=True)
+    listing = _command(actions, "list", _transactions_list, "every transactional id and its state")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    describe = _command(actions, "describe", _transactions_describe, "the state of transactional ids")
+    describe.add_argument("ids", nargs="+")
+    describe.add_argument("--json", action="store_true", help="machine-readable output")
+
+
 def _quotas_alter(args: argparse.Namespace) -> int:
     change: dict[str, float | None] = {}
     for key in QUOTA_KEYS:
@@ -1204,6 +1253,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_replica_management(commands)
     _add_produce_consume(commands)
     _add_groups(commands)
+    _add_transactions(commands)
     _add_quotas(commands)
     _add_bench(commands)
     dump = commands.add_parser("dump-log", help="print the segments and batches of a log directory")

@@ -186,6 +186,11 @@ class UnstableOffsetCommitError(ApiError):
     """A transaction that commits offsets of this partition is not decided yet; retry."""
 
 
+@_api(105, "TRANSACTIONAL_ID_NOT_FOUND")
+class TransactionalIdNotFoundError(ApiError):
+    """No producer ever initialised this transactional id."""
+
+
 @_api(90, "PRODUCER_FENCED")
 class ProducerFencedError(ApiError):
     """A newer producer instance with the same transactional id started (or the transaction

@@ -157,5 +157,4 @@ class TxnResponse:
     error_message: str = ""
     producer_id: int = -1
     producer_epoch: int = -1
-    state: str = ""  # describe_transaction only
-    partitions: tuple = ()  # describe_transaction only
+    value: Any = None  # describe_transactions: one dict per transactional id

@@ -121,6 +121,18 @@ class PartitionLag:
 
 
 @dataclass(frozen=True)
+class TransactionDescription:
+    transactional_id: str
+    state: str  # Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit or CompleteAbort
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    partitions: tuple[TopicPartition, ...]  # of the open transaction
+    start_ms: int  # when the open transaction began (-1: none open)
+    coordinator_partition: int  # the __transaction_state partition whose leader coordinates it
+
+
+@dataclass(frozen=True)
 class ConsumerGroupDescription:
     group_id: str
     state: str  # Empty, PreparingRebalance, Stable or Dead

@@ -64,9 +64,10 @@ class GroupCoordinatorActor(CoordinatorActor):
 
     def _load_batch(self, state: GroupCoordinator, header: record_batch.BatchHeader, records: list) -> None:
         if header.attributes & record_batch.CONTROL:
-            state.complete_transaction(header.producer_id, bool(header.attributes & record_batch.COMMIT_MARKER))
+            committed = bool(header.attributes & record_batch.COMMIT_MARKER)
+            state.complete_transaction(header.producer_id, header.producer_epoch, committed)
         elif header.attributes & record_batch.TRANSACTIONAL:
-            state.load_pending(header.producer_id, records)
+            state.load_pending(header.producer_id, header.producer_epoch, records)
         else:
             state.load(records, now_ms())
 
@@ -85,9 +86,9 @@ class GroupCoordinatorActor(CoordinatorActor):
         if self.partition.is_leader:
             self._loaded_state()  # a marker must reach loaded groups: retry while they load
 
-    def _marker_written(self, producer_id: int, commit: bool) -> None:
+    def _marker_written(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
         if self._state is not None:
-            self._state.complete_transaction(producer_id, commit)
+            self._state.complete_transaction(producer_id, producer_epoch, commit)
 
     @property
     def _groups(self) -> GroupCoordinator | None:
@@ -182,7 +183,7 @@ class GroupCoordinatorActor(CoordinatorActor):
                 records = groups.prepare_commit(group_id, member_id, generation, instance_id, offsets, now_ms())
                 batch_fields = {"producer_id": producer_id, "producer_epoch": producer_epoch, "transactional": True}
                 self._await_records(self._append_records(records, **batch_fields))
-                groups.add_pending(producer_id, group_id, offsets)
+                groups.add_pending(producer_id, producer_epoch, group_id, offsets)
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()

@@ -323,7 +323,8 @@ class PartitionReplicaActor:
     ) -> ProduceResponse:
         """A transaction coordinator's marker (see :meth:`Partition.append_marker`), answered
         once the ISR has it; a stale marker is answered once the ISR has everything this
-        replica holds (the first attempt, whose answer was lost, may still be replicating)."""
+        replica holds (the first attempt, written but not answered, may still be
+        replicating). Either way it is then told to :meth:`_marker_written`."""
         deadline = time.monotonic() + timeout_ms / 1000
         with self._lock:
             try:
@@ -337,15 +338,15 @@ class PartitionReplicaActor:
             error = self._await_replication(end, deadline)
             if error is not None:
                 return _produce_error(error)
-            if info is not None:
-                self._marker_written(producer_id, commit)
+            self._marker_written(producer_id, producer_epoch, commit)
         return ProduceResponse(base_offset=-1 if info is None else info.first_offset)
 
     def _require_markers_accepted(self) -> None:
         """Raise a retriable error while this replica cannot take markers (holding ``_lock``)."""
 
-    def _marker_written(self, producer_id: int, commit: bool) -> None:
-        """A marker of ``producer_id`` is replicated (holding ``_lock``)."""
+    def _marker_written(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """A marker of ``producer_id`` with ``producer_epoch`` is replicated, now or before
+        (holding ``_lock``)."""
 
     def _await_replication(self, offset: int, deadline: float) -> RaylogError | None:
         """Wait (holding ``_lock``, released meanwhile) until the HW reaches ``offset`` (see

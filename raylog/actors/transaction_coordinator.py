@@ -71,6 +71,8 @@ class TransactionCoordinatorActor(CoordinatorActor):
             self._complete_later(state, metadata)
 
     def _tick(self, state: TransactionCoordinator) -> None:
+        for metadata in state.prepared():  # one whose Complete record failed: try again
+            self._complete_later(state, metadata)
         for step in state.expired(now_ms(), self._new_producer_id):
             logger.info(
                 "%s: transaction %r timed out after %d ms: aborting it",
@@ -141,20 +143,16 @@ class TransactionCoordinatorActor(CoordinatorActor):
             return TxnResponse(**error_fields(exc))
         return _answer(outcome.metadata)
 
-    def describe_transaction(self, transactional_id: str) -> TxnResponse:
+    def describe_transactions(self, transactional_ids: list[str] | None = None) -> TxnResponse:
+        """The state of the ids named (those known), or of every id this coordinator serves,
+        as dicts (Kafka's DescribeTransactions / ListTransactions)."""
         with self._lock:
             try:
-                metadata = self._loaded_state().describe(transactional_id)
+                state = self._loaded_state()
             except Exception as exc:  # noqa: BLE001
                 return TxnResponse(**error_fields(exc))
-        if metadata is None:
-            return TxnResponse()
-        return TxnResponse(
-            producer_id=metadata.producer_id,
-            producer_epoch=metadata.producer_epoch,
-            state=metadata.state.value,
-            partitions=tuple(sorted(metadata.partitions)),
-        )
+            found = [state.describe(t) for t in transactional_ids] if transactional_ids else state.transactions.values()
+            return TxnResponse(value=[_described(m) for m in found if m is not None])
 
     # --- completion ---------------------------------------------------------------------
 
@@ -270,6 +268,18 @@ class TransactionCoordinatorActor(CoordinatorActor):
             if not future.done():
                 future.set_exception(NotCoordinatorError("the coordinator moved"))
         self._completions.clear()
+
+
+def _described(m: TxnMetadata) -> dict:
+    return {
+        "transactional_id": m.transactional_id,
+        "state": m.state.value,
+        "producer_id": m.producer_id,
+        "producer_epoch": m.producer_epoch,
+        "timeout_ms": m.timeout_ms,
+        "partitions": sorted(m.partitions),
+        "start_ms": m.start_ms,
+    }
 
 
 def _answer(metadata: TxnMetadata) -> TxnResponse:

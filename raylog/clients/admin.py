@@ -12,11 +12,12 @@ from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets
 from raylog.clients.transport import call
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, validate_topic_name
+from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC, validate_topic_name
 from raylog.errors import (
     InvalidTopicError,
     NonEmptyGroupError,
     RequestTimedOutError,
+    TransactionalIdNotFoundError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     for_code,
@@ -32,10 +33,11 @@ from raylog.types import (
     PartitionLag,
     TopicDescription,
     TopicPartition,
+    TransactionDescription,
 )
 
-#: Pause between retries of a group coordinator call.
-GROUP_RETRY_BACKOFF_S = 0.1
+#: Pause between retries of a group or transaction coordinator call.
+COORDINATOR_RETRY_BACKOFF_S = 0.1
 #: How often :meth:`Admin.await_leaders` reports progress.
 PROGRESS_STEP_MS = 500
 
@@ -252,6 +254,40 @@ class Admin:
         """The brokers by id."""
         return dict(self._cluster.metadata(refresh=True).brokers)
 
+    # --- transactions ---------------------------------------------------------------------
+
+    def list_transactions(self) -> list[TransactionDescription]:
+        """Every transactional id the transaction coordinators know (Kafka's ListTransactions)."""
+        metadata = self._cluster.metadata(refresh=True)
+        if TRANSACTION_TOPIC not in metadata.topics:
+            return []
+        out = []
+        for p in range(metadata.num_partitions(TRANSACTION_TOPIC)):
+            leader = metadata.leader(TopicPartition(TRANSACTION_TOPIC, p))
+            response = call(leader.describe_transactions.remote(None), self._timeout_s)
+            if (error := error_of(response)) is not None:
+                raise error
+            out += [_transaction(d, p) for d in response.value]
+        return sorted(out, key=lambda t: t.transactional_id)
+
+    def describe_transactions(self, transactional_ids: list[str]) -> list[TransactionDescription]:
+        """The state of each transactional id, from its coordinator (Kafka's DescribeTransactions).
+
+        Raises:
+            TransactionalIdNotFoundError: an id no producer ever initialised.
+        """
+        out = []
+        for tid in transactional_ids:
+            coordinator = CoordinatorClient(
+                self._cluster, tid, self._timeout_s, COORDINATOR_RETRY_BACKOFF_S, find="find_transaction_coordinator"
+            )
+            found = coordinator.call("describe_transactions", [tid])
+            if not found:
+                raise TransactionalIdNotFoundError(f"no transactional id {tid!r}")
+            partition, _ = call(self._cluster.controller.find_transaction_coordinator.remote(tid), self._timeout_s)
+            out.append(_transaction(found[0], partition))
+        return out
+
     # --- consumer groups ------------------------------------------------------------------
 
     def list_consumer_groups(self) -> list[tuple[str, str]]:
@@ -382,7 +418,7 @@ class Admin:
             self._coordinator(group_id).call("delete_group", group_id)
 
     def _coordinator(self, group_id: str) -> CoordinatorClient:
-        return CoordinatorClient(self._cluster, group_id, self._timeout_s, GROUP_RETRY_BACKOFF_S)
+        return CoordinatorClient(self._cluster, group_id, self._timeout_s, COORDINATOR_RETRY_BACKOFF_S)
 
 
 def _legal_names(items: list, name_of) -> tuple[dict[str, tuple[int, str]], list]:
@@ -403,3 +439,16 @@ def _raise_first(results: dict[str, tuple[int, str]]) -> None:
     for code, message in results.values():
         if code:
             raise for_code(code)(message)
+
+
+def _transaction(described: dict, coordinator_partition: int) -> TransactionDescription:
+    return TransactionDescription(
+        transactional_id=described["transactional_id"],
+        state=described["state"],
+        producer_id=described["producer_id"],
+        producer_epoch=described["producer_epoch"],
+        timeout_ms=described["timeout_ms"],
+        partitions=tuple(TopicPartition(*tp) for tp in described["partitions"]),
+        start_ms=described["start_ms"],
+        coordinator_partition=coordinator_partition,
+    )

@@ -888,9 +888,10 @@ class Producer:
         deadline = time.monotonic() + self._txn_timeout_s(timeout)
         while True:
             try:
-                return coordinator.check(
-                    call(getattr(coordinator.handle(), method).remote(*args), self._txn_timeout_s(timeout))
-                )
+                response = call(getattr(coordinator.handle(), method).remote(*args), self._txn_timeout_s(timeout))
+                if (error := error_of(response)) is not None:
+                    raise error
+                return response
             except RaylogError as exc:
                 if isinstance(exc, (ProducerFencedError, InvalidProducerEpochError)):
                     self._transaction_failed(exc)

@@ -166,9 +166,11 @@ class GroupCoordinator:
 
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
-        #: Offsets committed in transactions not decided yet: producer id -> group -> offsets.
-        #: A commit marker of the producer makes them the group's; an abort marker drops them.
-        self.pending: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        #: Offsets committed in transactions not decided yet: (producer id, epoch of the
+        #: transaction) -> group -> offsets. A marker of the producer carries its next epoch:
+        #: it decides every pending transaction of that producer with a lower epoch (a commit
+        #: makes their offsets the group's, an abort drops them), never a later one.
+        self.pending: dict[tuple[int, int], dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
 
     # --- fail-over ----------------------------------------------------------------------
 
@@ -187,7 +189,7 @@ class GroupCoordinator:
                     group.offsets.pop(tp, None)
                 else:
                     offset, metadata, _ = msgpack.unpackb(value)
-                    group.offsets[tp] = OffsetAndMetadata(offset, metadata)
+                    self.apply_commit(group_id, {tp: OffsetAndMetadata(offset, metadata)})
             elif kind == _GROUP_KEY:
                 self._restore(group, None if value is None else msgpack.unpackb(value), now_ms)
         for group_id in [g for g, group in self.groups.items() if not group.members and not group.offsets]:
@@ -452,23 +454,39 @@ class GroupCoordinator:
         return [offset_record(group_id, tp, committed, now_ms) for tp, committed in offsets.items()]
 
     def apply_commit(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """The commit's records are replicated: make the offsets visible."""
+        """A plain commit's records are replicated: make the offsets visible. As the last
+        record of each key wins in the log (and after compaction), they also replace what a
+        pending transaction would set for those partitions."""
+        self._set_offsets(group_id, offsets)
+        for by_group in self.pending.values():
+            undecided = by_group.get(group_id)
+            for tp in offsets if undecided else ():
+                undecided.pop(tp, None)
+
+    def _set_offsets(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
         self.groups.setdefault(group_id, Group(group_id)).offsets.update(offsets)
 
     # --- offsets in transactions (Kafka's TxnOffsetCommit) -------------------------------
 
-    def add_pending(self, producer_id: int, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+    def add_pending(
+        self, producer_id: int, producer_epoch: int, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]
+    ) -> None:
         """A transactional commit's records are replicated: hold the offsets until the
         producer's transaction is decided (:meth:`complete_transaction`)."""
-        self.pending.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
+        self.pending.setdefault((producer_id, producer_epoch), {}).setdefault(group_id, {}).update(offsets)
 
-    def complete_transaction(self, producer_id: int, committed: bool) -> None:
-        """A marker of ``producer_id`` came: its pending offsets count, or are dropped."""
-        for group_id, offsets in self.pending.pop(producer_id, {}).items():
-            if committed:
-                self.apply_commit(group_id, offsets)
+    def complete_transaction(self, producer_id: int, marker_epoch: int, committed: bool) -> None:
+        """A marker of ``producer_id`` with ``marker_epoch`` is replicated (or was, when it
+        is sent again): the offsets of its transactions with a lower epoch count, or are
+        dropped."""
+        for key in [k for k in self.pending if k[0] == producer_id and k[1] < marker_epoch]:
+            for group_id, offsets in self.pending.pop(key).items():
+                if committed:
+                    self._set_offsets(group_id, offsets)
 
-    def load_pending(self, producer_id: int, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
+    def load_pending(
+        self, producer_id: int, producer_epoch: int, records: Iterable[tuple[bytes | None, bytes | None]]
+    ) -> None:
         """Replay a transactional batch of offset records (held until its marker)."""
         for key, value in records:
             if key is None or value is None:
@@ -477,7 +495,7 @@ class GroupCoordinator:
             if kind == _OFFSET_KEY:
                 offset, metadata, _ = msgpack.unpackb(value)
                 tp = TopicPartition(rest[0], rest[1])
-                self.add_pending(producer_id, group_id, {tp: OffsetAndMetadata(offset, metadata)})
+                self.add_pending(producer_id, producer_epoch, group_id, {tp: OffsetAndMetadata(offset, metadata)})
 
     def committed(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None

@@ -174,9 +174,12 @@ class Partition:
     @property
     def last_stable_offset(self) -> int:
         """Below it every transaction is decided: the HW, or the first offset of the oldest
-        open transaction if lower."""
+        open transaction if lower (but never below the log start: retention may have
+        removed that first batch, as Kafka's firstUnstableOffset moves up with the log start)."""
         first_open = self.producers.first_open_offset()
-        return self.high_watermark if first_open is None else min(self.high_watermark, first_open)
+        if first_open is None:
+            return self.high_watermark
+        return min(self.high_watermark, max(first_open, self.log.log_start_offset))
 
     # --- role changes (from the controller) ---------------------------------------------
 
@@ -412,16 +415,19 @@ class Partition:
         self._snapshot_version = self.producers.version
 
     def _reload_producer_state(self) -> None:
-        """The state from the newest intact snapshot in ``[log start, LEO]`` and the log's
-        batches from its offset on (the whole log without one); other snapshots out of that
-        range are deleted (their batches were cut, or went with their segments)."""
+        """The state from the newest intact snapshot in ``[log start, LEO]`` (and not above a
+        dropped index file's segment) and the log's batches from its offset on (the whole
+        log without one); other snapshots out of that range are deleted (their batches were
+        cut, or went with their segments)."""
         directory, start, end = self.log.dir, self.log.log_start_offset, self.log.log_end_offset
         self.producers.clear()
         replay_from = None
+        # Markers of a dropped (corrupt) index file must be replayed: no snapshot above it.
+        below = self.txn_index.rebuild_from
         for offset in reversed(producer_snapshot.offsets(directory)):
             if not start <= offset <= end:
                 producer_snapshot.delete(directory, offset)
-            elif replay_from is None:  # the newest in range; older ones stay as fallbacks
+            elif replay_from is None and (below is None or offset <= below):  # the newest usable
                 try:
                     self.producers.load(producer_snapshot.read(directory, offset))
                     replay_from = offset
@@ -432,6 +438,7 @@ class Partition:
         loaded = self.producers.version
         self.txn_index.truncate_to(end)
         self._index_aborted(self.producers.apply(self.log.batch_headers(replay_from), self._clock()))
+        self.txn_index.rebuild_from = None
         self.producers.remove_expired(self._clock(), self.config.producer_id_expiration_ms)
         if self.producers.version == loaded:
             self._snapshot_version = loaded  # the newest snapshot (or nothing) says it all

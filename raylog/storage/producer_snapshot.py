@@ -119,7 +119,7 @@ def decode(data: bytes) -> list[SnapshotBatch]:
         raise CorruptRecordError("producer snapshot CRC mismatch")
     if count < 0 or len(data) != HEADER.size + count * row.size:
         raise CorruptRecordError(f"producer snapshot of {len(data)} bytes cannot hold {count} rows")
-    return [SnapshotBatch._make(fields) for fields in row.iter_unpack(memoryview(data)[HEADER.size :])]
+    return [SnapshotBatch(*fields) for fields in row.iter_unpack(memoryview(data)[HEADER.size :])]
 
 
 def write(directory: str, offset: int, rows: Iterable[SnapshotBatch]) -> None:

@@ -20,7 +20,9 @@ caught by its CRC. Byte layout, big-endian::
 The index is derived from the log: a replica rebuilds the entries of what it replays (the
 batches after its newest producer snapshot) and cuts entries above a truncation; entries
 whose markers retention removed are dropped by :meth:`retain`. A corrupt
-file is deleted (logged) and its entries are rebuilt by the next replay that covers them.
+file is deleted (logged) and :attr:`TransactionIndex.rebuild_from` says from where the
+owner must replay the log to index its markers again (a replay from a producer snapshot
+above it would not meet them).
 
 Concurrency: not thread-safe; the partition calls it under the replica's lock.
 """
@@ -84,6 +86,9 @@ class TransactionIndex:
     def __init__(self, directory: str):
         self.dir = directory
         self._files: dict[int, list[AbortedTxn]] = {}  # segment base -> its entries, by marker offset
+        #: The lowest segment base whose file was dropped as corrupt: the owner replays the
+        #: log from at most there, then sets it back to None.
+        self.rebuild_from: int | None = None
         for name in _listdir(directory):
             stem, suffix = os.path.splitext(name)
             if suffix != SUFFIX or len(stem) != 20 or not stem.isdigit():
@@ -93,8 +98,9 @@ class TransactionIndex:
                 with open(path(directory, base), "rb") as f:
                     self._files[base] = decode(f.read())
             except (OSError, ValueError) as exc:
-                logger.warning("%s: dropping aborted-transaction index %s: %s", directory, name, exc)
+                logger.warning("%s: dropping aborted-transaction index %s, to rebuild: %s", directory, name, exc)
                 self._delete(base)
+                self.rebuild_from = base if self.rebuild_from is None else min(self.rebuild_from, base)
         self._sorted: list[AbortedTxn] = []
         self._markers: list[int] = []
         self._resort()

@@ -4,6 +4,7 @@ protocol), offsets committed with a transaction, and the Ray Data read path."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -115,19 +116,21 @@ def test_a_new_instance_aborts_the_open_transaction_and_fences_the_old_one(clust
     successor.close()
 
 
-def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(cluster, topic):
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(cluster, admin, topic):
     name = topic()
     transactional_id = _id()
     producer = started(cluster, transactional_id=transactional_id, transaction_timeout_ms=500)
     producer.begin_transaction()
     producer.send(name, b"too-slow")
     producer.flush()
-    handle = coordinator(cluster, transactional_id)
     wait_until(
-        lambda: ray.get(handle.describe_transaction.remote(transactional_id)).state == "CompleteAbort",
+        lambda: admin.describe_transactions([transactional_id])[0].state == "CompleteAbort",
         TIMEOUT_S,
         message="the coordinator's abort",
     )
+    (described,) = admin.describe_transactions([transactional_id])
+    assert described.producer_epoch == producer._producer_epoch + 1 and described.partitions == ()
+    assert transactional_id in {t.transactional_id for t in admin.list_transactions()}
     with pytest.raises(ProducerFencedError):
         producer.commit_transaction()
     assert read_values(cluster, name) == []
@@ -261,3 +264,16 @@ def test_misuse_is_refused_with_typed_errors(cluster, topic):
     with Producer(cluster, transactional_id=_id(), transaction_timeout_ms=10**9) as producer:
         with pytest.raises(InvalidTransactionTimeoutError):
             producer.init_transactions()
+
+
+def test_the_cli_lists_and_describes_transactions(cluster, run):
+    transactional_id = _id()
+    started(cluster, transactional_id=transactional_id).close()
+    code, out, _ = run("transactions", "describe", transactional_id, "--json")
+    assert code == 0
+    (described,) = json.loads(out)
+    assert described["transactional_id"] == transactional_id and described["state"] == "Empty"
+    code, out, _ = run("transactions", "list")
+    assert code == 0 and transactional_id in out
+    code, _, err = run("transactions", "describe", "never-initialised")
+    assert code != 0 and "TRANSACTIONAL_ID_NOT_FOUND" in err or "never-initialised" in err
