@@ -403,6 +403,9 @@ class Producer:
         self._transactional_id = transactional_id
         self._transaction_timeout_ms = transaction_timeout_ms
         self._txn_coordinator: CoordinatorClient | None = None
+        #: Per group id sent offsets for: its coordinator, and its __consumer_offsets partition.
+        self._group_coordinators: dict[str, CoordinatorClient] = {}
+        self._offsets_partitions: dict[str, TopicPartition] = {}
         #: Transactional: sends are refused outside a transaction (never True otherwise).
         self._outside_txn = transactional_id is not None
         self._txn_partitions: set[TopicPartition] = set()  # added to the open transaction
@@ -771,9 +774,13 @@ class Producer:
             for tp, o in offsets.items()
         }
         try:
-            offsets_partition = TopicPartition(OFFSETS_TOPIC, self._offsets_partition(group_id, timeout))
-            self._register([offsets_partition], timeout)
-            coordinator = CoordinatorClient(self._cluster, group_id, self._txn_timeout_s(timeout), self._backoff_s)
+            coordinator = self._group_coordinators.get(group_id)
+            if coordinator is None:  # kept: the next transactions find it without the controller
+                coordinator = CoordinatorClient(self._cluster, group_id, self._max_block_s, self._backoff_s)
+                partition, _ = call(self._cluster.controller.find_coordinator.remote(group_id), self._max_block_s)
+                self._group_coordinators[group_id] = coordinator
+                self._offsets_partitions[group_id] = TopicPartition(OFFSETS_TOPIC, partition)
+            self._register([self._offsets_partitions[group_id]], timeout)
             coordinator.call(
                 "txn_commit_offsets",
                 group_id,
@@ -907,12 +914,6 @@ class Producer:
 
     def _txn_timeout_s(self, timeout: float | None) -> float:
         return self._max_block_s if timeout is None else timeout
-
-    def _offsets_partition(self, group_id: str, timeout: float | None) -> int:
-        """The ``__consumer_offsets`` partition of ``group_id`` (the controller creates the
-        topic on the first look-up)."""
-        partition, _ = call(self._cluster.controller.find_coordinator.remote(group_id), self._txn_timeout_s(timeout))
-        return partition
 
     # --- internals: accumulator -------------------------------------------------------
 
