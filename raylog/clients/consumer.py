@@ -756,7 +756,13 @@ class Consumer:
                 queue.popleft()
                 if not queue:
                     del self._buffers[tp]
-            self._positions[tp] = table.column("offset")[-1].as_py() + 1
+            if tp in self._buffers:
+                self._positions[tp] = table.column("offset")[-1].as_py() + 1
+            else:
+                # Everything fetched is handed out: the position moves past what the fetches
+                # skipped after the last record too (a transaction's marker, aborted records),
+                # as Kafka's does, so that a read up to the last stable offset ends there.
+                self._positions[tp] = self._next_fetch[tp]
             out.append((tp, table))
             max_records -= take
         return out

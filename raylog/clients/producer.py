@@ -1177,6 +1177,8 @@ class Producer:
             error.__cause__ = cause
         if error is not None and batch.transactional:
             self._transaction_failed(error)
+            if isinstance(error, InvalidProducerEpochError):
+                error = self._txn_fenced
         elif error is not None and batch.producer_id >= 0:
             # The leader may now wait for this batch's sequence forever: number the next
             # batches under a new producer id (batches in flight under the old one may

@@ -175,11 +175,16 @@ class ProducerStateManager:
                 f"producer {header.producer_id} epoch {header.producer_epoch} is older than {entry.epoch}"
             )
         if header.producer_epoch > entry.epoch or not entry.batches:
-            if sequence != 0:
-                raise OutOfOrderSequenceError(
-                    f"producer {header.producer_id} began epoch {header.producer_epoch} at sequence {sequence}, not 0"
-                )
-            return Verdict.APPEND, None
+            # The epoch's first batch here must be at sequence 0. A later batch of the epoch
+            # that overtook an unacknowledged earlier one (pipelined calls to a threaded actor
+            # run out of order) waits for it, as within an epoch.
+            if sequence == 0:
+                return Verdict.APPEND, None
+            if first_unacked_given and sequence_after(sequence, first_unacked_sequence):
+                return Verdict.GAP, None
+            raise OutOfOrderSequenceError(
+                f"producer {header.producer_id} began epoch {header.producer_epoch} at sequence {sequence}, not 0"
+            )
         last_sequence = last_sequence_of(header)
         for batch in entry.batches:
             if (batch.first_sequence, batch.last_sequence) == (sequence, last_sequence):

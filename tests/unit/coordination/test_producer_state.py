@@ -57,6 +57,17 @@ def test_epochs_fence_zombies_and_restart_sequences():
     assert state.check(header(epoch=2, sequence=0)) == (Verdict.APPEND, None)
 
 
+def test_a_batch_that_overtakes_the_first_of_a_new_epoch_waits_for_it():
+    """A transaction starts a new epoch at sequence 0; its second batch may reach the leader
+    first (pipelined calls run out of order): it waits (a gap), it does not fail."""
+    state = ProducerStateManager()
+    state.update(header(epoch=0, sequence=0), 0)
+    assert state.check(header(epoch=1, sequence=10), first_unacked_sequence=0) == (Verdict.GAP, None)
+    assert state.check(header(epoch=1, sequence=0), first_unacked_sequence=0) == (Verdict.APPEND, None)
+    with pytest.raises(OutOfOrderSequenceError):
+        state.check(header(epoch=1, sequence=10))  # a client that delivers in order says nothing
+
+
 def test_replayed_log_headers_continue_each_producers_sequence():
     """State replayed from the log's batch headers continues each producer's sequence."""
     state = ProducerStateManager()
