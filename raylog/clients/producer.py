@@ -409,6 +409,11 @@ class Producer:
         #: Transactional: sends are refused outside a transaction (never True otherwise).
         self._outside_txn = transactional_id is not None
         self._txn_partitions: set[TopicPartition] = set()  # added to the open transaction
+        #: Groups whose offsets the open (and the previous) transaction sent: a transaction
+        #: adds the previous one's offsets partitions with its first partitions, in one call
+        #: (a loop sends offsets every time; a partition added for nothing costs one marker).
+        self._txn_groups: set[str] = set()
+        self._previous_txn_groups: set[str] = set()
         self._txn_error: RaylogError | None = None  # a send of the open transaction failed
         self._txn_fenced: RaylogError | None = None  # a newer instance took over: nothing works
         self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
@@ -780,6 +785,7 @@ class Producer:
                 partition, _ = call(self._cluster.controller.find_coordinator.remote(group_id), self._max_block_s)
                 self._group_coordinators[group_id] = coordinator
                 self._offsets_partitions[group_id] = TopicPartition(OFFSETS_TOPIC, partition)
+            self._txn_groups.add(group_id)
             self._register([self._offsets_partitions[group_id]], timeout)
             coordinator.call(
                 "txn_commit_offsets",
@@ -837,6 +843,7 @@ class Producer:
             self._producer_id, self._producer_epoch = answer.producer_id, answer.producer_epoch
             self._sequences.clear()  # a new epoch numbers from 0
             self._outside_txn = True
+        self._previous_txn_groups, self._txn_groups = self._txn_groups, set()
 
     def _require_transaction(self) -> None:
         if self._txn_fenced is not None:
@@ -858,6 +865,7 @@ class Producer:
         new = {b.tp for b in batches} - self._txn_partitions
         if not new:
             return batches
+        new |= {self._offsets_partitions[g] for g in self._previous_txn_groups} - self._txn_partitions
         try:
             self._register(sorted(new), None)
         except RaylogError as exc:
