@@ -3,12 +3,14 @@
 1. A generator produces synthetic page views, keyed by user, into the 6-partition topic
    ``clicks`` (Producer.send_arrow: a batch of records per call).
 2. A Spark micro-batch stream (raylog_spark.MicroBatchStream, group ``aggregator``) parses
-   each batch, counts clicks per page and per user in 10-second event-time windows, and
-   writes the aggregates to ``page-stats`` and ``user-stats``; the group's offsets are
-   committed only after a batch's results were written.
-3. A training stream (raylog.ml.TrainingStream, group ``trainer``) reads ``page-stats`` while
-   it fills and fits a linear model of a page's mean dwell time from its content length
-   (the generator's hidden rule: 1.5 s + 20 ms per 100 words, plus noise).
+   each batch and counts clicks per page and per user in 10-second event-time windows, into
+   ``page-stats`` and ``user-stats``, exactly once: each batch's aggregates and the group's
+   offsets commit in one transaction (transactional id ``aggregator-0``), so a failed or
+   repeated batch never shows twice to read_committed readers.
+3. A training stream (raylog.ml.TrainingStream, group ``trainer``) reads ``page-stats``
+   (read_committed, the consumers' default) while it fills and fits a linear model of a
+   page's mean dwell time from its content length (the generator's hidden rule: 1.5 s +
+   20 ms per 100 words, plus noise).
 
 It runs on the embedded default (a local Ray and raylog, data in a temporary directory),
 prints progress and a summary, and removes everything it created.
@@ -20,18 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import shutil
 import sys
 import tempfile
 import threading
 import time
 import uuid
-import warnings
 
 import numpy as np
 import pyarrow as pa
-import ray.data
 
 import raylog
 from raylog import Admin, NewTopic, Producer
@@ -100,33 +99,35 @@ def generate(cluster: raylog.RaylogCluster, clicks: int, progress: Progress, rat
 
 
 def aggregate(cluster: raylog.RaylogCluster, spark, progress: Progress):
-    """The Spark job: a micro-batch stream from clicks to page-stats and user-stats."""
+    """The Spark job: an exactly-once micro-batch stream from clicks to page-stats and user-stats."""
     from pyspark.sql import functions as F
 
     import raylog_spark
 
     schema = "page STRING, user STRING, dwell_ms INT, words INT, ts BIGINT"
-    totals = {"aggregated": 0}
 
-    def process(df, batch_id: int) -> None:
+    def process(df, batch_id: int):
+        """Both aggregates of a batch in one pass (grouping sets), each row with its topic:
+        the stream sends them and the batch's offsets in one transaction."""
+        progress.set(aggregated=stream.records_committed, batches=batch_id)
         events = (
             df.select(F.from_json(F.col("value").cast("string"), schema).alias("e"))
             .select("e.*")
             .withColumn("window", (F.col("ts") / WINDOW_MS).cast("long"))
-        ).cache()
-        pages = events.groupBy("window", "page").agg(
-            F.count("*").alias("clicks"), F.avg("dwell_ms").alias("mean_dwell_ms"), F.first("words").alias("words")
         )
-        users = events.groupBy("window", "user").agg(F.count("*").alias("clicks"))
-        for stats, topic, key in ((pages, "page-stats", "page"), (users, "user-stats", "user")):
-            out = stats.select(
-                F.concat_ws("|", F.col(key), F.col("window").cast("string")).alias("key"),
-                F.to_json(F.struct(*stats.columns)).alias("value"),
-            )
-            raylog_spark.write_topic(out, topic, key_col="key", value_col="value", cluster=cluster)
-        totals["aggregated"] += events.count()
-        events.unpersist()
-        progress.set(aggregated=totals["aggregated"], batches=batch_id + 1)
+        return spark.sql(
+            """
+            SELECT IF(grouping(user) = 1, 'page-stats', 'user-stats') AS topic,
+                   concat_ws('|', coalesce(page, user), cast(window AS STRING)) AS key,
+                   IF(grouping(user) = 1,
+                      to_json(named_struct('window', window, 'page', page, 'clicks', count(*),
+                                           'mean_dwell_ms', avg(dwell_ms), 'words', first(words))),
+                      to_json(named_struct('window', window, 'user', user, 'clicks', count(*)))) AS value
+            FROM {events}
+            GROUP BY GROUPING SETS ((window, page), (window, user))
+            """,
+            events=events,
+        )
 
     stream = raylog_spark.MicroBatchStream(
         spark,
@@ -136,8 +137,9 @@ def aggregate(cluster: raylog.RaylogCluster, spark, progress: Progress):
         trigger_interval_s=1.0,
         max_records_per_partition=20_000,
         cluster=cluster,
+        transactional_id="aggregator-0",
     )
-    return stream.start(), totals
+    return stream.start()
 
 
 def train(cluster: raylog.RaylogCluster, progress: Progress, stop: threading.Event, result: dict) -> None:
@@ -195,24 +197,21 @@ def main(argv: list[str] | None = None) -> int:
         admin.create_topics([NewTopic("clicks", 6), NewTopic("page-stats", 2), NewTopic("user-stats", 2)])
         import raylog_spark
 
-        # Quiet: the progress line and the summary are this job's output.
-        logging.getLogger("ray.data").setLevel(logging.ERROR)
-        warnings.filterwarnings("ignore", message="DataFrame.sql_ctx")  # from RayDP's from_spark
-        ray.data.DataContext.get_current().enable_progress_bars = False
         spark = raylog_spark.init_spark(
             "clickstream", configs={"spark.sql.shuffle.partitions": "4", "spark.ui.showConsoleProgress": "false"}
         )
         spark.sparkContext.setLogLevel("ERROR")
         print(f"raylog and Spark on Ray up in {time.monotonic() - started:.0f} s", file=sys.stderr)
-        stream, totals = aggregate(cluster, spark, progress)
+        stream = aggregate(cluster, spark, progress)
         stop_training, model = threading.Event(), {}
         trainer = threading.Thread(target=train, args=(cluster, progress, stop_training, model))
         trainer.start()
         produce_s = generate(cluster, args.clicks, progress, args.rate)
         deadline = time.monotonic() + 90
-        while totals["aggregated"] < args.clicks and time.monotonic() < deadline and stream.is_active:
+        while stream.records_committed < args.clicks and time.monotonic() < deadline and stream.is_active:
             time.sleep(0.5)
         stream.stop(timeout_s=60)
+        progress.set(aggregated=stream.records_committed, batches=stream.batches_committed)
         stop_training.set()
         trainer.join(timeout=60)
         progress.done()
@@ -220,10 +219,17 @@ def main(argv: list[str] | None = None) -> int:
         describe = admin.describe_topics(topics)
         print("\nclickstream pipeline: summary")
         print(f"  produced          {args.clicks:,} page views in {produce_s:.1f} s ({args.clicks / produce_s:,.0f}/s)")
-        print(f"  aggregated        {totals['aggregated']:,} by Spark in {stream.batches_committed} micro-batches")
+        print(
+            f"  aggregated        {stream.records_committed:,} by Spark in {stream.batches_committed} micro-batches,"
+            " exactly once (transactional, read_committed)"
+        )
+        print(
+            f"  aggregates        {stream.records_written:,} to page-stats and user-stats, committed with the group's"
+            " offsets in one transaction per batch (transactional id aggregator-0)"
+        )
         print(
             f"  offsets committed {sum(o.offset for o in offsets.values()):,} over {len(offsets)} partitions"
-            f" (group aggregator)"
+            f" (group aggregator, in the transactions)"
         )
         print(f"  topics            {', '.join(f'{t.name} ({len(t.partitions)} partitions)' for t in describe)}")
         if model:
@@ -233,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 f" R^2 {model['r2']:.3f} on the last batches, {model['rows']} aggregates"
             )
         print(f"  wall time         {time.monotonic() - started:.0f} s")
-        return 0 if totals["aggregated"] >= args.clicks and model else 1
+        return 0 if stream.records_committed >= args.clicks and model else 1
     finally:
         if spark is not None:
             import raydp

@@ -28,6 +28,7 @@ _LAZY = {
     "Record": "raylog.types",
     "RecordMetadata": "raylog.types",
     "TopicPartition": "raylog.types",
+    "transactional_copy": "raylog.clients.exactly_once",
 }
 __all__ = sorted(_LAZY)
 

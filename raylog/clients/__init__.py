@@ -1,1 +1,2 @@
-"""The Python clients: connect(), Producer, Consumer, Admin."""
+"""The Python clients: connect(), Producer, Consumer, Admin, and transactional_copy (an
+exactly-once consume-transform-produce loop)."""

@@ -1,5 +1,6 @@
 """raylog_spark: topics into and out of Spark DataFrames through RayDP, micro-batch streams
-with exactly-once results in an idempotent sink, and clients shipped into Spark executors."""
+with exactly-once results in an idempotent sink or, transactionally, in a raylog topic, and
+clients shipped into Spark executors."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import raylog_spark
 from raylog import Consumer, Producer, TopicPartition
 from raylog.clients.partitioner import partition_for_key
 from raylog.data import read_topic as read_dataset
+from raylog.errors import KafkaTimeoutError
 from tests.helpers import wait_until
+from tests.ray.test_exactly_once import committed_offsets, read_values, tags_of
 from tests.ray.test_ray_data import produce, table_of
 
 
@@ -115,6 +118,60 @@ def test_stream_killed_mid_batch_and_restarted_is_exactly_once_in_an_idempotent_
         committed = consumer.committed([TopicPartition(name, 0), TopicPartition(name, 1)])
     ends = {tp.partition: c.offset for tp, c in committed.items()}
     assert ends == {p: 1 + max(o for q, o in expected if q == p) for p in (0, 1)}
+
+
+def test_stream_exactly_once_into_a_topic_aborts_a_failed_batch_and_resumes(cluster, topic, spark, monkeypatch):
+    """A stream with a transactional id whose second batch fails after its output was sent
+    shows none of that batch to read_committed readers and commits none of its offsets;
+    restarted, it ends with every input record's output exactly once."""
+    source, sink = topic(num_partitions=2), topic(num_partitions=2)
+    sent = produce(cluster, source, 120)
+    group, transactional_id = "spark-eos", "spark-eos-0"
+    calls = []
+    send_offsets = Producer.send_offsets_to_transaction
+
+    def failing_second(producer, offsets, group_metadata, timeout=None):
+        calls.append(offsets)
+        if len(calls) == 2:
+            raise KafkaTimeoutError("injected: the offsets did not reach the group coordinator")
+        return send_offsets(producer, offsets, group_metadata, timeout)
+
+    def tag(df, batch_id):
+        return df.selectExpr("key", "concat(cast(partition AS string), ':', cast(offset AS string)) AS value")
+
+    def start():
+        return raylog_spark.MicroBatchStream(
+            spark,
+            source,
+            group,
+            tag,
+            max_records_per_partition=20,
+            trigger_interval_s=0.1,
+            cluster=cluster,
+            transactional_id=transactional_id,
+            sink_topic=sink,
+        ).start()
+
+    monkeypatch.setattr(Producer, "send_offsets_to_transaction", failing_second)
+    with pytest.raises(KafkaTimeoutError, match="injected"):
+        start().await_termination(timeout_s=120)
+    monkeypatch.undo()
+    assert read_values(cluster, sink, 2) == sorted(b"%d:%d" % (tp.partition, o) for tp, o in _offsets_below(calls[0]))
+    assert len(read_values(cluster, sink, 2, "read_uncommitted")) == 80  # batch 1's 40 were sent, then aborted
+    assert committed_offsets(cluster, group, source, 2) == {tp.partition: o.offset for tp, o in calls[0].items()}
+
+    restarted = start()
+    late = produce(cluster, source, 30, b"late")
+    expected = tags_of({**sent, **late})
+    wait_until(lambda: restarted.records_written >= len(expected) - 40 or not restarted.is_active, timeout_s=180)
+    restarted.stop(timeout_s=60)
+    assert read_values(cluster, sink, 2) == expected
+    assert restarted.records_committed == restarted.records_written == len(expected) - 40
+
+
+def _offsets_below(ends: dict) -> list[tuple[TopicPartition, int]]:
+    """Every ``(partition, offset)`` below the given ends (``{TopicPartition: OffsetAndMetadata}``)."""
+    return [(tp, o) for tp, end in ends.items() for o in range(end.offset)]
 
 
 def test_producer_and_consumer_shipped_into_a_spark_executor(cluster, topic, spark):

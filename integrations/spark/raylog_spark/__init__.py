@@ -5,7 +5,9 @@
   ``via="ray_data"``, through Ray Data and RayDP's object store reader); :func:`write_topic`
   writes a DataFrame through RayDP's ``from_spark`` and Ray Data (:mod:`raylog.data`).
 - :class:`MicroBatchStream` hands a topic to a function one micro-batch DataFrame at a time,
-  committing a consumer group's offsets after each batch.
+  committing a consumer group's offsets after each batch; given a ``transactional_id``, it
+  produces the DataFrame the function returns to raylog topics exactly once (the output
+  and the offsets in one transaction per batch).
 
 Example:
     >>> import raylog, raylog_spark                                       # doctest: +SKIP

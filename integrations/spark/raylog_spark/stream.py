@@ -7,17 +7,25 @@ for the group only after the function returned. A crash (the function raising, t
 dying) therefore repeats at most the batch in flight: with an idempotent sink (keyed by
 partition and offset, or upserts) the results are exactly once. A stream started again with
 the same group resumes from the committed offsets.
+
+With a ``transactional_id`` the sink is raylog itself, exactly once without idempotence:
+the function returns its output as a DataFrame, which the stream collects on the driver as
+Arrow and produces in the batch's transaction together with the batch's offsets (see
+:class:`raylog.data.TopicStream`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from raylog import RaylogCluster
-from raylog.data import OffsetSpec, TopicStream
+from raylog.data import MicroBatch, OffsetSpec, TopicStream
 from raylog_spark.topics import check_read_path, dataset_to_spark, ranges_to_spark
 
 
@@ -29,6 +37,24 @@ class MicroBatchStream:
     Batch ids count from 0 in every run of a stream (the committed offsets, not the ids,
     carry progress across runs).
 
+    Exactly once into raylog topics: given a ``transactional_id`` (one per pipeline
+    instance, the same across its restarts), ``process(df, batch_id)`` returns the batch's
+    output as a DataFrame with a ``value`` column and optionally ``key`` (binary or string
+    each; keyed rows land on murmur2 of the key) and ``topic`` (or None: no output). The
+    stream collects it on the driver as Arrow (``_collect_as_arrow``, what PySpark 3.5's
+    ``toPandas`` uses, without pandas; measured here: on par with ``collect()`` at 10,000
+    rows, where a Spark job's fixed cost dominates, 3x faster at 100,000, 10x at 300,000),
+    sends it to ``sink_topic`` (or, without one, each row to the topic its ``topic`` column
+    names, as Spark's Kafka sink does) through one transactional producer, and commits it
+    with the batch's offsets in one transaction. A batch whose ``process``, collection or
+    commit fails is aborted, and the stream stops with the error; started again with the
+    same transactional id it fences any older instance and resumes from the committed
+    offsets. What is exactly once: the output topics' read_committed view and the group's
+    offsets move together, so each input record counts once in what read_committed
+    consumers read. Side effects inside ``process`` (writes elsewhere, calls to other
+    systems) are not covered: they repeat with a failed batch. The driver holds a batch's
+    whole output at once: keep it (e.g. aggregates) to what fits there.
+
     Concurrency: :meth:`start`, :meth:`stop` and :meth:`await_termination` may be called from
     any thread; ``process`` runs in the stream's own thread, one batch at a time.
 
@@ -37,7 +63,7 @@ class MicroBatchStream:
         topic: the topic to read.
         group_id: the consumer group whose committed offsets are the stream's progress.
         process: called with each batch's DataFrame and id; the batch is committed when it
-            returns, and the stream stops when it raises.
+            returns (with its output, exactly once), and the stream stops when it raises.
         start: where partitions the group never committed start (see
             :data:`raylog.data.OffsetSpec`).
         trigger_interval_s: how often to look for new records while there are none.
@@ -46,16 +72,24 @@ class MicroBatchStream:
         via: how each batch is read, as :func:`raylog_spark.read_topic`: "executors" (Spark's
             tasks read the batch's ranges when ``process`` queries the DataFrame) or
             "ray_data" (read by Ray Data first, handed to Spark through Ray's object store).
+        transactional_id: makes the stream exactly once into raylog topics (see above).
+        sink_topic: (exactly once) the topic of every output row; None: each row's ``topic``.
+        producer_config: (exactly once) keyword arguments for the transactional producer.
 
     Raises:
         UnknownTopicOrPartitionError, OffsetOutOfRangeError, ValueError: as
-        :class:`raylog.data.TopicStream`; ValueError: ``via`` is not one of READ_PATHS.
+        :class:`raylog.data.TopicStream`; ValueError: ``via`` is not one of READ_PATHS, or a
+        ``sink_topic`` without a ``transactional_id``.
 
     Example:
         >>> def upsert(df, batch_id):                                        # doctest: +SKIP
         ...     df.write.mode("append").parquet(f"/tmp/clicks/batch={batch_id}")
         >>> stream = MicroBatchStream(spark, "clicks", "archiver", upsert).start()  # doctest: +SKIP
         >>> stream.stop()                                                    # doctest: +SKIP
+        >>> def counts(df, batch_id):                                        # doctest: +SKIP
+        ...     return df.groupBy("key").count().selectExpr("key", "cast(`count` as string) as value")
+        >>> MicroBatchStream(spark, "clicks", "counter", counts, sink_topic="click-counts",
+        ...                  transactional_id="counter-0").start()          # doctest: +SKIP
     """
 
     def __init__(
@@ -70,12 +104,19 @@ class MicroBatchStream:
         max_records_per_partition: int | None = None,
         cluster: RaylogCluster | None = None,
         via: str = "executors",
+        transactional_id: str | None = None,
+        sink_topic: str | None = None,
+        producer_config: dict[str, Any] | None = None,
     ):
         check_read_path(via)
+        if sink_topic is not None and transactional_id is None:
+            raise ValueError("sink_topic is for the exactly-once mode: give a transactional_id too")
         self._via = via
         self._spark = spark
         self._process = process
         self._trigger_interval_s = trigger_interval_s
+        self._exactly_once = transactional_id is not None
+        self._sink_topic = sink_topic
         self._source = TopicStream(
             topic,
             group_id,
@@ -83,12 +124,15 @@ class MicroBatchStream:
             trigger_interval_s=trigger_interval_s,
             max_records_per_partition=max_records_per_partition,
             cluster=cluster,
+            transactional_id=transactional_id,
+            producer_config=producer_config,
         )
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"raylog-stream-{topic}-{group_id}", daemon=True)
         self._error: BaseException | None = None
         self.batches_committed = 0
         self.records_committed = 0
+        self.records_written = 0  # output records committed (exactly once)
 
     def start(self) -> MicroBatchStream:
         """Start triggering in a background thread; returns ``self``."""
@@ -130,25 +174,45 @@ class MicroBatchStream:
 
     def _run(self) -> None:
         try:
-            while not self._stopping.is_set():
-                batch = self._source.next_batch(timeout_s=self._trigger_interval_s)
-                if batch is None:
-                    continue
-                if self._via == "executors":
-                    df, release = ranges_to_spark(self._spark, self._source.cluster, batch.ranges), _nothing
-                else:
-                    df, release = dataset_to_spark(self._spark, batch.dataset)
-                try:
-                    self._process(df, batch.batch_id)
-                finally:
-                    release()
-                batch.commit()
-                self.batches_committed += 1
-                self.records_committed += batch.record_count
+            try:
+                while not self._stopping.is_set():
+                    batch = self._source.next_batch(timeout_s=self._trigger_interval_s)
+                    if batch is not None:
+                        self._run_batch(batch)
+            finally:
+                self._source.close()  # (aborts a batch's open transaction)
         except BaseException as exc:  # handed to await_termination, as Spark's streams do
             self._error = exc
+
+    def _run_batch(self, batch: MicroBatch) -> None:
+        if self._via == "executors":
+            df, release = ranges_to_spark(self._spark, self._source.cluster, batch.ranges), _nothing
+        else:
+            df, release = dataset_to_spark(self._spark, batch.dataset)
+        written = 0
+        try:
+            output = self._process(df, batch.batch_id)
+            if self._exactly_once and output is not None:
+                written = self._write(batch, output)  # (collected before the batch's blocks go)
         finally:
-            self._source.close()
+            release()
+        batch.commit()
+        self.batches_committed += 1
+        self.records_committed += batch.record_count
+        self.records_written += written
+
+    def _write(self, batch: MicroBatch, output: DataFrame) -> int:
+        """Send ``output``'s rows in ``batch``'s transaction; how many were sent."""
+        batches = output._collect_as_arrow()
+        if not batches:
+            return 0
+        table = pa.Table.from_batches(batches)
+        if self._sink_topic is not None:
+            return batch.write(table, self._sink_topic)
+        if "topic" not in table.column_names or table.column("topic").null_count:
+            raise ValueError("without a sink_topic, every output row needs a topic in its 'topic' column")
+        topics = table.column("topic")
+        return sum(batch.write(table.filter(pc.equal(topics, t)), t) for t in pc.unique(topics).to_pylist())
 
 
 def _nothing() -> None:
