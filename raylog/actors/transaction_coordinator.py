@@ -36,6 +36,7 @@ from raylog.errors import (
 )
 from raylog.protocol import TxnResponse, error_fields, error_of
 from raylog.storage import record_batch
+from raylog.types import TopicPartition
 
 #: Calls a coordinator serves at once (each producer's calls are short; end_txn waits for
 #: its markers).
@@ -55,6 +56,9 @@ class TransactionCoordinatorActor(CoordinatorActor):
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._completions: dict[str, concurrent.futures.Future] = {}
+        #: The leader actor each marker last went to (asked of the controller when unknown
+        #: or after a failed marker): markers of a steady pipeline cost no controller call.
+        self._marker_leaders: dict[TopicPartition, Any] = {}
         super().__init__(*args, **kwargs)
 
     # --- the state ----------------------------------------------------------------------
@@ -221,15 +225,23 @@ class TransactionCoordinatorActor(CoordinatorActor):
         while remaining:
             if stop is None or stop.is_set():
                 raise NotCoordinatorError("the coordinator moved before the markers were written")
-            leaders = self._leaders(sorted({tp.topic for tp in remaining}))
+            known = self._marker_leaders
+            unknown = sorted({tp.topic for tp in remaining if tp not in known})
+            leaders = self._leaders(unknown) if unknown else {"topics": {}, "leaders": {}}
             if leaders is None:
                 stop.wait(REPLICA_BACKOFF_S)
                 continue
             calls = {}
             for tp in remaining:
-                if tp.topic not in leaders["topics"]:
+                if tp in known:
+                    leader = known[tp]
+                elif tp.topic not in leaders["topics"]:
                     calls[tp] = None  # the topic was deleted: nothing to mark
-                elif (leader := leaders["leaders"].get((tp.topic, tp.partition))) is not None:
+                    continue
+                else:
+                    leader = leaders["leaders"].get((tp.topic, tp.partition))
+                if leader is not None:
+                    known[tp] = leader
                     calls[tp] = leader.write_txn_marker.remote(
                         metadata.marker_producer_id, metadata.marker_epoch, commit, self.partition.leader_epoch
                     )
@@ -244,6 +256,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
                 if error is None or isinstance(error, UnknownTopicOrPartitionError):
                     remaining.discard(tp)
                 else:
+                    known.pop(tp, None)  # ask the controller for its leader again
                     logger.info("%s: marker for %s not written yet: %s", self.partition.name, tp, error)
             if remaining and stop is not None:
                 stop.wait(REPLICA_BACKOFF_S)

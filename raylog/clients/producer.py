@@ -56,6 +56,7 @@ from raylog.coordination.placement import OFFSETS_TOPIC, validate_client_id, val
 from raylog.coordination.producer_state import NO_SEQUENCE, RETAINED_BATCHES, increment_sequence
 from raylog.errors import (
     BrokerUnavailableError,
+    ConcurrentTransactionsError,
     IllegalStateError,
     InvalidConfigError,
     InvalidProducerEpochError,
@@ -77,6 +78,9 @@ RECORD_OVERHEAD_BYTES = 16
 #: After a leader's process dies, how long a batch waits for metadata naming another leader
 #: before it is sent to the same actor again (Ray restarts it in about that time or more).
 LEADER_FAILOVER_WAIT_S = 1.5
+#: Pause before asking a transaction coordinator again after CONCURRENT_TRANSACTIONS (a
+#: step of the same transactional id in flight, or markers being written: milliseconds).
+CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.01
 #: Batches smaller than this go to the leader as bytes, larger ones as an array (out of band).
 INLINE_BATCH_BYTES = 64 << 10
 #: Guards completion against a concurrent add_done_callback (callbacks run exactly once).
@@ -414,6 +418,9 @@ class Producer:
         #: (a loop sends offsets every time; a partition added for nothing costs one marker).
         self._txn_groups: set[str] = set()
         self._previous_txn_groups: set[str] = set()
+        #: One add_partitions call at a time (the sender's and send_offsets_to_transaction's):
+        #: a second call meanwhile would get CONCURRENT_TRANSACTIONS and back off.
+        self._registering = threading.Lock()
         self._txn_error: RaylogError | None = None  # a send of the open transaction failed
         self._txn_fenced: RaylogError | None = None  # a newer instance took over: nothing works
         self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
@@ -876,17 +883,18 @@ class Producer:
         return batches
 
     def _register(self, partitions: list[TopicPartition], timeout: float | None) -> None:
-        new = [tp for tp in partitions if tp not in self._txn_partitions]
-        if new:
-            self._txn_call(
-                "add_partitions",
-                self._transactional_id,
-                self._producer_id,
-                self._producer_epoch,
-                [tuple(tp) for tp in new],
-                timeout=timeout,
-            )
-            self._txn_partitions.update(new)
+        with self._registering:
+            new = [tp for tp in partitions if tp not in self._txn_partitions]
+            if new:
+                self._txn_call(
+                    "add_partitions",
+                    self._transactional_id,
+                    self._producer_id,
+                    self._producer_epoch,
+                    [tuple(tp) for tp in new],
+                    timeout=timeout,
+                )
+                self._txn_partitions.update(new)
 
     def _txn_call(self, method: str, *args: Any, timeout: float | None) -> Any:
         """A call to the transactional id's coordinator, retried on retriable errors (for
@@ -917,8 +925,11 @@ class Producer:
                             f"{method} of {self._transactional_id!r} not done in time: {exc}"
                         ) from exc
                     raise
-                coordinator.after_error(exc)
-                time.sleep(self._backoff_s)
+                if isinstance(exc, ConcurrentTransactionsError):  # the same coordinator, done in ms
+                    time.sleep(min(self._backoff_s, CONCURRENT_TRANSACTIONS_BACKOFF_S))
+                else:
+                    coordinator.after_error(exc)
+                    time.sleep(self._backoff_s)
 
     def _txn_timeout_s(self, timeout: float | None) -> float:
         return self._max_block_s if timeout is None else timeout
