@@ -27,3 +27,19 @@ def record_rows(table) -> list[tuple]:
     """``(value, key, timestamp_ms, headers)`` per row of a decoded batch table."""
     columns = ("value", "key", "timestamp_ms", "headers")
     return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+
+
+def read_values(cluster, topic: str, partitions: int = 1, isolation_level: str = "read_committed") -> list[bytes]:
+    """Every value of ``topic`` readable now, partition after partition in offset order
+    (read_committed: up to the last stable offset; read_uncommitted: the high watermark)."""
+    from raylog import Consumer, TopicPartition
+
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with Consumer(cluster, auto_offset_reset="earliest", isolation_level=isolation_level) as consumer:
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        by_partition: dict = {tp: [] for tp in tps}
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            for tp, records in consumer.poll(timeout_ms=1_000).items():
+                by_partition[tp] += [r.value for r in records]
+        return [value for tp in tps for value in by_partition[tp]]

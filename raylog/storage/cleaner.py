@@ -87,7 +87,7 @@ import pyarrow as pa
 from ..errors import CorruptRecordError, StorageError
 from . import faults, record_batch
 from .file_records import FileRecords
-from .files import fsync_directory, write_atomically
+from .files import fsync_directory, remove, write_atomically
 from .record_batch import CONTROL, HAS_KEY, HEADER_SIZE, TRANSACTIONAL, BatchHeader
 from .segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment, file_name
 from .throttler import Throttler
@@ -659,21 +659,21 @@ def recover_swaps(directory: str) -> int:
     names = _listdir(directory)
     for name in names:
         if name.endswith(CLEANED_SUFFIX):
-            _unlink(os.path.join(directory, name))
+            remove(os.path.join(directory, name))
     bases = sorted(int(name[:20]) for name in names if name.endswith(".log" + SWAP_SUFFIX) and name[:20].isdigit())
     logs = sorted(int(name[:20]) for name in names if name.endswith(".log") and name[:20].isdigit())
     for base in bases:
         end = max(base + 1, _next_offset(os.path.join(directory, file_name(base, ".log" + SWAP_SUFFIX)), base))
         for old in (b for b in logs if base <= b < end):
             for suffix in (".log", ".index", ".timeindex"):  # the .log first, as Segment.delete
-                _unlink(os.path.join(directory, file_name(old, suffix)))
+                remove(os.path.join(directory, file_name(old, suffix)))
         for suffix in _SEGMENT_SUFFIXES:
             swap = os.path.join(directory, file_name(base, suffix + SWAP_SUFFIX))
             if os.path.exists(swap):
                 _rename(swap, os.path.join(directory, file_name(base, suffix)))
     for name in _listdir(directory):  # index .swap files whose .log never became a swap
         if name.endswith(SWAP_SUFFIX):
-            _unlink(os.path.join(directory, name))
+            remove(os.path.join(directory, name))
     if bases:
         fsync_directory(directory)
     return len(bases)
@@ -706,13 +706,3 @@ def _rename(source: str, target: str) -> None:
         os.replace(source, target)
     except OSError as exc:
         raise StorageError(f"cannot rename {source} to {target}: {exc}") from exc
-
-
-def _unlink(path: str) -> None:
-    try:
-        faults.check_shrink(path)
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise StorageError(f"cannot delete {path}: {exc}") from exc

@@ -52,3 +52,18 @@ def write_atomically(path: str, content: str | bytes) -> None:
     except OSError as exc:
         raise StorageError(f"cannot write {path}: {exc}") from exc
     fsync_directory(os.path.dirname(path) or ".")
+
+
+def remove(path: str) -> None:
+    """Delete ``path`` (gone already is fine).
+
+    Raises:
+        StorageError: the file exists but cannot be removed.
+    """
+    try:
+        faults.check_shrink(path)
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise StorageError(f"cannot delete {path}: {exc}") from exc

@@ -42,8 +42,7 @@ from typing import NamedTuple
 import crc32c
 
 from ..errors import CorruptRecordError, StorageError
-from . import faults
-from .files import write_atomically
+from .files import remove, write_atomically
 
 VERSION = 2
 SUFFIX = ".snapshot"
@@ -153,10 +152,4 @@ def delete(directory: str, offset: int) -> None:
     Raises:
         StorageError: the file exists but cannot be removed.
     """
-    try:
-        faults.check_shrink(path(directory, offset))
-        os.unlink(path(directory, offset))
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise StorageError(f"cannot delete {path(directory, offset)}: {exc}") from exc
+    remove(path(directory, offset))

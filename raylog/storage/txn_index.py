@@ -39,8 +39,7 @@ from typing import NamedTuple
 import crc32c
 
 from ..errors import StorageError
-from . import faults
-from .files import write_atomically
+from .files import remove, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -171,14 +170,7 @@ class TransactionIndex:
 
     def _delete(self, base: int) -> None:
         self._files.pop(base, None)
-        target = path(self.dir, base)
-        try:
-            faults.check_shrink(target)
-            os.unlink(target)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StorageError(f"cannot delete {target}: {exc}") from exc
+        remove(path(self.dir, base))
 
     def _resort(self) -> None:
         self._sorted = sorted((e for entries in self._files.values() for e in entries), key=lambda e: e.marker_offset)

@@ -11,6 +11,7 @@ import pytest
 from raylog import Consumer, Producer, TopicPartition, transactional_copy
 from raylog.data import TopicStream, read_topic
 from raylog.errors import IllegalStateError, ProducerFencedError
+from tests.helpers import read_values
 from tests.ray.test_ray_data import produce, table_of
 
 
@@ -28,16 +29,8 @@ def tags_of(sent: dict) -> list[bytes]:
     return sorted(b"%d:%d" % po for po in sent)
 
 
-def read_values(cluster, topic: str, partitions: int, isolation_level: str = "read_committed") -> list[bytes]:
-    """Every value of ``topic`` readable now, sorted (read_committed: up to the last stable offset)."""
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with Consumer(cluster, auto_offset_reset="earliest", isolation_level=isolation_level) as consumer:
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        values: list[bytes] = []
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            values += consumer.poll_arrow(timeout_ms=1_000).column("value").to_pylist()
-        return sorted(values)
+def read_sorted(cluster, topic: str, partitions: int, isolation_level: str = "read_committed") -> list[bytes]:
+    return sorted(read_values(cluster, topic, partitions, isolation_level))
 
 
 def committed_offsets(cluster, group: str, topic: str, partitions: int) -> dict[int, int | None]:
@@ -58,14 +51,14 @@ def test_a_failed_batch_is_aborted_and_a_restarted_stream_fences_the_old_one_and
 
     with stream.next_batch(timeout_s=30) as first:
         assert first.write(first.dataset.map_batches(tagged, batch_format="pyarrow"), sink) == first.record_count
-    first_output = read_values(cluster, sink, 2)
+    first_output = read_sorted(cluster, sink, 2)
     assert len(first_output) == first.record_count
 
     with pytest.raises(RuntimeError, match="the work failed"), stream.next_batch(timeout_s=30) as failed:
         failed.write(tagged(table_of(failed.dataset)), sink)
         raise RuntimeError("the work failed")
-    assert read_values(cluster, sink, 2) == first_output
-    assert len(read_values(cluster, sink, 2, "read_uncommitted")) == first.record_count + failed.record_count
+    assert read_sorted(cluster, sink, 2) == first_output
+    assert len(read_sorted(cluster, sink, 2, "read_uncommitted")) == first.record_count + failed.record_count
     assert committed_offsets(cluster, group, source, 2) == {tp.partition: end for tp, (_, end) in first.ranges.items()}
     with pytest.raises(IllegalStateError):
         failed.commit()
@@ -82,7 +75,7 @@ def test_a_failed_batch_is_aborted_and_a_restarted_stream_fences_the_old_one_and
         with batch:
             batch.write(batch.dataset.map_batches(tagged, batch_format="pyarrow"), sink)
     restarted.close()
-    assert read_values(cluster, sink, 2) == tags_of(sent)
+    assert read_sorted(cluster, sink, 2) == tags_of(sent)
     ends = {p: 1 + max(o for q, o in sent if q == p) for p in (0, 1)}
     assert committed_offsets(cluster, group, source, 2) == ends
 
@@ -115,11 +108,11 @@ def test_transactional_copy_aborts_and_rewinds_a_failed_round_and_copies_each_re
     producer.init_transactions()
     with pytest.raises(RuntimeError, match="half way"):
         transactional_copy(consumer, producer, transform, max_records=10, idle_timeout_s=2)
-    assert len(read_values(cluster, sink, 1)) == rounds[0]
-    assert len(read_values(cluster, sink, 1, "read_uncommitted")) == rounds[0] + rounds[1] // 2
+    assert len(read_sorted(cluster, sink, 1)) == rounds[0]
+    assert len(read_sorted(cluster, sink, 1, "read_uncommitted")) == rounds[0] + rounds[1] // 2
 
     assert transactional_copy(consumer, producer, transform, max_records=10, idle_timeout_s=2) == 60 - rounds[0]
-    assert read_values(cluster, sink, 1) == tags_of(sent)
+    assert read_sorted(cluster, sink, 1) == tags_of(sent)
     assert committed_offsets(cluster, group, source, 2) == {p: 1 + max(o for q, o in sent if q == p) for p in (0, 1)}
     producer.close()
     consumer.close()

@@ -21,26 +21,13 @@ from raylog.errors import (
 )
 from raylog.protocol import ProduceRequest, error_of
 from raylog.storage import record_batch
-from tests.helpers import wait_until
+from tests.helpers import read_values, wait_until
 
 TIMEOUT_S = 30
 
 
 def _id() -> str:
     return f"txn-{uuid.uuid4().hex[:8]}"
-
-
-def read_values(cluster, topic: str, partitions: int = 1, isolation_level: str = "read_committed") -> list[bytes]:
-    """Every value readable now (up to the LSO read_committed, the HW otherwise)."""
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with Consumer(cluster, auto_offset_reset="earliest", isolation_level=isolation_level) as consumer:
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        values: list[bytes] = []
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            for records in consumer.poll(timeout_ms=1_000).values():
-                values += [r.value for r in records]
-        return values
 
 
 def coordinator(cluster, transactional_id: str):
