@@ -70,13 +70,16 @@ raylog bench produce|consume|e2e [--topic T] [--num-records N] [--record-size B]
         as JSON
 raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-faults M]
                   [--acks all|1] [--min-insync-replicas N] [--unclean] [--partitions P]
+                  [--transactions]
         seeded fault runs (Jepsen's Kafka workload, see raylog.chaos): starts its own Ray
         cluster of a head and three labelled broker nodes on this machine, then N runs with
         seeds S, S+1, ...: each a fresh topic, producers and consumer groups recording a
         history while a nemesis injects faults, everything healed, a final read and the
         checker; one line per run, a total at the end. Exit code 1 if a run found an anomaly
         that its configuration promises against (acks=all, min.insync.replicas >= 2, RF 3,
-        unclean election off) or did not heal
+        unclean election off) or did not heal; --transactions adds a transactional producer
+        (read_committed consumers then must never see an aborted or unfinished transaction)
+        and kill-txn-coordinator faults
 raylog dump-log DIR [--records] [--json]   print a log directory's segments and batches
                                            (Kafka's kafka-dump-log), verifying CRCs;
                                            read-only, exit code 1 if a batch is invalid
@@ -1106,7 +1109,7 @@ def _bench_soak(args: argparse.Namespace) -> int:
     with soak.SoakCluster() as env:
         print(
             f"soak: a head and {env.num_brokers} broker nodes up in {time.monotonic() - began:.1f} s; "
-            f"{args.runs} run(s) from seed {args.seed}, {config.describe()}, faults {','.join(config.faults)}",
+            f"{args.runs} run(s) from seed {args.seed}, {config.describe()}, faults {','.join(config.fault_kinds)}",
             flush=True,
         )
         results = soak.soak(env, args.runs, args.seed, config, out=lambda line: print(line, flush=True))
@@ -1116,13 +1119,16 @@ def _bench_soak(args: argparse.Namespace) -> int:
 
 def _soak_config(args: argparse.Namespace):
     """The :class:`raylog.chaos.soak.RunConfig` that ``bench soak``'s options choose."""
-    from raylog.chaos.nemesis import FAULT_KINDS
+    from raylog.chaos.nemesis import FAULT_KINDS, TRANSACTION_FAULTS
     from raylog.chaos.soak import RunConfig
 
     faults = RunConfig.faults if args.faults is None else tuple(k for k in args.faults.split(",") if k)
     unknown = sorted(set(faults) - set(FAULT_KINDS))
     if unknown:
         raise _UsageError(f"unknown fault kinds {', '.join(unknown)}; known: {', '.join(FAULT_KINDS)}")
+    needing = sorted(set(faults) & set(TRANSACTION_FAULTS))
+    if needing and not args.transactions:
+        raise _UsageError(f"fault kinds {', '.join(needing)} need --transactions")
     given = {
         "duration_s": args.duration_s,
         "max_faults": args.max_faults,
@@ -1130,7 +1136,12 @@ def _soak_config(args: argparse.Namespace):
         "min_insync_replicas": args.min_insync_replicas,
         "partitions": args.partitions,
     }
-    return RunConfig(faults=faults, unclean=args.unclean, **{k: v for k, v in given.items() if v is not None})
+    return RunConfig(
+        faults=faults,
+        unclean=args.unclean,
+        transactions=args.transactions,
+        **{k: v for k, v in given.items() if v is not None},
+    )
 
 
 # --- dump-log --------------------------------------------------------------------------------
@@ -1505,6 +1516,11 @@ def _add_bench(commands: Any) -> None:
     soak.add_argument("--min-insync-replicas", type=_positive_int, help="of the topic (default 2)")
     soak.add_argument("--unclean", action="store_true", help="unclean.leader.election.enable=true")
     soak.add_argument("--partitions", type=_positive_int, help="of each run's topic (default 2)")
+    soak.add_argument(
+        "--transactions",
+        action="store_true",
+        help="add a transactional producer and kill-txn-coordinator faults (read_committed consumers)",
+    )
 
 
 def _config_pair(text: str) -> tuple[str, str]:

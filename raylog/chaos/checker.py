@@ -5,6 +5,8 @@ a history holds):
 
 - lost write: a send acknowledged (or a value a consumer polled, so below the high
   watermark) that the final read does not return, where the final read reached its offset.
+  A value of a transaction counts only if the transaction committed (or if a read_committed
+  poll returned it): the records of an aborted one stay in the log, unread by read_committed.
 - duplicate: one value read at two positions (two offsets of one partition, or in two
   partitions), by the final read or polls. An unknown send may appear once or not at all,
   never twice; a producer without idempotence may duplicate on retries.
@@ -23,11 +25,14 @@ a history holds):
   member acknowledged for a partition that another member of its group owned all along the
   commit (assigned before it began, not given up before it ended). The coordinator must
   refuse a member whose generation is over, and never give one partition to two members.
-- aborted read: a read_committed poll returned a value of an aborted transaction.
+- aborted read: a read_committed poll (or the final read, which is read_committed) returned
+  a value of an aborted transaction.
 - intermediate read: a read_committed poll returned a value of a transaction that went on
   writing to that partition after the poll (so it was not committed when read).
 - torn transaction: a committed transaction whose values the final read returns only in
-  part (some partitions, or some values, and never the others).
+  part (some partitions, or some values, and never the others); also one whose end is
+  unknown, which must then be there whole or not at all. A send refused before it was
+  queued (fail) is no part of its transaction.
 
 The checker is plain Python, deterministic and fast: it runs on every fault run.
 """
@@ -39,7 +44,21 @@ import collections
 import dataclasses
 from collections.abc import Iterator
 
-from raylog.chaos.history import ABORTED, COMMITTED, OK, Assign, Commit, History, Op, Poll, Revoke, Send, Txn
+from raylog.chaos.history import (
+    ABORTED,
+    COMMITTED,
+    FAIL,
+    OK,
+    UNKNOWN,
+    Assign,
+    Commit,
+    History,
+    Op,
+    Poll,
+    Revoke,
+    Send,
+    Txn,
+)
 
 LOST_WRITE = "lost-write"
 DUPLICATE = "duplicate"
@@ -163,6 +182,15 @@ class _Context:
         """Whether the final read covered ``offset`` of ``partition``."""
         return self.final.complete.get(partition, False) or offset < self.final.end_offsets.get(partition, 0)
 
+    def committed(self, value: str) -> bool:
+        """Whether ``value`` must stay once written: not sent in a transaction, or in one that
+        committed."""
+        send = self.sends.get(value)
+        if send is None or not send.txn:
+            return True
+        txn = self.txns.get(send.txn)
+        return txn is not None and txn.outcome == COMMITTED
+
     def idempotent(self, value: str) -> bool:
         send = self.sends.get(value)
         return send is None or send.idempotent
@@ -196,13 +224,20 @@ def _final_read(partition: int, offset: int) -> str:
 def _lost_writes(c: _Context) -> Iterator[Anomaly]:
     reported = set()
     for send in c.sends.values():
-        if send.outcome == OK and send.value not in c.final_positions and c.reached(send.partition, send.offset):
+        if (
+            send.outcome == OK
+            and send.value not in c.final_positions
+            and c.reached(send.partition, send.offset)
+            and c.committed(send.value)
+        ):
             reported.add(send.value)
             yield Anomaly(LOST_WRITE, send.partition, send.offset, send.value, (describe(send),))
     for poll in c.polls:
         for partition, offset, value in poll.records:
             if value in c.final_positions or value in reported or not c.reached(partition, offset):
                 continue
+            if not poll.read_committed and not c.committed(value):
+                continue  # read_uncommitted: a transaction's value read before it aborted (or may have)
             reported.add(value)
             ops = (describe(poll, value),) + ((describe(c.sends[value]),) if value in c.sends else ())
             yield Anomaly(LOST_WRITE, partition, offset, value, ops)
@@ -348,14 +383,21 @@ def _unfenced_commits(c: _Context) -> Iterator[Anomaly]:
 
 
 def _aborted_reads(c: _Context) -> Iterator[Anomaly]:
+    def aborted(value: str) -> Txn | None:
+        send = c.sends.get(value)
+        txn = c.txns.get(send.txn) if send is not None and send.txn else None
+        return txn if txn is not None and txn.outcome == ABORTED else None
+
     for poll in c.polls:
         if not poll.read_committed:
             continue
         for partition, offset, value in poll.records:
-            send = c.sends.get(value)
-            txn = c.txns.get(send.txn) if send is not None and send.txn else None
-            if txn is not None and txn.outcome == ABORTED:
+            if (txn := aborted(value)) is not None:
                 yield Anomaly(ABORTED_READ, partition, offset, value, (describe(poll, value), describe(txn)))
+    for partition, records in sorted(c.final.records.items()):
+        for offset, value in records:
+            if (txn := aborted(value)) is not None:
+                yield Anomaly(ABORTED_READ, partition, offset, value, (_final_read(partition, offset), describe(txn)))
 
 
 def _intermediate_reads(c: _Context) -> Iterator[Anomaly]:
@@ -379,11 +421,11 @@ def _intermediate_reads(c: _Context) -> Iterator[Anomaly]:
 def _torn_transactions(c: _Context) -> Iterator[Anomaly]:
     members: dict[str, list[Send]] = collections.defaultdict(list)
     for send in c.sends.values():
-        if send.txn:
+        if send.txn and send.outcome != FAIL:
             members[send.txn].append(send)
     for txn_id, sends in sorted(members.items()):
         txn = c.txns.get(txn_id)
-        if txn is None or txn.outcome != COMMITTED:
+        if txn is None or txn.outcome not in (COMMITTED, UNKNOWN):
             continue
         if not all(c.final.complete.get(s.partition, False) for s in sends):
             continue

@@ -109,7 +109,7 @@ Op = Send | Poll | Commit | Assign | Revoke | Txn
 
 @dataclasses.dataclass
 class FinalRead:
-    """A fresh consumer's read of every partition from its log start.
+    """A fresh read_committed consumer's read of every partition from its log start.
 
     ``records[p]``: ``(offset, value)`` in offset order; ``end_offsets[p]``: the offset the
     read reached (exclusive); ``complete[p]``: it reached the partition's end offset.

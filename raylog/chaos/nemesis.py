@@ -14,6 +14,11 @@ Fault kinds (``FAULT_KINDS``; each picks its target with the run's ``random.Rand
   time out while the controller, once resumed, may still commit them.
 - ``kill-coordinator``: ``ray.kill`` the actor leading the group's ``__consumer_offsets``
   partition (the group coordinator).
+- ``kill-txn-coordinator``: ``ray.kill`` the actor leading the ``__transaction_state``
+  partition a transactional worker's id hashes to (its transaction coordinator), found in
+  the controller's metadata; healed once the partition has a leader that answers. Only for
+  runs with the transactional workload (``TRANSACTION_FAULTS``: not among the kinds drawn
+  by default).
 - ``delay-calls``: for a while, clients' actor calls are delayed at random, so reordered
   (:mod:`raylog.chaos.faulty`).
 - ``lose-tail``: SIGSTOP a partition's followers for two thirds of the lag time (they stay
@@ -54,7 +59,8 @@ import ray
 
 from raylog.clients.admin import Admin
 from raylog.clients.transport import call
-from raylog.coordination.placement import OFFSETS_TOPIC
+from raylog.coordination.group import partition_for
+from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import RaylogError
 
 logger = logging.getLogger(__name__)
@@ -72,7 +78,10 @@ FAULT_KINDS = (
     "replace-disk",
     "corrupt-tail",
     "disk-full",
+    "kill-txn-coordinator",
 )
+#: Kinds that need the transactional workload: drawn only when it runs.
+TRANSACTION_FAULTS = ("kill-txn-coordinator",)
 #: Bound on every call the nemesis makes and on each wait for a fault to take effect.
 CALL_TIMEOUT_S = 20.0
 WAIT_TIMEOUT_S = 30.0
@@ -122,6 +131,8 @@ class Nemesis:
         kinds: the fault kinds to draw from.
         max_faults: at most this many faults.
         lag_time_s: the topic's ``replica.lag.time.max.ms``, in seconds.
+        transactional_ids: those of the run's transactional workers (their coordinators are
+            ``kill-txn-coordinator``'s targets).
     """
 
     def __init__(
@@ -135,6 +146,7 @@ class Nemesis:
         kinds: tuple[str, ...],
         max_faults: int,
         lag_time_s: float,
+        transactional_ids: tuple[str, ...] = (),
     ):
         unknown = set(kinds) - set(FAULT_KINDS)
         assert not unknown, f"unknown fault kinds {sorted(unknown)}"
@@ -149,6 +161,7 @@ class Nemesis:
         self.kinds = kinds
         self.max_faults = max_faults
         self.lag_time_s = lag_time_s
+        self.transactional_ids = transactional_ids
         self.events: list[FaultEvent] = []
         #: Partitions that may stay offline: their last in-sync replica lost its disk.
         self.offline_ok: set[int] = set()
@@ -245,6 +258,21 @@ class Nemesis:
         ray.kill(handle, no_restart=False)
         self._await_answer(handle)
         return f"{OFFSETS_TOPIC}-{partition}"
+
+    def _kill_txn_coordinator(self) -> str:
+        if not self.transactional_ids:
+            raise _Skip("no transactional workload")
+        transactional_id = self.rng.choice(self.transactional_ids)
+        metadata = self.cluster.metadata(refresh=True)
+        if TRANSACTION_TOPIC not in metadata.topics:
+            raise _Skip(f"no {TRANSACTION_TOPIC} yet")
+        partition = partition_for(transactional_id, metadata.num_partitions(TRANSACTION_TOPIC))
+        handle = metadata.leaders.get((TRANSACTION_TOPIC, partition))
+        if handle is None:
+            raise _Skip(f"{TRANSACTION_TOPIC}-{partition} has no leader")
+        ray.kill(handle, no_restart=False)
+        self._wait(lambda: self._leads(TRANSACTION_TOPIC, partition), f"a leader of {TRANSACTION_TOPIC}-{partition}")
+        return f"{TRANSACTION_TOPIC}-{partition} (coordinator of {transactional_id})"
 
     def _delay_calls(self) -> str:
         max_delay_s = self.rng.uniform(0.05, 0.5)
@@ -388,6 +416,11 @@ class Nemesis:
             return True
         except RaylogError:
             return False
+
+    def _leads(self, topic: str, partition: int) -> bool:
+        """Whether the controller names a leader of ``topic``'s ``partition`` and it answers."""
+        handle = self.cluster.metadata(refresh=True).leaders.get((topic, partition))
+        return handle is not None and self._answers(handle)
 
     def _wait(self, predicate, what: str) -> None:
         deadline = time.monotonic() + WAIT_TIMEOUT_S

@@ -11,6 +11,10 @@ and the topic deleted. Its :class:`RunResult` prints as one line with the seed, 
 can be replayed (``raylog bench soak --runs 1 --seed S``). An anomaly in a configuration
 that promises safety (acks=all, min.insync.replicas >= 2, replication factor >= 3, unclean
 election off) fails the run; the same anomalies elsewhere are reported, not failures.
+
+With ``transactions`` on (opt-in: ``raylog bench soak --transactions``), a transactional
+worker joins the workload and the nemesis also kills its transaction coordinator
+(``TRANSACTION_FAULTS``); ``__transaction_state`` is then waited for in sync too.
 """
 
 from __future__ import annotations
@@ -33,11 +37,11 @@ import raylog
 from raylog.actors.replica import PartitionReplicaActor
 from raylog.chaos import checker, workload
 from raylog.chaos.faulty import CallDelays, DelayedCluster, start_proxy
-from raylog.chaos.history import OK, FinalRead, Recorder, Send
-from raylog.chaos.nemesis import FAULT_KINDS, FaultEvent, Nemesis
+from raylog.chaos.history import OK, FinalRead, Recorder, Send, Txn
+from raylog.chaos.nemesis import FAULT_KINDS, TRANSACTION_FAULTS, FaultEvent, Nemesis
 from raylog.clients.admin import Admin
 from raylog.clients.transport import call
-from raylog.coordination.placement import OFFSETS_TOPIC
+from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import RaylogError
 from raylog.types import NewTopic
 
@@ -51,20 +55,24 @@ FAST_FAILURE_DETECTION = {
 }
 NODE_OBJECT_STORE_BYTES = 80 * 1024 * 1024
 #: Controller settings: fast node checks, no leadership moves but the faults'; one
-#: ``__consumer_offsets`` partition (each partition is three processes).
+#: ``__consumer_offsets`` and one ``__transaction_state`` partition (each partition is three
+#: processes).
 CONTROLLER_CONFIG = {
     "node.check.interval.ms": "200",
     "auto.leader.rebalance.enable": "false",
     "offsets.topic.num.partitions": "1",
+    "transaction.state.log.num.partitions": "1",
 }
 #: How long a run waits for every replica to be back in sync after the faults.
 HEAL_TIMEOUT_S = 90.0
 #: Bound on each call that describes a replica's state.
 REPLICA_STATE_TIMEOUT_S = 10.0
-#: Every fault kind, but those this build's replica actor cannot take: ``disk-full`` needs its
-#: ``inject_disk_fault`` hook.
+#: Every fault kind, but those this build's replica actor cannot take (``disk-full`` needs its
+#: ``inject_disk_fault`` hook) and those of the transactional workload (added when it runs).
 DEFAULT_FAULTS = tuple(
-    k for k in FAULT_KINDS if k != "disk-full" or hasattr(PartitionReplicaActor, "inject_disk_fault")
+    k
+    for k in FAULT_KINDS
+    if (k != "disk-full" or hasattr(PartitionReplicaActor, "inject_disk_fault")) and k not in TRANSACTION_FAULTS
 )
 
 
@@ -151,6 +159,19 @@ class RunConfig:
     replica_lag_time_max_ms: int = 1500
     segment_bytes: int = 64 * 1024  # many segments: rolls, and recovery across them
     rate_per_s: float = 40.0  # per producer thread
+    transactions: bool = False  # the transactional worker, and TRANSACTION_FAULTS
+
+    @property
+    def fault_kinds(self) -> tuple[str, ...]:
+        """The kinds the nemesis draws from: ``faults``, plus ``TRANSACTION_FAULTS`` with
+        transactions on."""
+        extra = TRANSACTION_FAULTS if self.transactions else ()
+        return self.faults + tuple(k for k in extra if k not in self.faults)
+
+    @property
+    def internal_topics(self) -> list[str]:
+        """The internal topics the run's clients use (waited for in sync with its topic)."""
+        return [OFFSETS_TOPIC] + ([TRANSACTION_TOPIC] if self.transactions else [])
 
     @property
     def safe(self) -> bool:
@@ -174,6 +195,8 @@ class RunConfig:
             flags.append(f"--faults {','.join(self.faults)}")
         if self.unclean:
             flags.append("--unclean")
+        if self.transactions:
+            flags.append("--transactions")
         assert all(getattr(self, name) == getattr(default, name) for name in _NOT_FLAGS), (
             "not a command's configuration"
         )
@@ -183,7 +206,7 @@ class RunConfig:
         unclean = "on" if self.unclean else "off"
         return (
             f"acks={self.acks} min.insync.replicas={self.min_insync_replicas} "
-            f"rf={self.replication_factor} unclean={unclean}"
+            f"rf={self.replication_factor} unclean={unclean}" + (" transactions" if self.transactions else "")
         )
 
 
@@ -205,6 +228,7 @@ class RunResult:
     client_errors: list[str]
     offline: list[int]  # partitions left without a leader (allowed after replace-disk)
     unhealed: str  # when the cluster did not heal: what each replica said
+    transactions: dict[str, int]  # transactions by outcome (committed, aborted, unknown)
 
     @property
     def violations(self) -> list[checker.Anomaly]:
@@ -221,8 +245,10 @@ class RunResult:
         verdict = "FAIL" if self.failed else "ok"
         healed = "" if self.healed else " NOT-HEALED"
         healed += f" offline={self.offline}" if self.offline else ""
+        outcomes = ", ".join(f"{outcome}={n}" for outcome, n in sorted(self.transactions.items()))
+        transactions = f" transactions[{outcomes}]" if outcomes else ""
         return (
-            f"seed={self.seed} {self.config.describe()} ops={self.ops} acknowledged={self.acknowledged} "
+            f"seed={self.seed} {self.config.describe()} ops={self.ops} acknowledged={self.acknowledged}{transactions} "
             f"faults={len(injected)}[{', '.join(f.kind for f in injected)}] "
             f"anomalies: {self.report.summary()}{healed} {self.elapsed_s:.1f}s {verdict}"
         )
@@ -254,9 +280,13 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
     admin.create_topics([NewTopic(topic, config.partitions, config.replication_factor, config=topic_config)])
     delays = CallDelays(env.proxy, rng.random())
     recorder = Recorder()
+    transactional_ids = (f"{topic}-txn",) if config.transactions else ()
+    synced = [topic, *config.internal_topics]
     try:
         wait_in_sync(admin, [topic], HEAL_TIMEOUT_S)
-        clients = _clients(env, delays, topic, config, recorder, rng, group, solo_group)
+        clients = _clients(env, delays, topic, config, recorder, rng, group, solo_group, transactional_ids)
+        if config.transactions:  # its coordinator is up (the worker's init found it): in sync before faults
+            wait_in_sync(admin, [TRANSACTION_TOPIC], HEAL_TIMEOUT_S)
         # The coordinator exists once a member asked for it: the nemesis may then kill it.
         nemesis = Nemesis(
             env,
@@ -265,16 +295,17 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
             group,
             delays,
             rng,
-            config.faults,
+            config.fault_kinds,
             config.max_faults,
             lag_time_s=config.replica_lag_time_max_ms / 1000,
+            transactional_ids=transactional_ids,
         )
         for client in clients:
             client.start()
         nemesis.run(config.duration_s)
         offline = {(topic, p) for p in nemesis.offline_ok}
-        healed = wait_in_sync(admin, [topic, OFFSETS_TOPIC], HEAL_TIMEOUT_S, offline)
-        unhealed = "" if healed else replica_states(env.cluster, [topic, OFFSETS_TOPIC])
+        healed = wait_in_sync(admin, synced, HEAL_TIMEOUT_S, offline)
+        unhealed = "" if healed else replica_states(env.cluster, synced)
         for client in clients:
             client.stop()
         try:
@@ -282,7 +313,7 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         except RaylogError as exc:  # the controller says healed, yet the partitions do not serve
             healed, unhealed = (
                 False,
-                f"final read: {type(exc).__name__}: {exc}; " + replica_states(env.cluster, [topic, OFFSETS_TOPIC]),
+                f"final read: {type(exc).__name__}: {exc}; " + replica_states(env.cluster, synced),
             )
             unread = range(config.partitions)
             final = FinalRead({p: [] for p in unread}, dict.fromkeys(unread, 0), dict.fromkeys(unread, False))
@@ -292,7 +323,9 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
     report = checker.check(history)
     _delete_quietly(admin, topic, [group, solo_group])
     acknowledged = sum(1 for op in history.ops if isinstance(op, Send) and op.outcome == OK)
-    errors = [e for c in clients if isinstance(c, workload.ConsumerWorker) for e in c.errors]
+    errors = [
+        e for c in clients if isinstance(c, (workload.ConsumerWorker, workload.TransactionalWorker)) for e in c.errors
+    ]
     return RunResult(
         seed,
         config,
@@ -305,13 +338,15 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         errors,
         sorted(nemesis.offline_ok),
         unhealed,
+        dict(collections.Counter(op.outcome for op in history.ops if isinstance(op, Txn))),
     )
 
 
-def _clients(env, delays, topic, config, recorder, rng, group, solo_group) -> list:
+def _clients(env, delays, topic, config, recorder, rng, group, solo_group, transactional_ids) -> list:
     """Two producers (idempotent with two threads, plain with two), two group members (sync
-    and async commits) and one consumer of every partition, each on its own delayable
-    cluster handle."""
+    and async commits), one consumer of every partition and, with transactions on, a
+    transactional worker per id of ``transactional_ids`` (made last: the others draw from
+    ``rng`` as without it), each on its own delayable cluster handle."""
 
     def own() -> DelayedCluster:
         return DelayedCluster(env.cluster, delays)
@@ -328,7 +363,7 @@ def _clients(env, delays, topic, config, recorder, rng, group, solo_group) -> li
         workload.ConsumerWorker("member-sync", own(), *common, group, commit="sync"),
         workload.ConsumerWorker("member-async", own(), *common, group, commit="async"),
         workload.ConsumerWorker("assigned", own(), *common, solo_group, member=False),
-    ]
+    ] + [workload.TransactionalWorker("txn", own(), *common, rng, tid, rate_per_s=rate) for tid in transactional_ids]
 
 
 def wait_in_sync(admin: Admin, topics: list[str], timeout_s: float, offline_ok: set = frozenset()) -> bool:

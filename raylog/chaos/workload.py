@@ -3,23 +3,48 @@
 - :class:`ProducerWorker`: threads sharing one Producer send unique values to random
   partitions, a few at a time, each awaited: ok with its offset, or unknown (an error
   after ``send`` returned: it may have been written), or fail (``send`` refused it).
+- :class:`TransactionalWorker`: a thread running transactions of a few unique values over
+  the partitions through a transactional Producer, some of them aborted on purpose. Each
+  send names its transaction; each transaction ends with a ``Txn`` op: committed only if
+  ``commit_transaction`` returned, aborted only if ``abort_transaction`` returned (it is
+  called only for transactions whose commit was never asked for), unknown otherwise. After
+  an unknown end (a fenced producer, a timed-out or failed commit) a new Producer with the
+  same ``transactional_id`` calls ``init_transactions``, which settles the transaction left
+  behind (completes a commit the coordinator had decided, aborts anything else).
 - :class:`ConsumerWorker`: a group member (committing what each poll returned, sync or
   async) or a consumer with every partition assigned (committing for a group of its own,
   as Kafka allows with no active member), polling until stopped. Group members record
-  each assignment, after which their order of records restarts.
-- :func:`final_read`: a fresh consumer reads every partition from its log start up to
-  its end offset, and each group's committed offsets are fetched.
+  each assignment, after which their order of records restarts. Consumers read
+  read_committed (the Consumer's default), and their polls say so.
+- :func:`final_read`: a fresh read_committed consumer reads every partition from its log
+  start up to its end offset (the last stable offset), and each group's committed offsets
+  are fetched.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
 import time
 from typing import Any
 
-from raylog.chaos.history import FAIL, OK, UNKNOWN, Assign, Commit, FinalRead, Poll, Recorder, Revoke, Send
+from raylog.chaos.history import (
+    ABORTED,
+    COMMITTED,
+    FAIL,
+    OK,
+    UNKNOWN,
+    Assign,
+    Commit,
+    FinalRead,
+    Poll,
+    Recorder,
+    Revoke,
+    Send,
+    Txn,
+)
 from raylog.clients.admin import Admin
 from raylog.clients.consumer import Consumer
 from raylog.clients.group import ConsumerRebalanceListener
@@ -30,6 +55,7 @@ from raylog.errors import (
     InvalidRecordError,
     RaylogError,
     RecordTooLargeError,
+    TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
 from raylog.types import TopicPartition
@@ -47,6 +73,21 @@ FINAL_READ_TIMEOUT_S = 60.0
 CLOSE_TIMEOUT_S = 30.0
 #: How long a producer's close may wait for sends in flight (then they are unknown).
 PRODUCER_CLOSE_TIMEOUT_S = 5.0
+#: Records a transaction writes at most, and the share of transactions aborted on purpose.
+TXN_RECORDS_MAX = 4
+TXN_ABORT_PROBABILITY = 0.25
+#: Bound on each transactional call (init, commit, abort) and on a send's blocking: a commit
+#: or abort that does not finish in time ends its transaction unknown.
+TXN_CALL_TIMEOUT_S = 10.0
+#: The coordinator aborts a transaction left open this long (one whose producer could not
+#: init again to settle it).
+TRANSACTION_TIMEOUT_MS = 15_000
+#: How long a transactional worker tries init_transactions in a row (at its start, after an
+#: unknown end, and to settle its last transaction when stopped).
+TXN_INIT_TIMEOUT_S = 30.0
+TXN_INIT_BACKOFF_S = 0.2
+#: What the consumers read (the Consumer's default, said here because their polls record it).
+ISOLATION_LEVEL = "read_committed"
 
 
 class ProducerWorker:
@@ -120,10 +161,10 @@ class ProducerWorker:
         try:
             future = self.producer.send(self.topic, value.encode(), partition=partition)
         except DEFINITE_SEND_ERRORS as exc:
-            self._finish(invocation, FAIL, None, exc)
+            _record(self.recorder, invocation, FAIL, None, exc)
             return None
         except RaylogError as exc:  # e.g. no buffer room in time: the record was not queued
-            self._finish(invocation, FAIL, None, exc)
+            _record(self.recorder, invocation, FAIL, None, exc)
             return None
         with self._lock:
             self._pending[start] = (invocation, future)
@@ -140,30 +181,10 @@ class ProducerWorker:
                 return False
             wake.wait()
             wake.clear()
-        try:
-            metadata = future.result(0)
-        except RaylogError as exc:
-            self._finish(invocation, UNKNOWN, None, exc)
-        else:
-            self._finish(invocation, OK, metadata.offset, None)
+        _record_future(self.recorder, invocation, future)
         with self._lock:
             self._pending.pop(start, None)
         return True
-
-    def _finish(self, invocation: Send, outcome: str, offset: int | None, error: Exception | None) -> None:
-        self.recorder.add(
-            Send(
-                invocation.process,
-                invocation.partition,
-                invocation.value,
-                outcome,
-                offset,
-                invocation.idempotent,
-                None if error is None else type(error).__name__,
-                start=invocation.start,
-                end=self.recorder.now(),
-            )
-        )
 
     def stop(self) -> None:
         """Stop sending, give what is in flight a little time to complete, record the rest as
@@ -173,18 +194,183 @@ class ProducerWorker:
             wake.set()
         for thread in self._threads:
             thread.join(CLOSE_TIMEOUT_S)
-        try:
-            self.producer.close(timeout=PRODUCER_CLOSE_TIMEOUT_S)
-        except RaylogError as exc:
-            logger.info("%s: close: %s", self.name, exc)
+        _close(self.producer, self.name)
         with self._lock:
             pending = list(self._pending.items())
             self._pending.clear()
         for _, (invocation, future) in pending:
-            if future.done() and future.exception(0) is None:
-                self._finish(invocation, OK, future.result(0).offset, None)
-            else:
-                self._finish(invocation, UNKNOWN, None, future.exception(0) if future.done() else None)
+            _record_future(self.recorder, invocation, future)
+
+
+def _record(recorder: Recorder, invocation: Send, outcome: str, offset: int | None, error: Exception | None) -> None:
+    """Record ``invocation`` (a send as invoked) with its outcome."""
+    error_name = None if error is None else type(error).__name__
+    recorder.add(dataclasses.replace(invocation, outcome=outcome, offset=offset, error=error_name, end=recorder.now()))
+
+
+def _record_future(recorder: Recorder, invocation: Send, future: Any) -> None:
+    """Record a queued send by its future: ok at its offset, or unknown (failed after it was
+    queued, or not done yet: it may still be written)."""
+    error = future.exception(0) if future.done() else None
+    if future.done() and error is None:
+        _record(recorder, invocation, OK, future.result(0).offset, None)
+    else:
+        _record(recorder, invocation, UNKNOWN, None, error)
+
+
+class TransactionalWorker:
+    """One thread running transactions of up to :data:`TXN_RECORDS_MAX` unique values, each
+    to a random partition, through a transactional Producer with ``transactional_id``, at
+    about ``rate_per_s`` records per second; a share (:data:`TXN_ABORT_PROBABILITY`) is
+    aborted on purpose (see the module docstring for how each end is recorded).
+
+    ``init_transactions`` runs in the constructor: the transaction coordinator (and its
+    ``__transaction_state`` partition) exists before the nemesis can kill it. A transaction
+    that ended unknown when the worker is stopped is settled by one more init, so that no
+    transaction is open at the final read."""
+
+    def __init__(
+        self,
+        name: str,
+        cluster: Any,
+        topic: str,
+        partitions: int,
+        recorder: Recorder,
+        rng: random.Random,
+        transactional_id: str,
+        *,
+        rate_per_s: float = 60.0,
+    ):
+        self.name = name
+        self.cluster = cluster
+        self.topic = topic
+        self.partitions = partitions
+        self.recorder = recorder
+        self.transactional_id = transactional_id
+        self.errors: list[str] = []
+        self.producer: Producer | None = None  # None: to init (again)
+        self._interval_s = 1.0 / rate_per_s
+        self._sequence = 0
+        self._transactions = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(random.Random(rng.random()),), daemon=True)
+        self._init()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self, rng: random.Random) -> None:
+        while not self._stop.is_set():
+            if self.producer is None:
+                self._init()
+                continue
+            began = time.monotonic()
+            sent = self._transaction(rng)
+            pause = sent * self._interval_s - (time.monotonic() - began)
+            if pause > 0:
+                self._stop.wait(pause)
+        if self.producer is None:  # the last transaction ended unknown: settle it
+            self._init()
+        if self.producer is not None:
+            _close(self.producer, self.name)
+
+    def _init(self) -> None:
+        """A new Producer with the worker's ``transactional_id``, initialised (fencing the
+        previous one and settling its transaction), tried for :data:`TXN_INIT_TIMEOUT_S`."""
+        deadline = time.monotonic() + TXN_INIT_TIMEOUT_S
+        while True:
+            producer = Producer(
+                self.cluster,
+                transactional_id=self.transactional_id,
+                linger_ms=2,
+                retry_backoff_ms=50,
+                request_timeout_ms=5_000,
+                delivery_timeout_ms=20_000,
+                max_block_ms=int(TXN_CALL_TIMEOUT_S * 1000),
+                transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+            )
+            try:
+                producer.init_transactions(timeout=TXN_CALL_TIMEOUT_S)
+            except RaylogError as exc:
+                self._error("init_transactions", exc)
+                _close(producer, self.name)
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(TXN_INIT_BACKOFF_S)  # the coordinator is moving: nothing to wait on
+                continue
+            self.producer = producer
+            return
+
+    def _transaction(self, rng: random.Random) -> int:
+        """One transaction, recorded; how many records it sent."""
+        txn = f"{self.name}#{self._transactions}"
+        self._transactions += 1
+        start = self.recorder.now()
+        try:
+            self.producer.begin_transaction()
+        except RaylogError as exc:  # fenced
+            self._error("begin_transaction", exc)
+            self._abandon()
+            return 0
+        sends = []
+        refused = False
+        for _ in range(rng.randint(1, TXN_RECORDS_MAX)):
+            value = f"{self.name}-{self._sequence}"
+            self._sequence += 1
+            partition = rng.randrange(self.partitions)
+            invocation = Send(self.name, partition, value, UNKNOWN, txn=txn, start=self.recorder.now())
+            try:
+                future = self.producer.send(self.topic, value.encode(), partition=partition)
+            except RaylogError as exc:  # not queued (e.g. fenced, no buffer room in time)
+                _record(self.recorder, invocation, FAIL, None, exc)
+                refused = True
+                break
+            sends.append((invocation, future))
+        outcome = self._end(abort=refused or rng.random() < TXN_ABORT_PROBABILITY)
+        end = self.recorder.now()
+        for invocation, future in sends:
+            _record_future(self.recorder, invocation, future)
+        self.recorder.add(Txn(self.name, txn, outcome, start, end))
+        if outcome == UNKNOWN:
+            self._abandon()
+        return len(sends)
+
+    def _end(self, abort: bool) -> str:
+        """Commit or abort the open transaction; its outcome. A transaction is aborted only
+        if its commit was never asked for (on purpose, or because a send failed: the commit
+        then refuses before it asks), so a returned abort is certain."""
+        try:
+            if not abort:
+                try:
+                    self.producer.commit_transaction(timeout=TXN_CALL_TIMEOUT_S)
+                    return COMMITTED
+                except TransactionAbortableError as exc:
+                    self._error("commit_transaction", exc)
+            self.producer.abort_transaction(timeout=TXN_CALL_TIMEOUT_S)
+            return ABORTED
+        except RaylogError as exc:  # fenced, timed out, or failed after the request left
+            self._error("end of transaction", exc)
+            return UNKNOWN
+
+    def _abandon(self) -> None:
+        """Drop the producer: the next transaction starts with a new one (init again)."""
+        _close(self.producer, self.name)
+        self.producer = None
+
+    def _error(self, what: str, exc: Exception) -> None:
+        self.errors.append(f"{self.name} {what}: {type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        """Stop after the transaction under way (and the init that settles it, if any)."""
+        self._stop.set()
+        self._thread.join(CLOSE_TIMEOUT_S + TXN_INIT_TIMEOUT_S)
+
+
+def _close(producer: Producer, name: str) -> None:
+    try:
+        producer.close(timeout=PRODUCER_CLOSE_TIMEOUT_S)
+    except RaylogError as exc:
+        logger.info("%s: close: %s", name, exc)
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -236,7 +422,9 @@ class ConsumerWorker:
             "session_timeout_ms": 10_000,
             "heartbeat_interval_ms": 1_000,
             "request_timeout_ms": 10_000,
+            "isolation_level": ISOLATION_LEVEL,
         }
+        self.read_committed = config["isolation_level"] == "read_committed"
         self.consumer = Consumer(cluster, **config)
         if member:
             self.consumer.subscribe([topic], listener=_Listener(self))
@@ -263,7 +451,9 @@ class ConsumerWorker:
             records = tuple((tp.partition, r.offset, r.value.decode()) for tp, rs in polled.items() for r in rs)
             if not records:
                 continue
-            self.recorder.add(Poll(self.name, records, self.group, start=start, end=self.recorder.now()))
+            self.recorder.add(
+                Poll(self.name, records, self.group, self.read_committed, start=start, end=self.recorder.now())
+            )
             offsets = {TopicPartition(self.topic, tp.partition): rs[-1].offset + 1 for tp, rs in polled.items()}
             self._commit(offsets)
 
@@ -305,21 +495,29 @@ class ConsumerWorker:
 
 
 def final_read(cluster: Any, topic: str, partitions: int, groups: list[str]) -> FinalRead:
-    """Every partition from its log start to its end offset, with a fresh consumer; and
-    each group's committed offsets. A partition without a leader is left unread (not complete)."""
+    """Every partition from its log start to its end offset, with a fresh read_committed
+    consumer; and each group's committed offsets. A partition without a leader is left
+    unread (not complete).
+
+    A partition is read when the consumer's position reaches its end offset (the last stable
+    offset): past a log's last record there may be a transaction's marker or aborted
+    records, which no poll returns. A transaction left open would hold the end offset below
+    what follows it, which then counts as lost."""
     leaders = cluster.metadata(refresh=True).leaders
     tps = [TopicPartition(topic, p) for p in range(partitions) if (topic, p) in leaders]
     records: dict[int, list[tuple[int, str]]] = {p: [] for p in range(partitions)}
     reached = dict.fromkeys(range(partitions), 0)
     ends: dict[TopicPartition, int] = {}
-    consumer = Consumer(cluster, auto_offset_reset="earliest", request_timeout_ms=10_000)
+    consumer = Consumer(
+        cluster, auto_offset_reset="earliest", request_timeout_ms=10_000, isolation_level=ISOLATION_LEVEL
+    )
     try:
         if tps:
             consumer.assign(tps)
             consumer.seek_to_beginning(*tps)
             ends = _retrying(lambda: consumer.end_offsets(tps))
         deadline = time.monotonic() + FINAL_READ_TIMEOUT_S
-        while any(reached[tp.partition] < ends[tp] for tp in tps) and time.monotonic() < deadline:
+        while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
             try:
                 polled = consumer.poll(timeout_ms=500)
             except RaylogError as exc:
@@ -327,7 +525,7 @@ def final_read(cluster: Any, topic: str, partitions: int, groups: list[str]) -> 
                 continue
             for tp, rs in polled.items():
                 records[tp.partition].extend((r.offset, r.value.decode()) for r in rs)
-                reached[tp.partition] = max(reached[tp.partition], rs[-1].offset + 1)
+        reached.update({tp.partition: consumer.position(tp) for tp in tps})
     finally:
         consumer.close()
     complete = {p: TopicPartition(topic, p) in ends and reached[p] >= ends[TopicPartition(topic, p)] for p in records}

@@ -1,13 +1,15 @@
 """Seeded fault runs on a real multi-node Ray cluster, judged by the checker: the safe
-configuration keeps every promise; acks=1 and unclean leader election are shown to lose
-acknowledged writes (documented weaknesses). Each run prints its seed and summary line;
-replay one with ``raylog bench soak --runs 1 --seed S`` (same configuration flags)."""
+configuration keeps every promise, with a transactional producer too; acks=1 and unclean
+leader election are shown to lose acknowledged writes (documented weaknesses). Each run
+prints its seed and summary line; replay one with ``raylog bench soak --runs 1 --seed S``
+(same configuration flags)."""
 
 from __future__ import annotations
 
 import pytest
 
 from raylog.chaos.checker import LOST_WRITE
+from raylog.chaos.history import COMMITTED
 from raylog.chaos.soak import RunConfig, run_once
 
 #: Short runs of the default fault set (every kind the replica actor supports), two at most, on
@@ -23,6 +25,12 @@ UNCLEAN = RunConfig(
     min_insync_replicas=1, unclean=True, faults=("isolate-leader",), max_faults=1, duration_s=3.0, partitions=1
 )
 DEMO_SEEDS = (1, 2)
+#: The transactional workload as well (a transactional producer over both partitions,
+#: read_committed consumers, the transaction coordinator's kill among the faults): one run
+#: of the soak's length, long enough for a few transactions on either side of two faults.
+#: Its seed draws the coordinator's kill first.
+TRANSACTIONS = RunConfig(duration_s=6.0, max_faults=2, transactions=True)
+TRANSACTIONS_SEED = 1
 
 
 @pytest.mark.parametrize("seed", SAFE_SEEDS)
@@ -33,6 +41,20 @@ def test_safe_configuration_keeps_its_promises_under_seeded_faults(soak_env, see
     print(result.line())
     assert FAST.safe
     assert not result.failed, f"{result.line()}\n{result.details()}"
+
+
+def test_transactions_keep_their_promises_under_seeded_faults(soak_env):
+    """With a transactional producer among the clients, the safe configuration still keeps
+    every promise: read_committed consumers never return a value of an aborted transaction
+    (aborted read) nor of one still writing to that partition (intermediate read), the
+    final read has each committed transaction whole (torn transaction) and never loses one,
+    while the transaction coordinator is killed."""
+    result = run_once(soak_env, TRANSACTIONS_SEED, TRANSACTIONS)
+    print(result.line())
+    assert TRANSACTIONS.safe
+    assert not result.failed, f"{result.line()}\n{result.details()}"
+    assert "kill-txn-coordinator" in [f.kind for f in result.faults if f.outcome == "done"], result.details()
+    assert result.transactions.get(COMMITTED), f"no transaction committed: {result.line()}\n{result.details()}"
 
 
 @pytest.mark.parametrize(("config", "what"), [(ACKS_1, "acks=1"), (UNCLEAN, "unclean election")])

@@ -337,7 +337,8 @@ def test_a_read_committed_poll_of_an_aborted_transaction_is_an_aborted_read():
 
 
 def test_read_uncommitted_polls_and_committed_transactions_are_not_aborted_reads():
-    """read_uncommitted may see aborted data; committed data is for everyone."""
+    """read_uncommitted may see aborted data (which the read_committed final read then does
+    not return: not lost either); committed data is for everyone."""
     ops = [
         txn_send("a", 0, "T1"),
         Txn("tx", "T1", ABORTED, start=1, end=1),
@@ -346,7 +347,15 @@ def test_read_uncommitted_polls_and_committed_transactions_are_not_aborted_reads
         polled("c1", (0, 0, "a"), (0, 1, "b"), t=4),
         polled("c2", (0, 1, "b"), t=5, read_committed=True),
     ]
-    assert found(ops, {0: [(0, "a"), (1, "b")]}) == {}
+    assert found(ops, {0: [(1, "b")]}) == {}
+
+
+def test_the_final_read_returning_a_value_of_an_aborted_transaction_is_an_aborted_read():
+    """The final read is read_committed too: an aborted value in it was read."""
+    ops = [txn_send("a", 0, "T1"), Txn("tx", "T1", ABORTED, start=1, end=1)]
+    report = checker.check(History(ops, FinalRead.of({0: [(0, "a")]})))
+    (anomaly,) = report.anomalies[ABORTED_READ]
+    assert anomaly.ops[0] == "final read p0@0" and "txn T1 -> aborted" in anomaly.ops[1]
 
 
 def test_a_read_committed_poll_of_a_transaction_still_writing_there_is_an_intermediate_read():
@@ -371,6 +380,23 @@ def test_reading_a_transaction_after_its_last_write_there_is_not_intermediate():
     assert found(ops, {0: [(0, "a")], 1: [(0, "b")]}) == {}
 
 
+def test_values_of_transactions_that_did_not_commit_may_be_missing_from_the_final_read():
+    """Acknowledged sends of an aborted transaction and of one whose end is unknown stay in
+    the log, unread by read_committed: not lost. Once a read_committed poll returned a
+    value, though, its transaction committed: then it must stay."""
+    ops = [
+        txn_send("a", 0, "T1"),
+        Txn("tx", "T1", ABORTED, start=1, end=1),
+        txn_send("b", 2, "T2", t=2),
+        Txn("tx", "T2", UNKNOWN, start=3, end=3),
+        txn_send("c", 4, "T3", t=4),
+        Txn("tx", "T3", UNKNOWN, start=5, end=5),
+        polled("c1", (0, 4, "c"), t=6, read_committed=True),
+    ]
+    assert found(ops, {0: [(6, "z")]}) == {LOST_WRITE: 1}
+    assert found(ops[:-1], {0: [(6, "z")]}) == {}
+
+
 def test_a_committed_transaction_visible_in_one_partition_only_is_torn():
     """T1 committed a to partition 0 and b to partition 1; the final read has only a."""
     ops = [txn_send("a", 0, "T1"), txn_send("b", 0, "T1", partition=1), Txn("tx", "T1", COMMITTED, start=1, end=1)]
@@ -388,6 +414,86 @@ def test_whole_or_aborted_transactions_are_not_torn():
         Txn("tx", "T2", ABORTED, start=3, end=3),
     ]
     assert found(ops, {0: [(0, "a")], 1: [(0, "b")]}) == {}
+
+
+def test_a_transaction_whose_end_is_unknown_is_read_whole_or_not_at_all():
+    """An unknown end (a timed-out commit) may have committed or aborted, never in part."""
+    ops = [txn_send("a", 0, "T1"), txn_send("b", 0, "T1", partition=1), Txn("tx", "T1", UNKNOWN, start=1, end=1)]
+    assert found(ops, {0: [(0, "a")], 1: []}) == {TORN_TRANSACTION: 1}
+    assert found(ops, {0: [(0, "a")], 1: [(0, "b")]}) == {}
+    assert found(ops, {0: [], 1: []}) == {}
+
+
+def test_a_send_refused_before_it_was_queued_is_no_part_of_its_transaction():
+    """send raised (never written): the transaction's other values are all of it."""
+    ops = [
+        txn_send("a", 0, "T1"),
+        Send("tx", 1, "b", FAIL, txn="T1", start=1, end=1),
+        Txn("tx", "T1", COMMITTED, start=2, end=2),
+    ]
+    assert found(ops, {0: [(0, "a")], 1: []}) == {}
+
+
+def worker_transaction(name: str, outcome: str, t: int, *sends: tuple[int, str, int | None]) -> list:
+    """The ops :class:`~raylog.chaos.workload.TransactionalWorker` records for one transaction
+    begun at ``t``: each ``(partition, value, offset)`` invoked in turn (an offset of None:
+    its future failed), the end, then each send's outcome once the end returned."""
+    n = len(sends)
+    ops = [
+        Send("txn", p, v, OK if o is not None else UNKNOWN, o, txn=name, start=t + 1 + i, end=t + n + 2 + i)
+        for i, (p, v, o) in enumerate(sends)
+    ]
+    return ops + [Txn("txn", name, outcome, start=t, end=t + n + 1)]
+
+
+#: A transactional worker's history: T0 committed over both partitions (its markers at
+#: p0@1, p1@1), T1 aborted (p0@2, its marker p0@3), T2 unknown and then committed by the
+#: next init (p1@2, marker p1@3), T3 aborted before anything was acknowledged; an
+#: idempotent producer's value at p0@4. A group member reads read_committed.
+WORKER_OPS = [
+    *worker_transaction("txn#0", COMMITTED, 0, (0, "a", 0), (1, "b", 0)),
+    *worker_transaction("txn#1", ABORTED, 10, (0, "c", 2)),
+    *worker_transaction("txn#2", UNKNOWN, 20, (1, "d", 2)),
+    *worker_transaction("txn#3", ABORTED, 30, (1, "e", None)),
+    Send("idem/t0", 0, "f", OK, 4, start=40, end=41),
+    polled("m", (0, 0, "a"), (1, 0, "b"), t=42, group="g", read_committed=True),
+    polled("m", (0, 4, "f"), (1, 2, "d"), t=43, group="g", read_committed=True),
+    Commit("m", "g", ((0, 5), (1, 4)), OK, start=44, end=44),
+]
+WORKER_FINAL = {0: [(0, "a"), (4, "f")], 1: [(0, "b"), (2, "d")]}
+
+
+def test_a_transactional_workers_history_read_committed_has_no_anomaly():
+    """Markers and aborted records are gaps in the final read that polls jump; aborted and
+    unacknowledged values are missing; nothing is found."""
+    assert found(WORKER_OPS, WORKER_FINAL, {"g": {0: 5, 1: 4}}) == {}
+
+
+def test_the_checker_finds_each_transaction_class_in_a_workers_history():
+    """The same history, but a read_committed poll returned T1's aborted value; another
+    returned T4's first value before T4 wrote again to that partition; and the final read
+    has only half of the committed T5."""
+    ops = [
+        *WORKER_OPS,
+        polled("b", (0, 2, "c"), t=45, read_committed=True),
+        Txn("txn", "txn#4", COMMITTED, start=50, end=55),
+        Send("txn", 0, "g", OK, 5, txn="txn#4", start=51, end=56),
+        polled("a", (0, 5, "g"), t=52, read_committed=True),
+        Send("txn", 0, "h", OK, 6, txn="txn#4", start=53, end=57),
+        *worker_transaction("txn#5", COMMITTED, 60, (0, "i", 8), (1, "j", 4)),
+    ]
+    final = {0: WORKER_FINAL[0] + [(5, "g"), (6, "h"), (8, "i")], 1: WORKER_FINAL[1]}
+    report = checker.check(History(ops, FinalRead.of(final, {"g": {0: 5, 1: 4}})))
+    assert {k: n for k, n in report.counts().items() if n} == {
+        ABORTED_READ: 1,
+        INTERMEDIATE_READ: 1,
+        TORN_TRANSACTION: 1,
+        LOST_WRITE: 2,  # c, polled read_committed then gone; j, committed and gone
+    }
+    assert [a.value for a in report.anomalies[ABORTED_READ]] == ["c"]
+    assert [a.value for a in report.anomalies[INTERMEDIATE_READ]] == ["g"]
+    assert [a.value for a in report.anomalies[TORN_TRANSACTION]] == ["j"]
+    assert report.violations(safe=True)
 
 
 # --- report and recorder ---------------------------------------------------------------------

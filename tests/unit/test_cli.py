@@ -94,6 +94,12 @@ def test_bench_soak_refuses_unknown_fault_kinds_before_starting_anything(capsys)
     assert "unknown fault kinds kill-everything" in err and "pause-controller" in err
 
 
+def test_bench_soak_refuses_transaction_faults_without_the_transactional_workload(capsys):
+    """Killing the transaction coordinator needs --transactions (there is none otherwise)."""
+    assert cli.main(["bench", "soak", "--faults", "kill-txn-coordinator"]) == 2
+    assert "kill-txn-coordinator need --transactions" in capsys.readouterr().err
+
+
 def test_a_soak_runs_replay_flags_choose_its_configuration_again():
     """The options a failed run prints for its replay build the same run configuration."""
     from raylog.chaos.soak import RunConfig
@@ -103,6 +109,7 @@ def test_a_soak_runs_replay_flags_choose_its_configuration_again():
         RunConfig(duration_s=3.0, max_faults=2, partitions=1),
         RunConfig(acks="1", faults=("lose-tail",), max_faults=1),
         RunConfig(min_insync_replicas=1, unclean=True, faults=("isolate-leader", "kill-node")),
+        RunConfig(partitions=1, transactions=True),
     ):
         args = cli._parser().parse_args(["bench", "soak", *config.flags().split()])
         assert cli._soak_config(args) == config
