@@ -160,17 +160,15 @@ class TransactionCoordinatorActor(CoordinatorActor):
 
     # --- completion ---------------------------------------------------------------------
 
-    def _run(self, state: TransactionCoordinator, step: Step, replicated: bool = True) -> None:
+    def _run(self, state: TransactionCoordinator, step: Step) -> None:
         """Append ``step``'s record with acks=all and wait for the ISR (holding ``_lock``);
-        the move counts once it is replicated (or at once if not ``replicated``).
+        the move counts once it is replicated.
 
         Raises:
             NotEnoughReplicasError, NotLeaderOrFollowerError, RequestTimedOutError, ...
         """
         try:
-            appended = self._append_records([step.record])
-            if replicated:
-                self._await_records(appended)
+            self._await_records(self._append_records([step.record]))
         except Exception:
             state.failed(step)
             raise
@@ -203,9 +201,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
                     raise NotCoordinatorError("the coordinator moved before the transaction completed")
                 step = state.complete(metadata.transactional_id, now_ms())
                 if step is not None:
-                    # Not waited for: a coordinator that takes over without this record finds
-                    # the transaction prepared and writes its markers again, which changes nothing.
-                    self._run(state, step, replicated=False)
+                    self._run(state, step)
                 future.set_result(None)
         except Exception as exc:  # noqa: BLE001 — told to the waiting end_txn, if any
             logger.warning("%s: transaction %r not completed: %s", self.partition.name, metadata.transactional_id, exc)
