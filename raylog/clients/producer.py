@@ -806,6 +806,8 @@ class Producer:
             )
         except RaylogError as exc:
             self._transaction_failed(exc)
+            if self._txn_fenced is not None:
+                raise self._txn_fenced from exc  # (the group's partition says INVALID_PRODUCER_EPOCH)
             raise
 
     def commit_transaction(self, timeout: float | None = None) -> None:
