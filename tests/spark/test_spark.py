@@ -12,7 +12,7 @@ from raylog.clients.partitioner import partition_for_key
 from raylog.data import read_topic as read_dataset
 from raylog.errors import KafkaTimeoutError
 from tests.helpers import wait_until
-from tests.ray.test_exactly_once import committed_offsets, read_values, tags_of
+from tests.ray.test_exactly_once import committed_offsets, read_sorted, tags_of
 from tests.ray.test_ray_data import produce, table_of
 
 
@@ -156,8 +156,8 @@ def test_stream_exactly_once_into_a_topic_aborts_a_failed_batch_and_resumes(clus
     with pytest.raises(KafkaTimeoutError, match="injected"):
         start().await_termination(timeout_s=120)
     monkeypatch.undo()
-    assert read_values(cluster, sink, 2) == sorted(b"%d:%d" % (tp.partition, o) for tp, o in _offsets_below(calls[0]))
-    assert len(read_values(cluster, sink, 2, "read_uncommitted")) == 80  # batch 1's 40 were sent, then aborted
+    assert read_sorted(cluster, sink, 2) == sorted(b"%d:%d" % (tp.partition, o) for tp, o in _offsets_below(calls[0]))
+    assert len(read_sorted(cluster, sink, 2, "read_uncommitted")) == 80  # batch 1's 40 were sent, then aborted
     assert committed_offsets(cluster, group, source, 2) == {tp.partition: o.offset for tp, o in calls[0].items()}
 
     restarted = start()
@@ -165,7 +165,7 @@ def test_stream_exactly_once_into_a_topic_aborts_a_failed_batch_and_resumes(clus
     expected = tags_of({**sent, **late})
     wait_until(lambda: restarted.records_written >= len(expected) - 40 or not restarted.is_active, timeout_s=180)
     restarted.stop(timeout_s=60)
-    assert read_values(cluster, sink, 2) == expected
+    assert read_sorted(cluster, sink, 2) == expected
     assert restarted.records_committed == restarted.records_written == len(expected) - 40
 
 
