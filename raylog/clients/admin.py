@@ -45,6 +45,11 @@ PROGRESS_STEP_MS = 500
 class Admin:
     """Topic administration (Kafka's AdminClient, synchronous).
 
+    Args:
+        cluster: from :func:`raylog.connect`.
+        request_timeout_ms: how long one call to the controller, a coordinator or a partition
+            leader may take.
+
     Example:
         >>> admin = Admin(cluster)                                     # doctest: +SKIP
         >>> admin.create_topics([NewTopic("clicks", num_partitions=6)])  # doctest: +SKIP

@@ -144,6 +144,7 @@ class Consumer:
             fetch arrives late and is recorded in the ``raylog_throttle_time_ms`` metric).
         enable_auto_commit: commit the positions of what earlier polls returned, every
             ``auto_commit_interval_ms``, before a rebalance and on close (group members only).
+        auto_commit_interval_ms: how often automatic commits happen (with ``enable_auto_commit``).
         session_timeout_ms: how long the coordinator waits for heartbeats before it gives the
             member's partitions to others.
         heartbeat_interval_ms: how often the background thread heartbeats (a third of the
