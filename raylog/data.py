@@ -327,6 +327,10 @@ class TopicStream:
             not ``Committed``).
         trigger_interval_s: how often to look for new records while there are none.
         max_records_per_partition: the largest range per partition in one batch (None: all).
+        max_records_per_batch: the most records of one batch in all partitions (None: no
+            limit), shared among partitions in proportion to the records each has waiting
+            (Spark's ``maxOffsetsPerTrigger``); a partition's share of less than one record
+            is one.
         cluster: from :func:`raylog.connect`; default ``raylog.connect()``.
         transactional_id: makes the stream exactly once into raylog topics (see above).
         producer_config: keyword arguments for its transactional :class:`Producer`.
@@ -355,11 +359,16 @@ class TopicStream:
         cluster: RaylogCluster | None = None,
         transactional_id: str | None = None,
         producer_config: dict[str, Any] | None = None,
+        max_records_per_batch: int | None = None,
     ):
         if not trigger_interval_s > 0:
             raise ValueError(f"trigger_interval_s must be > 0, got {trigger_interval_s!r}")
-        if max_records_per_partition is not None and max_records_per_partition < 1:
-            raise ValueError(f"max_records_per_partition must be >= 1, got {max_records_per_partition!r}")
+        for name, limit in (
+            ("max_records_per_partition", max_records_per_partition),
+            ("max_records_per_batch", max_records_per_batch),
+        ):
+            if limit is not None and limit < 1:
+                raise ValueError(f"{name} must be >= 1, got {limit!r}")
         if _groups(start):
             raise ValueError("a stream's start cannot be Committed(...): its own group's commits come first")
         self.cluster = cluster or raylog.connect()
@@ -367,6 +376,7 @@ class TopicStream:
         self.group_id = group_id
         self._trigger_interval_s = trigger_interval_s
         self._max_records = max_records_per_partition
+        self._max_batch_records = max_records_per_batch
         self._closed = threading.Event()
         self._lock = threading.Lock()  # the consumer is not thread-safe
         self._next_batch_id = 0
@@ -409,6 +419,8 @@ class TopicStream:
                     end = ends[tp] if self._max_records is None else min(ends[tp], position + self._max_records)
                     if end > position:
                         ranges[tp] = (position, end)
+                if self._max_batch_records is not None:
+                    ranges = _share_limit(ranges, self._max_batch_records)
                 if ranges:
                     batch = MicroBatch(self, self._next_batch_id, ranges)
                     self._next_batch_id += 1
@@ -499,6 +511,18 @@ class TopicStream:
         committed = self._consumer.committed(list(batch.ranges))
         for tp, (start, _) in batch.ranges.items():
             self._positions[tp] = committed[tp].offset if committed[tp] is not None else start
+
+
+def _share_limit(
+    ranges: dict[TopicPartition, tuple[int, int]], limit: int
+) -> dict[TopicPartition, tuple[int, int]]:
+    """``ranges`` cut to about ``limit`` records in all, each partition's share in proportion
+    to its range's length (rounded down, but at least one record)."""
+    total = sum(end - start for start, end in ranges.values())
+    if total <= limit:
+        return ranges
+    shares = {tp: limit * (end - start) / total for tp, (start, end) in ranges.items()}
+    return {tp: (start, min(end, start + max(1, int(shares[tp])))) for tp, (start, end) in ranges.items()}
 
 
 # --- resolving offset specs ---------------------------------------------------------------
