@@ -1,20 +1,37 @@
-"""Topics as Ray Data datasets: a bounded read, an unbounded micro-batch stream, a write.
+"""Topics as Ray Data datasets: a bounded read, a write, and an unbounded micro-batch stream.
 
-A bounded read covers one offset range ``[start, end)`` per partition (end exclusive) and
-runs exactly one Ray Data read task per partition. A read task is a plain :class:`Consumer`
-assigned to its partition: each fetched response is already an Arrow table (the consumer
-decodes record batches without a loop per record), and it becomes a block as it is, trimmed
-at ``end``. Every block has the columns of :meth:`Consumer.poll_arrow`: topic, partition,
-offset, timestamp_ms, key, value, headers (an empty list for a record without headers, as
-in :class:`Record`).
+Ray Data's own interfaces: :class:`RaylogDatasource` is a ``ray.data.Datasource`` and
+:class:`RaylogDatasink` a ``ray.data.Datasink``, used as any other::
 
-Where a range starts or ends is an :data:`OffsetSpec`, for all partitions or per partition
-in a dict ``{partition: spec}``:
+    ds = ray.data.read_datasource(RaylogDatasource(cluster, ["clicks", "views"]), override_num_blocks=12)
+    ds.write_datasink(RaylogDatasink(cluster, "clicks-copy", producer_config={"acks": "all"}))
 
-- ``"earliest"`` (the log start offset) or ``"latest"`` (the high watermark);
+:func:`read_topic` takes the parameters of ``ray.data.read_kafka`` that mean the same here
+(topics, start_offset, end_offset, timeout_ms, consumer_config, override_num_blocks, num_cpus
+and the other remote parameters, ray_remote_args) and :func:`write_topic` those of
+``Dataset.write_kafka`` (producer_config, ray_remote_args, concurrency); both are the source
+and sink above with raylog's defaults (one read task per partition, blocks of
+READ_BLOCK_BYTES, read tasks of READ_TASK_CPUS).
+
+A bounded read covers one offset range ``[start, end)`` per partition (end exclusive),
+resolved when the datasource is made, so reading the dataset again reads the same records
+(``read_kafka`` resolves them when each task starts). A read task is a plain
+:class:`Consumer` assigned to its ranges: each fetched response is already an Arrow table
+(the consumer decodes record batches without a loop per record), trimmed at ``end``. Every
+block has the columns of :meth:`Consumer.poll_arrow`: topic, partition, offset, timestamp_ms,
+key, value, headers (an empty list for a record without headers, as in :class:`Record`).
+
+Where a range starts or ends is an :data:`OffsetSpec`: one for all partitions, a dict
+``{partition: spec}`` (one topic), or ``{topic: {partition: spec}}`` as ``read_kafka`` has it;
+partitions left out start at "earliest" and end at "latest". A spec is:
+
+- ``"earliest"`` (the log start offset) or ``"latest"`` (the high watermark; the last stable
+  offset for read_committed reads, the default);
 - an ``int`` offset;
-- a :class:`datetime.datetime` with a time zone, or ``Timestamp(timestamp_ms)``: the first
-  offset whose record timestamp is at or after it (the high watermark if none is);
+- a :class:`datetime.datetime`, or ``Timestamp(timestamp_ms)``: the first offset whose record
+  timestamp is at or after it (the high watermark if none is). Given as ``start_offset`` /
+  ``end_offset`` (``read_kafka``'s names), a datetime without a time zone is UTC, as
+  ``read_kafka`` reads it; given as ``start`` / ``end`` (raylog's names), it needs a time zone;
 - ``Committed(group_id)``: the group's committed offset (``reset`` where it has none).
 
 The stream (:class:`TopicStream`) reads ranges one after another, each micro-batch from
@@ -23,8 +40,7 @@ committed offsets of a consumer group: a batch's ends are committed only after t
 work on it succeeded, so a crash repeats at most the batch in flight, and a restarted stream
 resumes where the group's commits say. Given a ``transactional_id`` the stream is exactly
 once into raylog topics: a batch's output records (:meth:`MicroBatch.write`) and its offsets
-commit in one transaction (see :mod:`raylog.clients.exactly_once`). :func:`write_topic`
-produces from Ray tasks, one idempotent :class:`Producer` per write task.
+commit in one transaction (see :mod:`raylog.clients.exactly_once`).
 
 Everything here uses raylog's public client API, so it works wherever those clients do.
 """
@@ -33,6 +49,8 @@ from __future__ import annotations
 
 import datetime
 import functools
+import heapq
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -52,6 +70,7 @@ from raylog.clients.exactly_once import abort_unless_fenced
 from raylog.clients.producer import Producer
 from raylog.errors import (
     IllegalStateError,
+    InvalidConfigError,
     InvalidRecordError,
     KafkaTimeoutError,
     OffsetOutOfRangeError,
@@ -59,22 +78,32 @@ from raylog.errors import (
 )
 from raylog.types import OffsetAndMetadata, TopicPartition
 
+log = logging.getLogger(__name__)
+
 #: How long one poll of a read task waits for records (it loops until its range is read).
 READ_POLL_TIMEOUT_MS = 1_000
-#: CPUs reserved per read task: a read mostly waits for its partition leader's fetches, and
-#: decoding is a zero-copy Arrow read, so a whole CPU each would run only as many partitions
-#: at once as there are CPUs (measured here: 6 partitions of 1M records read 2x faster at 0.25).
+#: CPUs reserved per read task by :func:`read_topic` (``num_cpus`` changes it): a read
+#: mostly waits for its partition leader's fetches, and decoding is a zero-copy Arrow read,
+#: so a whole CPU each would run only as many partitions at once as there are CPUs
+#: (measured here: 6 partitions of 1M records read 2x faster at 0.25).
 READ_TASK_CPUS = 0.25
-#: The dataset's target_max_block_size (Ray Data's default is 128 MiB): a read task's
-#: fetched responses (up to ``max_partition_fetch_bytes`` each) are gathered into blocks of
-#: about this size. Blocks of 128 MiB hold a read task's share of the object store budget
-#: while Ray Data lets one task run at a time (10M records of 100 B over 6 partitions read in
-#: 7-10 s here, 0.08-0.15x a Consumer); 32 MiB let them stream (1.7 s, 0.41-0.45x), 16 MiB
-#: and 1 MiB (responses cut up) were slower again.
+#: The target_max_block_size of :func:`read_topic`'s datasets (Ray Data's default is
+#: 128 MiB): a read task's fetched responses (up to ``max_partition_fetch_bytes`` each) are
+#: gathered into blocks of about this size. Blocks of 128 MiB hold a read task's share of the
+#: object store budget while Ray Data lets one task run at a time (10M records of 100 B over
+#: 6 partitions read in 7-10 s here, 0.08-0.15x a Consumer); 32 MiB let them stream (1.7 s,
+#: 0.41-0.45x), 16 MiB and 1 MiB (responses cut up) were slower again.
 READ_BLOCK_BYTES = 32 << 20
 #: A read task that got no record for this long while its range is not read fails
 #: (a partition without a leader, or records below the high watermark that are gone).
 READ_STALL_TIMEOUT_S = 120.0
+#: The fewest records a read task gets when a partition's range is cut into several tasks
+#: (:meth:`RaylogDatasource.get_read_tasks`): a task's own cost (a consumer, its first
+#: fetches, a Ray task) is a few tens of milliseconds, about what 100,000 records of 100 B
+#: take to read.
+MIN_ROWS_PER_READ_TASK = 100_000
+#: Consumer settings a read task sets itself: it reads assigned ranges, outside any group.
+_READ_TASK_CONSUMER_SETTINGS = ("group_id", "group_instance_id", "auto_offset_reset", "enable_auto_commit")
 
 
 class Timestamp(NamedTuple):
@@ -97,55 +126,453 @@ class Committed(NamedTuple):
 
 #: Where a range starts or ends, for one partition.
 PartitionSpec = str | int | datetime.datetime | Timestamp | Committed
-#: Where ranges start or end: one spec for every partition, or a dict by partition number
-#: (partitions missing from it use the default: "earliest" for a start, "latest" for an end).
-OffsetSpec = PartitionSpec | dict[int, PartitionSpec]
+#: Where ranges start or end: one spec for every partition, a dict by partition number (one
+#: topic), or a dict by topic of dicts by partition number (``read_kafka``'s form); partitions
+#: missing from a dict use the default: "earliest" for a start, "latest" for an end.
+OffsetSpec = PartitionSpec | dict[int, PartitionSpec] | dict[str, dict[int, PartitionSpec]]
+#: A read task's share of a read: ``(partition, start, end)`` ranges, read one after another.
+Piece = tuple[TopicPartition, int, int]
+
+
+# --- reading ------------------------------------------------------------------------------
 
 
 def read_topic(
-    topic: str,
+    topics: str | list[str],
     *,
-    start: OffsetSpec = "earliest",
-    end: OffsetSpec = "latest",
-    cluster: RaylogCluster | None = None,
+    start_offset: OffsetSpec | None = None,
+    end_offset: OffsetSpec | None = None,
+    start: OffsetSpec | None = None,
+    end: OffsetSpec | None = None,
+    cluster: RaylogCluster | str | None = None,
+    trigger: str = "once",
+    consumer_config: dict[str, Any] | None = None,
+    timeout_ms: int | None = None,
+    override_num_blocks: int | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    memory: float | None = None,
+    concurrency: int | None = None,
+    label_selector: dict[str, str] | None = None,
+    fallback_strategy: list[dict[str, Any]] | None = None,
+    max_calls: int | None = None,
+    resources: dict[str, float] | None = None,
+    accelerator_type: str | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    ray_remote_args: dict[str, Any] | None = None,
 ) -> ray.data.Dataset:
-    """A bounded dataset of the records of ``topic`` in ``[start, end)`` of each partition.
+    """A bounded dataset of the records of ``topics`` in ``[start, end)`` of each partition:
+    ``ray.data.read_datasource`` of a :class:`RaylogDatasource`, with the parameters of
+    ``ray.data.read_kafka`` that mean the same here.
 
     Args:
-        topic: the topic to read.
-        start: where each partition's range starts (inclusive); see :data:`OffsetSpec`.
-        end: where it ends (exclusive); at most the high watermark at the time of this call.
-        cluster: from :func:`raylog.connect`; default ``raylog.connect()``.
+        topics: a topic or a list of topics.
+        start_offset: where each partition's range starts (inclusive); see :data:`OffsetSpec`
+            (a datetime without a time zone is UTC, as for ``read_kafka``). Default "earliest".
+        end_offset: where it ends (exclusive), at most the high watermark at the time of this
+            call. Default "latest".
+        start, end: the same under raylog's first names (a datetime needs a time zone); give
+            each bound once, under either name.
+        cluster: a :class:`RaylogCluster`, a Ray address for :func:`raylog.connect`, or None
+            for ``raylog.connect()``.
+        trigger: "once" (a bounded read; the only trigger, as for ``read_kafka``; see
+            :class:`TopicStream` for an unbounded read).
+        consumer_config: keyword arguments for each read task's :class:`Consumer` (e.g.
+            ``isolation_level``, ``max_partition_fetch_bytes``); not group settings.
+        timeout_ms: how long each read task reads at most; a task that runs out logs a
+            warning and returns what it read (``read_kafka``'s rule). None: until its end.
+        override_num_blocks: how many read tasks (and so blocks) to make; default one per
+            partition with records. More than that cuts partitions into offset ranges of at
+            least MIN_ROWS_PER_READ_TASK records (Ray Data cuts the blocks further), fewer
+            gives a task several partitions.
+        num_cpus: CPUs per read task (default READ_TASK_CPUS).
+        num_gpus, memory, concurrency, label_selector, fallback_strategy, max_calls,
+            resources, accelerator_type, runtime_env, ray_remote_args: as for
+            ``ray.data.read_datasource``.
 
     Returns:
-        A lazy :class:`ray.data.Dataset` with one read task per partition; columns topic,
-        partition, offset, timestamp_ms, key, value, headers (empty lists where none).
+        A lazy :class:`ray.data.Dataset`; columns topic, partition, offset, timestamp_ms, key,
+        value, headers (empty lists where none).
 
     Raises:
         UnknownTopicOrPartitionError: no such topic or partition.
         OffsetOutOfRangeError: an offset below the log start offset or above the high watermark.
-        ValueError: a start after its end, or a spec that is not one of the forms above.
+        InvalidConfigError (a ValueError): a start after its end, a spec that is not one of the
+            forms above, a bound given twice, a bad trigger, timeout, block count or setting.
 
     Example:
-        >>> ds = read_topic("clicks", start="earliest", end="latest", cluster=cluster)  # doctest: +SKIP
-        >>> ds.groupby("partition").count().take_all()                                  # doctest: +SKIP
+        >>> ds = read_topic(["clicks", "views"], start_offset={"clicks": {0: 100}}, cluster=cluster)  # doctest: +SKIP
+        >>> ds.groupby("topic").count().take_all()                                                # doctest: +SKIP
     """
-    cluster = cluster or raylog.connect()
-    return _dataset(cluster, topic_ranges(topic, start=start, end=end, cluster=cluster))
+    if trigger != "once":
+        raise InvalidConfigError(f"trigger must be 'once' (a bounded read; TopicStream reads on), got {trigger!r}")
+    cluster = _cluster(cluster)
+    consumer_config = _consumer_config(consumer_config)
+    ranges = _topic_ranges(
+        cluster,
+        _topic_list(topics),
+        _one_bound("start", start, start_offset, "earliest"),
+        _one_bound("end", end, end_offset, "latest"),
+        consumer_config,
+    )
+    source = RaylogDatasource._of_ranges(cluster, ranges, consumer_config, timeout_ms, MIN_ROWS_PER_READ_TASK)
+    return _read_dataset(
+        source,
+        override_num_blocks=override_num_blocks,
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        memory=memory,
+        concurrency=concurrency,
+        label_selector=label_selector,
+        fallback_strategy=fallback_strategy,
+        max_calls=max_calls,
+        resources=resources,
+        accelerator_type=accelerator_type,
+        runtime_env=runtime_env,
+        ray_remote_args=ray_remote_args,
+    )
 
 
 def topic_ranges(
-    topic: str,
+    topics: str | list[str],
     *,
-    start: OffsetSpec = "earliest",
-    end: OffsetSpec = "latest",
+    start: OffsetSpec | None = None,
+    end: OffsetSpec | None = None,
     cluster: RaylogCluster,
+    start_offset: OffsetSpec | None = None,
+    end_offset: OffsetSpec | None = None,
+    consumer_config: dict[str, Any] | None = None,
 ) -> dict[TopicPartition, tuple[int, int]]:
-    """The ``[start, end)`` offsets of each partition of ``topic``, as :func:`read_topic`
+    """The ``[start, end)`` offsets of each partition of ``topics``, as :func:`read_topic`
     resolves them (and raises)."""
-    partitions = _partitions(cluster, topic)
-    with _offset_consumer(cluster, start, end) as consumer:
-        return _resolve_ranges(consumer, partitions, start, end)
+    return _topic_ranges(
+        _cluster(cluster),
+        _topic_list(topics),
+        _one_bound("start", start, start_offset, "earliest"),
+        _one_bound("end", end, end_offset, "latest"),
+        _consumer_config(consumer_config),
+    )
+
+
+class RaylogDatasource(Datasource):
+    """Partition offset ranges of raylog topics, as a Ray Data datasource.
+
+    ``ray.data.read_datasource(RaylogDatasource(cluster, topics, ...), override_num_blocks=...,
+    num_cpus=..., ...)`` reads them. The ranges are resolved here, once (errors are raised
+    here, before any task runs); :meth:`get_read_tasks` shares them out among read tasks:
+
+    - ``parallelism`` (``override_num_blocks``) at most the number of partitions with
+      records: that many tasks, each with whole partitions, balanced by offsets;
+    - more: partitions are cut into contiguous offset ranges, the largest first, each of at
+      least ``min_rows_per_task`` records, up to ``parallelism`` tasks. (Without
+      ``override_num_blocks`` Ray Data asks for ~200, so a small topic is one task per
+      partition; Ray Data then cuts each task's output to make up the block count.)
+
+    Columns are :meth:`Consumer.poll_arrow`'s (topic, partition, offset, timestamp_ms, key,
+    value, headers); a projection (``select_columns``) is read with only its columns. Against
+    ``ray.data.read_kafka``'s: ``timestamp_ms`` is its ``timestamp`` (int64 milliseconds,
+    the producer's time or the log append time per the topic's ``message.timestamp.type``),
+    there is no ``timestamp_type``, and headers are a list of ``{key, value}`` structs
+    (order and repeated keys kept, as Kafka's headers) where read_kafka has a map.
+
+    Concurrency: immutable once built; Ray Data pickles it and runs its read tasks anywhere.
+
+    Args:
+        cluster: a :class:`RaylogCluster`, a Ray address for :func:`raylog.connect`, or None
+            for ``raylog.connect()``.
+        topics: a topic or a list of topics.
+        start_offset, end_offset: see :data:`OffsetSpec` (a datetime without a time zone is
+            UTC, as for ``read_kafka``).
+        consumer_config: keyword arguments for each read task's :class:`Consumer`.
+        timeout_ms: how long a read task reads at most (then it logs a warning and returns
+            what it read); None: until its ranges are read.
+        min_rows_per_task: the fewest records of a task cut from a partition.
+
+    Raises:
+        UnknownTopicOrPartitionError, OffsetOutOfRangeError, InvalidConfigError: as
+        :func:`read_topic`.
+    """
+
+    def __init__(
+        self,
+        cluster: RaylogCluster | str | None,
+        topics: str | list[str],
+        *,
+        start_offset: OffsetSpec = "earliest",
+        end_offset: OffsetSpec = "latest",
+        consumer_config: dict[str, Any] | None = None,
+        timeout_ms: int | None = None,
+        min_rows_per_task: int = MIN_ROWS_PER_READ_TASK,
+    ):
+        super().__init__()
+        cluster = _cluster(cluster)
+        consumer_config = _consumer_config(consumer_config)
+        ranges = _topic_ranges(
+            cluster, _topic_list(topics), _naive_as_utc(start_offset), _naive_as_utc(end_offset), consumer_config
+        )
+        self._setup(cluster, ranges, consumer_config, timeout_ms, min_rows_per_task)
+
+    @classmethod
+    def from_ranges(
+        cls,
+        cluster: RaylogCluster | str | None,
+        ranges: dict[TopicPartition, tuple[int, int]],
+        *,
+        consumer_config: dict[str, Any] | None = None,
+        timeout_ms: int | None = None,
+        min_rows_per_task: int = MIN_ROWS_PER_READ_TASK,
+    ) -> RaylogDatasource:
+        """A datasource of the given ``{TopicPartition: (start, end)}`` ranges (end
+        exclusive), e.g. from :func:`topic_ranges` or a :class:`MicroBatch`.
+
+        Raises:
+            InvalidConfigError: a range that is not two offsets with start <= end.
+            UnknownTopicOrPartitionError: no such partition.
+            OffsetOutOfRangeError: an offset outside the partition's log.
+        """
+        cluster = _cluster(cluster)
+        consumer_config = _consumer_config(consumer_config)
+        checked: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, bounds in ranges.items():
+            if not isinstance(tp, TopicPartition) or not (
+                isinstance(bounds, tuple) and len(bounds) == 2 and all(_is_offset(b) for b in bounds)
+            ):
+                raise InvalidConfigError(f"a range is TopicPartition: (start, end) offsets, got {tp!r}: {bounds!r}")
+            if bounds[0] > bounds[1]:
+                raise InvalidConfigError(f"{tp.topic}-{tp.partition}: start {bounds[0]} is after end {bounds[1]}")
+            checked[tp] = (int(bounds[0]), int(bounds[1]))
+        known = set(_partitions(cluster, sorted({tp.topic for tp in checked})))
+        missing = sorted(set(checked) - known)
+        if missing:
+            raise UnknownTopicOrPartitionError(f"no such partitions: {missing}")
+        if checked:
+            with _offset_consumer(cluster, set(), consumer_config) as consumer:
+                bounds = _Bounds(consumer, list(checked))
+                bounds.check({tp: start for tp, (start, _) in checked.items()})
+                bounds.check({tp: end for tp, (_, end) in checked.items()})
+        return cls._of_ranges(cluster, checked, consumer_config, timeout_ms, min_rows_per_task)
+
+    @classmethod
+    def _of_ranges(
+        cls,
+        cluster: RaylogCluster,
+        ranges: dict[TopicPartition, tuple[int, int]],
+        consumer_config: dict[str, Any],
+        timeout_ms: int | None,
+        min_rows_per_task: int,
+    ) -> RaylogDatasource:
+        """A datasource of ranges already checked (resolved here, or a stream's)."""
+        source = cls.__new__(cls)
+        Datasource.__init__(source)
+        source._setup(cluster, ranges, consumer_config, timeout_ms, min_rows_per_task)
+        return source
+
+    def _setup(
+        self,
+        cluster: RaylogCluster,
+        ranges: dict[TopicPartition, tuple[int, int]],
+        consumer_config: dict[str, Any],
+        timeout_ms: int | None,
+        min_rows_per_task: int,
+    ) -> None:
+        if timeout_ms is not None and (not _is_offset(timeout_ms) or timeout_ms <= 0):
+            raise InvalidConfigError(f"timeout_ms must be a positive integer or None, got {timeout_ms!r}")
+        if not _is_offset(min_rows_per_task) or min_rows_per_task < 1:
+            raise InvalidConfigError(f"min_rows_per_task must be a positive integer, got {min_rows_per_task!r}")
+        self._cluster = cluster
+        self._ranges = dict(sorted(ranges.items()))
+        self._consumer_config = consumer_config
+        self._timeout_ms = timeout_ms
+        self._min_rows_per_task = int(min_rows_per_task)
+        self._projection_map: dict[str, str] | None = None
+
+    @property
+    def ranges(self) -> dict[TopicPartition, tuple[int, int]]:
+        """``{TopicPartition: (start, end)}`` of every partition read, end exclusive."""
+        return dict(self._ranges)
+
+    @property
+    def num_partitions_with_records(self) -> int:
+        """How many ranges are not empty (:func:`read_topic`'s default block count)."""
+        return sum(1 for start, end in self._ranges.values() if end > start)
+
+    def get_name(self) -> str:
+        return "Raylog"
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return None  # record sizes are unknown until read (offsets do not tell bytes)
+
+    def supports_projection_pushdown(self) -> bool:
+        return True
+
+    def get_read_tasks(
+        self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
+    ) -> list[ReadTask]:
+        columns = self._get_data_columns()
+        schema = ARROW_SCHEMA if columns is None else pa.schema([ARROW_SCHEMA.field(c) for c in columns])
+        tasks = plan_read_tasks(self._ranges, parallelism, self._min_rows_per_task)
+        return [
+            ReadTask(
+                functools.partial(
+                    _read_pieces, self._cluster, pieces, self._consumer_config, self._timeout_ms, columns
+                ),
+                # Rows are unknown up front: a compacted topic has gaps between offsets, and
+                # transaction markers and aborted records take offsets too.
+                BlockMetadata(
+                    num_rows=None,
+                    size_bytes=None,
+                    exec_stats=None,
+                    input_files=[f"raylog://{tp.topic}/{tp.partition}" for tp, _, _ in pieces],
+                ),
+                schema=schema,
+                per_task_row_limit=per_task_row_limit,
+            )
+            for pieces in tasks
+        ]
+
+
+def plan_read_tasks(
+    ranges: dict[TopicPartition, tuple[int, int]], parallelism: int, min_rows_per_task: int = MIN_ROWS_PER_READ_TASK
+) -> list[list[Piece]]:
+    """How :class:`RaylogDatasource` shares ``ranges`` out among read tasks: each task's
+    pieces in (topic, partition) order; no task for an empty range.
+
+    With ``parallelism`` at most the number of non-empty ranges, that many tasks of whole
+    ranges (the largest range first, each to the task with the fewest offsets so far).
+    Otherwise every range is one task or more: the range whose pieces are largest is cut
+    again, into equal contiguous parts of at least ``min_rows_per_task`` offsets, while tasks
+    are fewer than ``parallelism``.
+    """
+    nonempty = sorted((tp, start, end) for tp, (start, end) in ranges.items() if end > start)
+    wanted = max(1, parallelism)
+    if not nonempty:
+        return []
+    if wanted <= len(nonempty):
+        tasks: list[list[Piece]] = [[] for _ in range(wanted)]
+        loads = [(0, i) for i in range(wanted)]
+        for piece in sorted(nonempty, key=lambda p: (p[1] - p[2], p[0])):
+            load, i = heapq.heappop(loads)
+            tasks[i].append(piece)
+            heapq.heappush(loads, (load + piece[2] - piece[1], i))
+        return [sorted(task) for task in tasks]
+    sizes = [end - start for _, start, end in nonempty]
+    cuts = [1] * len(nonempty)
+    most = [max(1, size // min_rows_per_task) for size in sizes]
+    largest = [(-size, i) for i, size in enumerate(sizes) if most[i] > 1]
+    heapq.heapify(largest)
+    spare = wanted - len(nonempty)
+    while spare and largest:
+        _, i = heapq.heappop(largest)
+        cuts[i] += 1
+        spare -= 1
+        if cuts[i] < most[i]:
+            heapq.heappush(largest, (-sizes[i] / cuts[i], i))
+    return [
+        [(tp, start + size * j // k, start + size * (j + 1) // k)]
+        for (tp, start, _), size, k in zip(nonempty, sizes, cuts, strict=True)
+        for j in range(k)
+    ]
+
+
+def read_range(
+    cluster: RaylogCluster,
+    tp: TopicPartition,
+    start: int,
+    end: int,
+    *,
+    consumer_config: dict[str, Any] | None = None,
+    deadline_s: float | None = None,
+) -> Iterator[pa.Table]:
+    """The records of ``tp`` in ``[start, end)``, one Arrow table per fetched response (no
+    empty ones: an empty range yields nothing), headers as empty lists where none: what a
+    read task of :class:`RaylogDatasource` runs per range, in any process that can reach Ray.
+
+    Args:
+        consumer_config: keyword arguments for the :class:`Consumer` (not group settings).
+        deadline_s: a ``time.monotonic()`` time at which to stop early (with a warning).
+
+    Raises:
+        KafkaTimeoutError: no record came for READ_STALL_TIMEOUT_S below ``end``."""
+    if start >= end:
+        return
+    with Consumer(cluster, **(consumer_config or {}), auto_offset_reset="none") as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        progress_s = time.monotonic()
+        while consumer.position(tp) < end:
+            wait_ms = READ_POLL_TIMEOUT_MS
+            if deadline_s is not None:
+                wait_ms = min(wait_ms, int((deadline_s - time.monotonic()) * 1000))
+                if wait_ms <= 0:
+                    log.warning(
+                        "%s-%d: read stopped by its timeout at offset %d, below its end %d",
+                        tp.topic,
+                        tp.partition,
+                        consumer.position(tp),
+                        end,
+                    )
+                    return
+            table = consumer.poll_arrow(timeout_ms=wait_ms)
+            if table.num_rows == 0:
+                if time.monotonic() - progress_s > READ_STALL_TIMEOUT_S:
+                    raise KafkaTimeoutError(
+                        f"{tp.topic}-{tp.partition}: no records for {READ_STALL_TIMEOUT_S} s "
+                        f"at offset {consumer.position(tp)} below end {end}"
+                    )
+                continue
+            progress_s = time.monotonic()
+            keep = int(np.searchsorted(table.column("offset").to_numpy(), end))
+            if keep:
+                yield _headers_not_null(table if keep == table.num_rows else table.slice(0, keep))
+
+
+def _read_pieces(
+    cluster: RaylogCluster,
+    pieces: list[Piece],
+    consumer_config: dict[str, Any],
+    timeout_ms: int | None,
+    columns: list[str] | None,
+) -> Iterator[pa.Table]:
+    """A read task: its pieces one after another, within ``timeout_ms`` in all."""
+    deadline_s = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+    for tp, start, end in pieces:
+        for table in read_range(cluster, tp, start, end, consumer_config=consumer_config, deadline_s=deadline_s):
+            yield table if columns is None else table.select(columns)
+
+
+def _headers_not_null(table: pa.Table) -> pa.Table:
+    """``table`` with an empty list, not null, for records without headers, as
+    :class:`Record` has (and as Spark needs: PySpark 3.5 fails to convert a batch whose
+    array<struct> column is all null)."""
+    headers = table.column("headers")
+    if not headers.null_count:
+        return table
+    headers = headers.combine_chunks()
+    lengths = pc.list_value_length(headers).fill_null(0).to_numpy(zero_copy_only=False)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    filled = pa.ListArray.from_arrays(pa.array(offsets), headers.flatten(), type=headers.type)
+    return table.set_column(table.schema.get_field_index("headers"), table.schema.field("headers"), filled)
+
+
+def _read_dataset(
+    source: RaylogDatasource, *, override_num_blocks: int | None = None, **remote: Any
+) -> ray.data.Dataset:
+    """``read_datasource`` with raylog's defaults: a task per partition with records, blocks
+    of READ_BLOCK_BYTES, READ_TASK_CPUS per task unless ``num_cpus`` says otherwise."""
+    if override_num_blocks is None:
+        # As many blocks as tasks: Ray Data would otherwise cut the output of a few read
+        # tasks into its default ~200 blocks; each fetched response is one block already.
+        override_num_blocks = max(1, source.num_partitions_with_records)
+    elif not _is_offset(override_num_blocks) or override_num_blocks < 1:
+        raise InvalidConfigError(f"override_num_blocks must be a positive integer, got {override_num_blocks!r}")
+    if remote.get("num_cpus") is None and "num_cpus" not in (remote.get("ray_remote_args") or {}):
+        remote["num_cpus"] = READ_TASK_CPUS
+    dataset = ray.data.read_datasource(source, override_num_blocks=override_num_blocks, **remote)
+    dataset.context.target_max_block_size = READ_BLOCK_BYTES  # (this dataset's copy of the context)
+    return dataset
+
+
+# --- writing ------------------------------------------------------------------------------
 
 
 def write_topic(
@@ -154,41 +581,211 @@ def write_topic(
     *,
     key: str | None = "key",
     value: str = "value",
-    cluster: RaylogCluster | None = None,
+    headers: str | None = "headers",
+    timestamp: str | None = None,
+    cluster: RaylogCluster | str | None = None,
     producer_config: dict[str, Any] | None = None,
+    ray_remote_args: dict[str, Any] | None = None,
+    concurrency: int | None = None,
 ) -> int:
-    """Produce every row of ``dataset`` to ``topic`` from Ray tasks.
-
-    Each write task runs one idempotent :class:`Producer` that sends its blocks with
-    ``send_arrow`` (keyed rows land on murmur2 of the key, like Kafka) and flushes before
-    the task ends, so the call returns once every record is acknowledged.
+    """Produce every row of ``dataset`` to ``topic`` from Ray tasks:
+    ``dataset.write_datasink(RaylogDatasink(...))`` (see :class:`RaylogDatasink`), with the
+    parameters of ``Dataset.write_kafka`` that mean the same here.
 
     Args:
         dataset: the rows to produce.
-        topic: an existing topic.
-        key: the key column (binary or string; None or a missing column: no keys).
-        value: the value column (binary or string).
-        cluster: from :func:`raylog.connect`; default ``raylog.connect()``.
-        producer_config: keyword arguments for each task's :class:`Producer`.
+        topic, key, value, headers, timestamp, cluster, producer_config: as
+            :class:`RaylogDatasink`.
+        ray_remote_args, concurrency: as for ``Dataset.write_datasink``.
 
     Returns:
-        How many records were written.
+        How many records were written (each acknowledged as ``producer_config`` asks).
 
     Raises:
-        UnknownTopicOrPartitionError: no such topic.
-        InvalidRecordError: a key or value column that is neither binary nor string.
-        KeyError: no ``value`` column.
+        UnknownTopicOrPartitionError, InvalidRecordError, InvalidConfigError: as
+        :class:`RaylogDatasink`.
 
     Example:
         >>> ds = ray.data.from_items([{"key": b"u1", "value": b"click"}])  # doctest: +SKIP
         >>> write_topic(ds, "clicks", cluster=cluster)                      # doctest: +SKIP
         1
     """
-    cluster = cluster or raylog.connect()
-    _partitions(cluster, topic)  # fail here, not in a task, for an unknown topic
-    sink = _TopicDatasink(cluster, topic, key, value, dict(producer_config or {}))
-    dataset.write_datasink(sink)
+    sink = RaylogDatasink(
+        cluster,
+        topic,
+        key=key,
+        value=value,
+        headers=headers,
+        timestamp=timestamp,
+        producer_config=producer_config,
+    )
+    dataset.write_datasink(sink, ray_remote_args=ray_remote_args, concurrency=concurrency)
     return sink.records_written
+
+
+class RaylogDatasink(Datasink):
+    """A raylog topic as a Ray Data datasink: ``dataset.write_datasink(RaylogDatasink(cluster,
+    topic, ...))``.
+
+    Each write task runs one idempotent :class:`Producer` that sends its blocks with
+    ``send_arrow`` (keyed rows land on murmur2 of the key, like Kafka) and flushes before the
+    task ends, so the write returns once every record is acknowledged (``acks`` in
+    ``producer_config``: "all" by default). Columns are checked on the driver when the write
+    starts, so a dataset of the wrong shape writes nothing. A write task that Ray retries
+    sends its blocks again with a new producer (at least once, as ``Dataset.write_kafka``);
+    a failed write leaves what finished tasks wrote.
+
+    Concurrency: each write task gets its own unpickled copy; :attr:`records_written` is set
+    on the driver's copy when the write completes.
+
+    Args:
+        cluster: a :class:`RaylogCluster`, a Ray address for :func:`raylog.connect`, or None
+            for ``raylog.connect()``.
+        topic: an existing topic.
+        key: the key column (binary or string; None or a missing column: no keys).
+        value: the value column (binary or string).
+        headers: the headers column (``list<struct<key: string, value: binary>>``, as
+            :func:`read_topic` returns them; None or a missing column: no headers).
+        timestamp: a column of record timestamps (integer milliseconds or an Arrow
+            timestamp); None: the producer's time.
+        producer_config: keyword arguments for each task's :class:`Producer` (e.g. ``acks``,
+            ``linger_ms``, ``compression``); not ``transactional_id``.
+
+    Attributes:
+        records_written: records written by the last completed write.
+
+    Raises:
+        UnknownTopicOrPartitionError: no such topic.
+        InvalidConfigError: a producer setting the :class:`Producer` refuses, or a column
+            name that is not a string.
+        InvalidRecordError: (when the write starts) no value column, or a column of the wrong
+            type.
+    """
+
+    def __init__(
+        self,
+        cluster: RaylogCluster | str | None,
+        topic: str,
+        *,
+        key: str | None = "key",
+        value: str = "value",
+        headers: str | None = "headers",
+        timestamp: str | None = None,
+        producer_config: dict[str, Any] | None = None,
+    ):
+        for name, column in (("key", key), ("value", value), ("headers", headers), ("timestamp", timestamp)):
+            if not (isinstance(column, str) or (column is None and name != "value")):
+                raise InvalidConfigError(f"{name} must name a column, got {column!r}")
+        producer_config = dict(producer_config or {})
+        if "transactional_id" in producer_config:
+            raise InvalidConfigError("a write's tasks cannot share a transactional_id (each would fence the others)")
+        self._cluster = _cluster(cluster)
+        _partitions(self._cluster, [topic])  # fail here, not in a task, for an unknown topic
+        try:
+            Producer(self._cluster, **producer_config).close()  # fail here for bad settings
+        except TypeError as e:
+            raise InvalidConfigError(f"producer_config: {e}") from None
+        self._topic = topic
+        self._columns = {"key": key, "value": value, "headers": headers, "timestamp_ms": timestamp}
+        self._producer_config = producer_config
+        self.records_written = 0
+
+    def get_name(self) -> str:
+        return "Raylog"
+
+    def on_write_start(self, schema: pa.Schema | None = None) -> None:
+        if isinstance(schema, pa.Schema):
+            _records_table(schema.empty_table(), self._columns)  # raises for a missing or bad column
+
+    def write(self, blocks: Iterable[Any], ctx: Any) -> int:
+        count = 0
+        with Producer(self._cluster, **self._producer_config) as producer:
+            futures = []
+            for block in blocks:
+                block = pa.table(block)
+                if not block.num_rows:
+                    continue  # e.g. an empty shuffle output, which may have no columns at all
+                records = _records_table(block, self._columns)
+                futures.append(_send_records(producer, self._topic, records))
+                count += records.num_rows
+            producer.flush()
+            for future in futures:
+                future.result()  # raises the typed error of a batch that failed
+        return count
+
+    def on_write_complete(self, write_result: Any) -> None:
+        self.records_written = sum(write_result.write_returns)
+
+    def on_write_failed(self, error: Exception) -> None:
+        log.warning("write to topic %s failed (records of the tasks that finished stay): %r", self._topic, error)
+
+
+def _records_table(block: pa.Table, columns: dict[str, str | None]) -> pa.Table:
+    """A block's record columns as ``send_arrow`` takes them: value, and key, headers and
+    timestamp_ms where ``columns`` names them and the block has them.
+
+    Raises:
+        InvalidRecordError: no value column, or a column of the wrong type."""
+    value = columns["value"]
+    if value not in block.column_names:
+        raise InvalidRecordError(f"no value column {value!r} among {block.column_names}")
+    out = {"value": _binary(block.column(value), value)}
+    key, headers, timestamp = columns.get("key"), columns.get("headers"), columns.get("timestamp_ms")
+    if key is not None and key in block.column_names:
+        out["key"] = _binary(block.column(key), key)
+    if headers is not None and headers in block.column_names:
+        out["headers"] = _typed(block.column(headers), headers, ARROW_SCHEMA.field("headers").type)
+    if timestamp is not None:
+        if timestamp not in block.column_names:
+            raise InvalidRecordError(f"no timestamp column {timestamp!r} among {block.column_names}")
+        out["timestamp_ms"] = _timestamps_ms(block.column(timestamp), timestamp)
+    return pa.table(out)
+
+
+def _send_records(producer: Producer, topic: str, records: pa.Table) -> Any:
+    """``send_arrow`` of a :func:`_records_table` table; the future of its batches."""
+    return producer.send_arrow(
+        topic,
+        records,
+        headers_column="headers" if "headers" in records.column_names else None,
+        timestamp_column="timestamp_ms" if "timestamp_ms" in records.column_names else None,
+    )
+
+
+def _binary(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
+    if pa.types.is_binary(column.type):
+        return column
+    if (
+        pa.types.is_large_binary(column.type)
+        or pa.types.is_string(column.type)
+        or pa.types.is_large_string(column.type)
+    ):
+        return column.cast(pa.binary())
+    raise InvalidRecordError(f"column {name!r} must be binary or string, got {column.type}")
+
+
+def _timestamps_ms(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
+    """Integer milliseconds since the epoch from integers or Arrow timestamps (cut to whole
+    milliseconds), or InvalidRecordError."""
+    if pa.types.is_integer(column.type):
+        return column.cast(pa.int64())
+    if pa.types.is_timestamp(column.type):
+        return column.cast(pa.timestamp("ms", tz=column.type.tz), safe=False).cast(pa.int64())
+    raise InvalidRecordError(f"column {name!r} must hold integer milliseconds or timestamps, got {column.type}")
+
+
+def _typed(column: pa.ChunkedArray, name: str, arrow_type: pa.DataType) -> pa.ChunkedArray:
+    """``column`` as ``arrow_type`` (e.g. headers that went through pandas come back with
+    large types), or InvalidRecordError."""
+    if column.type == arrow_type:
+        return column
+    try:
+        return column.cast(arrow_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        raise InvalidRecordError(f"column {name!r} must be of type {arrow_type}, got {column.type}") from None
+
+
+# --- micro-batch streams --------------------------------------------------------------------
 
 
 class MicroBatch:
@@ -216,7 +813,9 @@ class MicroBatch:
     @functools.cached_property
     def dataset(self) -> ray.data.Dataset:
         """The records in :attr:`ranges` (see :func:`read_topic`), planned on first use."""
-        return _dataset(self._stream.cluster, self.ranges)
+        return _read_dataset(
+            RaylogDatasource._of_ranges(self._stream.cluster, self.ranges, {}, None, MIN_ROWS_PER_READ_TASK)
+        )
 
     @property
     def record_count(self) -> int:
@@ -224,7 +823,13 @@ class MicroBatch:
         return sum(end - start for start, end in self.ranges.values())
 
     def write(
-        self, data: pa.Table | ray.data.Dataset, topic: str, *, key: str | None = "key", value: str = "value"
+        self,
+        data: pa.Table | ray.data.Dataset,
+        topic: str,
+        *,
+        key: str | None = "key",
+        value: str = "value",
+        headers: str | None = "headers",
     ) -> int:
         """Produce the rows of ``data`` to ``topic`` in this batch's transaction (a stream with a
         ``transactional_id`` only): read_committed consumers read them once :meth:`commit`
@@ -239,6 +844,8 @@ class MicroBatch:
             topic: an existing topic.
             key: the key column (binary or string; None or a missing column: no keys).
             value: the value column (binary or string).
+            headers: the headers column (as :class:`RaylogDatasink`; None or a missing
+                column: no headers).
 
         Returns:
             How many records were sent.
@@ -246,7 +853,7 @@ class MicroBatch:
         Raises:
             IllegalStateError: not an exactly-once stream, or this batch is over (committed,
                 aborted, or a later batch was asked for).
-            UnknownTopicOrPartitionError, InvalidRecordError, KeyError: as :func:`write_topic`.
+            UnknownTopicOrPartitionError, InvalidRecordError: as :class:`RaylogDatasink`.
             ProducerFencedError: a newer instance of the stream took over.
 
         Example:
@@ -257,7 +864,7 @@ class MicroBatch:
         count = 0
         for table in tables:
             if table.num_rows:  # (an empty block may have no columns at all)
-                records = _records_table(table, key, value)
+                records = _records_table(table, {"key": key, "value": value, "headers": headers})
                 self._stream._send(self, topic, records)
                 count += records.num_rows
         return count
@@ -331,12 +938,14 @@ class TopicStream:
             limit), shared among partitions in proportion to the records each has waiting
             (Spark's ``maxOffsetsPerTrigger``); a partition's share of less than one record
             is one.
-        cluster: from :func:`raylog.connect`; default ``raylog.connect()``.
+        cluster: a :class:`RaylogCluster`, a Ray address for :func:`raylog.connect`, or None
+            for ``raylog.connect()``.
         transactional_id: makes the stream exactly once into raylog topics (see above).
         producer_config: keyword arguments for its transactional :class:`Producer`.
 
     Raises:
-        UnknownTopicOrPartitionError, OffsetOutOfRangeError, ValueError: as :func:`read_topic`.
+        UnknownTopicOrPartitionError, OffsetOutOfRangeError, InvalidConfigError: as
+            :func:`read_topic`.
         ProducerFencedError, KafkaTimeoutError, ...: as :meth:`Producer.init_transactions`.
 
     Example:
@@ -362,16 +971,14 @@ class TopicStream:
         max_records_per_batch: int | None = None,
     ):
         if not trigger_interval_s > 0:
-            raise ValueError(f"trigger_interval_s must be > 0, got {trigger_interval_s!r}")
+            raise InvalidConfigError(f"trigger_interval_s must be > 0, got {trigger_interval_s!r}")
         for name, limit in (
             ("max_records_per_partition", max_records_per_partition),
             ("max_records_per_batch", max_records_per_batch),
         ):
             if limit is not None and limit < 1:
-                raise ValueError(f"{name} must be >= 1, got {limit!r}")
-        if _groups(start):
-            raise ValueError("a stream's start cannot be Committed(...): its own group's commits come first")
-        self.cluster = cluster or raylog.connect()
+                raise InvalidConfigError(f"{name} must be >= 1, got {limit!r}")
+        self.cluster = _cluster(cluster)
         self.topic = topic
         self.group_id = group_id
         self._trigger_interval_s = trigger_interval_s
@@ -380,7 +987,12 @@ class TopicStream:
         self._closed = threading.Event()
         self._lock = threading.Lock()  # the consumer is not thread-safe
         self._next_batch_id = 0
-        partitions = _partitions(self.cluster, topic)
+        partitions = _partitions(self.cluster, [topic])
+        start_specs = _specs(start, partitions, "earliest")
+        for spec in start_specs.values():
+            _kind(spec)  # raises for a bad spec before anything starts
+        if _groups(start_specs):
+            raise InvalidConfigError("a stream's start cannot be Committed(...): its own group's commits come first")
         #: Exactly once: the producer of every batch's transaction, and the batch whose
         #: transaction is open (handed out, neither committed nor aborted).
         self._producer: Producer | None = None
@@ -392,7 +1004,7 @@ class TopicStream:
         self._consumer.assign(partitions)
         committed = self._consumer.committed(partitions)
         bounds = _Bounds(self._consumer, partitions)
-        fallback = _resolve(self._consumer, bounds, partitions, start, "earliest")
+        fallback = _resolve(self._consumer, bounds, start_specs)
         self._positions = {tp: committed[tp].offset if committed[tp] else fallback[tp] for tp in partitions}
         bounds.check(self._positions)
 
@@ -487,7 +1099,7 @@ class TopicStream:
     def _send(self, batch: MicroBatch, topic: str, records: pa.Table) -> None:
         with self._lock:
             self._require_open(batch)
-            self._producer.send_arrow(topic, records)
+            _send_records(self._producer, topic, records)
 
     def _abort(self, batch: MicroBatch) -> None:
         with self._lock:
@@ -513,9 +1125,7 @@ class TopicStream:
             self._positions[tp] = committed[tp].offset if committed[tp] is not None else start
 
 
-def _share_limit(
-    ranges: dict[TopicPartition, tuple[int, int]], limit: int
-) -> dict[TopicPartition, tuple[int, int]]:
+def _share_limit(ranges: dict[TopicPartition, tuple[int, int]], limit: int) -> dict[TopicPartition, tuple[int, int]]:
     """``ranges`` cut to about ``limit`` records in all, each partition's share in proportion
     to its range's length (rounded down, but at least one record)."""
     total = sum(end - start for start, end in ranges.values())
@@ -528,38 +1138,127 @@ def _share_limit(
 # --- resolving offset specs ---------------------------------------------------------------
 
 
-def _partitions(cluster: RaylogCluster, topic: str) -> list[TopicPartition]:
-    (description,) = raylog.Admin(cluster).describe_topics([topic])
-    return [TopicPartition(topic, p.partition) for p in description.partitions]
+def _cluster(cluster: RaylogCluster | str | None) -> RaylogCluster:
+    """A cluster handle from a handle, a Ray address, or None (``raylog.connect()``)."""
+    if isinstance(cluster, RaylogCluster):
+        return cluster
+    if cluster is None or isinstance(cluster, str):
+        return raylog.connect(cluster)
+    raise InvalidConfigError(f"cluster must be a RaylogCluster, a Ray address or None, got {cluster!r}")
 
 
-def _groups(spec: OffsetSpec) -> set[str]:
-    """The groups whose commits ``spec`` names."""
-    return {s.group_id for s in (spec.values() if isinstance(spec, dict) else [spec]) if isinstance(s, Committed)}
+def _topic_list(topics: str | list[str]) -> list[str]:
+    names = [topics] if isinstance(topics, str) else topics
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+        raise InvalidConfigError(f"topics must be a topic name or a non-empty list of them, got {topics!r}")
+    if len(set(names)) != len(names):
+        raise InvalidConfigError(f"a topic is listed twice in {names!r}")
+    return list(names)
 
 
-def _offset_consumer(cluster: RaylogCluster, start: OffsetSpec, end: OffsetSpec) -> Consumer:
-    """A consumer for offset look-ups, in the group that a ``Committed`` spec names."""
-    groups = _groups(start) | _groups(end)
+def _consumer_config(config: dict[str, Any] | None) -> dict[str, Any]:
+    """``consumer_config`` checked: keyword arguments a read task's Consumer takes."""
+    config = dict(config or {})
+    taken = sorted(set(config) & set(_READ_TASK_CONSUMER_SETTINGS))
+    if taken:
+        raise InvalidConfigError(f"consumer_config cannot set {taken}: read tasks read assigned ranges, in no group")
+    return config
+
+
+def _partitions(cluster: RaylogCluster, topics: list[str]) -> list[TopicPartition]:
+    descriptions = raylog.Admin(cluster).describe_topics(topics)
+    return [TopicPartition(d.name, p.partition) for d in descriptions for p in d.partitions]
+
+
+def _one_bound(name: str, shipped: OffsetSpec | None, kafka_named: OffsetSpec | None, default: str) -> OffsetSpec:
+    """A bound given as raylog's ``name`` or as read_kafka's ``<name>_offset`` (whose naive
+    datetimes are UTC), not both."""
+    if shipped is not None and kafka_named is not None:
+        raise InvalidConfigError(f"give {name} or {name}_offset, not both")
+    if kafka_named is not None:
+        return _naive_as_utc(kafka_named)
+    return default if shipped is None else shipped
+
+
+def _naive_as_utc(spec: Any) -> Any:
+    """``spec`` with every datetime without a time zone taken as UTC (read_kafka's rule)."""
+    if isinstance(spec, dict):
+        return {k: _naive_as_utc(v) for k, v in spec.items()}
+    if isinstance(spec, datetime.datetime) and spec.tzinfo is None:
+        return spec.replace(tzinfo=datetime.timezone.utc)
+    return spec
+
+
+def _specs(spec: OffsetSpec, partitions: list[TopicPartition], default: str) -> dict[TopicPartition, PartitionSpec]:
+    """Each partition's spec (``default`` where a dict leaves it out).
+
+    Raises:
+        InvalidConfigError: a dict of neither form, by partition with several topics, or
+            naming a topic that is not read.
+        UnknownTopicOrPartitionError: a dict naming a partition that does not exist.
+    """
+    if not isinstance(spec, dict):
+        return {tp: spec for tp in partitions}
+    topics = list(dict.fromkeys(tp.topic for tp in partitions))
+    if all(isinstance(k, str) for k in spec):
+        by_topic = spec
+    elif all(_is_offset(k) for k in spec):
+        if len(topics) != 1:
+            raise InvalidConfigError(
+                f"offsets by partition name no topic; with several topics give {{topic: {{partition: spec}}}}: {spec!r}"
+            )
+        by_topic = {topics[0]: spec}
+    else:
+        raise InvalidConfigError(f"offsets by partition or by topic, not both: {spec!r}")
+    out = {tp: default for tp in partitions}
+    for topic, by_partition in by_topic.items():
+        if topic not in topics:
+            raise InvalidConfigError(f"offsets name topic {topic!r}, which is not read ({topics})")
+        if not isinstance(by_partition, dict) or not all(_is_offset(p) for p in by_partition):
+            raise InvalidConfigError(f"offsets of {topic!r} must be a dict by partition number, got {by_partition!r}")
+        for partition, one in by_partition.items():
+            tp = TopicPartition(topic, int(partition))
+            if tp not in out:
+                raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition}")
+            out[tp] = one
+    return out
+
+
+def _groups(specs: dict[TopicPartition, PartitionSpec]) -> set[str]:
+    """The groups whose commits ``specs`` name."""
+    return {s.group_id for s in specs.values() if isinstance(s, Committed)}
+
+
+def _offset_consumer(cluster: RaylogCluster, groups: set[str], consumer_config: dict[str, Any]) -> Consumer:
+    """A consumer for offset look-ups (with the read's isolation level), in the group that a
+    ``Committed`` spec names.
+
+    Raises:
+        InvalidConfigError: specs naming several groups, or settings the Consumer refuses."""
     if len(groups) > 1:
-        raise ValueError(f"start and end may name one group's commits, not {sorted(groups)}")
-    if groups:
-        return Consumer(cluster, group_id=groups.pop(), enable_auto_commit=False)
-    return Consumer(cluster)
+        raise InvalidConfigError(f"start and end may name one group's commits, not {sorted(groups)}")
+    group = {"group_id": next(iter(groups)), "enable_auto_commit": False} if groups else {}
+    try:
+        return Consumer(cluster, **consumer_config, **group)
+    except TypeError as e:
+        raise InvalidConfigError(f"consumer_config: {e}") from None
 
 
-def _resolve_ranges(
-    consumer: Consumer, partitions: list[TopicPartition], start: OffsetSpec, end: OffsetSpec
+def _topic_ranges(
+    cluster: RaylogCluster, topics: list[str], start: OffsetSpec, end: OffsetSpec, consumer_config: dict[str, Any]
 ) -> dict[TopicPartition, tuple[int, int]]:
-    bounds = _Bounds(consumer, partitions)
-    starts = _resolve(consumer, bounds, partitions, start, "earliest")
-    ends = _resolve(consumer, bounds, partitions, end, "latest")
+    partitions = _partitions(cluster, topics)
+    starts, ends = _specs(start, partitions, "earliest"), _specs(end, partitions, "latest")
+    with _offset_consumer(cluster, _groups(starts) | _groups(ends), consumer_config) as consumer:
+        bounds = _Bounds(consumer, partitions)
+        first = _resolve(consumer, bounds, starts)
+        last = _resolve(consumer, bounds, ends)
     for tp in partitions:
-        if starts[tp] > ends[tp]:
-            raise ValueError(f"{tp.topic}-{tp.partition}: start {starts[tp]} is after end {ends[tp]}")
-    bounds.check(starts)
-    bounds.check(ends)
-    return {tp: (starts[tp], ends[tp]) for tp in partitions}
+        if first[tp] > last[tp]:
+            raise InvalidConfigError(f"{tp.topic}-{tp.partition}: start {first[tp]} is after end {last[tp]}")
+    bounds.check(first)
+    bounds.check(last)
+    return {tp: (first[tp], last[tp]) for tp in partitions}
 
 
 class _Bounds:
@@ -580,19 +1279,12 @@ class _Bounds:
 
 
 def _resolve(
-    consumer: Consumer, bounds: _Bounds, partitions: list[TopicPartition], spec: OffsetSpec, default: str
+    consumer: Consumer, bounds: _Bounds, specs: dict[TopicPartition, PartitionSpec]
 ) -> dict[TopicPartition, int]:
-    """The offset ``spec`` names in each partition."""
-    if isinstance(spec, dict):
-        unknown = set(spec) - {tp.partition for tp in partitions}
-        if unknown:
-            raise UnknownTopicOrPartitionError(f"{partitions[0].topic} has no partitions {sorted(unknown)}")
-        by_tp = {tp: spec.get(tp.partition, default) for tp in partitions}
-    else:
-        by_tp = {tp: spec for tp in partitions}
+    """The offset each partition's spec names."""
     out: dict[TopicPartition, int] = {}
     kinds: dict[str, list[TopicPartition]] = {}
-    for tp, one in by_tp.items():
+    for tp, one in specs.items():
         kinds.setdefault(_kind(one), []).append(tp)
     for kind, tps in kinds.items():
         if kind == "earliest":
@@ -600,191 +1292,58 @@ def _resolve(
         elif kind == "latest":
             out.update({tp: bounds.high_watermark[tp] for tp in tps})
         elif kind == "offset":
-            out.update({tp: by_tp[tp] for tp in tps})
+            out.update({tp: int(specs[tp]) for tp in tps})
         elif kind == "time":
-            found = consumer.offsets_for_times({tp: _timestamp_ms(by_tp[tp]) for tp in tps})
+            found = consumer.offsets_for_times({tp: _timestamp_ms(specs[tp]) for tp in tps})
             out.update({tp: found[tp].offset if found[tp] is not None else bounds.high_watermark[tp] for tp in tps})
         else:
             committed = consumer.committed(tps)
-            for reset in ("earliest", "latest"):
-                fallback = [tp for tp in tps if committed[tp] is None and by_tp[tp].reset == reset]
-                out.update(_resolve(consumer, bounds, fallback, reset, reset) if fallback else {})
-            out.update({tp: committed[tp].offset for tp in tps if committed[tp] is not None})
+            for tp in tps:
+                reset = specs[tp].reset
+                if committed[tp] is not None:
+                    out[tp] = committed[tp].offset
+                else:
+                    out[tp] = bounds.log_start[tp] if reset == "earliest" else bounds.high_watermark[tp]
     return out
 
 
+def _is_offset(value: Any) -> bool:
+    """An integer (NumPy's too), not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def _kind(spec: Any) -> str:
-    if spec in ("earliest", "latest"):
+    """What ``spec`` names: "earliest", "latest", "offset", "time" or "committed".
+
+    Raises:
+        InvalidConfigError: not a spec."""
+    if isinstance(spec, str) and spec in ("earliest", "latest"):
         return spec
-    if isinstance(spec, bool):
-        raise ValueError(f"not an offset spec: {spec!r}")
-    if isinstance(spec, (int, np.integer)):
+    if _is_offset(spec):
         if spec < 0:
-            raise ValueError(f"offsets are >= 0, got {spec}")
+            raise InvalidConfigError(f"offsets are >= 0, got {spec}")
         return "offset"
     if isinstance(spec, (datetime.datetime, Timestamp)):
+        _timestamp_ms(spec)
         return "time"
     if isinstance(spec, Committed):
         if spec.reset not in ("earliest", "latest"):
-            raise ValueError(f"Committed.reset must be 'earliest' or 'latest', got {spec.reset!r}")
+            raise InvalidConfigError(f"Committed.reset must be 'earliest' or 'latest', got {spec.reset!r}")
         return "committed"
-    raise ValueError(
+    raise InvalidConfigError(
         f"not an offset spec: {spec!r} (expected 'earliest', 'latest', an offset, a datetime, "
-        "Timestamp(ms), Committed(group_id) or a dict of those by partition)"
+        "Timestamp(ms), Committed(group_id), or a dict of those by partition or by topic and partition)"
     )
 
 
 def _timestamp_ms(spec: datetime.datetime | Timestamp) -> int:
     if isinstance(spec, Timestamp):
-        if spec.timestamp_ms < 0:
-            raise ValueError(f"timestamps are >= 0 ms, got {spec.timestamp_ms}")
+        if not _is_offset(spec.timestamp_ms) or spec.timestamp_ms < 0:
+            raise InvalidConfigError(f"timestamps are integer ms >= 0, got {spec.timestamp_ms!r}")
         return int(spec.timestamp_ms)
     if spec.tzinfo is None:
-        raise ValueError(f"a datetime needs a time zone (naive times are ambiguous): {spec!r}")
+        raise InvalidConfigError(
+            f"a datetime given as start or end needs a time zone (naive times are ambiguous; "
+            f"as start_offset / end_offset it is UTC): {spec!r}"
+        )
     return int(spec.timestamp() * 1000)
-
-
-# --- Ray Data source and sink ---------------------------------------------------------------
-
-
-def _dataset(cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int, int]]) -> ray.data.Dataset:
-    # As many blocks as tasks: Ray Data would otherwise cut the output of a few read tasks
-    # into its default ~200 blocks; each fetched response is one block already.
-    dataset = ray.data.read_datasource(
-        _TopicDatasource(cluster, ranges), override_num_blocks=len(ranges), num_cpus=READ_TASK_CPUS
-    )
-    dataset.context.target_max_block_size = READ_BLOCK_BYTES  # (this dataset's copy of the context)
-    return dataset
-
-
-class _TopicDatasource(Datasource):
-    """One read task per partition range.
-
-    Concurrency: immutable once built; Ray Data pickles it and runs its read tasks anywhere.
-    """
-
-    def __init__(self, cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int, int]]):
-        super().__init__()
-        self._cluster = cluster
-        self._ranges = ranges
-
-    def get_name(self) -> str:
-        return "Raylog"
-
-    def estimate_inmemory_data_size(self) -> int | None:
-        return None  # record sizes are unknown until read
-
-    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None):
-        # One task per partition whatever ``parallelism`` asks: a range is read in order by
-        # one consumer, as Kafka's design has it (one task per partition, restartable).
-        return [
-            ReadTask(
-                functools.partial(read_range, self._cluster, tp, start, end),
-                # Rows are unknown up front: a compacted topic has gaps between offsets.
-                BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None),
-                schema=ARROW_SCHEMA,
-                per_task_row_limit=per_task_row_limit,
-            )
-            for tp, (start, end) in self._ranges.items()
-        ]
-
-
-def read_range(cluster: RaylogCluster, tp: TopicPartition, start: int, end: int) -> Iterator[pa.Table]:
-    """The records of ``tp`` in ``[start, end)``, one Arrow table per fetched response (no
-    empty ones: an empty range yields nothing), headers as empty lists where none: what each
-    read task of :func:`read_topic` runs, in any process that can reach Ray.
-
-    Raises:
-        KafkaTimeoutError: no record came for READ_STALL_TIMEOUT_S below ``end``."""
-    if start >= end:
-        return
-    with Consumer(cluster, auto_offset_reset="none") as consumer:
-        consumer.assign([tp])
-        consumer.seek(tp, start)
-        progress_s = time.monotonic()
-        while consumer.position(tp) < end:
-            table = consumer.poll_arrow(timeout_ms=READ_POLL_TIMEOUT_MS)
-            if table.num_rows == 0:
-                if time.monotonic() - progress_s > READ_STALL_TIMEOUT_S:
-                    raise KafkaTimeoutError(
-                        f"{tp.topic}-{tp.partition}: no records for {READ_STALL_TIMEOUT_S} s "
-                        f"at offset {consumer.position(tp)} below end {end}"
-                    )
-                continue
-            progress_s = time.monotonic()
-            keep = int(np.searchsorted(table.column("offset").to_numpy(), end))
-            if keep:
-                yield _headers_not_null(table if keep == table.num_rows else table.slice(0, keep))
-
-
-def _headers_not_null(table: pa.Table) -> pa.Table:
-    """``table`` with an empty list, not null, for records without headers, as
-    :class:`Record` has (and as Spark needs: PySpark 3.5 fails to convert a batch whose
-    array<struct> column is all null)."""
-    headers = table.column("headers")
-    if not headers.null_count:
-        return table
-    headers = headers.combine_chunks()
-    lengths = pc.list_value_length(headers).fill_null(0).to_numpy(zero_copy_only=False)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    filled = pa.ListArray.from_arrays(pa.array(offsets), headers.flatten(), type=headers.type)
-    return table.set_column(table.schema.get_field_index("headers"), table.schema.field("headers"), filled)
-
-
-class _TopicDatasink(Datasink):
-    """Each write task sends its blocks through one idempotent producer, then flushes.
-
-    Concurrency: every write task gets its own unpickled copy; ``records_written`` is set on
-    the driver's copy when the write completes.
-    """
-
-    def __init__(self, cluster: RaylogCluster, topic: str, key: str | None, value: str, producer_config: dict):
-        self._cluster = cluster
-        self._topic = topic
-        self._key = key
-        self._value = value
-        self._producer_config = producer_config
-        self.records_written = 0
-
-    def get_name(self) -> str:
-        return "Raylog"
-
-    def write(self, blocks: Iterable[Any], ctx: Any) -> int:
-        count = 0
-        with Producer(self._cluster, **self._producer_config) as producer:
-            futures = []
-            for block in blocks:
-                block = pa.table(block)
-                if not block.num_rows:
-                    continue  # e.g. an empty shuffle output, which may have no columns at all
-                table = _records_table(block, self._key, self._value)
-                if table.num_rows:
-                    futures.append(producer.send_arrow(self._topic, table))
-                    count += table.num_rows
-            producer.flush()
-            for future in futures:
-                future.result()  # raises the typed error of a batch that failed
-        return count
-
-    def on_write_complete(self, write_result: Any) -> None:
-        self.records_written = sum(write_result.write_returns)
-
-
-def _records_table(block: pa.Table, key: str | None, value: str) -> pa.Table:
-    """The ``key`` and ``value`` columns of a block, as binary."""
-    columns = {"value": _binary(block.column(value), value)}
-    if key is not None and key in block.column_names:
-        columns["key"] = _binary(block.column(key), key)
-    return pa.table(columns)
-
-
-def _binary(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
-    if pa.types.is_binary(column.type):
-        return column
-    if (
-        pa.types.is_large_binary(column.type)
-        or pa.types.is_string(column.type)
-        or pa.types.is_large_string(column.type)
-    ):
-        return column.cast(pa.binary())
-    raise InvalidRecordError(f"column {name!r} must be binary or string, got {column.type}")
