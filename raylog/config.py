@@ -4,13 +4,18 @@ Each scope has one frozen dataclass. Fields use Python names with units
 (``segment_bytes``, ``retention_ms``); :meth:`from_properties` also accepts Kafka's
 property names (``segment.bytes``, ``retention.ms``) with string or numeric values, as
 users type them in topic configs. Unknown keys are rejected with the list of known ones.
+
+Every field is declared with :func:`setting`: its default, a description and the values it
+accepts (:class:`Valid`). The checks every config makes and the configuration reference
+(``docs/configuration.md``, written by ``python -m raylog.docs_gen``) both come from there,
+so what is documented is what is enforced.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,8 +59,99 @@ def _coerce(value: Any, to: type, key: str) -> Any:
     return str(value)
 
 
+@dataclass(frozen=True)
+class Valid:
+    """The values a setting accepts: bounds, choices and the meaning of special values.
+
+    Bounds may name another field of the same config (``below``, ``at_most``), for rules
+    between two settings. An empty :class:`Valid` accepts every value of the field's type.
+    """
+
+    #: Inclusive lower bound.
+    minimum: float | None = None
+    #: Inclusive upper bound.
+    maximum: float | None = None
+    #: Exclusive lower bound.
+    above: float | None = None
+    #: Exclusive upper bound: the value of this other field.
+    below: str | None = None
+    #: Inclusive upper bound: the value of this other field.
+    at_most: str | None = None
+    #: The only values allowed.
+    choices: tuple[str, ...] | None = None
+    #: A comma-separated list of these words, each at most once.
+    list_of: tuple[str, ...] | None = None
+    #: ``(value, meaning)`` of values that mean something special (-1: no limit).
+    meanings: tuple[tuple[Any, str], ...] = ()
+
+    def problem(self, value: Any, config: Any) -> str | None:
+        """What is wrong with ``value`` in ``config`` (a sentence without the setting's name), or None."""
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {', '.join(self.choices)}, got {value!r}"
+        if self.list_of is not None:
+            words = [w.strip() for w in value.split(",")]
+            if len(set(words)) != len(words) or not set(words) <= set(self.list_of):
+                return f"must be a comma-separated list of {', '.join(self.list_of)} (each once), got {value!r}"
+        low_ok = (self.minimum is None or value >= self.minimum) and (self.above is None or value > self.above)
+        high_ok = (self.maximum is None or value <= self.maximum) and (
+            self.below is None or value < getattr(config, self.below)
+        )
+        if self.at_most is not None:
+            high_ok = high_ok and value <= getattr(config, self.at_most)
+        if low_ok and high_ok:
+            return None
+        bound = self.describe(lambda name: f"{_kafka_name(name)} ({getattr(config, name)})")
+        special = "".join(f" ({v}: {text})" for v, text in self.meanings)
+        return f"must be {bound}{special}, got {value!r}"
+
+    def describe(self, other: Callable[[str], str] | None = None) -> str:
+        """The accepted values in words (``other`` renders a bound that is another field)."""
+        other = other or _kafka_name
+        if self.choices is not None:
+            return "one of " + ", ".join(self.choices)
+        if self.list_of is not None:
+            return "a comma-separated list of " + ", ".join(self.list_of)
+        parts = []
+        if self.minimum is not None and self.maximum is not None:
+            parts.append(f"in [{_number(self.minimum)}, {_number(self.maximum)}]")
+        elif self.minimum is not None:
+            parts.append(f">= {_number(self.minimum)}")
+        elif self.maximum is not None:
+            parts.append(f"<= {_number(self.maximum)}")
+        if self.above is not None:
+            parts.append(f"> {_number(self.above)}")
+        if self.below is not None:
+            parts.append(f"below {other(self.below)}")
+        if self.at_most is not None:
+            parts.append(f"at most {other(self.at_most)}")
+        return " and ".join(parts)
+
+    def meaning(self, value: Any) -> str | None:
+        """What a special ``value`` means (``-1``: "no limit"), or None."""
+        return next((text for special, text in self.meanings if special == value), None)
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
+def setting(default: Any, doc: str, **valid: Any) -> Any:
+    """A config field: its ``default``, what it does (``doc``, sentences) and the values it
+    accepts (the keywords of :class:`Valid`)."""
+    return dataclasses.field(default=default, metadata={"doc": doc, "valid": Valid(**valid)})
+
+
+#: The special values of limits that Kafka writes as Long.MAX_VALUE.
+_NEVER = ((NEVER, "never"),)
+
+
 class _Config:
     """Shared behaviour of the frozen config dataclasses."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            problem = f.metadata["valid"].problem(getattr(self, f.name), self)
+            self._require(problem is None, f"{_kafka_name(f.name)} {problem}")
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any] | None = None, **overrides: Any):
@@ -103,6 +199,9 @@ class _Config:
             raise InvalidConfigError(f"{type(self).__name__}: {message}")
 
 
+_DAY_MS = 24 * 3600 * 1000
+
+
 @dataclass(frozen=True)
 class LogConfig(_Config):
     """How one partition's log stores, indexes, flushes and deletes its data.
@@ -112,68 +211,111 @@ class LogConfig(_Config):
     accepted batch is 8 MiB rather than Kafka's 1 MiB.
     """
 
-    segment_bytes: int = _GIB
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    segment_index_bytes: int = 10 * _MIB
-    index_interval_bytes: int = 4096
-    flush_messages: int = NEVER
-    flush_ms: int = NEVER
-    retention_ms: int = 7 * 24 * 3600 * 1000  # -1: keep forever
-    retention_bytes: int = -1  # -1: no size limit
-    max_message_bytes: int = 8 * _MIB
-    message_timestamp_type: str = "CreateTime"
-    #: "delete" (retention by time and size), "compact" (keep the latest record per key,
-    #: see :mod:`raylog.storage.cleaner`), or both ("compact,delete").
-    cleanup_policy: str = "delete"
-    #: Clean when dirty bytes / cleanable bytes reach this (or max.compaction.lag.ms passed).
-    min_cleanable_dirty_ratio: float = 0.5
-    #: How long a tombstone (a keyed record with a null value) survives after the cleaner
-    #: first cleaned the range holding it, so consumers behind by less still see the delete.
-    delete_retention_ms: int = 24 * 3600 * 1000
-    #: Records are not compacted until their segment's newest record is this old.
-    min_compaction_lag_ms: int = 0
-    #: Dirty records older than this are compacted even below the dirty ratio.
-    max_compaction_lag_ms: int = NEVER
-    #: The cleaner's reads and writes, per replica (a broker setting in Kafka, where it
-    #: bounds all cleaner threads together; per topic here, like replica.lag.time.max.ms).
-    log_cleaner_io_max_bytes_per_second: float = UNLIMITED_RATE
-
-    def __post_init__(self) -> None:
-        self._require(self.segment_bytes >= 1024, f"segment.bytes must be >= 1024, got {self.segment_bytes}")
-        self._require(self.segment_bytes < 2**31, "segment.bytes must fit in 31 bits (index positions)")
-        self._require(self.segment_ms >= 1, f"segment.ms must be >= 1, got {self.segment_ms}")
-        self._require(self.segment_index_bytes >= 64, "segment.index.bytes must be >= 64")
-        self._require(self.index_interval_bytes >= 0, "index.interval.bytes must be >= 0")
-        self._require(self.flush_messages >= 1, "flush.messages must be >= 1")
-        self._require(self.flush_ms >= 0, "flush.ms must be >= 0")
-        self._require(self.retention_ms >= -1, "retention.ms must be -1 (forever) or >= 0")
-        self._require(self.retention_bytes >= -1, "retention.bytes must be -1 (no limit) or >= 0")
-        self._require(self.max_message_bytes >= 64, "max.message.bytes must be >= 64")
-        self._require(
-            self.message_timestamp_type in ("CreateTime", "LogAppendTime"),
-            f"message.timestamp.type must be CreateTime or LogAppendTime, got {self.message_timestamp_type!r}",
-        )
-        policies = [p.strip() for p in self.cleanup_policy.split(",")]
-        self._require(
-            len(set(policies)) == len(policies) and set(policies) <= {"delete", "compact"},
-            f"cleanup.policy must be delete, compact or compact,delete, got {self.cleanup_policy!r}",
-        )
-        self._require(
-            0.0 <= self.min_cleanable_dirty_ratio <= 1.0,
-            f"min.cleanable.dirty.ratio must be in [0, 1], got {self.min_cleanable_dirty_ratio}",
-        )
-        self._require(self.delete_retention_ms >= 0, "delete.retention.ms must be >= 0")
-        self._require(self.min_compaction_lag_ms >= 0, "min.compaction.lag.ms must be >= 0")
-        self._require(self.max_compaction_lag_ms >= 1, "max.compaction.lag.ms must be >= 1")
-        self._require(
-            self.log_cleaner_io_max_bytes_per_second > 0,
-            f"log.cleaner.io.max.bytes.per.second must be > 0, got {self.log_cleaner_io_max_bytes_per_second}",
-        )
-        self._require(
-            self.min_compaction_lag_ms <= self.max_compaction_lag_ms,
-            f"min.compaction.lag.ms {self.min_compaction_lag_ms} is above max.compaction.lag.ms "
-            f"{self.max_compaction_lag_ms}",
-        )
+    segment_bytes: int = setting(
+        _GIB,
+        "The active segment rolls (a new segment file starts) before it would grow past this "
+        "size. Below 2 GiB: index entries hold 32-bit positions.",
+        minimum=1024,
+        maximum=2**31 - 1,
+    )
+    segment_ms: int = setting(
+        7 * _DAY_MS,
+        "The active segment rolls when it has been open this long, by record time (its first "
+        "batch's timestamp against the incoming batch's), so that retention and compaction, "
+        "which never touch the active segment, reach its data.",
+        minimum=1,
+    )
+    segment_index_bytes: int = setting(
+        10 * _MIB,
+        "Size of each segment's offset and time index files; a segment whose index is full rolls.",
+        minimum=64,
+    )
+    index_interval_bytes: int = setting(
+        4096,
+        "Bytes of batches between two entries of the sparse offset index: smaller means "
+        "larger indexes and shorter scans for a read at an offset.",
+        minimum=0,
+    )
+    flush_messages: int = setting(
+        NEVER,
+        "Force an fsync of the log after this many records. Durability comes from "
+        "replication and the page cache, as in Kafka, so the default never forces one.",
+        minimum=1,
+        meanings=_NEVER,
+    )
+    flush_ms: int = setting(
+        NEVER,
+        "Force an fsync of the log when this long has passed since the last one (checked at "
+        "appends and housekeeping rounds).",
+        minimum=0,
+        meanings=_NEVER,
+    )
+    retention_ms: int = setting(
+        7 * _DAY_MS,
+        "Delete a segment (never the active one, never above the high watermark) once its "
+        "newest record is older than this (cleanup.policy delete).",
+        minimum=-1,
+        meanings=((-1, "keep forever"),),
+    )
+    retention_bytes: int = setting(
+        -1,
+        "Delete the oldest segments while the rest of the partition's log still holds more "
+        "than this many bytes (cleanup.policy delete).",
+        minimum=-1,
+        meanings=((-1, "no size limit"),),
+    )
+    max_message_bytes: int = setting(
+        8 * _MIB,
+        "The largest record batch a leader accepts (RecordTooLargeError above it); a producer "
+        "fails a single record above it at send. Kafka's default is 1 MiB; raylog moves "
+        "MiB-sized batches because a Ray call costs about a millisecond.",
+        minimum=64,
+    )
+    message_timestamp_type: str = setting(
+        "CreateTime",
+        "Which time records carry: the producer's (CreateTime) or the leader's clock when it "
+        "appends the batch (LogAppendTime).",
+        choices=("CreateTime", "LogAppendTime"),
+    )
+    cleanup_policy: str = setting(
+        "delete",
+        '"delete" (retention by time and size), "compact" (keep the latest record per key, '
+        'see raylog.storage.cleaner), or both ("compact,delete"). A compacted topic refuses '
+        "records without a key.",
+        list_of=("delete", "compact"),
+    )
+    min_cleanable_dirty_ratio: float = setting(
+        0.5,
+        "Clean when dirty bytes / cleanable bytes reach this (or max.compaction.lag.ms passed).",
+        minimum=0.0,
+        maximum=1.0,
+    )
+    delete_retention_ms: int = setting(
+        _DAY_MS,
+        "How long a tombstone (a keyed record with a null value) survives after the cleaner "
+        "first cleaned the range holding it, so consumers behind by less still see the delete.",
+        minimum=0,
+    )
+    min_compaction_lag_ms: int = setting(
+        0,
+        "Records are not compacted until their segment's newest record is this old.",
+        minimum=0,
+        at_most="max_compaction_lag_ms",
+    )
+    max_compaction_lag_ms: int = setting(
+        NEVER,
+        "Dirty records older than this are compacted even below the dirty ratio (a compacted "
+        "log's active segment also rolls at this age).",
+        minimum=1,
+        meanings=_NEVER,
+    )
+    log_cleaner_io_max_bytes_per_second: float = setting(
+        UNLIMITED_RATE,
+        "The cleaner's reads and writes, per replica (a broker setting in Kafka, where it "
+        "bounds all cleaner threads together; per topic here, like replica.lag.time.max.ms).",
+        above=0,
+        meanings=((UNLIMITED_RATE, "no limit"),),
+    )
 
     @property
     def log_append_time(self) -> bool:
@@ -194,32 +336,41 @@ class LogConfig(_Config):
 class TopicConfig(LogConfig):
     """A topic's configuration: its log's plus the replication settings Kafka keeps per topic."""
 
-    min_insync_replicas: int = 1
-    unclean_leader_election_enable: bool = False
-    #: A follower that has not caught up for this long leaves the ISR (a broker setting in
-    #: Kafka; per topic here so that tests and latency-sensitive topics can lower it).
-    replica_lag_time_max_ms: int = 30_000
-    #: How long the leader holds a follower's fetch that finds nothing new (a broker setting
-    #: in Kafka, per topic here): an idle follower makes one call per this many ms, so a
-    #: node of many idle followers spends less with a longer wait. Data and new leaders do
-    #: not wait for it. Below ``replica.lag.time.max.ms``, as Kafka requires.
-    replica_fetch_wait_max_ms: int = 500
-    #: A producer id whose last batch is this old is forgotten by the partition (a broker
-    #: setting in Kafka, per topic here like replica.lag.time.max.ms): its next batch is
-    #: then taken as its first (see :mod:`raylog.coordination.producer_state`).
-    producer_id_expiration_ms: int = 24 * 3600 * 1000
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._require(self.min_insync_replicas >= 1, "min.insync.replicas must be >= 1")
-        self._require(self.replica_lag_time_max_ms >= 1, "replica.lag.time.max.ms must be >= 1")
-        self._require(
-            0 <= self.replica_fetch_wait_max_ms < self.replica_lag_time_max_ms,
-            f"replica.fetch.wait.max.ms must be >= 0 and below replica.lag.time.max.ms "
-            f"({self.replica_lag_time_max_ms}), or an idle follower leaves the ISR; "
-            f"got {self.replica_fetch_wait_max_ms}",
-        )
-        self._require(self.producer_id_expiration_ms >= 1, "producer.id.expiration.ms must be >= 1")
+    min_insync_replicas: int = setting(
+        1,
+        'An acks="all" produce is refused with NotEnoughReplicasError while the ISR has fewer '
+        "members than this, and fails with NotEnoughReplicasAfterAppendError if the ISR shrank "
+        "below it before the batch was replicated.",
+        minimum=1,
+    )
+    unclean_leader_election_enable: bool = setting(
+        False,
+        "When no in-sync replica is left, let an out-of-sync replica lead: the partition comes "
+        "back sooner, and acknowledged records it lacks are lost.",
+    )
+    replica_lag_time_max_ms: int = setting(
+        30_000,
+        "A follower that has not caught up for this long leaves the ISR (a broker setting in "
+        "Kafka; per topic here so that tests and latency-sensitive topics can lower it).",
+        minimum=1,
+    )
+    replica_fetch_wait_max_ms: int = setting(
+        500,
+        "How long the leader holds a follower's fetch that finds nothing new (a broker setting "
+        "in Kafka, per topic here): an idle follower makes one call per this many ms, so a "
+        "node of many idle followers spends less with a longer wait. Data and new leaders do "
+        "not wait for it. Below replica.lag.time.max.ms, as Kafka requires, or an idle "
+        "follower would leave the ISR.",
+        minimum=0,
+        below="replica_lag_time_max_ms",
+    )
+    producer_id_expiration_ms: int = setting(
+        _DAY_MS,
+        "A producer id whose last batch is this old is forgotten by the partition (a broker "
+        "setting in Kafka, per topic here like replica.lag.time.max.ms): its next batch is "
+        "then taken as its first (see raylog.coordination.producer_state).",
+        minimum=1,
+    )
 
     def log_config(self) -> LogConfig:
         """The part of this config the storage engine uses."""
@@ -231,41 +382,60 @@ class TopicConfig(LogConfig):
 class ControllerConfig(_Config):
     """The controller's cluster-wide settings (Kafka's broker settings of the same names)."""
 
-    #: How often Ray's node table is read to notice dead and returning brokers.
-    node_check_interval_ms: int = 500
-    auto_leader_rebalance_enable: bool = True
-    leader_imbalance_per_broker_percentage: int = 10
-    leader_imbalance_check_interval_seconds: int = 30
-    #: ``__consumer_offsets`` (created on the first group look-up): few partitions, since
-    #: each replica is an actor process (Kafka's default of 50 would be 150 processes).
-    offsets_topic_num_partitions: int = 3
-    #: Capped at the number of live brokers when the topic is created.
-    offsets_topic_replication_factor: int = 3
-    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
-    #: ``__transaction_state`` (created on the first transactional producer), as above.
-    transaction_state_log_num_partitions: int = 3
-    transaction_state_log_replication_factor: int = 3
-    transaction_state_log_segment_bytes: int = 100 * 1024 * 1024
-
-    def __post_init__(self) -> None:
-        self._require(self.node_check_interval_ms >= 10, "node.check.interval.ms must be >= 10")
-        self._require(self.offsets_topic_num_partitions >= 1, "offsets.topic.num.partitions must be >= 1")
-        self._require(self.offsets_topic_replication_factor >= 1, "offsets.topic.replication.factor must be >= 1")
-        self._require(self.offsets_topic_segment_bytes >= 1024, "offsets.topic.segment.bytes must be >= 1024")
-        self._require(
-            self.transaction_state_log_num_partitions >= 1, "transaction.state.log.num.partitions must be >= 1"
-        )
-        self._require(
-            self.transaction_state_log_replication_factor >= 1,
-            "transaction.state.log.replication.factor must be >= 1",
-        )
-        self._require(
-            self.transaction_state_log_segment_bytes >= 1024, "transaction.state.log.segment.bytes must be >= 1024"
-        )
-        self._require(
-            0 <= self.leader_imbalance_per_broker_percentage <= 100,
-            "leader.imbalance.per.broker.percentage must be in [0, 100]",
-        )
-        self._require(
-            self.leader_imbalance_check_interval_seconds >= 1, "leader.imbalance.check.interval.seconds must be >= 1"
-        )
+    node_check_interval_ms: int = setting(
+        500,
+        "How often Ray's node table is read to notice dead and returning brokers (and "
+        "reassignments checked for progress).",
+        minimum=10,
+    )
+    auto_leader_rebalance_enable: bool = setting(
+        True,
+        "Move leadership back to preferred (first-listed) replicas when too many partitions "
+        "are led elsewhere (see leader.imbalance.per.broker.percentage).",
+    )
+    leader_imbalance_per_broker_percentage: int = setting(
+        10,
+        "Automatic rebalancing starts when more than this percentage of the online partitions "
+        "(counted over the whole cluster) are not led by their preferred replica.",
+        minimum=0,
+        maximum=100,
+    )
+    leader_imbalance_check_interval_seconds: int = setting(
+        30,
+        "How often the controller checks the leader imbalance.",
+        minimum=1,
+    )
+    offsets_topic_num_partitions: int = setting(
+        3,
+        "Partitions of __consumer_offsets (created on the first group look-up): few, since "
+        "each replica is an actor process (Kafka's default of 50 would be 150 processes).",
+        minimum=1,
+    )
+    offsets_topic_replication_factor: int = setting(
+        3,
+        "Replicas of each __consumer_offsets partition, capped at the number of brokers when "
+        "the topic is created (min.insync.replicas is 2 from three replicas up).",
+        minimum=1,
+    )
+    offsets_topic_segment_bytes: int = setting(
+        100 * _MIB,
+        "segment.bytes of __consumer_offsets: below the topic default, so that segments roll "
+        "and compaction, which skips the active segment, reaches old commits.",
+        minimum=1024,
+    )
+    transaction_state_log_num_partitions: int = setting(
+        3,
+        "Partitions of __transaction_state (created on the first transactional producer), "
+        "as offsets.topic.num.partitions.",
+        minimum=1,
+    )
+    transaction_state_log_replication_factor: int = setting(
+        3,
+        "Replicas of each __transaction_state partition, capped at the number of brokers when the topic is created.",
+        minimum=1,
+    )
+    transaction_state_log_segment_bytes: int = setting(
+        100 * _MIB,
+        "segment.bytes of __transaction_state.",
+        minimum=1024,
+    )
