@@ -265,9 +265,9 @@ def test_markdown_links_resolve_inside_the_repository(tracked):
 
 
 def test_paths_named_in_tracked_files_exist(tracked):
-    """A repository path written out in any tracked file (``docs/guarantees.md``,
-    ``tests/faults/test_fault_runs.py::test_name``, ``DESIGN.md``) names a file or directory
-    that exists, and a ``::name`` a test or class defined in that file."""
+    """A repository path written out in any tracked file (a page under docs, a test named as
+    file::function, a top-level Markdown file) names a file or directory that exists, and a
+    ``::name`` a function or class defined in that file."""
     tops = sorted({p.split("/")[0] for p in tracked if "/" in p} | {"docs"})
     alternatives = "|".join(map(re.escape, tops))
     repo_path = re.compile(rf"(?<![\w./~$-])((?:{alternatives})/[\w./-]*\w)(?:::(\w+))?")
