@@ -43,7 +43,7 @@ import functools
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import ray
@@ -156,6 +156,16 @@ class ControllerActor:
                 self.image.apply(record)
             self._notify_leaders()
 
+    def _decide(
+        self, changed: list[PartitionInfo], cause: str, before: Sequence[dict] = (), after: Sequence[dict] = ()
+    ) -> None:
+        """Journal the partitions ``changed`` (with the records ``before`` and ``after`` them, in
+        one batch) and log each decision with its ``cause`` (:func:`~raylog.coordination.elections.log_decision`)."""
+        old = [self.image.partition(p.topic, p.partition) for p in changed]
+        self._commit([*before, *(partition_record(p) for p in changed), *after])
+        for previous, new in zip(old, changed, strict=True):
+            elections.log_decision(previous, new, cause)
+
     def _guard(self) -> asyncio.Lock:
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -214,9 +224,15 @@ class ControllerActor:
             if b in self.image.brokers and self.image.brokers[b].node_id != node_id
         ]
         changed = elections.brokers_registered(self.image.partitions(), moved, replaced, set(found), self._unclean)
-        self._commit(records + [partition_record(p) for p in changed])
+        cause = f"brokers registered on another node {sorted(moved)} or with a new log directory {sorted(replaced)}"
+        self._decide(changed, cause, before=records)
         for b in replaced:
             self._log_directory_replaced(b, found[b][1], found[b][2], changed)
+        gone, back = sorted(self.live - set(found)), sorted(set(found) - self.live)
+        if gone:
+            logger.warning("brokers %s are not live any more (live: %s)", gone, sorted(found))
+        if back:
+            logger.info("brokers %s are live (live: %s)", back, sorted(found))
         self.live = set(found)
 
     def _log_directory_replaced(
@@ -397,7 +413,7 @@ class ControllerActor:
         """New leaders for partitions whose leader is not live, and ISRs without dead
         brokers; offline partitions elect again when an ISR member is back. One batch."""
         changed = elections.react_to_liveness(self.image.partitions(), self.live, self._unclean)
-        self._commit([partition_record(p) for p in changed])
+        self._decide(changed, f"live brokers {sorted(self.live)}")
         self._push(changed)
 
     def _unclean(self, topic: str) -> bool:
@@ -419,7 +435,7 @@ class ControllerActor:
             accepted, new = elections.alter_isr(info, leader, leader_epoch, partition_epoch, tuple(isr), self.live)
             if new is info:
                 return accepted, new
-            self._commit([partition_record(new)])
+            self._decide([new], elections.ISR_PROPOSAL)
         self._push([new])
         return accepted, new
 
@@ -480,7 +496,11 @@ class ControllerActor:
             new = elections.demote(info, broker_id, self.live, leader_epoch)
             if new is None:
                 return
-            self._commit([partition_record(new)])
+            if leader_epoch is None:
+                cause = f"the replica on broker {broker_id} restarted"
+            else:
+                cause = f"leader {broker_id} of leader epoch {leader_epoch} is unreachable"
+            self._decide([new], cause)
         self._push([new])
 
     # --- admin --------------------------------------------------------------------------
@@ -627,7 +647,7 @@ class ControllerActor:
                 if final is None:
                     continue
                 done = {"type": "reassignment", "topic": topic, "partition": partition, "target": []}
-                self._commit([partition_record(final), done])
+                self._decide([final], f"reassignment to {list(target)} complete", after=[done])
                 removed = [
                     self.replicas.pop((topic, partition, b), (None, None))[1]
                     for b in before.replicas
@@ -639,7 +659,7 @@ class ControllerActor:
 
     def _move_to_preferred(self, partitions: list[PartitionInfo]) -> list[PartitionInfo]:
         moved = [new for p in partitions if (new := elections.preferred_leader(p, self.live)) is not None]
-        self._commit([partition_record(p) for p in moved])
+        self._decide(moved, elections.PREFERRED)
         self._push(moved)
         return moved
 
@@ -1009,6 +1029,7 @@ class ControllerActor:
 
     async def shutdown(self) -> None:
         """Kill every replica actor (data stays on disk); the caller then kills this actor."""
+        logger.info("raylog cluster %s stops: %d replica actors", self.cluster_name, len(self.replicas))
         for task in list(self._tasks):
             task.cancel()
         for _, handle in self.replicas.values():

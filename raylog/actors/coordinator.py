@@ -20,6 +20,7 @@ lock, so no step of a stopped thread follows).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -34,6 +35,8 @@ LOAD_READ_BYTES = 8 << 20
 LOAD_RETRY_S = 1.0
 #: How long a record may wait for the ISR.
 APPEND_TIMEOUT_S = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 class CoordinatorActor(PartitionReplicaActor):
@@ -67,6 +70,10 @@ class CoordinatorActor(PartitionReplicaActor):
     def _unloaded(self) -> None:
         """The state was dropped (holding ``_lock``)."""
 
+    def _describe_state(self, state: Any) -> str:
+        """What a loaded state holds, for the log line (e.g. how many groups)."""
+        return type(state).__name__
+
     # --- leadership ---------------------------------------------------------------------
 
     def _take_role(self, role_moved: bool, leader_handle) -> None:
@@ -82,6 +89,15 @@ class CoordinatorActor(PartitionReplicaActor):
 
     def _unload(self) -> None:
         """Drop the state (holding ``_lock``)."""
+        if self._coordinator_epoch != -1:
+            p = self.partition
+            logger.info(
+                "%s: broker %d stops coordinating (leader epoch %d; the partition's leader is now %s)",
+                p.name,
+                p.broker_id,
+                self._coordinator_epoch,
+                p.leader,
+            )
         if self._coordinator_stop is not None:
             self._coordinator_stop.set()
             self._coordinator_stop = None
@@ -91,11 +107,17 @@ class CoordinatorActor(PartitionReplicaActor):
 
     def _load_and_tick(self, epoch: int, stop: threading.Event) -> None:
         """Load the state for leader ``epoch``, then tick it, until ``stop`` is set."""
+        p = self.partition
+        started = time.monotonic()
+        logger.info("%s: broker %d loads its coordinator state for leader epoch %d", p.name, p.broker_id, epoch)
         while True:
             try:
                 state = self._load(stop)
                 break
-            except RaylogError:  # e.g. a disk error: clients get LOAD_IN_PROGRESS meanwhile
+            except RaylogError as exc:  # e.g. a disk error: clients get LOAD_IN_PROGRESS meanwhile
+                logger.warning(
+                    "%s: loading the coordinator state failed, retried in %.0f s: %s", p.name, LOAD_RETRY_S, exc
+                )
                 if stop.wait(LOAD_RETRY_S):
                     return
         with self._lock:
@@ -103,6 +125,16 @@ class CoordinatorActor(PartitionReplicaActor):
                 return
             self._state = state
             self._loaded(state)
+            logger.info(
+                "%s: broker %d coordinates from leader epoch %d: loaded offsets %d to %d in %.3f s (%s)",
+                p.name,
+                p.broker_id,
+                epoch,
+                p.log.log_start_offset,
+                p.log.log_end_offset,
+                time.monotonic() - started,
+                self._describe_state(state),
+            )
         while not stop.wait(self.TICK_INTERVAL_S):
             with self._lock:
                 if stop.is_set():

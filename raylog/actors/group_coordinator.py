@@ -74,6 +74,9 @@ class GroupCoordinatorActor(CoordinatorActor):
     def _tick(self, state: GroupCoordinator) -> None:
         self._deliver(state.tick(now_ms()))
 
+    def _describe_state(self, state: GroupCoordinator) -> str:
+        return f"{len(state.groups)} group(s)"
+
     def _unloaded(self) -> None:
         """Answer every waiting join."""
         for future in self._joins:

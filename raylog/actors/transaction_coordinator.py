@@ -74,15 +74,24 @@ class TransactionCoordinatorActor(CoordinatorActor):
         for metadata in state.prepared():
             self._complete_later(state, metadata)
 
+    def _describe_state(self, state: TransactionCoordinator) -> str:
+        return f"{len(state.transactions)} transactional id(s), {len(state.prepared())} to complete"
+
     def _tick(self, state: TransactionCoordinator) -> None:
         for metadata in state.prepared():  # one whose Complete record failed: try again
             self._complete_later(state, metadata)
         for step in state.expired(now_ms(), self._new_producer_id):
+            m = step.metadata
             logger.info(
-                "%s: transaction %r timed out after %d ms: aborting it",
+                "%s: transaction %r of producer id %d epoch %d timed out after %d ms (%d partitions): aborting it; "
+                "that producer is fenced (epoch now %d)",
                 self.partition.name,
-                step.metadata.transactional_id,
-                step.metadata.timeout_ms,
+                m.transactional_id,
+                m.marker_producer_id,
+                m.marker_epoch - 1,
+                m.timeout_ms,
+                len(m.partitions),
+                m.producer_epoch,
             )
             try:
                 self._run(state, step)

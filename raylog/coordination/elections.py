@@ -15,16 +15,79 @@ partition epoch; a change of leader also bumps the leader epoch.
 - :func:`preferred_leader`: leadership back to the first replica when it is in sync.
 - :func:`directory_replaced`: a broker back with a new log directory (KIP-858) leaves every
   ISR, even as its last member, and leads nothing.
+- :func:`log_decision`: the log line of a change the controller journals (an election with
+  its kind, or an ISR change), with the cause the controller gives.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from ..types import PartitionInfo
 
 NO_LEADER = -1
+#: Causes the controller gives :func:`log_decision` (others are free text).
+PREFERRED = "preferred replica election"
+ISR_PROPOSAL = "the leader's ISR proposal"
+
+logger = logging.getLogger(__name__)
+
+
+def election_kind(before: PartitionInfo, after: PartitionInfo, cause: str) -> str | None:
+    """How ``after``'s leader was chosen: ``preferred``, ``clean`` (an ISR member of
+    ``before``), ``unclean`` (one that was not: it may lack committed records), ``offline`` (no
+    leader), ``same leader`` (the leader kept, under a new epoch), or None (no new leader epoch)."""
+    if after.leader_epoch == before.leader_epoch:
+        return None
+    if after.leader == NO_LEADER:
+        return "offline"
+    if after.leader == before.leader:
+        return "same leader"
+    if cause == PREFERRED:
+        return "preferred"
+    return "clean" if after.leader in before.isr else "unclean"
+
+
+def log_decision(before: PartitionInfo, after: PartitionInfo, cause: str) -> None:
+    """Log what changed from ``before`` to ``after`` and why (``cause``), once, where the
+    controller journals it: a leader election (WARNING when unclean or offline), an ISR change
+    (INFO; DEBUG for a leader's own proposal, which the leader logged with its followers'
+    lag) and a change of replicas (a reassignment)."""
+    name = f"{after.topic}-{after.partition}"
+    kind = election_kind(before, after, cause)
+    replicas = (
+        "" if after.replicas == before.replicas else f", replicas {list(before.replicas)} -> {list(after.replicas)}"
+    )
+    if kind is not None:
+        logger.log(
+            logging.WARNING if kind in ("unclean", "offline") else logging.INFO,
+            "%s: %s leader election (%s): leader %d -> %d, leader epoch %d, ISR %s%s",
+            name,
+            kind,
+            cause,
+            before.leader,
+            after.leader,
+            after.leader_epoch,
+            list(after.isr),
+            replicas,
+        )
+        return
+    left, joined = sorted(set(before.isr) - set(after.isr)), sorted(set(after.isr) - set(before.isr))
+    if not (left or joined or replicas):
+        return
+    changes = [f"shrinks by {left}" if left else "", f"expands by {joined}" if joined else ""]
+    logger.log(
+        logging.DEBUG if cause == ISR_PROPOSAL and not replicas else logging.INFO,
+        "%s: ISR %s -> %s (%s)%s, partition epoch %d",
+        name,
+        list(before.isr),
+        list(after.isr),
+        "; ".join([c for c in changes if c] + [cause]),
+        replicas,
+        after.partition_epoch,
+    )
 
 
 def elect_leader(info: PartitionInfo, live: set[int], unclean: bool) -> PartitionInfo:

@@ -118,9 +118,12 @@ class FollowerFetcher:
         either: one follower's failed call is no proof)."""
         if not self.active:
             return Next.AGAIN
-        self._failed(f"no answer from leader {self.leader}", logging.WARNING)
         now = self._clock()
-        if self._reported_ms is not None and now - self._reported_ms < LEADER_REPORT_INTERVAL_MS:
+        report = self._reported_ms is None or now - self._reported_ms >= LEADER_REPORT_INTERVAL_MS
+        # A warning when the leader is reported (at most every LEADER_REPORT_INTERVAL_MS), not
+        # at every retry while it is down.
+        self._failed(f"no answer from leader {self.leader}", logging.WARNING if report else logging.DEBUG)
+        if not report:
             return Next.BACKOFF
         self._reported_ms = now
         return Next.REPORT_LEADER
@@ -128,11 +131,7 @@ class FollowerFetcher:
     def _on_epoch_end(self, answer: EpochAnswer) -> Next:
         if answer.error_code:
             return self._failed(f"epoch query refused with code {answer.error_code}", logging.DEBUG)
-        p = self.partition
-        before = p.log.log_end_offset
-        after = p.truncate_to_leader(answer.epoch, answer.end_offset)
-        if after < before:
-            log.info("%s: truncated from %d to %d to follow leader %d", p.name, before, after, self.leader)
+        self.partition.truncate_to_leader(answer.epoch, answer.end_offset)  # (which logs a cut)
         self.truncated = True
         return Next.AGAIN
 
@@ -140,11 +139,9 @@ class FollowerFetcher:
         p = self.partition
         error = error_of(response)
         if isinstance(error, OffsetOutOfRangeError) and request.offset < response.log_start_offset:
-            log.info("%s: leader starts at %d, past our end: restarting there", p.name, response.log_start_offset)
             p.reset_to_leader_start(response.log_start_offset)
             return Next.AGAIN
         if isinstance(error, OffsetOutOfRangeError) and request.offset > response.log_end_offset >= 0:
-            log.warning("%s: our log runs past leader %d's end %d: cut", p.name, self.leader, response.log_end_offset)
             p.truncate_to_leader_end(response.log_end_offset)
             return Next.AGAIN
         if error is not None:

@@ -248,7 +248,7 @@ class GroupCoordinator:
             if unknown:
                 result.extend(self._remove(group, unknown, now_ms, error))
             elif group.state in (COMPLETING_REBALANCE, STABLE):
-                self._prepare_rebalance(group, now_ms)
+                self._prepare_rebalance(group, now_ms, f"its record was not replicated: {exc}")
         return result
 
     def _groups_of(self, outcome: Outcome) -> list[Group]:
@@ -310,6 +310,7 @@ class GroupCoordinator:
             member.partition_counts = dict(request.partition_counts)
             member.session_timeout_ms = request.session_timeout_ms
             member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        joined = "joined" if request.member_id == "" else "rejoined"
         if member.join_waiter is not None and member.join_waiter is not waiter:
             # A retried join replaces the one that was waiting (its caller gave up on it).
             stale = member.join_waiter
@@ -320,7 +321,7 @@ class GroupCoordinator:
             outcome = Outcome()
         member.last_heartbeat_ms = now_ms
         if group.state != PREPARING_REBALANCE:
-            self._prepare_rebalance(group, now_ms)
+            self._prepare_rebalance(group, now_ms, f"member {member.member_id} {joined}")
         outcome.extend(self._maybe_complete_join(group, now_ms))
         return outcome
 
@@ -356,7 +357,7 @@ class GroupCoordinator:
             return outcome
         member.join_waiter = waiter
         if group.state != PREPARING_REBALANCE:
-            self._prepare_rebalance(group, now_ms)
+            self._prepare_rebalance(group, now_ms, f"static member {request.instance_id} rejoined as {new_id}")
         outcome.extend(self._maybe_complete_join(group, now_ms))
         return outcome
 
@@ -590,7 +591,15 @@ class GroupCoordinator:
             raise IllegalGenerationError(f"generation {generation} of group {group_id!r} is over")
         return member
 
-    def _prepare_rebalance(self, group: Group, now_ms: int) -> None:
+    def _prepare_rebalance(self, group: Group, now_ms: int, reason: str) -> None:
+        logger.info(
+            "group %s: rebalance in state %s, generation %d, %d member(s): %s",
+            group.group_id,
+            group.state,
+            group.generation,
+            len(group.members),
+            reason,
+        )
         group.state = PREPARING_REBALANCE
         group.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
 
@@ -600,13 +609,17 @@ class GroupCoordinator:
             del group.members[member.member_id]
             if member.join_waiter is not None:
                 outcome.replies.append((member.join_waiter, _join_error(reason)))
+        removed = f"member(s) {[m.member_id for m in members]} removed: {reason}"
         if not group.members:
             group.state, group.leader, group.protocol = EMPTY, "", ""
             group.generation += 1  # any straggler's commits are fenced
+            logger.info("group %s: empty in generation %d, %s", group.group_id, group.generation, removed)
             self._record(group, outcome)
             return outcome
         if group.state != PREPARING_REBALANCE:
-            self._prepare_rebalance(group, now_ms)
+            self._prepare_rebalance(group, now_ms, removed)
+        else:
+            logger.info("group %s: %s", group.group_id, removed)
         outcome.extend(self._maybe_complete_join(group, now_ms))
         return outcome
 
@@ -620,9 +633,16 @@ class GroupCoordinator:
             return Outcome()
         for member in missing:
             del group.members[member.member_id]
+        if missing:
+            logger.info(
+                "group %s: member(s) %s did not rejoin before the rebalance deadline: removed",
+                group.group_id,
+                [m.member_id for m in missing],
+            )
         if not group.members:
             group.state, group.leader, group.protocol = EMPTY, "", ""
             group.generation += 1
+            logger.info("group %s: empty in generation %d", group.group_id, group.generation)
             return self._record(group, Outcome())
         subscriptions = {m.member_id: m.subscription for m in group.members.values()}
         protocol = choose_strategy(subscriptions)  # join() admitted only members that agree
@@ -656,6 +676,15 @@ class GroupCoordinator:
         for member in group.members.values():
             outcome.held.append((member.join_waiter, self._join_reply(group, member)))
             member.join_waiter, member.reply_held = None, True
+        logger.info(
+            "group %s: generation %d with %d member(s) %s, assignor %s, leader %s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            sorted(group.members),
+            protocol,
+            group.leader,
+        )
         return self._record(group, outcome)
 
     def _join_reply(self, group: Group, member: Member) -> JoinGroupResponse:

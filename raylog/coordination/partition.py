@@ -195,7 +195,40 @@ class Partition:
             self.become_leader(state.leader_epoch, state.replicas, state.isr, state.partition_epoch)
         else:
             self.become_follower(state.leader, state.leader_epoch, state.replicas, state.isr, state.partition_epoch)
+        if new_epoch:
+            self._log_role()
         return new_epoch
+
+    def _log_role(self) -> None:
+        """The role this replica took in a new leader epoch (once per epoch)."""
+        end = self.log.log_end_offset
+        if self.is_leader:
+            logger.info(
+                "%s: broker %d leads in leader epoch %d from offset %d (high watermark %d), ISR %s",
+                self.name,
+                self.broker_id,
+                self.leader_epoch,
+                end,
+                self.high_watermark,
+                list(self.isr),
+            )
+        elif self.leader is None or self.leader < 0:
+            logger.warning(
+                "%s: no leader in leader epoch %d (offline); broker %d holds offsets to %d",
+                self.name,
+                self.leader_epoch,
+                self.broker_id,
+                end,
+            )
+        else:
+            logger.info(
+                "%s: broker %d follows leader %d in leader epoch %d from log end offset %d",
+                self.name,
+                self.broker_id,
+                self.leader,
+                self.leader_epoch,
+                end,
+            )
 
     def become_leader(
         self, leader_epoch: int, replicas: tuple[int, ...], isr: tuple[int, ...], partition_epoch: int = 0
@@ -249,6 +282,13 @@ class Partition:
         if (state.leader_epoch, state.partition_epoch) > (self.leader_epoch, self.partition_epoch):
             return self.apply_state(state)
         if not accepted and proposal == self.pending_isr and state.leader_epoch == self.leader_epoch:
+            logger.info(
+                "%s: the controller refused ISR %s (its ISR %s, partition epoch %d)",
+                self.name,
+                list(proposal),
+                list(state.isr),
+                state.partition_epoch,
+            )
             self._drop_isr_proposal()
         return False
 
@@ -559,7 +599,34 @@ class Partition:
         wanted = self._wanted_isr()
         if wanted is not None:
             self.pending_isr = wanted
+            self._log_isr_proposal(wanted)
         return wanted
+
+    def _log_isr_proposal(self, wanted: tuple[int, ...]) -> None:
+        """Why the ISR shrinks (a follower not caught up for replica.lag.time.max.ms) or
+        expands (a follower caught up), with each follower's facts."""
+        now = self._clock()
+        for verb, members in (("shrink", set(self.isr) - set(wanted)), ("expand", set(wanted) - set(self.isr))):
+            if not members:
+                continue
+            facts = "; ".join(
+                f"broker {r}: log end offset {self.followers[r].end_offset}, "
+                f"last caught up {now - self.followers[r].last_caught_up_ms} ms ago"
+                for r in sorted(members)
+            )
+            logger.info(
+                "%s: leader %d proposes to %s the ISR from %s to %s (%s; replica.lag.time.max.ms %d, "
+                "leader log end offset %d, high watermark %d)",
+                self.name,
+                self.broker_id,
+                verb,
+                list(self.isr),
+                list(wanted),
+                facts,
+                self.config.replica_lag_time_max_ms,
+                self.log.log_end_offset,
+                self.high_watermark,
+            )
 
     def _wanted_isr(self) -> tuple[int, ...] | None:
         now = self._clock()
@@ -630,18 +697,22 @@ class Partition:
     def truncate_to_leader(self, leader_epoch: int, leader_end_offset: int) -> int:
         """Cut what diverged from the leader, given its answer for our latest epoch
         (``end_offset_for_epoch(self.epochs.latest_epoch)``). Returns the new LEO."""
+        before, latest = self.log.log_end_offset, self.epochs.latest_epoch
         if leader_epoch == UNDEFINED:
             target = self.high_watermark  # the leader knows none of our epochs
+            why = f"leader {self.leader} knows none of our epochs (latest {latest}): back to our high watermark"
         else:
-            _, own_end = self.epochs.end_offset_for(leader_epoch, self.log.log_end_offset)
+            _, own_end = self.epochs.end_offset_for(leader_epoch, before)
             target = min(leader_end_offset, own_end)
+            why = (
+                f"diverging epoch: leader {self.leader} says epoch {leader_epoch} ends at {leader_end_offset}, "
+                f"ours ends at {own_end} (our latest epoch {latest})"
+            )
         if target < self.log.log_start_offset:
             self.log.truncate_fully_and_start_at(target)
         else:
             self.log.truncate_to(target)
-        self.epochs.truncate_from_end(self.log.log_end_offset)
-        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-        self._reload_producer_state()
+        self._after_truncation(before, why)
         return self.log.log_end_offset
 
     def append_as_follower(self, data, leader_high_watermark: int) -> None:
@@ -658,17 +729,36 @@ class Partition:
 
     def truncate_to_leader_end(self, leader_log_end_offset: int) -> None:
         """Our log runs past the leader's end (a leader elected uncleanly): cut it there."""
+        before = self.log.log_end_offset
         self.log.truncate_to(leader_log_end_offset)
-        self.epochs.truncate_from_end(self.log.log_end_offset)
-        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-        self._reload_producer_state()
+        why = f"our log runs past leader {self.leader}'s log end offset {leader_log_end_offset}"
+        self._after_truncation(before, why, logging.WARNING)
 
     def reset_to_leader_start(self, leader_log_start_offset: int) -> None:
         """The leader no longer has our next offset: restart our log at its log start."""
+        before = self.log.log_end_offset
         self.log.truncate_fully_and_start_at(leader_log_start_offset)
-        self.epochs.truncate_from_end(leader_log_start_offset)
-        self.high_watermark = min(self.high_watermark, leader_log_start_offset)
+        self._after_truncation(
+            before, f"leader {self.leader}'s log starts at {leader_log_start_offset}, past our end: restarting there"
+        )
+
+    def _after_truncation(self, before: int, why: str, level: int = logging.INFO) -> None:
+        """Epochs, HW and producer state after the log was cut from ``before`` (logged once,
+        at ``level`` with ``why``, when the log end offset moved)."""
+        end = self.log.log_end_offset
+        self.epochs.truncate_from_end(end)
+        self.high_watermark = min(self.high_watermark, end)
         self._reload_producer_state()
+        if end != before:
+            logger.log(
+                level,
+                "%s: broker %d truncated its log, log end offset %d -> %d: %s",
+                self.name,
+                self.broker_id,
+                before,
+                end,
+                why,
+            )
 
     # --- high watermark -----------------------------------------------------------------
 

@@ -23,6 +23,7 @@ Concurrency: not thread-safe; one owner (a replica actor, under its lock) calls 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Mapping
@@ -38,6 +39,8 @@ QUOTA_WINDOW_NUM = 11
 QUOTA_WINDOW_SIZE_MS = 1_000
 #: The longest client id a quota can name (Kafka's entity names are short strings too).
 MAX_CLIENT_ID_LENGTH = 255
+
+logger = logging.getLogger(__name__)
 
 #: Quotas as configured: client id (None: the default) -> {quota key: bytes per second}.
 ClientQuotas = Mapping[str | None, Mapping[str, float]]
@@ -135,8 +138,17 @@ class QuotaManager:
         rate = sensor.rate_bytes_per_s(now_ms)
         if rate <= quota:
             return 0
-        throttle_ms = (rate - quota) / quota * sensor.window_span_ms(now_ms)
-        return min(round(throttle_ms), self.max_throttle_time_ms)
+        throttle_ms = min(round((rate - quota) / quota * sensor.window_span_ms(now_ms)), self.max_throttle_time_ms)
+        if logger.isEnabledFor(logging.DEBUG):  # (once per throttled request)
+            logger.debug(
+                "client %r at %.0f B/s, over its %s of %.0f B/s: throttled %d ms",
+                client_id,
+                rate,
+                self.quota_key,
+                quota,
+                throttle_ms,
+            )
+        return throttle_ms
 
     @property
     def tracked_client_count(self) -> int:

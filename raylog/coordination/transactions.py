@@ -31,6 +31,7 @@ Concurrency: not thread-safe; the actor calls it under its lock.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -49,6 +50,8 @@ from ..types import TopicPartition
 MAX_EPOCH = 2**15 - 1
 #: Kafka's transaction.max.timeout.ms: the longest transaction.timeout.ms accepted.
 MAX_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
+
+logger = logging.getLogger(__name__)
 
 
 class TxnState(enum.Enum):
@@ -266,8 +269,34 @@ class TransactionCoordinator:
 
     def applied(self, step: Step) -> None:
         """``step``'s record is replicated: the move counts."""
-        self.transactions[step.metadata.transactional_id] = step.metadata
-        self._in_flight.discard(step.metadata.transactional_id)
+        new = step.metadata
+        old = self.transactions.get(new.transactional_id)
+        self.transactions[new.transactional_id] = new
+        self._in_flight.discard(new.transactional_id)
+        if new.state is TxnState.EMPTY:
+            if old is None:
+                logger.info(
+                    "transactional id %r: producer id %d epoch %d initialised", new.transactional_id, new.producer_id, 0
+                )
+            else:
+                logger.info(
+                    "transactional id %r: producer id %d epoch %d initialised; producer id %d epochs up to %d are "
+                    "fenced",
+                    new.transactional_id,
+                    new.producer_id,
+                    new.producer_epoch,
+                    old.producer_id,
+                    old.producer_epoch,
+                )
+        elif logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "transactional id %r: %s (producer id %d epoch %d, %d partitions)",
+                new.transactional_id,
+                new.state.value,
+                new.producer_id,
+                new.producer_epoch,
+                len(new.partitions),
+            )
 
     def failed(self, step: Step) -> None:
         """``step``'s record was not replicated: the move did not happen."""
@@ -302,14 +331,16 @@ class TransactionCoordinator:
         current = self._get(transactional_id)
         if current is None:
             raise InvalidProducerIdMappingError(f"no producer initialised transactional id {transactional_id!r}")
+        fenced = None
         if producer_id != current.producer_id:
-            raise ProducerFencedError(
-                f"transactional id {transactional_id!r} moved to producer id {current.producer_id}"
-            )
-        if producer_epoch < current.producer_epoch:
-            raise ProducerFencedError(
+            fenced = f"transactional id {transactional_id!r} moved to producer id {current.producer_id}"
+        elif producer_epoch < current.producer_epoch:
+            fenced = (
                 f"producer epoch {producer_epoch} of {transactional_id!r} is fenced by epoch {current.producer_epoch}"
             )
+        if fenced is not None:
+            logger.info("refused a request of fenced producer id %d epoch %d: %s", producer_id, producer_epoch, fenced)
+            raise ProducerFencedError(fenced)
         if producer_epoch > current.producer_epoch:
             raise InvalidProducerIdMappingError(
                 f"producer epoch {producer_epoch} of {transactional_id!r} is ahead of {current.producer_epoch}"

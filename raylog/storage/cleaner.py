@@ -336,7 +336,7 @@ def clean(
             raise
         logger.info("cleaning of %s stopped: the log was truncated, revived or closed meanwhile", log.dir)
         return None
-    return CleanerStats(
+    stats = CleanerStats(
         first_dirty_offset=before.first_dirty_offset,
         end_offset=before.first_uncleanable_offset,
         map_keys=len(map_keys),
@@ -352,6 +352,24 @@ def clean(
         dirty_ratio_after=sections(log, now_ms, max_offset).dirty_ratio,
         elapsed_s=time.perf_counter() - started,
     )
+    logger.info(
+        "cleaned log %s below offset %d (dirty from %d) in %.3f s: %d of %d records kept (%d tombstones dropped), "
+        "%d -> %d bytes, %d -> %d segments, dirty ratio %.2f -> %.2f",
+        log.dir,
+        stats.end_offset,
+        stats.first_dirty_offset,
+        stats.elapsed_s,
+        stats.records_kept,
+        stats.records_read,
+        stats.tombstones_dropped,
+        stats.bytes_read,
+        stats.bytes_written,
+        stats.segments_before,
+        stats.segments_after,
+        stats.dirty_ratio_before,
+        stats.dirty_ratio_after,
+    )
+    return stats
 
 
 @dataclass

@@ -158,6 +158,14 @@ class Log:
         except OSError as exc:
             raise StorageError(f"cannot create log directory {directory}: {exc}") from exc
         log._load()
+        logger.info(
+            "log %s loaded: %d segment(s), offsets %d to %d, %d bytes",
+            directory,
+            log.segment_count,
+            log.log_start_offset,
+            log.log_end_offset,
+            log.size_bytes,
+        )
         return log
 
     def _load(self) -> None:
@@ -192,6 +200,19 @@ class Log:
         self._publish(tuple(segments))
         self._next_offset = segments[-1].next_offset
         self.recovery = RecoveryReport(recovered, truncated, deleted, recovered > 0)
+        if recovered:
+            # A clean shutdown leaves nothing past the recovery point: this is a crash's tail.
+            logger.log(
+                logging.WARNING if truncated else logging.INFO,
+                "log %s recovered %d segment(s) past the recovery point %d: cut %d torn or corrupt byte(s), "
+                "deleted %d later segment(s); log end offset %d",
+                self.dir,
+                recovered,
+                self._recovery_point,
+                truncated,
+                deleted,
+                segments[-1].next_offset,
+            )
         if recovered or self._recovery_point > self._next_offset:
             self._flush(self._next_offset)
         cleaner.truncate_checkpoint(self.dir, self._next_offset)  # recovery may have cut the log
@@ -350,13 +371,22 @@ class Log:
         if self.config.compact:  # the active segment is never cleaned: roll it in time
             segment_ms = min(segment_ms, self.config.max_compaction_lag_ms)
         aged = active.size > 0 and active.time_waited_ms(self._clock(), max_timestamp) > segment_ms
-        if not (aged or active.is_full_for(size, last_offset, self.config.segment_bytes)):
+        if aged:
+            reason = f"segment.ms {segment_ms} passed"
+        elif active.is_full_for(size, last_offset, self.config.segment_bytes):
+            reason = (
+                f"segment.bytes {self.config.segment_bytes} reached"
+                if active.size + size > self.config.segment_bytes
+                else "its index or offset range is full"
+            )
+        else:
             return active
-        return self.roll(first_offset)
+        return self.roll(first_offset, reason)
 
-    def roll(self, base_offset: int | None = None) -> LogSegment:
+    def roll(self, base_offset: int | None = None, reason: str = "asked to") -> LogSegment:
         """Start a new active segment at ``base_offset`` (default: the log end offset); its
-        files and their directory entries are fsync'd before it takes appends.
+        files and their directory entries are fsync'd before it takes appends. ``reason``:
+        why, for the log line.
 
         Raises:
             StorageError: the disk failed; the log is as it was.
@@ -378,6 +408,14 @@ class Log:
             raise
         with self._lock:
             self._publish(self._segments + (segment,))
+        logger.info(
+            "log %s rolled a new segment at offset %d (%s); the previous one, at %d, holds %d bytes",
+            self.dir,
+            base,
+            reason,
+            active.base_offset,
+            active.size,
+        )
         if self.on_roll is not None:
             self.on_roll(base)
         return segment
@@ -534,29 +572,40 @@ class Log:
             return []
         with self._lock:  # (the cleaner may swap segments meanwhile)
             segments = self._segments
-            doomed = self._expired_segments(segments, high_watermark)
+            reasons = self._expired_segments(segments, high_watermark)
+            doomed = len(reasons)
             if not doomed:
                 return []
             self._publish(segments[doomed:])
+        logger.info(
+            "log %s deletes %d segment(s) for retention (%s): offsets %d to %d, %d bytes; log start offset now %d",
+            self.dir,
+            doomed,
+            ", ".join(sorted(set(reasons))),
+            segments[0].base_offset,
+            segments[doomed].base_offset - 1,
+            sum(s.size for s in segments[:doomed]),
+            segments[doomed].base_offset,
+        )
         for segment in segments[:doomed]:
             segment.delete()
         fsync_directory(self.dir)
         return [s.base_offset for s in segments[:doomed]]
 
-    def _expired_segments(self, segments: tuple[LogSegment, ...], high_watermark: int) -> int:
-        """How many of the oldest ``segments`` retention deletes."""
+    def _expired_segments(self, segments: tuple[LogSegment, ...], high_watermark: int) -> list[str]:
+        """Why retention deletes each of the oldest ``segments`` it deletes (by time or by size)."""
         now_ms = self._clock()
         retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
         excess = sum(s.size for s in segments) - retention_bytes if retention_bytes >= 0 else 0
-        doomed = 0
+        reasons = []
         for oldest, following in zip(segments, segments[1:], strict=False):  # never the active segment
             expired = retention_ms >= 0 and oldest.max_timestamp < now_ms - retention_ms
             oversize = retention_bytes >= 0 and excess - oldest.size >= 0
             if following.base_offset > high_watermark or not (expired or oversize):
                 break
             excess -= oldest.size
-            doomed += 1
-        return doomed
+            reasons.append(f"retention.ms {retention_ms}" if expired else f"retention.bytes {retention_bytes}")
+        return reasons
 
     # --- compaction -------------------------------------------------------------------
 
