@@ -1,21 +1,29 @@
-"""Typed errors of raylog.
+"""Typed errors of raylog, named as Kafka's.
 
-Every error derives from :class:`RaylogError`, which carries two flags clients act on:
+Every error derives from :class:`RaylogError` (also importable as kafka-python's
+``KafkaError``), which carries two flags clients act on:
 
-- ``retriable``: the same request may succeed if sent again (after a backoff);
+- ``retriable``: the same request may succeed if sent again (after a backoff); such errors
+  derive from :class:`RetriableError`;
 - ``invalid_metadata``: the client's view of leaders is stale and must be refreshed
-  before retrying.
+  before retrying; such errors derive from :class:`InvalidMetadataError` (a RetriableError).
 
 API errors carry Kafka's error code and name where the meaning matches; those codes are
 never renumbered. Errors that only ever arise inside a client have ``code = None``.
 Look an API error up by its code with :func:`for_code`.
+
+Class names follow kafka-python's ``kafka.errors`` where raylog's own name came first or
+reads better; kafka-python's name is then an alias of the same class (for example
+``NotLeaderForPartitionError`` is :class:`NotLeaderOrFollowerError`, Kafka's current name
+of code 6), so code written against kafka-python catches raylog's errors by the names it
+already uses. Names raylog used before a rename stay as aliases.
 """
 
 from __future__ import annotations
 
 
 class RaylogError(Exception):
-    """Base of every raylog error."""
+    """Base of every raylog error (kafka-python's ``KafkaError``)."""
 
     code: int | None = None
     name: str = "RAYLOG_ERROR"
@@ -27,17 +35,33 @@ class RaylogError(Exception):
         return (type(self), self.args)
 
 
+class RetriableError(RaylogError):
+    """An error after which the same request may succeed if sent again."""
+
+    retriable = True
+
+
+class InvalidMetadataError(RetriableError):
+    """A retriable error that also means the client's metadata is stale: refresh, then retry."""
+
+    invalid_metadata = True
+
+
 class ApiError(RaylogError):
-    """An error with a Kafka error code, returned by brokers in responses."""
+    """An error with a Kafka error code, returned by brokers in responses (kafka-python's
+    ``BrokerResponseError``)."""
 
 
 _BY_CODE: dict[int, type[ApiError]] = {}
 
 
-def _api(code: int, name: str, *, retriable: bool = False, invalid_metadata: bool = False):
+def _api(code: int, name: str):
+    """Register an API error under its Kafka code and name; its flags come from its bases."""
+
     def register(cls: type[ApiError]) -> type[ApiError]:
         cls.code, cls.name = code, name
-        cls.retriable, cls.invalid_metadata = retriable, invalid_metadata
+        assert cls.retriable == issubclass(cls, RetriableError), cls
+        assert cls.invalid_metadata == issubclass(cls, InvalidMetadataError), cls
         assert code not in _BY_CODE, f"error code {code} registered twice"
         _BY_CODE[code] = cls
         return cls
@@ -64,28 +88,28 @@ class OffsetOutOfRangeError(ApiError):
     """The requested offset is below the log start offset or above the log end offset."""
 
 
-@_api(2, "CORRUPT_MESSAGE", retriable=True)
-class CorruptRecordError(ApiError):
+@_api(2, "CORRUPT_MESSAGE")
+class CorruptRecordError(RetriableError, ApiError):
     """A record batch failed validation: bad magic, CRC, length, count or body."""
 
 
-@_api(3, "UNKNOWN_TOPIC_OR_PARTITION", retriable=True, invalid_metadata=True)
-class UnknownTopicOrPartitionError(ApiError):
+@_api(3, "UNKNOWN_TOPIC_OR_PARTITION")
+class UnknownTopicOrPartitionError(InvalidMetadataError, ApiError):
     """The topic or partition does not exist (or is not hosted here)."""
 
 
-@_api(5, "LEADER_NOT_AVAILABLE", retriable=True, invalid_metadata=True)
-class LeaderNotAvailableError(ApiError):
+@_api(5, "LEADER_NOT_AVAILABLE")
+class LeaderNotAvailableError(InvalidMetadataError, ApiError):
     """The partition has no leader right now (an election is under way)."""
 
 
-@_api(6, "NOT_LEADER_OR_FOLLOWER", retriable=True, invalid_metadata=True)
-class NotLeaderOrFollowerError(ApiError):
+@_api(6, "NOT_LEADER_OR_FOLLOWER")
+class NotLeaderOrFollowerError(InvalidMetadataError, ApiError):
     """The replica asked is not the partition's leader (or, for a follower fetch, not a replica)."""
 
 
-@_api(7, "REQUEST_TIMED_OUT", retriable=True)
-class RequestTimedOutError(ApiError):
+@_api(7, "REQUEST_TIMED_OUT")
+class RequestTimedOutError(RetriableError, ApiError):
     """The request did not complete in time (e.g. acks=all waiting for followers)."""
 
 
@@ -94,9 +118,12 @@ class RecordTooLargeError(ApiError):
     """A record batch is larger than ``max.message.bytes`` (or a record than the batch limit)."""
 
 
-@_api(13, "NETWORK_EXCEPTION", retriable=True, invalid_metadata=True)
-class BrokerUnavailableError(ApiError):
-    """The actor serving the request died or could not be reached (it may be restarting)."""
+@_api(13, "NETWORK_EXCEPTION")
+class NetworkExceptionError(InvalidMetadataError, ApiError):
+    """The actor serving the request died or could not be reached (it may be restarting): a
+    broker connection lost, in Kafka's terms. Also importable as ``KafkaConnectionError``
+    (kafka-python's client-side name for it) and ``BrokerUnavailableError`` (raylog's
+    earlier name)."""
 
 
 @_api(17, "INVALID_TOPIC_EXCEPTION")
@@ -104,13 +131,13 @@ class InvalidTopicError(ApiError, ValueError):
     """The topic name is not legal (length, characters, or reserved)."""
 
 
-@_api(19, "NOT_ENOUGH_REPLICAS", retriable=True)
-class NotEnoughReplicasError(ApiError):
+@_api(19, "NOT_ENOUGH_REPLICAS")
+class NotEnoughReplicasError(RetriableError, ApiError):
     """acks=all was refused: fewer in-sync replicas than min.insync.replicas."""
 
 
-@_api(20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", retriable=True)
-class NotEnoughReplicasAfterAppendError(ApiError):
+@_api(20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+class NotEnoughReplicasAfterAppendError(RetriableError, ApiError):
     """The batch was written but the in-sync replicas shrank below min.insync.replicas."""
 
 
@@ -176,13 +203,13 @@ class InvalidTransactionTimeoutError(ApiError, ValueError):
     """transaction.timeout.ms is out of the coordinator's range."""
 
 
-@_api(51, "CONCURRENT_TRANSACTIONS", retriable=True)
-class ConcurrentTransactionsError(ApiError):
+@_api(51, "CONCURRENT_TRANSACTIONS")
+class ConcurrentTransactionsError(RetriableError, ApiError):
     """The transactional id's previous transaction is still completing; retry."""
 
 
-@_api(88, "UNSTABLE_OFFSET_COMMIT", retriable=True)
-class UnstableOffsetCommitError(ApiError):
+@_api(88, "UNSTABLE_OFFSET_COMMIT")
+class UnstableOffsetCommitError(RetriableError, ApiError):
     """A transaction that commits offsets of this partition is not decided yet; retry."""
 
 
@@ -197,8 +224,8 @@ class ProducerFencedError(ApiError):
     timed out and the coordinator aborted it): this instance can neither write nor commit."""
 
 
-@_api(56, "KAFKA_STORAGE_ERROR", retriable=True)
-class StorageError(ApiError):
+@_api(56, "KAFKA_STORAGE_ERROR")
+class StorageError(RetriableError, ApiError):
     """The log's disk failed an operation (full disk, I/O error); nothing partial was kept."""
 
 
@@ -207,18 +234,18 @@ class InvalidRecordError(ApiError):
     """A record the batch format cannot hold (e.g. headers of the wrong type)."""
 
 
-@_api(74, "FENCED_LEADER_EPOCH", retriable=True, invalid_metadata=True)
-class FencedLeaderEpochError(ApiError):
+@_api(74, "FENCED_LEADER_EPOCH")
+class FencedLeaderEpochError(InvalidMetadataError, ApiError):
     """The request carried a leader epoch older than the replica's."""
 
 
-@_api(75, "UNKNOWN_LEADER_EPOCH", retriable=True, invalid_metadata=True)
-class UnknownLeaderEpochError(ApiError):
+@_api(75, "UNKNOWN_LEADER_EPOCH")
+class UnknownLeaderEpochError(InvalidMetadataError, ApiError):
     """The request carried a leader epoch newer than the replica knows."""
 
 
-@_api(78, "OFFSET_NOT_AVAILABLE", retriable=True)
-class OffsetNotAvailableError(ApiError):
+@_api(78, "OFFSET_NOT_AVAILABLE")
+class OffsetNotAvailableError(RetriableError, ApiError):
     """A new leader cannot answer an offset look-up yet: its high watermark has not reached the
     start of its epoch (the answer could be older than one its predecessor gave)."""
 
@@ -228,18 +255,18 @@ class OffsetMetadataTooLargeError(ApiError, ValueError):
     """A committed offset's metadata string is longer than the coordinator keeps."""
 
 
-@_api(14, "COORDINATOR_LOAD_IN_PROGRESS", retriable=True)
-class CoordinatorLoadInProgressError(ApiError):
+@_api(14, "COORDINATOR_LOAD_IN_PROGRESS")
+class CoordinatorLoadInProgressError(RetriableError, ApiError):
     """The group coordinator is still reading its groups back from ``__consumer_offsets``."""
 
 
-@_api(15, "COORDINATOR_NOT_AVAILABLE", retriable=True, invalid_metadata=True)
-class CoordinatorNotAvailableError(ApiError):
+@_api(15, "COORDINATOR_NOT_AVAILABLE")
+class CoordinatorNotAvailableError(InvalidMetadataError, ApiError):
     """No group coordinator is serving right now (its partition has no leader)."""
 
 
-@_api(16, "NOT_COORDINATOR", retriable=True, invalid_metadata=True)
-class NotCoordinatorError(ApiError):
+@_api(16, "NOT_COORDINATOR")
+class NotCoordinatorError(InvalidMetadataError, ApiError):
     """This replica does not coordinate the group (leadership moved): find it again."""
 
 
@@ -305,10 +332,8 @@ class CommitFailedError(RaylogError):
     over: its partitions may belong to another member now. Poll again, which rejoins."""
 
 
-class KafkaTimeoutError(RaylogError):
+class KafkaTimeoutError(RetriableError):
     """A client-side wait ran out (metadata, buffer space, a future's result)."""
-
-    retriable = True
 
 
 class TransactionAbortableError(RaylogError):
@@ -327,3 +352,19 @@ class LogTruncationError(OffsetOutOfRangeError):
     """The consumer's position lies past where its partition's log diverged after an unclean
     leader election (KIP-320), and ``auto_offset_reset`` is "none": the records it read
     beyond that point are gone from the log."""
+
+
+# kafka-python's names (``kafka.errors``) where they differ from the class's, and raylog's
+# earlier names. Each is the same class, so ``except`` clauses with either name match.
+KafkaError = RaylogError
+BrokerResponseError = ApiError
+UnknownError = UnknownServerError
+NotLeaderForPartitionError = NotLeaderOrFollowerError
+MessageSizeTooLargeError = RecordTooLargeError
+BrokerUnavailableError = NetworkExceptionError
+KafkaConnectionError = NetworkExceptionError
+InvalidReplicationAssignmentError = InvalidReplicaAssignmentError
+InvalidConfigurationError = InvalidConfigError
+KafkaConfigurationError = InvalidConfigError
+OutOfOrderSequenceNumberError = OutOfOrderSequenceError
+KafkaStorageError = StorageError

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import enum
+import operator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from raylog.errors import InvalidConfigError
 
 
 class TopicPartition(NamedTuple):
@@ -11,30 +15,61 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
+#: ``Record.timestamp_type``: the producer's timestamp (Kafka's CreateTime)...
+TIMESTAMP_CREATE_TIME = 0
+#: ... or the leader's clock when it appended the batch (``message.timestamp.type`` LogAppendTime).
+TIMESTAMP_LOG_APPEND_TIME = 1
+
+
+#: ``timestamp_ms``, raylog's earlier name of ``timestamp``, kept on every type that has one.
+_TIMESTAMP_MS = property(operator.attrgetter("timestamp"), doc="The same as ``timestamp`` (raylog's earlier name).")
+
+
 class Record(NamedTuple):
-    """A consumed record. ``headers`` is a list of ``(str, bytes | None)`` pairs."""
+    """A consumed record (kafka-python's ConsumerRecord). ``headers`` is a list of
+    ``(str, bytes | None)`` pairs; ``timestamp`` is in ms since the epoch, and
+    ``timestamp_type`` says whose clock it is: :data:`TIMESTAMP_CREATE_TIME` (0, the
+    producer's) or :data:`TIMESTAMP_LOG_APPEND_TIME` (1, the leader's), as in Kafka."""
 
     topic: str
     partition: int
     offset: int
-    timestamp_ms: int
+    timestamp: int
     key: Any
     value: Any
     headers: list
+    timestamp_type: int = TIMESTAMP_CREATE_TIME
+
+    timestamp_ms = _TIMESTAMP_MS
 
 
 class RecordMetadata(NamedTuple):
-    """Where a produced record landed (offset -1 when acks=0)."""
+    """Where a produced record landed (offset -1 when acks=0), as kafka-python's: its
+    ``timestamp`` (the leader's append time on a LogAppendTime topic, else the record's),
+    and the bytes of its key, value and headers as sent (-1 for none)."""
 
     topic: str
     partition: int
     offset: int
-    timestamp_ms: int
+    timestamp: int
+    serialized_key_size: int = -1
+    serialized_value_size: int = -1
+    serialized_header_size: int = -1
+
+    timestamp_ms = _TIMESTAMP_MS
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
 
 
 class OffsetAndTimestamp(NamedTuple):
+    """An offset found by time (``Consumer.offsets_for_times``) and its record's timestamp (ms)."""
+
     offset: int
-    timestamp_ms: int
+    timestamp: int
+
+    timestamp_ms = _TIMESTAMP_MS
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -59,6 +94,56 @@ class NewTopic:
     num_partitions: int = 1
     replication_factor: int = 1
     config: dict[str, Any] = field(default_factory=dict)
+    #: kafka-python's name of ``config`` (give either; both must then agree).
+    topic_configs: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.topic_configs is not None and self.topic_configs is not self.config:
+            if self.config and dict(self.config) != dict(self.topic_configs):
+                raise InvalidConfigError(f"topic {self.name!r}: config and topic_configs differ; give one of them")
+            object.__setattr__(self, "config", dict(self.topic_configs))
+        object.__setattr__(self, "topic_configs", self.config)
+
+
+@dataclass(frozen=True)
+class NewPartitions:
+    """kafka-python's argument of ``create_partitions``: grow a topic to ``total_count``
+    partitions. raylog places the new partitions itself (as a new topic's), so
+    ``new_assignments`` must be None (``Admin.alter_partition_reassignments`` moves them
+    afterwards)."""
+
+    total_count: int
+    new_assignments: list[list[int]] | None = None
+
+
+class ConfigResourceType(enum.IntEnum):
+    """What a :class:`ConfigResource` names (Kafka's codes). raylog's configs are per topic:
+    brokers take theirs from ``raylog.connect(config=...)``."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+class AlterConfigOp(enum.IntEnum):
+    """How ``Admin.incremental_alter_configs`` changes a property given as ``(op, value)``:
+    set it, delete its override (back to the default), or append to / subtract from a list
+    property such as ``cleanup.policy`` (Kafka's codes)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass
+class ConfigResource:
+    """A resource and its configs, as kafka-python's and confluent-kafka's admin clients
+    take them: ``ConfigResource(ConfigResourceType.TOPIC, "clicks", {"retention.ms":
+    "3600000"})``. ``resource_type`` may also be its name (``"topic"``) or code."""
+
+    resource_type: ConfigResourceType | str | int
+    name: str
+    configs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

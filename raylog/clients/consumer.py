@@ -35,13 +35,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import ray
 from ray.exceptions import RayError
 
 from raylog.actors import metrics
 from raylog.clients.cluster import RaylogCluster
-from raylog.clients.group import ConsumerRebalanceListener, CoordinatorClient, GroupMembership, committed_offsets
+from raylog.clients.group import (
+    ConsumerRebalanceListener,
+    CoordinatorClient,
+    GroupMembership,
+    committed_offsets,
+    offsets_to_commit,
+)
 from raylog.clients.transport import call, translate
 from raylog.coordination.assignors import ASSIGNORS, COOPERATIVE_STICKY
 from raylog.coordination.group import check_group_id
@@ -65,7 +72,14 @@ from raylog.errors import (
 from raylog.protocol import FetchRequest, error_of
 from raylog.storage import record_batch
 from raylog.storage.log import MAX_READ_BYTES
-from raylog.types import OffsetAndMetadata, OffsetAndTimestamp, Record, TopicPartition
+from raylog.types import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    Record,
+    TopicPartition,
+)
 
 #: Consumer(isolation_level=...) values and the fetch's isolation level each asks for.
 ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
@@ -86,12 +100,39 @@ ARROW_SCHEMA = pa.schema(
 
 
 class _Buffered:
-    """A decoded fetch not yet handed out (``nbytes``: the batches it came in)."""
+    """A decoded fetch not yet handed out (``nbytes``: the batches it came in;
+    ``log_append_time``: see :func:`log_append_time_ranges`)."""
 
-    __slots__ = ("table", "cursor", "nbytes")
+    __slots__ = ("table", "cursor", "nbytes", "log_append_time")
 
-    def __init__(self, table: pa.Table, nbytes: int):
-        self.table, self.cursor, self.nbytes = table, 0, nbytes
+    def __init__(self, table: pa.Table, nbytes: int, log_append_time: LogAppendTime):
+        self.table, self.cursor, self.nbytes, self.log_append_time = table, 0, nbytes, log_append_time
+
+
+#: Which records of a fetch carry the leader's append time: None (none), True (all), or the
+#: ``(first, last)`` offsets of each batch that does.
+LogAppendTime = bool | list[tuple[int, int]] | None
+
+
+def log_append_time_ranges(headers: list) -> LogAppendTime:
+    """Where the fetched batches' timestamps are LogAppendTime, from their ``(position,
+    BatchHeader)`` pairs (a batch attribute, as in Kafka; control batches are never read)."""
+    data = [h for _, h in headers if not h.attributes & record_batch.CONTROL]
+    stamped = [(h.base_offset, h.last_offset) for h in data if h.attributes & record_batch.LOG_APPEND_TIME]
+    if not stamped:
+        return None
+    return True if len(stamped) == len(data) else stamped
+
+
+def timestamp_types(offsets: list[int], log_append_time: LogAppendTime) -> Iterable[int]:
+    """Each record's ``Record.timestamp_type``, by offset."""
+    if log_append_time is None or log_append_time is True:
+        return itertools.repeat(TIMESTAMP_LOG_APPEND_TIME if log_append_time else TIMESTAMP_CREATE_TIME, len(offsets))
+    at = np.asarray(offsets, dtype=np.int64)
+    types = np.full(len(at), TIMESTAMP_CREATE_TIME, dtype=np.int64)
+    for first, last in log_append_time:
+        types[(at >= first) & (at <= last)] = TIMESTAMP_LOG_APPEND_TIME
+    return types.tolist()
 
 
 def fetch_ask(used: int, fetch_max_bytes: int, partition_max_bytes: int, batch_bytes: int) -> tuple[int, int] | None:
@@ -400,8 +441,20 @@ class Consumer:
             return
         self._async_commits.append((ref, committing, callback))
 
-    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offset of each partition (None where it has none)."""
+    def committed(
+        self, partitions: Iterable[TopicPartition] | TopicPartition, metadata: bool = False
+    ) -> dict[TopicPartition, OffsetAndMetadata | None] | OffsetAndMetadata | int | None:
+        """The group's committed offset of each partition: ``{partition: OffsetAndMetadata}``
+        (None where it has none). Given one TopicPartition instead, as kafka-python's
+        ``committed(partition, metadata=False)``: its committed offset (an int, or the
+        OffsetAndMetadata with ``metadata=True``), or None.
+
+        Raises:
+            IllegalStateError: no group_id.
+        """
+        if isinstance(partitions, TopicPartition):
+            found = self.committed([partitions])[partitions]
+            return found if metadata or found is None else found.offset
         wanted = [TopicPartition(*tp) for tp in partitions]
         found = committed_offsets(self._require_group(), wanted)
         return {tp: found.get(tp) for tp in wanted}
@@ -449,6 +502,20 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
+
+    def topics(self) -> set[str]:
+        """The cluster's topics (internal ones left out), from fresh metadata."""
+        return {name for name in self._cluster.metadata(refresh=True).topics if name not in INTERNAL_TOPICS}
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition numbers of ``topic``, or None for a topic that does not exist (as
+        kafka-python's)."""
+        metadata = self._cluster.metadata()
+        if topic not in metadata.topics:
+            metadata = self._cluster.metadata(refresh=True)
+            if topic not in metadata.topics:
+                return None
+        return set(range(metadata.num_partitions(topic)))
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Read ``partition`` from ``offset`` on (at the next poll)."""
@@ -524,8 +591,8 @@ class Consumer:
             CorruptRecordError: a fetched batch failed its checks.
         """
         out: dict[TopicPartition, list[Record]] = {}
-        for tp, table in self._poll_tables(timeout_ms, max_records or self._max_records):
-            out[tp] = self._records(tp, table)
+        for tp, table, log_append_time in self._poll_tables(timeout_ms, max_records or self._max_records):
+            out[tp] = self._records(tp, table, log_append_time)
         return out
 
     def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None) -> pa.Table:
@@ -535,7 +602,7 @@ class Consumer:
             table.add_column(0, "topic", pa.repeat(tp.topic, table.num_rows)).add_column(
                 1, "partition", pa.repeat(pa.scalar(tp.partition, pa.int32()), table.num_rows)
             )
-            for tp, table in self._poll_tables(timeout_ms, max_records or 2**62)
+            for tp, table, _ in self._poll_tables(timeout_ms, max_records or 2**62)
         ]
         return pa.concat_tables(tables) if tables else ARROW_SCHEMA.empty_table()
 
@@ -576,7 +643,7 @@ class Consumer:
 
     # --- internals ----------------------------------------------------------------------
 
-    def _poll_tables(self, timeout_ms: int, max_records: int) -> list[tuple[TopicPartition, pa.Table]]:
+    def _poll_tables(self, timeout_ms: int, max_records: int) -> list[tuple[TopicPartition, pa.Table, LogAppendTime]]:
         self._require_open()
         if not self._assignment and self._group is None:
             raise IllegalStateError("no partitions assigned: give topics, call assign() or subscribe()")
@@ -725,12 +792,14 @@ class Consumer:
                 min_offset=offset,
                 aborted=response.aborted_transactions if self._read_committed else None,
             )
+            headers = list(record_batch.iter_headers(response.records))
             # Past the last batch, also where compaction removed its last records.
-            last = list(record_batch.iter_headers(response.records))[-1][1]
+            last = headers[-1][1]
             after = last.next_offset
             self._fetched_epochs[tp], self._validated_epochs[tp] = last.leader_epoch, epoch
             if table.num_rows:
-                self._buffers.setdefault(tp, collections.deque()).append(_Buffered(table, len(response.records)))
+                buffered = _Buffered(table, len(response.records), log_append_time_ranges(headers))
+                self._buffers.setdefault(tp, collections.deque()).append(buffered)
                 self._next_fetch[tp] = max(after, table.column("offset")[-1].as_py() + 1)
                 if self._coordinator is not None:
                     lag = max(0, end - self._next_fetch[tp])
@@ -741,7 +810,7 @@ class Consumer:
                 if not self._buffers.get(tp):
                     self._positions[tp] = self._next_fetch[tp]
 
-    def _drain(self, max_records: int) -> list[tuple[TopicPartition, pa.Table]]:
+    def _drain(self, max_records: int) -> list[tuple[TopicPartition, pa.Table, LogAppendTime]]:
         out = []
         for tp in list(self._buffers):
             if max_records <= 0:
@@ -764,12 +833,13 @@ class Consumer:
                 # skipped after the last record too (a transaction's marker, aborted records),
                 # as Kafka's does, so that a read up to the last stable offset ends there.
                 self._positions[tp] = self._next_fetch[tp]
-            out.append((tp, table))
+            out.append((tp, table, buffered.log_append_time))
             max_records -= take
         return out
 
-    def _records(self, tp: TopicPartition, table: pa.Table) -> list[Record]:
+    def _records(self, tp: TopicPartition, table: pa.Table, log_append_time: LogAppendTime) -> list[Record]:
         n = table.num_rows
+        offsets = table.column("offset").to_pylist()
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()
         if self._key_deserializer is not None:
@@ -785,11 +855,12 @@ class Consumer:
         fields = zip(
             itertools.repeat(tp.topic, n),
             itertools.repeat(tp.partition, n),
-            table.column("offset").to_pylist(),
+            offsets,
             table.column("timestamp_ms").to_pylist(),
             keys,
             values,
             headers,
+            timestamp_types(offsets, log_append_time),
             strict=True,
         )
         return list(map(tuple.__new__, itertools.repeat(Record, n), fields))
@@ -869,10 +940,7 @@ class Consumer:
                 for tp in self._assignment
                 if self._positions.get(tp) is not None
             }
-        return {
-            TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o)
-            for tp, o in offsets.items()
-        }
+        return offsets_to_commit(offsets)
 
     def _commit_quietly(self, offsets: dict) -> None:
         """An automatic commit: a failure (the generation is over) only means the next owner

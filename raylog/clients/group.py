@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -419,6 +419,20 @@ class GroupMembership:
         with self._lock:
             if not self._joining and self._state.generation == generation:
                 self._rejoin = True
+
+
+def offsets_to_commit(offsets: Mapping[Any, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
+    """What ``commit``, ``send_offsets_to_transaction`` and ``alter_consumer_group_offsets``
+    take: per partition the offset of the next record to read, or an
+    :class:`OffsetAndMetadata` (metadata None counts as "", as kafka-python allows)."""
+    out = {}
+    for tp, given in offsets.items():
+        if not isinstance(given, OffsetAndMetadata):
+            given = OffsetAndMetadata(given)
+        elif given.metadata is None:
+            given = OffsetAndMetadata(given.offset)
+        out[TopicPartition(*tp)] = given
+    return out
 
 
 def committed_offsets(

@@ -48,20 +48,20 @@ import pyarrow.compute as pc
 
 from raylog.actors import metrics
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
-from raylog.clients.group import CoordinatorClient
+from raylog.clients.group import CoordinatorClient, offsets_to_commit
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
 from raylog.clients.transport import call, translate
 from raylog.config import LogConfig
 from raylog.coordination.placement import OFFSETS_TOPIC, validate_client_id, validate_topic_name
 from raylog.coordination.producer_state import NO_SEQUENCE, RETAINED_BATCHES, increment_sequence
 from raylog.errors import (
-    BrokerUnavailableError,
     ConcurrentTransactionsError,
     IllegalStateError,
     InvalidConfigError,
     InvalidProducerEpochError,
     InvalidRecordError,
     KafkaTimeoutError,
+    NetworkExceptionError,
     ProducerFencedError,
     RaylogError,
     RecordTooLargeError,
@@ -207,22 +207,39 @@ class _Batch:
             self.event.set()
             callbacks, self.callbacks = self.callbacks, []
         for future, fn in callbacks:
-            fn(future)
+            _run_callback(fn, future)
 
 
 class FutureRecordMetadata:
-    """The future of one sent record, with the :class:`concurrent.futures.Future` interface.
+    """The future of one sent record, with the :class:`concurrent.futures.Future` interface
+    and kafka-python's (``get``, ``succeeded``, ``failed``, ``is_done``, ``add_callback``,
+    ``add_errback``, ``add_both``).
 
     Light: it holds its batch and its index in it; all records of a batch complete at once.
+    Callbacks run in the producer's sender thread (at once, in the caller's, if the record
+    is done already); one that raises is logged, and the others still run.
     """
 
-    __slots__ = ("_batch", "_index", "_timestamp_ms")
+    __slots__ = ("_batch", "_index", "_timestamp_ms", "_sizes")
 
-    def __init__(self, batch: _Batch, index: int, timestamp_ms: int | None):
-        self._batch, self._index, self._timestamp_ms = batch, index, timestamp_ms
+    def __init__(self, batch: _Batch, index: int, timestamp_ms: int | None, sizes: tuple[int, int, int] = (-1, -1, -1)):
+        self._batch, self._index, self._timestamp_ms, self._sizes = batch, index, timestamp_ms, sizes
 
     def done(self) -> bool:
         return self._batch.event.is_set()
+
+    @property
+    def is_done(self) -> bool:
+        """Whether the record was acknowledged or failed (kafka-python's attribute)."""
+        return self._batch.event.is_set()
+
+    def succeeded(self) -> bool:
+        """Done and acknowledged."""
+        return self.done() and self._batch.error is None
+
+    def failed(self) -> bool:
+        """Done and failed."""
+        return self.done() and self._batch.error is not None
 
     def cancelled(self) -> bool:
         return False
@@ -250,7 +267,17 @@ class FutureRecordMetadata:
             timestamp = batch.log_append_time_ms
         else:
             timestamp = batch.created_ms if self._timestamp_ms is None else self._timestamp_ms
-        return RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp)
+        return RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp, *self._sizes)
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """kafka-python's name of :meth:`result`: wait up to ``timeout`` seconds (None:
+        without limit) for the :class:`RecordMetadata`.
+
+        Raises:
+            KafkaTimeoutError: not acknowledged within ``timeout`` seconds.
+            RaylogError: the record failed.
+        """
+        return self.result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self._batch.event.wait(timeout):
@@ -258,13 +285,39 @@ class FutureRecordMetadata:
         return self._batch.error
 
     def add_done_callback(self, fn: Callable[[FutureRecordMetadata], Any]) -> None:
+        """Call ``fn(future)`` once the record is done (concurrent.futures' form)."""
         batch = self._batch
         if not batch.event.is_set():
             with _CALLBACK_LOCK:
                 if not batch.event.is_set():
                     batch.callbacks.append((self, fn))
                     return
-        fn(self)
+        _run_callback(fn, self)
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
+        """Call ``fn(*args, record_metadata, **kwargs)`` if the record is acknowledged
+        (kafka-python's form); returns this future, to chain :meth:`add_errback`."""
+        self.add_done_callback(lambda f: f.succeeded() and fn(*args, f.result(), **kwargs))
+        return self
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
+        """Call ``fn(*args, error, **kwargs)`` if the record fails (kafka-python's form);
+        returns this future."""
+        self.add_done_callback(lambda f: f.failed() and fn(*args, f._batch.error, **kwargs))
+        return self
+
+    def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
+        """Call ``fn`` with the RecordMetadata or the error, whichever comes (kafka-python's form)."""
+        return self.add_callback(fn, *args, **kwargs).add_errback(fn, *args, **kwargs)
+
+
+def _run_callback(fn: Callable[[FutureRecordMetadata], Any], future: FutureRecordMetadata) -> None:
+    """Run a user's callback: one that raises is logged, never fails the sender (as
+    concurrent.futures and kafka-python do)."""
+    try:
+        fn(future)
+    except Exception:
+        logger.exception("a callback of a sent record raised")
 
 
 class Producer:
@@ -277,7 +330,9 @@ class Producer:
         batch_size: bytes at which a batch of :meth:`send` closes (raylog moves MiB batches;
             Kafka's 16 KiB would cost an actor call per 16 KiB; :meth:`send_arrow` makes
             batches as large as a request may be).
-        compression: None, "lz4", "zstd", "gzip" or "snappy" (whole-batch compression).
+        compression_type: None (or "none"), "lz4", "zstd", "gzip" or "snappy" (whole-batch
+            compression; Kafka's name). ``compression`` is the same setting under raylog's
+            earlier name: give either (both must then agree).
         buffer_memory: bytes of unsent records allowed before ``send`` blocks.
         max_block_ms: how long ``send`` may block for room or metadata.
         max_in_flight_requests_per_connection: batches in flight per partition.
@@ -315,6 +370,7 @@ class Producer:
         acks: int | str = "all",
         linger_ms: int = 5,
         batch_size: int = 1 << 20,
+        compression_type: str | None = None,
         compression: str | None = None,
         buffer_memory: int = 32 << 20,
         max_block_ms: int = 60_000,
@@ -369,7 +425,15 @@ class Producer:
         self._acks = _ACKS[acks]
         self._linger_s = linger_ms / 1000
         self._batch_size = batch_size
-        self._codec = codecs.codec_id(compression)
+        if (
+            compression_type is not None
+            and compression is not None
+            and str(compression_type).lower() != str(compression).lower()
+        ):
+            raise InvalidConfigError(
+                f"compression_type={compression_type!r} and compression={compression!r} differ: give one of them"
+            )
+        self._codec = codecs.codec_id(compression_type if compression_type is not None else compression)
         self._buffer_memory = buffer_memory
         self._max_block_s = max_block_ms / 1000
         self._max_in_flight = max_in_flight_requests_per_connection
@@ -472,13 +536,18 @@ class Producer:
             key = self._key_serializer(key)
         if value is not None and self._value_serializer is not None:
             value = self._value_serializer(value)
-        payload = len(value) if type(value) is bytes else _byte_length(value, "value")
+        value_size = len(value) if type(value) is bytes else _byte_length(value, "value")
+        key_size = header_size = -1  # kafka-python's sizes of none
+        payload = value_size
         if key is not None:
-            payload += len(key) if type(key) is bytes else _byte_length(key, "key")
+            key_size = len(key) if type(key) is bytes else _byte_length(key, "key")
+            payload += key_size
         header_count = 0
         if headers is not None:
             header_bytes, header_count = _header_bytes(headers)
             payload += header_bytes
+            if headers:
+                header_size = header_bytes
         if timestamp_ms is not None:
             _check_timestamp(timestamp_ms)
         size = RECORD_OVERHEAD_BYTES + payload
@@ -536,7 +605,9 @@ class Producer:
             if batch.size_bytes >= self._batch_size:
                 self._close_batch(batch)
                 self._cond.notify()
-        return FutureRecordMetadata(batch, index, timestamp_ms)
+        return FutureRecordMetadata(
+            batch, index, timestamp_ms, (key_size, -1 if value is None else value_size, header_size)
+        )
 
     def _require_open(self) -> None:
         if self._sender_error is not None:
@@ -781,10 +852,7 @@ class Producer:
         self._require_transaction()
         meta = {"group_id": group_metadata} if isinstance(group_metadata, str) else group_metadata
         group_id = meta["group_id"]
-        committed = {
-            TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o, "")
-            for tp, o in offsets.items()
-        }
+        committed = offsets_to_commit(offsets)
         try:
             coordinator = self._group_coordinators.get(group_id)
             if coordinator is None:  # kept: the next transactions find it without the controller
@@ -1102,7 +1170,7 @@ class Producer:
             if leader == batch.leader and time.monotonic() < batch.unreachable_until_s:
                 # Its process just died: calls to it would wait for Ray to restart it, while
                 # the controller may already be electing another. Look again shortly.
-                raise BrokerUnavailableError(f"the leader of {batch.tp} is down; waiting for a new one")
+                raise NetworkExceptionError(f"the leader of {batch.tp} is down; waiting for a new one")
             batch.leader = leader
             # As an array, Ray ships the bytes out of band (the leader reads them where they lie
             # in the object store); as bytes they are copied into the pickle and out again:
@@ -1175,7 +1243,7 @@ class Producer:
             and not self._closed
             and self._sender_error is None
         )
-        if isinstance(error, BrokerUnavailableError) and batch.leader is not None and not batch.unreachable_until_s:
+        if isinstance(error, NetworkExceptionError) and batch.leader is not None and not batch.unreachable_until_s:
             batch.unreachable_until_s = now + LEADER_FAILOVER_WAIT_S
         with self._cond:
             self._in_flight[batch.tp] -= 1

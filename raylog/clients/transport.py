@@ -2,7 +2,7 @@
 
 Clients call actors through :func:`call` (wait for one reply) or :func:`translate` (an
 exception raised while waiting). A dead, restarting or unplaceable actor (any other Ray
-error) becomes :class:`BrokerUnavailableError` (retriable, refresh metadata); a timeout becomes
+error) becomes :class:`NetworkExceptionError` (retriable, refresh metadata); a timeout becomes
 :class:`RequestTimedOutError`; a raylog error raised inside an actor comes out as itself.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError, RayTaskError
 
-from raylog.errors import BrokerUnavailableError, RaylogError, RequestTimedOutError, UnknownServerError
+from raylog.errors import NetworkExceptionError, RaylogError, RequestTimedOutError, UnknownServerError
 
 
 def translate(exc: BaseException) -> RaylogError:
@@ -30,7 +30,7 @@ def translate(exc: BaseException) -> RaylogError:
     if isinstance(exc, RayError):
         # The actor died, is restarting, or cannot be placed (its node is gone, e.g.
         # ActorUnschedulableError): the leader may have moved, so refresh and retry.
-        return BrokerUnavailableError(f"actor unavailable: {type(exc).__name__}: {exc}".splitlines()[0])
+        return NetworkExceptionError(f"actor unavailable: {type(exc).__name__}: {exc}".splitlines()[0])
     return UnknownServerError(f"{type(exc).__name__}: {exc}")
 
 

@@ -13,8 +13,16 @@ from raylog.clients import producer as producer_module
 from raylog.clients.cluster import Metadata
 from raylog.clients.producer import Producer
 from raylog.coordination.producer_state import SEQUENCE_MODULUS
-from raylog.errors import IllegalStateError, RequestTimedOutError
+from raylog.errors import (
+    IllegalStateError,
+    InvalidConfigError,
+    InvalidRecordError,
+    KafkaTimeoutError,
+    RequestTimedOutError,
+    RetriableError,
+)
 from raylog.protocol import ProduceResponse, error_fields
+from raylog.storage import compression as codecs
 from raylog.storage import record_batch
 from tests.helpers import wait_until
 
@@ -198,3 +206,96 @@ def test_a_failed_sender_thread_fails_every_record_with_a_typed_error():
     with pytest.raises(IllegalStateError, match="RuntimeError: a bug in the transport"):
         producer.send("t", b"after")
     producer.close(timeout=10)
+
+
+def test_the_send_future_answers_kafka_pythons_calls():
+    """get() as result(), succeeded/failed/is_done, add_callback / add_errback (chained, with
+    extra arguments, before and after completion), and RecordMetadata with kafka-python's
+    timestamp and serialized sizes (-1 for none)."""
+    leader = FakeLeader()
+    producer = make_producer(leader, retries=0)
+    ok = producer.send("t", b"value", key=b"key", headers=[("h", b"12")], timestamp_ms=1_234)
+    bad = producer.send("t", b"v")
+    assert not ok.is_done and not ok.succeeded() and not ok.failed()
+    seen = []
+    ok.add_callback(seen.append).add_errback(lambda e: seen.append(("unexpected", e)))
+    bad.add_callback(lambda m: seen.append(("unexpected", m))).add_errback(lambda tag, e: seen.append((tag, e)), "bad")
+    wait_until(lambda: len(leader.requests) == 2, timeout_s=10)
+    leader.answer(0)
+    leader.answer(1, InvalidRecordError("refused"))
+    metadata = ok.get(timeout=10)
+    assert ok.is_done and ok.succeeded() and not ok.failed()
+    assert bad.is_done and bad.failed() and not bad.succeeded()
+    assert (metadata.offset, metadata.timestamp, metadata.timestamp_ms) == (0, 1_234, 1_234)
+    assert (metadata.serialized_key_size, metadata.serialized_value_size, metadata.serialized_header_size) == (3, 5, 3)
+    assert metadata.topic_partition == ("t", 0)
+    with pytest.raises(InvalidRecordError, match="refused"):
+        bad.get(timeout=10)
+    wait_until(lambda: len(seen) == 2, timeout_s=10)
+    assert seen[0] == metadata and seen[1][0] == "bad" and isinstance(seen[1][1], InvalidRecordError)
+    later = []
+    ok.add_callback(later.append)  # done already: runs at once
+    bad.add_both(later.append)
+    assert later == [metadata, bad.exception()]
+    none = producer.send("t", None)
+    wait_until(lambda: len(leader.requests) == 3, timeout_s=10)
+    leader.answer(2)
+    sizes = none.get(timeout=10)[4:]
+    assert sizes == (-1, -1, -1)
+    producer.close()
+
+
+def test_get_times_out_with_kafka_timeout_error():
+    """A record not acknowledged within get's timeout raises KafkaTimeoutError (retriable)."""
+    leader = FakeLeader()
+    producer = make_producer(leader)
+    future = producer.send("t", b"v")
+    with pytest.raises(KafkaTimeoutError) as raised:
+        future.get(timeout=0.05)
+    assert raised.value.retriable and isinstance(raised.value, RetriableError)
+    wait_until(lambda: len(leader.requests) == 1, timeout_s=10)
+    leader.answer(0)
+    assert future.get().offset == 0
+    producer.close()
+
+
+def test_a_callback_that_raises_is_logged_and_the_producer_goes_on(caplog):
+    """A user's callback raising in the sender thread neither fails the producer nor the
+    other callbacks of the record."""
+    leader = FakeLeader(auto_answer=True)
+    producer = make_producer(leader)
+    ran = []
+    future = producer.send("t", b"v")
+    future.add_callback(lambda m: 1 / 0)
+    future.add_callback(ran.append)
+    future.get(timeout=10)
+    wait_until(lambda: ran, timeout_s=10)
+    assert producer.send("t", b"w").get(timeout=10).offset == 1
+    assert "a callback of a sent record raised" in caplog.text
+    producer.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "codec"),
+    [
+        ({"compression_type": "lz4"}, "lz4"),
+        ({"compression": "zstd"}, "zstd"),
+        ({"compression_type": "gzip", "compression": "GZIP"}, "gzip"),
+        ({"compression_type": None}, "none"),
+        ({"compression_type": "none"}, "none"),
+    ],
+)
+def test_compression_type_is_kafkas_name_of_compression(options, codec):
+    """compression_type and compression name the same setting; both given must agree."""
+    leader = FakeLeader(auto_answer=True)
+    producer = make_producer(leader, **options)
+    producer.send("t", b"v" * 100).get(timeout=10)
+    assert leader.header(0).codec == codecs.CODEC_IDS[codec]
+    producer.close()
+
+
+def test_conflicting_compression_settings_are_refused():
+    with pytest.raises(InvalidConfigError, match="compression_type='lz4' and compression='zstd' differ"):
+        make_producer(FakeLeader(), compression_type="lz4", compression="zstd")
+    with pytest.raises(InvalidConfigError, match="unknown compression"):
+        make_producer(FakeLeader(), compression_type="brotli")
