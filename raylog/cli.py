@@ -612,7 +612,7 @@ def _topics_alter(args: argparse.Namespace) -> int:
     if both:
         raise _UsageError(f"{', '.join(both)}: both set and deleted")
     with _connected(args) as cluster:
-        raylog.Admin(cluster).alter_configs({args.name: {**set_keys, **dict.fromkeys(args.delete_config)}})
+        raylog.Admin(cluster).incremental_alter_configs({args.name: {**set_keys, **dict.fromkeys(args.delete_config)}})
     done = [f"set {', '.join(f'{k}={v}' for k, v in set_keys.items())}"] if set_keys else []
     done += [f"deleted {', '.join(args.delete_config)} (back to the default)"] if args.delete_config else []
     print(f"altered topic {args.name!r}: {'; '.join(done)}; its replicas apply it now")

@@ -531,13 +531,17 @@ class ControllerActor:
 
         return await self._each({name: name for name in names}, delete)
 
-    async def alter_configs(self, changes: dict[str, dict[str, str | None]]) -> dict[str, tuple[int, str]]:
-        """Alter each topic's config (None deletes an override), journaled, then pushed to
-        its live replicas; per topic ``(error_code, message)``. A refused topic is unchanged."""
+    async def alter_configs(
+        self, changes: dict[str, dict[str, Any]], incremental: bool = True
+    ) -> dict[str, tuple[int, str]]:
+        """Alter each topic's config, incrementally or replacing its whole set of overrides
+        (see :meth:`~raylog.coordination.metadata.MetadataImage.alter_config`), in one
+        journal record per topic, then pushed to its live replicas; per topic
+        ``(error_code, message)``. A refused topic is unchanged."""
 
-        def alter(item: tuple[str, dict[str, str | None]]) -> None:
+        def alter(item: tuple[str, dict[str, Any]]) -> None:
             name, change = item
-            self._commit([self.image.alter_config(name, change)])
+            self._commit([self.image.alter_config(name, change, incremental=incremental)])
             self._push(list(self.image.topics[name].partitions))
 
         return await self._each({name: (name, change) for name, change in changes.items()}, alter)

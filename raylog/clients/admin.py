@@ -5,15 +5,19 @@ alter and describe client quotas."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
 from raylog.clients.consumer import list_offset
-from raylog.clients.group import CoordinatorClient, committed_offsets
+from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
 from raylog.clients.transport import call
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC, validate_topic_name
 from raylog.errors import (
+    InvalidConfigError,
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
     InvalidTopicError,
     NonEmptyGroupError,
     RequestTimedOutError,
@@ -24,10 +28,14 @@ from raylog.errors import (
 )
 from raylog.protocol import error_of
 from raylog.types import (
+    AlterConfigOp,
     BrokerInfo,
     ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
     ConsumerGroupDescription,
     MemberDescription,
+    NewPartitions,
     NewTopic,
     OffsetAndMetadata,
     PartitionLag,
@@ -59,7 +67,9 @@ class Admin:
         self._cluster = cluster
         self._timeout_s = request_timeout_ms / 1000
 
-    def create_topics(self, new_topics: list[NewTopic], *, wait_for_leaders_ms: int | None = None) -> None:
+    def create_topics(
+        self, new_topics: list[NewTopic], *, wait_for_leaders_ms: int | None = None, timeout_ms: int | None = None
+    ) -> None:
         """Create topics; each is created or refused on its own. As in Kafka, a topic exists
         once the controller has journaled it: its replica actors then start in the background
         (a few at a time, leaders first), and clients get LEADER_NOT_AVAILABLE, and retry, for
@@ -68,6 +78,8 @@ class Admin:
         Args:
             wait_for_leaders_ms: also wait until every partition of the created topics has a
                 running leader, at most this long (see :meth:`await_leaders`).
+            timeout_ms: how long the controller may take (default: the Admin's
+                ``request_timeout_ms``), as kafka-python's.
 
         Raises:
             The first refusal's typed error (InvalidTopicError, TopicAlreadyExistsError,
@@ -79,7 +91,8 @@ class Admin:
         """
         new_topics = list(new_topics)
         refused, valid = _legal_names(new_topics, lambda new: new.name)
-        results = call(self._cluster.controller.create_topics.remote(valid), self._timeout_s) if valid else {}
+        timeout_s = self._call_timeout_s(timeout_ms)
+        results = call(self._cluster.controller.create_topics.remote(valid), timeout_s) if valid else {}
         self._cluster.metadata(refresh=True)
         created = [name for name, (code, _) in results.items() if not code]
         if wait_for_leaders_ms is not None and created:
@@ -122,16 +135,17 @@ class Admin:
                     "(the topics exist: their replicas are still starting)"
                 )
 
-    def delete_topics(self, names: list[str]) -> None:
-        """Delete topics and their data.
+    def delete_topics(self, topics: list[str], *, timeout_ms: int | None = None) -> None:
+        """Delete topics and their data (``timeout_ms``: as at :meth:`create_topics`).
 
         Raises:
             UnknownTopicOrPartitionError: a name that is not a topic (the others are deleted).
             InvalidTopicError: a name that is not a legal topic name (checked before sending;
                 the others are deleted).
         """
-        refused, valid = _legal_names(list(names), lambda name: name)
-        results = call(self._cluster.controller.delete_topics.remote(valid), self._timeout_s) if valid else {}
+        refused, valid = _legal_names(_names(topics), lambda name: name)
+        timeout_s = self._call_timeout_s(timeout_ms)
+        results = call(self._cluster.controller.delete_topics.remote(valid), timeout_s) if valid else {}
         self._cluster.metadata(refresh=True)
         _raise_first({**refused, **results})
 
@@ -139,46 +153,87 @@ class Admin:
         names = self._cluster.metadata(refresh=True).topics
         return sorted(n for n in names if include_internal or n not in INTERNAL_TOPICS)
 
-    def describe_topics(self, names: list[str] | None = None) -> list[TopicDescription]:
-        """Leader, leader epoch, replicas and ISR of each partition, and the topic config.
+    def describe_topics(self, topics: list[str] | None = None) -> list[TopicDescription]:
+        """Leader, leader epoch, replicas and ISR of each partition, and the topic config
+        (of every topic when ``topics`` is None).
 
         Raises:
             UnknownTopicOrPartitionError: a name that is not a topic.
         """
-        topics = self._cluster.metadata(refresh=True).topics
-        wanted = sorted(topics) if names is None else list(names)
-        missing = [n for n in wanted if n not in topics]
+        known = self._cluster.metadata(refresh=True).topics
+        wanted = sorted(known) if topics is None else _names(topics)
+        missing = [n for n in wanted if n not in known]
         if missing:
             raise UnknownTopicOrPartitionError(f"unknown topics: {', '.join(map(repr, missing))}")
-        return [topics[n] for n in wanted]
+        return [known[n] for n in wanted]
 
-    def alter_configs(self, configs: dict[str, dict[str, str | None]]) -> None:
-        """Change topic configs incrementally (Kafka's IncrementalAlterConfigs): each
-        property given is set, and a value of None deletes the topic's override (back to the
-        default); the others keep their values. Each topic is altered or refused as a whole;
-        the change reaches the topic's live replicas without a restart (segment settings
-        apply from the next segment on).
+    def alter_configs(self, resources: ConfigResources) -> None:
+        """Replace topics' configs (Kafka's AlterConfigs, confluent-kafka's and kafka-python
+        2.x's ``alter_configs``): each topic's overrides become exactly the properties given,
+        and every property not given (or given None) goes back to its default. To change
+        some properties and keep the others, use :meth:`incremental_alter_configs`. Each
+        topic is altered or refused as a whole, atomically; the change reaches the topic's
+        live replicas without a restart (segment settings apply from the next segment on).
+
+        Args:
+            resources: ``{topic: {property: value}}``, or a list of
+                :class:`~raylog.types.ConfigResource` (topic resources).
 
         Example:
-            >>> admin.alter_configs({"clicks": {"retention.ms": "3600000", "segment.bytes": None}})  # doctest: +SKIP
+            >>> admin.alter_configs({"clicks": {"retention.ms": "3600000"}})  # doctest: +SKIP
 
         Raises:
             The first refusal's typed error (UnknownTopicOrPartitionError, InvalidConfigError
             naming the property), after every other topic was handled.
+            InvalidConfigError: an ``(op, value)`` change (incremental only).
+            InvalidRequestError: a resource that is not a topic, or a topic named twice.
+            TypeError: resources or configs of the wrong shape.
         """
-        changes = {name: dict(change) for name, change in configs.items()}
-        results = call(self._cluster.controller.alter_configs.remote(changes), self._timeout_s)
+        self._alter_configs(_config_changes(resources, incremental=False), incremental=False)
+
+    def incremental_alter_configs(self, resources: ConfigResources) -> None:
+        """Change some properties of topics' configs and keep the others (Kafka's
+        IncrementalAlterConfigs; confluent-kafka's ``incremental_alter_configs``): a value
+        sets a property, None deletes its override (back to the default), and
+        ``(AlterConfigOp, value)`` names the operation: SET, DELETE, or APPEND / SUBTRACT
+        comma-separated items of a list property (``cleanup.policy``). Each topic is altered
+        or refused as a whole, atomically, and the change reaches its live replicas.
+
+        Args:
+            resources: ``{topic: {property: change}}``, or a list of
+                :class:`~raylog.types.ConfigResource` (topic resources).
+
+        Example:
+            >>> admin.incremental_alter_configs(                                 # doctest: +SKIP
+            ...     {"clicks": {"retention.ms": "3600000", "segment.bytes": None}})
+
+        Raises:
+            The first refusal's typed error (UnknownTopicOrPartitionError, InvalidConfigError
+            naming the property, or for an APPEND / SUBTRACT of a property that is not a
+            list), after every other topic was handled.
+            InvalidRequestError: a resource that is not a topic, or a topic named twice.
+            TypeError: resources, configs or an operation of the wrong shape.
+        """
+        self._alter_configs(_config_changes(resources, incremental=True), incremental=True)
+
+    def _alter_configs(self, changes: dict[str, dict[str, Any]], incremental: bool) -> None:
+        results = call(self._cluster.controller.alter_configs.remote(changes, incremental), self._timeout_s)
         self._cluster.metadata(refresh=True)
         _raise_first(results)
 
-    def describe_configs(self, names: list[str]) -> dict[str, dict[str, ConfigEntry]]:
+    def describe_configs(self, resources: list[str | ConfigResource]) -> dict[str, dict[str, ConfigEntry]]:
         """Every config property of each topic: ``{topic: {property: ConfigEntry(value,
         source)}}``, source ``"topic"`` for a property set on the topic, else ``"default"``.
 
+        Args:
+            resources: topic names, or :class:`~raylog.types.ConfigResource` (topic resources).
+
         Raises:
             UnknownTopicOrPartitionError: a name that is not a topic.
+            InvalidRequestError: a resource that is not a topic.
         """
-        results = call(self._cluster.controller.describe_configs.remote(list(names)), self._timeout_s)
+        names = [r if isinstance(r, str) else _topic_resource(r)[0] for r in _names(resources)]
+        results = call(self._cluster.controller.describe_configs.remote(names), self._timeout_s)
         _raise_first({name: (code, message) for name, (code, message, _) in results.items()})
         return {name: entries for name, (_, _, entries) in results.items()}
 
@@ -206,24 +261,37 @@ class Admin:
         default quota under None."""
         return call(self._cluster.controller.describe_client_quotas.remote(), self._timeout_s)
 
-    def create_partitions(self, new_counts: dict[str, int], *, wait_for_leaders_ms: int | None = None) -> None:
+    def create_partitions(
+        self,
+        new_partitions: dict[str, int | NewPartitions],
+        *,
+        wait_for_leaders_ms: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
         """Add partitions to topics (Kafka's CreatePartitions): each topic grows to its new
-        total count; the new partitions are placed like a new topic's and their replicas
-        start in the background, as at :meth:`create_topics`. Keys then map to other
-        partitions (murmur2 modulo the count), as in Kafka. Producers and consumers see the
-        new partitions on their next metadata refresh.
+        total count, given as a number or as ``NewPartitions(total_count)``; the new
+        partitions are placed like a new topic's and their replicas start in the
+        background, as at :meth:`create_topics`. Keys then map to other partitions (murmur2
+        modulo the count), as in Kafka. Producers and consumers see the new partitions on
+        their next metadata refresh.
 
         Args:
             wait_for_leaders_ms: also wait until every partition has a running leader.
+            timeout_ms: as at :meth:`create_topics`.
 
         Raises:
             The first refusal's typed error (UnknownTopicOrPartitionError;
             InvalidPartitionsError for a count not above the current one or for an internal
             topic; InvalidReplicationFactorError when fewer brokers are live than the topic's
             replication factor), after every other topic was handled.
+            InvalidReplicaAssignmentError: ``NewPartitions.new_assignments`` given (raylog
+                places new partitions; move them afterwards with
+                :meth:`alter_partition_reassignments`).
+            TypeError: a count that is neither an integer nor a NewPartitions.
             RequestTimedOutError: as :meth:`create_topics`.
         """
-        results = call(self._cluster.controller.create_partitions.remote(dict(new_counts)), self._timeout_s)
+        counts = {name: _total_count(name, wanted) for name, wanted in dict(new_partitions).items()}
+        results = call(self._cluster.controller.create_partitions.remote(counts), self._call_timeout_s(timeout_ms))
         self._cluster.metadata(refresh=True)
         grown = [name for name, (code, _) in results.items() if not code]
         if wait_for_leaders_ms is not None and grown:
@@ -258,6 +326,13 @@ class Admin:
     def describe_cluster(self) -> dict[int, BrokerInfo]:
         """The brokers by id."""
         return dict(self._cluster.metadata(refresh=True).brokers)
+
+    def _call_timeout_s(self, timeout_ms: int | None) -> float:
+        if timeout_ms is None:
+            return self._timeout_s
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
+            raise InvalidConfigError(f"timeout_ms must be a non-negative integer or None, got {timeout_ms!r}")
+        return timeout_ms / 1000
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -364,10 +439,7 @@ class Admin:
         Raises:
             NonEmptyGroupError: consumers are in the group (stop them first).
         """
-        committing = {
-            TopicPartition(*tp): o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o)
-            for tp, o in offsets.items()
-        }
+        committing = offsets_to_commit(offsets)
         try:
             self._coordinator(group_id).call("commit_offsets", group_id, "", -1, None, committing)
         except UnknownMemberIdError as exc:
@@ -457,3 +529,108 @@ def _transaction(described: dict, coordinator_partition: int) -> TransactionDesc
         start_ms=described["start_ms"],
         coordinator_partition=coordinator_partition,
     )
+
+
+#: What :meth:`Admin.alter_configs` and :meth:`Admin.incremental_alter_configs` take.
+ConfigResources = Mapping[str, Mapping[str, Any] | None] | Iterable[ConfigResource]
+
+
+def _names(names: Iterable[str]) -> list[str]:
+    """A list of names (refusing one string, which would be read as its characters)."""
+    if isinstance(names, str):
+        raise TypeError(f"expected a list of names, got the string {names!r}")
+    return list(names)
+
+
+def _topic_resource(resource: Any) -> tuple[str, Mapping[str, Any] | None]:
+    """``(topic, configs)`` of a ConfigResource (or an object shaped like kafka-python's).
+
+    Raises:
+        InvalidRequestError: a resource type other than TOPIC.
+        TypeError: not a ConfigResource.
+    """
+    try:
+        kind, name, configs = resource.resource_type, resource.name, resource.configs
+    except AttributeError:
+        raise TypeError(f"expected a topic name or a ConfigResource, got {resource!r}") from None
+    try:
+        kind = ConfigResourceType[kind.upper()] if isinstance(kind, str) else ConfigResourceType(kind)
+    except (KeyError, ValueError):
+        raise InvalidRequestError(f"unknown resource type {resource.resource_type!r}") from None
+    if kind != ConfigResourceType.TOPIC:
+        raise InvalidRequestError(
+            f"{kind.name} resources have no configs here: raylog's configs are per topic "
+            "(broker settings come from raylog.connect(config=...))"
+        )
+    if not isinstance(name, str):
+        raise TypeError(f"a topic resource's name must be a string, got {name!r}")
+    return name, configs
+
+
+def _config_changes(resources: ConfigResources, incremental: bool) -> dict[str, dict[str, Any]]:
+    """``{topic: {property: change}}`` for the controller from the dict or ConfigResource
+    forms: a change is a value, None, or (incremental only) ``("append" | "subtract", items)``.
+
+    Raises:
+        InvalidRequestError: a resource that is not a topic, or a topic named twice.
+        InvalidConfigError: an ``(op, value)`` change outside an incremental alter.
+        TypeError: a shape that is neither form, or an unknown operation.
+    """
+    if isinstance(resources, Mapping):
+        pairs = list(resources.items())
+    elif isinstance(resources, (str, bytes)) or not isinstance(resources, Iterable):
+        raise TypeError(f"expected {{topic: {{property: value}}}} or a list of ConfigResource, got {resources!r}")
+    else:
+        pairs = [_topic_resource(resource) for resource in resources]
+    changes: dict[str, dict[str, Any]] = {}
+    for name, configs in pairs:
+        if name in changes:
+            raise InvalidRequestError(f"topic {name!r} is named twice")
+        if configs is not None and not isinstance(configs, Mapping):
+            raise TypeError(f"the configs of {name!r} must be a dict of property -> value, got {configs!r}")
+        changes[name] = {key: _change(name, key, value, incremental) for key, value in (configs or {}).items()}
+    return changes
+
+
+def _change(topic: str, key: Any, value: Any, incremental: bool) -> Any:
+    if not isinstance(key, str):
+        raise TypeError(f"a config property of {topic!r} must be named by a string, got {key!r}")
+    if not isinstance(value, tuple):
+        return value
+    if len(value) != 2:
+        raise TypeError(f"{topic!r} {key}: a change is a value, None or (AlterConfigOp, value), got {value!r}")
+    op, operand = value
+    try:
+        op = AlterConfigOp[op.upper()] if isinstance(op, str) else AlterConfigOp(op)
+    except (KeyError, ValueError):
+        raise TypeError(f"{topic!r} {key}: unknown operation {value[0]!r} (SET, DELETE, APPEND or SUBTRACT)") from None
+    if not incremental and op != AlterConfigOp.SET:
+        raise InvalidConfigError(
+            f"{topic!r} {key}: alter_configs replaces the topic's configs and only sets values; "
+            f"{op.name} is for incremental_alter_configs"
+        )
+    if op == AlterConfigOp.SET:
+        return operand
+    if op == AlterConfigOp.DELETE:
+        return None
+    return (op.name.lower(), operand)
+
+
+def _total_count(topic: str, wanted: Any) -> int:
+    """The partition count asked for ``topic``: a number, or a NewPartitions' total_count.
+
+    Raises:
+        InvalidReplicaAssignmentError: new_assignments given.
+        TypeError: neither.
+    """
+    if isinstance(wanted, int) and not isinstance(wanted, bool):
+        return wanted
+    total = getattr(wanted, "total_count", None)
+    if isinstance(total, bool) or not isinstance(total, int):
+        raise TypeError(f"{topic!r}: expected a partition count or NewPartitions(total_count), got {wanted!r}")
+    if getattr(wanted, "new_assignments", None) is not None:
+        raise InvalidReplicaAssignmentError(
+            f"{topic!r}: raylog places new partitions itself (new_assignments must be None); "
+            "move them afterwards with alter_partition_reassignments"
+        )
+    return total

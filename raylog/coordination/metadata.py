@@ -47,6 +47,7 @@ import msgpack
 
 from ..config import TopicConfig
 from ..errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     StorageError,
@@ -178,21 +179,29 @@ class MetadataImage:
             "overrides": sorted({TopicConfig.property_name(key) for key in config or {}}),
         }
 
-    def alter_config(self, name: str, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """The record applying ``changes`` to a topic's config (Kafka's incremental alter):
-        a value sets a property, None deletes its override (back to the default). The
-        result is validated as a whole, so a refused change alters nothing. Every topic
-        property applies to live replicas (a segment setting from the next segment on).
+    def alter_config(self, name: str, changes: Mapping[str, Any], *, incremental: bool = True) -> dict[str, Any]:
+        """The record altering a topic's config. Incremental (Kafka's
+        IncrementalAlterConfigs): a value sets a property, None deletes its override (back
+        to the default), ``("append", value)`` / ``("subtract", value)`` add or remove
+        comma-separated items of a list property (``cleanup.policy``); the properties not
+        named keep their values. Not incremental (Kafka's AlterConfigs): ``changes`` is the
+        topic's whole set of overrides, and every property it does not set (or sets to
+        None) goes back to its default. The result is validated as a whole, so a refused
+        change alters nothing. Every topic property applies to live replicas (a segment
+        setting from the next segment on).
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.
-            InvalidConfigError: an unknown property (the message lists the known ones) or a
-                value out of range (the message names the property).
+            InvalidConfigError: an unknown property (the message lists the known ones), a
+                value out of range (the message names the property), or an append or
+                subtract of a property that is not a list, or outside an incremental alter.
         """
         topic = self.topic(name)
-        overrides = {key: topic.config[key] for key in self.config_overrides[name]}
+        overrides = {key: topic.config[key] for key in self.config_overrides[name]} if incremental else {}
         for key, value in changes.items():
             prop = TopicConfig.property_name(key)
+            if isinstance(value, tuple):
+                value = _list_operation(prop, topic.config[prop], value, incremental)
             if value is None:
                 overrides.pop(prop, None)
             else:
@@ -376,3 +385,27 @@ def partition_record(info: PartitionInfo) -> dict[str, Any]:
         "replicas": list(info.replicas),
         "partition_epoch": info.partition_epoch,
     }
+
+
+#: Topic properties whose value is a comma-separated list (AlterConfigOp APPEND / SUBTRACT).
+LIST_PROPERTIES = frozenset({"cleanup.policy"})
+
+
+def _list_operation(prop: str, current: str, operation: tuple, incremental: bool) -> str:
+    """The new value of list property ``prop`` after ``(op, items)``: "append" adds the
+    comma-separated items not there yet, "subtract" removes those that are."""
+    op, items = operation if len(operation) == 2 else (None, None)
+    if not incremental or op not in ("append", "subtract") or not isinstance(items, str):
+        raise InvalidConfigError(
+            f'{prop}: {operation!r} is not a change: give a value, None, or ("append" | "subtract", items) '
+            "in an incremental alter"
+        )
+    if prop not in LIST_PROPERTIES:
+        raise InvalidConfigError(f"{prop} is not a list property: only {', '.join(sorted(LIST_PROPERTIES))} can {op}")
+    values = [v.strip() for v in current.split(",") if v.strip()]
+    given = [v.strip() for v in items.split(",") if v.strip()]
+    if op == "append":
+        values += [v for v in given if v not in values]
+    else:
+        values = [v for v in values if v not in given]
+    return ",".join(values)

@@ -1,5 +1,7 @@
-"""Admin.alter_configs / describe_configs / create_partitions against the session's cluster:
-configs reach the live replicas, and new partitions take records from producers."""
+"""Admin.alter_configs / incremental_alter_configs / describe_configs / create_partitions
+against the session's cluster: configs reach the live replicas, alter_configs replaces a
+topic's overrides where incremental_alter_configs changes only the properties named, and
+new partitions take records from producers."""
 
 from __future__ import annotations
 
@@ -8,13 +10,24 @@ import time
 import pytest
 import ray
 
-from raylog import ConfigEntry, Consumer, Producer, TopicPartition
+from raylog import (
+    AlterConfigOp,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    Consumer,
+    NewPartitions,
+    Producer,
+    TopicPartition,
+)
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.partitioner import partition_for_key
 from raylog.config import TopicConfig
 from raylog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
     NotEnoughReplicasError,
     UnknownTopicOrPartitionError,
 )
@@ -33,7 +46,7 @@ def test_alter_then_describe_configs(admin, topic):
     and describe_topics shows the same values."""
     name = topic(1, **{"retention.ms": "60000"})
     assert admin.describe_configs([name])[name]["retention.ms"] == ConfigEntry("60000", "topic")
-    admin.alter_configs({name: {"flush.ms": "500", "retention.ms": None}})
+    admin.incremental_alter_configs({name: {"flush.ms": "500", "retention.ms": None}})
     described = admin.describe_configs([name])[name]
     default = TopicConfig().to_properties()
     assert described["flush.ms"] == ConfigEntry("500", "topic")
@@ -43,17 +56,66 @@ def test_alter_then_describe_configs(admin, topic):
     assert description.config == {k: e.value for k, e in described.items()}
 
 
-def test_a_refused_alter_changes_nothing(admin, topic):
+def _overrides(admin, name: str) -> dict[str, str]:
+    return {k: e.value for k, e in admin.describe_configs([name])[name].items() if e.source == "topic"}
+
+
+def test_alter_configs_replaces_the_overrides_where_incremental_keeps_the_others(admin, topic):
+    """alter_configs (Kafka's AlterConfigs): the properties given become the topic's whole
+    set of overrides, the others go back to their defaults; incremental_alter_configs sets,
+    deletes, appends and subtracts only the properties named. Both take ConfigResources."""
+    name = topic(1, **{"retention.ms": "60000", "segment.bytes": "1048576"})
+    admin.alter_configs({name: {"flush.ms": "500", "retention.ms": "120000"}})
+    assert _overrides(admin, name) == {"flush.ms": "500", "retention.ms": "120000"}
+    admin.incremental_alter_configs(
+        [
+            ConfigResource(
+                ConfigResourceType.TOPIC,
+                name,
+                {
+                    "segment.bytes": "2097152",
+                    "flush.ms": (AlterConfigOp.DELETE, None),
+                    "cleanup.policy": (AlterConfigOp.APPEND, "compact"),
+                },
+            )
+        ]
+    )
+    assert _overrides(admin, name) == {
+        "retention.ms": "120000",
+        "segment.bytes": "2097152",
+        "cleanup.policy": "delete,compact",
+    }
+    admin.incremental_alter_configs([ConfigResource("topic", name, {"cleanup.policy": ("subtract", "delete")})])
+    assert _overrides(admin, name)["cleanup.policy"] == "compact"
+    admin.alter_configs([ConfigResource("TOPIC", name, {"retention.ms": "90000", "flush.ms": None})])
+    assert _overrides(admin, name) == {"retention.ms": "90000"}
+    admin.alter_configs({name: {}})
+    assert _overrides(admin, name) == {}
+
+
+@pytest.mark.parametrize("method", ["alter_configs", "incremental_alter_configs"])
+def test_a_refused_alter_changes_nothing(admin, topic, method):
     """A bad value (even beside a good one) or an unknown property is refused with
     InvalidConfigError naming it; an unknown topic is refused; the config stays as it was."""
+    alter = getattr(admin, method)
     name = topic(1, **{"retention.ms": "60000"})
     before = admin.describe_configs([name])
     with pytest.raises(InvalidConfigError, match=r"min\.insync\.replicas"):
-        admin.alter_configs({name: {"retention.ms": "1000", "min.insync.replicas": "0"}})
+        alter({name: {"retention.ms": "1000", "min.insync.replicas": "0"}})
     with pytest.raises(InvalidConfigError, match=r"unknown config 'retention\.hours'.*known: .*retention\.ms"):
-        admin.alter_configs({name: {"retention.hours": "1"}})
+        alter({name: {"retention.hours": "1"}})
     with pytest.raises(UnknownTopicOrPartitionError):
-        admin.alter_configs({"no-such-topic": {"retention.ms": "1000"}})
+        alter({"no-such-topic": {"retention.ms": "1000"}})
+    with pytest.raises(InvalidConfigError, match="retention.ms is not a list property"):
+        admin.incremental_alter_configs({name: {"retention.ms": (AlterConfigOp.APPEND, "1000")}})
+    with pytest.raises(InvalidConfigError, match="only sets values"):
+        admin.alter_configs({name: {"retention.ms": (AlterConfigOp.DELETE, None)}})
+    with pytest.raises(InvalidRequestError, match="per topic"):
+        alter([ConfigResource(ConfigResourceType.BROKER, "0", {"retention.ms": "1000"})])
+    with pytest.raises(InvalidRequestError, match="named twice"):
+        alter([ConfigResource("topic", name, {}), ConfigResource("topic", name, {})])
+    with pytest.raises(TypeError, match="ConfigResource"):
+        alter([name])
     with pytest.raises(UnknownTopicOrPartitionError):
         admin.describe_configs([name, "no-such-topic"])
     assert admin.describe_configs([name]) == before
@@ -69,7 +131,7 @@ def test_lowered_retention_deletes_old_segments_on_the_live_replica(admin, topic
             producer.send(name, b"x" * 500, timestamp_ms=old_ms + i).result(timeout=30)
     before = _leader_state(cluster, name)
     assert before["segments"] >= 4 and before["log_start_offset"] == 0
-    admin.alter_configs({name: {"retention.ms": str(HOUR_MS // 6)}})
+    admin.incremental_alter_configs({name: {"retention.ms": str(HOUR_MS // 6)}})
     after = wait_until(
         lambda: (state := _leader_state(cluster, name))["segments"] == 1 and state,
         timeout_s=20,
@@ -84,13 +146,13 @@ def test_min_insync_replicas_applies_to_the_next_produce(admin, topic, cluster):
     name = topic(1)
     with Producer(cluster, acks="all", retries=0, linger_ms=0) as producer:
         producer.send(name, b"before").result(timeout=30)
-        admin.alter_configs({name: {"min.insync.replicas": "2"}})
+        admin.incremental_alter_configs({name: {"min.insync.replicas": "2"}})
         wait_until(
             lambda: isinstance(producer.send(name, b"refused").exception(timeout=30), NotEnoughReplicasError),
             timeout_s=10,
             message="acks=all refused",
         )
-        admin.alter_configs({name: {"min.insync.replicas": None}})
+        admin.incremental_alter_configs({name: {"min.insync.replicas": None}})
         wait_until(
             lambda: producer.send(name, b"after").exception(timeout=30) is None, timeout_s=10, message="accepted"
         )
@@ -155,3 +217,15 @@ def test_shrinking_or_keeping_the_partition_count_is_refused(admin, topic, count
         admin.create_partitions({"__consumer_offsets": 100})
     with pytest.raises(UnknownTopicOrPartitionError):
         admin.create_partitions({"no-such-topic": 3})
+    with pytest.raises(InvalidReplicaAssignmentError, match="new_assignments"):
+        admin.create_partitions({name: NewPartitions(3, new_assignments=[[0]])})
+    with pytest.raises(TypeError, match="NewPartitions"):
+        admin.create_partitions({name: "3"})
+    assert len(admin.describe_topics([name])[0].partitions) == 2
+
+
+def test_new_partitions_grows_a_topic_as_a_count_does(admin, topic):
+    """kafka-python's NewPartitions(total_count) is taken beside the plain count."""
+    name = topic(1)
+    admin.create_partitions({name: NewPartitions(total_count=2)}, wait_for_leaders_ms=30_000)
+    assert len(admin.describe_topics([name])[0].partitions) == 2

@@ -455,7 +455,7 @@ def test_coordinator_killed_right_after_a_rebalance_loads_every_generation_it_to
     )
     probe_offsets = {shared.partitions[0]: OffsetAndMetadata(0, "")}
     try:
-        admin.alter_configs({OFFSETS_TOPIC: {"min.insync.replicas": "2"}})
+        admin.incremental_alter_configs({OFFSETS_TOPIC: {"min.insync.replicas": "2"}})
         wait_until(  # the coordinator has the config: its appends are refused
             lambda: (
                 ray.get(coordinator.commit_offsets.remote(probe, "", -1, None, probe_offsets)).error_code
@@ -477,7 +477,7 @@ def test_coordinator_killed_right_after_a_rebalance_loads_every_generation_it_to
         ray.kill(coordinator, no_restart=False)
         told = max([m.group_metadata()["generation"] for m in driver.members] + sum(driver.generations.values(), []))
     finally:
-        admin.alter_configs({OFFSETS_TOPIC: {"min.insync.replicas": None}})
+        admin.incremental_alter_configs({OFFSETS_TOPIC: {"min.insync.replicas": None}})
     (reloaded,) = wait_until(
         lambda: quietly(admin.describe_consumer_groups, [group]), timeout_s=SETTLE_S, message="the groups reloaded"
     )

@@ -1,0 +1,326 @@
+"""Kafka's and kafka-python's names in raylog's API without Ray: error classes and their
+aliases, the record types' fields, the admin's ConfigResource / NewPartitions forms, the
+consumer's timestamp types, and what ``raylog`` exports."""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+
+import pytest
+
+import raylog
+import raylog.errors as errors
+from raylog.clients import consumer as consumer_module
+from raylog.clients.admin import _config_changes, _total_count
+from raylog.clients.consumer import log_append_time_ranges, timestamp_types
+from raylog.clients.group import ConsumerRebalanceListener, offsets_to_commit
+from raylog.coordination.metadata import MetadataImage
+from raylog.storage import record_batch
+from raylog.types import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    AlterConfigOp,
+    ConfigResource,
+    ConfigResourceType,
+    NewPartitions,
+    NewTopic,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    Record,
+    RecordMetadata,
+    TopicPartition,
+)
+from tests.unit.clients.test_client_inputs import NoCluster
+
+#: kafka-python's ``kafka.errors`` names (3.0) for the codes raylog has, by code.
+KAFKA_PYTHON_NAMES = {
+    -1: "UnknownError",
+    1: "OffsetOutOfRangeError",
+    2: "CorruptRecordError",
+    3: "UnknownTopicOrPartitionError",
+    5: "LeaderNotAvailableError",
+    6: "NotLeaderForPartitionError",
+    7: "RequestTimedOutError",
+    10: "MessageSizeTooLargeError",
+    12: "OffsetMetadataTooLargeError",
+    13: "NetworkExceptionError",
+    14: "CoordinatorLoadInProgressError",
+    15: "CoordinatorNotAvailableError",
+    16: "NotCoordinatorError",
+    17: "InvalidTopicError",
+    19: "NotEnoughReplicasError",
+    20: "NotEnoughReplicasAfterAppendError",
+    21: "InvalidRequiredAcksError",
+    22: "IllegalGenerationError",
+    23: "InconsistentGroupProtocolError",
+    24: "InvalidGroupIdError",
+    25: "UnknownMemberIdError",
+    26: "InvalidSessionTimeoutError",
+    27: "RebalanceInProgressError",
+    36: "TopicAlreadyExistsError",
+    37: "InvalidPartitionsError",
+    38: "InvalidReplicationFactorError",
+    39: "InvalidReplicationAssignmentError",
+    40: "InvalidConfigurationError",
+    42: "InvalidRequestError",
+    45: "OutOfOrderSequenceNumberError",
+    47: "InvalidProducerEpochError",
+    48: "InvalidTxnStateError",
+    49: "InvalidProducerIdMappingError",
+    50: "InvalidTransactionTimeoutError",
+    51: "ConcurrentTransactionsError",
+    56: "KafkaStorageError",
+    68: "NonEmptyGroupError",
+    69: "GroupIdNotFoundError",
+    74: "FencedLeaderEpochError",
+    75: "UnknownLeaderEpochError",
+    78: "OffsetNotAvailableError",
+    82: "FencedInstanceIdError",
+    87: "InvalidRecordError",
+    88: "UnstableOffsetCommitError",
+    90: "ProducerFencedError",
+    103: "InconsistentTopicIdError",
+    104: "InconsistentClusterIdError",
+    105: "TransactionalIdNotFoundError",
+}
+
+
+def _api_errors() -> list[type[errors.ApiError]]:
+    return [
+        cls
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.ApiError) and cls.code is not None
+    ]
+
+
+def test_every_error_code_is_known_by_kafka_pythons_name():
+    """Each code raylog answers with is importable from raylog.errors under kafka-python's
+    name, as the same class (so ``except`` clauses written for kafka-python catch it)."""
+    codes = {cls.code for cls in _api_errors()}
+    assert codes == set(KAFKA_PYTHON_NAMES)
+    for code, name in KAFKA_PYTHON_NAMES.items():
+        assert getattr(errors, name) is errors.for_code(code), name
+
+
+def test_client_side_errors_and_bases_have_kafka_pythons_names():
+    assert errors.KafkaError is errors.RaylogError and raylog.KafkaError is errors.RaylogError
+    assert errors.BrokerResponseError is errors.ApiError
+    for name in ("KafkaTimeoutError", "CommitFailedError", "IllegalStateError", "NoOffsetForPartitionError"):
+        assert issubclass(getattr(errors, name), errors.KafkaError)
+    assert errors.KafkaConfigurationError is errors.InvalidConfigError
+    assert errors.KafkaConnectionError is errors.NetworkExceptionError
+
+
+def test_renamed_classes_keep_raylogs_earlier_names():
+    """Code 13 is NetworkExceptionError (Kafka's NETWORK_EXCEPTION) now; raylog's earlier
+    name still names it."""
+    assert errors.BrokerUnavailableError is errors.NetworkExceptionError
+    assert errors.NetworkExceptionError.__name__ == "NetworkExceptionError"
+    assert errors.NetworkExceptionError.code == 13 and errors.NetworkExceptionError.name == "NETWORK_EXCEPTION"
+
+
+def test_retriable_flags_and_bases_agree():
+    """A retriable error derives from RetriableError, one that also invalidates metadata from
+    InvalidMetadataError (kafka-python's hierarchy), and the flags clients read say the same."""
+    for cls in [*_api_errors(), errors.KafkaTimeoutError, errors.CommitFailedError, errors.IllegalStateError]:
+        assert cls.retriable == issubclass(cls, errors.RetriableError), cls
+        assert cls.invalid_metadata == issubclass(cls, errors.InvalidMetadataError), cls
+    assert issubclass(errors.NotLeaderForPartitionError, errors.InvalidMetadataError)
+    assert issubclass(errors.KafkaTimeoutError, errors.RetriableError)
+    assert not issubclass(errors.TopicAlreadyExistsError, errors.RetriableError)
+
+
+def test_errors_keep_their_class_across_pickling():
+    """Errors cross Ray's process boundaries by pickle: an aliased one comes back as itself."""
+    error = errors.NotLeaderForPartitionError("moved")
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is errors.NotLeaderOrFollowerError and back.args == ("moved",)
+
+
+def test_raylog_exports_the_common_names():
+    """``from raylog import ...`` works for the errors users catch most and the kafka-python
+    types, and importing raylog.errors alone does not import Ray's client modules."""
+    for name in (
+        "KafkaError",
+        "RaylogError",
+        "KafkaTimeoutError",
+        "CommitFailedError",
+        "TopicAlreadyExistsError",
+        "UnknownTopicOrPartitionError",
+        "NotLeaderForPartitionError",
+        "ProducerFencedError",
+        "ConsumerRebalanceListener",
+        "NewPartitions",
+        "ConfigResource",
+        "ConfigResourceType",
+        "AlterConfigOp",
+    ):
+        assert name in raylog.__all__ and getattr(raylog, name) is not None, name
+    assert raylog.ConsumerRebalanceListener is ConsumerRebalanceListener
+    assert raylog.KafkaTimeoutError is errors.KafkaTimeoutError
+    assert set(dir(raylog)) >= set(raylog.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'KafkaProducer'"):
+        importlib.import_module("raylog").KafkaProducer  # noqa: B018 — the import is renamed instead
+
+
+def test_records_answer_kafka_pythons_field_names_and_keep_raylogs():
+    record = Record("t", 0, 5, 1_000, b"k", b"v", [("h", b"1")], TIMESTAMP_LOG_APPEND_TIME)
+    assert (record.timestamp, record.timestamp_ms, record.timestamp_type) == (1_000, 1_000, 1)
+    assert Record("t", 0, 5, 1_000, b"k", b"v", []).timestamp_type == TIMESTAMP_CREATE_TIME == 0
+    assert record[:7] == ("t", 0, 5, 1_000, b"k", b"v", [("h", b"1")])
+    metadata = RecordMetadata("t", 1, 7, 2_000)
+    assert (metadata.timestamp_ms, metadata.topic_partition, metadata.serialized_key_size) == (2_000, ("t", 1), -1)
+    found = OffsetAndTimestamp(3, 4_000)
+    assert (found.timestamp, found.timestamp_ms) == (4_000, 4_000)
+    assert pickle.loads(pickle.dumps(record)) == record
+
+
+def test_new_topic_takes_kafka_pythons_topic_configs():
+    assert NewTopic("a", 2, 1, topic_configs={"retention.ms": "1"}) == NewTopic("a", 2, 1, config={"retention.ms": "1"})
+    assert NewTopic("a", config={"x": "1"}).topic_configs == {"x": "1"}
+    same = NewTopic("a", config={"x": "1"}, topic_configs={"x": "1"})
+    assert same.config == {"x": "1"}
+    with pytest.raises(errors.InvalidConfigError, match="config and topic_configs differ"):
+        NewTopic("a", config={"x": "1"}, topic_configs={"x": "2"})
+
+
+def test_offsets_to_commit_takes_numbers_and_offset_and_metadata():
+    """kafka-python lets metadata be None: it counts as ""."""
+    assert offsets_to_commit({("t", 0): 5, TopicPartition("t", 1): OffsetAndMetadata(6, None)}) == {
+        TopicPartition("t", 0): OffsetAndMetadata(5, ""),
+        TopicPartition("t", 1): OffsetAndMetadata(6, ""),
+    }
+
+
+def test_config_changes_accept_the_dict_form_and_config_resources():
+    """The dict form and ConfigResources (by enum, name or code; kafka-python's objects are
+    read by their attributes) give the controller the same changes; operations map to a
+    value, None (DELETE) or an ("append" | "subtract", items) pair."""
+    by_dict = _config_changes({"t": {"retention.ms": "1", "segment.bytes": None}}, incremental=True)
+    for kind in (ConfigResourceType.TOPIC, "topic", "TOPIC", 2):
+        resource = ConfigResource(kind, "t", {"retention.ms": "1", "segment.bytes": None})
+        assert _config_changes([resource], incremental=True) == by_dict
+    ops = {
+        "a": (AlterConfigOp.SET, "1"),
+        "b": ("delete", "ignored"),
+        "c": (AlterConfigOp.APPEND, "compact"),
+        "d": (3, "delete"),
+    }
+    assert _config_changes({"t": ops}, incremental=True) == {
+        "t": {"a": "1", "b": None, "c": ("append", "compact"), "d": ("subtract", "delete")}
+    }
+    assert _config_changes([ConfigResource("topic", "t")], incremental=False) == {"t": {}}
+    assert _config_changes({"t": {"a": (AlterConfigOp.SET, "1")}}, incremental=False) == {"t": {"a": "1"}}
+
+
+@pytest.mark.parametrize(
+    ("resources", "error", "match"),
+    [
+        ("t", TypeError, "expected"),
+        (5, TypeError, "expected"),
+        (["t"], TypeError, "ConfigResource"),
+        ({"t": ["retention.ms"]}, TypeError, "must be a dict"),
+        ({"t": {7: "1"}}, TypeError, "named by a string"),
+        ({"t": {"a": ("set",)}}, TypeError, "a change is a value"),
+        ({"t": {"a": ("multiply", "2")}}, TypeError, "unknown operation"),
+        ({"t": {"a": (AlterConfigOp.DELETE, None)}}, errors.InvalidConfigError, "only sets values"),
+        ([ConfigResource(ConfigResourceType.BROKER, "0", {})], errors.InvalidRequestError, "per topic"),
+        ([ConfigResource("cluster", "x", {})], errors.InvalidRequestError, "unknown resource type"),
+        ([ConfigResource("topic", 7, {})], TypeError, "must be a string"),
+        ([ConfigResource("topic", "t"), ConfigResource("topic", "t")], errors.InvalidRequestError, "named twice"),
+    ],
+)
+def test_config_changes_refuse_bad_shapes(resources, error, match):
+    with pytest.raises(error, match=match):
+        _config_changes(resources, incremental="only sets values" not in match)
+
+
+def _image_with_topic(**config) -> MetadataImage:
+    image = MetadataImage()
+    image.apply({"type": "cluster", "cluster_id": "c"})
+    image.apply({"type": "broker", "broker_id": 0, "node_id": "n", "data_dir": "/d"})
+    image.apply(image.create_topic("t", 1, 1, config))
+    return image
+
+
+def _overrides(image: MetadataImage) -> dict[str, str]:
+    return {k: e.value for k, e in image.describe_config("t").items() if e.source == "topic"}
+
+
+def test_a_replacing_alter_resets_what_it_does_not_name_and_an_incremental_one_keeps_it():
+    image = _image_with_topic(**{"retention.ms": "1000", "segment.bytes": "2048"})
+    image.apply(image.alter_config("t", {"flush.ms": "5"}))
+    assert _overrides(image) == {"retention.ms": "1000", "segment.bytes": "2048", "flush.ms": "5"}
+    image.apply(image.alter_config("t", {"flush.ms": "6", "segment.bytes": None}, incremental=False))
+    assert _overrides(image) == {"flush.ms": "6"}
+    image.apply(image.alter_config("t", {"cleanup.policy": ("append", "compact, delete")}))
+    assert _overrides(image)["cleanup.policy"] == "delete,compact"
+    image.apply(image.alter_config("t", {"cleanup.policy": ("subtract", "delete")}))
+    assert _overrides(image)["cleanup.policy"] == "compact"
+
+
+@pytest.mark.parametrize(
+    ("change", "incremental", "match"),
+    [
+        ({"retention.ms": ("append", "5")}, True, "not a list property"),
+        ({"cleanup.policy": ("append", "compact")}, False, "not a change"),
+        ({"cleanup.policy": ("subtract", "delete")}, True, "cleanup.policy must be"),
+        ({"cleanup.policy": ("append", 5)}, True, "not a change"),
+    ],
+)
+def test_list_operations_are_refused_where_they_do_not_apply(change, incremental, match):
+    image = _image_with_topic()
+    with pytest.raises(errors.InvalidConfigError, match=match):
+        image.alter_config("t", change, incremental=incremental)
+    assert _overrides(image) == {}
+
+
+def test_new_partitions_gives_its_total_count():
+    assert _total_count("t", 4) == 4
+    assert _total_count("t", NewPartitions(5)) == 5
+    with pytest.raises(errors.InvalidReplicaAssignmentError, match="new_assignments"):
+        _total_count("t", NewPartitions(5, [[0]]))
+    for bad in (True, "3", 2.0, NewPartitions("3")):
+        with pytest.raises(TypeError, match="NewPartitions"):
+            _total_count("t", bad)
+
+
+def test_timestamp_types_come_from_each_batchs_attribute():
+    """A LogAppendTime batch's records are TIMESTAMP_LOG_APPEND_TIME, the others
+    TIMESTAMP_CREATE_TIME, batch by batch within one fetch."""
+    create = record_batch.build([b"a", b"b"], now_ms=1)
+    stamped = bytearray(record_batch.build([b"c", b"d"], now_ms=1))
+    header = record_batch.read_header(stamped)
+    stamped = record_batch.with_log_append_time(memoryview(stamped), 0, header, 99)
+    batches = bytearray()
+    for base, data in ((0, create), (2, stamped), (4, create)):
+        view = bytearray(data)
+        view[: record_batch.STAMP.size] = record_batch.stamp(record_batch.read_header(view), base, 0)
+        batches += view
+    ranges = log_append_time_ranges(list(record_batch.iter_headers(bytes(batches))))
+    assert ranges == [(2, 3)]
+    assert list(timestamp_types([0, 1, 2, 3, 4, 5], ranges)) == [0, 0, 1, 1, 0, 0]
+    assert log_append_time_ranges(list(record_batch.iter_headers(create))) is None
+    assert log_append_time_ranges(list(record_batch.iter_headers(bytes(stamped)))) is True
+    assert list(timestamp_types([7, 8], True)) == [1, 1]
+    assert list(timestamp_types([7, 8], None)) == [0, 0]
+
+
+def test_committed_takes_one_partition_as_kafka_python_does(monkeypatch):
+    """``committed(tp)`` answers the offset (or OffsetAndMetadata with metadata=True), or
+    None, as kafka-python's; a list of partitions answers raylog's dict."""
+    answers = {TopicPartition("t", 0): OffsetAndMetadata(9, "m")}
+    monkeypatch.setattr(
+        consumer_module,
+        "committed_offsets",
+        lambda coordinator, wanted: {tp: answers[tp] for tp in wanted if tp in answers},
+    )
+    consumer = consumer_module.Consumer(NoCluster(), group_id="g")
+    assert consumer.committed(TopicPartition("t", 0)) == 9
+    assert consumer.committed(TopicPartition("t", 0), metadata=True) == OffsetAndMetadata(9, "m")
+    assert consumer.committed(TopicPartition("t", 1)) is None
+    assert consumer.committed([("t", 0), ("t", 1)]) == {
+        TopicPartition("t", 0): OffsetAndMetadata(9, "m"),
+        TopicPartition("t", 1): None,
+    }
