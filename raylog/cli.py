@@ -1258,6 +1258,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raylog", description="raylog: a Kafka-design commit log on Ray")
+    parser.add_argument("--version", action="version", version=f"raylog {raylog.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_start_stop_status(commands)
     _add_topics(commands)
