@@ -161,16 +161,20 @@ def connect(
         raise InvalidConfigError("num_brokers is for the embedded mode and must be >= 1")
     started_ray = False
     if not ray.is_initialized():
+        # The process's logging stays the application's (Ray's warnings and errors still reach
+        # stderr, its INFO lines do not). An embedded cluster's actors (every replica, Spark's
+        # executors) write to Ray's log files, and to this process too only with Ray's own
+        # RAY_LOG_TO_DRIVER=1; a Ray cluster that is joined forwards them as Ray does.
         if embedded:
             ray.init(
                 address="local",
                 object_store_memory=EMBEDDED_OBJECT_STORE_BYTES,
                 include_dashboard=False,
                 configure_logging=False,
-                log_to_driver=False,
+                log_to_driver=os.environ.get("RAY_LOG_TO_DRIVER", "0").lower() in ("1", "true"),
             )
         else:
-            ray.init(address=address)
+            ray.init(address=address, configure_logging=False)
         started_ray = True
     data_dir = os.path.abspath(data_dir or os.environ.get("RAYLOG_DATA_DIR") or DEFAULT_DATA_DIR)
     controller = (
