@@ -409,8 +409,13 @@ class RaylogDatasource(Datasource):
         self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
     ) -> list[ReadTask]:
         columns = self._get_data_columns()
+        if columns == []:
+            columns = ["offset"]  # (e.g. for count(): an Arrow table of no columns has no rows)
         schema = ARROW_SCHEMA if columns is None else pa.schema([ARROW_SCHEMA.field(c) for c in columns])
         tasks = plan_read_tasks(self._ranges, parallelism, self._min_rows_per_task)
+        if not tasks:  # one task of one empty block: the dataset still has its schema
+            metadata = BlockMetadata(num_rows=0, size_bytes=0, exec_stats=None, input_files=None)
+            return [ReadTask(functools.partial(_empty_block, schema), metadata, schema=schema)]
         return [
             ReadTask(
                 functools.partial(
@@ -538,6 +543,10 @@ def _read_pieces(
     for tp, start, end in pieces:
         for table in read_range(cluster, tp, start, end, consumer_config=consumer_config, deadline_s=deadline_s):
             yield table if columns is None else table.select(columns)
+
+
+def _empty_block(schema: pa.Schema) -> list[pa.Table]:
+    return [schema.empty_table()]
 
 
 def _headers_not_null(table: pa.Table) -> pa.Table:
