@@ -1,15 +1,21 @@
 """raylog's metrics, through ``ray.util.metrics`` (so they reach Prometheus and the Ray
-dashboard with Ray's own: every name below is exported as ``ray_<name>``).
+dashboard with Ray's own: every name below is exported as ``ray_<name>``, with Ray's labels
+``SessionName``, ``NodeAddress``, ``WorkerId``, ... beside raylog's tags).
+
+Names follow Prometheus' conventions: base units with their suffix (``_seconds``,
+``_bytes``), counters end in ``_total``, gauges do not; histograms' buckets are in seconds
+(:data:`LATENCY_BUCKETS_S`) and are exported as ``<name>_bucket`` / ``_sum`` / ``_count``.
 
 Per partition replica (tags topic, partition, broker): ``raylog_log_end_offset``,
 ``raylog_high_watermark``, ``raylog_log_size_bytes``, ``raylog_log_segments``,
-``raylog_isr_size`` and ``raylog_under_replicated`` (leaders only: 1 while the ISR is
-smaller than the replica set); ``raylog_produce_records_total``,
-``raylog_produce_bytes_total``, ``raylog_produce_latency_ms`` (append to acknowledgement);
-``raylog_fetch_bytes_total`` and ``raylog_fetch_latency_ms`` (tag ``client``: consumer or
-follower; the latency includes the long-poll wait); the cleaner's
+``raylog_isr_size`` and ``raylog_under_replicated`` (set by the leader: 1 while the ISR is
+smaller than the replica set; a replica that does not lead sets both to 0, so a former
+leader's value does not linger); ``raylog_produce_records_total``,
+``raylog_produce_bytes_total``, ``raylog_produce_latency_seconds`` (append to
+acknowledgement); ``raylog_fetch_bytes_total`` and ``raylog_fetch_latency_seconds`` (tag
+``client``: consumer or follower; the latency includes the long-poll wait); the cleaner's
 ``raylog_cleaner_dirty_ratio``, ``raylog_cleaner_bytes_read_total`` and
-``raylog_cleaner_records_removed_total``; ``raylog_broker_throttle_time_ms`` (tag
+``raylog_cleaner_records_removed_total``; ``raylog_broker_throttle_time_seconds`` (tag
 ``client_type``: producer or consumer; one observation per response a client quota held
 back).
 
@@ -20,7 +26,7 @@ Per consumer (tags group, topic, partition): ``raylog_consumer_lag`` (records be
 consumer's position and the high watermark, from each fetch).
 
 Per client (producers and consumers, tags client_type and client_id):
-``raylog_throttle_time_ms``, one observation per response a leader held back for the
+``raylog_throttle_time_seconds``, one observation per response a leader held back for the
 client's quota.
 
 Metric objects are made once per process, on first use.
@@ -34,8 +40,8 @@ from typing import Any
 from ray.util.metrics import Counter, Gauge, Histogram
 
 _PARTITION = ("topic", "partition", "broker")
-#: Latency buckets, ms: sub-millisecond to the longest long poll.
-LATENCY_BOUNDARIES_MS = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 5_000, 30_000]
+#: Histogram buckets, seconds: sub-millisecond to the longest long poll (and throttle).
+LATENCY_BUCKETS_S = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30]
 
 
 @functools.cache
@@ -57,15 +63,9 @@ def _counter(name: str, description: str, tags: tuple[str, ...] = _PARTITION) ->
     return _Counter(name, description, tag_keys=tags)
 
 
-def _add(counter: Counter, value: float, tags: dict[str, str]) -> None:
-    """Ray's counters refuse a zero increment (an empty fetch, a clean that removed nothing)."""
-    if value > 0:
-        counter.inc(value, tags)
-
-
 @functools.cache
 def _histogram(name: str, description: str, tags: tuple[str, ...]) -> Histogram:
-    return Histogram(name, description, boundaries=LATENCY_BOUNDARIES_MS, tag_keys=tags)
+    return Histogram(name, description, boundaries=LATENCY_BUCKETS_S, tag_keys=tags)
 
 
 def partition_tags(topic: str, partition: int, broker_id: int) -> dict[str, str]:
@@ -79,25 +79,27 @@ def record_partition_state(tags: dict[str, str], partition: Any) -> None:
     _gauge("raylog_high_watermark", "offset below which records are committed").set(partition.high_watermark, tags)
     _gauge("raylog_log_size_bytes", "bytes of the partition's segments").set(log.size_bytes, tags)
     _gauge("raylog_log_segments", "segments of the partition").set(log.segment_count, tags)
-    if partition.is_leader:
-        _gauge("raylog_isr_size", "in-sync replicas (leader's view)").set(len(partition.isr), tags)
-        under = len(partition.isr) < len(partition.replicas)
-        _gauge("raylog_under_replicated", "1 while the ISR is smaller than the replica set").set(int(under), tags)
+    leads = partition.is_leader
+    under = leads and len(partition.isr) < len(partition.replicas)
+    _gauge("raylog_isr_size", "in-sync replicas (the leader's view; 0 elsewhere)").set(
+        len(partition.isr) if leads else 0, tags
+    )
+    _gauge("raylog_under_replicated", "1 while the ISR is smaller than the replica set (leader)").set(int(under), tags)
 
 
-def record_produce(tags: dict[str, str], records: int, size_bytes: int, latency_ms: float) -> None:
-    _add(_counter("raylog_produce_records_total", "records appended by producers"), records, tags)
-    _add(_counter("raylog_produce_bytes_total", "bytes appended by producers"), size_bytes, tags)
-    _histogram("raylog_produce_latency_ms", "produce call, append to acknowledgement", (*_PARTITION,)).observe(
-        latency_ms, tags
+def record_produce(tags: dict[str, str], records: int, size_bytes: int, latency_s: float) -> None:
+    _counter("raylog_produce_records_total", "records appended by producers").inc(records, tags)
+    _counter("raylog_produce_bytes_total", "bytes appended by producers").inc(size_bytes, tags)
+    _histogram("raylog_produce_latency_seconds", "produce call, append to acknowledgement", _PARTITION).observe(
+        latency_s, tags
     )
 
 
-def record_fetch(tags: dict[str, str], follower: bool, size_bytes: int, latency_ms: float) -> None:
+def record_fetch(tags: dict[str, str], follower: bool, size_bytes: int, latency_s: float) -> None:
     tagged = {**tags, "client": "follower" if follower else "consumer"}
-    _add(_counter("raylog_fetch_bytes_total", "bytes returned by fetches", (*_PARTITION, "client")), size_bytes, tagged)
-    _histogram("raylog_fetch_latency_ms", "fetch call incl. long-poll wait", (*_PARTITION, "client")).observe(
-        latency_ms, tagged
+    _counter("raylog_fetch_bytes_total", "bytes returned by fetches", (*_PARTITION, "client")).inc(size_bytes, tagged)
+    _histogram("raylog_fetch_latency_seconds", "fetch call incl. long-poll wait", (*_PARTITION, "client")).observe(
+        latency_s, tagged
     )
 
 
@@ -105,9 +107,9 @@ def record_cleaning(tags: dict[str, str], stats: Any) -> None:
     """One log-cleaner round (a :class:`~raylog.storage.cleaner.CleanerStats`)."""
     dirty = _gauge("raylog_cleaner_dirty_ratio", "share of the cleanable log not cleaned yet")
     dirty.set(stats.dirty_ratio_after, tags)
-    _add(_counter("raylog_cleaner_bytes_read_total", "bytes the cleaner read"), stats.bytes_read, tags)
+    _counter("raylog_cleaner_bytes_read_total", "bytes the cleaner read").inc(stats.bytes_read, tags)
     removed = stats.records_read - stats.records_kept
-    _add(_counter("raylog_cleaner_records_removed_total", "records compaction removed"), removed, tags)
+    _counter("raylog_cleaner_records_removed_total", "records compaction removed").inc(removed, tags)
 
 
 def record_cluster(cluster: str, live_brokers: int, offline: int, under_replicated: int) -> None:
@@ -126,16 +128,18 @@ def record_consumer_lag(group: str, topic: str, partition: int, lag: int) -> Non
 
 
 def record_broker_throttle(tags: dict[str, str], client_type: str, throttle_ms: float) -> None:
-    """A response this replica held back for a client's quota (``client_type``: producer or consumer)."""
+    """A response this replica held back for a client's quota (``client_type``: producer or
+    consumer) by ``throttle_ms`` (the protocol's unit; exported in seconds)."""
     tagged = {**tags, "client_type": client_type}
     histogram = _histogram(
-        "raylog_broker_throttle_time_ms", "response held back for a client quota", (*_PARTITION, "client_type")
+        "raylog_broker_throttle_time_seconds", "response held back for a client quota", (*_PARTITION, "client_type")
     )
-    histogram.observe(throttle_ms, tagged)
+    histogram.observe(throttle_ms / 1000, tagged)
 
 
 def record_throttle(client_type: str, client_id: str, throttle_ms: float) -> None:
-    """A response a leader held back for this client's quota, as the client saw it."""
+    """A response a leader held back by ``throttle_ms`` for this client's quota, as the client
+    saw it (exported in seconds)."""
     tags = {"client_type": client_type, "client_id": client_id}
-    histogram = _histogram("raylog_throttle_time_ms", "response held back for the client's quota", tuple(tags))
-    histogram.observe(throttle_ms, tags)
+    histogram = _histogram("raylog_throttle_time_seconds", "response held back for the client's quota", tuple(tags))
+    histogram.observe(throttle_ms / 1000, tags)

@@ -310,8 +310,8 @@ class PartitionReplicaActor:
                 if error is not None:
                     return _produce_error(error)
             log_start_offset = self.partition.log.log_start_offset
-        latency_ms = (time.monotonic() - started) * 1000
-        metrics.record_produce(self._metric_tags, outcome.record_count, len(request.records), latency_ms)
+        latency_s = time.monotonic() - started
+        metrics.record_produce(self._metric_tags, outcome.record_count, len(request.records), latency_s)
         return ProduceResponse(
             base_offset=outcome.first_offset,
             log_append_time_ms=outcome.log_append_time_ms,
@@ -406,8 +406,8 @@ class PartitionReplicaActor:
                 if len(response.records) >= request.min_bytes or remaining <= 0:
                     break
                 self._changed.wait(remaining)
-        latency_ms = (time.monotonic() - deadline) * 1000 + request.max_wait_ms
-        metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_ms)
+        latency_s = time.monotonic() - deadline + max(0, request.max_wait_ms) / 1000
+        metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_s)
         return response
 
     def list_offsets(

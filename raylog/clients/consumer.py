@@ -182,7 +182,7 @@ class Consumer:
             place back without a rebalance (and does not leave the group on close).
         client_id: a name shown in group descriptions, which leaders also hold to a client
             quota (``consumer_byte_rate``, see :meth:`Admin.alter_client_quotas`; a throttled
-            fetch arrives late and is recorded in the ``raylog_throttle_time_ms`` metric).
+            fetch arrives late and is recorded in the ``raylog_throttle_time_seconds`` metric).
         enable_auto_commit: commit the positions of what earlier polls returned, every
             ``auto_commit_interval_ms``, before a rebalance and on close (group members only).
         auto_commit_interval_ms: how often automatic commits happen (with ``enable_auto_commit``).

@@ -24,7 +24,7 @@ Memory is bounded by ``buffer_memory``: ``send`` blocks up to ``max_block_ms`` f
 
 Requests carry ``client_id``, whose ``producer_byte_rate`` quota leaders enforce by
 holding responses back; the in-flight window then stops the sender, as in Kafka. Each
-throttled response is recorded in the ``raylog_throttle_time_ms`` metric.
+throttled response is recorded in the ``raylog_throttle_time_seconds`` metric.
 
 Concurrency: ``send``, ``send_arrow``, ``flush`` and ``close`` may be called from any
 number of threads. Records without a timestamp get their batch's opening time.
