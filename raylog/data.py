@@ -208,14 +208,16 @@ def read_topic(
         raise InvalidConfigError(f"trigger must be 'once' (a bounded read; TopicStream reads on), got {trigger!r}")
     cluster = _cluster(cluster)
     consumer_config = _consumer_config(consumer_config)
-    ranges = _topic_ranges(
-        cluster,
-        _topic_list(topics),
-        _one_bound("start", start, start_offset, "earliest"),
-        _one_bound("end", end, end_offset, "latest"),
-        consumer_config,
+    ranges = topic_ranges(
+        topics,
+        start=start,
+        end=end,
+        start_offset=start_offset,
+        end_offset=end_offset,
+        cluster=cluster,
+        consumer_config=consumer_config,
     )
-    source = RaylogDatasource._of_ranges(cluster, ranges, consumer_config, timeout_ms, MIN_ROWS_PER_READ_TASK)
+    source = RaylogDatasource._of_ranges(cluster, ranges, consumer_config=consumer_config, timeout_ms=timeout_ms)
     return _read_dataset(
         source,
         override_num_blocks=override_num_blocks,
@@ -307,10 +309,12 @@ class RaylogDatasource(Datasource):
         super().__init__()
         cluster = _cluster(cluster)
         consumer_config = _consumer_config(consumer_config)
-        ranges = _topic_ranges(
-            cluster, _topic_list(topics), _naive_as_utc(start_offset), _naive_as_utc(end_offset), consumer_config
+        ranges = topic_ranges(
+            topics, start_offset=start_offset, end_offset=end_offset, cluster=cluster, consumer_config=consumer_config
         )
-        self._setup(cluster, ranges, consumer_config, timeout_ms, min_rows_per_task)
+        self._setup(
+            cluster, ranges, consumer_config=consumer_config, timeout_ms=timeout_ms, min_rows_per_task=min_rows_per_task
+        )
 
     @classmethod
     def from_ranges(
@@ -350,30 +354,33 @@ class RaylogDatasource(Datasource):
                 bounds = _Bounds(consumer, list(checked))
                 bounds.check({tp: start for tp, (start, _) in checked.items()})
                 bounds.check({tp: end for tp, (_, end) in checked.items()})
-        return cls._of_ranges(cluster, checked, consumer_config, timeout_ms, min_rows_per_task)
+        return cls._of_ranges(
+            cluster,
+            checked,
+            consumer_config=consumer_config,
+            timeout_ms=timeout_ms,
+            min_rows_per_task=min_rows_per_task,
+        )
 
     @classmethod
     def _of_ranges(
-        cls,
-        cluster: RaylogCluster,
-        ranges: dict[TopicPartition, tuple[int, int]],
-        consumer_config: dict[str, Any],
-        timeout_ms: int | None,
-        min_rows_per_task: int,
+        cls, cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int, int]], **settings: Any
     ) -> RaylogDatasource:
-        """A datasource of ranges already checked (resolved here, or a stream's)."""
+        """A datasource of ranges already checked (resolved here, or a stream's); ``settings``
+        as :meth:`_setup` takes them."""
         source = cls.__new__(cls)
         Datasource.__init__(source)
-        source._setup(cluster, ranges, consumer_config, timeout_ms, min_rows_per_task)
+        source._setup(cluster, ranges, **settings)
         return source
 
     def _setup(
         self,
         cluster: RaylogCluster,
         ranges: dict[TopicPartition, tuple[int, int]],
-        consumer_config: dict[str, Any],
-        timeout_ms: int | None,
-        min_rows_per_task: int,
+        *,
+        consumer_config: dict[str, Any] | None = None,
+        timeout_ms: int | None = None,
+        min_rows_per_task: int = MIN_ROWS_PER_READ_TASK,
     ) -> None:
         if timeout_ms is not None and (not _is_offset(timeout_ms) or timeout_ms <= 0):
             raise InvalidConfigError(f"timeout_ms must be a positive integer or None, got {timeout_ms!r}")
@@ -381,7 +388,7 @@ class RaylogDatasource(Datasource):
             raise InvalidConfigError(f"min_rows_per_task must be a positive integer, got {min_rows_per_task!r}")
         self._cluster = cluster
         self._ranges = dict(sorted(ranges.items()))
-        self._consumer_config = consumer_config
+        self._consumer_config = consumer_config or {}
         self._timeout_ms = timeout_ms
         self._min_rows_per_task = int(min_rows_per_task)
         self._projection_map: dict[str, str] | None = None
@@ -822,9 +829,7 @@ class MicroBatch:
     @functools.cached_property
     def dataset(self) -> ray.data.Dataset:
         """The records in :attr:`ranges` (see :func:`read_topic`), planned on first use."""
-        return _read_dataset(
-            RaylogDatasource._of_ranges(self._stream.cluster, self.ranges, {}, None, MIN_ROWS_PER_READ_TASK)
-        )
+        return _read_dataset(RaylogDatasource._of_ranges(self._stream.cluster, self.ranges))
 
     @property
     def record_count(self) -> int:
