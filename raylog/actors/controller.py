@@ -49,7 +49,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raylog.actors import metrics
+from raylog.actors import logs, metrics
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.names import NAMESPACE, replica_name
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
@@ -115,6 +115,7 @@ class ControllerActor:
     a time under ``_lock``; pushes to replicas run outside it."""
 
     def __init__(self, cluster_name: str, data_dir: str, num_brokers: int, embedded: bool, config: dict | None = None):
+        logs.configure()
         self.cluster_name = cluster_name
         self.data_dir = data_dir
         self.num_brokers = num_brokers

@@ -56,7 +56,7 @@ from collections.abc import Callable
 
 import ray
 
-from raylog.actors import metrics
+from raylog.actors import logs, metrics
 from raylog.actors.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
@@ -129,6 +129,7 @@ class PartitionReplicaActor:
         state: PartitionInfo,
         leader_handle=None,
     ):
+        logs.configure()
         topic_config = TopicConfig.from_properties(config)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
