@@ -39,6 +39,9 @@ REPLICA_FETCH_MAX_BYTES = 8 << 20
 #: A leader that keeps failing the follower's calls is reported to the controller at most
 #: this often (each report makes the controller call the leader itself).
 LEADER_REPORT_INTERVAL_MS = 1000
+#: A failure that repeats (the same reason, call after call) is logged at its level at most
+#: this often, at DEBUG in between: a follower retries every 100 ms.
+REPEATED_FAILURE_LOG_INTERVAL_MS = 10_000
 
 
 class Next(enum.Enum):
@@ -75,6 +78,7 @@ class FollowerFetcher:
         self.truncated = False
         self.errors = 0  # failed answers and calls since this fetcher started
         self.last_error: str | None = None
+        self._logged_ms: int | None = None  # when ``last_error`` was last logged at its level
 
     @property
     def active(self) -> bool:
@@ -118,12 +122,9 @@ class FollowerFetcher:
         either: one follower's failed call is no proof)."""
         if not self.active:
             return Next.AGAIN
+        self._failed(f"no answer from leader {self.leader}", logging.WARNING)
         now = self._clock()
-        report = self._reported_ms is None or now - self._reported_ms >= LEADER_REPORT_INTERVAL_MS
-        # A warning when the leader is reported (at most every LEADER_REPORT_INTERVAL_MS), not
-        # at every retry while it is down.
-        self._failed(f"no answer from leader {self.leader}", logging.WARNING if report else logging.DEBUG)
-        if not report:
+        if self._reported_ms is not None and now - self._reported_ms < LEADER_REPORT_INTERVAL_MS:
             return Next.BACKOFF
         self._reported_ms = now
         return Next.REPORT_LEADER
@@ -153,7 +154,15 @@ class FollowerFetcher:
         return Next.AGAIN
 
     def _failed(self, reason: str, level: int) -> Next:
+        """Count and log a failure: at ``level`` when new, and at most every
+        ``REPEATED_FAILURE_LOG_INTERVAL_MS`` while the same one repeats (DEBUG in between)."""
         self.errors += 1
+        now = self._clock()
+        repeated = reason == self.last_error and self._logged_ms is not None
+        if repeated and now - self._logged_ms < REPEATED_FAILURE_LOG_INTERVAL_MS:
+            level = logging.DEBUG
+        elif level > logging.DEBUG:
+            self._logged_ms = now
         self.last_error = reason
         log.log(level, "%s: fetch from leader %d failed: %s", self.partition.name, self.leader, reason)
         return Next.BACKOFF

@@ -13,7 +13,13 @@ import pytest
 
 from raylog.config import TopicConfig
 from raylog.coordination import elections
-from raylog.coordination.fetcher import LEADER_REPORT_INTERVAL_MS, EpochAnswer, FollowerFetcher, Next
+from raylog.coordination.fetcher import (
+    LEADER_REPORT_INTERVAL_MS,
+    REPEATED_FAILURE_LOG_INTERVAL_MS,
+    EpochAnswer,
+    FollowerFetcher,
+    Next,
+)
 from raylog.coordination.group import GroupCoordinator
 from raylog.coordination.partition import Partition
 from raylog.coordination.quotas import PRODUCER_BYTE_RATE, QuotaManager
@@ -229,22 +235,22 @@ def test_a_truncation_says_from_where_to_where_and_why(replica, logs):
     )
 
 
-def test_a_dead_leader_is_warned_about_when_reported_not_at_every_retry(replica, clock, logs):
+def test_a_failure_that_repeats_is_logged_at_its_level_once_every_interval(replica, clock, logs):
+    """A follower retries every 100 ms: a dead leader is warned about when first seen and then
+    at most every REPEATED_FAILURE_LOG_INTERVAL_MS while it stays dead (DEBUG in between),
+    though the controller hears of it every LEADER_REPORT_INTERVAL_MS."""
     part = replica()
     part.apply_state(PartitionInfo("t", 0, 2, 4, (1, 2), (1, 2), partition_epoch=8))
     fetcher = FollowerFetcher(part, leader=2, leader_epoch=4, clock=clock)
     fetcher.on_answer(fetcher.next_request(), EpochAnswer(0, 3, 0))
     request = fetcher.next_request()
     outcomes = []
-    for _ in range(3):
+    for _ in range(REPEATED_FAILURE_LOG_INTERVAL_MS // LEADER_REPORT_INTERVAL_MS + 1):
         outcomes.append(fetcher.on_failure(request))
-        clock.advance(LEADER_REPORT_INTERVAL_MS // 2)
-    assert outcomes == [Next.REPORT_LEADER, Next.BACKOFF, Next.REPORT_LEADER]
-    assert [level for level, _ in logs("raylog.coordination.fetcher")] == [
-        logging.WARNING,
-        logging.DEBUG,
-        logging.WARNING,
-    ]
+        clock.advance(LEADER_REPORT_INTERVAL_MS)
+    assert set(outcomes) == {Next.REPORT_LEADER}
+    levels = [level for level, _ in logs("raylog.coordination.fetcher")]
+    assert levels == [logging.WARNING] + [logging.DEBUG] * (len(outcomes) - 2) + [logging.WARNING]
     assert logs("raylog.coordination.fetcher")[0][1] == "t-0: fetch from leader 2 failed: no answer from leader 2"
 
 
