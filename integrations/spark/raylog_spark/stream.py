@@ -24,18 +24,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
+import raylog
 from raylog import RaylogCluster
 from raylog.data import MicroBatch, OffsetSpec, TopicStream
-from raylog_spark.topics import check_read_path, dataset_to_spark, ranges_to_spark
+from raylog.errors import InvalidConfigError, InvalidRecordError
+from raylog_spark import options as spark_options
+from raylog_spark.topics import check_read_path, dataset_to_spark, plan_stream, ranges_to_spark
 
 
 class MicroBatchStream:
     """Runs ``process(df, batch_id)`` on each micro-batch of a topic, in a driver thread.
 
-    Triggers come as soon as records are there, at most ``max_records_per_partition`` per
-    partition each; while there are none the topic is checked every ``trigger_interval_s``.
-    Batch ids count from 0 in every run of a stream (the committed offsets, not the ids,
-    carry progress across runs).
+    Each batch's DataFrame has the columns of Spark's Kafka source (see
+    :func:`raylog_spark.kafka_schema`), and the stream takes Spark's Kafka source options
+    for streams (``subscribe`` of one topic, ``startingOffsets``, ``startingTimestamp``,
+    ``startingOffsetsByTimestamp``, ``startingOffsetsByTimestampStrategy``,
+    ``maxOffsetsPerTrigger``, ``includeHeaders``, ``failOnDataLoss``; see
+    :mod:`raylog_spark.options`). As Spark's, the starting options apply where the stream has
+    no progress yet (partitions its group never committed); unlike Spark's, a stream starts
+    at earliest when none is given (Spark: latest).
+
+    Triggers come as soon as records are there, at most ``maxOffsetsPerTrigger`` records in
+    all (shared among partitions in proportion to what each has waiting, as Spark does) and
+    ``max_records_per_partition`` per partition; while there are none the topic is checked
+    every ``trigger_interval_s``. Batch ids count from 0 in every run of a stream (the
+    committed offsets, not the ids, carry progress across runs).
 
     Exactly once into raylog topics: given a ``transactional_id`` (one per pipeline
     instance, the same across its restarts), ``process(df, batch_id)`` returns the batch's
@@ -60,12 +73,12 @@ class MicroBatchStream:
 
     Args:
         spark: a session from :func:`raylog_spark.init_spark`.
-        topic: the topic to read.
+        topic: the topic to read (or None, naming it with the ``subscribe`` option).
         group_id: the consumer group whose committed offsets are the stream's progress.
         process: called with each batch's DataFrame and id; the batch is committed when it
             returns (with its output, exactly once), and the stream stops when it raises.
         start: where partitions the group never committed start (see
-            :data:`raylog.data.OffsetSpec`).
+            :data:`raylog.data.OffsetSpec`; default: earliest), or Spark's starting options.
         trigger_interval_s: how often to look for new records while there are none.
         max_records_per_partition: the largest range per partition in one batch (None: all).
         cluster: from :func:`raylog.connect`; default ``raylog.connect()``.
@@ -75,11 +88,16 @@ class MicroBatchStream:
         transactional_id: makes the stream exactly once into raylog topics (see above).
         sink_topic: (exactly once) the topic of every output row; None: each row's ``topic``.
         producer_config: (exactly once) keyword arguments for the transactional producer.
+        **options: Spark's Kafka source options for streams (above).
 
     Raises:
+        InvalidConfigError: an option that is unknown, malformed or not for streams (e.g.
+            ``endingOffsets``, ``subscribe`` of two topics, ``failOnDataLoss`` false: a
+            stream fails when records it has not read were deleted), or start given both as
+            an argument and as options.
         UnknownTopicOrPartitionError, OffsetOutOfRangeError, ValueError: as
-        :class:`raylog.data.TopicStream`; ValueError: ``via`` is not one of READ_PATHS, or a
-        ``sink_topic`` without a ``transactional_id``.
+        :class:`raylog.data.TopicStream` and :func:`raylog_spark.read_topic`; ValueError:
+        ``via`` is not one of READ_PATHS, or a ``sink_topic`` without a ``transactional_id``.
 
     Example:
         >>> def upsert(df, batch_id):                                        # doctest: +SKIP
@@ -90,16 +108,18 @@ class MicroBatchStream:
         ...     return df.groupBy("key").count().selectExpr("key", "cast(`count` as string) as value")
         >>> MicroBatchStream(spark, "clicks", "counter", counts, sink_topic="click-counts",
         ...                  transactional_id="counter-0").start()          # doctest: +SKIP
+        >>> MicroBatchStream(spark, None, "tail", show, subscribe="clicks",
+        ...                  startingOffsets="latest", maxOffsetsPerTrigger=10_000).start()  # doctest: +SKIP
     """
 
     def __init__(
         self,
         spark: SparkSession,
-        topic: str,
+        topic: str | None,
         group_id: str,
         process: Callable[[DataFrame, int], object],
         *,
-        start: OffsetSpec = "earliest",
+        start: OffsetSpec | None = None,
         trigger_interval_s: float = 1.0,
         max_records_per_partition: int | None = None,
         cluster: RaylogCluster | None = None,
@@ -107,10 +127,21 @@ class MicroBatchStream:
         transactional_id: str | None = None,
         sink_topic: str | None = None,
         producer_config: dict[str, Any] | None = None,
+        **options: Any,
     ):
         check_read_path(via)
         if sink_topic is not None and transactional_id is None:
             raise ValueError("sink_topic is for the exactly-once mode: give a transactional_id too")
+        source = spark_options.parse(options, topic=topic, streaming=True)
+        if not source.fail_on_data_loss:
+            raise InvalidConfigError(
+                "failOnDataLoss false is not supported by streams: a stream whose next records were "
+                "deleted (retention) fails with OffsetOutOfRangeError; move the group's offsets to go on"
+            )
+        if start is not None and source.sets_start:
+            raise InvalidConfigError("give start= or the starting options (e.g. startingOffsets), not both")
+        cluster = cluster or raylog.connect()
+        topic, first, self._shape = plan_stream(cluster, source)
         self._via = via
         self._spark = spark
         self._process = process
@@ -120,9 +151,10 @@ class MicroBatchStream:
         self._source = TopicStream(
             topic,
             group_id,
-            start=start,
+            start=start if start is not None else first,
             trigger_interval_s=trigger_interval_s,
             max_records_per_partition=max_records_per_partition,
+            max_records_per_batch=source.max_offsets_per_trigger,
             cluster=cluster,
             transactional_id=transactional_id,
             producer_config=producer_config,
@@ -186,9 +218,9 @@ class MicroBatchStream:
 
     def _run_batch(self, batch: MicroBatch) -> None:
         if self._via == "executors":
-            df, release = ranges_to_spark(self._spark, self._source.cluster, batch.ranges), _nothing
+            df, release = ranges_to_spark(self._spark, self._source.cluster, batch.ranges, self._shape), _nothing
         else:
-            df, release = dataset_to_spark(self._spark, batch.dataset)
+            df, release = dataset_to_spark(self._spark, batch.dataset, self._shape)
         written = 0
         try:
             output = self._process(df, batch.batch_id)
@@ -207,6 +239,12 @@ class MicroBatchStream:
         if not batches:
             return 0
         table = pa.Table.from_batches(batches)
+        unsent = [name for name in ("headers", "partition") if name in table.column_names]
+        if unsent:
+            raise InvalidRecordError(
+                f"the exactly-once output is written from its value, key and topic columns; drop {unsent} "
+                "(a transaction's records are partitioned by key, without headers)"
+            )
         if self._sink_topic is not None:
             return batch.write(table, self._sink_topic)
         if "topic" not in table.column_names or table.column("topic").null_count:
