@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
+from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
 from raylog.clients.transport import call
@@ -64,6 +64,7 @@ class Admin:
     """
 
     def __init__(self, cluster: RaylogCluster, *, request_timeout_ms: int = int(METADATA_TIMEOUT_S * 1000)):
+        require_cluster(cluster, "Admin")
         self._cluster = cluster
         self._timeout_s = request_timeout_ms / 1000
 
@@ -167,7 +168,7 @@ class Admin:
             raise UnknownTopicOrPartitionError(f"unknown topics: {', '.join(map(repr, missing))}")
         return [known[n] for n in wanted]
 
-    def alter_configs(self, resources: ConfigResources) -> None:
+    def alter_configs(self, resources: ConfigResources, *, incremental: bool = False) -> None:
         """Replace topics' configs (Kafka's AlterConfigs, confluent-kafka's and kafka-python
         2.x's ``alter_configs``): each topic's overrides become exactly the properties given,
         and every property not given (or given None) goes back to its default. To change
@@ -178,6 +179,10 @@ class Admin:
         Args:
             resources: ``{topic: {property: value}}``, or a list of
                 :class:`~raylog.types.ConfigResource` (topic resources).
+            incremental: True makes this :meth:`incremental_alter_configs` (kafka-python
+                3's ``alter_configs(..., incremental=True)``). Note that kafka-python 3
+                alters incrementally by default where raylog, as Kafka's AlterConfigs,
+                replaces.
 
         Example:
             >>> admin.alter_configs({"clicks": {"retention.ms": "3600000"}})  # doctest: +SKIP
@@ -189,7 +194,9 @@ class Admin:
             InvalidRequestError: a resource that is not a topic, or a topic named twice.
             TypeError: resources or configs of the wrong shape.
         """
-        self._alter_configs(_config_changes(resources, incremental=False), incremental=False)
+        if not isinstance(incremental, bool):
+            raise TypeError(f"incremental must be True or False, got {incremental!r}")
+        self._alter_configs(_config_changes(resources, incremental=incremental), incremental=incremental)
 
     def incremental_alter_configs(self, resources: ConfigResources) -> None:
         """Change some properties of topics' configs and keep the others (Kafka's

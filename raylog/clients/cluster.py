@@ -123,6 +123,20 @@ class RaylogCluster:
                 ray.shutdown()
 
 
+def require_cluster(cluster: Any, client: str) -> None:
+    """Refuse what a kafka-python user passes where raylog wants the cluster handle (a
+    ``bootstrap_servers`` string or list, or a KafkaConsumer's first topic).
+
+    Raises:
+        TypeError: ``cluster`` is a string, bytes, or a list or tuple.
+    """
+    if isinstance(cluster, (str, bytes, list, tuple)):
+        raise TypeError(
+            f"{client}'s first argument is the cluster from raylog.connect() (where kafka-python takes "
+            f"bootstrap_servers=...; a consumer's topics follow it), got {cluster!r}"
+        )
+
+
 def _reattach(cluster_name: str, ray_address: str) -> RaylogCluster:
     if not ray.is_initialized():
         ray.init(address=ray_address, configure_logging=False, log_to_driver=False)

@@ -41,7 +41,7 @@ import ray
 from ray.exceptions import RayError
 
 from raylog.actors import metrics
-from raylog.clients.cluster import RaylogCluster
+from raylog.clients.cluster import RaylogCluster, require_cluster
 from raylog.clients.group import (
     ConsumerRebalanceListener,
     CoordinatorClient,
@@ -232,6 +232,7 @@ class Consumer:
         retry_backoff_ms: int = 100,
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster", "topics")}
+        require_cluster(cluster, "Consumer")
         for name in topics:
             validate_topic_name(name)
         if auto_offset_reset not in ("earliest", "latest", "none"):

@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raylog.actors import metrics
-from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
+from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.group import CoordinatorClient, offsets_to_commit
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
 from raylog.clients.transport import call, translate
@@ -390,6 +390,7 @@ class Producer:
         transaction_timeout_ms: int = 60_000,
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster")}
+        require_cluster(cluster, "Producer")
         if acks not in _ACKS:
             raise InvalidConfigError(f"acks must be 0, 1, -1 or 'all', got {acks!r}")
         for name in (

@@ -324,3 +324,12 @@ def test_committed_takes_one_partition_as_kafka_python_does(monkeypatch):
         TopicPartition("t", 0): OffsetAndMetadata(9, "m"),
         TopicPartition("t", 1): None,
     }
+
+
+@pytest.mark.parametrize("client", ["Producer", "Consumer", "Admin"])
+@pytest.mark.parametrize("first", ["localhost:9092", ["localhost:9092"], b"clicks"])
+def test_kafka_pythons_first_arguments_are_refused_with_a_pointer(client, first):
+    """A client given kafka-python's bootstrap servers, or a topic, where raylog takes the
+    cluster handle says so with a TypeError, before anything else."""
+    with pytest.raises(TypeError, match=rf"{client}'s first argument is the cluster from raylog.connect\(\)"):
+        getattr(raylog, client)(first)
