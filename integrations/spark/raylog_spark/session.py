@@ -15,7 +15,8 @@ Logging: the driver JVM writes to this process's stderr, and by default it start
 Spark's PySpark defaults (WARN, a notice of the level, a few startup warnings) and an error of
 log4j2 on stdout (RayDP names a configuration file that is not there). ``init_spark`` gives
 it ``log4j2.properties`` of this package instead, at the level asked (``log_level``, ERROR by
-default) from its first line, and turns Spark's console progress bar off. The JVM's Ray
+default) from its first line (and again once RayDP has connected it to Ray, whose Java client
+puts its own configuration in place), and turns Spark's console progress bar off. The JVM's Ray
 client (RayDP connects the driver to Ray) also writes two INFO lines of Ray's native code to
 stderr before its log file is set up; Ray has no setting for those, so the JVM's stderr goes
 through a filter that drops Ray's native INFO and DEBUG lines and passes everything else on.
@@ -149,12 +150,19 @@ def init_spark(
         settings[key] = f"{settings[key]} {java_options()}" if settings.get(key) else java_options()
     if level is None:
         return raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
-    if RAYDP_DRIVER_LOG4J_KEY not in settings and RAYDP_DRIVER_LOG4J_ENV not in os.environ:
+    ours = RAYDP_DRIVER_LOG4J_KEY not in settings and RAYDP_DRIVER_LOG4J_ENV not in os.environ
+    if ours:
         settings[RAYDP_DRIVER_LOG4J_KEY] = LOG4J2_CONFIG
     settings["spark.driver.extraJavaOptions"] += f" -D{LOG_LEVEL_PROPERTY}={level}"
     settings.setdefault("spark.ui.showConsoleProgress", "false")
     with _ray_native_info_filtered():  # the driver JVM starts in here and keeps the filtered stderr
-        return raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
+        spark = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
+    if ours:
+        # RayDP then connects the driver JVM to Ray, and Ray's Java client replaces the JVM's
+        # log4j2 configuration with its own (WARN, to stdout): load this package's again.
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(jvm.java.io.File(LOG4J2_CONFIG).toURI())
+    return spark
 
 
 def _check_log_level(log_level: str | None) -> str | None:
