@@ -21,7 +21,7 @@ from raylog.clients.partitioner import partition_for_key
 from raylog.errors import InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from raylog_spark import options
 from raylog_spark.topics import plan_read
-from tests.helpers import wait_until
+from tests.helpers import read_values, wait_until
 
 #: Spark 3.5's Kafka source schema with includeHeaders, as Spark prints it.
 SPARK_KAFKA_SOURCE = (
@@ -177,9 +177,10 @@ def test_bad_options_are_refused_with_typed_errors(cluster, topic, spark):
 
     refused = [
         ({"startingOffsets": "{not json"}, "not valid JSON"),
-        ({"startingOffsets": json.dumps({name: [0, 1]})}, "must be an object"),
+        ({"startingOffsets": json.dumps({name: [0, 1]})}, "must hold a non-empty object"),
+        ({"startingOffsets": "[1, 2]"}, "must be a JSON object"),
         ({"startingOffsets": {name: {"0": -3}}}, r"-3 \(-2: earliest, -1: latest\)"),
-        ({"startingOffsets": {name: {"zero": 1}}}, "not a partition number"),
+        ({"startingOffsets": {name: {"zero": 1}}}, "must be a partition number"),
         ({"startingOffsets": "latest"}, "cannot start at latest"),
         ({"startingOffsets": {name: {"1": -1}}}, "cannot start at latest"),
         ({"endingOffsets": "earliest"}, "cannot end at earliest"),
@@ -272,6 +273,27 @@ def test_stream_takes_sparks_options_and_shares_max_offsets_per_trigger(cluster,
     # 10 + 15 waiting: shares 4 and 6; then 6 + 9: 4 and 6; then the 2 + 3 left.
     assert batches == [{0: (5, 9), 1: (0, 6)}, {0: (9, 13), 1: (6, 12)}, {0: (13, 15), 1: (12, 15)}]
     assert seen == {position: headers for position, (_, _, _, headers) in expected.items() if position >= (0, 5)}
+
+
+def test_exactly_once_stream_refuses_sink_columns_a_transaction_does_not_write(cluster, topic, spark):
+    """A transactional stream whose output keeps the Kafka sink's partition column stops with
+    InvalidRecordError rather than drop it, and nothing of the batch is committed."""
+    source, sink = topic(num_partitions=1), topic(num_partitions=1)
+    produce_timed(cluster, source, 1, 3)
+    stream = raylog_spark.MicroBatchStream(
+        spark,
+        source,
+        "eos-sink-shape",
+        lambda df, batch_id: df.select("key", "value", "partition"),
+        trigger_interval_s=0.1,
+        cluster=cluster,
+        transactional_id="eos-sink-shape-0",
+        sink_topic=sink,
+    ).start()
+    with pytest.raises(InvalidRecordError, match=r"drop \['partition'\]"):
+        stream.await_termination(timeout_s=120)
+    assert stream.batches_committed == 0
+    assert read_values(cluster, sink, 1, "read_uncommitted") == []
 
 
 def test_write_topic_takes_the_dataframe_shape_of_sparks_kafka_sink(cluster, topic, spark):

@@ -248,8 +248,10 @@ def _pattern(value: Any) -> re.Pattern[str]:
         raise InvalidConfigError(f"subscribePattern {value!r} is not a regular expression: {exc}") from None
 
 
-def _json_object(option: str, value: Any, form: str) -> dict:
-    """A JSON option's document: a JSON string parsed, or a dict as it is."""
+def _by_topic(option: str, value: Any, form: str, entry: type[list] | type[dict]) -> dict[str, Any]:
+    """Spark's per-topic JSON form (a JSON string, or a dict as it is): an object of topic
+    names, each holding a non-empty ``entry`` (a list of partitions, or an object by
+    partition)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -257,25 +259,26 @@ def _json_object(option: str, value: Any, form: str) -> dict:
             raise InvalidConfigError(f"{option} is not valid JSON ({exc}); expected {form}") from None
     if not isinstance(value, dict) or not value:
         raise InvalidConfigError(f"{option} must be a JSON object {form}, got {value!r}")
-    for topic in value:
+    kind = "list" if entry is list else "object"
+    for topic, held in value.items():
         _topic_name(f"a topic of {option}", topic)
+        if not isinstance(held, entry) or not held:
+            raise InvalidConfigError(f"{option}: {topic!r} must hold a non-empty {kind}, as in {form}")
     return value
 
 
-def _natural(value: Any) -> int | None:
-    """``value`` as an int >= 0 if it is one or a string of ASCII digits, else None."""
+def _whole(option: str, value: Any, what: str, minimum: int = 0) -> int:
+    """``value`` as an int >= ``minimum``: an int, or a string of ASCII digits."""
     if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= minimum:
         return value
-    return None
+    raise InvalidConfigError(f"{option} must be {what}, got {value!r}")
 
 
 def _partition(option: str, key: Any) -> int:
     """A partition number: an int, or a JSON object's key holding one."""
-    if (partition := _natural(key)) is not None:
-        return partition
-    raise InvalidConfigError(f"{option}: {key!r} is not a partition number")
+    return _whole(option, key, "a partition number")
 
 
 def _integer(option: str, value: Any) -> int:
@@ -285,14 +288,10 @@ def _integer(option: str, value: Any) -> int:
 
 
 def _assignment(value: Any) -> dict[str, tuple[int, ...]]:
-    form = '{"topicA": [0, 1], "topicB": [2, 4]}'
-    document = _json_object("assign", value, form)
-    out = {}
-    for topic, partitions in document.items():
-        if not isinstance(partitions, list) or not partitions:
-            raise InvalidConfigError(f"assign: the partitions of {topic!r} must be a non-empty list, as in {form}")
-        out[topic] = tuple(sorted({_partition("assign", p) for p in partitions}))
-    return out
+    document = _by_topic("assign", value, '{"topicA": [0, 1], "topicB": [2, 4]}', list)
+    return {
+        topic: tuple(sorted({_partition("assign", p) for p in partitions})) for topic, partitions in document.items()
+    }
 
 
 def _offsets(option: str, value: Any, *, start: bool, streaming: bool) -> str | TopicOffsets:
@@ -301,12 +300,9 @@ def _offsets(option: str, value: Any, *, start: bool, streaming: bool) -> str | 
     if isinstance(value, str) and value.strip().lower() in ("earliest", "latest"):
         spec: str | TopicOffsets = value.strip().lower()
     else:
-        form = '{"topicA": {"0": 23, "1": -2}} (-2: earliest, -1: latest)'
-        document = _json_object(option, value, form)
+        document = _by_topic(option, value, '{"topicA": {"0": 23, "1": -2}} (-2: earliest, -1: latest)', dict)
         spec = {}
         for topic, partitions in document.items():
-            if not isinstance(partitions, dict) or not partitions:
-                raise InvalidConfigError(f"{option}: the offsets of {topic!r} must be an object, as in {form}")
             spec[topic] = {}
             for partition, offset in partitions.items():
                 offset = _integer(f"{option} {topic}-{partition}", offset)
@@ -323,20 +319,15 @@ def _offsets(option: str, value: Any, *, start: bool, streaming: bool) -> str | 
 
 
 def _timestamp(option: str, value: Any) -> int:
-    if (ms := _natural(value)) is not None:
-        return ms
-    raise InvalidConfigError(f'{option} must be a time in ms since the epoch (e.g. "1000"), got {value!r}')
+    return _whole(option, value, 'a time in ms since the epoch (e.g. "1000")')
 
 
 def _topic_timestamps(option: str, value: Any) -> TopicTimestamps:
-    form = '{"topicA": {"0": 1000, "1": 1000}}'
-    document = _json_object(option, value, form)
-    out: TopicTimestamps = {}
-    for topic, partitions in document.items():
-        if not isinstance(partitions, dict) or not partitions:
-            raise InvalidConfigError(f"{option}: the timestamps of {topic!r} must be an object, as in {form}")
-        out[topic] = {_partition(option, p): _timestamp(f"{option} {topic}-{p}", ms) for p, ms in partitions.items()}
-    return out
+    document = _by_topic(option, value, '{"topicA": {"0": 1000, "1": 1000}}', dict)
+    return {
+        topic: {_partition(option, p): _timestamp(f"{option} {topic}-{p}", ms) for p, ms in partitions.items()}
+        for topic, partitions in document.items()
+    }
 
 
 def _boolean(option: str, value: Any) -> bool:
@@ -348,6 +339,4 @@ def _boolean(option: str, value: Any) -> bool:
 
 
 def _positive(option: str, value: Any) -> int:
-    if (count := _natural(value)) is not None and count > 0:
-        return count
-    raise InvalidConfigError(f"{option} must be a positive integer, got {value!r}")
+    return _whole(option, value, "a positive integer", minimum=1)

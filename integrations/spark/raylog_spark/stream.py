@@ -2,7 +2,8 @@
 
 Each trigger takes the next offset ranges of the topic (from where the last batch ended up
 to the high watermark, see :class:`raylog.data.TopicStream`), turns them into a DataFrame
-through Ray Data and RayDP, calls the user's function with it, and commits the ranges' ends
+with the columns of Spark's Kafka source (read by Spark's tasks, or through Ray Data),
+calls the user's function with it, and commits the ranges' ends
 for the group only after the function returned. A crash (the function raising, the driver
 dying) therefore repeats at most the batch in flight: with an idempotent sink (keyed by
 partition and offset, or upserts) the results are exactly once. A stream started again with
@@ -53,7 +54,9 @@ class MicroBatchStream:
     Exactly once into raylog topics: given a ``transactional_id`` (one per pipeline
     instance, the same across its restarts), ``process(df, batch_id)`` returns the batch's
     output as a DataFrame with a ``value`` column and optionally ``key`` (binary or string
-    each; keyed rows land on murmur2 of the key) and ``topic`` (or None: no output). The
+    each; keyed rows land on murmur2 of the key) and ``topic`` (or None: no output); the
+    Kafka sink's ``headers`` and ``partition`` columns are refused there (InvalidRecordError,
+    the batch aborted), as a transaction's records are sent without them. The
     stream collects it on the driver as Arrow (``_collect_as_arrow``, what PySpark 3.5's
     ``toPandas`` uses, without pandas; measured here: on par with ``collect()`` at 10,000
     rows, where a Spark job's fixed cost dominates, 3x faster at 100,000, 10x at 300,000),
