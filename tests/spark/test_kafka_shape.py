@@ -74,7 +74,7 @@ def test_read_topic_has_the_columns_and_types_of_sparks_kafka_source(cluster, to
     """Both read paths give Spark's Kafka source schema exactly and every record of every
     subscribed topic once: the record's timestamp as a timestamp, timestampType 0 for
     CreateTime and 1 for LogAppendTime topics, headers only with includeHeaders and null for
-    a record without any; a range from the end is empty, ranges by partition read just those."""
+    a record without any; assign with offsets reads just those, a read from the end nothing."""
     created = topic(num_partitions=2)
     appended = topic(num_partitions=1, **{"message.timestamp.type": "LogAppendTime"})
     expected = produce_timed(cluster, created, 2, 6)
@@ -95,10 +95,16 @@ def test_read_topic_has_the_columns_and_types_of_sparks_kafka_source(cluster, to
     assert all(kind == 1 and ms >= before_ms for _, _, ms, kind, _ in log_appended)
 
     partial = raylog_spark.read_topic(
-        spark, created, start={0: 2}, end={1: 3}, includeHeaders=True, cluster=cluster, via=via
+        spark,
+        assign=json.dumps({created: [1]}),
+        startingOffsets={created: {"1": 1}},
+        endingOffsets={created: {"1": 3}},
+        includeHeaders=True,
+        cluster=cluster,
+        via=via,
     )
     assert {(p, o): row[4] for (_, p, o), row in rows_by_position(partial).items()} == {
-        (p, o): headers for (p, o), (_, _, _, headers) in expected.items() if (p == 0 and o >= 2) or (p == 1 and o < 3)
+        (1, o): expected[(1, o)][3] for o in (1, 2)
     }
     empty = raylog_spark.read_topic(spark, created, start="latest", cluster=cluster, via=via)
     assert empty.schema == raylog_spark.kafka_schema()
@@ -121,7 +127,7 @@ def test_sparks_source_options_choose_topics_partitions_and_offsets(cluster, top
     assert ranges_for(cluster, subscribePattern=re.escape(prefix) + r"\d+") == whole
     assert ranges_for(cluster, subscribePattern=re.escape(first)) == {k: v for k, v in whole.items() if k[0] == first}
     assert ranges_for(cluster, subscribePattern=re.escape(prefix)) == {}  # whole names only, as Kafka
-    assert ranges_for(cluster, assign=json.dumps({first: [1]})) == {(first, 1): (0, 10)}
+    assert ranges_for(cluster, assign=json.dumps({first: [1]})) == {(first, 0): (10, 10), (first, 1): (0, 10)}
 
     starting = json.dumps({first: {"0": 3, "1": -2}})
     ending = {first: {0: -1, 1: 5}}  # a dict does as well as its JSON

@@ -211,7 +211,8 @@ def plan_read(
     start: data.OffsetSpec | None = None,
     end: data.OffsetSpec | None = None,
 ) -> tuple[dict[TopicPartition, tuple[int, int]], RowShape]:
-    """The ``[start, end)`` range of every partition a batch read covers, and its rows' shape.
+    """The ``[start, end)`` range of every partition of the topics a batch read covers (an
+    empty one at the end for a partition that ``assign`` leaves out), and its rows' shape.
 
     Raises:
         As :func:`read_topic`.
@@ -228,7 +229,7 @@ def plan_read(
                 first, last = (lookups.above_log_start(description, spec) for spec in (first, last))
             found = data.topic_ranges(description.name, start=first, end=last, cluster=cluster)
             wanted = set(_assigned(source, description))
-            ranges.update({tp: bounds for tp, bounds in found.items() if tp.partition in wanted})
+            ranges.update({tp: (b if tp.partition in wanted else (b[1], b[1])) for tp, b in found.items()})
     return ranges, row_shape(admin, [d.name for d in descriptions], source.include_headers)
 
 
@@ -385,22 +386,15 @@ class _Lookups:
 
 
 def _ranges_dataset(cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int, int]]) -> ray.data.Dataset:
-    """The records of ``ranges`` as one Ray dataset (:func:`raylog.data.read_topic` per topic)."""
-    by_topic: dict[str, dict[int, tuple[int, int]]] = {}
-    for tp, bounds in ranges.items():
-        by_topic.setdefault(tp.topic, {})[tp.partition] = bounds
-    datasets = [
-        data.read_topic(
-            name,
-            start={p: first for p, (first, _) in bounds.items()},
-            end={p: last for p, (_, last) in bounds.items()},
-            cluster=cluster,
-        )
-        for name, bounds in sorted(by_topic.items())
-    ]
-    if not datasets:
+    """The records of ``ranges`` (every partition of the topics read) as a Ray dataset."""
+    if not ranges:
         return ray.data.from_arrow(ARROW_SCHEMA.empty_table())
-    return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
+    start: dict[str, dict[int, int]] = {}
+    end: dict[str, dict[int, int]] = {}
+    for tp, (first, last) in ranges.items():
+        start.setdefault(tp.topic, {})[tp.partition] = first
+        end.setdefault(tp.topic, {})[tp.partition] = last
+    return data.read_topic(sorted(start), start=start, end=end, cluster=cluster)
 
 
 def ranges_to_spark(
