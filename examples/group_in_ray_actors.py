@@ -3,7 +3,10 @@
 The member that joins first reads every partition until the others arrive; a partition that
 moves is handed on at the group's committed offset, so together they count each record once.
 
-Run: ``.venv/bin/python examples/group_in_ray_actors.py``
+It prints its own lines only (and any warning or error); ``--verbose`` shows Ray's and
+raylog's INFO lines and the output of Ray's actors too.
+
+Run: ``.venv/bin/python examples/group_in_ray_actors.py [--verbose]``
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import uuid
 
 import pyarrow as pa
 import ray
+from _support import arguments, configure_output
 
 import raylog
 from raylog import Admin, Consumer, NewTopic, Producer
@@ -43,7 +47,8 @@ class Counter:
         self.consumer.close()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    configure_output(arguments(__doc__).parse_args(argv).verbose)
     data_dir = tempfile.mkdtemp(prefix="raylog-example-")
     cluster = raylog.connect(data_dir=data_dir, cluster_name=f"example-{uuid.uuid4().hex[:8]}")
     try:

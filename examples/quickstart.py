@@ -5,7 +5,10 @@ Starts a local Ray and a local raylog cluster (no address to configure), creates
 them back as Arrow and counts clicks per page, shows Kafka-compatible key placement and a
 time-based seek, then deletes the topic and shuts everything down.
 
-Run: .venv/bin/python examples/quickstart.py
+It prints its own lines only (and any warning or error); ``--verbose`` shows Ray's and
+raylog's INFO lines and the output of Ray's actors too.
+
+Run: .venv/bin/python examples/quickstart.py [--verbose]
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from _support import arguments, configure_output
 
 import raylog
 from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
@@ -54,7 +58,8 @@ def consume_all(cluster, topic: str) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    configure_output(arguments(__doc__).parse_args(argv).verbose)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as data_dir:
         cluster = raylog.connect(data_dir=data_dir)
