@@ -111,3 +111,68 @@ def test_the_driver_jvms_stderr_loses_only_rays_native_info_lines():
 def test_init_spark_refuses_an_unknown_log_level_before_starting_anything():
     with pytest.raises(ValueError, match="log_level must be one of OFF, FATAL, ERROR, WARN"):
         session.init_spark("x", log_level="LOUD")
+
+
+class FakeJvm:
+    """Records the log4j2 configuration the driver JVM is told to load again."""
+
+    def __init__(self) -> None:
+        self.reloaded = []
+        self.org = self.java = self
+        self.apache = self.logging = self.log4j = self.core = self.config = self.Configurator = self.io = self
+
+    def File(self, path):  # noqa: N802 (java.io.File)
+        self.path = path
+        return self
+
+    def toURI(self):  # noqa: N802
+        return self.path
+
+    def reconfigure(self, uri):
+        self.reloaded.append(uri)
+
+
+@pytest.fixture
+def raydp_calls(monkeypatch):
+    """init_spark up to RayDP: the settings it passes, and what it does to the driver after."""
+    calls = []
+    jvm = FakeJvm()
+
+    class Session:
+        class sparkContext:  # noqa: N801
+            _jvm = jvm
+
+    def init_spark(app_name, num_executors, executor_cores, executor_memory, configs):
+        calls.append(configs)
+        return Session()
+
+    monkeypatch.setattr(session.raydp, "init_spark", init_spark)
+    monkeypatch.setattr(session.ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(session.ray, "cluster_resources", lambda: {"CPU": 2.0, "memory": 8.0 * (1 << 30)})
+    monkeypatch.delenv(session.RAYDP_DRIVER_LOG4J_ENV, raising=False)
+    return calls, jvm
+
+
+def test_init_spark_gives_the_driver_its_log4j2_configuration_at_the_level_asked(raydp_calls):
+    calls, jvm = raydp_calls
+    session.init_spark("x", log_level="warn")
+    settings = calls[-1]
+    assert settings[session.RAYDP_DRIVER_LOG4J_KEY] == session.LOG4J2_CONFIG
+    assert os.path.isfile(session.LOG4J2_CONFIG)
+    assert settings["spark.driver.extraJavaOptions"].endswith(" -Draylog.spark.logLevel=WARN")
+    assert settings["spark.ui.showConsoleProgress"] == "false"
+    assert jvm.reloaded == [session.LOG4J2_CONFIG]  # again, after Ray's Java client replaced it
+
+
+def test_init_spark_leaves_a_given_configuration_and_spark_defaults_alone(raydp_calls, monkeypatch):
+    calls, jvm = raydp_calls
+    session.init_spark("x", configs={session.RAYDP_DRIVER_LOG4J_KEY: "/etc/mine.properties"})
+    assert calls[-1][session.RAYDP_DRIVER_LOG4J_KEY] == "/etc/mine.properties"
+    monkeypatch.setenv(session.RAYDP_DRIVER_LOG4J_ENV, "/etc/site.properties")
+    session.init_spark("x", configs={"spark.ui.showConsoleProgress": "true"})
+    assert session.RAYDP_DRIVER_LOG4J_KEY not in calls[-1]  # RayDP reads the environment variable
+    assert calls[-1]["spark.ui.showConsoleProgress"] == "true"
+    session.init_spark("x", log_level=None)
+    assert session.RAYDP_DRIVER_LOG4J_KEY not in calls[-1] and "spark.ui.showConsoleProgress" not in calls[-1]
+    assert "raylog.spark.logLevel" not in calls[-1]["spark.driver.extraJavaOptions"]
+    assert jvm.reloaded == []

@@ -151,6 +151,13 @@ def init_spark(
     if level is None:
         return raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
     ours = RAYDP_DRIVER_LOG4J_KEY not in settings and RAYDP_DRIVER_LOG4J_ENV not in os.environ
+    if ours and not os.path.isfile(LOG4J2_CONFIG):
+        logger.warning(
+            "%s is not installed (the package was built without its data files): the Spark driver logs "
+            "with Spark's defaults",
+            LOG4J2_CONFIG,
+        )
+        ours = False
     if ours:
         settings[RAYDP_DRIVER_LOG4J_KEY] = LOG4J2_CONFIG
     settings["spark.driver.extraJavaOptions"] += f" -D{LOG_LEVEL_PROPERTY}={level}"
