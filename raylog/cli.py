@@ -1179,7 +1179,7 @@ def _dump_segment(name: str, data: memoryview, with_records: bool) -> dict:
                 entry["records"] = [
                     {
                         "offset": r["offset"],
-                        "timestamp_ms": r["timestamp_ms"],
+                        "timestamp_ms": r["timestamp"],
                         "key": _text(r["key"]),
                         "value": _text(r["value"]),
                     }
@@ -1202,7 +1202,7 @@ def _print_dump(report: dict) -> None:
                 f"size {12 + b['batch_length']} maxTimestamp {b['max_timestamp']} crc {b['crc']:#010x}"
             )
             for r in b.get("records", []):
-                print(f"    | offset {r['offset']} ts {r['timestamp_ms']} key {r['key']} value {r['value']}")
+                print(f"    | offset {r['offset']} ts {r['timestamp']} key {r['key']} value {r['value']}")
         if segment["error"]:
             print(f"  INVALID {segment['error']} (the log recovers by cutting here)")
 

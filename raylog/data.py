@@ -18,7 +18,7 @@ resolved when the datasource is made, so reading the dataset again reads the sam
 (``read_kafka`` resolves them when each task starts). A read task is a plain
 :class:`Consumer` assigned to its ranges: each fetched response is already an Arrow table
 (the consumer decodes record batches without a loop per record), trimmed at ``end``. Every
-block has the columns of :meth:`Consumer.poll_arrow`: topic, partition, offset, timestamp_ms,
+block has the columns of :meth:`Consumer.poll_arrow`: topic, partition, offset, timestamp,
 key, value, headers (an empty list for a record without headers, as in :class:`Record`).
 
 Where a range starts or ends is an :data:`OffsetSpec`: one for all partitions, a dict
@@ -191,7 +191,7 @@ def read_topic(
             ``ray.data.read_datasource``.
 
     Returns:
-        A lazy :class:`ray.data.Dataset`; columns topic, partition, offset, timestamp_ms, key,
+        A lazy :class:`ray.data.Dataset`; columns topic, partition, offset, timestamp, key,
         value, headers (empty lists where none).
 
     Raises:
@@ -270,11 +270,11 @@ class RaylogDatasource(Datasource):
       ``override_num_blocks`` Ray Data asks for ~200, so a small topic is one task per
       partition; Ray Data then cuts each task's output to make up the block count.)
 
-    Columns are :meth:`Consumer.poll_arrow`'s (topic, partition, offset, timestamp_ms, key,
+    Columns are :meth:`Consumer.poll_arrow`'s (topic, partition, offset, timestamp, key,
     value, headers); a projection (``select_columns``) is read with only its columns. Against
-    ``ray.data.read_kafka``'s: ``timestamp_ms`` is its ``timestamp`` (int64 milliseconds,
-    the producer's time or the log append time per the topic's ``message.timestamp.type``),
-    there is no ``timestamp_type``, and headers are a list of ``{key, value}`` structs
+    ``ray.data.read_kafka``'s: ``timestamp`` is the same (int64 milliseconds, the
+    producer's time or the log append time per the topic's ``message.timestamp.type``), there
+    is no ``timestamp_type``, and headers are a list of ``{key, value}`` structs
     (order and repeated keys kept, as Kafka's headers) where read_kafka has a map.
 
     Concurrency: immutable once built; Ray Data pickles it and runs its read tasks anywhere.
@@ -702,7 +702,7 @@ class RaylogDatasink(Datasink):
         except TypeError as e:
             raise InvalidConfigError(f"producer_config: {e}") from None
         self._topic = topic
-        self._columns = {"key": key, "value": value, "headers": headers, "timestamp_ms": timestamp}
+        self._columns = {"key": key, "value": value, "headers": headers, "timestamp": timestamp}
         self._producer_config = producer_config
         self.records_written = 0
 
@@ -738,7 +738,7 @@ class RaylogDatasink(Datasink):
 
 def _records_table(block: pa.Table, columns: dict[str, str | None]) -> pa.Table:
     """A block's record columns as ``send_arrow`` takes them: value, and key, headers and
-    timestamp_ms where ``columns`` names them and the block has them.
+    timestamp where ``columns`` names them and the block has them.
 
     Raises:
         InvalidRecordError: no value column, or a column of the wrong type."""
@@ -746,7 +746,7 @@ def _records_table(block: pa.Table, columns: dict[str, str | None]) -> pa.Table:
     if value not in block.column_names:
         raise InvalidRecordError(f"no value column {value!r} among {block.column_names}")
     out = {"value": _binary(block.column(value), value)}
-    key, headers, timestamp = columns.get("key"), columns.get("headers"), columns.get("timestamp_ms")
+    key, headers, timestamp = columns.get("key"), columns.get("headers"), columns.get("timestamp")
     if key is not None and key in block.column_names:
         out["key"] = _binary(block.column(key), key)
     if headers is not None and headers in block.column_names:
@@ -754,7 +754,7 @@ def _records_table(block: pa.Table, columns: dict[str, str | None]) -> pa.Table:
     if timestamp is not None:
         if timestamp not in block.column_names:
             raise InvalidRecordError(f"no timestamp column {timestamp!r} among {block.column_names}")
-        out["timestamp_ms"] = _timestamps_ms(block.column(timestamp), timestamp)
+        out["timestamp"] = _timestamps_ms(block.column(timestamp), timestamp)
     return pa.table(out)
 
 
@@ -764,7 +764,7 @@ def _send_records(producer: Producer, topic: str, records: pa.Table) -> Any:
         topic,
         records,
         headers_column="headers" if "headers" in records.column_names else None,
-        timestamp_column="timestamp_ms" if "timestamp_ms" in records.column_names else None,
+        timestamp_column="timestamp" if "timestamp" in records.column_names else None,
     )
 
 

@@ -63,7 +63,7 @@ class TrainingStream:
         group_id: the consumer group the workers share.
         batch_size: rows per batch (the last batch of an epoch may be smaller unless
             ``drop_last``).
-        decode: Arrow table (columns topic, partition, offset, timestamp_ms, key, value,
+        decode: Arrow table (columns topic, partition, offset, timestamp, key, value,
             headers) -> arrays; default: the raw value column as a NumPy object array.
         epochs: read in epochs (see the module docstring) instead of continuously.
         as_torch: yield ``torch.Tensor`` (via ``torch.from_numpy``) where decode gives arrays.

@@ -24,8 +24,8 @@ def wait_until(
 
 
 def record_rows(table) -> list[tuple]:
-    """``(value, key, timestamp_ms, headers)`` per row of a decoded batch table."""
-    columns = ("value", "key", "timestamp_ms", "headers")
+    """``(value, key, timestamp, headers)`` per row of a decoded batch table."""
+    columns = ("value", "key", "timestamp", "headers")
     return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
 
 

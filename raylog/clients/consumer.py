@@ -597,7 +597,7 @@ class Consumer:
         return out
 
     def poll_arrow(self, timeout_ms: int = 0, max_records: int | None = None) -> pa.Table:
-        """Like :meth:`poll`, as one Arrow table: topic, partition, offset, timestamp_ms, key,
+        """Like :meth:`poll`, as one Arrow table: topic, partition, offset, timestamp, key,
         value, headers (keys and values as bytes; deserializers are not applied)."""
         tables = [
             table.add_column(0, "topic", pa.repeat(tp.topic, table.num_rows)).add_column(
@@ -857,7 +857,7 @@ class Consumer:
             itertools.repeat(tp.topic, n),
             itertools.repeat(tp.partition, n),
             offsets,
-            table.column("timestamp_ms").to_pylist(),
+            table.column("timestamp").to_pylist(),
             keys,
             values,
             headers,

@@ -476,7 +476,7 @@ class Log:
                     break
                 if header.max_timestamp >= timestamp_ms:
                     table = record_batch.decode_table(segment.read(position, position + header.size))
-                    timestamps = table.column("timestamp_ms").to_numpy()
+                    timestamps = table.column("timestamp").to_numpy()
                     i = int((timestamps >= timestamp_ms).argmax())
                     return TimestampOffset(int(table.column("offset")[i].as_py()), int(timestamps[i]))
         return None

@@ -117,7 +117,7 @@ HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]
 OUTPUT_SCHEMA = pa.schema(
     [
         pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp_ms", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
         pa.field("headers", HEADERS_TYPE),

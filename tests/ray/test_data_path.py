@@ -106,7 +106,7 @@ def test_send_arrow_and_poll_arrow(cluster, topic):
     tables = []
     wait_until(lambda: tables.append(consumer.poll_arrow(timeout_ms=500)) or sum(t.num_rows for t in tables) >= n)
     out = pa.concat_tables(tables)
-    assert out.column_names == ["topic", "partition", "offset", "timestamp_ms", "key", "value", "headers"]
+    assert out.column_names == ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
     assert sorted(out.column("value").to_pylist()) == sorted(table.column("value").to_pylist())
     for key, partition in zip(
         out.column("key").to_pylist()[:200], out.column("partition").to_pylist()[:200], strict=True

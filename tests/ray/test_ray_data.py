@@ -17,7 +17,7 @@ from raylog.data import Committed, Timestamp, TopicStream, read_topic, write_top
 from raylog.errors import InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from tests.helpers import wait_until
 
-COLUMNS = ["topic", "partition", "offset", "timestamp_ms", "key", "value", "headers"]
+COLUMNS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
 
 
 def produce(cluster, topic: str, count: int, prefix: bytes = b"v") -> dict[tuple[int, int], tuple]:
@@ -59,7 +59,7 @@ def test_read_topic_returns_exactly_the_produced_records_one_task_per_partition(
     assert set(table.column("topic").to_pylist()) == {name}
     assert rows_of(table) == sent
     assert read_tasks(dataset) == 3
-    timestamps = table.column("timestamp_ms").to_pylist()
+    timestamps = table.column("timestamp").to_pylist()
     assert all(abs(ts - timestamps[0]) < 600_000 for ts in timestamps)
 
 

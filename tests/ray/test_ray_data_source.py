@@ -227,7 +227,7 @@ def test_write_datasink_round_trips_keys_values_headers_and_timestamps(cluster, 
     assert sink.records_written == 300
     table = table_of(read_topic(name, cluster=cluster))
     got = sorted(
-        zip(*(table.column(c).to_pylist() for c in ("key", "value", "headers", "timestamp_ms")), strict=True),
+        zip(*(table.column(c).to_pylist() for c in ("key", "value", "headers", "timestamp")), strict=True),
         key=lambda row: row[1],
     )
     assert got == sorted(

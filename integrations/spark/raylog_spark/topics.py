@@ -108,7 +108,7 @@ class RowShape:
         """Records as read (columns of ``raylog.clients.consumer.ARROW_SCHEMA``) in this shape."""
         if not table.num_rows:
             return self.arrow_schema.empty_table()
-        timestamps = table.column("timestamp_ms").cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+        timestamps = table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
         columns = [*(table.column(name) for name in ("key", "value", "topic", "partition", "offset")), timestamps]
         columns.append(self._timestamp_types(table.column("topic")))
         if self.include_headers:

@@ -163,7 +163,7 @@ def test_log_append_time_batches_keep_their_time(open_log, clock):
     log.clean(force=True)
     table = rb.decode_table(log.read(0, 1 << 20))
     assert table.column("offset").to_pylist() == [1, 2]
-    assert set(table.column("timestamp_ms").to_pylist()) == {clock.now_ms}
+    assert set(table.column("timestamp").to_pylist()) == {clock.now_ms}
 
 
 def test_tombstones_are_kept_then_dropped_after_delete_retention(open_log, clock):

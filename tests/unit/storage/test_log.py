@@ -254,7 +254,7 @@ def test_log_append_time_topics_stamp_the_broker_time(open_log, clock):
     log = open_log(**{"message.timestamp.type": "LogAppendTime"})
     info = log.append_as_leader(batch(3, timestamps=[1, 2, 3]), 0)
     assert info.log_append_time_ms == clock()
-    assert read_all(log).column("timestamp_ms").to_pylist() == [clock()] * 3
+    assert read_all(log).column("timestamp").to_pylist() == [clock()] * 3
 
 
 def test_clean_close_needs_no_recovery(open_log):

@@ -44,7 +44,7 @@ def test_round_trip_every_codec(codec):
     assert table.column("offset").to_pylist() == list(range(n))
     assert table.column("value").to_pylist() == values
     assert table.column("key").to_pylist() == keys
-    assert table.column("timestamp_ms").to_pylist() == timestamps
+    assert table.column("timestamp").to_pylist() == timestamps
     got_headers = table.column("headers").to_pylist()
     assert got_headers[5] == [{"key": "trace", "value": b"5"}, {"key": "empty", "value": None}]
     assert got_headers[1] is None
@@ -60,7 +60,7 @@ def test_small_records_stay_small():
     header = rb.parse_header(data)
     assert not header.attributes & (rb.HAS_KEY | rb.HAS_HEADERS | rb.HAS_TIMESTAMP_DELTA | rb.HAS_OFFSET_DELTA)
     assert len(data) <= 1.15 * 100_000
-    assert rb.decode_table(data).column("timestamp_ms").to_pylist() == [5] * 1000
+    assert rb.decode_table(data).column("timestamp").to_pylist() == [5] * 1000
 
 
 def test_wide_timestamp_range_uses_int64_deltas():
@@ -68,7 +68,7 @@ def test_wide_timestamp_range_uses_int64_deltas():
     timestamps = [0, 2**40, 5]
     data = rb.build([b"a", b"b", b"c"], timestamps_ms=timestamps)
     assert rb.parse_header(data).attributes & rb.WIDE_TIMESTAMP_DELTA
-    assert rb.decode_table(data).column("timestamp_ms").to_pylist() == timestamps
+    assert rb.decode_table(data).column("timestamp").to_pylist() == timestamps
 
 
 def test_build_from_arrow_accepts_strings_and_chunked_arrays():
@@ -78,7 +78,7 @@ def test_build_from_arrow_accepts_strings_and_chunked_arrays():
     table = rb.decode_table(data)
     assert table.column("value").to_pylist() == [b"x", b"y", b"z"]
     assert table.column("key").to_pylist() == [b"k", None, b"m"]
-    assert table.column("timestamp_ms").to_pylist() == [3, 1, 2]
+    assert table.column("timestamp").to_pylist() == [3, 1, 2]
 
 
 def test_bad_inputs_to_builders():
@@ -180,7 +180,7 @@ def test_log_append_time_rewrites_only_the_header():
     rewritten = rb.with_log_append_time(memoryview(data), 0, header, 777)
     rb.validate(rewritten)
     assert rewritten[rb.HEADER_SIZE :] == data[rb.HEADER_SIZE :]
-    assert rb.decode_table(rewritten).column("timestamp_ms").to_pylist() == [777] * 3
+    assert rb.decode_table(rewritten).column("timestamp").to_pylist() == [777] * 3
 
 
 _bound_codecs = [
