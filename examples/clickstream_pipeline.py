@@ -313,12 +313,12 @@ def draw_picture(samples: list[tuple[float, dict[str, float]]], tally: Tally, ti
     for counts, label in ((produced, "produced (acknowledged)"), (aggregated, "consumed (Spark, committed)")):
         ends, per_s = rates(t, counts)
         throughput.step(ends, per_s, where="pre", label=label)
-    throughput.set(xlabel="seconds", ylabel=f"records/s ({RATE_WINDOW_S:.0f} s windows)")
+    throughput.set(xlabel="seconds since producing began", ylabel=f"records/s ({RATE_WINDOW_S:.0f} s windows)")
     throughput.legend(loc="upper right")
 
     lag.set_title("consumer lag (group aggregator on clicks)")
     lag.plot(t, produced - aggregated)
-    lag.set(xlabel="seconds", ylabel="records produced, not yet committed")
+    lag.set(xlabel="seconds since producing began", ylabel="records produced, not yet committed")
 
     points, model, history = tally.fit()
     fit.set_title("model against the truth")
