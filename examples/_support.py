@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -26,6 +27,11 @@ from typing import TextIO
 PLAIN_INTERVAL_S = 5.0
 #: The environment variable with which raylog.connect() forwards its actors' output (Ray's name).
 LOG_TO_DRIVER_ENV = "RAY_LOG_TO_DRIVER"
+#: Ray's raylet warns on every driver's stdout, whatever ``log_to_driver`` says, once a node
+#: runs 4, 5, ... times its CPU count in Python workers: with one process per partition replica
+#: an embedded cluster on a small machine always does, so in quiet runs it is expected, not news.
+#: Only this warning is dropped; every other raylet message (a worker crash, an OOM kill) shows.
+RAYLET_STARTUP_WARNING = re.compile(r"\(raylet\).*PYTHON worker processes have been started on node")
 
 
 def arguments(doc: str) -> argparse.ArgumentParser:
@@ -57,6 +63,37 @@ def configure_output(verbose: bool, progress: Progress | None = None) -> None:
     ray_logger.setLevel(logging.INFO if verbose else logging.ERROR)
     if verbose:
         os.environ[LOG_TO_DRIVER_ENV] = "1"
+    elif not isinstance(sys.stdout, DropLines):
+        sys.stdout = DropLines(sys.stdout, RAYLET_STARTUP_WARNING)
+
+
+class DropLines:
+    """A text stream that passes every whole line to ``stream`` except those ``pattern``
+    matches (Ray prints its raylet's messages to ``sys.stdout`` as it finds it at each line).
+    A line is held until its newline or a flush (``print`` writes a line, then its end)."""
+
+    def __init__(self, stream: TextIO, pattern: re.Pattern[str]):
+        self.stream, self.pattern, self._pending = stream, pattern, ""
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            lines = (self._pending + text).split("\n")
+            self._pending = lines.pop()
+            for line in lines:
+                if not self.pattern.search(line):
+                    self.stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, ""
+            if pending and not self.pattern.search(pending):
+                self.stream.write(pending)
+        self.stream.flush()
+
+    def __getattr__(self, name: str):  # isatty, fileno, encoding, ...: the wrapped stream's
+        return getattr(self.stream, name)
 
 
 def spark_log_level(verbose: bool) -> str | None:

@@ -123,6 +123,7 @@ def test_sampler_reads_counters_until_stopped_and_once_more_at_stop():
 def logging_state(monkeypatch):
     """configure_output changes the process's logging: put it back afterwards."""
     monkeypatch.delenv(_support.LOG_TO_DRIVER_ENV, raising=False)
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # quiet runs wrap it
     root, ray_logger = logging.getLogger(), logging.getLogger("ray")
     saved = (list(root.handlers), root.level, list(ray_logger.handlers), ray_logger.level, ray_logger.propagate)
     yield
@@ -140,6 +141,30 @@ def test_quiet_output_keeps_warnings_and_errors_and_only_ray_errors(logging_stat
     assert out.getvalue().splitlines() == ["WARNING raylog.example: a warning", "ERROR ray.example: Ray's error"]
     assert _support.LOG_TO_DRIVER_ENV not in os.environ
     assert _support.spark_log_level(False) == "ERROR"
+    assert isinstance(sys.stdout, _support.DropLines)
+
+
+def test_quiet_stdout_drops_only_the_raylets_startup_warning():
+    out = io.StringIO()
+    stdout = _support.DropLines(out, _support.RAYLET_STARTUP_WARNING)
+    print(
+        "\x1b[33m(raylet)\x1b[0m WARNING: 8 PYTHON worker processes have been started on node: 4e1f with address: "
+        "192.0.2.2, which is 4x the maximum expected startup concurrency (2).",
+        file=stdout,
+    )
+    print(
+        "\x1b[33m(raylet)\x1b[0m A worker died or was killed while executing a task by an unexpected system error.",
+        file=stdout,
+    )
+    print("clickstream pipeline: summary", file=stdout)
+    stdout.write("no newline yet")
+    assert out.getvalue().count("\n") == 2 and "PYTHON worker processes" not in out.getvalue()
+    stdout.flush()
+    assert out.getvalue().splitlines() == [
+        "\x1b[33m(raylet)\x1b[0m A worker died or was killed while executing a task by an unexpected system error.",
+        "clickstream pipeline: summary",
+        "no newline yet",
+    ]
 
 
 def test_verbose_output_shows_info_and_forwards_actor_output(logging_state):
