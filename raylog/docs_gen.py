@@ -342,16 +342,12 @@ def main(argv: list[str] | None = None) -> int:
         current = None
     if args.check:
         if current != text:
-            print(f"{OUTPUT} is out of date: run `python -m raylog.docs_gen` to update it", file=sys.stderr)
-            return 1
+            parser.exit(1, f"{OUTPUT} is out of date: run `python -m raylog.docs_gen` to update it\n")
         return 0
     if current != text:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-        print(f"wrote {OUTPUT}")
-    else:
-        print(f"{OUTPUT} is up to date")
     return 0
 
 

@@ -34,7 +34,9 @@ def test_the_configuration_reference_is_up_to_date():
 
 def test_the_generator_writes_then_reports_the_file_up_to_date(tmp_path, capsys):
     """`--check` fails on a missing file, the generator writes it, and `--check` then passes."""
-    assert docs_gen.main(["--check", "--root", str(tmp_path)]) == 1
+    with pytest.raises(SystemExit) as exited:
+        docs_gen.main(["--check", "--root", str(tmp_path)])
+    assert exited.value.code == 1
     assert "run `python -m raylog.docs_gen`" in capsys.readouterr().err
     assert docs_gen.main(["--root", str(tmp_path)]) == 0
     assert (tmp_path / docs_gen.OUTPUT).read_text(encoding="utf-8") == docs_gen.render()
