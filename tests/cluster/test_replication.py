@@ -305,6 +305,9 @@ def test_one_followers_report_does_not_move_a_live_leader(multinode, replicated_
     topic = replicated_topic(**SAFE)
     with Producer(cluster, acks="all") as producer:
         producer.send(topic, b"before").result(timeout=30)
+    # From a full ISR, so that a follower still catching up (a node restarted by an earlier
+    # test) cannot expand it between the two looks: the report must change nothing at all.
+    wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90, message="a full ISR")
     info = describe(cluster, topic)
     ray.get(cluster.controller.leader_unreachable.remote(topic, 0, info.leader_epoch), timeout=30)
     after = describe(cluster, topic)
