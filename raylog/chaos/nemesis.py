@@ -58,7 +58,7 @@ from typing import Any
 import ray
 
 from raylog.clients.admin import Admin
-from raylog.clients.transport import call
+from raylog.actors.transport import call
 from raylog.coordination.group import partition_for
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import RaylogError

@@ -21,7 +21,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.actors.controller import DEFAULT_DATA_DIR, HEAD_RESOURCE, ControllerActor
 from raylog.actors.names import NAMESPACE, controller_name
-from raylog.clients.transport import call
+from raylog.actors.transport import call
 from raylog.errors import InvalidConfigError, LeaderNotAvailableError, UnknownTopicOrPartitionError
 from raylog.types import BrokerInfo, TopicDescription, TopicPartition
 

@@ -49,7 +49,7 @@ from raylog.clients.group import (
     committed_offsets,
     offsets_to_commit,
 )
-from raylog.clients.transport import call, translate
+from raylog.actors.transport import call, translate
 from raylog.coordination.assignors import ASSIGNORS, COOPERATIVE_STICKY
 from raylog.coordination.group import check_group_id
 from raylog.coordination.partition import (

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raylog.clients.transport import call
+from raylog.actors.transport import call
 from raylog.coordination.assignors import COOPERATIVE
 from raylog.coordination.group import check_group_id
 from raylog.coordination.member import MemberState, assignment_change

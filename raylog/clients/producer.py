@@ -50,7 +50,7 @@ from raylog.actors import metrics
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.group import CoordinatorClient, offsets_to_commit
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
-from raylog.clients.transport import call, translate
+from raylog.actors.transport import call, translate
 from raylog.config import LogConfig
 from raylog.coordination.placement import OFFSETS_TOPIC, validate_client_id, validate_topic_name
 from raylog.coordination.producer_state import NO_SEQUENCE, RETAINED_BATCHES, increment_sequence

@@ -11,7 +11,7 @@ import ray
 
 from raylog.chaos.faulty import CallDelays, _DelayedHandle
 from raylog.chaos.nemesis import corrupt_last_segment
-from raylog.clients.transport import call
+from raylog.actors.transport import call
 from raylog.errors import BrokerUnavailableError, InvalidRequestError
 
 

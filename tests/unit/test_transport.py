@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError
 
-from raylog.clients.transport import translate
+from raylog.actors.transport import translate
 from raylog.errors import BrokerUnavailableError, NotLeaderOrFollowerError, RequestTimedOutError
 
 

@@ -1,13 +1,14 @@
 """The one place where Ray's failures become raylog errors.
 
 Clients call actors through :func:`call` (wait for one reply) or :func:`translate` (an
-exception raised while waiting). A dead, restarting or unplaceable actor (any other Ray
+exception raised while waiting); the Kafka listener, an async actor, through :func:`acall`. A dead, restarting or unplaceable actor (any other Ray
 error) becomes :class:`NetworkExceptionError` (retriable, refresh metadata); a timeout becomes
 :class:`RequestTimedOutError`; a raylog error raised inside an actor comes out as itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import ray
@@ -38,5 +39,15 @@ def call(ref: Any, timeout_s: float | None) -> Any:
     """``ray.get(ref)`` with Ray's failures as raylog errors."""
     try:
         return ray.get(ref, timeout=timeout_s)
+    except RayError as exc:
+        raise translate(exc) from None
+
+
+async def acall(ref: Any, timeout_s: float | None) -> Any:
+    """``await ref`` (an ObjectRef, in an async actor) with Ray's failures as raylog errors."""
+    try:
+        return await asyncio.wait_for(ref, timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestTimedOutError("no reply from the actor in time") from None
     except RayError as exc:
         raise translate(exc) from None

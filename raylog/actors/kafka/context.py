@@ -1,0 +1,96 @@
+"""What a Kafka API handler may use: its broker's identity, the controller, a metadata cache
+and calls to raylog's actors with Ray's failures as raylog errors.
+
+One :class:`BrokerContext` per listener actor, shared by its connections (one asyncio
+loop, so no locks). Metadata is the controller's ``metadata()`` answer, cached for
+:data:`METADATA_MAX_AGE_S` and refreshed at once when a handler saw a leader move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from raylog.actors.transport import acall
+from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
+
+#: How long a cached metadata answer serves before it is asked again.
+METADATA_MAX_AGE_S = 1.0
+#: How long a call to the controller or a coordinator may take.
+CONTROL_CALL_TIMEOUT_S = 30.0
+
+
+class BrokerContext:
+    """See the module docstring."""
+
+    def __init__(self, cluster_name: str, broker_id: int, controller: Any):
+        self.cluster_name = cluster_name
+        self.broker_id = broker_id
+        self.controller = controller
+        self._metadata: dict | None = None
+        self._metadata_at = 0.0
+        self._refreshing: asyncio.Future | None = None
+
+    async def call(self, ref: Any, timeout_s: float | None = CONTROL_CALL_TIMEOUT_S) -> Any:
+        """Await an actor call's ObjectRef: a dead or restarting actor comes out as
+        NetworkExceptionError, a timeout as RequestTimedOutError, an actor's raylog error as itself."""
+        return await acall(ref, timeout_s)
+
+    async def metadata(self, refresh: bool = False) -> dict:
+        """The controller's ``metadata()`` answer (``brokers``, ``topics``, ``leaders``, ``live``,
+        ``listeners`` ...), at most :data:`METADATA_MAX_AGE_S` old unless ``refresh``. Concurrent
+        callers share one controller call."""
+        fresh = time.monotonic() - self._metadata_at < METADATA_MAX_AGE_S
+        if self._metadata is not None and fresh and not refresh:
+            return self._metadata
+        if self._refreshing is None:
+            self._refreshing = asyncio.ensure_future(self._fetch_metadata())
+        refreshing = self._refreshing
+        try:
+            return await asyncio.shield(refreshing)
+        finally:
+            if self._refreshing is refreshing and refreshing.done():
+                self._refreshing = None
+
+    async def _fetch_metadata(self) -> dict:
+        answer = await self.call(self.controller.metadata.remote())
+        self._metadata, self._metadata_at = answer, time.monotonic()
+        return answer
+
+    def invalidate(self) -> None:
+        """The next :meth:`metadata` asks the controller (a leader moved or died)."""
+        self._metadata_at = 0.0
+
+    @staticmethod
+    def leader_broker(topic: str, partition: int, md: dict) -> int:
+        """The broker id of the partition's running leader in ``md``, or -1 (none, or its
+        actor not started yet)."""
+        described = md["topics"].get(topic)
+        if described is None or not 0 <= partition < len(described.partitions):
+            return -1
+        if (topic, partition) not in md["leaders"]:
+            return -1
+        return described.partitions[partition].leader
+
+    async def group_coordinator(self, group_id: str) -> tuple[int, Any]:
+        """``(broker id, coordinator actor)`` of ``group_id``'s group coordinator, or ``(-1, None)``
+        while its ``__consumer_offsets`` partition has no running leader."""
+        answer = await self.call(self.controller.find_coordinator.remote(group_id))
+        return await self._coordinator(answer, OFFSETS_TOPIC)
+
+    async def transaction_coordinator(self, transactional_id: str) -> tuple[int, Any]:
+        """As :meth:`group_coordinator`, for a transactional id."""
+        answer = await self.call(self.controller.find_transaction_coordinator.remote(transactional_id))
+        return await self._coordinator(answer, TRANSACTION_TOPIC)
+
+    async def _coordinator(self, answer: tuple[int, Any], internal: str) -> tuple[int, Any]:
+        partition, handle = answer
+        if handle is None:
+            return -1, None
+        md = await self.metadata()
+        broker = self.leader_broker(internal, partition, md)
+        if broker < 0:
+            md = await self.metadata(refresh=True)
+            broker = self.leader_broker(internal, partition, md)
+        return broker, handle
