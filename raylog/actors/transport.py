@@ -1,8 +1,9 @@
 """The one place where Ray's failures become raylog errors.
 
 Clients call actors through :func:`call` (wait for one reply) or :func:`translate` (an
-exception raised while waiting); the Kafka listener, an async actor, through :func:`acall`. A dead, restarting or unplaceable actor (any other Ray
-error) becomes :class:`NetworkExceptionError` (retriable, refresh metadata); a timeout becomes
+exception raised while waiting); the Kafka listener, an async actor, through :func:`acall`.
+A dead, restarting or unplaceable actor (any other Ray error) becomes
+:class:`NetworkExceptionError` (retriable, refresh metadata); a timeout becomes
 :class:`RequestTimedOutError`; a raylog error raised inside an actor comes out as itself.
 """
 
