@@ -1,0 +1,187 @@
+"""A raylog cluster whose brokers run Kafka listeners, for tests that speak Kafka's protocol
+with outside clients (confluent-kafka, kafka-python, aiokafka, kcat).
+
+``kafka_cluster`` is a second raylog cluster on the session's Ray (the session's own
+``cluster`` runs no listeners): three brokers on this node, each with a listener on a free
+port of 127.0.0.1, so that a topic can have three replicas and a client that bootstraps from
+one listener finds the others. Package-scoped: it is shut down once this folder's tests are
+done. Its internal topics have one partition and one replica each (every replica is a
+process). ``bootstrap`` is its listeners as a ``bootstrap.servers`` string.
+
+``kcat`` is the kcat command (``kcat`` or Debian's ``kafkacat``), installed when missing;
+a kcat that cannot be had fails the test with the reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import wait_until
+
+NUM_BROKERS = 3
+LISTENERS = "PLAINTEXT://127.0.0.1:0"
+#: Where kcat's Debian packages are unpacked when it cannot be installed system-wide.
+KCAT_CACHE = Path(__file__).resolve().parents[3] / ".cache" / "kcat"
+KCAT_PACKAGES = ("kcat", "librdkafka1", "libyajl2")
+#: Bound on one kcat run (its own timeouts are shorter).
+KCAT_TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="package")
+def kafka_cluster(cluster, tmp_path_factory):
+    """A raylog cluster of three brokers on this node, each running a Kafka listener."""
+    import raylog
+
+    handle = raylog.connect(
+        data_dir=str(tmp_path_factory.mktemp("raylog-kafka")),
+        num_brokers=NUM_BROKERS,
+        cluster_name=f"k{uuid.uuid4().hex[:8]}",
+        config={
+            "listeners": LISTENERS,
+            "offsets.topic.num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+        },
+    )
+    yield handle
+    handle.shutdown()
+
+
+@pytest.fixture(scope="package")
+def bootstrap(kafka_cluster) -> str:
+    """``"host:port,host:port,host:port"``: every broker's listener."""
+    servers = wait_until(
+        lambda: _all_listeners(kafka_cluster), timeout_s=60, message=f"a listener on each of the {NUM_BROKERS} brokers"
+    )
+    return servers
+
+
+def _all_listeners(kafka_cluster) -> str | None:
+    servers = kafka_cluster.bootstrap_servers()
+    return servers if len(servers.split(",")) == NUM_BROKERS else None
+
+
+@pytest.fixture(scope="package")
+def kafka_admin(kafka_cluster):
+    from raylog import Admin
+
+    return Admin(kafka_cluster)
+
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def kafka_topic(kafka_admin, request):
+    """``kafka_topic(num_partitions=1, replication_factor=1, **config)`` creates a fresh topic on
+    ``kafka_cluster``, every partition led; all are deleted after the test."""
+    from raylog import NewTopic
+
+    created = []
+
+    def make(num_partitions: int = 1, replication_factor: int = 1, **config) -> str:
+        name = f"{re.sub(r'[^a-zA-Z0-9._-]', '_', request.node.name[:40])}-{next(_names)}"
+        kafka_admin.create_topics(
+            [NewTopic(name, num_partitions=num_partitions, replication_factor=replication_factor, config=config)],
+            wait_for_leaders_ms=60_000,
+        )
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        kafka_admin.delete_topics(created)
+
+
+@pytest.fixture
+def read_back(kafka_cluster):
+    """``read_back(topic, partitions=1)`` -> every record of the topic readable now, as
+    raylog's own Consumer returns them, partition after partition in offset order."""
+    from raylog import Consumer, TopicPartition
+
+    def read(topic: str, partitions: int = 1) -> list:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        with Consumer(kafka_cluster, auto_offset_reset="earliest") as consumer:
+            consumer.assign(tps)
+            ends = consumer.end_offsets(tps)
+            by_partition: dict = {tp: [] for tp in tps}
+            while any(consumer.position(tp) < ends[tp] for tp in tps):
+                for tp, records in consumer.poll(timeout_ms=1_000).items():
+                    by_partition[tp] += records
+            return [record for tp in tps for record in by_partition[tp]]
+
+    return read
+
+
+@dataclass(frozen=True)
+class Kcat:
+    """The kcat command and the environment it needs (its own libraries when unpacked)."""
+
+    path: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        """Run kcat with ``args``; its exit code, stdout and stderr (text)."""
+        return subprocess.run(
+            [self.path, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=KCAT_TIMEOUT_S,
+            env={**os.environ, **self.env},
+            check=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def kcat() -> Kcat:
+    """kcat from PATH; else installed with apt-get as root; else Debian's packages unpacked
+    under the repository's ``.cache/kcat``. Fails (never skips) when none of these works."""
+    found = shutil.which("kcat") or shutil.which("kafkacat")
+    if found:
+        return Kcat(found)
+    tried: list[str] = []
+    if os.geteuid() == 0 and not _attempt(["apt-get", "install", "-y", "kcat"], tried):
+        # The package lists may be missing or stale.
+        if _attempt(["apt-get", "update"], tried):
+            _attempt(["apt-get", "install", "-y", "kcat"], tried)
+    found = shutil.which("kcat") or shutil.which("kafkacat")
+    if found:
+        return Kcat(found)
+    unpacked = _unpacked_kcat(tried)
+    if unpacked:
+        return unpacked
+    pytest.fail("kcat is needed and could not be had:\n" + "\n".join(tried))
+
+
+def _attempt(argv: list[str], tried: list[str], cwd: Path | None = None) -> bool:
+    """Run ``argv``; note its outcome in ``tried``; whether it succeeded."""
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, timeout=600)
+    tried.append(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
+    return done.returncode == 0
+
+
+def _unpacked_kcat(tried: list[str]) -> Kcat | None:
+    """kcat from Debian's packages downloaded and unpacked without installing them."""
+    root = KCAT_CACHE / "root"
+    binary = root / "usr" / "bin" / "kcat"
+    if not binary.exists():
+        KCAT_CACHE.mkdir(parents=True, exist_ok=True)
+        _attempt(["apt-get", "download", *KCAT_PACKAGES], tried, cwd=KCAT_CACHE)
+        for deb in sorted(KCAT_CACHE.glob("*.deb")):
+            _attempt(["dpkg", "-x", str(deb), str(root)], tried)
+    if not binary.exists():
+        return None
+    libraries = [str(d) for d in (root / "usr" / "lib").glob("*-linux-gnu")] + [str(root / "usr" / "lib")]
+    inherited = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    return Kcat(str(binary), {"LD_LIBRARY_PATH": ":".join([*libraries, *inherited])})
