@@ -146,6 +146,11 @@ class InvalidRequiredAcksError(ApiError, ValueError):
     """acks must be 0, 1 or -1 ("all")."""
 
 
+@_api(35, "UNSUPPORTED_VERSION")
+class UnsupportedVersionError(ApiError):
+    """The API or version a Kafka client asked for is not one raylog's Kafka listener serves."""
+
+
 @_api(36, "TOPIC_ALREADY_EXISTS")
 class TopicAlreadyExistsError(ApiError):
     """A topic of that name exists already."""
@@ -242,6 +247,11 @@ class FencedLeaderEpochError(InvalidMetadataError, ApiError):
 @_api(75, "UNKNOWN_LEADER_EPOCH")
 class UnknownLeaderEpochError(InvalidMetadataError, ApiError):
     """The request carried a leader epoch newer than the replica knows."""
+
+
+@_api(76, "UNSUPPORTED_COMPRESSION_TYPE")
+class UnsupportedCompressionTypeError(ApiError):
+    """A record batch uses a compression codec that is not known (or not installed)."""
 
 
 @_api(78, "OFFSET_NOT_AVAILABLE")
