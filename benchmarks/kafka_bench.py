@@ -1,0 +1,639 @@
+"""Benchmark of raylog's Kafka listener: unchanged Kafka clients (confluent-kafka, which
+bundles librdkafka; kafka-python) against raylog's own clients, same records, same run.
+
+Set-up: a local Ray started here (the embedded default's settings: a 512 MiB object store,
+no dashboard), one embedded raylog broker with its data in a temporary directory and a Kafka
+listener on a free loopback port (``listeners="PLAINTEXT://127.0.0.1:0"``), topics with
+replication factor 1 created per measurement and deleted after it. No fsync (Kafka's
+default). Values are 100 B (``benchmarks.common.make_values``), no keys. Everything is
+removed at the end. :func:`measure` runs the same measurements on a cluster someone else
+started (its brokers must run listeners).
+
+What is measured (``time.perf_counter``; throughput runs are repeated and the best is shown):
+
+1. Floors, one round trip at a time, 100 B each way, after a warm-up: a no-op method of a
+   threaded Ray actor (as a replica is), and a plain TCP round trip on loopback to an
+   asyncio echo server in a Ray actor (size-prefixed frames read with ``readexactly``, the
+   listener's shape): what any Ray call and any request over the listener's socket cost
+   before either does work.
+2. One-at-a-time produce, ``acks=1``, ``linger 0``, to a 1-partition topic, each record
+   acknowledged before the next is sent: raylog's ``send().result()`` (the baseline), then
+   confluent-kafka ``produce()`` + ``flush()`` and kafka-python ``send().get()`` over the
+   listener. Target: confluent-kafka p50 <= 1.3x the baseline's p50.
+3. Produce throughput, N records to a fresh topic (1 and, in full mode, 6 partitions), a
+   fresh producer per run, first call to the last acknowledgement: raylog's per-record
+   ``Producer.send()`` (``acks=1``, its defaults otherwise: ``linger_ms=5``), then a
+   confluent-kafka ``Producer`` with librdkafka's defaults but ``linger.ms=5`` and
+   ``acks=1``, counting delivery callbacks (a full local queue is drained with ``poll``).
+   Each run is checked against the partitions' high watermarks. Target: confluent-kafka
+   >= 2x raylog's ``send()``.
+4. Consume throughput: the first N records of that topic from offset 0, a fresh consumer per
+   run, from its first poll until N came: raylog's ``Consumer.poll()`` into Records (the
+   baseline), then a confluent-kafka ``Consumer`` assigned every partition at the beginning
+   (no group join, no commits) calling ``consume(num_messages=...)`` in a loop. Target:
+   confluent-kafka >= 2x raylog's ``poll()``.
+5. Record conversion (no target here): Kafka record batch v2 to raylog's batch and back,
+   as ``benchmarks.kafka_records_bench`` measures it (its rows, run from here).
+
+MB is 10^6 bytes of values.
+
+Usage::
+
+    python -m benchmarks.kafka_bench [--quick] [--json PATH] [--dir PARENT]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import ray
+
+if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import raylog
+from benchmarks import client_bench, common
+from benchmarks.common import MB, BenchError, Target, get, number, times
+from raylog import Admin, NewTopic, Producer
+from raylog.actors.replica import MAX_CONCURRENCY
+from raylog.bench import Latency, high_watermarks, one_by_one
+from raylog.clients.cluster import RaylogCluster
+
+VALUE_BYTES = 100
+#: Where every broker of the benchmark's own cluster listens (port 0: any free port).
+LISTENERS = "PLAINTEXT://127.0.0.1:0"
+#: Targets of issue 15: Kafka client over the listener against raylog's own client.
+PRODUCE_RATIO = 2.0
+CONSUME_RATIO = 2.0
+ONE_AT_A_TIME_P50_RATIO = 1.3
+#: Round trips made before each latency measurement (connections, metadata, warm caches).
+WARMUP_ROUND_TRIPS = 20
+#: ``num_messages`` of each confluent-kafka ``consume`` call.
+CONSUME_BATCH = 10_000
+#: A frame of the TCP floor: a 4-byte big-endian size, then the payload (Kafka's framing).
+SIZE_PREFIX = 4
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How much work each measurement does."""
+
+    name: str
+    repeats: int  # timed runs per throughput measurement; the best is reported
+    records: int  # records per produce / consume run
+    round_trips: int  # one-at-a-time round trips per latency row
+    partitions: tuple[int, ...]  # topics the throughput rows are measured on
+    timeout_s: float  # bound on any single wait
+
+
+FULL = Scale("full", repeats=3, records=300_000, round_trips=2_000, partitions=(1, 6), timeout_s=180.0)
+QUICK = Scale("quick", repeats=1, records=20_000, round_trips=200, partitions=(1,), timeout_s=60.0)
+
+
+@dataclass
+class Row(common.Judged):
+    """One line of a results table; ``section`` says which table."""
+
+    section: str  # "latency", "throughput" or "conversion"
+    name: str
+    records_per_s: float | None = None
+    mb_per_s: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+    ratio: float | None = None  # over raylog's own client: records/s, or p50 for latency rows
+    targets: list[Target] = field(default_factory=list)
+    note: str = ""
+    error: str | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# Floors: a bare Ray call and a TCP round trip
+
+
+class EchoServer:
+    """An asyncio server on loopback that sends every size-prefixed frame back as it came
+    (an async Ray actor: the server runs on the actor's event loop between calls)."""
+
+    async def start(self) -> int:
+        """Listen on a free loopback port; the port."""
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readexactly(SIZE_PREFIX)
+                body = await reader.readexactly(int.from_bytes(head, "big"))
+                writer.writelines([head, body])
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client closed its end
+        finally:
+            writer.close()
+
+
+class EchoClient:
+    """A blocking loopback connection to an :class:`EchoServer`: ``round_trip(payload)``
+    sends one frame and waits for it to come back whole."""
+
+    def __init__(self, port: int, timeout_s: float):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = bytearray(1 << 16)
+
+    def round_trip(self, payload: bytes) -> None:
+        size = SIZE_PREFIX + len(payload)
+        self.sock.sendall(len(payload).to_bytes(SIZE_PREFIX, "big") + payload)
+        view, got = memoryview(self.buffer), 0
+        while got < size:
+            n = self.sock.recv_into(view[got:size])
+            if n == 0:
+                raise BenchError("the echo server closed the connection")
+            got += n
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def latency_row(name: str, latency: Latency | None, baseline_p50_ms: float | None, **fields: Any) -> Row:
+    """A latency row of ``latency``'s p50, p99 and max, its p50 over ``baseline_p50_ms``."""
+    if latency is None:
+        raise BenchError(f"{name}: no round trip was timed")
+    ratio = latency.p50_ms / baseline_p50_ms if baseline_p50_ms else None
+    return Row(
+        "latency", name, p50_ms=latency.p50_ms, p99_ms=latency.p99_ms, max_ms=latency.max_ms, ratio=ratio, **fields
+    )
+
+
+def timed_round_trips(payloads: list[bytes], round_trip: Callable[[bytes], object]) -> Latency | None:
+    """The latency of ``round_trip`` on each payload in turn, after an untimed warm-up."""
+    one_by_one(payloads[:WARMUP_ROUND_TRIPS], round_trip)
+    return one_by_one(payloads, round_trip)[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Kafka clients over the listener
+
+
+def confluent_config(bootstrap: str, **settings: Any) -> dict[str, Any]:
+    """A confluent-kafka configuration for ``bootstrap`` with ``settings`` (Kafka names)."""
+    return {"bootstrap.servers": bootstrap, "client.id": "raylog-kafka-bench", **settings}
+
+
+class Deliveries:
+    """Counts confluent-kafka delivery reports; keeps the first error."""
+
+    def __init__(self) -> None:
+        self.delivered = 0
+        self.error: Any = None
+
+    def __call__(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.delivered += 1
+        elif self.error is None:
+            self.error = err
+
+    def check(self, expected: int, what: str) -> None:
+        if self.error is not None:
+            raise BenchError(f"{what}: delivery failed: {self.error}")
+        if self.delivered != expected:
+            raise BenchError(f"{what}: {self.delivered:,} delivery reports of {expected:,}")
+
+
+def confluent_produce(bootstrap: str, topic: str, values: list[bytes], timeout_s: float) -> float:
+    """Seconds for a fresh confluent-kafka producer (librdkafka's defaults but ``linger.ms=5``
+    and ``acks=1``) to send ``values`` to ``topic`` and get every delivery report."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    deliveries = Deliveries()
+    producer = KafkaProducer(confluent_config(bootstrap, **{"linger.ms": 5, "acks": 1, "on_delivery": deliveries}))
+    producer.list_topics(topic, timeout=timeout_s)  # connected, the topic's leaders known: untimed
+    produce, poll = producer.produce, producer.poll
+    start = time.perf_counter()
+    for value in values:
+        while True:
+            try:
+                produce(topic, value)
+                break
+            except BufferError:  # librdkafka's local queue is full: serve delivery reports
+                poll(0.001)
+    remaining = producer.flush(timeout_s)
+    seconds = time.perf_counter() - start
+    if remaining:
+        raise BenchError(f"confluent-kafka produce to {topic}: {remaining:,} records not delivered in {timeout_s:g} s")
+    deliveries.check(len(values), f"confluent-kafka produce to {topic}")
+    return seconds
+
+
+def confluent_consume(bootstrap: str, topic: str, partitions: int, count: int, timeout_s: float) -> float:
+    """Seconds for a fresh confluent-kafka consumer, assigned every partition of ``topic`` at
+    the beginning, to receive ``count`` records with ``consume(num_messages=...)``."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    settings = {"group.id": f"raylog-kafka-bench-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+    consumer = KafkaConsumer(confluent_config(bootstrap, **settings))
+    try:
+        consume = consumer.consume
+        got = 0
+        start = time.perf_counter()
+        deadline = start + timeout_s
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        while got < count and time.perf_counter() < deadline:
+            messages = consume(num_messages=min(CONSUME_BATCH, count - got), timeout=1.0)
+            for message in messages:
+                if message.error() is not None:
+                    raise BenchError(f"confluent-kafka consume of {topic}: {message.error()}")
+            got += len(messages)
+        seconds = time.perf_counter() - start
+    finally:
+        consumer.close()
+    if got < count:
+        raise BenchError(f"confluent-kafka consume of {topic}: {got:,} of {count:,} records within {timeout_s:g} s")
+    return seconds
+
+
+# ---------------------------------------------------------------------------------------
+# The measurements
+
+
+class Runner(common.Phases):
+    """Holds the cluster, the created topics, the floors and baselines, and the rows."""
+
+    tag = "kafka_bench"
+    row_type = Row
+
+    def __init__(self, cluster: RaylogCluster, scale: Scale):
+        self.cluster = cluster
+        self.bootstrap = cluster.bootstrap_servers()
+        self.admin = Admin(cluster)
+        self.scale = scale
+        self.rows: list[Row] = []
+        self.topics: list[str] = []
+        self.payloads = common.make_values(scale.round_trips, VALUE_BYTES)
+        self.raylog_one_p50_ms: float | None = None  # raylog send().result(), p50
+        self.tcp_p50_ms: float | None = None
+
+    # --- plumbing -------------------------------------------------------------------
+
+    def create_topic(self, partitions: int) -> str:
+        name = f"kafka-bench-{len(self.topics)}-{partitions}p-{uuid.uuid4().hex[:6]}"
+        timeout_ms = int(self.scale.timeout_s * 1000)
+        self.admin.create_topics([NewTopic(name, num_partitions=partitions)], wait_for_leaders_ms=timeout_ms)
+        self.topics.append(name)
+        return name
+
+    def delete_topic(self, name: str) -> None:
+        if name in self.topics:
+            self.topics.remove(name)
+            self.admin.delete_topics([name])
+
+    def delete_all(self) -> None:
+        if self.topics:
+            names, self.topics = list(self.topics), []
+            self.admin.delete_topics(names)
+
+    def over_tcp(self, latency: Latency | None) -> str:
+        if latency is None or self.tcp_p50_ms is None:
+            return ""
+        return f"; p50 {latency.p50_ms - self.tcp_p50_ms:+.3f} ms over the TCP floor"
+
+    # --- 1. floors ------------------------------------------------------------------
+
+    def floors(self) -> None:
+        self.phase("latency", "floor: bare Ray actor call", self._bare_call)
+        self.phase("latency", "floor: TCP round trip", self._tcp_round_trip)
+
+    def _bare_call(self) -> None:
+        options = {"num_cpus": 0, "max_concurrency": MAX_CONCURRENCY}
+        actor = ray.remote(client_bench.PlainActor).options(**options).remote(True)
+        try:
+            get(actor.pid.remote(), self.scale.timeout_s, "bare actor start")
+            latency = timed_round_trips(self.payloads, lambda value: ray.get(actor.echo.remote(value)))
+        finally:
+            ray.kill(actor)
+        note = f"{len(self.payloads):,} round trips, a no-op method of a threaded actor (as a replica is)"
+        self.rows.append(latency_row(f"floor: bare Ray actor call, {VALUE_BYTES} B", latency, None, note=note))
+
+    def _tcp_round_trip(self) -> None:
+        server = ray.remote(EchoServer).options(num_cpus=0).remote()
+        try:
+            port = get(server.start.remote(), self.scale.timeout_s, "echo server start")
+            client = EchoClient(port, self.scale.timeout_s)
+            try:
+                latency = timed_round_trips(self.payloads, client.round_trip)
+            finally:
+                client.close()
+        finally:
+            ray.kill(server)
+        self.tcp_p50_ms = latency.p50_ms if latency is not None else None
+        note = f"{len(self.payloads):,} size-prefixed frames to an asyncio echo server in a Ray actor"
+        self.rows.append(latency_row(f"floor: TCP round trip on loopback, {VALUE_BYTES} B", latency, None, note=note))
+
+    # --- 2. one at a time -----------------------------------------------------------
+
+    def one_at_a_time(self) -> None:
+        topic = self.create_topic(1)
+        try:
+            self.phase("latency", "raylog send().result()", lambda: self._raylog_one(topic))
+            self.phase("latency", "confluent-kafka produce + flush", lambda: self._confluent_one(topic))
+            self.phase("latency", "kafka-python send().get()", lambda: self._kafka_python_one(topic))
+        finally:
+            self.delete_topic(topic)
+        floors = [r for r in self.rows if r.name.startswith("floor:") and r.p50_ms is not None]
+        for row in floors:
+            row.ratio = row.p50_ms / self.raylog_one_p50_ms if self.raylog_one_p50_ms else None
+
+    def _raylog_one(self, topic: str) -> None:
+        timeout_s = self.scale.timeout_s
+        producer = Producer(self.cluster, acks=1, linger_ms=0)
+        try:
+            send = producer.send
+            latency = timed_round_trips(self.payloads, lambda value: send(topic, value).result(timeout=timeout_s))
+        finally:
+            producer.close(timeout=timeout_s)
+        self.raylog_one_p50_ms = latency.p50_ms if latency is not None else None
+        note = f"baseline; {len(self.payloads):,} records, each acknowledged before the next"
+        self.rows.append(latency_row("raylog Producer send().result(), acks=1, linger 0", latency, None, note=note))
+
+    def _confluent_one(self, topic: str) -> None:
+        from confluent_kafka import Producer as KafkaProducer
+
+        timeout_s = self.scale.timeout_s
+        deliveries = Deliveries()
+        config = confluent_config(self.bootstrap, **{"linger.ms": 0, "acks": 1, "on_delivery": deliveries})
+        producer = KafkaProducer(config)
+        producer.list_topics(topic, timeout=timeout_s)
+
+        def round_trip(value: bytes) -> None:
+            producer.produce(topic, value)
+            if producer.flush(timeout_s):
+                raise BenchError(f"confluent-kafka: a record to {topic} not delivered in {timeout_s:g} s")
+
+        try:
+            latency = timed_round_trips(self.payloads, round_trip)
+        finally:
+            producer.flush(timeout_s)
+        deliveries.check(WARMUP_ROUND_TRIPS + len(self.payloads), f"confluent-kafka one at a time to {topic}")
+        self.rows.append(
+            latency_row(
+                "confluent-kafka produce() + flush(), acks=1, linger 0",
+                latency,
+                self.raylog_one_p50_ms,
+                targets=[Target("ratio", "<=", ONE_AT_A_TIME_P50_RATIO)],
+                note=f"over the listener{self.over_tcp(latency)}",
+            )
+        )
+
+    def _kafka_python_one(self, topic: str) -> None:
+        from kafka import KafkaProducer
+
+        timeout_s = self.scale.timeout_s
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, acks=1, linger_ms=0, client_id="raylog-kafka-bench")
+        try:
+            latency = timed_round_trips(self.payloads, lambda value: producer.send(topic, value).get(timeout=timeout_s))
+        finally:
+            producer.close(timeout=timeout_s)
+        self.rows.append(
+            latency_row(
+                "kafka-python send().get(), acks=1, linger 0 (extra)",
+                latency,
+                self.raylog_one_p50_ms,
+                note=f"over the listener, a pure-Python client{self.over_tcp(latency)}",
+            )
+        )
+
+    # --- 3 and 4. throughput ----------------------------------------------------------
+
+    def throughput(self, partitions: int) -> None:
+        work = client_bench.make_workload(VALUE_BYTES, self.scale.records)
+        topic = self.create_topic(partitions)
+        shape = f"{VALUE_BYTES} B, {partitions} partition{'s' if partitions > 1 else ''}"
+        try:
+            baseline: dict[str, float] = {}
+            self.phase(
+                "throughput", f"raylog send(), {shape}", lambda: self._raylog_produce(topic, work, shape, baseline)
+            )
+            self.phase(
+                "throughput",
+                f"confluent-kafka produce, {shape}",
+                lambda: self._confluent_produce(topic, work, shape, baseline.get("produce")),
+            )
+            self.phase(
+                "throughput", f"raylog poll(), {shape}", lambda: self._raylog_consume(topic, work, shape, baseline)
+            )
+            self.phase(
+                "throughput",
+                f"confluent-kafka consume, {shape}",
+                lambda: self._confluent_consume(topic, partitions, work, shape, baseline.get("consume")),
+            )
+        finally:
+            self.delete_topic(topic)
+
+    def _best_rate(self, run: Callable[[], float], count: int) -> float:
+        return count / common.best(run, self.scale.repeats)
+
+    def _raylog_produce(self, topic: str, work: Any, shape: str, baseline: dict[str, float]) -> None:
+        seconds, note = common.best(
+            partial(client_bench.timed_produce, self.cluster, topic, work, "send", self.scale.timeout_s, acks=1),
+            self.scale.repeats,
+        )
+        rate = baseline["produce"] = work.count / seconds
+        self.rows.append(
+            Row(
+                "throughput",
+                f"raylog Producer send() per record, acks=1, {shape}",
+                rate,
+                work.value_bytes / seconds / MB,
+                ratio=1.0,
+                note=f"baseline; {work.count:,} records" + (f"; {note}" if note else ""),
+            )
+        )
+
+    def _confluent_produce(self, topic: str, work: Any, shape: str, baseline: float | None) -> None:
+        timeout_s = self.scale.timeout_s
+
+        def run() -> float:
+            before = high_watermarks(self.cluster, topic)
+            seconds = confluent_produce(self.bootstrap, topic, work.values, timeout_s)
+            written = high_watermarks(self.cluster, topic) - before
+            if written != work.count:
+                raise BenchError(f"confluent-kafka to {topic}: {written:,} records written, expected {work.count:,}")
+            return seconds
+
+        rate = self._best_rate(run, work.count)
+        self.rows.append(
+            Row(
+                "throughput",
+                f"confluent-kafka produce(), linger.ms=5, acks=1, {shape}",
+                rate,
+                rate * VALUE_BYTES / MB,
+                ratio=rate / baseline if baseline else None,
+                targets=[Target("ratio", ">=", PRODUCE_RATIO)],
+                note=f"over the listener; {work.count:,} delivery reports counted per run",
+            )
+        )
+
+    def _raylog_consume(self, topic: str, work: Any, shape: str, baseline: dict[str, float]) -> None:
+        rate = baseline["consume"] = self._best_rate(
+            partial(client_bench.timed_consume, self.cluster, topic, work.count, "poll", self.scale), work.count
+        )
+        self.rows.append(
+            Row(
+                "throughput",
+                f"raylog Consumer poll() -> Records, {shape}",
+                rate,
+                rate * VALUE_BYTES / MB,
+                ratio=1.0,
+                note=f"baseline; {work.count:,} records from offset 0",
+            )
+        )
+
+    def _confluent_consume(self, topic: str, partitions: int, work: Any, shape: str, baseline: float | None) -> None:
+        run = partial(confluent_consume, self.bootstrap, topic, partitions, work.count, self.scale.timeout_s)
+        rate = self._best_rate(run, work.count)
+        self.rows.append(
+            Row(
+                "throughput",
+                f"confluent-kafka consume(num_messages={CONSUME_BATCH:,}), {shape}",
+                rate,
+                rate * VALUE_BYTES / MB,
+                ratio=rate / baseline if baseline else None,
+                targets=[Target("ratio", ">=", CONSUME_RATIO)],
+                note=f"over the listener; {work.count:,} records from offset 0, assigned (no group)",
+            )
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Output
+
+TABLES = {
+    "latency": (
+        (
+            ("measurement (one round trip at a time)", 56, None),
+            ("p50 ms", 7, lambda r: number(r.p50_ms, ".3f")),
+            ("p99 ms", 7, lambda r: number(r.p99_ms, ".3f")),
+            ("max ms", 7, lambda r: number(r.max_ms, ".2f")),
+            ("p50 x raylog", 12, lambda r: times(r.ratio)),
+        ),
+        14,
+    ),
+    "throughput": (
+        (
+            ("measurement", 62, None),
+            ("records/s", 11, lambda r: number(r.records_per_s, ",.0f")),
+            ("MB/s", 6, lambda r: number(r.mb_per_s, ",.1f")),
+            ("x raylog", 8, lambda r: times(r.ratio)),
+        ),
+        10,
+    ),
+    "conversion": (
+        (
+            ("measurement", 62, None),
+            ("records/s", 11, lambda r: number(r.records_per_s, ",.0f")),
+            ("MB/s", 6, lambda r: number(r.mb_per_s, ",.1f")),
+            ("x floor", 8, lambda r: times(r.ratio)),
+        ),
+        10,
+    ),
+}
+
+
+def print_report(rows: list[Row], scale: Scale) -> None:
+    """The run's heading and its tables."""
+    print(
+        f"raylog Kafka listener benchmark, {scale.name} mode: embedded cluster, 1 broker, RF=1, acks=1, "
+        f"no fsync; {VALUE_BYTES} B values, no keys"
+    )
+    print(
+        f"throughput: best of {scale.repeats} run(s) of {scale.records:,} records; x raylog: over raylog's own "
+        "client in the same run (produce: send() per record; consume: poll() into Records)"
+    )
+    print(
+        f"latency: {scale.round_trips:,} round trips after {WARMUP_ROUND_TRIPS} untimed; p50 x raylog: over "
+        "raylog's send().result() p50"
+    )
+    print("BELOW: target missed; ERROR: the measurement failed (see stderr)")
+    common.print_tables(rows, TABLES)
+    print()
+
+
+def json_document(scale: Scale) -> dict[str, object]:
+    return {
+        "mode": scale.name,
+        "statistic": f"best of {scale.repeats} runs (throughput)",
+        "mb": MB,
+        "records": scale.records,
+        "round_trips": scale.round_trips,
+        "value_bytes": VALUE_BYTES,
+        "durability": "acks=1, RF=1, no fsync",
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Entry points
+
+
+def ship_actors() -> None:
+    """Let Ray workers unpickle this benchmark's actors by value (they may not be able to
+    import the ``benchmarks`` package)."""
+    for module in (client_bench, sys.modules[__name__]):
+        if module.__name__ != "__main__":
+            ray.cloudpickle.register_pickle_by_value(module)
+
+
+def measure(cluster: RaylogCluster, scale: Scale) -> list[Row]:
+    """Every measurement on ``cluster`` (its brokers run Kafka listeners); the rows. The
+    topics it creates are deleted before it returns."""
+    ship_actors()
+    runner = Runner(cluster, scale)
+    try:
+        runner.floors()
+        runner.phase("latency", "one at a time", runner.one_at_a_time)
+        for partitions in scale.partitions:
+            runner.phase(
+                "throughput", f"throughput, {partitions} partitions", lambda p=partitions: runner.throughput(p)
+            )
+    finally:
+        runner.delete_all()
+    return runner.rows
+
+
+def run(scale: Scale, parent: str | None) -> list[Row]:
+    """Every measurement on a fresh local Ray and raylog cluster, removed at the end."""
+    with contextlib.ExitStack() as stack:
+        workdir = common.temp_workdir(stack, "raylog-kafka-bench-", parent)
+        common.start_local_ray(stack)
+        cluster = raylog.connect(
+            data_dir=os.path.join(workdir, "data"),
+            cluster_name=f"kbench{uuid.uuid4().hex[:8]}",
+            config={"listeners": LISTENERS},
+        )
+        stack.callback(cluster.shutdown)
+        return measure(cluster, scale)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = common.bench_parser(__doc__, "a fast smoke run (< 60 s), for tests").parse_args(argv)
+    scale = QUICK if args.quick else FULL
+    watch = common.RunWatch()
+    rows = run(scale, args.dir)
+    watch.stop()
+    print_report(rows, scale)
+    return common.finish(rows, watch, args.json, json_document(scale), "other work on the machine lowers every figure")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
