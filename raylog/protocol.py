@@ -19,6 +19,17 @@ EMPTY_RECORDS = np.empty(0, dtype=np.uint8)
 #: The largest produce request a leader takes (Kafka's socket.request.max.bytes default); a
 #: larger one fails whole with INVALID_REQUEST and writes nothing.
 MAX_REQUEST_BYTES = 100 << 20
+#: Records smaller than this travel to the leader as bytes inside the call, larger ones as an
+#: array that Ray ships out of band and the leader reads where it lies in the object store.
+INLINE_RECORDS_BYTES = 64 << 10
+
+
+def records_payload(data: Any) -> Any:
+    """``data`` (bytes-like) as a :class:`ProduceRequest` carries it: a small batch as bytes,
+    a large one (:data:`INLINE_RECORDS_BYTES` or more) as a uint8 array."""
+    if len(data) < INLINE_RECORDS_BYTES:
+        return bytes(data)
+    return np.frombuffer(data, dtype=np.uint8)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
-from raylog.clients.cluster import RaylogCluster
 from raylog.actors.transport import translate
+from raylog.clients.cluster import RaylogCluster
 
 #: The :class:`CallDelays` of this process, by key (wrapped handles find theirs here).
 _DELAYS: dict[str, CallDelays] = {}

@@ -35,12 +35,12 @@ from ray.cluster_utils import Cluster
 
 import raylog
 from raylog.actors.replica import PartitionReplicaActor
+from raylog.actors.transport import call
 from raylog.chaos import checker, workload
 from raylog.chaos.faulty import CallDelays, DelayedCluster, start_proxy
 from raylog.chaos.history import OK, FinalRead, Recorder, Send, Txn
 from raylog.chaos.nemesis import FAULT_KINDS, TRANSACTION_FAULTS, FaultEvent, Nemesis
 from raylog.clients.admin import Admin
-from raylog.actors.transport import call
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import RaylogError
 from raylog.types import NewTopic

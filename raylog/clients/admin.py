@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from raylog.actors.transport import call
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
-from raylog.actors.transport import call
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC, validate_topic_name
 from raylog.errors import (

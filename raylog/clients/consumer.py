@@ -41,6 +41,7 @@ import ray
 from ray.exceptions import RayError
 
 from raylog.actors import metrics
+from raylog.actors.transport import call, translate
 from raylog.clients.cluster import RaylogCluster, require_cluster
 from raylog.clients.group import (
     ConsumerRebalanceListener,
@@ -49,7 +50,6 @@ from raylog.clients.group import (
     committed_offsets,
     offsets_to_commit,
 )
-from raylog.actors.transport import call, translate
 from raylog.coordination.assignors import ASSIGNORS, COOPERATIVE_STICKY
 from raylog.coordination.group import check_group_id
 from raylog.coordination.partition import (

@@ -47,10 +47,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raylog.actors import metrics
+from raylog.actors.transport import call, translate
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.group import CoordinatorClient, offsets_to_commit
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
-from raylog.actors.transport import call, translate
 from raylog.config import LogConfig
 from raylog.coordination.placement import OFFSETS_TOPIC, validate_client_id, validate_topic_name
 from raylog.coordination.producer_state import NO_SEQUENCE, RETAINED_BATCHES, increment_sequence
@@ -68,7 +68,7 @@ from raylog.errors import (
     TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
-from raylog.protocol import ProduceRequest, error_of
+from raylog.protocol import ProduceRequest, error_of, records_payload
 from raylog.storage import compression as codecs
 from raylog.storage import record_batch
 from raylog.types import OffsetAndMetadata, RecordMetadata, TopicPartition
@@ -81,8 +81,6 @@ LEADER_FAILOVER_WAIT_S = 1.5
 #: Pause before asking a transaction coordinator again after CONCURRENT_TRANSACTIONS (a
 #: step of the same transactional id in flight, or markers being written: milliseconds).
 CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.01
-#: Batches smaller than this go to the leader as bytes, larger ones as an array (out of band).
-INLINE_BATCH_BYTES = 64 << 10
 #: Guards completion against a concurrent add_done_callback (callbacks run exactly once).
 _CALLBACK_LOCK = threading.Lock()
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
@@ -1178,7 +1176,7 @@ class Producer:
             # a 6.5 MB call took 8-11 ms that way, 3 ms this way. A small batch rides inside
             # the call either way, and as bytes it costs each side ~50 us less CPU.
             request = ProduceRequest(
-                data if len(data) < INLINE_BATCH_BYTES else np.frombuffer(data, dtype=np.uint8),
+                records_payload(data),
                 self._acks,
                 self._request_timeout_ms,
                 self._client_id,

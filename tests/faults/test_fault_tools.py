@@ -9,9 +9,9 @@ import random
 import pytest
 import ray
 
+from raylog.actors.transport import call
 from raylog.chaos.faulty import CallDelays, _DelayedHandle
 from raylog.chaos.nemesis import corrupt_last_segment
-from raylog.actors.transport import call
 from raylog.errors import BrokerUnavailableError, InvalidRequestError
 
 

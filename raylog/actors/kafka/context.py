@@ -9,6 +9,7 @@ loop, so no locks). Metadata is the controller's ``metadata()`` answer, cached f
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from typing import Any
 
@@ -19,6 +20,9 @@ from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 METADATA_MAX_AGE_S = 1.0
 #: How long a call to the controller or a coordinator may take.
 CONTROL_CALL_TIMEOUT_S = 30.0
+#: The state a handler keeps per client connection (a dict; the listener sets a new one in
+#: each connection's task), such as a consumer's fetches still waiting on their leaders.
+CONNECTION: contextvars.ContextVar[dict] = contextvars.ContextVar("kafka_connection")
 
 
 class BrokerContext:
