@@ -229,6 +229,12 @@ class ProducerFencedError(ApiError):
     timed out and the coordinator aborted it): this instance can neither write nor commit."""
 
 
+@_api(55, "OPERATION_NOT_ATTEMPTED")
+class OperationNotAttemptedError(ApiError):
+    """Not attempted because another part of the same request failed (a transaction's
+    partitions are added all together or not at all)."""
+
+
 @_api(56, "KAFKA_STORAGE_ERROR")
 class StorageError(RetriableError, ApiError):
     """The log's disk failed an operation (full disk, I/O error); nothing partial was kept."""
@@ -323,6 +329,11 @@ class GroupIdNotFoundError(ApiError):
 @_api(82, "FENCED_INSTANCE_ID")
 class FencedInstanceIdError(ApiError):
     """Another consumer joined with the same group.instance.id: this one is a zombie."""
+
+
+@_api(100, "UNKNOWN_TOPIC_ID")
+class UnknownTopicIdError(InvalidMetadataError, ApiError):
+    """No topic has that topic id (KIP-516)."""
 
 
 @_api(103, "INCONSISTENT_TOPIC_ID")
