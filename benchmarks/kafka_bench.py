@@ -11,11 +11,11 @@ started (its brokers must run listeners).
 
 What is measured (``time.perf_counter``; throughput runs are repeated and the best is shown):
 
-1. Floors, one round trip at a time, 100 B each way, after a warm-up: a no-op method of a
-   threaded Ray actor (as a replica is), and a plain TCP round trip on loopback to an
-   asyncio echo server in a Ray actor (size-prefixed frames read with ``readexactly``, the
-   listener's shape): what any Ray call and any request over the listener's socket cost
-   before either does work.
+1. Floors, one round trip at a time, 100 B each way: a no-op method of a threaded Ray actor
+   (as a replica is; ``client_bench``'s bare call, 1,000 round trips), and a plain TCP
+   round trip on loopback to an asyncio echo server in a Ray actor (size-prefixed frames
+   read with ``readexactly``, the listener's shape; after a warm-up): what any Ray call and
+   any request over the listener's socket cost before either does work.
 2. One-at-a-time produce, ``acks=1``, ``linger 0``, to a 1-partition topic, each record
    acknowledged before the next is sent: raylog's ``send().result()`` (the baseline), then
    confluent-kafka ``produce()`` + ``flush()`` and kafka-python ``send().get()`` over the
@@ -52,7 +52,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -64,8 +64,7 @@ if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package 
 import raylog
 from benchmarks import client_bench, common
 from benchmarks.common import MB, BenchError, Target, get, number, times
-from raylog import Admin, NewTopic, Producer
-from raylog.actors.replica import MAX_CONCURRENCY
+from raylog import Producer
 from raylog.bench import Latency, high_watermarks, one_by_one
 from raylog.clients.cluster import RaylogCluster
 
@@ -100,21 +99,9 @@ FULL = Scale("full", repeats=3, records=300_000, round_trips=2_000, partitions=(
 QUICK = Scale("quick", repeats=1, records=20_000, round_trips=200, partitions=(1,), timeout_s=60.0)
 
 
-@dataclass
-class Row(common.Judged):
-    """One line of a results table; ``section`` says which table."""
-
-    section: str  # "latency", "throughput" or "conversion"
-    name: str
-    records_per_s: float | None = None
-    mb_per_s: float | None = None
-    p50_ms: float | None = None
-    p99_ms: float | None = None
-    max_ms: float | None = None
-    ratio: float | None = None  # over raylog's own client: records/s, or p50 for latency rows
-    targets: list[Target] = field(default_factory=list)
-    note: str = ""
-    error: str | None = None
+#: A results row: client_bench's (``ratio`` here is over raylog's own client: its records/s,
+#: or its ``send().result()`` p50 for latency rows; sections "latency" and "throughput").
+Row = client_bench.Row
 
 
 # ---------------------------------------------------------------------------------------
@@ -268,41 +255,18 @@ def confluent_consume(bootstrap: str, topic: str, partitions: int, count: int, t
 # The measurements
 
 
-class Runner(common.Phases):
-    """Holds the cluster, the created topics, the floors and baselines, and the rows."""
+class Runner(client_bench.Runner):
+    """client_bench's runner (its topics, its bare Ray call) with the Kafka clients'
+    measurements; holds the floors and baselines measured so far, and the rows."""
 
     tag = "kafka_bench"
-    row_type = Row
 
     def __init__(self, cluster: RaylogCluster, scale: Scale):
-        self.cluster = cluster
+        super().__init__(cluster, scale, workdir="")  # (no file baseline here: no workdir)
         self.bootstrap = cluster.bootstrap_servers()
-        self.admin = Admin(cluster)
-        self.scale = scale
-        self.rows: list[Row] = []
-        self.topics: list[str] = []
         self.payloads = common.make_values(scale.round_trips, VALUE_BYTES)
         self.raylog_one_p50_ms: float | None = None  # raylog send().result(), p50
         self.tcp_p50_ms: float | None = None
-
-    # --- plumbing -------------------------------------------------------------------
-
-    def create_topic(self, partitions: int) -> str:
-        name = f"kafka-bench-{len(self.topics)}-{partitions}p-{uuid.uuid4().hex[:6]}"
-        timeout_ms = int(self.scale.timeout_s * 1000)
-        self.admin.create_topics([NewTopic(name, num_partitions=partitions)], wait_for_leaders_ms=timeout_ms)
-        self.topics.append(name)
-        return name
-
-    def delete_topic(self, name: str) -> None:
-        if name in self.topics:
-            self.topics.remove(name)
-            self.admin.delete_topics([name])
-
-    def delete_all(self) -> None:
-        if self.topics:
-            names, self.topics = list(self.topics), []
-            self.admin.delete_topics(names)
 
     def over_tcp(self, latency: Latency | None) -> str:
         if latency is None or self.tcp_p50_ms is None:
@@ -312,19 +276,8 @@ class Runner(common.Phases):
     # --- 1. floors ------------------------------------------------------------------
 
     def floors(self) -> None:
-        self.phase("latency", "floor: bare Ray actor call", self._bare_call)
-        self.phase("latency", "floor: TCP round trip", self._tcp_round_trip)
-
-    def _bare_call(self) -> None:
-        options = {"num_cpus": 0, "max_concurrency": MAX_CONCURRENCY}
-        actor = ray.remote(client_bench.PlainActor).options(**options).remote(True)
-        try:
-            get(actor.pid.remote(), self.scale.timeout_s, "bare actor start")
-            latency = timed_round_trips(self.payloads, lambda value: ray.get(actor.echo.remote(value)))
-        finally:
-            ray.kill(actor)
-        note = f"{len(self.payloads):,} round trips, a no-op method of a threaded actor (as a replica is)"
-        self.rows.append(latency_row(f"floor: bare Ray actor call, {VALUE_BYTES} B", latency, None, note=note))
+        self.phase("latency", "baseline: bare Ray actor call", self._bare_call)
+        self.phase("latency", "baseline: TCP round trip", self._tcp_round_trip)
 
     def _tcp_round_trip(self) -> None:
         server = ray.remote(EchoServer).options(num_cpus=0).remote()
@@ -339,7 +292,9 @@ class Runner(common.Phases):
             ray.kill(server)
         self.tcp_p50_ms = latency.p50_ms if latency is not None else None
         note = f"{len(self.payloads):,} size-prefixed frames to an asyncio echo server in a Ray actor"
-        self.rows.append(latency_row(f"floor: TCP round trip on loopback, {VALUE_BYTES} B", latency, None, note=note))
+        self.rows.append(
+            latency_row(f"baseline: TCP round trip on loopback, {VALUE_BYTES} B", latency, None, note=note)
+        )
 
     # --- 2. one at a time -----------------------------------------------------------
 
@@ -351,7 +306,7 @@ class Runner(common.Phases):
             self.phase("latency", "kafka-python send().get()", lambda: self._kafka_python_one(topic))
         finally:
             self.delete_topic(topic)
-        floors = [r for r in self.rows if r.name.startswith("floor:") and r.p50_ms is not None]
+        floors = [r for r in self.rows if r.name.startswith("baseline:") and r.p50_ms is not None]
         for row in floors:
             row.ratio = row.p50_ms / self.raylog_one_p50_ms if self.raylog_one_p50_ms else None
 
@@ -625,14 +580,22 @@ def run(scale: Scale, parent: str | None) -> list[Row]:
         return measure(cluster, scale)
 
 
+def report(scale: Scale, json_path: str | None, measured: Callable[[], list[Row]]) -> int:
+    """Take the rows ``measured`` gives (timed, with the load and raylog's sources watched),
+    print them with the run's totals, write the JSON document to ``json_path`` if given; the
+    exit code (1 if a measurement failed). ``raylog bench kafka`` calls it with
+    :func:`measure` on the cluster it connected to."""
+    watch = common.RunWatch()
+    rows = measured()
+    watch.stop()
+    print_report(rows, scale)
+    return common.finish(rows, watch, json_path, json_document(scale), "other work on the machine lowers every figure")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = common.bench_parser(__doc__, "a fast smoke run (< 60 s), for tests").parse_args(argv)
     scale = QUICK if args.quick else FULL
-    watch = common.RunWatch()
-    rows = run(scale, args.dir)
-    watch.stop()
-    print_report(rows, scale)
-    return common.finish(rows, watch, args.json, json_document(scale), "other work on the machine lowers every figure")
+    return report(scale, args.json, lambda: run(scale, args.dir))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ from benchmarks import kafka_bench
 TINY = kafka_bench.Scale("tiny", repeats=1, records=2_000, round_trips=30, partitions=(1,), timeout_s=60.0)
 
 LATENCY_ROWS = (
-    "floor: bare Ray actor call",
-    "floor: TCP round trip on loopback",
+    "baseline: bare Ray actor call",
+    "baseline: TCP round trip on loopback",
     "raylog Producer send().result()",
     "confluent-kafka produce() + flush()",
     "kafka-python send().get()",
