@@ -65,7 +65,10 @@ class GroupCoordinatorActor(CoordinatorActor):
     def _load_batch(self, state: GroupCoordinator, header: record_batch.BatchHeader, records: list) -> None:
         if header.attributes & record_batch.CONTROL:
             committed = bool(header.attributes & record_batch.COMMIT_MARKER)
-            state.complete_transaction(header.producer_id, header.producer_epoch, committed)
+            # In log order a marker decides its producer's pending offsets up to its own
+            # epoch, bumped or not: a bumped marker never follows a batch of its epoch here
+            # (the partition refuses it as stale).
+            state.complete_transaction(header.producer_id, header.producer_epoch, committed, bumps_epoch=False)
         elif header.attributes & record_batch.TRANSACTIONAL:
             state.load_pending(header.producer_id, header.producer_epoch, records)
         else:
@@ -89,9 +92,9 @@ class GroupCoordinatorActor(CoordinatorActor):
         if self.partition.is_leader:
             self._loaded_state()  # a marker must reach loaded groups: retry while they load
 
-    def _marker_written(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+    def _marker_written(self, producer_id: int, producer_epoch: int, commit: bool, bumps_epoch: bool) -> None:
         if self._state is not None:
-            self._state.complete_transaction(producer_id, producer_epoch, commit)
+            self._state.complete_transaction(producer_id, producer_epoch, commit, bumps_epoch)
 
     @property
     def _groups(self) -> GroupCoordinator | None:

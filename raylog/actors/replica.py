@@ -320,7 +320,13 @@ class PartitionReplicaActor:
         )
 
     def write_txn_marker(
-        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, timeout_ms: int = 30_000
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        timeout_ms: int = 30_000,
+        bumps_epoch: bool = True,
     ) -> ProduceResponse:
         """A transaction coordinator's marker (see :meth:`Partition.append_marker`), answered
         once the ISR has it; a stale marker is answered once the ISR has everything this
@@ -330,7 +336,7 @@ class PartitionReplicaActor:
         with self._lock:
             try:
                 self._require_markers_accepted()
-                info = self.partition.append_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+                info = self.partition.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, bumps_epoch)
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return ProduceResponse(**error_fields(exc))
             self._notify()
@@ -339,15 +345,15 @@ class PartitionReplicaActor:
             error = self._await_replication(end, deadline)
             if error is not None:
                 return _produce_error(error)
-            self._marker_written(producer_id, producer_epoch, commit)
+            self._marker_written(producer_id, producer_epoch, commit, bumps_epoch)
         return ProduceResponse(base_offset=-1 if info is None else info.first_offset)
 
     def _require_markers_accepted(self) -> None:
         """Raise a retriable error while this replica cannot take markers (holding ``_lock``)."""
 
-    def _marker_written(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """A marker of ``producer_id`` with ``producer_epoch`` is replicated, now or before
-        (holding ``_lock``)."""
+    def _marker_written(self, producer_id: int, producer_epoch: int, commit: bool, bumps_epoch: bool) -> None:
+        """A marker of ``producer_id`` with ``producer_epoch`` (bumped, or the producer's
+        current epoch) is replicated, now or before (holding ``_lock``)."""
 
     def _await_replication(self, offset: int, deadline: float) -> RaylogError | None:
         """Wait (holding ``_lock``, released meanwhile) until the HW reaches ``offset`` (see

@@ -132,14 +132,17 @@ class TransactionCoordinatorActor(CoordinatorActor):
                 return TxnResponse(**error_fields(exc))
         return TxnResponse(producer_id=producer_id, producer_epoch=producer_epoch)
 
-    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnResponse:
+    def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, bump_epoch: bool = True
+    ) -> TxnResponse:
         """Commit or abort the producer's transaction; answered once every marker is written,
-        with the producer id and epoch to use next."""
+        with the producer id and epoch to use next (the same with ``bump_epoch=False``: a
+        Kafka client at EndTxn v0-4, see :mod:`raylog.coordination.transactions`)."""
         with self._lock:
             try:
                 state = self._loaded_state()
                 outcome = state.end(
-                    transactional_id, producer_id, producer_epoch, commit, now_ms(), self._new_producer_id
+                    transactional_id, producer_id, producer_epoch, commit, now_ms(), self._new_producer_id, bump_epoch
                 )
                 if isinstance(outcome, TxnMetadata):
                     return _answer(outcome)
@@ -248,7 +251,11 @@ class TransactionCoordinatorActor(CoordinatorActor):
                 if leader is not None:
                     known[tp] = leader
                     calls[tp] = leader.write_txn_marker.remote(
-                        metadata.marker_producer_id, metadata.marker_epoch, commit, self.partition.leader_epoch
+                        metadata.marker_producer_id,
+                        metadata.marker_epoch,
+                        commit,
+                        self.partition.leader_epoch,
+                        bumps_epoch=metadata.bumps_epoch,
                     )
             for tp, ref in calls.items():
                 if ref is None:

@@ -476,11 +476,15 @@ class GroupCoordinator:
         producer's transaction is decided (:meth:`complete_transaction`)."""
         self.pending.setdefault((producer_id, producer_epoch), {}).setdefault(group_id, {}).update(offsets)
 
-    def complete_transaction(self, producer_id: int, marker_epoch: int, committed: bool) -> None:
+    def complete_transaction(
+        self, producer_id: int, marker_epoch: int, committed: bool, bumps_epoch: bool = True
+    ) -> None:
         """A marker of ``producer_id`` with ``marker_epoch`` is replicated (or was, when it
         is sent again): the offsets of its transactions with a lower epoch count, or are
-        dropped."""
-        for key in [k for k in self.pending if k[0] == producer_id and k[1] < marker_epoch]:
+        dropped; with ``bumps_epoch=False`` (a marker carrying the producer's current epoch,
+        a Kafka client at EndTxn v0-4) also those of that epoch."""
+        last = marker_epoch if not bumps_epoch else marker_epoch - 1
+        for key in [k for k in self.pending if k[0] == producer_id and k[1] <= last]:
             for group_id, offsets in self.pending.pop(key).items():
                 if committed:
                     self._set_offsets(group_id, offsets)

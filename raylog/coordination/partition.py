@@ -369,9 +369,13 @@ class Partition:
         self._advance_high_watermark()
         return info
 
-    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int):
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, bumps_epoch: bool = True
+    ):
         """Write a transaction coordinator's marker, which ends ``producer_id``'s transaction
-        here and makes ``producer_epoch`` (its next epoch) the oldest this partition takes.
+        here and makes ``producer_epoch`` (its next epoch) the oldest this partition takes
+        (with ``bumps_epoch=False``, the producer's current epoch: a Kafka client at EndTxn
+        v0-4 goes on with it, see :meth:`ProducerStateManager.marker_is_stale`).
 
         Returns:
             The append's info, or None when the marker is stale (this partition knows that
@@ -382,7 +386,7 @@ class Partition:
             NotLeaderOrFollowerError, StorageError.
         """
         self._require_leader()
-        if self.producers.marker_is_stale(producer_id, producer_epoch):
+        if self.producers.marker_is_stale(producer_id, producer_epoch, bumps_epoch):
             return None
         marker = record_batch.build_marker(producer_id, producer_epoch, commit, coordinator_epoch, self._clock())
         info = self.log.append_as_leader(marker, self.leader_epoch)

@@ -206,11 +206,19 @@ class ProducerStateManager:
                 f"producer {producer_id} epoch {producer_epoch} is older than {entry.epoch}"
             )
 
-    def marker_is_stale(self, producer_id: int, producer_epoch: int) -> bool:
+    def marker_is_stale(self, producer_id: int, producer_epoch: int, bumps_epoch: bool = True) -> bool:
         """Whether a marker for ``producer_id`` with ``producer_epoch`` (the producer's next
-        epoch) ends nothing here: this partition already knows that epoch or a later one."""
+        epoch) ends nothing here: this partition already knows that epoch or a later one.
+        A marker that does not bump (``bumps_epoch=False``: it carries the current epoch of
+        a Kafka client at EndTxn v0-4, which keeps it) is stale below the known epoch, or
+        at it when the producer has no transaction open here (written before, or nothing
+        to end): such a producer is not fenced from a late write, as in Kafka before KIP-890."""
         entry = self._producers.get(producer_id)
-        return entry is not None and entry.epoch >= producer_epoch
+        if entry is None:
+            return False
+        if bumps_epoch:
+            return entry.epoch >= producer_epoch
+        return entry.epoch > producer_epoch or (entry.epoch == producer_epoch and producer_id not in self._open)
 
     def first_open_offset(self) -> int | None:
         """The first offset of the oldest transaction open here, or None."""

@@ -23,7 +23,12 @@ epoch, and a partition takes no batch with an older epoch after one (see
 :mod:`raylog.coordination.producer_state`), so a write of the ended transaction that
 arrives late is fenced instead of joining the next transaction or hanging in a new one;
 the producer gets the bumped epoch in the answer. When the epoch would reach
-:data:`MAX_EPOCH` the next one comes with a new producer id.
+:data:`MAX_EPOCH` the next one comes with a new producer id. A Kafka client speaking
+EndTxn v0-4 gets no epoch in the answer and keeps its own, so its transactions end
+without a bump (``bump_epoch=False``, Kafka's behaviour before KIP-890): the markers carry
+the producer's current epoch (:attr:`TxnMetadata.bumps_epoch` tells partitions and group
+coordinators so), and such a producer has Kafka's older guarantees against late writes.
+Aborts the coordinator decides (a timeout, a new instance) always bump.
 
 Concurrency: not thread-safe; the actor calls it under its lock.
 """
@@ -87,6 +92,9 @@ class TxnMetadata:
     updated_ms: int = 0
     marker_producer_id: int = -1
     marker_epoch: int = -1
+    #: Whether the prepared transaction's markers carry a bumped epoch (False: the
+    #: producer's current one, for a Kafka client at EndTxn v0-4; see the module docstring).
+    bumps_epoch: bool = True
 
     def record(self) -> tuple[bytes, bytes]:
         value = {
@@ -99,6 +107,7 @@ class TxnMetadata:
             "updated": self.updated_ms,
             "marker_pid": self.marker_producer_id,
             "marker_epoch": self.marker_epoch,
+            "bump": self.bumps_epoch,
         }
         return self.transactional_id.encode(), msgpack.packb(value)
 
@@ -116,6 +125,7 @@ class TxnMetadata:
             v["updated"],
             v["marker_pid"],
             v["marker_epoch"],
+            v.get("bump", True),  # (records written before the field existed always bumped)
         )
 
     @property
@@ -176,6 +186,7 @@ class TransactionCoordinator:
             updated_ms=now_ms,
             marker_producer_id=-1,
             marker_epoch=-1,
+            bumps_epoch=True,
         )
         return self._begin(metadata)
 
@@ -216,10 +227,13 @@ class TransactionCoordinator:
         commit: bool,
         now_ms: int,
         new_producer_id: Callable[[], int],
+        bump_epoch: bool = True,
     ) -> Step | TxnMetadata:
         """Commit or abort the open transaction: the Prepare step (then markers, then
         :meth:`complete`); or, for a transaction already ended this way (a retry whose first
         answer was lost, or an empty transaction), the metadata to answer with at once.
+        ``bump_epoch=False`` ends it keeping the producer's id and epoch (a Kafka client at
+        EndTxn v0-4, which cannot learn a new epoch; see the module docstring).
 
         Raises:
             ProducerFencedError, InvalidProducerIdMappingError, ConcurrentTransactionsError,
@@ -241,7 +255,7 @@ class TransactionCoordinator:
             return current  # nothing was added: an empty transaction ends without markers
         if current.state is not TxnState.ONGOING:
             raise InvalidTxnStateError(f"transaction {transactional_id!r} is {current.state.value}")
-        return self._begin(self._prepare(current, commit, now_ms, new_producer_id))
+        return self._begin(self._prepare(current, commit, now_ms, new_producer_id, bump_epoch))
 
     def complete(self, transactional_id: str, now_ms: int) -> Step | None:
         """Every marker of the prepared transaction is written: its Complete step (None when
@@ -353,10 +367,19 @@ class TransactionCoordinator:
             raise ConcurrentTransactionsError(f"transaction {current.transactional_id!r} is completing")
 
     def _prepare(
-        self, current: TxnMetadata, commit: bool, now_ms: int, new_producer_id: Callable[[], int]
+        self,
+        current: TxnMetadata,
+        commit: bool,
+        now_ms: int,
+        new_producer_id: Callable[[], int],
+        bump_epoch: bool = True,
     ) -> TxnMetadata:
-        marker_epoch = current.producer_epoch + 1  # <= MAX_EPOCH: see _next_epoch
-        pid, epoch = _next_epoch(current.producer_id, current.producer_epoch, new_producer_id)
+        if bump_epoch:
+            marker_epoch = current.producer_epoch + 1  # <= MAX_EPOCH: see _next_epoch
+            pid, epoch = _next_epoch(current.producer_id, current.producer_epoch, new_producer_id)
+        else:
+            marker_epoch = epoch = current.producer_epoch
+            pid = current.producer_id
         return replace(
             current,
             state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
@@ -365,6 +388,7 @@ class TransactionCoordinator:
             marker_producer_id=current.producer_id,
             marker_epoch=marker_epoch,
             updated_ms=now_ms,
+            bumps_epoch=bump_epoch,
         )
 
     def _begin(self, metadata: TxnMetadata) -> Step:

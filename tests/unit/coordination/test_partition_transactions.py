@@ -519,3 +519,22 @@ def test_a_replica_upgraded_from_version_1_snapshots_opens_with_its_producers(op
     restarted = reopen(open_log, clock)  # fails: TypeError from SnapshotBatch._make (8 fields of 9)
     assert restarted.append_as_leader(last, acks=1).first_offset == 0
     assert restarted.log.log_end_offset == 2
+
+
+def test_a_marker_without_bump_ends_the_transaction_and_the_epoch_goes_on(part):
+    """A Kafka client at EndTxn v0-4 keeps its epoch: its markers carry that epoch. Each
+    closes the open transaction (committed, or aborted and indexed), the producer's next
+    transaction continues its sequence at the same epoch, and the marker sent again (or
+    for a partition where nothing is open) writes nothing; an older epoch's marker is stale."""
+    assert produce(part, txn([b"a0"], pid=5)) == 0
+    assert part.append_marker(5, 0, True, COORDINATOR_EPOCH, bumps_epoch=False).first_offset == 1
+    assert part.last_stable_offset == 2 and part.producers.first_open_offset() is None
+    assert part.append_marker(5, 0, True, COORDINATOR_EPOCH, bumps_epoch=False) is None  # sent again
+    assert produce(part, txn([b"a1"], pid=5, seq=1)) == 2  # the same epoch, the next sequence
+    assert part.last_stable_offset == 2
+    assert part.append_marker(5, 0, False, COORDINATOR_EPOCH, bumps_epoch=False).first_offset == 3
+    assert part.txn_index.all() == [AbortedTxn(5, 2, 3)]
+    assert values(part) == [b"a0"]
+    produce(part, txn([b"b0"], pid=6, epoch=2))
+    assert part.append_marker(6, 1, True, COORDINATOR_EPOCH, bumps_epoch=False) is None  # older epoch
+    assert part.producers.first_open_offset() == 4

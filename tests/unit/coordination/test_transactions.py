@@ -412,3 +412,45 @@ def test_an_invalid_timeout_is_refused(ids, timeout_ms):
 def test_the_timeout_bounds_are_accepted(ids, timeout_ms):
     """Both ends of the range are valid."""
     assert init(TransactionCoordinator(), ids, timeout_ms=timeout_ms).timeout_ms == timeout_ms
+
+
+def test_an_end_without_bump_keeps_the_producers_id_and_epoch(ids):
+    """bump_epoch=False (a Kafka client at EndTxn v0-4): the markers carry the producer's
+    current epoch, it keeps its id and epoch for the next transaction, a retry of the end
+    after completion is answered at once, and the record says the markers did not bump."""
+    c = TransactionCoordinator()
+    m = open_txn(c, ids, partitions=(T0,))
+    prepared = apply(c, c.end("tx", m.producer_id, m.producer_epoch, True, 50, ids, bump_epoch=False))
+    assert (prepared.state, prepared.bumps_epoch) == (TxnState.PREPARE_COMMIT, False)
+    assert (prepared.marker_producer_id, prepared.marker_epoch) == (m.producer_id, m.producer_epoch)
+    assert (prepared.producer_id, prepared.producer_epoch) == (m.producer_id, m.producer_epoch)
+    assert TxnMetadata.from_record(*prepared.record()) == prepared
+    done = apply(c, c.complete("tx", 60))
+    assert (done.state, done.producer_id, done.producer_epoch) == (TxnState.COMPLETE_COMMIT, m.producer_id, 0)
+    assert c.end("tx", m.producer_id, m.producer_epoch, True, 61, ids, bump_epoch=False) == done  # a retry
+    # The same epoch opens and aborts the next transaction.
+    apply(c, c.add_partitions("tx", m.producer_id, m.producer_epoch, [T1], 70))
+    aborting = apply(c, c.end("tx", m.producer_id, m.producer_epoch, False, 80, ids, bump_epoch=False))
+    assert (aborting.state, aborting.marker_epoch, aborting.producer_epoch) == (TxnState.PREPARE_ABORT, 0, 0)
+    apply(c, c.complete("tx", 90))
+    # An abort the coordinator decides (timeout) still bumps, fencing that producer.
+    apply(c, c.add_partitions("tx", m.producer_id, m.producer_epoch, [T0], 100))
+    (expired,) = c.expired(100 + TIMEOUT_MS + 1, ids)
+    assert (expired.metadata.bumps_epoch, expired.metadata.producer_epoch) == (True, 1)
+    apply(c, expired)
+    apply(c, c.complete("tx", 200_000))
+    with pytest.raises(ProducerFencedError):
+        c.add_partitions("tx", m.producer_id, m.producer_epoch, [T0], 200_001)
+    # A new instance's init clears the flag.
+    assert init(c, ids).bumps_epoch is True
+
+
+def test_a_record_without_the_bump_field_reads_as_bumped(ids):
+    """Records written before ``bumps_epoch`` existed load as bumping (all ends bumped then)."""
+    import msgpack
+
+    m = TxnMetadata("tx", 7, 3, 900, TxnState.PREPARE_COMMIT, frozenset({T0}), 5, 6, 7, 3, bumps_epoch=False)
+    key, value = m.record()
+    old = msgpack.unpackb(value)
+    del old["bump"]
+    assert TxnMetadata.from_record(key, msgpack.packb(old)).bumps_epoch is True
