@@ -194,8 +194,12 @@ class GroupCoordinatorActor(CoordinatorActor):
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None = None) -> GroupResponse:
-        return self._answer(lambda groups: groups.committed(group_id, partitions))
+    def fetch_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None = None, require_stable: bool = True
+    ) -> GroupResponse:
+        """Committed offsets; ``require_stable`` False: the last committed ones even where a
+        transaction is about to move them (Kafka's OffsetFetch without RequireStable)."""
+        return self._answer(lambda groups: groups.committed(group_id, partitions, require_stable))
 
     def list_groups(self) -> GroupResponse:
         return self._answer(lambda groups: groups.list_groups())

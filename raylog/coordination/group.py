@@ -503,11 +503,16 @@ class GroupCoordinator:
                 self.add_pending(producer_id, producer_epoch, group_id, {tp: OffsetAndMetadata(offset, metadata)})
 
     def committed(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None, require_stable: bool = True
     ) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Committed offsets of the group (all, or those of ``partitions`` that have one)."""
+        """Committed offsets of the group (all, or those of ``partitions`` that have one).
+
+        Raises:
+            UnstableOffsetCommitError: ``require_stable`` and a transaction not decided yet
+                holds offsets of the group (of one of ``partitions``).
+        """
         check_group_id(group_id)
-        for by_group in self.pending.values():
+        for by_group in self.pending.values() if require_stable else ():
             undecided = by_group.get(group_id, {})
             if undecided and (partitions is None or any(TopicPartition(*tp) in undecided for tp in partitions)):
                 raise UnstableOffsetCommitError(f"group {group_id!r} has offsets in a transaction not decided yet")

@@ -179,3 +179,17 @@ def test_a_marker_without_bump_decides_the_transactions_of_its_own_epoch_too():
     assert g.pending == {(5, 1): {"g": {A1: om(11)}}} and g.committed("g", [A0]) == {A0: om(10)}
     g.complete_transaction(5, 1, committed=False, bumps_epoch=False)
     assert g.pending == {} and g.committed("g") == {A0: om(10)}
+
+
+def test_without_require_stable_the_last_committed_offsets_answer_meanwhile():
+    """Kafka's OffsetFetch without RequireStable: the offsets committed before the pending
+    transaction, never its offsets nor UNSTABLE_OFFSET_COMMIT, until its marker comes."""
+    g = GroupCoordinator()
+    g.apply_commit("g", {A0: om(1)})
+    g.add_pending(5, 0, "g", {A0: om(10), A1: om(11)})
+    assert g.committed("g", require_stable=False) == {A0: om(1)}
+    assert g.committed("g", [A0, A1], require_stable=False) == {A0: om(1)}
+    with pytest.raises(UnstableOffsetCommitError):
+        g.committed("g", [A0])
+    g.complete_transaction(5, 1, committed=True)
+    assert g.committed("g", require_stable=False) == {A0: om(10), A1: om(11)}
