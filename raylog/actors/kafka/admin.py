@@ -1,0 +1,460 @@
+"""Kafka's topic admin APIs on raylog's controller: CreateTopics v2-7, DeleteTopics v1-6,
+CreatePartitions v0-3 and DescribeConfigs v1-4.
+
+- CreateTopics: ``num_partitions`` / ``replication_factor`` of -1 take Kafka's broker
+  defaults (``num.partitions`` 1, ``default.replication.factor`` 1). Manual ``assignments``
+  (then both counts must be -1) create the topic with that many partitions and replicas,
+  then move each partition whose placement differs to its assigned brokers with a
+  reassignment (the new replicas catch up, the switch follows; Metadata shows the interim
+  replica set meanwhile). ``validate_only`` checks everything the controller checks (name,
+  collision, counts against the live brokers, configs, assignments) and creates nothing.
+  From v5 a created (or validated) topic's partition count, replication factor and every
+  config with its source come back; from v7 its topic id.
+- DeleteTopics: by name, or (v6) by topic id (KIP-516: raylog's topics have ids), an
+  unknown id is UNKNOWN_TOPIC_ID.
+- CreatePartitions: assignments of the new partitions are honoured as CreateTopics' are
+  (raylog places them, then reassigns); ``validate_only`` adds nothing.
+- DescribeConfigs: a topic (resource type 2) lists every property with its value, its
+  source (DYNAMIC_TOPIC_CONFIG when set on the topic, DEFAULT_CONFIG otherwise), not read
+  only, its synonyms when asked (the topic's value, then the default) and its
+  documentation when asked (raylog's description of the setting). A broker (type 4, the
+  broker id or "" for the cluster's default) answers an empty list: raylog's broker
+  settings are the controller's, given to ``raylog.connect(config=...)``, and not readable
+  over the protocol.
+
+Every error is a per-topic (or per-resource) code with a message where the version has
+one; a name given twice in one request is INVALID_REQUEST for each of its entries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from raylog.actors.kafka.context import BrokerContext
+from raylog.actors.kafka.transactions import code_of
+from raylog.config import TopicConfig
+from raylog.coordination.placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
+from raylog.errors import (
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
+    RaylogError,
+    TopicAlreadyExistsError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+from raylog.kafka.codec import ApiKey, RequestHeader
+from raylog.types import NewTopic
+
+logger = logging.getLogger(__name__)
+
+#: Kafka's broker defaults for a CreateTopics count of -1 (num.partitions, default.replication.factor).
+DEFAULT_NUM_PARTITIONS = 1
+DEFAULT_REPLICATION_FACTOR = 1
+#: How long an admin call to the controller may take when the request gives no timeout.
+DEFAULT_TIMEOUT_MS = 60_000
+
+# Kafka's ConfigResource types and ConfigEntry sources and types.
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+SOURCE_DYNAMIC_TOPIC_CONFIG = 1
+SOURCE_DEFAULT_CONFIG = 5
+TYPE_BOOLEAN, TYPE_STRING, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 5, 6, 7
+#: Topic properties whose values are comma-separated lists.
+LIST_PROPERTIES = frozenset({"cleanup.policy"})
+
+_FIELDS = {f.name.replace("_", "."): f for f in dataclasses.fields(TopicConfig)}
+_DEFAULTS = TopicConfig().to_properties()
+
+
+def _error(exc: BaseException) -> dict:
+    """The ``error_code`` / ``error_message`` of a result reporting ``exc``."""
+    return {"error_code": code_of(exc), "error_message": str(exc)}
+
+
+def _duplicates(names: list) -> set:
+    return {name for name, count in Counter(names).items() if count > 1}
+
+
+def _timeout_s(body: dict) -> float:
+    """How long the controller may take: the request's timeout, or the default for 0 or less."""
+    timeout_ms = body.get("timeout_ms", DEFAULT_TIMEOUT_MS)
+    return (timeout_ms if timeout_ms > 0 else DEFAULT_TIMEOUT_MS) / 1000
+
+
+async def _ask(ctx: BrokerContext, ref: Any, names: list, timeout_s: float) -> dict:
+    """A per-name controller answer ``{name: (code, message, ...)}``; a failed call gives
+    its error for every name."""
+    try:
+        return await ctx.call(ref, timeout_s)
+    except RaylogError as exc:
+        return {name: (code_of(exc), str(exc)) for name in names}
+
+
+# --- CreateTopics -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Creation:
+    """One topic of a CreateTopics request as raylog creates it."""
+
+    new: NewTopic
+    #: Partition -> its assigned brokers (manual assignments), or None.
+    assignments: dict[int, list[int]] | None
+    overrides: set
+
+
+def _creation(topic: dict, md: dict) -> _Creation:
+    """Check one requested topic against ``md`` (what the controller will check too).
+
+    Raises:
+        InvalidTopicError, TopicAlreadyExistsError, InvalidPartitionsError,
+        InvalidReplicationFactorError, InvalidReplicaAssignmentError, InvalidConfigError,
+        InvalidRequestError.
+    """
+    name = validate_topic_name(topic["name"], existing=md["topics"])
+    if name in md["topics"]:
+        raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+    if name in INTERNAL_TOPICS:
+        raise InvalidRequestError(f"{name!r} is an internal topic: raylog creates it")
+    config = {c["name"]: c["value"] for c in topic.get("configs") or () if c["value"] is not None}
+    overrides = {TopicConfig.property_name(key) for key in config}
+    TopicConfig.from_properties(config)
+    num_partitions, replication_factor = topic["num_partitions"], topic["replication_factor"]
+    live = sorted(md["live"])
+    assignments = None
+    if topic.get("assignments"):
+        if num_partitions != -1 or replication_factor != -1:
+            raise InvalidRequestError(
+                f"topic {name!r}: give assignments or num_partitions/replication_factor, not both "
+                f"(got {num_partitions} and {replication_factor} with assignments)"
+            )
+        assignments = {a["partition_index"]: list(a["broker_ids"]) for a in topic["assignments"]}
+        if sorted(assignments) != list(range(len(topic["assignments"]))):
+            raise InvalidReplicaAssignmentError(
+                f"topic {name!r}: assignments must number partitions 0 to {len(topic['assignments']) - 1} once each"
+            )
+        _check_assignments(name, list(assignments.values()), md)
+        num_partitions, replication_factor = len(assignments), len(assignments[0])
+    else:
+        num_partitions = DEFAULT_NUM_PARTITIONS if num_partitions == -1 else num_partitions
+        replication_factor = DEFAULT_REPLICATION_FACTOR if replication_factor == -1 else replication_factor
+    assign_replicas(num_partitions, replication_factor, live)  # the counts against the live brokers
+    new = NewTopic(name, num_partitions=num_partitions, replication_factor=replication_factor, config=config)
+    return _Creation(new, assignments, overrides)
+
+
+def _check_assignments(name: str, assignments: list[list[int]], md: dict) -> None:
+    """Raises InvalidReplicaAssignmentError unless every replica list is as long as the
+    first and holds distinct registered brokers."""
+    brokers = set(md["brokers"])
+    for replicas in assignments:
+        if not replicas or len(replicas) != len(assignments[0]):
+            raise InvalidReplicaAssignmentError(
+                f"topic {name!r}: every partition needs the same number (at least 1) of replicas, got {assignments}"
+            )
+        if len(set(replicas)) != len(replicas) or not set(replicas) <= brokers:
+            raise InvalidReplicaAssignmentError(
+                f"topic {name!r}: replicas {replicas} must be distinct broker ids of {sorted(brokers)}"
+            )
+
+
+def _configs(properties: dict[str, str], overrides: set) -> list[dict]:
+    """CreateTopics v5+'s configs of a topic."""
+    return [
+        {
+            "name": key,
+            "value": value,
+            "read_only": False,
+            "config_source": SOURCE_DYNAMIC_TOPIC_CONFIG if key in overrides else SOURCE_DEFAULT_CONFIG,
+            "is_sensitive": False,
+        }
+        for key, value in sorted(properties.items())
+    ]
+
+
+async def create_topics(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    topics = body["topics"]
+    duplicated = _duplicates([t["name"] for t in topics])
+    validate_only = body.get("validate_only", False)
+    results: dict[str, dict] = {}
+    creations: dict[str, _Creation] = {}
+    try:
+        md = await ctx.metadata(refresh=True)
+    except RaylogError as exc:
+        return {"topics": [{"name": t["name"], **_error(exc)} for t in topics]}
+    for topic in topics:
+        name = topic["name"]
+        try:
+            if name in duplicated:
+                raise InvalidRequestError(f"topic {name!r} is named more than once in the request")
+            creations[name] = _creation(topic, md)
+        except RaylogError as exc:
+            results[name] = _error(exc)
+    if creations and not validate_only:
+        answers = await _ask(
+            ctx,
+            ctx.controller.create_topics.remote([c.new for c in creations.values()]),
+            list(creations),
+            _timeout_s(body),
+        )
+        for name, (code, message, *_) in answers.items():
+            if code:
+                results[name] = {"error_code": code, "error_message": message}
+                creations.pop(name)
+        if creations:
+            md = await ctx.metadata(refresh=True)
+            await _reassign(ctx, md, {n: c.assignments for n, c in creations.items() if c.assignments}, results)
+    answer = []
+    for topic in topics:
+        name = topic["name"]
+        if name in results:
+            answer.append({"name": name, **results[name]})
+            continue
+        created = creations[name]
+        described = md["topics"].get(name)
+        answer.append(
+            {
+                "name": name,
+                "topic_id": uuid.UUID(hex=described.topic_id) if described is not None else None,
+                "error_code": 0,
+                "error_message": None,
+                "num_partitions": created.new.num_partitions,
+                "replication_factor": created.new.replication_factor,
+                "configs": _configs(TopicConfig.from_properties(created.new.config).to_properties(), created.overrides),
+            }
+        )
+    return {"topics": answer}
+
+
+async def _reassign(ctx: BrokerContext, md: dict, assignments: dict[str, dict], results: dict) -> None:
+    """Move each partition of ``assignments`` ({topic: {partition: brokers}}) whose replicas
+    differ from its assignment; a refusal becomes its topic's result."""
+    targets = {}
+    for name, by_partition in assignments.items():
+        described = md["topics"].get(name)
+        for partition, brokers in by_partition.items():
+            if described is None or tuple(brokers) != described.partitions[partition].replicas:
+                targets[(name, partition)] = brokers
+    if not targets:
+        return
+    answers = await _ask(
+        ctx, ctx.controller.alter_partition_reassignments.remote(targets), list(targets), DEFAULT_TIMEOUT_MS / 1000
+    )
+    for (name, partition), (code, message, *_) in answers.items():
+        if code and name not in results:
+            results[name] = {"error_code": code, "error_message": f"partition {partition}: {message}"}
+    ctx.invalidate()
+
+
+# --- DeleteTopics -------------------------------------------------------------------------
+
+
+async def delete_topics(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    by_id = header.api_version >= 6
+    requested = body["topics"] if by_id else [{"name": name, "topic_id": None} for name in body["topic_names"]]
+    try:
+        md = await ctx.metadata(refresh=True)
+    except RaylogError as exc:
+        return {"responses": [{"name": r["name"], "topic_id": r["topic_id"], **_error(exc)} for r in requested]}
+    ids = {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()}
+    entries = []  # (name or None, topic id or None, error or None)
+    for r in requested:
+        name, topic_id = r["name"], r.get("topic_id")
+        if topic_id is not None and topic_id.int == 0:
+            topic_id = None
+        if name is None and topic_id is None:
+            entries.append((None, None, InvalidRequestError("a topic to delete needs a name or a topic id")))
+        elif name is None:
+            found = ids.get(topic_id)
+            error = None if found else UnknownTopicIdError(f"no topic has id {topic_id}")
+            entries.append((found, topic_id, error))
+        else:
+            entries.append((name, topic_id, None))
+    duplicated = _duplicates([name for name, _, error in entries if error is None])
+    names = sorted({name for name, _, error in entries if error is None and name not in duplicated})
+    answers = await _ask(ctx, ctx.controller.delete_topics.remote(names), names, _timeout_s(body)) if names else {}
+    responses = []
+    for name, topic_id, error in entries:
+        if error is None and name in duplicated:
+            error = InvalidRequestError(f"topic {name!r} is named more than once in the request")
+        if error is not None:
+            result = _error(error)
+        else:
+            code, message, *_ = answers[name]
+            result = {"error_code": code, "error_message": message or None}
+            if topic_id is None and name in md["topics"]:
+                topic_id = uuid.UUID(hex=md["topics"][name].topic_id)
+        responses.append({"name": name, "topic_id": topic_id, **result})
+    ctx.invalidate()
+    return {"responses": responses}
+
+
+# --- CreatePartitions ---------------------------------------------------------------------
+
+
+def _growth(topic: dict, md: dict) -> tuple[int, dict[int, list[int]] | None]:
+    """The checked new count of one requested topic and its new partitions' assignments.
+
+    Raises:
+        UnknownTopicOrPartitionError, InvalidPartitionsError, InvalidReplicationFactorError,
+        InvalidReplicaAssignmentError.
+    """
+    name, count = topic["name"], topic["count"]
+    described = md["topics"].get(name)
+    if described is None:
+        raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+    if name in INTERNAL_TOPICS:
+        raise InvalidPartitionsError(f"the partition count of internal topic {name!r} cannot change")
+    current = len(described.partitions)
+    if not current < count <= MAX_PARTITIONS:
+        raise InvalidPartitionsError(
+            f"topic {name!r} has {current} partitions: the count can only grow, to at most {MAX_PARTITIONS}, "
+            f"got {count}"
+        )
+    replication_factor = len(described.partitions[0].replicas)
+    assign_replicas(count - current, replication_factor, sorted(md["live"]), first_partition=current, start_index=0)
+    if topic.get("assignments") is None:
+        return count, None
+    assignments = [list(a["broker_ids"]) for a in topic["assignments"]]
+    if len(assignments) != count - current:
+        raise InvalidReplicaAssignmentError(
+            f"topic {name!r}: {count - current} new partitions need as many assignments, got {len(assignments)}"
+        )
+    _check_assignments(name, assignments, md)
+    return count, {current + i: brokers for i, brokers in enumerate(assignments)}
+
+
+async def create_partitions(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    topics = body["topics"]
+    duplicated = _duplicates([t["name"] for t in topics])
+    results: dict[str, dict] = {}
+    growths: dict[str, tuple[int, dict | None]] = {}
+    try:
+        md = await ctx.metadata(refresh=True)
+    except RaylogError as exc:
+        return {"results": [{"name": t["name"], **_error(exc)} for t in topics]}
+    for topic in topics:
+        name = topic["name"]
+        try:
+            if name in duplicated:
+                raise InvalidRequestError(f"topic {name!r} is named more than once in the request")
+            growths[name] = _growth(topic, md)
+        except RaylogError as exc:
+            results[name] = _error(exc)
+    if growths and not body.get("validate_only", False):
+        counts = {name: count for name, (count, _) in growths.items()}
+        answers = await _ask(ctx, ctx.controller.create_partitions.remote(counts), list(counts), _timeout_s(body))
+        for name, (code, message, *_) in answers.items():
+            if code:
+                results[name] = {"error_code": code, "error_message": message}
+        assigned = {name: a for name, (_, a) in growths.items() if a and name not in results}
+        if assigned:
+            await _reassign(ctx, await ctx.metadata(refresh=True), assigned, results)
+        ctx.invalidate()
+    return {
+        "results": [
+            {"name": t["name"], **results.get(t["name"], {"error_code": 0, "error_message": None})} for t in topics
+        ]
+    }
+
+
+# --- DescribeConfigs ----------------------------------------------------------------------
+
+
+def _config_type(key: str) -> int:
+    default = _FIELDS[key].default
+    if isinstance(default, bool):
+        return TYPE_BOOLEAN
+    if isinstance(default, int):
+        return TYPE_LONG
+    if isinstance(default, float):
+        return TYPE_DOUBLE
+    return TYPE_LIST if key in LIST_PROPERTIES else TYPE_STRING
+
+
+def _described_config(key: str, entry: Any, synonyms: bool, documentation: bool) -> dict:
+    """One DescribeConfigs entry from the controller's ``ConfigEntry(value, source)``."""
+    set_on_topic = entry.source == "topic"
+    source = SOURCE_DYNAMIC_TOPIC_CONFIG if set_on_topic else SOURCE_DEFAULT_CONFIG
+    described = {
+        "name": key,
+        "value": entry.value,
+        "read_only": False,
+        "is_default": not set_on_topic,
+        "config_source": source,
+        "is_sensitive": False,
+        "synonyms": [],
+        "config_type": _config_type(key) if key in _FIELDS else 0,
+        "documentation": _FIELDS[key].metadata["doc"] if documentation and key in _FIELDS else None,
+    }
+    if synonyms:
+        if set_on_topic:
+            described["synonyms"].append({"name": key, "value": entry.value, "source": SOURCE_DYNAMIC_TOPIC_CONFIG})
+        if key in _DEFAULTS:
+            described["synonyms"].append({"name": key, "value": _DEFAULTS[key], "source": SOURCE_DEFAULT_CONFIG})
+    return described
+
+
+async def describe_configs(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    resources = body["resources"]
+    synonyms, documentation = body.get("include_synonyms", False), body.get("include_documentation", False)
+    topics = sorted({r["resource_name"] for r in resources if r["resource_type"] == RESOURCE_TOPIC})
+    answers = await _ask(ctx, ctx.controller.describe_configs.remote(topics), topics, None) if topics else {}
+    md = None
+    results = []
+    for resource in resources:
+        kind, name, keys = resource["resource_type"], resource["resource_name"], resource.get("configuration_keys")
+        result = {"resource_type": kind, "resource_name": name, "error_code": 0, "error_message": None, "configs": []}
+        if kind == RESOURCE_TOPIC:
+            code, message, *rest = answers[name]
+            if code:
+                result.update(error_code=code, error_message=message)
+            else:
+                entries = rest[0]
+                wanted = sorted(entries) if keys is None else [k for k in keys if k in entries]
+                result["configs"] = [_described_config(k, entries[k], synonyms, documentation) for k in wanted]
+        elif kind == RESOURCE_BROKER:
+            if md is None:
+                md = await _metadata_or_none(ctx)
+            error = _broker_resource_error(name, md)
+            if error is not None:
+                result.update(_error(error))
+        else:
+            result.update(_error(InvalidRequestError(f"resource type {kind} is not described (2: topic, 4: broker)")))
+        results.append(result)
+    return {"results": results}
+
+
+async def _metadata_or_none(ctx: BrokerContext) -> dict | None:
+    try:
+        return await ctx.metadata()
+    except RaylogError as exc:
+        logger.debug("no metadata to check a broker resource against: %s", exc)
+        return None
+
+
+def _broker_resource_error(name: str, md: dict | None) -> RaylogError | None:
+    """Why a broker resource name is refused: not "" (the cluster default) or a broker id."""
+    if name == "":
+        return None
+    try:
+        broker_id = int(name)
+    except ValueError:
+        return InvalidRequestError(f"broker resource name {name!r} is not a broker id")
+    if md is not None and broker_id not in md["brokers"]:
+        return InvalidRequestError(f"no broker {broker_id} (brokers: {sorted(md['brokers'])})")
+    return None
+
+
+HANDLERS: dict[ApiKey, Callable[[BrokerContext, RequestHeader, dict], Awaitable[dict]]] = {
+    ApiKey.CREATE_TOPICS: create_topics,
+    ApiKey.DELETE_TOPICS: delete_topics,
+    ApiKey.CREATE_PARTITIONS: create_partitions,
+    ApiKey.DESCRIBE_CONFIGS: describe_configs,
+}

@@ -1,0 +1,314 @@
+"""Kafka's producer-id and transaction APIs on raylog's coordinators: InitProducerId v0-4,
+AddPartitionsToTxn v0-3, AddOffsetsToTxn v0-3, EndTxn v0-3 and TxnOffsetCommit v0-3.
+
+- InitProducerId without a transactional id is an idempotent producer: a producer id never
+  handed out before, from the controller, at epoch 0 (as raylog's own idempotent Producer
+  gets one). Since KIP-360 (v3+) such a producer may send its id and epoch to have the
+  epoch bumped after an error; Kafka gives it a new id then, and so does raylog.
+- With a transactional id, the id's transaction coordinator (the leader of its
+  ``__transaction_state`` partition) registers the new instance: an open transaction is
+  aborted, the epoch bumped (every older instance fenced). At v3+ a producer that sends its
+  current id and epoch (KIP-360: an instance recovering from an abortable error) must hold
+  the id's current epoch, or the one before a bump the coordinator made by aborting its
+  timed-out transaction; otherwise it was fenced by another instance: PRODUCER_FENCED. That
+  check and the registration are two calls, so two instances racing past the check both
+  register, the second fencing the first (as without the check). A transactional id
+  expired and registered again with another producer id is not recognised.
+- AddOffsetsToTxn adds the group's ``__consumer_offsets`` partition to the transaction, as
+  raylog's Producer does in ``send_offsets_to_transaction``; TxnOffsetCommit then goes to
+  the group's coordinator (``txn_commit_offsets``), whose offsets count once the commit
+  marker reaches that partition. The leader epoch a commit carries (v2+) is not kept.
+- EndTxn v0-3 answers no producer epoch, so a Kafka client keeps its epoch from one
+  transaction to the next (Kafka before KIP-890): the transaction ends without the epoch
+  bump raylog's own producers get (``end_txn(..., bump_epoch=False)``; see
+  :mod:`raylog.coordination.transactions`).
+
+Every request may come to any broker's listener: each handler calls the coordinator actor
+wherever it runs, so a client that asks the broker FindCoordinator named is served there,
+and one that asks another broker is served too. Errors are Kafka's codes in the response,
+never exceptions: an unreachable coordinator is COORDINATOR_NOT_AVAILABLE (the client looks
+it up again), a coordinator that moved NOT_COORDINATOR.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from raylog.actors.kafka.context import BrokerContext
+from raylog.coordination.placement import OFFSETS_TOPIC, validate_transactional_id
+from raylog.errors import (
+    ApiError,
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    NetworkExceptionError,
+    OperationNotAttemptedError,
+    ProducerFencedError,
+    RaylogError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+)
+from raylog.kafka.codec import ApiKey, RequestHeader
+from raylog.protocol import error_of
+
+logger = logging.getLogger(__name__)
+
+#: The states after which an instance's KIP-360 re-registration may name the epoch before
+#: the coordinator's own bump (its transaction timed out and was aborted).
+_ABORTED_STATES = ("PrepareAbort", "CompleteAbort")
+
+
+class _Refused(Exception):
+    """A request answered with one error code (carried as a raylog error)."""
+
+    def __init__(self, error: RaylogError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def code_of(error: BaseException) -> int:
+    """The Kafka error code that reports ``error``."""
+    if isinstance(error, ApiError) and error.code is not None:
+        return error.code
+    return UnknownServerError.code
+
+
+def _unreachable(error: RaylogError) -> RaylogError:
+    """A coordinator that cannot be called is one the client must look up again."""
+    if isinstance(error, NetworkExceptionError):
+        return CoordinatorNotAvailableError(f"the coordinator did not answer: {error}")
+    return error
+
+
+async def _transaction_coordinator(ctx: BrokerContext, transactional_id: str) -> Any:
+    """The coordinator actor of ``transactional_id``.
+
+    Raises:
+        _Refused: an invalid id, or no coordinator running.
+    """
+    try:
+        validate_transactional_id(transactional_id)
+        _, handle = await ctx.transaction_coordinator(transactional_id)
+    except RaylogError as exc:
+        raise _Refused(_unreachable(exc)) from None
+    if handle is None:
+        raise _Refused(CoordinatorNotAvailableError(f"no coordinator for transactional id {transactional_id!r} yet"))
+    return handle
+
+
+async def _call(ctx: BrokerContext, ref: Any) -> Any:
+    """A coordinator call's answer (a TxnResponse or GroupResponse without error).
+
+    Raises:
+        _Refused: the call failed, or its answer reports an error.
+    """
+    try:
+        answer = await ctx.call(ref)
+    except RaylogError as exc:
+        ctx.invalidate()
+        raise _Refused(_unreachable(exc)) from None
+    error = error_of(answer)
+    if error is not None:
+        raise _Refused(error)
+    return answer
+
+
+# --- InitProducerId -----------------------------------------------------------------------
+
+
+async def init_producer_id(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    transactional_id = body.get("transactional_id")
+    try:
+        if transactional_id is None:
+            producer_id = await _new_producer_id(ctx)
+            return {"producer_id": producer_id, "producer_epoch": 0}
+        coordinator = await _transaction_coordinator(ctx, transactional_id)
+        given = (body.get("producer_id", -1), body.get("producer_epoch", -1))
+        if given[0] >= 0:
+            await _require_current(ctx, coordinator, transactional_id, *given)
+        answer = await _call(ctx, coordinator.init_producer_id.remote(transactional_id, body["transaction_timeout_ms"]))
+    except _Refused as refused:
+        logger.debug("InitProducerId of %r refused: %s", transactional_id, refused)
+        return {"error_code": code_of(refused.error), "producer_id": -1, "producer_epoch": -1}
+    return {"producer_id": answer.producer_id, "producer_epoch": answer.producer_epoch}
+
+
+async def _new_producer_id(ctx: BrokerContext) -> int:
+    try:
+        return await ctx.call(ctx.controller.init_producer_id.remote())
+    except RaylogError as exc:
+        raise _Refused(CoordinatorNotAvailableError(f"no producer id from the controller: {exc}")) from None
+
+
+async def _require_current(ctx: BrokerContext, coordinator: Any, transactional_id: str, pid: int, epoch: int) -> None:
+    """KIP-360: the instance that re-registers holds the id's current producer id and epoch
+    (or the epoch before the bump of its own transaction's timeout abort).
+
+    Raises:
+        _Refused: PRODUCER_FENCED otherwise.
+    """
+    answer = await _call(ctx, coordinator.describe_transactions.remote([transactional_id]))
+    if not answer.value:
+        return  # the id is new here: Kafka registers it too
+    current = answer.value[0]
+    held = (current["producer_id"], current["producer_epoch"])
+    if (pid, epoch) == held:
+        return
+    if current["state"] in _ABORTED_STATES and (pid, epoch + 1) == held:
+        return
+    raise _Refused(
+        ProducerFencedError(
+            f"transactional id {transactional_id!r} is held by producer id {held[0]} epoch {held[1]}, "
+            f"not {pid} epoch {epoch}"
+        )
+    )
+
+
+# --- AddPartitionsToTxn / AddOffsetsToTxn / EndTxn ---------------------------------------
+
+
+async def add_partitions_to_txn(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    transactional_id = body["v3_and_below_transactional_id"]
+    topics = body["v3_and_below_topics"]
+    wanted = [(t["name"], p) for t in topics for p in t["partitions"]]
+    md = await _metadata(ctx)
+    unknown = set() if md is None else {tp for tp in wanted if not _exists(md, *tp)}
+    codes: dict[tuple[str, int], int] = {}
+    if unknown:
+        # All or nothing, as Kafka: the unknown ones say why, the others were not tried.
+        for tp in wanted:
+            codes[tp] = (UnknownTopicOrPartitionError if tp in unknown else OperationNotAttemptedError).code
+    else:
+        try:
+            coordinator = await _transaction_coordinator(ctx, transactional_id)
+            await _call(
+                ctx,
+                coordinator.add_partitions.remote(
+                    transactional_id,
+                    body["v3_and_below_producer_id"],
+                    body["v3_and_below_producer_epoch"],
+                    wanted,
+                ),
+            )
+            code = 0
+        except _Refused as refused:
+            logger.debug("AddPartitionsToTxn of %r refused: %s", transactional_id, refused)
+            code = code_of(refused.error)
+        codes = dict.fromkeys(wanted, code)
+    results: dict[str, list[dict]] = {}
+    for (topic, partition), code in codes.items():
+        results.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
+    return {
+        "results_by_topic_v3_and_below": [
+            {"name": topic, "results_by_partition": partitions} for topic, partitions in results.items()
+        ]
+    }
+
+
+async def _metadata(ctx: BrokerContext) -> dict | None:
+    try:
+        return await ctx.metadata()
+    except RaylogError as exc:
+        logger.debug("no metadata to check a transaction's partitions against: %s", exc)
+        return None
+
+
+def _exists(md: dict, topic: str, partition: int) -> bool:
+    described = md["topics"].get(topic)
+    if described is None:
+        return False
+    return 0 <= partition < len(described.partitions)
+
+
+async def add_offsets_to_txn(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    transactional_id, group_id = body["transactional_id"], body["group_id"]
+    try:
+        if not group_id:
+            raise _Refused(InvalidRequestError("group_id must not be empty"))
+        try:
+            partition, _ = await ctx.call(ctx.controller.find_coordinator.remote(group_id))
+        except RaylogError as exc:
+            raise _Refused(_unreachable(exc)) from None
+        coordinator = await _transaction_coordinator(ctx, transactional_id)
+        offsets_partition = (OFFSETS_TOPIC, partition)
+        await _call(
+            ctx,
+            coordinator.add_partitions.remote(
+                transactional_id, body["producer_id"], body["producer_epoch"], [offsets_partition]
+            ),
+        )
+    except _Refused as refused:
+        logger.debug("AddOffsetsToTxn of %r for group %r refused: %s", transactional_id, group_id, refused)
+        return {"error_code": code_of(refused.error)}
+    return {"error_code": 0}
+
+
+async def end_txn(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    transactional_id = body["transactional_id"]
+    try:
+        coordinator = await _transaction_coordinator(ctx, transactional_id)
+        await _call(
+            ctx,
+            coordinator.end_txn.remote(
+                transactional_id, body["producer_id"], body["producer_epoch"], body["committed"], bump_epoch=False
+            ),
+        )
+    except _Refused as refused:
+        logger.debug("EndTxn of %r refused: %s", transactional_id, refused)
+        return {"error_code": code_of(refused.error)}
+    return {"error_code": 0}
+
+
+# --- TxnOffsetCommit ----------------------------------------------------------------------
+
+
+async def txn_offset_commit(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    group_id = body["group_id"]
+    # (topic, partition) -> (offset, metadata), as txn_commit_offsets takes them
+    offsets = {
+        (t["name"], p["partition_index"]): (p["committed_offset"], p.get("committed_metadata") or "")
+        for t in body["topics"]
+        for p in t["partitions"]
+    }
+    try:
+        try:
+            _, coordinator = await ctx.group_coordinator(group_id)
+        except RaylogError as exc:
+            raise _Refused(_unreachable(exc)) from None
+        if coordinator is None:
+            raise _Refused(CoordinatorNotAvailableError(f"no coordinator for group {group_id!r} yet"))
+        await _call(
+            ctx,
+            coordinator.txn_commit_offsets.remote(
+                group_id,
+                body.get("member_id", ""),
+                body.get("generation_id", -1),
+                body.get("group_instance_id"),
+                body["producer_id"],
+                body["producer_epoch"],
+                offsets,
+            ),
+        )
+        code = 0
+    except _Refused as refused:
+        logger.debug("TxnOffsetCommit of group %r refused: %s", group_id, refused)
+        code = code_of(refused.error)
+    return {
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [{"partition_index": p["partition_index"], "error_code": code} for p in t["partitions"]],
+            }
+            for t in body["topics"]
+        ]
+    }
+
+
+HANDLERS: dict[ApiKey, Callable[[BrokerContext, RequestHeader, dict], Awaitable[dict]]] = {
+    ApiKey.INIT_PRODUCER_ID: init_producer_id,
+    ApiKey.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: add_offsets_to_txn,
+    ApiKey.END_TXN: end_txn,
+    ApiKey.TXN_OFFSET_COMMIT: txn_offset_commit,
+}
