@@ -1,0 +1,542 @@
+"""Consumer-group APIs over Kafka's protocol: FindCoordinator, JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups and ListGroups, answered by
+raylog's group coordinator actors (:mod:`raylog.actors.group_coordinator`).
+
+Membership. raylog's coordinator assigns partitions itself; Kafka's classic protocol has the
+group's leader (a member) assign them. The two meet like this: a JoinGroup's ``consumer``
+protocols are decoded (:mod:`raylog.kafka.consumer_protocol`) into raylog's
+:class:`~raylog.protocol.JoinGroupRequest` (the topics, their partition counts from the
+metadata, the assignors by their raylog names, the partitions owned and their generation);
+the JoinGroup answer names a leader that is no member (:data:`LEADER`), so every member acts as
+a follower and sends SyncGroup without assignments; the SyncGroup answer is raylog's
+assignment for the member, encoded at the subscription version the member used. Kafka's
+assignor names map to raylog's: ``range``, ``roundrobin`` and ``cooperative-sticky`` to
+themselves, ``sticky`` (eager) to ``cooperative-sticky`` (balanced and sticky on the server;
+an eager member gives its partitions up before it joins, so it claims none). The answers name
+the assignor by the Kafka name the member proposed. Another protocol type than ``consumer``
+(Kafka Connect's ``connect``, ...) is refused with INCONSISTENT_GROUP_PROTOCOL, and logged.
+
+What a member joined with (the subscription version, the assignor names it proposed, the
+generation it was told) is kept per client connection (:data:`~raylog.actors.kafka.context.CONNECTION`):
+a consumer sends JoinGroup and SyncGroup to its coordinator on one connection. A SyncGroup
+on another connection gets its assignment at version 0 (every version has the same fields).
+
+Offsets. OffsetCommit goes to raylog's ``commit_offsets`` (generation -1 and no member id: a
+commit from outside the group, allowed while it has no members); the committed leader epoch
+is not kept (raylog's :class:`~raylog.types.OffsetAndMetadata` holds an offset and metadata),
+so OffsetFetch answers -1 for it, and -1 for a partition with no committed offset.
+UNSTABLE_OFFSET_COMMIT (offsets of a transaction not decided yet) is answered only when the
+request says ``require_stable``; otherwise the last committed offsets are.
+
+Errors travel in the responses, never as exceptions: the coordinator's own codes as they are,
+an unreachable coordinator actor as NOT_COORDINATOR (the client looks it up again), a
+coordinator that does not answer in time as COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from raylog.actors.kafka.context import CONNECTION, CONTROL_CALL_TIMEOUT_S, BrokerContext
+from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
+from raylog.coordination.group import MAX_OFFSET_METADATA_BYTES
+from raylog.coordination.placement import OFFSETS_TOPIC
+from raylog.errors import (
+    ApiError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
+    InconsistentGroupProtocolError,
+    InvalidRequestError,
+    NetworkExceptionError,
+    NotCoordinatorError,
+    OffsetMetadataTooLargeError,
+    RaylogError,
+    RequestTimedOutError,
+    UnknownMemberIdError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
+)
+from raylog.kafka import codec
+from raylog.kafka.consumer_protocol import (
+    Assignment,
+    ConsumerProtocolError,
+    Subscription,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from raylog.protocol import JoinGroupRequest
+from raylog.types import OffsetAndMetadata, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+#: The only group protocol type raylog's coordinator serves (Kafka consumers').
+CONSUMER = "consumer"
+#: Kafka's assignor names -> raylog's (see the module docstring).
+KAFKA_ASSIGNORS = {
+    "range": RANGE,
+    "roundrobin": ROUND_ROBIN,
+    "cooperative-sticky": COOPERATIVE_STICKY,
+    "sticky": COOPERATIVE_STICKY,
+}
+#: raylog's assignor names -> the Kafka name that DescribeGroups and ListGroups show.
+RAYLOG_ASSIGNORS = {RANGE: "range", ROUND_ROBIN: "roundrobin", COOPERATIVE_STICKY: "cooperative-sticky"}
+#: The leader every JoinGroup answer names: no member's id (raylog member ids end in 12 hex
+#: digits), so every member acts as a follower and takes its assignment from SyncGroup.
+LEADER = "raylog-coordinator"
+#: FindCoordinator's key types.
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+#: DescribeGroups' authorized operations when asked (no ACLs: READ, DELETE and DESCRIBE,
+#: Kafka's bits 3, 6 and 8), and when not asked (Kafka's "not requested").
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+OPERATIONS_NOT_REQUESTED = -(1 << 31)
+#: What a JoinGroup may wait beyond its rebalance timeout (the join completes at that deadline).
+JOIN_MARGIN_S = CONTROL_CALL_TIMEOUT_S
+#: Errors of a coordinator as a whole (rather than of a member or partition).
+_COORDINATOR_ERRORS = frozenset(
+    {CoordinatorNotAvailableError.code, NotCoordinatorError.code, CoordinatorLoadInProgressError.code}
+)
+
+Handler = Callable[[BrokerContext, codec.RequestHeader, dict], Awaitable[dict]]
+
+
+@dataclass
+class _Joined:
+    """What a member joined with on this connection."""
+
+    version: int  # its subscription's version: its assignments are encoded at it
+    protocol: str  # the Kafka name of its group's assignor, as it proposed it
+    generation: int  # the generation its last JoinGroup answer told it
+
+
+def _joined() -> dict[tuple[str, str], _Joined]:
+    """This connection's members: ``(group id, member id)`` -> :class:`_Joined`."""
+    return CONNECTION.get().setdefault("groups", {})
+
+
+def _code(exc: RaylogError) -> int:
+    """The Kafka error code that reports ``exc``."""
+    if isinstance(exc, ApiError) and exc.code is not None:
+        return exc.code
+    logger.warning("group request failed: %s: %s", type(exc).__name__, exc)
+    return UnknownServerError.code
+
+
+async def _call(
+    ctx: BrokerContext, group_id: str, method: str, *args: Any, timeout_s: float = CONTROL_CALL_TIMEOUT_S
+) -> Any:
+    """The answer of ``group_id``'s coordinator to ``method(*args)`` (a raylog response).
+
+    Raises:
+        CoordinatorNotAvailableError: the group's partition has no leader now, or it did not
+            answer in time.
+        NotCoordinatorError: its actor is gone (died, moved).
+        ApiError: the controller's error finding it.
+    """
+    _, handle = await ctx.group_coordinator(group_id)
+    if handle is None:
+        raise CoordinatorNotAvailableError(f"no coordinator for group {group_id!r} right now")
+    try:
+        return await ctx.call(getattr(handle, method).remote(*args), timeout_s)
+    except NetworkExceptionError as exc:
+        ctx.invalidate()
+        raise NotCoordinatorError(f"the coordinator of group {group_id!r} is unreachable: {exc}") from exc
+    except RequestTimedOutError as exc:
+        raise CoordinatorNotAvailableError(f"the coordinator of group {group_id!r} did not answer: {exc}") from exc
+
+
+async def _ask(ctx: BrokerContext, group_id: str, method: str, *args: Any, timeout_s: float = CONTROL_CALL_TIMEOUT_S):
+    """``(value, error code)`` of a coordinator call answering a GroupResponse-like object."""
+    try:
+        response = await _call(ctx, group_id, method, *args, timeout_s=timeout_s)
+    except RaylogError as exc:
+        return None, _code(exc)
+    return getattr(response, "value", response), response.error_code
+
+
+# --- FindCoordinator --------------------------------------------------------------------
+
+
+async def find_coordinator(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    key_type = body.get("key_type", GROUP_KEY)
+    if header.api_version >= 4:
+        keys = list(body.get("coordinator_keys") or [])
+        found = [await _find(ctx, key_type, key) for key in keys]
+        return {"throttle_time_ms": 0, "coordinators": [{"key": key, **f} for key, f in zip(keys, found, strict=True)]}
+    return {"throttle_time_ms": 0, **await _find(ctx, key_type, body.get("key", ""))}
+
+
+async def _find(ctx: BrokerContext, key_type: int, key: str) -> dict:
+    """node_id / host / port / error_code / error_message of one key's coordinator."""
+    try:
+        if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+            raise InvalidRequestError(f"unknown coordinator key type {key_type} (0: group, 1: transaction)")
+        if not key:
+            raise InvalidRequestError("an empty coordinator key")
+        if key_type == GROUP_KEY:
+            broker, handle = await ctx.group_coordinator(key)
+        else:
+            broker, handle = await ctx.transaction_coordinator(key)
+        if handle is None or broker < 0:
+            raise CoordinatorNotAvailableError(f"no coordinator for {key!r} right now")
+        address = (await ctx.metadata())["listeners"].get(broker)
+        if address is None:
+            address = (await ctx.metadata(refresh=True))["listeners"].get(broker)
+        if address is None:
+            raise CoordinatorNotAvailableError(f"broker {broker}, the coordinator of {key!r}, has no listener running")
+    except RaylogError as exc:
+        return {"node_id": -1, "host": "", "port": -1, "error_code": _code(exc), "error_message": str(exc)}
+    host, port = address
+    return {"node_id": broker, "host": host, "port": port, "error_code": 0, "error_message": None}
+
+
+# --- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -------------------------------------
+
+
+def _join_error(code: int, member_id: str) -> dict:
+    return {"error_code": code, "generation_id": -1, "protocol_name": "", "leader": "", "member_id": member_id}
+
+
+def _subscription(group_id: str, protocols: Iterable[dict]) -> tuple[Subscription, list[str]]:
+    """The member's subscription and the Kafka assignor names it proposed that raylog has.
+
+    Raises:
+        InconsistentGroupProtocolError: none of its protocols is one raylog has, or their
+            metadata does not decode.
+    """
+    proposed: list[str] = []
+    subscription: Subscription | None = None
+    problems: list[str] = []
+    for protocol in protocols:
+        name = protocol["name"]
+        if name not in KAFKA_ASSIGNORS:
+            problems.append(f"{name!r} is not an assignor raylog has")
+            continue
+        try:
+            decoded = decode_subscription(protocol["metadata"])
+        except ConsumerProtocolError as exc:
+            problems.append(f"{name!r}: {exc}")
+            continue
+        subscription = subscription or decoded
+        proposed.append(name)
+    if subscription is None:
+        raise InconsistentGroupProtocolError(
+            f"group {group_id!r}: no usable consumer protocol ({'; '.join(problems) or 'none given'});"
+            f" raylog assigns with {sorted(KAFKA_ASSIGNORS)}"
+        )
+    return subscription, proposed
+
+
+async def join_group(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    group_id, member_id = body["group_id"], body["member_id"]
+    protocol_type = body.get("protocol_type", "")
+    if protocol_type != CONSUMER:
+        logger.warning(
+            "group %r: client %r joins with protocol type %r; raylog serves only Kafka consumers' %r:"
+            " INCONSISTENT_GROUP_PROTOCOL",
+            group_id,
+            header.client_id,
+            protocol_type,
+            CONSUMER,
+        )
+        return _join_error(InconsistentGroupProtocolError.code, member_id)
+    try:
+        subscription, proposed = _subscription(group_id, body.get("protocols") or [])
+    except InconsistentGroupProtocolError as exc:
+        logger.warning("group %r: client %r: %s: INCONSISTENT_GROUP_PROTOCOL", group_id, header.client_id, exc)
+        return _join_error(exc.code, member_id)
+    topics = sorted(set(subscription.topics))
+    md = await ctx.metadata()
+    if any(t not in md["topics"] for t in topics):
+        md = await ctx.metadata(refresh=True)
+    counts = {t: len(md["topics"][t].partitions) for t in topics if t in md["topics"]}
+    strategies = tuple(dict.fromkeys(KAFKA_ASSIGNORS[name] for name in proposed))
+    # An eager member gave its partitions up before joining: it claims none (only members
+    # running the cooperative protocol keep theirs through a rebalance).
+    cooperative = "cooperative-sticky" in proposed
+    known = _joined().get((group_id, member_id))
+    generation = subscription.generation_id
+    if subscription.version < 2 and known is not None:
+        generation = known.generation  # its subscription does not say: the one it was told
+    session_ms = body["session_timeout_ms"]
+    rebalance_ms = body.get("rebalance_timeout_ms", -1)
+    if rebalance_ms is None or rebalance_ms < 0:
+        rebalance_ms = session_ms  # JoinGroup v0: Kafka's rebalance timeout is the session's
+    request = JoinGroupRequest(
+        group_id=group_id,
+        member_id=member_id,
+        topics=tuple(topics),
+        partition_counts=counts,
+        strategies=strategies,
+        owned=subscription.owned_partitions if cooperative else (),
+        owned_generation=generation if cooperative else -1,
+        instance_id=body.get("group_instance_id"),
+        client_id=header.client_id or "",
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=rebalance_ms,
+    )
+    try:
+        response = await _call(ctx, group_id, "join_group", request, timeout_s=rebalance_ms / 1000 + JOIN_MARGIN_S)
+    except RaylogError as exc:
+        return _join_error(_code(exc), member_id)
+    if response.error_code:
+        return _join_error(response.error_code, response.member_id or member_id)
+    kafka_name = next((name for name in proposed if KAFKA_ASSIGNORS[name] == response.protocol), proposed[0])
+    _joined()[(group_id, response.member_id)] = _Joined(subscription.version, kafka_name, response.generation)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "generation_id": response.generation,
+        "protocol_type": CONSUMER,
+        "protocol_name": kafka_name,
+        "leader": LEADER,
+        "member_id": response.member_id,
+        "members": [],
+    }
+
+
+async def sync_group(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    group_id, member_id, generation = body["group_id"], body["member_id"], body["generation_id"]
+    known = _joined().get((group_id, member_id))
+    protocol_name = body.get("protocol_name") or (known.protocol if known else None)
+    answer = {"throttle_time_ms": 0, "protocol_type": CONSUMER, "protocol_name": protocol_name}
+    if body.get("protocol_type") not in (None, CONSUMER):
+        logger.warning("group %r: SyncGroup of protocol type %r refused", group_id, body["protocol_type"])
+        return {**answer, "error_code": InconsistentGroupProtocolError.code, "assignment": b""}
+    if body.get("assignments"):
+        # Only a leader sends assignments, and the JoinGroup answers make no member one.
+        logger.debug("group %r: member %r sent assignments; raylog assigns itself", group_id, member_id)
+    value, code = await _ask(
+        ctx, group_id, "sync_group", group_id, member_id, generation, body.get("group_instance_id")
+    )
+    if code:
+        return {**answer, "error_code": code, "assignment": b""}
+    version = known.version if known is not None else 0
+    assignment = encode_assignment(Assignment(version, tuple(TopicPartition(*tp) for tp in value.assignment)))
+    return {**answer, "error_code": 0, "assignment": assignment}
+
+
+async def heartbeat(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    group_id = body["group_id"]
+    args = (group_id, body["member_id"], body["generation_id"], body.get("group_instance_id"), 0)
+    _, code = await _ask(ctx, group_id, "heartbeat", *args)
+    return {"throttle_time_ms": 0, "error_code": code}
+
+
+async def leave_group(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    group_id = body["group_id"]
+    if header.api_version < 3:
+        code = await _leave(ctx, group_id, body["member_id"], None)
+        return {"throttle_time_ms": 0, "error_code": code}
+    members = []
+    for member in body.get("members") or []:
+        member_id, instance_id = member["member_id"], member.get("group_instance_id")
+        code = await _leave(ctx, group_id, member_id, instance_id)
+        if code in _COORDINATOR_ERRORS:  # the group's, not the member's: the client retries it whole
+            return {"throttle_time_ms": 0, "error_code": code, "members": []}
+        members.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": code})
+    return {"throttle_time_ms": 0, "error_code": 0, "members": members}
+
+
+async def _leave(ctx: BrokerContext, group_id: str, member_id: str, instance_id: str | None) -> int:
+    if not member_id and instance_id is not None:
+        # A static member removed by its instance id alone (Kafka's admin removeMembers).
+        described, code = await _ask(ctx, group_id, "describe_group", group_id)
+        if code:
+            return UnknownMemberIdError.code if code == GroupIdNotFoundError.code else code
+        member_id = next((m["member_id"] for m in described["members"] if m["instance_id"] == instance_id), "")
+        if not member_id:
+            return UnknownMemberIdError.code
+    _, code = await _ask(ctx, group_id, "leave_group", group_id, member_id, instance_id)
+    _joined().pop((group_id, member_id), None)
+    return code
+
+
+# --- OffsetCommit / OffsetFetch ---------------------------------------------------------
+
+
+async def offset_commit(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    group_id = body["group_id"]
+    topics = body.get("topics") or []
+    md = await ctx.metadata()
+    if any(t["name"] not in md["topics"] for t in topics):
+        md = await ctx.metadata(refresh=True)
+    codes: dict[TopicPartition, int] = {}
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    for topic in topics:
+        described = md["topics"].get(topic["name"])
+        for p in topic.get("partitions") or []:
+            tp = TopicPartition(topic["name"], p["partition_index"])
+            metadata = p.get("committed_metadata") or ""
+            if described is None or not 0 <= tp.partition < len(described.partitions):
+                codes[tp] = UnknownTopicOrPartitionError.code
+            elif p["committed_offset"] < 0:
+                codes[tp] = InvalidRequestError.code
+            elif len(metadata.encode("utf-8")) > MAX_OFFSET_METADATA_BYTES:
+                codes[tp] = OffsetMetadataTooLargeError.code
+            else:
+                offsets[tp] = OffsetAndMetadata(p["committed_offset"], metadata)
+    if offsets:
+        args = (
+            group_id,
+            body.get("member_id", ""),
+            body.get("generation_id_or_member_epoch", -1),
+            body.get("group_instance_id"),
+            offsets,
+        )
+        _, code = await _ask(ctx, group_id, "commit_offsets", *args)
+        codes.update(dict.fromkeys(offsets, code))
+    return {
+        "throttle_time_ms": 0,
+        "topics": [
+            {
+                "name": topic["name"],
+                "partitions": [
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": codes[(topic["name"], p["partition_index"])],
+                    }
+                    for p in topic.get("partitions") or []
+                ],
+            }
+            for topic in topics
+        ],
+    }
+
+
+async def offset_fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    require_stable = bool(body.get("require_stable", False))
+    if header.api_version >= 8:
+        groups = [await _fetch_group(ctx, g["group_id"], g.get("topics"), require_stable) for g in body["groups"]]
+        return {"throttle_time_ms": 0, "groups": groups}
+    topics = body.get("topics")
+    if topics is None and header.api_version < 2:
+        topics = []  # v1 has no "all topics"
+    answer = await _fetch_group(ctx, body["group_id"], topics, require_stable)
+    if header.api_version < 2 and answer["error_code"]:
+        # v1 has no group error: it goes to every partition asked for.
+        for topic in answer["topics"]:
+            for p in topic["partitions"]:
+                p["error_code"] = answer["error_code"]
+    elif answer["error_code"]:
+        answer["topics"] = []
+    return {"throttle_time_ms": 0, "topics": answer["topics"], "error_code": answer["error_code"]}
+
+
+async def _fetch_group(ctx: BrokerContext, group_id: str, topics: list[dict] | None, require_stable: bool) -> dict:
+    """One group's OffsetFetch answer (v8's shape): ``group_id``, ``topics``, ``error_code``."""
+    wanted = None if topics is None else [TopicPartition(t["name"], p) for t in topics for p in t["partition_indexes"]]
+    committed, code = await _ask(ctx, group_id, "fetch_offsets", group_id, wanted, require_stable)
+    partition_code = 0
+    if code == UnstableOffsetCommitError.code:
+        # A partition's error in Kafka (clients retry it), never the group's.
+        committed, code, partition_code = {}, 0, UnstableOffsetCommitError.code
+    committed = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in (committed or {}).items()}
+    by_topic: dict[str, list[dict]] = {}
+    for tp in committed if wanted is None else wanted:
+        found = committed.get(tp)
+        by_topic.setdefault(tp.topic, []).append(
+            {
+                "partition_index": tp.partition,
+                "committed_offset": -1 if found is None else found.offset,
+                "committed_leader_epoch": -1,
+                "metadata": "" if found is None else found.metadata,
+                "error_code": partition_code,
+            }
+        )
+    return {
+        "group_id": group_id,
+        "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()],
+        "error_code": code,
+    }
+
+
+# --- DescribeGroups / ListGroups --------------------------------------------------------
+
+
+async def describe_groups(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    operations = GROUP_OPERATIONS if body.get("include_authorized_operations") else OPERATIONS_NOT_REQUESTED
+    groups = []
+    for group_id in body.get("groups") or []:
+        described, code = await _ask(ctx, group_id, "describe_group", group_id)
+        if code == GroupIdNotFoundError.code:
+            described, code = None, 0  # Kafka describes a group it does not know as Dead
+        groups.append({**_described(group_id, described, code), "authorized_operations": operations})
+    return {"throttle_time_ms": 0, "groups": groups}
+
+
+def _described(group_id: str, described: dict | None, code: int) -> dict:
+    if described is None:
+        return {
+            "error_code": code,
+            "group_id": group_id,
+            "group_state": "Dead",
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+        }
+    return {
+        "error_code": 0,
+        "group_id": group_id,
+        "group_state": described["state"],
+        "protocol_type": CONSUMER,
+        "protocol_data": RAYLOG_ASSIGNORS.get(described["protocol"], described["protocol"]),
+        "members": [
+            {
+                "member_id": m["member_id"],
+                "group_instance_id": m["instance_id"],
+                "client_id": m["client_id"],
+                "client_host": "",
+                "member_metadata": encode_subscription(Subscription(0, tuple(m["topics"]))),
+                "member_assignment": encode_assignment(
+                    Assignment(0, tuple(TopicPartition(*tp) for tp in m["assignment"]))
+                ),
+            }
+            for m in described["members"]
+        ],
+    }
+
+
+async def list_groups(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    """The groups this broker coordinates: those of the ``__consumer_offsets`` partitions it
+    leads (Kafka's admin clients ask every broker and merge)."""
+    states = {s.lower() for s in body.get("states_filter") or []}
+    md = await ctx.metadata()
+    offsets_topic = md["topics"].get(OFFSETS_TOPIC)
+    led = [
+        md["leaders"][(OFFSETS_TOPIC, p.partition)]
+        for p in (offsets_topic.partitions if offsets_topic is not None else ())
+        if p.leader == ctx.broker_id and (OFFSETS_TOPIC, p.partition) in md["leaders"]
+    ]
+    groups, error = [], 0
+    for handle in led:
+        try:
+            response = await ctx.call(handle.list_groups.remote())
+        except RaylogError as exc:
+            error = error or _code(exc)
+            continue
+        if response.error_code:
+            error = error or response.error_code
+            continue
+        for group_id, state, _ in response.value:
+            if not states or state.lower() in states:
+                groups.append({"group_id": group_id, "protocol_type": CONSUMER, "group_state": state})
+    return {"throttle_time_ms": 0, "error_code": error, "groups": groups}
+
+
+HANDLERS: dict[codec.ApiKey, Handler] = {
+    codec.ApiKey.FIND_COORDINATOR: find_coordinator,
+    codec.ApiKey.JOIN_GROUP: join_group,
+    codec.ApiKey.SYNC_GROUP: sync_group,
+    codec.ApiKey.HEARTBEAT: heartbeat,
+    codec.ApiKey.LEAVE_GROUP: leave_group,
+    codec.ApiKey.OFFSET_COMMIT: offset_commit,
+    codec.ApiKey.OFFSET_FETCH: offset_fetch,
+    codec.ApiKey.DESCRIBE_GROUPS: describe_groups,
+    codec.ApiKey.LIST_GROUPS: list_groups,
+}
