@@ -139,7 +139,9 @@ def test_defaults_follow_the_table():
     _, body = codec.decode_request(joined(codec.encode_request(header, {}))[4:])
     assert body["replica_id"] == -1 and body["max_bytes"] == 2**31 - 1 and body["session_epoch"] == -1
     assert body["cluster_id"] is None and body["rack_id"] == "" and body["topics"] == []
-    _, metadata = codec.decode_response(3, 12, joined(codec.encode_response(header._replace(api_key=3, api_version=12), {}))[4:])
+    _, metadata = codec.decode_response(
+        3, 12, joined(codec.encode_response(header._replace(api_key=3, api_version=12), {}))[4:]
+    )
     assert metadata["controller_id"] == -1 and metadata["cluster_id"] is None
     assert metadata["cluster_authorized_operations"] == -(2**31)
 
@@ -147,7 +149,11 @@ def test_defaults_follow_the_table():
 def test_a_produce_request_at_v9_has_the_bytes_the_protocol_defines():
     """Flexible versions: compact strings and arrays (length + 1), tagged-field sections, header v2."""
     header = codec.RequestHeader(ApiKey.PRODUCE, 9, 7, "me")
-    body = {"acks": -1, "timeout_ms": 1000, "topic_data": [{"name": "t", "partition_data": [{"index": 2, "records": b"RB"}]}]}
+    body = {
+        "acks": -1,
+        "timeout_ms": 1000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 2, "records": b"RB"}]}],
+    }
     frame = joined(codec.encode_request(header, body))
     assert frame[4:] == (
         struct.pack(">hhih", 0, 9, 7, 2) + b"me" + b"\x00"  # header v2: client id, no tags
@@ -167,7 +173,10 @@ def test_a_produce_request_at_v9_has_the_bytes_the_protocol_defines():
 def test_produce_records_are_views_of_the_frame_and_fetch_records_are_passed_through():
     records = [bytes([i]) * (1000 + i) for i in range(3)]
     header = codec.RequestHeader(ApiKey.PRODUCE, 8, 1, "p")
-    body = {"acks": 1, "topic_data": [{"name": "t", "partition_data": [{"index": i, "records": r} for i, r in enumerate(records)]}]}
+    body = {
+        "acks": 1,
+        "topic_data": [{"name": "t", "partition_data": [{"index": i, "records": r} for i, r in enumerate(records)]}],
+    }
     frame = bytearray(joined(codec.encode_request(header, body))[4:])
     _, decoded = codec.decode_request(frame)
     views = [p["records"] for p in decoded["topic_data"][0]["partition_data"]]
@@ -176,16 +185,39 @@ def test_produce_records_are_views_of_the_frame_and_fetch_records_are_passed_thr
 
     array = np.frombuffer(records[0], dtype=np.uint8)
     view = memoryview(records[1])
-    fetch = {"responses": [{"topic": "t", "partitions": [{"partition_index": 0, "records": [array, view]}, {"partition_index": 1, "records": records[2]}]}]}
+    fetch = {
+        "responses": [
+            {
+                "topic": "t",
+                "partitions": [
+                    {"partition_index": 0, "records": [array, view]},
+                    {"partition_index": 1, "records": records[2]},
+                ],
+            }
+        ]
+    }
     buffers = codec.encode_response(codec.RequestHeader(ApiKey.FETCH, 12, 9, "c"), fetch)
-    assert any(b is array for b in buffers) and any(b is view for b in buffers) and any(b is records[2] for b in buffers)
+    assert (
+        any(b is array for b in buffers) and any(b is view for b in buffers) and any(b is records[2] for b in buffers)
+    )
     _, decoded = codec.decode_response(1, 12, joined(buffers)[4:])
     parts = decoded["responses"][0]["partitions"]
     assert parts[0]["records"].tobytes() == records[0] + records[1] and parts[1]["records"].tobytes() == records[2]
 
 
 def test_null_and_empty_records():
-    fetch = {"responses": [{"topic": "t", "partitions": [{"partition_index": 0, "records": None}, {"partition_index": 1, "records": b""}, {"partition_index": 2, "records": []}]}]}
+    fetch = {
+        "responses": [
+            {
+                "topic": "t",
+                "partitions": [
+                    {"partition_index": 0, "records": None},
+                    {"partition_index": 1, "records": b""},
+                    {"partition_index": 2, "records": []},
+                ],
+            }
+        ]
+    }
     for version in (4, 12):
         frame = joined(codec.encode_response(codec.RequestHeader(ApiKey.FETCH, version, 1, None), fetch))
         _, decoded = codec.decode_response(1, version, frame[4:])
@@ -205,7 +237,9 @@ def test_tagged_fields_are_written_only_when_they_differ_from_their_defaults():
     assert frame[4:8] == struct.pack(">i", 1) and frame[8:10] == b"\x00\x00"
 
     fetch = {"responses": [{"topic": "t", "partitions": [{"partition_index": 0, "current_leader": {"leader_id": 3}}]}]}
-    _, body = codec.decode_response(1, 12, joined(codec.encode_response(header._replace(api_key=1, api_version=12), fetch))[4:])
+    _, body = codec.decode_response(
+        1, 12, joined(codec.encode_response(header._replace(api_key=1, api_version=12), fetch))[4:]
+    )
     partition = body["responses"][0]["partitions"][0]
     assert partition["current_leader"] == {"leader_id": 3, "leader_epoch": -1}
     assert partition["diverging_epoch"] == {"epoch": -1, "end_offset": -1}
@@ -223,11 +257,15 @@ def test_unknown_tagged_fields_are_skipped_in_headers_and_bodies():
     cluster_id = bytearray()
     prim.write_string(cluster_id, "kafka-cluster", True, True)
     header = struct.pack(">hhih", 1, 12, 77, 3) + b"abc" + _with_tags([(5, b"\x01\x02\x03")])
-    body = struct.pack(">iiiibii", -1, 500, 1, 1 << 20, 1, 0, -1) + b"\x01" + b"\x01" + b"\x01"  # no topics, none forgotten, rack ""
+    body = (
+        struct.pack(">iiiibii", -1, 500, 1, 1 << 20, 1, 0, -1) + b"\x01" + b"\x01" + b"\x01"
+    )  # no topics, none forgotten, rack ""
     frame = header + body + _with_tags([(0, bytes(cluster_id)), (9, b"unknown tag"), (300, b"")])
     decoded_header, decoded = codec.decode_request(frame)
     assert decoded_header == (ApiKey.FETCH, 12, 77, "abc")
-    assert decoded["cluster_id"] == "kafka-cluster" and decoded["max_wait_ms"] == 500 and decoded["isolation_level"] == 1
+    assert (
+        decoded["cluster_id"] == "kafka-cluster" and decoded["max_wait_ms"] == 500 and decoded["isolation_level"] == 1
+    )
     assert decoded["topics"] == [] and decoded["forgotten_topics_data"] == [] and decoded["rack_id"] == ""
 
 
@@ -239,18 +277,32 @@ def test_a_tagged_field_longer_than_its_size_is_malformed():
 
 
 VALID_REQUESTS = {
-    (ApiKey.PRODUCE, 9): {"transactional_id": "tx", "acks": -1, "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"r" * 30}]}]},
-    (ApiKey.PRODUCE, 3): {"acks": 1, "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"r" * 30}]}]},
-    (ApiKey.FETCH, 12): {"topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 5}]}], "cluster_id": "c"},
+    (ApiKey.PRODUCE, 9): {
+        "transactional_id": "tx",
+        "acks": -1,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"r" * 30}]}],
+    },
+    (ApiKey.PRODUCE, 3): {
+        "acks": 1,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"r" * 30}]}],
+    },
+    (ApiKey.FETCH, 12): {
+        "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 5}]}],
+        "cluster_id": "c",
+    },
     (ApiKey.METADATA, 12): {"topics": [{"name": "t", "topic_id": uuid.uuid4()}]},
     (ApiKey.JOIN_GROUP, 5): {"group_id": "g", "protocols": [{"name": "range", "metadata": b"\x00\x01"}]},
-    (ApiKey.DESCRIBE_CONFIGS, 4): {"resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": None}]},
+    (ApiKey.DESCRIBE_CONFIGS, 4): {
+        "resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": None}]
+    },
 }
 
 
 @pytest.mark.parametrize(("key", "version"), list(VALID_REQUESTS), ids=lambda x: str(x))
 def test_every_truncation_and_trailing_byte_is_an_invalid_request(key, version):
-    frame = joined(codec.encode_request(codec.RequestHeader(key, version, 1, "cid"), VALID_REQUESTS[(key, version)]))[4:]
+    frame = joined(codec.encode_request(codec.RequestHeader(key, version, 1, "cid"), VALID_REQUESTS[(key, version)]))[
+        4:
+    ]
     codec.decode_request(frame)
     for end in range(len(frame)):
         with pytest.raises(InvalidRequestError):
@@ -279,7 +331,9 @@ def test_random_bytes_never_raise_anything_but_typed_errors(key, offset, tail):
 @given(data=st.data(), index=st.integers(0, 2**31))
 def test_flipped_bytes_in_valid_requests_raise_only_typed_errors(data, index):
     key, version = data.draw(st.sampled_from(sorted(VALID_REQUESTS)))
-    frame = bytearray(joined(codec.encode_request(codec.RequestHeader(key, version, 1, "c"), VALID_REQUESTS[(key, version)]))[4:])
+    frame = bytearray(
+        joined(codec.encode_request(codec.RequestHeader(key, version, 1, "c"), VALID_REQUESTS[(key, version)]))[4:]
+    )
     i = index % len(frame)
     frame[i] = data.draw(st.integers(0, 255))
     try:
@@ -338,9 +392,17 @@ def test_an_api_versions_request_at_an_unsupported_version_gets_a_v0_answer_and_
     assert versions == {int(k): v for k, v in SUPPORTED.items()}
 
     retry_version = min(4, versions[18][1])
-    retry = joined(codec.encode_request(codec.RequestHeader(18, retry_version, 2, "client"), {"client_software_name": "librdkafka", "client_software_version": "2.16.0"}))
+    retry = joined(
+        codec.encode_request(
+            codec.RequestHeader(18, retry_version, 2, "client"),
+            {"client_software_name": "librdkafka", "client_software_version": "2.16.0"},
+        )
+    )
     header, body = codec.decode_request(retry[4:])
-    assert header.api_version == 3 and body == {"client_software_name": "librdkafka", "client_software_version": "2.16.0"}
+    assert header.api_version == 3 and body == {
+        "client_software_name": "librdkafka",
+        "client_software_version": "2.16.0",
+    }
     reply = joined(codec.encode_response(header, {"api_keys": codec.supported_api_keys()}))
     _, body = codec.decode_response(18, 3, reply[4:])
     assert body["error_code"] == 0 and len(body["api_keys"]) == len(SUPPORTED)
@@ -376,12 +438,20 @@ def error_codes(value, found=None) -> list[int]:
 
 
 SAMPLE_REQUESTS = {
-    ApiKey.PRODUCE: {"topic_data": [{"name": "a", "partition_data": [{"index": 0}, {"index": 3}]}, {"name": "b", "partition_data": [{"index": 1}]}]},
+    ApiKey.PRODUCE: {
+        "topic_data": [
+            {"name": "a", "partition_data": [{"index": 0}, {"index": 3}]},
+            {"name": "b", "partition_data": [{"index": 1}]},
+        ]
+    },
     ApiKey.FETCH: {"topics": [{"topic": "a", "partitions": [{"partition": 2}]}]},
     ApiKey.LIST_OFFSETS: {"topics": [{"name": "a", "partitions": [{"partition_index": 4}]}]},
     ApiKey.METADATA: {"topics": [{"name": "a"}, {"name": "b"}]},
     ApiKey.OFFSET_COMMIT: {"topics": [{"name": "a", "partitions": [{"partition_index": 1}]}]},
-    ApiKey.OFFSET_FETCH: {"topics": [{"name": "a", "partition_indexes": [0, 1]}], "groups": [{"group_id": "g", "topics": [{"name": "a", "partition_indexes": [0, 1]}]}]},
+    ApiKey.OFFSET_FETCH: {
+        "topics": [{"name": "a", "partition_indexes": [0, 1]}],
+        "groups": [{"group_id": "g", "topics": [{"name": "a", "partition_indexes": [0, 1]}]}],
+    },
     ApiKey.FIND_COORDINATOR: {"coordinator_keys": ["g1", "g2"]},
     ApiKey.LEAVE_GROUP: {"members": [{"member_id": "m1"}]},
     ApiKey.DESCRIBE_GROUPS: {"groups": ["g1", "g2"]},
@@ -403,7 +473,10 @@ def test_error_response_is_a_valid_response_saying_the_code_everywhere(key, vers
     codes = error_codes(on_the_wire(MESSAGES[(key, "response")].fields, version, body))
     assert correlation_id == 99 and codes and set(codes) == {7}, body
     if key == ApiKey.PRODUCE:
-        assert [(t["name"], [p["index"] for p in t["partition_responses"]]) for t in body["responses"]] == [("a", [0, 3]), ("b", [1])]
+        assert [(t["name"], [p["index"] for p in t["partition_responses"]]) for t in body["responses"]] == [
+            ("a", [0, 3]),
+            ("b", [1]),
+        ]
     if key == ApiKey.METADATA:
         assert [t["name"] for t in body["topics"]] == ["a", "b"]
     if key == ApiKey.FETCH:
@@ -436,7 +509,9 @@ def test_uuids_are_read_as_uuid_and_written_from_uuid_bytes_or_none():
     header = codec.RequestHeader(ApiKey.METADATA, 12, 1, None)
     topic_id = uuid.uuid4()
     for given_id, expected_id in ((topic_id, topic_id), (topic_id.bytes, topic_id), (None, uuid.UUID(int=0))):
-        _, body = codec.decode_response(3, 12, joined(codec.encode_response(header, {"topics": [{"name": "t", "topic_id": given_id}]}))[4:])
+        _, body = codec.decode_response(
+            3, 12, joined(codec.encode_response(header, {"topics": [{"name": "t", "topic_id": given_id}]}))[4:]
+        )
         assert body["topics"][0]["topic_id"] == expected_id
 
 
