@@ -62,7 +62,9 @@ import crc32c
 import lz4.frame
 import numpy as np
 import pyarrow as pa
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from ..errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
 from ..storage import compression
@@ -183,6 +185,22 @@ _PARSE_ERRORS = {
     _BAD_HEADER_COUNT: "a record has an invalid header count",
     _BAD_TIMESTAMP: "a record's timestamp overflows",
 }
+
+
+@intrinsic
+def _copy_bytes(typingctx, dst, dst_at, src, src_at, count):  # pragma: no cover - compiled
+    """``dst[dst_at:dst_at + count] = src[src_at:src_at + count]`` as one memcpy (numba's
+    slice assignment copies byte by byte: ten times slower on 100-byte values)."""
+    signature = types.void(dst, types.intp, src, types.intp, types.intp)
+
+    def codegen(context, builder, sig, args):
+        dst_array = context.make_array(sig.args[0])(context, builder, args[0])
+        src_array = context.make_array(sig.args[2])(context, builder, args[2])
+        to = builder.gep(dst_array.data, [args[1]])
+        source = builder.gep(src_array.data, [args[3]])
+        cgutils.raw_memcpy(builder, to, source, args[4], 1)
+
+    return signature, codegen
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -351,7 +369,7 @@ def _gather(buf, pos, lengths):  # pragma: no cover - compiled
     for i in range(n):
         size = lengths[i]
         if size > 0:
-            data[at : at + size] = buf[pos[i] : pos[i] + size]
+            _copy_bytes(data, at, buf, pos[i], size)
             at += size
     return validity, offsets, data, nulls
 
@@ -391,8 +409,7 @@ def _slice_size(valid, offsets, i):  # pragma: no cover - compiled
 def _write_bytes(out, pos, data, offsets, i, size):  # pragma: no cover - compiled
     pos = _write_varint(out, pos, size)
     if size > 0:
-        start = offsets[i]
-        out[pos : pos + size] = data[start : start + size]
+        _copy_bytes(out, pos, data, offsets[i], size)
         pos += size
     return pos
 
