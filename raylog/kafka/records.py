@@ -221,6 +221,18 @@ def _read_varint(buf, pos, end, max_bytes):  # pragma: no cover - compiled
     return np.int64(0), -2
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _read_length(buf, pos, end, least):  # pragma: no cover - compiled
+    """(length, next position, error code) of the length varint at ``pos``: at least
+    ``least`` and no more than the bytes left before ``end``."""
+    size, pos = _read_varint(buf, pos, end, 5)
+    if pos < 0:
+        return size, pos, _TRUNCATED if pos == -1 else _VARINT_TOO_LONG
+    if size < least or size > end - pos:
+        return size, pos, _BAD_LENGTH
+    return size, pos, 0
+
+
 @njit(cache=True, nogil=True)
 def _parse_records(buf, pos, end, count, base_ts):  # pragma: no cover - compiled
     """One pass over ``count`` Kafka records in ``buf[pos:end]``.
@@ -238,81 +250,52 @@ def _parse_records(buf, pos, end, count, base_ts):  # pragma: no cover - compile
     hcount = np.empty(count, np.int64)
     total = 0
     err = 0
+    start = pos
     for i in range(count):
         start = pos
-        length, pos = _read_varint(buf, pos, end, 5)
-        if pos < 0:
-            err = _TRUNCATED if pos == -1 else _VARINT_TOO_LONG
-            pos = start
-            break
-        if length < 1 or length > end - pos:
-            err = _BAD_LENGTH
+        length, pos, err = _read_length(buf, pos, end, 1)
+        if err:
             break
         rend = pos + length
         pos += 1  # attributes: unused in v2
         delta, pos = _read_varint(buf, pos, rend, 10)
+        if pos >= 0:
+            ts[i] = t = base_ts + delta
+            if (delta > 0 and t < base_ts) or (delta < 0 and t > base_ts):
+                err = _BAD_TIMESTAMP
+                break
+            offsets[i], pos = _read_varint(buf, pos, rend, 5)
         if pos < 0:
             err = _TRUNCATED if pos == -1 else _VARINT_TOO_LONG
-            pos = start
             break
-        t = base_ts + delta
-        if (delta > 0 and t < base_ts) or (delta < 0 and t > base_ts):
-            err = _BAD_TIMESTAMP
-            pos = start
-            break
-        ts[i] = t
-        off, pos = _read_varint(buf, pos, rend, 5)
-        if pos < 0:
-            err = _TRUNCATED if pos == -1 else _VARINT_TOO_LONG
-            pos = start
-            break
-        offsets[i] = off
-        size, pos = _read_varint(buf, pos, rend, 5)
-        if pos < 0 or size < -1 or size > rend - pos:
-            err = _BAD_LENGTH if pos >= 0 else (_TRUNCATED if pos == -1 else _VARINT_TOO_LONG)
-            pos = start
-            break
-        kpos[i] = pos
-        klen[i] = size
-        if size > 0:
-            pos += size
-        size, pos = _read_varint(buf, pos, rend, 5)
-        if pos < 0 or size < -1 or size > rend - pos:
-            err = _BAD_LENGTH if pos >= 0 else (_TRUNCATED if pos == -1 else _VARINT_TOO_LONG)
-            pos = start
-            break
-        vpos[i] = pos
-        vlen[i] = size
-        if size > 0:
-            pos += size
-        n, pos = _read_varint(buf, pos, rend, 5)
-        if pos < 0 or n < 0:
-            err = _BAD_HEADER_COUNT if pos >= 0 else (_TRUNCATED if pos == -1 else _VARINT_TOO_LONG)
-            pos = start
-            break
-        hpos[i] = pos
-        hcount[i] = n
-        for _ in range(n):
-            size, pos = _read_varint(buf, pos, rend, 5)
-            if pos < 0 or size < 0 or size > rend - pos:
-                err = _BAD_LENGTH if pos >= 0 else (_TRUNCATED if pos == -1 else _VARINT_TOO_LONG)
-                break
-            pos += size
-            size, pos = _read_varint(buf, pos, rend, 5)
-            if pos < 0 or size < -1 or size > rend - pos:
-                err = _BAD_LENGTH if pos >= 0 else (_TRUNCATED if pos == -1 else _VARINT_TOO_LONG)
-                break
-            if size > 0:
-                pos += size
+        klen[i], kpos[i], err = _read_length(buf, pos, rend, -1)
         if err:
-            pos = start
             break
-        total += n
+        vlen[i], vpos[i], err = _read_length(buf, kpos[i] + max(klen[i], 0), rend, -1)
+        if err:
+            break
+        hcount[i], hpos[i], err = _read_length(buf, vpos[i] + max(vlen[i], 0), rend, 0)
+        if err:
+            err = _BAD_HEADER_COUNT if err == _BAD_LENGTH else err
+            break
+        pos = hpos[i]
+        for _ in range(hcount[i]):
+            size, pos, err = _read_length(buf, pos, rend, 0)
+            if err:
+                break
+            size, pos, err = _read_length(buf, pos + size, rend, -1)
+            if err:
+                break
+            pos += max(size, 0)
+        if err:
+            break
+        total += hcount[i]
         if pos != rend:
             err = _SIZE_MISMATCH
-            pos = start
             break
-    if err == 0 and pos != end:
+    if err:
+        pos = start
+    elif pos != end:
         err = _TRAILING
     return err, pos, ts, offsets, kpos, klen, vpos, vlen, hpos, hcount, total
 
