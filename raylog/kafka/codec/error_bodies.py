@@ -30,7 +30,7 @@ def _produce(request: dict, code: int) -> dict:
 
 
 def _fetch(request: dict, code: int) -> dict:
-    partition = {"error_code": code, "high_watermark": -1, "last_stable_offset": -1, "records": None}
+    partition = {"error_code": code, "high_watermark": -1, "last_stable_offset": -1, "records": b""}
     return {
         "error_code": code,
         "responses": [

@@ -13,7 +13,9 @@ by indentation::
 - versions: ``3+``, ``0-7`` or ``5``; a field is on the wire only in its versions;
 - ``null``: the versions in which the field (a string, bytes, records or array) may be null;
 - ``default``: the value a field takes when absent (``null``, ``true``, ``false``, a number or
-  ``""``); otherwise 0, False, "", [] or, for fields nullable in some version, None;
+  ``""``, the empty string or bytes); otherwise 0, False, "", b"", [] or, for fields nullable in
+  some version, None (a Fetch response's records default to empty, not null: kafka-python
+  fails on null records);
 - ``tag``: a tagged field (flexible versions only), written only when it differs from its default.
 
 Only the versions raylog supports (:data:`SUPPORTED`) are listed; fields that exist only in
@@ -153,7 +155,7 @@ Fetch response 1 flexible 12+
         producer_id int64 4+
         first_offset int64 4+
       preferred_read_replica int32 11+ default -1
-      records records 0+ null 0+
+      records records 0+ null 0+ default ""
 
 ListOffsets request 2 flexible 6+
   replica_id int32 0+
@@ -642,7 +644,7 @@ def _default(ftype: str, text: str | None, nullable: bool):
         if text in ("true", "false"):
             return text == "true"
         if text == '""':
-            return ""
+            return b"" if ftype in ("bytes", "records") else ""
         return int(text)
     if nullable:
         return None

@@ -206,6 +206,7 @@ def test_produce_records_are_views_of_the_frame_and_fetch_records_are_passed_thr
 
 
 def test_null_and_empty_records():
+    """Records left out of a Fetch response are empty, not null (kafka-python cannot read null records)."""
     fetch = {
         "responses": [
             {
@@ -214,6 +215,7 @@ def test_null_and_empty_records():
                     {"partition_index": 0, "records": None},
                     {"partition_index": 1, "records": b""},
                     {"partition_index": 2, "records": []},
+                    {"partition_index": 3},
                 ],
             }
         ]
@@ -221,7 +223,7 @@ def test_null_and_empty_records():
     for version in (4, 12):
         frame = joined(codec.encode_response(codec.RequestHeader(ApiKey.FETCH, version, 1, None), fetch))
         _, decoded = codec.decode_response(1, version, frame[4:])
-        assert [plain(p["records"]) for p in decoded["responses"][0]["partitions"]] == [None, b"", b""]
+        assert [plain(p["records"]) for p in decoded["responses"][0]["partitions"]] == [None, b"", b"", b""]
 
 
 def test_tagged_fields_are_written_only_when_they_differ_from_their_defaults():
