@@ -159,7 +159,7 @@ def _deflate(codec: int, data: Any) -> list[Any]:
         out: list[Any] = [_XERIAL_HEADER]
         for pos in range(0, len(view), _XERIAL_BLOCK):
             block = cramjam.snappy.compress_raw(view[pos : pos + _XERIAL_BLOCK])
-            out += [_BE_INT.pack(len(block)), block]
+            out += [_BE_INT.pack(len(block)), memoryview(block)]  # (the codec takes memoryviews)
         return out
     if codec == compression.LZ4:
         return [
@@ -168,7 +168,7 @@ def _deflate(codec: int, data: Any) -> list[Any]:
             )
         ]
     if codec == compression.ZSTD:
-        return [cramjam.zstd.compress(data, level=_ZSTD_LEVEL)]
+        return [memoryview(cramjam.zstd.compress(data, level=_ZSTD_LEVEL))]
     raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")
 
 
