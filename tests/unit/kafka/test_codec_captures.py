@@ -1,8 +1,9 @@
 """Request frames captured from real clients (confluent-kafka 2.16.1 with librdkafka 2.16.0,
-kafka-python 3.0.12, aiokafka 0.14.0) decode to what those clients sent. The frames were
-recorded by captures/capture.py, whose minimal server answered them with this codec: each
-client got through ApiVersions, Metadata, an idempotent or plain Produce, a consumer group's
-join, sync, offset fetch, list offsets and fetch, a commit and a leave, so those responses
+kafka-python 3.0.12, aiokafka 0.14.0, kcat 1.7.1 with librdkafka 2.0.2) decode to what those
+clients sent. The frames were recorded by captures/capture.py, whose minimal server answered
+them with this codec: the three libraries got through ApiVersions, Metadata, an idempotent or
+plain Produce, a consumer group's join, sync, offset fetch, list offsets and fetch, a commit
+and a leave, and kcat through metadata, produce, list offsets and fetch, so those responses
 were read by the real clients too."""
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ CLIENTS = {
     "confluent_kafka": "capture-confluent",
     "kafka_python": "capture-kafka-python",
     "aiokafka": "capture-aiokafka",
+    "kcat": "capture-kcat",
 }
+GROUP_CLIENTS = ["confluent_kafka", "kafka_python", "aiokafka"]
 
 
 def captured(client: str) -> dict[tuple[int, int], bytes]:
@@ -63,6 +66,7 @@ VERSIONS = {
         ApiKey.JOIN_GROUP: 5, ApiKey.SYNC_GROUP: 3, ApiKey.OFFSET_FETCH: 3, ApiKey.LIST_OFFSETS: 3,
         ApiKey.FETCH: 11, ApiKey.OFFSET_COMMIT: 3, ApiKey.LEAVE_GROUP: 1,
     },
+    "kcat": {ApiKey.API_VERSIONS: 3, ApiKey.METADATA: 4, ApiKey.PRODUCE: 7, ApiKey.LIST_OFFSETS: 2, ApiKey.FETCH: 11},
 }  # fmt: skip
 
 
@@ -74,8 +78,8 @@ def test_every_captured_frame_decodes_at_the_version_the_client_negotiated(clien
 @pytest.mark.parametrize("client", CLIENTS)
 def test_captured_produce_requests_carry_a_v2_record_batch_uncopied(client):
     version, body = decoded(client)[ApiKey.PRODUCE]
-    idempotent = client != "aiokafka"
-    assert body["acks"] == (-1 if idempotent else 1) and body["transactional_id"] is None
+    idempotent = client in ("confluent_kafka", "kafka_python")
+    assert body["acks"] == (1 if client == "aiokafka" else -1) and body["transactional_id"] is None
     (topic,) = body["topic_data"]
     (partition,) = topic["partition_data"]
     assert topic["name"] == "captured" and partition["index"] == 0
@@ -90,7 +94,7 @@ def test_captured_produce_requests_carry_a_v2_record_batch_uncopied(client):
         assert base_sequence == 0  # (aiokafka's plain batches say 0 too, where Kafka's own clients say -1)
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("client", GROUP_CLIENTS)
 def test_captured_group_requests(client):
     requests = decoded(client)
     _, join = requests[ApiKey.JOIN_GROUP]
@@ -127,9 +131,10 @@ def test_captured_fetch_and_list_offsets(client):
     assert [(t["topic"], [(p["partition"], p["fetch_offset"]) for p in t["partitions"]]) for t in fetch["topics"]] == [
         ("captured", [(0, 0)])
     ]
-    assert fetch["isolation_level"] == (1 if client == "confluent_kafka" else 0)  # librdkafka reads committed
+    assert fetch["isolation_level"] == (1 if client in ("confluent_kafka", "kcat") else 0)  # librdkafka: read_committed
     _, offsets = requests[ApiKey.LIST_OFFSETS]
-    assert offsets["topics"][0]["partitions"][0]["timestamp"] == -1  # latest: the group had no committed offset
+    # kcat -o beginning asks for the earliest offset; the groups had no committed offset and reset to the latest.
+    assert offsets["topics"][0]["partitions"][0]["timestamp"] == (-2 if client == "kcat" else -1)
 
 
 def test_captured_client_software_and_admin_requests():

@@ -3,13 +3,14 @@
     .venv/bin/python tests/unit/kafka/captures/capture.py
 
 runs a minimal Kafka-speaking TCP server on 127.0.0.1 (one broker, every topic asked for
-exists with one partition led by it, a consumer group whose only member is its leader) that
-answers with the codec, and points confluent-kafka (librdkafka), kafka-python and aiokafka at
-it: each produces two keyed records with a header, then consumes in a group (join, sync,
-offset fetch, list offsets, fetch), commits and leaves; confluent-kafka's admin creates a
-topic. Every request frame each client sends is written, as hex, to ``<client>.txt`` here
-(one line per distinct api key and version: ``api_key api_version hex``, the frame without
-its 4-byte size prefix). test_codec_captures.py decodes them.
+exists with one empty partition led by it, a consumer group whose only member is its leader)
+that answers with the codec, and points confluent-kafka (librdkafka), kafka-python, aiokafka
+and kcat at it. The first three each produce two keyed records with a header, then consume
+in a group (join, sync, offset fetch, list offsets, fetch), commit and leave;
+confluent-kafka's admin creates a topic; kcat lists metadata, produces, and consumes to the
+end without a group. Every request frame each client sends is written, as hex, to
+``<client>.txt`` here (one line per distinct api key and version: ``api_key api_version
+hex``, the frame without its 4-byte size prefix). test_codec_captures.py decodes them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import logging
 import os
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -100,6 +102,15 @@ class Server:
             return None
         if key == k.FETCH:
             await asyncio.sleep(min(body["max_wait_ms"], 200) / 1000)
+            empty = {"high_watermark": 0, "last_stable_offset": 0, "log_start_offset": 0}
+            responses = [
+                {
+                    "topic": t["topic"],
+                    "partitions": [{"partition_index": p["partition"], **empty} for p in t["partitions"]],
+                }
+                for t in body["topics"]
+            ]
+            return codec.encode_response(header, {"responses": responses})
         if key == k.LIST_OFFSETS:
             topics = [
                 {
@@ -212,7 +223,16 @@ def aiokafka_client(port: int) -> None:
     asyncio.run(run())
 
 
-CLIENTS = {"confluent_kafka": confluent, "kafka_python": kafka_python, "aiokafka": aiokafka_client}
+def kcat(port: int) -> None:
+    """kcat (Debian's, on its own librdkafka): metadata, produce with a key and header, consume to the end."""
+    common = ["kcat", "-b", f"127.0.0.1:{port}", "-X", "client.id=capture-kcat"]
+    subprocess.run([*common, "-L"], check=True, capture_output=True, timeout=30)
+    produce = [*common, "-P", "-t", TOPIC, "-K:", "-H", "h=1"]
+    subprocess.run(produce, input=b"k1:v1\nk2:v2\n", check=True, capture_output=True, timeout=30)
+    subprocess.run([*common, "-C", "-t", TOPIC, "-o", "beginning", "-e"], check=True, capture_output=True, timeout=30)
+
+
+CLIENTS = {"confluent_kafka": confluent, "kafka_python": kafka_python, "aiokafka": aiokafka_client, "kcat": kcat}
 
 
 def main(names: list[str]) -> None:
