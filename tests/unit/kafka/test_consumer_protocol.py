@@ -4,6 +4,7 @@ implementations (kafka-python's ConsumerProtocol messages and aiokafka's structs
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -168,3 +169,36 @@ def test_aiokafka_structs_agree_both_ways():
     assert decode_assignment(ConsumerProtocolMemberAssignment(0, [("t", [4, 5])], b"").encode()) == Assignment(
         0, (TP("t", 4), TP("t", 5)), b""
     )
+
+
+CAPTURES = Path(__file__).parent / "captures"
+#: What each client's captured JoinGroup proposed: ``[(assignor, subscription version)]``.
+CAPTURED_JOINS = {
+    "aiokafka.txt": [("roundrobin", 0)],
+    "confluent_kafka.txt": [("range", 3), ("roundrobin", 3)],
+    "kafka_python.txt": [("range", 0), ("roundrobin", 0)],
+}
+
+
+@pytest.mark.parametrize("capture", sorted(CAPTURED_JOINS))
+def test_the_real_clients_captured_subscriptions_and_assignments_decode(capture):
+    """JoinGroup and SyncGroup frames the clients sent (tests/unit/kafka/captures): each
+    protocol's metadata is a subscription to the captured topic; the leader's assignment
+    gives it partition 0."""
+    from raylog.kafka import codec
+
+    frames = [line.split() for line in (CAPTURES / capture).read_text().splitlines() if not line.startswith("#")]
+    joins = [
+        codec.decode_request(bytes.fromhex(raw))[1] for key, _, raw in frames if int(key) == codec.ApiKey.JOIN_GROUP
+    ]
+    syncs = [
+        codec.decode_request(bytes.fromhex(raw))[1] for key, _, raw in frames if int(key) == codec.ApiKey.SYNC_GROUP
+    ]
+    assert joins and syncs
+    for join in joins:
+        proposed = [(p["name"], decode_subscription(p["metadata"])) for p in join["protocols"]]
+        assert [(name, sub.version) for name, sub in proposed] == CAPTURED_JOINS[capture]
+        assert all(sub.topics == ("captured",) and not sub.owned_partitions for _, sub in proposed)
+    for sync in syncs:
+        (assignment,) = sync["assignments"]
+        assert decode_assignment(assignment["assignment"]).partitions == (TP("captured", 0),)
