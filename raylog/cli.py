@@ -239,7 +239,11 @@ def _create(args: argparse.Namespace) -> RaylogCluster:
     the Ray cluster's nodes; on the local head of ``raylog start`` (or this process's own Ray)
     it is embedded: --num-brokers brokers on that node, logs under --data-dir."""
     address = args.address or ("auto" if os.environ.get("RAY_ADDRESS") else None)
-    return raylog.connect(address, data_dir=args.data_dir, num_brokers=args.num_brokers, cluster_name=args.cluster_name)
+    kafka_port = getattr(args, "kafka_port", None)
+    config = None if kafka_port is None else {"listeners": f"PLAINTEXT://{args.kafka_host}:{kafka_port}"}
+    return raylog.connect(
+        address, data_dir=args.data_dir, num_brokers=args.num_brokers, cluster_name=args.cluster_name, config=config
+    )
 
 
 # --- the local Ray head ------------------------------------------------------------------
@@ -309,10 +313,20 @@ def _start(args: argparse.Namespace) -> int:
     if _needs_head(args):
         print(f"started a local Ray head at {_launch_head(args)['address']} (ray start --head)")
     with _connected(args, create=True) as cluster:
-        brokers = cluster.metadata(refresh=True).brokers
-    print(f"raylog cluster {args.cluster_name!r} is running with {len(brokers)} broker(s):")
-    for b in sorted(brokers.values(), key=lambda b: b.broker_id):
-        print(f"  broker {b.broker_id}  node {b.node_id}  data {b.data_dir}")
+        metadata = cluster.metadata(refresh=True)
+    print(f"raylog cluster {args.cluster_name!r} is running with {len(metadata.brokers)} broker(s):")
+    for b in sorted(metadata.brokers.values(), key=lambda b: b.broker_id):
+        kafka = metadata.listeners.get(b.broker_id)
+        listener = f"  kafka {kafka[0]}:{kafka[1]}" if kafka else ""
+        print(f"  broker {b.broker_id}  node {b.node_id}  data {b.data_dir}{listener}")
+    if metadata.listeners:
+        servers = ",".join(f"{h}:{p}" for _, (h, p) in sorted(metadata.listeners.items()))
+        print(f"Kafka clients connect with bootstrap.servers={servers}")
+    elif args.kafka_port is not None:
+        raise InvalidConfigError(
+            f"raylog cluster {args.cluster_name!r} was already running without Kafka listeners: "
+            f"stop it (`raylog stop --cluster-name {args.cluster_name}`) and start it again with --kafka-port"
+        )
     stop = f"raylog stop --cluster-name {args.cluster_name}"
     print(f"stop it with `{stop}` (its data stays on disk)")
     if not args.address and _read_head():
@@ -1297,6 +1311,17 @@ def _add_start_stop_status(commands: Any) -> None:
         help="object store bytes of a local head",
     )
     start.add_argument("--ray-port", type=_positive_int, default=6379, help="GCS port of a local head")
+    start.add_argument(
+        "--kafka-port",
+        type=_port,
+        help="run a Kafka protocol listener on each broker (brokers sharing a node take this port and the next "
+        "ones; 0: any free port), so that Kafka clients (librdkafka, kafka-python, kcat...) connect",
+    )
+    start.add_argument(
+        "--kafka-host",
+        default="",
+        help="the address Kafka listeners bind and advertise (default: all interfaces; the node address is advertised)",
+    )
     stop = _command(commands, "stop", _stop, "stop raylog's actors (data stays on disk)")
     stop.add_argument("--ray", action="store_true", help="also `ray stop` the local head `raylog start` launched")
     status = _command(commands, "status", _status, "brokers, controller, topics, leaders and ISR")
@@ -1542,6 +1567,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port in [0, 65535], got {value}")
     return value
 
 

@@ -439,3 +439,35 @@ class ControllerConfig(_Config):
         "segment.bytes of __transaction_state.",
         minimum=1024,
     )
+    listeners: str = setting(
+        "",
+        "Where each broker's Kafka listener accepts Kafka protocol clients, as "
+        "PLAINTEXT://host:port (empty: no listener). An empty host or 0.0.0.0 listens on every "
+        "interface and advertises the broker's node address; port 0 takes a free port; brokers "
+        "sharing a node (the embedded mode) listen on port, port + 1, ... in broker order.",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.listeners:
+            listener_address(self.listeners)
+
+    def listener_addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
+        """``broker id -> (host, port)`` for brokers sharing a node (sorted ids), per ``listeners``."""
+        host, port = listener_address(self.listeners)
+        return {b: (host, port + i if port else 0) for i, b in enumerate(sorted(broker_ids))}
+
+
+def listener_address(value: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``PLAINTEXT://host:port`` listener (host may be empty).
+
+    Raises:
+        InvalidConfigError: another form, security protocol, or a port outside [0, 65535].
+    """
+    scheme, sep, rest = value.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if sep != "://" or scheme.upper() != "PLAINTEXT" or not colon or not port.isdigit() or int(port) > 65535:
+        raise InvalidConfigError(
+            f"listeners must be PLAINTEXT://host:port (one listener; SSL and SASL are not served), got {value!r}"
+        )
+    return host.strip("[]"), int(port)

@@ -51,6 +51,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.actors import logs, metrics
 from raylog.actors.group_coordinator import GroupCoordinatorActor
+from raylog.actors.kafka.fleet import ListenerFleet
 from raylog.actors.names import NAMESPACE, replica_name
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
@@ -147,6 +148,8 @@ class ControllerActor:
         self.refused: dict[str, str] = {}
         # Broker id -> its scan for stray logs, unfinished when last looked at.
         self._stray_scans: dict[int, Any] = {}
+        #: Each broker's Kafka listener, when the ``listeners`` setting asks for them.
+        self.listeners: ListenerFleet | None = None
         if self.image.cluster_id is None:
             self._commit([{"type": "cluster", "cluster_id": uuid.uuid4().hex}])
 
@@ -190,6 +193,7 @@ class ControllerActor:
                 await self._react_to_liveness()
                 await self._find_running_replicas()
                 self._start_missing_replicas()
+                await self._reconcile_listeners()
                 self._spawn(self._watch())
                 for topic, partition in self.image.reassignments:
                     self._spawn(self._complete_reassignment(topic, partition))
@@ -398,8 +402,17 @@ class ControllerActor:
                             > self.config.leader_imbalance_per_broker_percentage
                         ):
                             self._move_to_preferred(self.image.partitions())
+                await self._reconcile_listeners()
             except (RaylogError, ray.exceptions.RayError, asyncio.TimeoutError):
                 continue  # try again next round
+
+    async def _reconcile_listeners(self) -> None:
+        """Every live broker gets a Kafka listener that listens (when ``listeners`` is set)."""
+        if not self.config.listeners:
+            return
+        if self.listeners is None:
+            self.listeners = ListenerFleet(self.cluster_name, self.config, ray.get_runtime_context().current_actor)
+        await self.listeners.reconcile(dict(self.image.brokers), set(self.live))
 
     def _record_metrics(self) -> None:
         partitions = self.image.partitions()
@@ -995,6 +1008,7 @@ class ControllerActor:
             "leaders": leaders,
             "reassignments": dict(self.image.reassignments),
             "refused_brokers": dict(self.refused),
+            "listeners": {} if self.listeners is None else self.listeners.endpoints(self.live),
         }
 
     async def replica_handles(self, topic: str) -> dict[tuple[int, int], Any]:
@@ -1033,7 +1047,7 @@ class ControllerActor:
             await wait_for_event(changed, remaining)
 
     async def shutdown(self) -> None:
-        """Kill every replica actor (data stays on disk); the caller then kills this actor."""
+        """Kill every replica and listener actor (data stays on disk); the caller then kills this actor."""
         logger.info("raylog cluster %s stops: %d replica actors", self.cluster_name, len(self.replicas))
         for task in list(self._tasks):
             task.cancel()
@@ -1041,6 +1055,8 @@ class ControllerActor:
             ray.kill(handle, no_restart=True)
         self.replicas.clear()
         self._ready.clear()
+        if self.listeners is not None:
+            self.listeners.shutdown()
 
 
 @functools.cache

@@ -45,6 +45,8 @@ class Metadata:
         self.reassignments: dict[tuple[str, int], tuple[int, ...]] = answer["reassignments"]
         #: Node id -> why the controller refused it as a broker (e.g. a disk of another cluster).
         self.refused_brokers: dict[str, str] = answer.get("refused_brokers", {})
+        #: Broker id -> ``(host, port)`` of its Kafka listener (live brokers whose listener listens).
+        self.listeners: dict[int, tuple[str, int]] = answer.get("listeners", {})
 
     @property
     def lost_partitions(self) -> list[TopicPartition]:
@@ -111,6 +113,13 @@ class RaylogCluster:
             if self._metadata is None or refresh:
                 self._metadata = Metadata(call(self.controller.metadata.remote(), METADATA_TIMEOUT_S))
             return self._metadata
+
+    def bootstrap_servers(self) -> str:
+        """Kafka's ``bootstrap.servers`` for this cluster: ``"host:port,..."`` of every live
+        broker's Kafka listener ("" when the controller's ``listeners`` setting is not set).
+        Asks the controller (listeners start after the brokers)."""
+        listeners = self.metadata(refresh=True).listeners
+        return ",".join(f"{host}:{port}" for _, (host, port) in sorted(listeners.items()))
 
     def shutdown(self) -> None:
         """Stop every raylog actor of this cluster (data stays on disk), and Ray too if

@@ -12,7 +12,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from raylog.errors import ApiError, InvalidRequestError
+from raylog import errors
+from raylog.errors import InvalidRequestError
 
 from . import compiler
 from . import primitives as prim
@@ -35,13 +36,10 @@ class RequestHeader(NamedTuple):
     client_id: str | None = None
 
 
-class UnsupportedVersionError(ApiError):
+class UnsupportedVersionError(errors.UnsupportedVersionError):
     """A request for an API raylog does not know, or at a version outside :data:`SUPPORTED`
     (Kafka's UNSUPPORTED_VERSION, code 35). ``header`` is the request's header: answer with
     ``error_response(err.header, 35)``."""
-
-    code = 35
-    name = "UNSUPPORTED_VERSION"
 
     def __init__(self, header: RequestHeader):
         super().__init__(header)

@@ -1,0 +1,437 @@
+"""Kafka's data-path APIs on raylog: ApiVersions, Metadata, Produce, Fetch, ListOffsets and
+OffsetForLeaderEpoch.
+
+Each partition of a request goes to its leader replica actor, all of a request's partitions
+at once. A partition this broker does not lead is answered NOT_LEADER_OR_FOLLOWER (the
+client looks its leader up again), as Kafka's brokers answer; so is one whose leader actor
+died (metadata is refreshed at once). Record batches are converted on the way in and out
+(:mod:`raylog.kafka.records`): Kafka's v2 format on the wire, raylog's on disk, offsets,
+timestamps and producer fields unchanged.
+
+Fetch: Kafka's ``min_bytes`` and ``max_wait_ms`` hold for the whole request, where a raylog
+replica long-polls its own partition. Every partition is first read at once; when that
+gives less than ``min_bytes``, each empty partition gets a long poll at its leader and the
+request is answered when the first of them brings records (or ``max_wait_ms`` passes). A long
+poll still open then stays with the connection and serves that partition's next fetch at the
+same offset, so a consumer never has more than one fetch waiting per partition. Fetch
+sessions (KIP-227) are declined (session id 0: every fetch is a full one), which Kafka
+allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from raylog.actors.kafka.context import CONNECTION, BrokerContext
+from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from raylog.errors import (
+    FencedLeaderEpochError,
+    InvalidRecordError,
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    NetworkExceptionError,
+    NotLeaderOrFollowerError,
+    RaylogError,
+    UnknownLeaderEpochError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
+from raylog.kafka import codec, records
+from raylog.protocol import EMPTY_RECORDS, FetchRequest, FetchResponse, ProduceRequest, error_fields, records_payload
+from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD
+
+ApiKey = codec.ApiKey
+#: Kafka's "no authorized operations" marker (clients ask for them only with ACLs).
+NO_OPERATIONS = -(2**31)
+#: How long past a fetch's own wait its leader may take to answer before the call is given up.
+FETCH_GRACE_S = 30.0
+#: A produce call's bound beyond the request's own timeout (acks=all waits for the ISR).
+PRODUCE_GRACE_S = 30.0
+_INTERNAL = frozenset((OFFSETS_TOPIC, TRANSACTION_TOPIC))
+#: A Kafka batch's ``batch_length`` and ``attributes`` (the same layout as raylog's header).
+KAFKA_BATCH_HEADER = struct.Struct(">8xi9xh")
+#: Errors after which the leader may have moved: metadata is asked again.
+_MOVED = (NotLeaderOrFollowerError, NetworkExceptionError, LeaderNotAvailableError, UnknownLeaderEpochError)
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    fields = error_fields(exc)
+    return {"error_code": fields["error_code"], "error_message": fields["error_message"]}
+
+
+async def _leader(ctx: BrokerContext, topic: str, partition: int) -> Any:
+    """The leader replica actor of a partition this broker leads.
+
+    Raises:
+        UnknownTopicOrPartitionError, NotLeaderOrFollowerError (another broker leads, or
+        none: the client asks for metadata again).
+    """
+    md = await ctx.metadata()
+    if topic not in md["topics"] or not 0 <= partition < len(md["topics"][topic].partitions):
+        md = await ctx.metadata(refresh=True)
+        if topic not in md["topics"] or not 0 <= partition < len(md["topics"][topic].partitions):
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+    if ctx.leader_broker(topic, partition, md) != ctx.broker_id:
+        raise NotLeaderOrFollowerError(f"broker {ctx.broker_id} does not lead {topic}-{partition}")
+    return md["leaders"][(topic, partition)]
+
+
+async def _guarded(ctx: BrokerContext, work: Awaitable[Any]) -> Any:
+    """``await work``; an error after which the leader may have moved also drops the cached
+    metadata. Raises what ``work`` raises."""
+    try:
+        return await work
+    except _MOVED as exc:
+        ctx.invalidate()
+        if isinstance(exc, NetworkExceptionError):
+            # A leader actor gone: Kafka clients refresh metadata on this code and retry.
+            raise NotLeaderOrFollowerError(str(exc)) from None
+        raise
+
+
+# --- ApiVersions and Metadata -------------------------------------------------------------
+
+
+async def api_versions(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    keys = [
+        {"api_key": int(k), "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(codec.SUPPORTED.items())
+    ]
+    return {"error_code": 0, "api_keys": keys, "throttle_time_ms": 0}
+
+
+async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    requested = body.get("topics")
+    names = None if requested is None else [t["name"] for t in requested]
+    md = await ctx.metadata()
+    if names is not None and any(n not in md["topics"] for n in names):
+        md = await ctx.metadata(refresh=True)  # a topic created a moment ago
+    listeners = md["listeners"]
+    brokers = [
+        {"node_id": b, "host": host, "port": port, "rack": None}
+        for b, (host, port) in sorted(listeners.items())
+        if b in md["live"]
+    ]
+    reachable = {b["node_id"] for b in brokers}
+    topics = []
+    for name in sorted(md["topics"]) if names is None else names:
+        described = md["topics"].get(name)
+        if described is None:
+            topics.append(
+                {"error_code": UnknownTopicOrPartitionError.code, "name": name, "partitions": [], "is_internal": False}
+            )
+            continue
+        partitions = []
+        for p in described.partitions:
+            leader = ctx.leader_broker(name, p.partition, md)
+            if leader not in reachable:
+                leader = -1
+            partitions.append(
+                {
+                    "error_code": 0 if leader >= 0 else LeaderNotAvailableError.code,
+                    "partition_index": p.partition,
+                    "leader_id": leader,
+                    "leader_epoch": p.leader_epoch,
+                    "replica_nodes": list(p.replicas),
+                    "isr_nodes": list(p.isr),
+                    "offline_replicas": [b for b in p.replicas if b not in md["live"]],
+                }
+            )
+        topics.append(
+            {
+                "error_code": 0,
+                "name": name,
+                "is_internal": name in _INTERNAL,
+                "partitions": partitions,
+                "topic_authorized_operations": NO_OPERATIONS,
+            }
+        )
+    return {
+        "throttle_time_ms": 0,
+        "brokers": brokers,
+        "cluster_id": md["cluster_id"],
+        "controller_id": min(listeners, default=-1),
+        "topics": topics,
+        "cluster_authorized_operations": NO_OPERATIONS,
+    }
+
+
+# --- Produce ------------------------------------------------------------------------------
+
+
+async def produce(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict | None:
+    acks, timeout_ms = body["acks"], body["timeout_ms"]
+    client_id = header.client_id or ""
+    calls = [
+        (t["name"], p["index"], _produce_partition(ctx, t["name"], p, acks, timeout_ms, client_id))
+        for t in body["topic_data"]
+        for p in t["partition_data"]
+    ]
+    answers = await asyncio.gather(*(c for _, _, c in calls))
+    if acks == 0:
+        return None
+    by_topic: dict[str, list] = {}
+    for (topic, _, _), answer in zip(calls, answers, strict=True):
+        by_topic.setdefault(topic, []).append(answer)
+    throttle = max((a.pop("throttle_time_ms") for a in answers), default=0)
+    return {
+        "responses": [{"name": t, "partition_responses": parts} for t, parts in by_topic.items()],
+        "throttle_time_ms": throttle,
+    }
+
+
+async def _produce_partition(
+    ctx: BrokerContext, topic: str, p: dict, acks: int, timeout_ms: int, client_id: str
+) -> dict:
+    answer: dict[str, Any] = {"index": p["index"], "base_offset": -1, "log_append_time_ms": -1, "throttle_time_ms": 0}
+    try:
+        converted = records.to_raylog(_one_batch(topic, p["index"], p["records"]))
+        leader = await _leader(ctx, topic, p["index"])
+        request = ProduceRequest(records_payload(converted), acks, timeout_ms, client_id)
+        response = await _guarded(ctx, ctx.call(leader.produce.remote(request), timeout_ms / 1000 + PRODUCE_GRACE_S))
+    except RaylogError as exc:
+        answer.update(_error(exc))
+        return answer
+    if response.error_code and issubclass(codec_error(response.error_code), _MOVED):
+        ctx.invalidate()
+    answer.update(
+        error_code=response.error_code,
+        error_message=response.error_message or None,
+        base_offset=response.base_offset,
+        log_append_time_ms=response.log_append_time_ms,
+        log_start_offset=response.log_start_offset,
+        throttle_time_ms=response.throttle_time_ms,
+    )
+    return answer
+
+
+def _one_batch(topic: str, partition: int, data: Any) -> Any:
+    """A Produce's records for one partition, which Kafka (v3+) takes as exactly one batch
+    and never a control batch (only transaction coordinators write those).
+
+    Raises:
+        InvalidRequestError: no records. InvalidRecordError: several batches, or a control one.
+    """
+    if data is None or not len(data):
+        raise InvalidRequestError(f"a produce to {topic}-{partition} without records")
+    if len(data) >= KAFKA_BATCH_HEADER.size:
+        batch_length, attributes = KAFKA_BATCH_HEADER.unpack_from(data)
+        if LOG_OVERHEAD + batch_length < len(data):
+            raise InvalidRecordError(f"a produce to {topic}-{partition} holds more than one record batch")
+        if attributes & CONTROL:
+            raise InvalidRecordError(f"a produce to {topic}-{partition} holds a control batch")
+    return data
+
+
+def codec_error(code: int) -> type:
+    """The raylog error class of a Kafka error code (UnknownServerError's for an unknown one)."""
+    try:
+        return for_code(code)
+    except KeyError:
+        return UnknownServerError
+
+
+# --- Fetch --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Poll:
+    """A long poll of one partition held for a connection: the offset and isolation it reads,
+    and the call (a task resolving to a FetchResponse or an error)."""
+
+    offset: int
+    isolation_level: int
+    task: asyncio.Task
+
+
+async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    connection = CONNECTION.get()
+    polls: dict[tuple[str, int], _Poll] = connection.setdefault("polls", {})
+    known: dict[tuple[str, int], FetchResponse] = connection.setdefault("known", {})
+    isolation = body.get("isolation_level", 0)
+    max_wait_ms = max(0, body["max_wait_ms"])
+    client_id = header.client_id or ""
+    wanted = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
+    results: dict[tuple[str, int], Any] = {}
+    now: dict[tuple[str, int], Awaitable] = {}
+    for topic, p in wanted:
+        key = (topic, p["partition"])
+        poll = polls.get(key)
+        if poll is not None and (poll.offset, poll.isolation_level) == (p["fetch_offset"], isolation):
+            if poll.task.done():
+                results[key] = _outcome(polls.pop(key).task)
+            continue  # its long poll is still open: it answers below, or in a later fetch
+        polls.pop(key, None)
+        now[key] = _fetch_partition(ctx, topic, p, isolation, client_id, 0)
+    for key, outcome in zip(now, await asyncio.gather(*now.values(), return_exceptions=True), strict=True):
+        results[key] = outcome
+    gathered = sum(len(r.records) for r in results.values() if isinstance(r, FetchResponse))
+    if gathered < max(1, body["min_bytes"]) and max_wait_ms > 0:
+        for topic, p in wanted:
+            key = (topic, p["partition"])
+            if key not in polls and isinstance(results.get(key), FetchResponse):
+                task = asyncio.ensure_future(_fetch_partition(ctx, topic, p, isolation, client_id, max_wait_ms))
+                polls[key] = _Poll(p["fetch_offset"], isolation, task)
+                del results[key]
+        waiting = [polls[(t, p["partition"])].task for t, p in wanted if (t, p["partition"]) in polls]
+        if waiting:
+            await asyncio.wait(waiting, timeout=max_wait_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
+            for topic, p in wanted:
+                key = (topic, p["partition"])
+                poll = polls.get(key)
+                if poll is not None and poll.task.done():
+                    results[key] = _outcome(polls.pop(key).task)
+    return _fetch_answer(ctx, body, wanted, results, known)
+
+
+def _outcome(task: asyncio.Task) -> Any:
+    return task.exception() or task.result()
+
+
+async def _fetch_partition(
+    ctx: BrokerContext, topic: str, p: dict, isolation: int, client_id: str, max_wait_ms: int
+) -> FetchResponse:
+    leader = await _leader(ctx, topic, p["partition"])
+    request = FetchRequest(
+        offset=p["fetch_offset"],
+        max_bytes=max(1, p["partition_max_bytes"]),
+        min_bytes=1,
+        max_wait_ms=max_wait_ms,
+        current_leader_epoch=p.get("current_leader_epoch", -1),
+        client_id=client_id,
+        isolation_level=isolation,
+    )
+    response = await _guarded(ctx, ctx.call(leader.fetch.remote(request), max_wait_ms / 1000 + FETCH_GRACE_S))
+    if response.error_code and issubclass(codec_error(response.error_code), _MOVED):
+        ctx.invalidate()
+    return response
+
+
+def _fetch_answer(
+    ctx: BrokerContext,
+    body: dict,
+    wanted: list[tuple[str, dict]],
+    results: dict[tuple[str, int], Any],
+    known: dict[tuple[str, int], FetchResponse],
+) -> dict:
+    """The Fetch response: every partition asked, records up to the request's ``max_bytes``
+    (at least the first partition's, as Kafka), the last known offsets for a partition whose
+    long poll is still open."""
+    room = body.get("max_bytes", 2**31 - 1)
+    sent_any = False
+    throttle = 0
+    topics: dict[str, list] = {}
+    for topic, p in wanted:
+        key = (topic, p["partition"])
+        result = results.get(key, known.get(key))
+        part: dict[str, Any] = {"partition_index": p["partition"], "high_watermark": -1, "last_stable_offset": -1}
+        if isinstance(result, BaseException):
+            part.update(error_code=error_fields(result)["error_code"])
+        elif result is not None:
+            known[key] = dataclasses.replace(result, records=EMPTY_RECORDS, aborted_transactions=())
+            part.update(
+                error_code=result.error_code,
+                high_watermark=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
+                log_start_offset=result.log_start_offset,
+            )
+            fresh = key in results and len(result.records) > 0 and (room > 0 or not sent_any)
+            if fresh and not result.error_code:
+                sent_any = True
+                part["records"] = records.to_kafka(result.records)
+                part["aborted_transactions"] = [
+                    {"producer_id": pid, "first_offset": first} for pid, first in result.aborted_transactions
+                ]
+                room -= len(result.records)
+            throttle = max(throttle, result.throttle_time_ms)
+        topics.setdefault(topic, []).append(part)
+    return {
+        "throttle_time_ms": throttle,
+        "error_code": 0,
+        "session_id": 0,
+        "responses": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
+    }
+
+
+# --- ListOffsets and OffsetForLeaderEpoch ------------------------------------------------
+
+
+async def list_offsets(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    isolation = body.get("isolation_level", 0)
+
+    async def one(topic: str, p: dict) -> dict:
+        answer = {"partition_index": p["partition_index"], "timestamp": -1, "offset": -1, "leader_epoch": -1}
+        try:
+            leader = await _leader(ctx, topic, p["partition_index"])
+            ref = leader.list_offsets.remote(p["timestamp"], p.get("current_leader_epoch", -1), isolation)
+            response = await _guarded(ctx, ctx.call(ref))
+        except RaylogError as exc:
+            answer["error_code"] = error_fields(exc)["error_code"]
+            return answer
+        answer.update(
+            error_code=response.error_code,
+            timestamp=response.timestamp_ms,
+            offset=response.offset,
+            leader_epoch=response.leader_epoch,
+        )
+        return answer
+
+    return await _per_partition(body["topics"], "name", "partitions", one, "name", "partitions")
+
+
+async def offset_for_leader_epoch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    async def one(topic: str, p: dict) -> dict:
+        answer = {"partition": p["partition"], "leader_epoch": -1, "end_offset": -1}
+        try:
+            leader = await _leader(ctx, topic, p["partition"])
+            _check_epoch(await ctx.metadata(), topic, p["partition"], p.get("current_leader_epoch", -1))
+            code, epoch, end = await _guarded(ctx, ctx.call(leader.end_offset_for_epoch.remote(p["leader_epoch"])))
+        except RaylogError as exc:
+            answer["error_code"] = error_fields(exc)["error_code"]
+            return answer
+        answer.update(error_code=code, leader_epoch=epoch, end_offset=end)
+        return answer
+
+    return await _per_partition(body["topics"], "topic", "partitions", one, "topic", "partitions")
+
+
+def _check_epoch(md: dict, topic: str, partition: int, current: int) -> None:
+    """Raises FencedLeaderEpochError / UnknownLeaderEpochError when the client's epoch is
+    older / newer than the leader's (-1: not checked)."""
+    epoch = md["topics"][topic].partitions[partition].leader_epoch
+    if current < 0 or current == epoch:
+        return
+    if current < epoch:
+        raise FencedLeaderEpochError(f"{topic}-{partition}: epoch {current} is older than the leader's {epoch}")
+    raise UnknownLeaderEpochError(f"{topic}-{partition}: epoch {current} is newer than the leader's {epoch}")
+
+
+async def _per_partition(
+    topics: list[dict],
+    name_key: str,
+    parts_key: str,
+    one: Callable[[str, dict], Awaitable[dict]],
+    out_name: str,
+    out_parts: str,
+) -> dict:
+    asked = [(t[name_key], p) for t in topics for p in t[parts_key]]
+    answers = await asyncio.gather(*(one(topic, p) for topic, p in asked))
+    out: dict[str, list] = {}
+    for (topic, _), answer in zip(asked, answers, strict=True):
+        out.setdefault(topic, []).append(answer)
+    return {"throttle_time_ms": 0, "topics": [{out_name: t, out_parts: parts} for t, parts in out.items()]}
+
+
+HANDLERS = {
+    ApiKey.API_VERSIONS: api_versions,
+    ApiKey.METADATA: metadata,
+    ApiKey.PRODUCE: produce,
+    ApiKey.FETCH: fetch,
+    ApiKey.LIST_OFFSETS: list_offsets,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
+}

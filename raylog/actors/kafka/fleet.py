@@ -1,0 +1,101 @@
+"""The controller's Kafka listeners: one :class:`~raylog.actors.kafka.listener.KafkaListenerActor`
+per live broker, pinned to the broker's node, and the address each advertises.
+
+The controller calls :meth:`ListenerFleet.reconcile` when it starts and at every watch round:
+a broker without a listener (new, or on a new node) gets one; every listener is asked to
+listen (a listener Ray restarted after a crash listens again; one whose port is taken is
+logged and asked again next round). Metadata answers carry :meth:`ListenerFleet.endpoints`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from raylog.actors.kafka.listener import KafkaListenerActor
+from raylog.actors.names import NAMESPACE
+from raylog.config import ControllerConfig
+from raylog.types import BrokerInfo
+
+logger = logging.getLogger(__name__)
+
+#: How long a listener has to start (its process, then binding its port).
+LISTENER_START_TIMEOUT_S = 60.0
+#: How long a running listener has to confirm it listens.
+LISTENER_CHECK_TIMEOUT_S = 5.0
+
+_Remote = ray.remote(KafkaListenerActor)
+
+
+def listener_name(cluster_name: str, broker_id: int, node_id: str) -> str:
+    return f"raylog-{cluster_name}-kafka-b{broker_id}-{node_id[:16]}"
+
+
+class ListenerFleet:
+    """See the module docstring. Used from the controller's asyncio loop only."""
+
+    def __init__(self, cluster_name: str, config: ControllerConfig, controller: Any):
+        self.cluster_name = cluster_name
+        self.config = config
+        self.controller = controller
+        #: broker id -> (node id, actor handle)
+        self._actors: dict[int, tuple[str, Any]] = {}
+        #: broker id -> advertised (host, port), for listeners that confirmed they listen
+        self._endpoints: dict[int, tuple[str, int]] = {}
+        self._failing: set[int] = set()
+
+    def endpoints(self, live: set[int]) -> dict[int, tuple[str, int]]:
+        """Advertised ``(host, port)`` of each live broker's listener that listens."""
+        return {b: e for b, e in self._endpoints.items() if b in live}
+
+    async def reconcile(self, brokers: dict[int, BrokerInfo], live: set[int]) -> None:
+        """Give every live broker a listener and make sure each listens."""
+        by_node: dict[str, list[int]] = {}
+        for b in live:
+            by_node.setdefault(brokers[b].node_id, []).append(b)
+        addresses = {}
+        for ids in by_node.values():
+            addresses.update(self.config.listener_addresses(ids))
+        for b in live:
+            node_id = brokers[b].node_id
+            if self._actors.get(b, ("", None))[0] != node_id:
+                self._endpoints.pop(b, None)
+                host, port = addresses[b]
+                handle = _Remote.options(
+                    name=listener_name(self.cluster_name, b, node_id),
+                    namespace=NAMESPACE,
+                    lifetime="detached",
+                    get_if_exists=True,
+                    max_restarts=-1,
+                    max_concurrency=KafkaListenerActor.MAX_CONCURRENCY,
+                    num_cpus=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                ).remote(self.cluster_name, b, self.controller, host, port)
+                self._actors[b] = (node_id, handle)
+        await asyncio.gather(*(self._confirm(b) for b in live))
+
+    async def _confirm(self, broker_id: int) -> None:
+        timeout_s = LISTENER_CHECK_TIMEOUT_S if broker_id in self._endpoints else LISTENER_START_TIMEOUT_S
+        try:
+            endpoint = await asyncio.wait_for(self._actors[broker_id][1].start.remote(), timeout_s)
+        except (OSError, ray.exceptions.RayError, asyncio.TimeoutError) as exc:
+            self._endpoints.pop(broker_id, None)
+            if broker_id not in self._failing:
+                logger.warning("broker %d: its Kafka listener does not listen (tried again): %s", broker_id, exc)
+            self._failing.add(broker_id)
+            return
+        self._failing.discard(broker_id)
+        if self._endpoints.get(broker_id) != tuple(endpoint):
+            logger.info("broker %d: Kafka listener at %s:%d", broker_id, *endpoint)
+        self._endpoints[broker_id] = tuple(endpoint)
+
+    def shutdown(self) -> None:
+        """Stop every listener actor."""
+        for _, handle in self._actors.values():
+            ray.kill(handle, no_restart=True)
+        self._actors.clear()
+        self._endpoints.clear()

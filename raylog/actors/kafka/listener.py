@@ -1,0 +1,144 @@
+"""The Kafka listener: one Ray actor per broker, on the broker's node, that accepts Kafka
+protocol connections and answers them with raylog's actors.
+
+Each connection is a task of the actor's asyncio loop: it reads a size-prefixed frame,
+decodes it (:mod:`raylog.kafka.codec`), hands it to the handler of its API key and writes
+the answer, one request at a time, so pipelined requests are answered in order (as a Kafka
+broker mutes a connection while it serves one of its requests; requests sent meanwhile
+wait in the socket's buffers). Other connections go on while one waits on an actor.
+
+- An API or version outside :data:`raylog.kafka.codec.SUPPORTED` is answered with
+  UNSUPPORTED_VERSION (35), never by closing the connection.
+- A frame larger than ``socket.request.max.bytes`` (:data:`raylog.protocol.MAX_REQUEST_BYTES`),
+  or one that does not decode, closes the connection as Kafka does: its length or bytes
+  cannot be trusted to find the next request.
+- A handler's unexpected failure is logged and answered with UNKNOWN_SERVER_ERROR (-1).
+- A Produce with acks=0 gets no answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+from typing import Any
+
+import ray
+
+from raylog.actors import logs
+from raylog.actors.kafka import admin, data, groups, transactions
+from raylog.actors.kafka.context import CONNECTION, BrokerContext
+from raylog.errors import UnknownServerError, UnsupportedVersionError
+from raylog.kafka import codec, records
+from raylog.protocol import MAX_REQUEST_BYTES
+
+logger = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+
+HANDLERS = {**data.HANDLERS, **groups.HANDLERS, **transactions.HANDLERS, **admin.HANDLERS}
+
+
+class KafkaListenerActor:
+    """See the module docstring. An async actor: every connection and call on one loop."""
+
+    #: Calls the actor serves at once (its own: start, endpoint, stop); connections are not calls.
+    MAX_CONCURRENCY = 16
+
+    def __init__(self, cluster_name: str, broker_id: int, controller: Any, host: str, port: int):
+        logs.configure()
+        records.warm_up()  # numba's conversion loops, compiled or loaded from its cache, before any client
+        self.context = BrokerContext(cluster_name, broker_id, controller)
+        self._bind_host = host or "0.0.0.0"
+        self._advertised_host = host if host not in ("", "0.0.0.0", "::") else ray.util.get_node_ip_address()
+        self._port = port
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+
+    async def start(self) -> tuple[str, int]:
+        """Listen (once) and return the advertised ``(host, port)``.
+
+        Raises:
+            OSError: the port is taken (the controller logs it and tries again later).
+        """
+        if self._server is None:
+            self._server = await asyncio.start_server(self._serve, self._bind_host, self._port, reuse_address=True)
+            self._port = self._server.sockets[0].getsockname()[1]
+            logger.info(
+                "broker %d: Kafka listener on %s:%d (advertised %s:%d)",
+                self.context.broker_id,
+                self._bind_host,
+                self._port,
+                self._advertised_host,
+                self._port,
+            )
+        return self._advertised_host, self._port
+
+    async def stop(self) -> None:
+        """Stop listening and close every connection."""
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._connections):
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections.add(task)
+        CONNECTION.set({})
+        peer = writer.get_extra_info("peername")
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if not 0 < size <= MAX_REQUEST_BYTES:
+                    logger.warning(
+                        "closing Kafka connection from %s: a request of %d bytes (socket.request.max.bytes %d)",
+                        peer,
+                        size,
+                        MAX_REQUEST_BYTES,
+                    )
+                    return
+                frame = await reader.readexactly(size)
+                answer = await self._answer(frame, peer)
+                if answer is None:
+                    continue
+                writer.writelines(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return  # the client went away
+        except codec.InvalidRequestError as exc:
+            logger.warning("closing Kafka connection from %s: %s", peer, exc)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _answer(self, frame: bytes, peer: Any) -> list | None:
+        """The response to one request frame (None for a Produce with acks=0).
+
+        Raises:
+            codec.InvalidRequestError: the frame does not decode (the connection closes).
+        """
+        try:
+            header, body = codec.decode_request(frame)
+        except codec.UnsupportedVersionError as exc:
+            logger.debug("Kafka request from %s: %s", peer, exc)
+            return codec.error_response(exc.header, UnsupportedVersionError.code)
+        handler = HANDLERS[header.api_key]
+        try:
+            response = await handler(self.context, header, body)
+        except Exception:  # noqa: BLE001 — the client gets UNKNOWN_SERVER_ERROR, the log the cause
+            logger.exception(
+                "broker %d: %s v%d failed", self.context.broker_id, header.api_key.name, header.api_version
+            )
+            return codec.error_response(header, UnknownServerError.code, body)
+        if response is None:
+            return None  # acks=0
+        return codec.encode_response(header, response)
