@@ -20,10 +20,11 @@ LATENCY_ROWS = (
 )
 THROUGHPUT_ROWS = (
     "raylog Producer send() per record",
-    "confluent-kafka produce()",
+    "confluent-kafka produce(), linger.ms=5",
     "raylog Consumer poll() -> Records",
     "confluent-kafka consume(",
 )
+CONVERSION_ROWS = ("values: (a) to_raylog", "values: (a) to_kafka", "values: bytes copy")
 
 
 def _row(rows: list, prefix: str):
@@ -44,6 +45,9 @@ def test_every_measurement_gives_a_row_without_error(measured):
         assert _row(measured, prefix).section == "latency"
     for prefix in THROUGHPUT_ROWS:
         assert _row(measured, prefix).section == "throughput"
+    for prefix in CONVERSION_ROWS:
+        row = _row(measured, prefix)
+        assert row.section == "conversion" and row.records_per_s > 0 and row.ratio > 0
 
 
 def test_latency_rows_are_percentiles_and_ratios_to_raylog_send_result(measured):
@@ -61,7 +65,7 @@ def test_latency_rows_are_percentiles_and_ratios_to_raylog_send_result(measured)
 
 def test_throughput_rows_count_records_and_compare_with_raylog_in_the_same_run(measured):
     pairs = (
-        ("raylog Producer send() per record", "confluent-kafka produce()"),
+        ("raylog Producer send() per record", "confluent-kafka produce(), linger.ms=5"),
         ("raylog Consumer poll() -> Records", "confluent-kafka consume("),
     )
     for baseline_name, kafka_name in pairs:
@@ -77,7 +81,7 @@ def test_the_report_prints_every_row(measured, capsys):
     kafka_bench.print_report(measured, TINY)
     out = capsys.readouterr().out
     assert out.startswith("raylog Kafka listener benchmark, tiny mode")
-    for header in ("p50 x raylog", "x raylog", "target", "result"):
+    for header in ("p50 x raylog", "x raylog", "x floor", "target", "result"):
         assert header in out
     for row in measured:
         assert row.name in out
