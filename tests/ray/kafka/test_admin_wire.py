@@ -1,0 +1,323 @@
+"""Kafka's topic admin APIs over raylog's Kafka listener (raylog/actors/kafka/admin.py):
+confluent-kafka's AdminClient and kafka-python's KafkaAdminClient create, grow, describe
+and delete topics that raylog's own Admin then sees; refusals come back as each client's
+typed error with Kafka's codes; what no client here sends (DeleteTopics by topic id,
+assignments that do not fit, a name given twice) goes as raw requests encoded with
+raylog's codec.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+import uuid
+
+import pytest
+
+from raylog import Admin, NewTopic
+from raylog.errors import UnknownTopicOrPartitionError
+from raylog.kafka import codec
+from tests.helpers import wait_until
+
+#: A bound on one admin call of a client (not a measure).
+CALL_TIMEOUT_S = 60.0
+
+_correlation = itertools.count(1)
+_names = itertools.count()
+
+
+def fresh_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}-{next(_names)}"
+
+
+def wire(bootstrap: str, api_key: codec.ApiKey, version: int, body: dict) -> dict:
+    """Send one request to the first listener of ``bootstrap``; its decoded response body."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    header = codec.RequestHeader(api_key, version, next(_correlation), "raw-test")
+    with socket.create_connection((host, int(port)), timeout=CALL_TIMEOUT_S) as sock:
+        sock.sendall(b"".join(bytes(b) for b in codec.encode_request(header, body)))
+        (size,) = struct.unpack(">i", _read(sock, 4))
+        correlation_id, answer = codec.decode_response(api_key, version, _read(sock, size))
+    assert correlation_id == header.correlation_id
+    return answer
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the listener closed the connection"
+        data += chunk
+    return bytes(data)
+
+
+@pytest.fixture
+def confluent_admin(bootstrap):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+@pytest.fixture
+def names(kafka_admin):
+    """``names(prefix)`` -> a fresh topic name, deleted after the test if it exists then."""
+    made: list[str] = []
+
+    def make(prefix: str = "adm") -> str:
+        made.append(fresh_name(prefix))
+        return made[-1]
+
+    yield make
+    existing = set(kafka_admin.list_topics())
+    leftovers = [n for n in made if n in existing]
+    if leftovers:
+        kafka_admin.delete_topics(leftovers)
+
+
+def result_of(futures: dict, key):
+    return futures[key].result(timeout=CALL_TIMEOUT_S)
+
+
+def error_code_of(futures: dict, key) -> int:
+    from confluent_kafka import KafkaException
+
+    with pytest.raises(KafkaException) as raised:
+        result_of(futures, key)
+    return raised.value.args[0].code()
+
+
+def partitions_of(kafka_admin: Admin, name: str) -> list[tuple[int, ...]]:
+    (described,) = kafka_admin.describe_topics([name])
+    return [p.replicas for p in described.partitions]
+
+
+def test_confluent_admin_creates_grows_describes_and_deletes_a_topic(confluent_admin, kafka_admin, names):
+    from confluent_kafka.admin import ConfigResource, ConfigSource, NewPartitions, NewTopic
+
+    name = names()
+    futures = confluent_admin.create_topics(
+        [NewTopic(name, num_partitions=2, replication_factor=2, config={"retention.ms": "3600000"})],
+        request_timeout=CALL_TIMEOUT_S,
+    )
+    assert result_of(futures, name) is None
+    replicas = partitions_of(kafka_admin, name)
+    assert len(replicas) == 2 and all(len(r) == 2 for r in replicas)
+    assert kafka_admin.describe_configs([name])[name]["retention.ms"].value == "3600000"
+
+    futures = confluent_admin.create_partitions([NewPartitions(name, 4)], request_timeout=CALL_TIMEOUT_S)
+    assert result_of(futures, name) is None
+    assert len(partitions_of(kafka_admin, name)) == 4
+
+    resource = ConfigResource("topic", name)
+    described = result_of(confluent_admin.describe_configs([resource], request_timeout=CALL_TIMEOUT_S), resource)
+    retention = described["retention.ms"]
+    assert (retention.value, retention.is_default, retention.is_read_only) == ("3600000", False, False)
+    assert retention.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    segment = described["segment.bytes"]
+    assert segment.source == ConfigSource.DEFAULT_CONFIG.value and segment.is_default
+    assert segment.value == kafka_admin.describe_configs([name])[name]["segment.bytes"].value
+    assert set(described) == set(kafka_admin.describe_configs([name])[name])
+
+    futures = confluent_admin.delete_topics([name], request_timeout=CALL_TIMEOUT_S)
+    assert result_of(futures, name) is None
+    assert name not in kafka_admin.list_topics()
+    with pytest.raises(UnknownTopicOrPartitionError):
+        kafka_admin.describe_topics([name])
+
+
+def test_confluent_admin_gets_kafkas_errors_for_refused_topics(confluent_admin, kafka_admin, kafka_topic, names):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewPartitions, NewTopic
+
+    existing = kafka_topic(num_partitions=2)
+    bad = {
+        existing: NewTopic(existing, num_partitions=1),
+        names(): NewTopic("", num_partitions=1),
+        (too_many := names()): NewTopic(too_many, num_partitions=1, replication_factor=9),
+        (bad_config := names()): NewTopic(bad_config, num_partitions=1, config={"no.such.setting": "1"}),
+        (bad_value := names()): NewTopic(bad_value, num_partitions=1, config={"retention.ms": "soon"}),
+    }
+    del bad[next(k for k, v in bad.items() if v.topic == "")]  # (librdkafka refuses an empty name itself)
+    futures = confluent_admin.create_topics(list(bad.values()), request_timeout=CALL_TIMEOUT_S)
+    assert error_code_of(futures, existing) == KafkaError.TOPIC_ALREADY_EXISTS
+    assert error_code_of(futures, too_many) == KafkaError.INVALID_REPLICATION_FACTOR
+    assert error_code_of(futures, bad_config) == KafkaError.INVALID_CONFIG
+    assert error_code_of(futures, bad_value) == KafkaError.INVALID_CONFIG
+    assert not {too_many, bad_config, bad_value} & set(kafka_admin.list_topics())
+
+    futures = confluent_admin.create_partitions(
+        [NewPartitions(existing, 1), NewPartitions(unknown := names(), 3)], request_timeout=CALL_TIMEOUT_S
+    )
+    assert error_code_of(futures, existing) == KafkaError.INVALID_PARTITIONS
+    assert error_code_of(futures, unknown) == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert len(partitions_of(kafka_admin, existing)) == 2
+
+    futures = confluent_admin.delete_topics([unknown], request_timeout=CALL_TIMEOUT_S)
+    assert error_code_of(futures, unknown) == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_validate_only_checks_and_creates_nothing(confluent_admin, kafka_admin, kafka_topic, names):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewPartitions, NewTopic
+
+    good, bad = names(), names()
+    futures = confluent_admin.create_topics(
+        [NewTopic(good, num_partitions=3, replication_factor=3), NewTopic(bad, num_partitions=0)],
+        validate_only=True,
+        request_timeout=CALL_TIMEOUT_S,
+    )
+    assert result_of(futures, good) is None
+    assert error_code_of(futures, bad) == KafkaError.INVALID_PARTITIONS
+    assert not {good, bad} & set(kafka_admin.list_topics())
+
+    existing = kafka_topic(num_partitions=1)
+    futures = confluent_admin.create_partitions(
+        [NewPartitions(existing, 3)], validate_only=True, request_timeout=CALL_TIMEOUT_S
+    )
+    assert result_of(futures, existing) is None
+    assert len(partitions_of(kafka_admin, existing)) == 1
+
+
+def test_manual_assignments_place_the_replicas(confluent_admin, kafka_admin, kafka_cluster, names):
+    """A topic created with replica assignments (and partitions added with theirs) ends with
+    exactly those replica lists, preferred leader first."""
+    from confluent_kafka.admin import NewPartitions, NewTopic
+
+    brokers = sorted(kafka_cluster.metadata(refresh=True).brokers)
+    a, b, c = brokers[:3]
+    name = names()
+    wanted = [(a, b), (b, c), (c, a)]
+    futures = confluent_admin.create_topics(
+        [NewTopic(name, num_partitions=len(wanted), replica_assignment=[list(r) for r in wanted])],
+        request_timeout=CALL_TIMEOUT_S,
+    )
+    assert result_of(futures, name) is None
+    wait_until(lambda: partitions_of(kafka_admin, name) == wanted, timeout_s=60, message=f"replicas {wanted}")
+
+    futures = confluent_admin.create_partitions(
+        [NewPartitions(name, 4, replica_assignment=[[c, b]])], request_timeout=CALL_TIMEOUT_S
+    )
+    assert result_of(futures, name) is None
+    wait_until(
+        lambda: partitions_of(kafka_admin, name) == [*wanted, (c, b)], timeout_s=60, message="the new partition's"
+    )
+
+
+def test_kafka_python_admin_creates_describes_grows_and_deletes(bootstrap, kafka_admin, kafka_cluster, names):
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CALL_TIMEOUT_S * 1000))
+    try:
+        name = names("kp")
+        client.create_topics([NewTopic(name, 1, 1, topic_configs={"cleanup.policy": "compact"})])
+        assert kafka_admin.describe_configs([name])[name]["cleanup.policy"].value == "compact"
+        with pytest.raises(TopicAlreadyExistsError):
+            client.create_topics([NewTopic(name, 1, 1)])
+
+        client.create_partitions({name: NewPartitions(total_count=3)})
+        assert len(partitions_of(kafka_admin, name)) == 3
+
+        resource = ConfigResource(ConfigResourceType.TOPIC, name)
+        modified = client.describe_configs([resource], include_synonyms=True)["topic"][name]
+        assert set(modified) == {"cleanup.policy"}
+        cleanup = modified["cleanup.policy"]
+        assert (cleanup["value"], cleanup["config_source"], cleanup["read_only"]) == (
+            "compact",
+            "DYNAMIC_TOPIC_CONFIG",
+            False,
+        )
+        assert [(s["name"], s["value"], s["source"]) for s in cleanup["synonyms"]] == [
+            ("cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"),
+            ("cleanup.policy", "delete", "DEFAULT_CONFIG"),
+        ]
+        every = client.describe_configs([resource], config_filter="all")["topic"][name]
+        ours = kafka_admin.describe_configs([name])[name]
+        assert {k: c["value"] for k, c in every.items()} == {k: e.value for k, e in ours.items()}
+
+        broker_id = str(min(kafka_cluster.metadata().brokers))
+        broker = client.describe_configs([ConfigResource(ConfigResourceType.BROKER, broker_id)], config_filter="all")
+        assert broker == {"broker": {broker_id: {}}}
+
+        client.delete_topics([name])
+        assert name not in kafka_admin.list_topics()
+    finally:
+        client.close()
+
+
+def test_raw_requests_for_what_clients_do_not_send(bootstrap, kafka_admin, kafka_cluster, names):
+    """DeleteTopics v6 by topic id (and an unknown id); CreateTopics v7's topic id, counts
+    and configs, a name given twice, -1 counts with assignments; DescribeConfigs v4 of
+    chosen keys with documentation, of an unknown topic and of an unknown resource type."""
+    name = names("raw")
+    answer = wire(
+        bootstrap,
+        codec.ApiKey.CREATE_TOPICS,
+        7,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "configs": [{"name": "retention.bytes", "value": "1048576"}],
+                },
+                {"name": (twice := names("raw")), "num_partitions": 1, "replication_factor": 1},
+                {"name": twice, "num_partitions": 1, "replication_factor": 1},
+                {
+                    "name": (both := names("raw")),
+                    "num_partitions": 2,
+                    "replication_factor": 1,
+                    "assignments": [{"partition_index": 0, "broker_ids": [min(kafka_cluster.metadata().brokers)]}],
+                },
+            ],
+            "timeout_ms": 30_000,
+        },
+    )
+    created, first, second, mixed = answer["topics"]
+    (described,) = kafka_admin.describe_topics([name])
+    assert (created["error_code"], created["num_partitions"], created["replication_factor"]) == (0, 1, 1)
+    assert created["topic_id"] == uuid.UUID(hex=described.topic_id)
+    configs = {c["name"]: c for c in created["configs"]}
+    assert (configs["retention.bytes"]["value"], configs["retention.bytes"]["config_source"]) == ("1048576", 1)
+    assert configs["retention.ms"]["config_source"] == 5
+    assert first["error_code"] == second["error_code"] == 42 and "more than once" in first["error_message"]
+    assert mixed["error_code"] == 42
+    assert not {twice, both} & set(kafka_admin.list_topics())
+
+    answer = wire(
+        bootstrap,
+        codec.ApiKey.DESCRIBE_CONFIGS,
+        4,
+        {
+            "resources": [
+                {"resource_type": 2, "resource_name": name, "configuration_keys": ["retention.bytes", "no.such"]},
+                {"resource_type": 2, "resource_name": names("raw"), "configuration_keys": None},
+                {"resource_type": 8, "resource_name": "x", "configuration_keys": None},
+            ],
+            "include_documentation": True,
+        },
+    )
+    topic, unknown, other = answer["results"]
+    (entry,) = topic["configs"]
+    assert (entry["name"], entry["value"], entry["config_type"]) == ("retention.bytes", "1048576", 5)
+    assert entry["documentation"] and entry["synonyms"] == []
+    assert unknown["error_code"] == 3 and other["error_code"] == 42
+
+    doomed = names("raw")
+    kafka_admin.create_topics([NewTopic(doomed)], wait_for_leaders_ms=60_000)
+    doomed_id = uuid.UUID(hex=kafka_admin.describe_topics([doomed])[0].topic_id)
+    answer = wire(
+        bootstrap,
+        codec.ApiKey.DELETE_TOPICS,
+        6,
+        {
+            "topics": [{"name": None, "topic_id": doomed_id}, {"name": None, "topic_id": uuid.uuid4()}],
+            "timeout_ms": 30_000,
+        },
+    )
+    deleted, missing = answer["responses"]
+    assert (deleted["name"], deleted["topic_id"], deleted["error_code"]) == (doomed, doomed_id, 0)
+    assert missing["error_code"] == 100 and missing["error_message"]
+    assert doomed not in kafka_admin.list_topics()
