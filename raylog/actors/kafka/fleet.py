@@ -2,9 +2,11 @@
 per live broker, pinned to the broker's node, and the address each advertises.
 
 The controller calls :meth:`ListenerFleet.reconcile` when it starts and at every watch round:
-a broker without a listener (new, or on a new node) gets one; every listener is asked to
-listen (a listener Ray restarted after a crash listens again; one whose port is taken is
-logged and asked again next round). Metadata answers carry :meth:`ListenerFleet.endpoints`.
+a broker without a listener (new, on a new node, or whose listener died) gets one; every
+listener is asked to listen (one whose port is taken is logged and asked again next round).
+A listener that died is started again on the port it had, also when ``listeners`` asked for
+any free port, so the addresses clients bootstrap from stay true. Metadata answers carry
+:meth:`ListenerFleet.endpoints`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class ListenerFleet:
         #: broker id -> advertised (host, port), for listeners that confirmed they listen
         self._endpoints: dict[int, tuple[str, int]] = {}
         self._failing: set[int] = set()
+        #: broker id -> the port its listener bound last (a new listener takes it again)
+        self._ports: dict[int, int] = {}
 
     def endpoints(self, live: set[int]) -> dict[int, tuple[str, int]]:
         """Advertised ``(host, port)`` of each live broker's listener that listens."""
@@ -65,12 +69,12 @@ class ListenerFleet:
             if self._actors.get(b, ("", None))[0] != node_id:
                 self._endpoints.pop(b, None)
                 host, port = addresses[b]
+                port = port or self._ports.get(b, 0)
                 handle = _Remote.options(
                     name=listener_name(self.cluster_name, b, node_id),
                     namespace=NAMESPACE,
                     lifetime="detached",
                     get_if_exists=True,
-                    max_restarts=-1,
                     max_concurrency=KafkaListenerActor.MAX_CONCURRENCY,
                     num_cpus=0,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
@@ -84,6 +88,8 @@ class ListenerFleet:
             endpoint = await asyncio.wait_for(self._actors[broker_id][1].start.remote(), timeout_s)
         except (OSError, ray.exceptions.RayError, asyncio.TimeoutError) as exc:
             self._endpoints.pop(broker_id, None)
+            if isinstance(exc, ray.exceptions.ActorDiedError):
+                del self._actors[broker_id]  # started again next round, on the same port
             if broker_id not in self._failing:
                 logger.warning("broker %d: its Kafka listener does not listen (tried again): %s", broker_id, exc)
             self._failing.add(broker_id)
@@ -92,6 +98,7 @@ class ListenerFleet:
         if self._endpoints.get(broker_id) != tuple(endpoint):
             logger.info("broker %d: Kafka listener at %s:%d", broker_id, *endpoint)
         self._endpoints[broker_id] = tuple(endpoint)
+        self._ports[broker_id] = endpoint[1]
 
     def shutdown(self) -> None:
         """Stop every listener actor."""

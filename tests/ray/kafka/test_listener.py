@@ -1,0 +1,262 @@
+"""The Kafka listener itself, spoken to byte by byte: framing, pipelining, errors that keep the
+connection and errors that close it, routing to leaders, long polls, and a listener that Ray
+restarts. (Real clients are in test_clients.py and the other files of this folder.)"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+import ray
+
+from raylog import Producer
+from raylog.actors.kafka.fleet import listener_name
+from raylog.actors.names import NAMESPACE
+from raylog.kafka import codec, records
+from raylog.protocol import MAX_REQUEST_BYTES
+from raylog.storage import record_batch
+from tests.helpers import wait_until
+
+ApiKey = codec.ApiKey
+#: Bound on any single read from the listener in these tests.
+READ_TIMEOUT_S = 30.0
+
+
+class Wire:
+    """A raw Kafka connection: send requests (pipelined), read responses in order."""
+
+    def __init__(self, address: str):
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=READ_TIMEOUT_S)
+        self.sent: list[codec.RequestHeader] = []
+        self._ids = iter(range(1, 1 << 30))
+
+    def send(self, api_key: ApiKey, version: int, body: dict) -> codec.RequestHeader:
+        header = codec.RequestHeader(api_key, version, next(self._ids), "wire-test")
+        self.sock.sendall(b"".join(bytes(b) for b in codec.encode_request(header, body)))
+        self.sent.append(header)
+        return header
+
+    def receive(self) -> tuple[codec.RequestHeader, dict]:
+        header = self.sent.pop(0)
+        size = struct.unpack(">i", self._exactly(4))[0]
+        correlation_id, body = codec.decode_response(header.api_key, header.api_version, self._exactly(size))
+        assert correlation_id == header.correlation_id
+        return header, body
+
+    def ask(self, api_key: ApiKey, version: int, body: dict) -> dict:
+        self.send(api_key, version, body)
+        return self.receive()[1]
+
+    def closed(self) -> bool:
+        """Whether the listener closed the connection (reads EOF within the bound)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def _exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            assert chunk, "the listener closed the connection"
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _metadata(wire: Wire, topic: str) -> dict:
+    return wire.ask(ApiKey.METADATA, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+
+
+def _leader_address(wire: Wire, topic: str, partition: int = 0) -> tuple[str, str]:
+    """``(leader's address, another broker's address)`` of a partition, from Metadata."""
+    answer = _metadata(wire, topic)
+    brokers = {b["node_id"]: f"{b['host']}:{b['port']}" for b in answer["brokers"]}
+    leader = answer["topics"][0]["partitions"][partition]["leader_id"]
+    other = next(b for b in brokers if b != leader)
+    return brokers[leader], brokers[other]
+
+
+def _produce_body(topic: str, partition: int, data: bytes, acks: int = 1) -> dict:
+    return {
+        "acks": acks,
+        "timeout_ms": 30_000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": data}]}],
+    }
+
+
+def _kafka_batch(values: list[bytes]) -> bytes:
+    """A Kafka v2 batch of ``values`` (built by raylog, converted by the listener's codec)."""
+    return b"".join(bytes(part) for part in records.to_kafka(record_batch.build(values)))
+
+
+def _fetch_body(topic: str, partition: int, offset: int, max_wait_ms: int = 0, min_bytes: int = 1) -> dict:
+    return {
+        "replica_id": -1,
+        "max_wait_ms": max_wait_ms,
+        "min_bytes": min_bytes,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [{"partition": partition, "fetch_offset": offset, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+    }
+
+
+@pytest.fixture
+def wire(bootstrap):
+    connection = Wire(bootstrap.split(",")[0])
+    yield connection
+    connection.close()
+
+
+def test_api_versions_lists_what_the_codec_supports(wire):
+    answer = wire.ask(ApiKey.API_VERSIONS, 3, {"client_software_name": "wire-test", "client_software_version": "1"})
+    assert answer["error_code"] == 0
+    assert {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]} == {
+        int(k): v for k, v in codec.SUPPORTED.items()
+    }
+
+
+def test_metadata_advertises_every_brokers_listener(wire, bootstrap, kafka_topic):
+    topic = kafka_topic(3, replication_factor=3)
+    answer = _metadata(wire, topic)
+    assert sorted(f"{b['host']}:{b['port']}" for b in answer["brokers"]) == sorted(bootstrap.split(","))
+    (described,) = answer["topics"]
+    assert described["error_code"] == 0 and described["name"] == topic and not described["is_internal"]
+    for p in described["partitions"]:
+        assert p["error_code"] == 0 and p["leader_id"] in p["isr_nodes"] and sorted(p["replica_nodes"]) == [0, 1, 2]
+    unknown = _metadata(wire, f"{topic}-missing")["topics"][0]
+    assert unknown["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION: no auto-creation
+
+
+def test_pipelined_requests_are_answered_in_order(wire, kafka_topic):
+    topic = kafka_topic(1)
+    leader_wire = Wire(_leader_address(wire, topic)[0])
+    try:
+        for i in range(20):
+            leader_wire.send(ApiKey.PRODUCE, 9, _produce_body(topic, 0, _kafka_batch([b"%d" % i])))
+            leader_wire.send(ApiKey.API_VERSIONS, 0, {})
+        offsets = []
+        while leader_wire.sent:
+            header, body = leader_wire.receive()  # receive() checks each correlation id in turn
+            if header.api_key == ApiKey.PRODUCE:
+                (part,) = body["responses"][0]["partition_responses"]
+                assert part["error_code"] == 0
+                offsets.append(part["base_offset"])
+        assert offsets == list(range(20))
+    finally:
+        leader_wire.close()
+
+
+def _raw_request(wire: Wire, api_key: int, version: int, correlation_id: int) -> bytes:
+    """Send a request header (v1) with no body for any api key and version; the response frame."""
+    client = b"wire-test"
+    frame = struct.pack(">hhih", api_key, version, correlation_id, len(client)) + client
+    wire.sock.sendall(struct.pack(">i", len(frame)) + frame)
+    return wire._exactly(struct.unpack(">i", wire._exactly(4))[0])
+
+
+def test_an_unsupported_api_or_version_is_answered_and_the_connection_stays(wire):
+    unknown_api = _raw_request(wire, 57, 0, 7)  # UpdateFeatures: not served
+    assert struct.unpack(">ih", unknown_api[:6]) == (7, 35)  # UNSUPPORTED_VERSION
+    too_new = _raw_request(wire, ApiKey.FETCH, 99, 8)  # answered at the newest Fetch raylog speaks
+    correlation_id, body = codec.decode_response(ApiKey.FETCH, codec.SUPPORTED[ApiKey.FETCH][1], too_new)
+    assert (correlation_id, body["error_code"]) == (8, 35)
+    assert wire.ask(ApiKey.API_VERSIONS, 0, {})["error_code"] == 0
+
+
+def test_an_oversized_or_malformed_frame_closes_the_connection(bootstrap):
+    address = bootstrap.split(",")[0]
+    too_big = Wire(address)
+    too_big.sock.sendall(struct.pack(">i", MAX_REQUEST_BYTES + 1))
+    assert too_big.closed()
+    too_big.close()
+    garbage = Wire(address)
+    garbage.sock.sendall(struct.pack(">i", 6) + struct.pack(">hhh", 3, 1, 0))  # a header cut short
+    assert garbage.closed()
+    garbage.close()
+
+
+def test_produce_goes_to_the_leader_and_nowhere_else(wire, kafka_topic, read_back):
+    topic = kafka_topic(1, replication_factor=3)
+    leader, follower = _leader_address(wire, topic)
+    to_follower = Wire(follower)
+    try:
+        part = to_follower.ask(ApiKey.PRODUCE, 9, _produce_body(topic, 0, _kafka_batch([b"x"])))
+        assert part["responses"][0]["partition_responses"][0]["error_code"] == 6  # NOT_LEADER_OR_FOLLOWER
+    finally:
+        to_follower.close()
+    to_leader = Wire(leader)
+    try:
+        answer = to_leader.ask(ApiKey.PRODUCE, 9, _produce_body(topic, 0, _kafka_batch([b"a", b"b"]), acks=-1))
+        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+        two = _kafka_batch([b"c"]) + _kafka_batch([b"d"])
+        answer = to_leader.ask(ApiKey.PRODUCE, 9, _produce_body(topic, 0, two))
+        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 87  # INVALID_RECORD
+        corrupt = bytearray(_kafka_batch([b"e"]))
+        corrupt[-1] ^= 0xFF
+        answer = to_leader.ask(ApiKey.PRODUCE, 9, _produce_body(topic, 0, bytes(corrupt)))
+        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 2  # CORRUPT_MESSAGE
+        to_leader.send(ApiKey.PRODUCE, 9, _produce_body(topic, 0, _kafka_batch([b"f"]), acks=0))
+        to_leader.sent.pop()  # acks=0: no answer comes
+        assert to_leader.ask(ApiKey.API_VERSIONS, 0, {})["error_code"] == 0
+    finally:
+        to_leader.close()
+    assert [r.value for r in wait_until(lambda: _all_of(read_back(topic), 3), timeout_s=30)] == [b"a", b"b", b"f"]
+
+
+def _all_of(found: list, count: int) -> list | None:
+    return found if len(found) >= count else None
+
+
+def test_a_long_poll_answers_when_a_record_arrives(wire, kafka_cluster, kafka_topic):
+    topic = kafka_topic(1)
+    leader = Wire(_leader_address(wire, topic)[0])
+    try:
+        empty = leader.ask(ApiKey.FETCH, 11, _fetch_body(topic, 0, 0))
+        part = empty["responses"][0]["partitions"][0]
+        assert part["error_code"] == 0 and part["high_watermark"] == 0 and not bytes(part["records"])
+        leader.send(ApiKey.FETCH, 11, _fetch_body(topic, 0, 0, max_wait_ms=25_000))
+        with Producer(kafka_cluster) as producer:
+            producer.send(topic, b"late", partition=0).get(timeout=30)
+        started = time.monotonic()
+        _, answer = leader.receive()
+        part = answer["responses"][0]["partitions"][0]
+        assert part["error_code"] == 0 and part["high_watermark"] == 1
+        assert time.monotonic() - started < READ_TIMEOUT_S
+        table = record_batch.decode_table(records.to_raylog(bytes(part["records"])))
+        assert table.column("value").to_pylist() == [b"late"]
+    finally:
+        leader.close()
+
+
+def test_a_restarted_listener_listens_again(wire, kafka_cluster):
+    metadata = kafka_cluster.metadata(refresh=True)
+    broker = max(metadata.listeners)
+    name = listener_name(kafka_cluster.cluster_name, broker, metadata.brokers[broker].node_id)
+    ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+    host, port = metadata.listeners[broker]
+    address = f"{host}:{port}"  # the controller starts it again on the same port
+    answer = wait_until(lambda: _versions_at(address), timeout_s=120, message=f"broker {broker}'s listener again")
+    assert answer["error_code"] == 0
+
+
+def _versions_at(address: str) -> dict | None:
+    try:
+        connection = Wire(address)
+    except OSError:
+        return None
+    try:
+        return connection.ask(ApiKey.API_VERSIONS, 0, {})
+    except (OSError, AssertionError):
+        return None
+    finally:
+        connection.close()
