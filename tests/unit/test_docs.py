@@ -289,3 +289,18 @@ def test_paths_named_in_tracked_files_exist(tracked):
             if not _exists(named, here):
                 missing.append(f"{path}: {named}")
     assert not missing, "no such file in the repository:\n" + "\n".join(sorted(set(missing)))
+
+
+def test_the_kafka_api_table_is_what_the_listener_serves():
+    """docs/kafka.md's table of APIs and versions equals raylog.kafka.codec.SUPPORTED."""
+    from raylog.kafka import codec
+
+    with open(os.path.join(ROOT, "docs", "kafka.md"), encoding="utf-8") as f:
+        text = f.read()
+    table = text.split("<!-- kafka-apis:begin -->")[1].split("<!-- kafka-apis:end -->")[0]
+    documented = {}
+    for row in table.strip().splitlines()[2:]:
+        _, key, versions, _ = [cell.strip() for cell in row.strip("|").split("|")]
+        low, high = versions.split("-")
+        documented[int(key)] = (int(low), int(high))
+    assert documented == {int(k): v for k, v in codec.SUPPORTED.items()}

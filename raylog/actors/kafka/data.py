@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import struct
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -146,6 +147,7 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
             {
                 "error_code": 0,
                 "name": name,
+                "topic_id": uuid.UUID(hex=described.topic_id),
                 "is_internal": name in _INTERNAL,
                 "partitions": partitions,
                 "topic_authorized_operations": NO_OPERATIONS,

@@ -125,12 +125,13 @@ def test_api_versions_lists_what_the_codec_supports(wire):
     }
 
 
-def test_metadata_advertises_every_brokers_listener(wire, bootstrap, kafka_topic):
+def test_metadata_advertises_every_brokers_listener(wire, bootstrap, kafka_cluster, kafka_topic):
     topic = kafka_topic(3, replication_factor=3)
     answer = _metadata(wire, topic)
     assert sorted(f"{b['host']}:{b['port']}" for b in answer["brokers"]) == sorted(bootstrap.split(","))
     (described,) = answer["topics"]
     assert described["error_code"] == 0 and described["name"] == topic and not described["is_internal"]
+    assert described["topic_id"].hex == kafka_cluster.metadata(refresh=True).topics[topic].topic_id
     for p in described["partitions"]:
         assert p["error_code"] == 0 and p["leader_id"] in p["isr_nodes"] and sorted(p["replica_nodes"]) == [0, 1, 2]
     unknown = _metadata(wire, f"{topic}-missing")["topics"][0]
