@@ -1,0 +1,326 @@
+"""Consumer groups over Kafka's protocol, with real clients against raylog's listeners:
+confluent-kafka (librdkafka) groups of two members sharing a topic, kafka-python's group
+consumer, a group mixing a raylog Consumer and a confluent-kafka one, commits seen by
+raylog's own Admin and Consumer, and the admin views (ListGroups, DescribeGroups,
+OffsetFetch) as Kafka's admin clients read them.
+
+Every wait is bounded: the consumers are polled in turn until the expected state is seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterable
+
+import pytest
+
+from raylog import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
+
+PARTITIONS = 4
+RECORDS = 40
+#: Bound on reaching a group state (rebalances included).
+GROUP_TIMEOUT_S = 90
+#: Short heartbeats: members hear of a rebalance within this many ms.
+HEARTBEAT_MS = 300
+#: kafka-python's KafkaConsumer and raylog's Consumer take the same settings.
+GROUP_SETTINGS = {
+    "auto_offset_reset": "earliest",
+    "enable_auto_commit": False,
+    "heartbeat_interval_ms": HEARTBEAT_MS,
+    "session_timeout_ms": 10_000,
+}
+
+
+def _group() -> str:
+    return f"g-{uuid.uuid4().hex[:10]}"
+
+
+def _produce(cluster, topic: str) -> dict[int, int]:
+    """RECORDS keyed records through raylog's Producer; ``{partition: count}``."""
+    with Producer(cluster, acks="all") as producer:
+        futures = [producer.send(topic, f"v{i}".encode(), key=f"k{i}".encode()) for i in range(RECORDS)]
+        landed = [f.get(timeout=30) for f in futures]
+    counts = dict.fromkeys(range(PARTITIONS), 0)
+    for metadata in landed:
+        counts[metadata.partition] += 1
+    return counts
+
+
+def _confluent(bootstrap: str, group: str, strategy: str, **extra):
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    return KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "partition.assignment.strategy": strategy,
+            "heartbeat.interval.ms": HEARTBEAT_MS,
+            "session.timeout.ms": 10_000,
+            "topic.metadata.refresh.interval.ms": 1_000,
+            **extra,
+        }
+    )
+
+
+class Member:
+    """A consumer in the test's loop: what it read, what it owns now, and its positions."""
+
+    def __init__(self, name: str, consumer, poll: Callable[[], Iterable[tuple[int, int]]], positions):
+        self.name, self.consumer, self._poll, self._positions = name, consumer, poll, positions
+        self.read: set[tuple[int, int]] = set()  # (partition, offset)
+
+    def poll(self) -> None:
+        self.read.update(self._poll())
+
+    def owned(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def at_end(self, counts: dict[int, int]) -> bool:
+        """It has read each partition it owns to its end (an empty one is read)."""
+        return all(counts[p] == 0 or self._positions(p) == counts[p] for p in self.owned())
+
+
+def confluent_member(consumer, name: str) -> Member:
+    def poll():
+        out = []
+        for message in consumer.consume(num_messages=100, timeout=0.1):
+            assert message.error() is None, message.error()
+            out.append((message.partition(), message.offset()))
+        return out
+
+    def position(partition: int) -> int:
+        owned = [tp for tp in consumer.assignment() if tp.partition == partition]
+        return consumer.position(owned)[0].offset  # -1001 (none) until it has read there
+
+    return Member(name, consumer, poll, position)
+
+
+def polling_member(consumer, name: str) -> Member:
+    """A member polled as kafka-python's KafkaConsumer is, and raylog's Consumer too."""
+
+    def poll():
+        return [(r.partition, r.offset) for records in consumer.poll(timeout_ms=100).values() for r in records]
+
+    def position(partition: int) -> int:
+        (tp,) = [tp for tp in consumer.assignment() if tp.partition == partition]
+        return consumer.position(tp)
+
+    return Member(name, consumer, poll, position)
+
+
+def close(consumer) -> None:
+    """Close a confluent-kafka consumer the test may have closed already."""
+    with contextlib.suppress(RuntimeError):  # "Consumer closed"
+        consumer.close()
+
+
+def drive(members: list[Member], done: Callable[[], bool], what: str, timeout_s: float = GROUP_TIMEOUT_S) -> None:
+    """Poll every member in turn until ``done()``; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            owned = {m.name: sorted(m.owned()) for m in members}
+            raise AssertionError(f"{what} not reached within {timeout_s} s; owned: {owned}")
+        for member in members:
+            member.poll()
+
+
+def shared_once(members: list[Member]) -> bool:
+    """Every partition owned by exactly one member, and every member owning some."""
+    owned = [m.owned() for m in members]
+    return all(owned) and sum(map(len, owned)) == PARTITIONS and set().union(*owned) == set(range(PARTITIONS))
+
+
+def everything(counts: dict[int, int]) -> set[tuple[int, int]]:
+    return {(p, o) for p, n in counts.items() for o in range(n)}
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
+def test_two_confluent_consumers_share_a_topic_commit_and_rebalance_when_one_leaves(
+    kafka_cluster, bootstrap, kafka_topic, strategy
+):
+    from confluent_kafka import TopicPartition as KafkaTP
+
+    topic = kafka_topic(num_partitions=PARTITIONS)
+    counts = _produce(kafka_cluster, topic)
+    group = _group()
+    c1, c2 = _confluent(bootstrap, group, strategy), _confluent(bootstrap, group, strategy)
+    try:
+        c1.subscribe([topic])
+        c2.subscribe([topic])
+        m1, m2 = confluent_member(c1, "c1"), confluent_member(c2, "c2")
+
+        drive(
+            [m1, m2],
+            lambda: shared_once([m1, m2]) and m1.at_end(counts) and m2.at_end(counts),
+            "two members sharing every partition once, each read to its end",
+        )
+        assert m1.read | m2.read == everything(counts)
+        owned1, owned2 = m1.owned(), m2.owned()
+        assert owned1.isdisjoint(owned2)
+
+        # Commits through the listener are raylog's group's committed offsets.
+        c1.commit(asynchronous=False)
+        c2.commit(asynchronous=False)
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        expected = {tp: OffsetAndMetadata(counts[tp.partition], "") for tp in tps}
+        assert Admin(kafka_cluster).list_consumer_group_offsets(group) == expected
+        with Consumer(kafka_cluster, group_id=group) as reader:
+            assert reader.committed(tps) == expected
+        committed = c1.committed([KafkaTP(topic, p) for p in range(PARTITIONS)], timeout=30)
+        assert {tp.partition: tp.offset for tp in committed} == {p: counts[p] for p in range(PARTITIONS)}
+
+        # raylog's view of the group: two members, the assignor the clients asked for.
+        (described,) = Admin(kafka_cluster).describe_consumer_groups([group])
+        assert described.state == "Stable" and described.protocol == strategy
+        assert sorted(len(m.assignment) for m in described.members) == sorted([len(owned1), len(owned2)])
+
+        # One leaves (LeaveGroup): the other takes every partition.
+        c2.close()
+        drive([m1], lambda: m1.owned() == set(range(PARTITIONS)), "the remaining member owning every partition")
+    finally:
+        for consumer in (c1, c2):
+            close(consumer)
+
+
+def test_admin_clients_list_and_describe_the_group(kafka_cluster, bootstrap, kafka_topic):
+    """confluent-kafka's AdminClient (ListGroups, DescribeGroups, OffsetFetch) and
+    kafka-python's KafkaAdminClient read the group as Kafka's admin clients do."""
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions
+    from confluent_kafka import TopicPartition as KafkaTP
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+
+    topic = kafka_topic(num_partitions=PARTITIONS)
+    counts = _produce(kafka_cluster, topic)
+    group = _group()
+    consumer = _confluent(bootstrap, group, "roundrobin", **{"client.id": "described-client"})
+    kp_admin = None
+    try:
+        consumer.subscribe([topic])
+        member = confluent_member(consumer, "c")
+        drive([member], lambda: member.read == everything(counts), "one member reading everything")
+        consumer.commit(asynchronous=False)
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        listed = admin.list_consumer_groups(request_timeout=30).result(timeout=60)
+        assert not listed.errors
+        ours = [g for g in listed.valid if g.group_id == group]
+        assert len(ours) == 1 and ours[0].state == ConsumerGroupState.STABLE and not ours[0].is_simple_consumer_group
+
+        described = admin.describe_consumer_groups([group], request_timeout=30)[group].result(timeout=60)
+        assert described.state == ConsumerGroupState.STABLE
+        assert described.partition_assignor == "roundrobin"
+        (m,) = described.members
+        assert m.client_id == "described-client"
+        assert sorted(tp.partition for tp in m.assignment.topic_partitions) == list(range(PARTITIONS))
+        assert {tp.topic for tp in m.assignment.topic_partitions} == {topic}
+
+        request = ConsumerGroupTopicPartitions(group, [KafkaTP(topic, p) for p in range(PARTITIONS)])
+        offsets = admin.list_consumer_group_offsets([request], request_timeout=30)[group].result(timeout=60)
+        assert {tp.partition: tp.offset for tp in offsets.topic_partitions} == {p: counts[p] for p in range(PARTITIONS)}
+
+        missing = admin.describe_consumer_groups(["no-such-group"], request_timeout=30)["no-such-group"]
+        assert missing.result(timeout=60).state == ConsumerGroupState.DEAD
+
+        kp_admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+        # OffsetFetch v8: two groups in one request, all of each group's partitions.
+        found = kp_admin.list_group_offsets({group: None, "no-such-group": None})
+        assert {tp.partition: o.offset for tp, o in found[group].items()} == {p: counts[p] for p in range(PARTITIONS)}
+        assert found["no-such-group"] == {}
+        listed = [g for g in kp_admin.list_groups() if g["group_id"] == group]
+        assert [(g["protocol_type"], g.get("group_state")) for g in listed] == [("consumer", "Stable")]
+    finally:
+        consumer.close()
+        if kp_admin is not None:
+            kp_admin.close()
+
+
+def test_kafka_python_group_consumer_reads_and_commits(kafka_cluster, bootstrap, kafka_topic):
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTP
+
+    topic = kafka_topic(num_partitions=PARTITIONS)
+    counts = _produce(kafka_cluster, topic)
+    group = _group()
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, **GROUP_SETTINGS)
+    try:
+        member = polling_member(consumer, "kafka-python")
+        drive([member], lambda: member.read == everything(counts), "kafka-python reading every record")
+        assert member.owned() == set(range(PARTITIONS))
+        consumer.commit()
+        expected = {TopicPartition(topic, p): OffsetAndMetadata(counts[p], "") for p in range(PARTITIONS)}
+        assert Admin(kafka_cluster).list_consumer_group_offsets(group) == expected
+        assert consumer.committed(KafkaTP(topic, 0)) == counts[0]
+    finally:
+        consumer.close()
+    # Its close left the group: raylog sees it empty, and a raylog member may take over.
+    (described,) = Admin(kafka_cluster).describe_consumer_groups([group])
+    assert described.state == "Empty" and not described.members
+
+
+def test_a_raylog_consumer_and_a_confluent_consumer_share_one_group(kafka_cluster, bootstrap, kafka_topic):
+    topic = kafka_topic(num_partitions=PARTITIONS)
+    counts = _produce(kafka_cluster, topic)
+    group = _group()
+    ours = Consumer(kafka_cluster, topic, group_id=group, **GROUP_SETTINGS)  # cooperative-sticky, raylog's default
+    theirs = _confluent(bootstrap, group, "cooperative-sticky")
+    try:
+        theirs.subscribe([topic])
+        a, b = polling_member(ours, "raylog"), confluent_member(theirs, "confluent")
+        drive(
+            [a, b],
+            lambda: shared_once([a, b]) and a.at_end(counts) and b.at_end(counts),
+            "a shared group, each member read to its end",
+        )
+        assert a.read | b.read == everything(counts)
+        ours.commit()
+        theirs.commit(asynchronous=False)
+        committed = Admin(kafka_cluster).list_consumer_group_offsets(group)
+        assert committed == {TopicPartition(topic, p): OffsetAndMetadata(counts[p], "") for p in range(PARTITIONS)}
+
+        # The confluent member leaves: raylog's member takes its partitions.
+        theirs.close()
+        drive([a], lambda: a.owned() == set(range(PARTITIONS)), "the raylog member owning every partition")
+    finally:
+        ours.close()
+        close(theirs)
+
+
+def test_a_commit_from_outside_the_group_keeps_its_metadata(kafka_cluster, bootstrap, kafka_topic):
+    """Consumers with assign() (no membership) commit with generation -1: raylog's commit from
+    outside the group. kafka-python's metadata is kept; the leader epoch is not (answered as
+    none). A partition of no topic is refused (confluent-kafka)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as KafkaTP
+    from kafka import KafkaConsumer
+    from kafka import OffsetAndMetadata as KafkaOffset
+    from kafka import TopicPartition as PyTP
+
+    topic = kafka_topic(num_partitions=2)
+    group = _group()
+    kp = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        kp.assign([PyTP(topic, 0), PyTP(topic, 1)])
+        kp.commit({PyTP(topic, 0): KafkaOffset(7, "note", 4), PyTP(topic, 1): KafkaOffset(3, "", -1)})
+        assert Admin(kafka_cluster).list_consumer_group_offsets(group) == {
+            TopicPartition(topic, 0): OffsetAndMetadata(7, "note"),
+            TopicPartition(topic, 1): OffsetAndMetadata(3, ""),
+        }
+        back = kp.committed(PyTP(topic, 0), metadata=True)
+        assert (back.offset, back.metadata, back.leader_epoch) == (7, "note", -1)
+    finally:
+        kp.close()
+    consumer = _confluent(bootstrap, group, "range")
+    try:
+        back = consumer.committed([KafkaTP(topic, p) for p in range(2)], timeout=30)
+        assert [(tp.partition, tp.offset) for tp in back] == [(0, 7), (1, 3)]
+        with pytest.raises(KafkaException) as refused:
+            consumer.commit(offsets=[KafkaTP(f"{topic}-missing", 0, 1)], asynchronous=False)
+        assert refused.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    finally:
+        consumer.close()
