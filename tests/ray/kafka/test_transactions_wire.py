@@ -1,0 +1,370 @@
+"""Producer ids and transactions over raylog's Kafka listener
+(raylog/actors/kafka/transactions.py).
+
+First the handlers themselves, called in this process with a BrokerContext on the Kafka
+cluster's controller and requests that go through raylog's codec both ways: idempotent and
+transactional InitProducerId (KIP-360's check), AddPartitionsToTxn's all-or-nothing
+errors, a fenced epoch, and EndTxn keeping the epoch a Kafka client goes on with.
+
+Then librdkafka (confluent-kafka) against the listeners: a transactional producer commits
+a transaction, aborts one and commits another; raylog's Consumer and a confluent-kafka
+consumer, both read_committed, see exactly the committed records, in order. A
+consume-transform-produce loop commits its group's offsets with send_offsets_to_transaction.
+A second producer with the same transactional.id fences the first. A plain idempotent
+producer gets a producer id and delivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from raylog import TopicPartition, errors
+from raylog.actors.kafka import transactions
+from raylog.actors.kafka.context import BrokerContext
+from raylog.kafka import codec
+from tests.helpers import wait_until
+
+#: A bound on what one client call or read may take (not a measure).
+DEADLINE_S = 60.0
+
+K = codec.ApiKey
+# Kafka's codes, as the responses carry them.
+NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST = 0, 3, 42
+OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 55, 90
+
+
+def fresh(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def handle(kafka_cluster):
+    """``handle(api_key, version, body)`` -> the response body, as a client decodes it: the
+    request encoded and decoded by the codec, answered by the handler with a BrokerContext
+    of the Kafka cluster, the answer encoded and decoded again."""
+    broker_id = min(kafka_cluster.metadata(refresh=True).brokers)
+    loop = asyncio.new_event_loop()
+    ctx = BrokerContext(kafka_cluster.cluster_name, broker_id, kafka_cluster.controller)
+
+    def run(api_key: codec.ApiKey, version: int, body: dict) -> dict:
+        """Asked again, as clients do, while the answer has a retriable error (a coordinator
+        starting, a transaction completing)."""
+        return wait_until(
+            lambda: _unless_retriable(once(api_key, version, body)),
+            timeout_s=DEADLINE_S,
+            message=f"a final answer to {api_key.name}",
+        )
+
+    def once(api_key: codec.ApiKey, version: int, body: dict) -> dict:
+        header = codec.RequestHeader(api_key, version, 7, "handler-test")
+        frame = b"".join(bytes(b) for b in codec.encode_request(header, body))
+        decoded_header, decoded = codec.decode_request(frame[4:])
+        answer = loop.run_until_complete(transactions.HANDLERS[api_key](ctx, decoded_header, decoded))
+        response = b"".join(bytes(b) for b in codec.encode_response(decoded_header, answer))
+        correlation_id, body = codec.decode_response(api_key, version, response[4:])
+        assert correlation_id == 7
+        return body
+
+    yield run
+    loop.close()
+
+
+def _codes(value) -> list[int]:
+    """Every error code in a response body."""
+    if isinstance(value, list):
+        return [c for item in value for c in _codes(item)]
+    if isinstance(value, dict):
+        return [c for k, v in value.items() for c in ([v] if k.endswith("error_code") else _codes(v))]
+    return []
+
+
+#: What a Kafka client asks again after: a coordinator loading, not there yet, moved; a
+#: transaction completing.
+RETRIED = frozenset(
+    e.code
+    for e in (
+        errors.CoordinatorLoadInProgressError,
+        errors.CoordinatorNotAvailableError,
+        errors.NotCoordinatorError,
+        errors.ConcurrentTransactionsError,
+    )
+)
+
+
+def _unless_retriable(body: dict) -> dict | None:
+    return None if RETRIED.intersection(_codes(body)) else body
+
+
+def init_txn(handle, tid: str, version: int = 4, producer_id: int = -1, epoch: int = -1) -> dict:
+    return handle(
+        K.INIT_PRODUCER_ID,
+        version,
+        {
+            "transactional_id": tid,
+            "transaction_timeout_ms": 60_000,
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+        },
+    )
+
+
+def add_partitions(handle, tid: str, pid: int, epoch: int, partitions: dict[str, list[int]]) -> dict:
+    answer = handle(
+        K.ADD_PARTITIONS_TO_TXN,
+        3,
+        {
+            "v3_and_below_transactional_id": tid,
+            "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in partitions.items()],
+        },
+    )
+    return {
+        (t["name"], p["partition_index"]): p["partition_error_code"]
+        for t in answer["results_by_topic_v3_and_below"]
+        for p in t["results_by_partition"]
+    }
+
+
+def end(handle, tid: str, pid: int, epoch: int, commit: bool) -> int:
+    body = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": commit}
+    return handle(K.END_TXN, 3, body)["error_code"]
+
+
+def test_init_producer_id_without_a_transactional_id_gives_fresh_ids_at_epoch_0(handle):
+    answers = [
+        handle(K.INIT_PRODUCER_ID, v, {"transactional_id": None, "transaction_timeout_ms": 1}) for v in (0, 2, 4)
+    ]
+    assert [(a["error_code"], a["producer_epoch"]) for a in answers] == [(NONE, 0)] * 3
+    ids = [a["producer_id"] for a in answers]
+    assert len(set(ids)) == 3 and min(ids) >= 0
+    # KIP-360: an idempotent producer naming its id gets a new one, as from Kafka.
+    again = handle(K.INIT_PRODUCER_ID, 4, {"transactional_id": None, "producer_id": ids[0], "producer_epoch": 0})
+    assert again["error_code"] == NONE and again["producer_id"] not in ids
+
+
+def test_transactional_init_bumps_the_epoch_and_kip_360_checks_the_caller(handle):
+    tid = fresh("tx-init")
+    first = init_txn(handle, tid)
+    pid = first["producer_id"]
+    assert (first["error_code"], first["producer_epoch"]) == (NONE, 0)
+    second = init_txn(handle, tid, producer_id=pid, epoch=0)  # the holder re-registers
+    assert (second["error_code"], second["producer_id"], second["producer_epoch"]) == (NONE, pid, 1)
+    stale = init_txn(handle, tid, producer_id=pid, epoch=0)  # the fenced instance
+    assert (stale["error_code"], stale["producer_id"], stale["producer_epoch"]) == (PRODUCER_FENCED, -1, -1)
+    assert init_txn(handle, tid, version=2)["producer_epoch"] == 2  # no id given: any instance
+    assert init_txn(handle, "")["error_code"] == INVALID_REQUEST
+
+
+def test_add_partitions_is_all_or_nothing_and_fenced_epochs_are_refused(handle, kafka_topic):
+    topic = kafka_topic(num_partitions=2)
+    tid = fresh("tx-add")
+    first = init_txn(handle, tid)
+    pid = first["producer_id"]
+    assert add_partitions(handle, tid, pid, 0, {topic: [0, 7], "no-such-topic": [0]}) == {
+        (topic, 0): OPERATION_NOT_ATTEMPTED,
+        (topic, 7): UNKNOWN_TOPIC_OR_PARTITION,
+        ("no-such-topic", 0): UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    assert add_partitions(handle, tid, pid, 0, {topic: [0, 1]}) == {(topic, 0): NONE, (topic, 1): NONE}
+    init_txn(handle, tid)  # a new instance: epoch 1, the open transaction aborted
+    assert add_partitions(handle, tid, pid, 0, {topic: [0]}) == {(topic, 0): PRODUCER_FENCED}
+    assert end(handle, tid, pid, 0, True) == PRODUCER_FENCED
+
+
+def test_end_txn_keeps_the_epoch_the_kafka_client_goes_on_with(handle, kafka_topic):
+    """EndTxn v0-3 answers no epoch: after a commit and an abort the same producer id and
+    epoch open the next transaction (raylog's own producers get a bumped epoch instead)."""
+    topic = kafka_topic()
+    tid = fresh("tx-end")
+    pid = init_txn(handle, tid)["producer_id"]
+    for commit in (True, False, True):
+        assert add_partitions(handle, tid, pid, 0, {topic: [0]}) == {(topic, 0): NONE}
+        assert end(handle, tid, pid, 0, commit) == NONE
+    assert end(handle, tid, pid, 0, True) == NONE  # a retry of the last end, or an empty one
+
+
+def test_add_offsets_and_txn_offset_commit_through_the_handlers(handle, kafka_topic, kafka_admin):
+    topic, group = kafka_topic(num_partitions=2), fresh("g")
+    tid = fresh("tx-offsets")
+    pid = init_txn(handle, tid)["producer_id"]
+    added = handle(
+        K.ADD_OFFSETS_TO_TXN, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": 0, "group_id": group}
+    )
+    assert added["error_code"] == NONE
+    committed = handle(
+        K.TXN_OFFSET_COMMIT,
+        3,
+        {
+            "transactional_id": tid,
+            "group_id": group,
+            "producer_id": pid,
+            "producer_epoch": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": 0, "committed_offset": 5, "committed_metadata": "m"},
+                        {"partition_index": 1, "committed_offset": 9, "committed_metadata": None},
+                    ],
+                }
+            ],
+        },
+    )
+    assert [(p["partition_index"], p["error_code"]) for p in committed["topics"][0]["partitions"]] == [(0, 0), (1, 0)]
+    assert end(handle, tid, pid, 0, True) == NONE
+    offsets = kafka_admin.list_consumer_group_offsets(group)
+    assert {tp: (o.offset, o.metadata) for tp, o in offsets.items()} == {
+        TopicPartition(topic, 0): (5, "m"),
+        TopicPartition(topic, 1): (9, ""),
+    }
+
+
+# --- librdkafka ---------------------------------------------------------------------------
+
+
+def producer(bootstrap: str, **config):
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **config})
+
+
+def produce_all(p, topic: str, values: list[bytes]) -> None:
+    """Produce ``values`` to partition 0 of ``topic`` and wait until each is delivered."""
+    errors = []
+    for value in values:
+        p.produce(topic, value, partition=0, on_delivery=lambda err, _msg: err and errors.append(err))
+    assert p.flush(DEADLINE_S) == 0 and not errors, errors
+
+
+def confluent_read(bootstrap: str, topic: str, count: int, **config) -> list[bytes]:
+    """The first ``count`` values of partition 0 of ``topic`` read by a confluent consumer
+    (read_committed unless ``config`` says otherwise)."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": fresh("reader"),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            **config,
+        }
+    )
+    try:
+        consumer.assign([KafkaTopicPartition(topic, 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(values) < count:
+            assert time.monotonic() < deadline, f"read only {values}"
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            values.append(message.value())
+        return values
+    finally:
+        consumer.close()
+
+
+def test_confluent_transactions_commit_and_abort_as_read_committed_readers_see(bootstrap, kafka_topic, read_back):
+    topic = kafka_topic()
+    p = producer(bootstrap, **{"transactional.id": fresh("tx-client"), "transaction.timeout.ms": 60_000})
+    p.init_transactions(DEADLINE_S)
+    batches = [
+        ([b"c1-a", b"c1-b"], True),
+        ([b"aborted-a", b"aborted-b", b"aborted-c"], False),
+        ([b"c2-a"], True),
+        ([b"aborted-d"], False),
+        ([b"c3-a", b"c3-b"], True),
+    ]
+    for values, commit in batches:
+        p.begin_transaction()
+        produce_all(p, topic, values)
+        if commit:
+            p.commit_transaction(DEADLINE_S)
+        else:
+            p.abort_transaction(DEADLINE_S)
+    committed = [v for values, commit in batches if commit for v in values]
+    assert [r.value for r in read_back(topic)] == committed  # raylog's Consumer, read_committed
+    assert confluent_read(bootstrap, topic, len(committed)) == committed
+    everything = [v for values, _ in batches for v in values]
+    assert confluent_read(bootstrap, topic, len(everything), **{"isolation.level": "read_uncommitted"}) == everything
+
+
+def test_send_offsets_to_transaction_commits_the_groups_offsets(bootstrap, kafka_topic, kafka_admin, read_back):
+    """A consume-transform-produce loop: a confluent consumer in a group reads the input, a
+    transactional producer writes the output and the consumer's offsets in one transaction;
+    an aborted round changes neither; the group's committed offset is where the committed
+    rounds stopped."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    source, sink, group = kafka_topic(), kafka_topic(), fresh("ctp")
+    produce_all(producer(bootstrap), source, [b"in-%d" % i for i in range(6)])
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    p = producer(bootstrap, **{"transactional.id": fresh("tx-ctp")})
+    try:
+        p.init_transactions(DEADLINE_S)
+        consumer.assign([KafkaTopicPartition(source, 0, 0)])
+        for commit in (True, False, True):
+            messages = []
+            deadline = time.monotonic() + DEADLINE_S
+            while len(messages) < 2:
+                assert time.monotonic() < deadline
+                message = consumer.poll(1.0)
+                if message is not None:
+                    assert message.error() is None, message.error()
+                    messages.append(message)
+            p.begin_transaction()
+            produce_all(p, sink, [m.value().replace(b"in", b"out") for m in messages])
+            position = [KafkaTopicPartition(source, 0, messages[-1].offset() + 1)]
+            p.send_offsets_to_transaction(position, consumer.consumer_group_metadata(), DEADLINE_S)
+            if commit:
+                p.commit_transaction(DEADLINE_S)
+            else:
+                p.abort_transaction(DEADLINE_S)
+    finally:
+        consumer.close()
+    assert [r.value for r in read_back(sink)] == [b"out-0", b"out-1", b"out-4", b"out-5"]
+    assert kafka_admin.list_consumer_group_offsets(group)[TopicPartition(source, 0)].offset == 6
+
+
+def test_a_second_producer_with_the_same_transactional_id_fences_the_first(bootstrap, kafka_topic, read_back):
+    from confluent_kafka import KafkaException
+
+    topic, tid = kafka_topic(), fresh("tx-fence")
+    first = producer(bootstrap, **{"transactional.id": tid})
+    first.init_transactions(DEADLINE_S)
+    first.begin_transaction()
+    produce_all(first, topic, [b"zombie"])
+    second = producer(bootstrap, **{"transactional.id": tid})
+    second.init_transactions(DEADLINE_S)  # aborts the first one's open transaction
+    with pytest.raises(KafkaException) as raised:
+        first.commit_transaction(DEADLINE_S)
+    assert raised.value.args[0].fatal()
+    second.begin_transaction()
+    produce_all(second, topic, [b"live"])
+    second.commit_transaction(DEADLINE_S)
+    assert [r.value for r in read_back(topic)] == [b"live"]
+
+
+def test_an_idempotent_producer_gets_a_producer_id_and_delivers(bootstrap, kafka_topic, read_back):
+    topic = kafka_topic()
+    p = producer(bootstrap, **{"enable.idempotence": True, "acks": "all"})
+    values = [b"idem-%d" % i for i in range(20)]
+    produce_all(p, topic, values)
+    assert [r.value for r in read_back(topic)] == values
