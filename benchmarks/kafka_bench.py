@@ -2,12 +2,13 @@
 bundles librdkafka; kafka-python) against raylog's own clients, same records, same run.
 
 Set-up: a local Ray started here (the embedded default's settings: a 512 MiB object store,
-no dashboard), one embedded raylog broker with its data in a temporary directory and a Kafka
-listener on a free loopback port (``listeners="PLAINTEXT://127.0.0.1:0"``), topics with
-replication factor 1 created per measurement and deleted after it. No fsync (Kafka's
-default). Values are 100 B (``benchmarks.common.make_values``), no keys. Everything is
-removed at the end. :func:`measure` runs the same measurements on a cluster someone else
-started (its brokers must run listeners).
+no dashboard), one embedded raylog broker with its data in a temporary directory, a Kafka
+listener on a free loopback port (``listeners="PLAINTEXT://127.0.0.1:0"``) and one
+``__consumer_offsets`` partition; topics with replication factor 1 created per measurement
+and deleted after it. No fsync (Kafka's default). Values are 100 B
+(``benchmarks.common.make_values``), no keys. Everything is removed at the end.
+:func:`measure` runs the same measurements on a cluster someone else started (its brokers
+must run listeners).
 
 What is measured (``time.perf_counter``; throughput runs are repeated and the best is shown):
 
@@ -30,7 +31,8 @@ What is measured (``time.perf_counter``; throughput runs are repeated and the be
 4. Consume throughput: the first N records of that topic from offset 0, a fresh consumer per
    run, from its first poll until N came: raylog's ``Consumer.poll()`` into Records (the
    baseline), then a confluent-kafka ``Consumer`` assigned every partition at the beginning
-   (no group join, no commits) calling ``consume(num_messages=...)`` in a loop. Target:
+   (no group join, no commits; an untimed run of one record first, as it looks its group's
+   coordinator up) calling ``consume(num_messages=...)`` in a loop. Target:
    confluent-kafka >= 2x raylog's ``poll()``.
 5. Record conversion, in this process: Kafka record batch v2 to raylog's batch and back
    (``raylog.kafka.records``), batches of 10,000 of these records, with its floors (a
@@ -73,6 +75,10 @@ from raylog.clients.cluster import RaylogCluster
 VALUE_BYTES = 100
 #: Where every broker of the benchmark's own cluster listens (port 0: any free port).
 LISTENERS = "PLAINTEXT://127.0.0.1:0"
+#: The benchmark's own cluster: a listener per broker; one partition for the consumer groups'
+#: offsets (Kafka's 50 would be 50 replica processes on this machine, started by the
+#: confluent-kafka consumer's first coordinator look-up).
+CLUSTER_CONFIG = {"listeners": LISTENERS, "offsets.topic.num.partitions": "1"}
 #: Targets of issue 15: Kafka client over the listener against raylog's own client.
 PRODUCE_RATIO = 2.0
 CONSUME_RATIO = 2.0
@@ -458,6 +464,10 @@ class Runner(client_bench.Runner):
         )
 
     def _confluent_consume(self, topic: str, partitions: int, work: Any, shape: str, baseline: float | None) -> None:
+        # Untimed: a confluent-kafka consumer needs a group id, so it looks its coordinator up
+        # (FindCoordinator) even when it only assigns; the first look-up may start the group
+        # coordinators, which is no part of a fetch.
+        confluent_consume(self.bootstrap, topic, partitions, 1, self.scale.timeout_s)
         run = partial(confluent_consume, self.bootstrap, topic, partitions, work.count, self.scale.timeout_s)
         rate = self._best_rate(run, work.count)
         self.rows.append(
@@ -603,7 +613,7 @@ def run(scale: Scale, parent: str | None) -> list[Row]:
         cluster = raylog.connect(
             data_dir=os.path.join(workdir, "data"),
             cluster_name=f"kbench{uuid.uuid4().hex[:8]}",
-            config={"listeners": LISTENERS},
+            config=CLUSTER_CONFIG,
         )
         stack.callback(cluster.shutdown)
         return measure(cluster, scale)
