@@ -135,6 +135,17 @@ def shared_once(members: list[Member]) -> bool:
     return all(owned) and sum(map(len, owned)) == PARTITIONS and set().union(*owned) == set(range(PARTITIONS))
 
 
+def share(members: list[Member], counts: dict[int, int]) -> None:
+    """Drive ``members`` until they share every partition once and each has read its own to
+    their end; between them they read every record."""
+    drive(
+        members,
+        lambda: shared_once(members) and all(m.at_end(counts) for m in members),
+        f"{len(members)} members sharing every partition once, each read to its end",
+    )
+    assert set().union(*(m.read for m in members)) == everything(counts)
+
+
 def everything(counts: dict[int, int]) -> set[tuple[int, int]]:
     return {(p, o) for p, n in counts.items() for o in range(n)}
 
@@ -154,12 +165,7 @@ def test_two_confluent_consumers_share_a_topic_commit_and_rebalance_when_one_lea
         c2.subscribe([topic])
         m1, m2 = confluent_member(c1, "c1"), confluent_member(c2, "c2")
 
-        drive(
-            [m1, m2],
-            lambda: shared_once([m1, m2]) and m1.at_end(counts) and m2.at_end(counts),
-            "two members sharing every partition once, each read to its end",
-        )
-        assert m1.read | m2.read == everything(counts)
+        share([m1, m2], counts)
         owned1, owned2 = m1.owned(), m2.owned()
         assert owned1.isdisjoint(owned2)
 
@@ -272,12 +278,7 @@ def test_a_raylog_consumer_and_a_confluent_consumer_share_one_group(kafka_cluste
     try:
         theirs.subscribe([topic])
         a, b = polling_member(ours, "raylog"), confluent_member(theirs, "confluent")
-        drive(
-            [a, b],
-            lambda: shared_once([a, b]) and a.at_end(counts) and b.at_end(counts),
-            "a shared group, each member read to its end",
-        )
-        assert a.read | b.read == everything(counts)
+        share([a, b], counts)
         ours.commit()
         theirs.commit(asynchronous=False)
         committed = Admin(kafka_cluster).list_consumer_group_offsets(group)
@@ -324,3 +325,94 @@ def test_a_commit_from_outside_the_group_keeps_its_metadata(kafka_cluster, boots
         assert refused.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     finally:
         consumer.close()
+
+
+def test_kafka_python_cooperative_members_hand_partitions_over(kafka_cluster, bootstrap, kafka_topic):
+    """kafka-python's cooperative-sticky members send v1 subscriptions (owned partitions, no
+    generation: the listener fills in the one it told them): when a second member joins, the
+    first hands part of its partitions over and they end up shared once."""
+    from kafka import KafkaConsumer
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+    topic = kafka_topic(num_partitions=PARTITIONS)
+    counts = _produce(kafka_cluster, topic)
+    group = _group()
+    settings = {**GROUP_SETTINGS, "partition_assignment_strategy": [CooperativeStickyAssignor]}
+    first = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, **settings)
+    second = None
+    try:
+        a = polling_member(first, "first")
+        drive([a], lambda: a.owned() == set(range(PARTITIONS)), "the first member owning every partition")
+        second = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, **settings)
+        b = polling_member(second, "second")
+        share([a, b], counts)
+        (described,) = Admin(kafka_cluster).describe_consumer_groups([group])
+        assert described.protocol == "cooperative-sticky" and len(described.members) == 2
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
+def test_a_static_member_is_removed_by_its_instance_id(kafka_cluster, bootstrap, kafka_topic):
+    """A confluent-kafka member with group.instance.id does not leave when closed (static
+    membership); kafka-python's admin removes it by its instance id alone (LeaveGroup v3+)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import MemberToRemove
+
+    topic = kafka_topic(num_partitions=PARTITIONS)
+    group = _group()
+    consumer = _confluent(bootstrap, group, "range", **{"group.instance.id": "static-a"})
+    try:
+        consumer.subscribe([topic])
+        member = confluent_member(consumer, "static")
+        drive([member], lambda: member.owned() == set(range(PARTITIONS)), "the static member owning every partition")
+    finally:
+        consumer.close()
+    (described,) = Admin(kafka_cluster).describe_consumer_groups([group])
+    assert [m.group_instance_id for m in described.members] == ["static-a"]  # still in: static
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    try:
+        admin.remove_group_members(group, [MemberToRemove(group_instance_id="static-a")])
+    finally:
+        admin.close()
+    (described,) = Admin(kafka_cluster).describe_consumer_groups([group])
+    assert described.state == "Empty" and not described.members
+
+
+def test_aiokafka_group_consumer_reads_and_commits(kafka_cluster, bootstrap, kafka_topic):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    topic = kafka_topic(num_partitions=PARTITIONS)
+    counts = _produce(kafka_cluster, topic)
+    group = _group()
+
+    async def consume() -> set[tuple[int, int]]:
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            session_timeout_ms=10_000,
+        )
+        await consumer.start()
+        read: set[tuple[int, int]] = set()
+        try:
+            while read != everything(counts):
+                for records in (await consumer.getmany(timeout_ms=100)).values():
+                    read.update((r.partition, r.offset) for r in records)
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return read
+
+    async def bounded():
+        return await asyncio.wait_for(consume(), GROUP_TIMEOUT_S)
+
+    assert asyncio.run(bounded()) == everything(counts)
+    expected = {TopicPartition(topic, p): OffsetAndMetadata(counts[p], "") for p in range(PARTITIONS)}
+    assert Admin(kafka_cluster).list_consumer_group_offsets(group) == expected
