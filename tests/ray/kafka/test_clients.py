@@ -1,0 +1,557 @@
+"""Unchanged Kafka clients against raylog's Kafka listener: confluent-kafka (librdkafka),
+kafka-python and aiokafka.
+
+Each client produces keyed records (headers, explicit timestamps) that raylog's own Consumer
+reads back exactly (the partition raylog's murmur2 partitioner picks for the key, offsets in
+send order, keys, values, headers, timestamps); consumes exactly what raylog's Producer wrote;
+round-trips every compression codec it supports both ways; produces with acks 0, 1 and all;
+gets its own typed error for an oversized record and for an unknown topic (raylog never creates
+topics on a client's behalf); looks offsets up (earliest, latest, by timestamp) and seeks; and
+its long-poll fetch returns once a record arrives.
+
+Each client is driven through a small adapter with one shape (:class:`Client`), so that every
+test runs the same steps with the three clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+import pytest
+
+from raylog import Producer
+from raylog.clients.partitioner import partition_for_key
+from tests.helpers import wait_until
+
+#: How long a client may take to deliver or read what a test expects (a bound, not a measure).
+DEADLINE_S = 60.0
+#: The long-poll test's fetch waits this long at most on the broker, and its record must come
+#: well before that: the broker answered the waiting fetch when the record arrived.
+LONG_POLL_WAIT_MS = 30_000
+LONG_POLL_BOUND_S = 15.0
+#: A topic's max.message.bytes in the oversized-record test, and a value above it.
+SMALL_MAX_MESSAGE_BYTES = 1024
+OVERSIZED_VALUE = b"x" * 4096
+BASE_TIMESTAMP = 1_700_000_000_000
+
+
+class Sent(NamedTuple):
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+
+class Got(NamedTuple):
+    """A record as read, by any client: what the tests compare."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+
+
+def got(partition: int, offset: int, key, value, headers, timestamp: int) -> Got:
+    return Got(partition, offset, key, value, tuple((k, v) for k, v in headers or ()), timestamp)
+
+
+def raylog_got(record) -> Got:
+    return got(record.partition, record.offset, record.key, record.value, record.headers, record.timestamp)
+
+
+def keyed_records(count: int, prefix: str = "k") -> list[Sent]:
+    return [
+        Sent(
+            f"{prefix}{i}".encode(),
+            f"value {i} ".encode() * (i % 4 + 1),
+            (("seq", b"%d" % i), ("empty", b""), ("trace", f"t-{i}".encode())),
+            BASE_TIMESTAMP + 1000 * i,
+        )
+        for i in range(count)
+    ]
+
+
+class Client(Protocol):
+    """One Kafka client library behind the operations the tests use."""
+
+    name: str
+    #: Every codec this client can produce with here.
+    compressions: tuple[str, ...]
+
+    def produce(self, bootstrap: str, topic: str, records: list[Sent], acks="all", compression="none") -> list:
+        """Send ``records`` in order; their ``(partition, offset)`` as acknowledged (with acks=0,
+        whatever the client makes up). Raises the client's own error for a record that failed."""
+
+    def consume(self, bootstrap: str, topic: str, starts: dict[int, int], count: int) -> list[Got]:
+        """Assign the partitions of ``starts``, each from its offset; ``count`` records read, sorted."""
+
+    def offsets(self, bootstrap: str, topic: str, partition: int, timestamp: int) -> tuple[int, int, int | None]:
+        """``(earliest, latest, first offset at or after timestamp or None)`` of a partition."""
+
+    def long_poll(self, bootstrap: str, topic: str, arrive: Callable[[], None]) -> list[Got]:
+        """Start fetching partition 0 of an empty ``topic`` with a long fetch wait, call
+        ``arrive()`` once a fetch is waiting, and return what came within LONG_POLL_BOUND_S."""
+
+    def is_too_large(self, error: BaseException) -> bool:
+        """Whether ``error`` is the client's error for Kafka's MESSAGE_TOO_LARGE."""
+
+    def is_unknown_topic(self, error: BaseException) -> bool:
+        """Whether ``error`` is what the client raises for a topic that does not exist."""
+
+
+class ConfluentClient:
+    name = "confluent-kafka"
+    compressions = ("none", "gzip", "snappy", "lz4", "zstd")
+
+    def produce(self, bootstrap, topic, records, acks="all", compression="none"):
+        from confluent_kafka import KafkaException
+        from confluent_kafka import Producer as KafkaProducer
+
+        producer = KafkaProducer(
+            {
+                "bootstrap.servers": bootstrap,
+                # librdkafka's default partitioner hashes with CRC32; Java's (and raylog's) is murmur2.
+                "partitioner": "murmur2_random",
+                "acks": str(acks),
+                "compression.type": compression,
+                "linger.ms": 5,
+                "message.timeout.ms": 20_000,
+                "topic.metadata.propagation.max.ms": 2_000,
+            }
+        )
+        reports: list = [None] * len(records)
+
+        def report(index):
+            return lambda err, msg: reports.__setitem__(index, err or (msg.partition(), msg.offset()))
+
+        for i, r in enumerate(records):
+            producer.produce(
+                topic, r.value, r.key, headers=list(r.headers), timestamp=r.timestamp, on_delivery=report(i)
+            )
+        assert producer.flush(DEADLINE_S) == 0, "confluent-kafka did not deliver within the deadline"
+        for outcome in reports:
+            if not isinstance(outcome, tuple):
+                raise KafkaException(outcome)
+        return reports
+
+    def _consumer(self, bootstrap, **config):
+        from confluent_kafka import Consumer as KafkaConsumer
+
+        return KafkaConsumer(
+            {
+                "bootstrap.servers": bootstrap,
+                # Needed by librdkafka's consumer even when it only assigns; never joined here.
+                "group.id": f"assigned-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                **config,
+            }
+        )
+
+    @staticmethod
+    def _got(msg) -> Got:
+        return got(msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers(), msg.timestamp()[1])
+
+    def _read(self, consumer, count, deadline_s):
+        out: list[Got] = []
+        deadline = time.monotonic() + deadline_s
+        while len(out) < count and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=count - len(out), timeout=0.5):
+                assert msg.error() is None, msg.error()
+                out.append(self._got(msg))
+        return sorted(out)
+
+    def consume(self, bootstrap, topic, starts, count):
+        from confluent_kafka import TopicPartition
+
+        consumer = self._consumer(bootstrap)
+        try:
+            consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+            return self._read(consumer, count, DEADLINE_S)
+        finally:
+            consumer.close()
+
+    def offsets(self, bootstrap, topic, partition, timestamp):
+        from confluent_kafka import TopicPartition
+
+        consumer = self._consumer(bootstrap)
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=DEADLINE_S, cached=False
+            )
+            (found,) = consumer.offsets_for_times([TopicPartition(topic, partition, timestamp)], timeout=DEADLINE_S)
+            assert found.error is None, found.error
+            return low, high, (found.offset if found.offset >= 0 else None)
+        finally:
+            consumer.close()
+
+    def long_poll(self, bootstrap, topic, arrive):
+        from confluent_kafka import TopicPartition
+
+        consumer = self._consumer(bootstrap, **{"fetch.wait.max.ms": LONG_POLL_WAIT_MS, "fetch.min.bytes": 1})
+        try:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            assert consumer.consume(num_messages=1, timeout=1.0) == []
+            arrive()
+            return self._read(consumer, 1, LONG_POLL_BOUND_S)
+        finally:
+            consumer.close()
+
+    def is_too_large(self, error):
+        from confluent_kafka import KafkaError, KafkaException
+
+        return isinstance(error, KafkaException) and error.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+    def is_unknown_topic(self, error):
+        from confluent_kafka import KafkaError, KafkaException
+
+        return isinstance(error, KafkaException) and error.args[0].code() in (
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError._UNKNOWN_TOPIC,
+        )
+
+
+class KafkaPythonClient:
+    name = "kafka-python"
+
+    @property
+    def compressions(self):
+        from kafka import codec
+
+        available = {"gzip": codec.has_gzip(), "snappy": codec.has_snappy(), "lz4": codec.has_lz4()}
+        available["zstd"] = codec.has_zstd()
+        return ("none", *(c for c, ok in available.items() if ok))
+
+    def produce(self, bootstrap, topic, records, acks="all", compression="none"):
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(
+            bootstrap_servers=bootstrap,
+            acks=acks if acks == "all" else int(acks),
+            compression_type=None if compression == "none" else compression,
+            linger_ms=5,
+            max_block_ms=3_000,
+            request_timeout_ms=20_000,
+        )
+        try:
+            futures = [
+                producer.send(topic, value=r.value, key=r.key, headers=list(r.headers), timestamp_ms=r.timestamp)
+                for r in records
+            ]
+            producer.flush(DEADLINE_S)
+            return [(m.partition, m.offset) for m in (f.get(timeout=DEADLINE_S) for f in futures)]
+        finally:
+            producer.close(timeout=DEADLINE_S)
+
+    def _consumer(self, bootstrap, **config):
+        from kafka import KafkaConsumer
+
+        return KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest", **config
+        )
+
+    @staticmethod
+    def _read(consumer, count, deadline_s):
+        out: list[Got] = []
+        deadline = time.monotonic() + deadline_s
+        while len(out) < count and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                out += [got(r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for r in records]
+        return sorted(out)
+
+    def consume(self, bootstrap, topic, starts, count):
+        from kafka import TopicPartition
+
+        consumer = self._consumer(bootstrap)
+        try:
+            consumer.assign([TopicPartition(topic, p) for p in starts])
+            for p, o in starts.items():
+                consumer.seek(TopicPartition(topic, p), o)
+            return self._read(consumer, count, DEADLINE_S)
+        finally:
+            consumer.close()
+
+    def offsets(self, bootstrap, topic, partition, timestamp):
+        from kafka import TopicPartition
+
+        tp = TopicPartition(topic, partition)
+        consumer = self._consumer(bootstrap)
+        try:
+            found = consumer.offsets_for_times({tp: timestamp})[tp]
+            low, high = consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
+            return low, high, (None if found is None else found.offset)
+        finally:
+            consumer.close()
+
+    def long_poll(self, bootstrap, topic, arrive):
+        from kafka import TopicPartition
+
+        tp = TopicPartition(topic, 0)
+        consumer = self._consumer(
+            bootstrap, fetch_max_wait_ms=LONG_POLL_WAIT_MS, request_timeout_ms=LONG_POLL_WAIT_MS + 15_000
+        )
+        try:
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            assert consumer.poll(timeout_ms=1_000) == {}
+            arrive()
+            return self._read(consumer, 1, LONG_POLL_BOUND_S)
+        finally:
+            consumer.close()
+
+    def is_too_large(self, error):
+        from kafka.errors import MessageSizeTooLargeError
+
+        return isinstance(error, MessageSizeTooLargeError)
+
+    def is_unknown_topic(self, error):
+        # kafka-python waits max_block_ms for the topic to appear in the metadata, then gives up.
+        from kafka.errors import KafkaTimeoutError
+
+        return isinstance(error, KafkaTimeoutError)
+
+
+class AioKafkaClient:
+    name = "aiokafka"
+    compressions = ("none", "gzip", "snappy", "lz4", "zstd")
+
+    def produce(self, bootstrap, topic, records, acks="all", compression="none"):
+        return asyncio.run(self._produce(bootstrap, topic, records, acks, compression))
+
+    async def _produce(self, bootstrap, topic, records, acks, compression):
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            acks=acks if acks == "all" else int(acks),
+            compression_type=None if compression == "none" else compression,
+            linger_ms=5,
+            request_timeout_ms=5_000,
+        )
+        await producer.start()
+        try:
+            futures = [
+                await producer.send(topic, value=r.value, key=r.key, headers=list(r.headers), timestamp_ms=r.timestamp)
+                for r in records
+            ]
+            done = await asyncio.wait_for(asyncio.gather(*futures), DEADLINE_S)
+            # (acks=0: aiokafka answers None.)
+            return [None if m is None else (m.partition, m.offset) for m in done]
+        finally:
+            await producer.stop()
+
+    def _consumer(self, bootstrap, **config):
+        from aiokafka import AIOKafkaConsumer
+
+        return AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest", **config
+        )
+
+    @staticmethod
+    async def _read(consumer, count, deadline_s):
+        out: list[Got] = []
+        deadline = time.monotonic() + deadline_s
+        while len(out) < count and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                out += [got(r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for r in records]
+        return sorted(out)
+
+    def consume(self, bootstrap, topic, starts, count):
+        return asyncio.run(self._consume(bootstrap, topic, starts, count))
+
+    async def _consume(self, bootstrap, topic, starts, count):
+        from aiokafka import TopicPartition
+
+        consumer = self._consumer(bootstrap)
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, p) for p in starts])
+            for p, o in starts.items():
+                consumer.seek(TopicPartition(topic, p), o)
+            return await self._read(consumer, count, DEADLINE_S)
+        finally:
+            await consumer.stop()
+
+    def offsets(self, bootstrap, topic, partition, timestamp):
+        return asyncio.run(self._offsets(bootstrap, topic, partition, timestamp))
+
+    async def _offsets(self, bootstrap, topic, partition, timestamp):
+        from aiokafka import TopicPartition
+
+        tp = TopicPartition(topic, partition)
+        consumer = self._consumer(bootstrap)
+        await consumer.start()
+        try:
+            found = (await consumer.offsets_for_times({tp: timestamp}))[tp]
+            low = (await consumer.beginning_offsets([tp]))[tp]
+            high = (await consumer.end_offsets([tp]))[tp]
+            return low, high, (None if found is None else found.offset)
+        finally:
+            await consumer.stop()
+
+    def long_poll(self, bootstrap, topic, arrive):
+        return asyncio.run(self._long_poll(bootstrap, topic, arrive))
+
+    async def _long_poll(self, bootstrap, topic, arrive):
+        from aiokafka import TopicPartition
+
+        tp = TopicPartition(topic, 0)
+        consumer = self._consumer(
+            bootstrap, fetch_max_wait_ms=LONG_POLL_WAIT_MS, request_timeout_ms=LONG_POLL_WAIT_MS + 15_000
+        )
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            assert await consumer.getmany(timeout_ms=1_000) == {}
+            await asyncio.to_thread(arrive)
+            return await self._read(consumer, 1, LONG_POLL_BOUND_S)
+        finally:
+            await consumer.stop()
+
+    def is_too_large(self, error):
+        from aiokafka.errors import MessageSizeTooLargeError
+
+        return isinstance(error, MessageSizeTooLargeError)
+
+    def is_unknown_topic(self, error):
+        from aiokafka.errors import UnknownTopicOrPartitionError
+
+        return isinstance(error, UnknownTopicOrPartitionError)
+
+
+CLIENTS: list[Client] = [ConfluentClient(), KafkaPythonClient(), AioKafkaClient()]
+CLIENT_IDS = [c.name for c in CLIENTS]
+CODEC_CASES = [pytest.param(c, codec, id=f"{c.name}-{codec}") for c in CLIENTS for codec in c.compressions]
+
+
+def expected_placement(records: list[Sent], partitions: int) -> list[Got]:
+    """Where raylog's partitioner puts each keyed record, with offsets counted per partition in
+    send order."""
+    next_offset = [0] * partitions
+    out = []
+    for r in records:
+        p = partition_for_key(r.key, partitions)
+        out.append(Got(p, next_offset[p], r.key, r.value, r.headers, r.timestamp))
+        next_offset[p] += 1
+    return out
+
+
+@pytest.mark.parametrize("client", CLIENTS, ids=CLIENT_IDS)
+def test_keyed_records_a_client_produced_are_read_back_exactly_by_raylog(client, bootstrap, kafka_topic, read_back):
+    """Partition by murmur2 as raylog's own partitioner, offsets in send order, keys, values,
+    headers and timestamps as sent."""
+    topic = kafka_topic(num_partitions=3)
+    records = keyed_records(30)
+    expected = expected_placement(records, 3)
+    assert client.produce(bootstrap, topic, records) == [(g.partition, g.offset) for g in expected]
+    assert [raylog_got(r) for r in read_back(topic, 3)] == sorted(expected)
+
+
+@pytest.mark.parametrize("client", CLIENTS, ids=CLIENT_IDS)
+def test_a_client_reads_exactly_what_raylogs_producer_wrote(client, bootstrap, kafka_cluster, kafka_topic):
+    topic = kafka_topic(num_partitions=2)
+    records = [*keyed_records(20), Sent(None, b"no key", (("null", None),), BASE_TIMESTAMP + 99_000)]
+    with Producer(kafka_cluster, acks="all", linger_ms=5) as producer:
+        futures = [
+            producer.send(topic, r.value, key=r.key, headers=list(r.headers), timestamp_ms=r.timestamp, partition=i % 2)
+            for i, r in enumerate(records)
+        ]
+        written = [f.get(timeout=DEADLINE_S) for f in futures]
+    expected = sorted(
+        Got(m.partition, m.offset, r.key, r.value, r.headers, r.timestamp)
+        for m, r in zip(written, records, strict=True)
+    )
+    assert client.consume(bootstrap, topic, {0: 0, 1: 0}, len(records)) == expected
+
+
+@pytest.mark.parametrize(("client", "codec"), CODEC_CASES)
+def test_every_codec_the_client_has_round_trips(client, codec, bootstrap, kafka_cluster, kafka_topic, read_back):
+    """Produced compressed by the client: raylog and the client read the records back. Written
+    compressed by raylog's Producer: the client reads them."""
+    topic = kafka_topic()
+    records = keyed_records(25, prefix=f"{codec}-")
+    expected = [Got(0, i, r.key, r.value, r.headers, r.timestamp) for i, r in enumerate(records)]
+    assert client.produce(bootstrap, topic, records, compression=codec) == [(0, i) for i in range(25)]
+    assert [raylog_got(r) for r in read_back(topic)] == expected
+    assert client.consume(bootstrap, topic, {0: 0}, 25) == expected
+
+    with Producer(kafka_cluster, compression_type=codec, linger_ms=5) as producer:
+        futures = [
+            producer.send(topic, r.value, key=r.key, headers=list(r.headers), timestamp_ms=r.timestamp) for r in records
+        ]
+        assert [f.get(timeout=DEADLINE_S).offset for f in futures] == list(range(25, 50))
+    again = [g._replace(offset=g.offset + 25) for g in expected]
+    assert client.consume(bootstrap, topic, {0: 25}, 25) == again
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
+@pytest.mark.parametrize("client", CLIENTS, ids=CLIENT_IDS)
+def test_acks(client, acks, bootstrap, kafka_topic, read_back):
+    """acks=1 and all are answered with the offsets. acks=0 is not answered (each client makes
+    its own stand-in offsets: None, -1, or counted from -1), and its records are there all the same."""
+    topic = kafka_topic()
+    records = keyed_records(10)
+    placed = client.produce(bootstrap, topic, records, acks=acks)
+    if acks != "0":
+        assert placed == [(0, i) for i in range(10)]
+    # acks=0: nothing says when the records are in; the bound is generous.
+    read = wait_until(
+        lambda: (r := read_back(topic)) and len(r) >= len(records) and r, DEADLINE_S, message="10 records"
+    )
+    assert [raylog_got(r) for r in read] == [
+        Got(0, i, r.key, r.value, r.headers, r.timestamp) for i, r in enumerate(records)
+    ]
+
+
+@pytest.mark.parametrize("client", CLIENTS, ids=CLIENT_IDS)
+def test_an_oversized_record_gets_the_clients_too_large_error(client, bootstrap, kafka_topic, read_back):
+    topic = kafka_topic(**{"max.message.bytes": str(SMALL_MAX_MESSAGE_BYTES)})
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - each client has its own class, checked below
+        client.produce(bootstrap, topic, [Sent(b"k", OVERSIZED_VALUE, (), BASE_TIMESTAMP)])
+    assert client.is_too_large(raised.value), repr(raised.value)
+    assert read_back(topic) == []
+
+
+@pytest.mark.parametrize("client", CLIENTS, ids=CLIENT_IDS)
+def test_an_unknown_topic_gets_the_clients_unknown_topic_error_and_is_not_created(client, bootstrap, kafka_admin):
+    topic = f"never-created-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(Exception) as raised:  # noqa: PT011 - each client has its own class, checked below
+        client.produce(bootstrap, topic, [Sent(b"k", b"v", (), BASE_TIMESTAMP)])
+    assert client.is_unknown_topic(raised.value), repr(raised.value)
+    assert topic not in kafka_admin.list_topics()
+
+
+@pytest.mark.parametrize("client", CLIENTS, ids=CLIENT_IDS)
+def test_offsets_by_earliest_latest_and_timestamp_then_seek(client, bootstrap, kafka_cluster, kafka_topic):
+    """Ten records 10 ms apart: earliest 0, latest 10, the first at or after a timestamp between
+    the 3rd and 4th is offset 3 (reading from there gives 3..9), and none after the last."""
+    topic = kafka_topic()
+    records = [Sent(b"k%d" % i, b"v%d" % i, (), BASE_TIMESTAMP + 10 * i) for i in range(10)]
+    with Producer(kafka_cluster, linger_ms=5) as producer:
+        for f in [producer.send(topic, r.value, key=r.key, timestamp_ms=r.timestamp) for r in records]:
+            f.get(timeout=DEADLINE_S)
+    assert client.offsets(bootstrap, topic, 0, BASE_TIMESTAMP + 25) == (0, 10, 3)
+    assert client.offsets(bootstrap, topic, 0, BASE_TIMESTAMP + 90)[2] == 9
+    assert client.offsets(bootstrap, topic, 0, BASE_TIMESTAMP + 91)[2] is None
+    expected = [Got(0, i, r.key, r.value, (), r.timestamp) for i, r in enumerate(records)][3:]
+    assert client.consume(bootstrap, topic, {0: 3}, 7) == expected
+
+
+@pytest.mark.parametrize("client", CLIENTS, ids=CLIENT_IDS)
+def test_a_waiting_fetch_returns_when_a_record_arrives(client, bootstrap, kafka_cluster, kafka_topic):
+    """The client's fetch waits up to LONG_POLL_WAIT_MS on the broker; a record written while it
+    waits reaches the client well within that."""
+    topic = kafka_topic()
+
+    def arrive():
+        with Producer(kafka_cluster, linger_ms=0) as producer:
+            producer.send(topic, b"arrived", key=b"k", timestamp_ms=BASE_TIMESTAMP).get(timeout=DEADLINE_S)
+
+    assert client.long_poll(bootstrap, topic, arrive) == [Got(0, 0, b"k", b"arrived", (), BASE_TIMESTAMP)]
