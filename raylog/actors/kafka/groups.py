@@ -151,7 +151,8 @@ async def _call(
 
 
 async def _ask(ctx: BrokerContext, group_id: str, method: str, *args: Any, timeout_s: float = CONTROL_CALL_TIMEOUT_S):
-    """``(value, error code)`` of a coordinator call answering a GroupResponse-like object."""
+    """``(value, error code)`` of a coordinator call: a GroupResponse's value, or the response
+    itself for the others (SyncGroupResponse); the value is None with an error."""
     try:
         response = await _call(ctx, group_id, method, *args, timeout_s=timeout_s)
     except RaylogError as exc:
@@ -287,7 +288,10 @@ async def join_group(ctx: BrokerContext, header: codec.RequestHeader, body: dict
     if response.error_code:
         return _join_error(response.error_code, response.member_id or member_id)
     kafka_name = next((name for name in proposed if KAFKA_ASSIGNORS[name] == response.protocol), proposed[0])
-    _joined()[(group_id, response.member_id)] = _Joined(subscription.version, kafka_name, response.generation)
+    joined = _joined()
+    for key in [k for k in joined if k[0] == group_id]:
+        del joined[key]  # a consumer is one member of a group: its earlier ids are over
+    joined[(group_id, response.member_id)] = _Joined(subscription.version, kafka_name, response.generation)
     return {
         "throttle_time_ms": 0,
         "error_code": 0,

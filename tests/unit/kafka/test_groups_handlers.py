@@ -444,3 +444,14 @@ def test_list_groups_lists_the_groups_this_broker_coordinates(version):
     assert roundtrip(elsewhere, A.LIST_GROUPS, version, {})["groups"] == []
     failing = FakeContext(coordinator, fail=CoordinatorNotAvailableError("loading"))
     assert roundtrip(failing, A.LIST_GROUPS, version, {})["error_code"] == 15
+
+
+def test_a_connection_keeps_one_member_per_group():
+    """What a member joined with is kept per connection, once per group: a consumer that
+    joins again under a new id (after UNKNOWN_MEMBER_ID) leaves no stale entry behind."""
+    ctx = FakeContext(FakeCoordinator())
+    first = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7))["member_id"]
+    second = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7))["member_id"]
+    other = roundtrip(ctx, A.JOIN_GROUP, 7, {**join_body(7), "group_id": "h"})["member_id"]
+    assert first != second
+    assert sorted(connection["groups"]) == [("g", second), ("h", other)]
