@@ -449,8 +449,10 @@ def test_list_groups_lists_the_groups_this_broker_coordinates(version):
 def test_a_connection_keeps_one_member_per_group():
     """What a member joined with is kept per connection, once per group: a consumer that
     joins again under a new id (after UNKNOWN_MEMBER_ID) leaves no stale entry behind."""
-    ctx = FakeContext(FakeCoordinator())
+    coordinator = FakeCoordinator()
+    ctx = FakeContext(coordinator)
     first = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7))["member_id"]
+    coordinator.groups.leave("g", first, None, NOW)  # expired, say: the consumer joins anew
     second = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7))["member_id"]
     other = roundtrip(ctx, A.JOIN_GROUP, 7, {**join_body(7), "group_id": "h"})["member_id"]
     assert first != second
