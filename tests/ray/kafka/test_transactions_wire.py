@@ -188,8 +188,9 @@ def test_end_txn_keeps_the_epoch_the_kafka_client_goes_on_with(handle, kafka_top
     assert end(handle, tid, pid, 0, True) == NONE  # a retry of the last end, or an empty one
 
 
-def test_add_offsets_and_txn_offset_commit_through_the_handlers(handle, kafka_topic, kafka_admin):
-    topic, group = kafka_topic(num_partitions=2), fresh("g")
+def commit_offsets_in_a_transaction(handle, topic: str, group: str) -> None:
+    """A Kafka client's transaction of offsets only: AddOffsetsToTxn, TxnOffsetCommit
+    (partition 0 at 5 with metadata, 1 at 9 without), EndTxn(commit); each answered 0."""
     tid = fresh("tx-offsets")
     pid = init_txn(handle, tid)["producer_id"]
     added = handle(
@@ -217,11 +218,30 @@ def test_add_offsets_and_txn_offset_commit_through_the_handlers(handle, kafka_to
     )
     assert [(p["partition_index"], p["error_code"]) for p in committed["topics"][0]["partitions"]] == [(0, 0), (1, 0)]
     assert end(handle, tid, pid, 0, True) == NONE
-    offsets = kafka_admin.list_consumer_group_offsets(group)
-    assert {tp: (o.offset, o.metadata) for tp, o in offsets.items()} == {
-        TopicPartition(topic, 0): (5, "m"),
-        TopicPartition(topic, 1): (9, ""),
-    }
+
+
+def test_offsets_of_a_transaction_count_once_it_commits_and_after_a_reload(
+    handle, kafka_topic, kafka_admin, kafka_cluster
+):
+    """The offsets are the group's after the commit (the marker kept the epoch: the group
+    coordinator decides that epoch's offsets); a coordinator that reloads its partition
+    (its replica restarted) finds them committed, not pending."""
+    import ray
+
+    from raylog.coordination.placement import OFFSETS_TOPIC
+
+    topic, group = kafka_topic(num_partitions=2), fresh("g")
+    commit_offsets_in_a_transaction(handle, topic, group)
+    expected = {TopicPartition(topic, 0): (5, "m"), TopicPartition(topic, 1): (9, "")}
+
+    def offsets() -> dict:
+        return {tp: (o.offset, o.metadata) for tp, o in kafka_admin.list_consumer_group_offsets(group).items()}
+
+    assert offsets() == expected
+    replicas = ray.get(kafka_cluster.controller.replica_handles.remote(OFFSETS_TOPIC), timeout=DEADLINE_S)
+    for replica in replicas.values():
+        ray.kill(replica, no_restart=False)
+    assert offsets() == expected  # (the Admin retries while the coordinator restarts and loads)
 
 
 # --- librdkafka ---------------------------------------------------------------------------
