@@ -233,9 +233,13 @@ def confluent_produce(bootstrap: str, topic: str, values: list[bytes], timeout_s
     return seconds, calls_seconds
 
 
-def confluent_consume(bootstrap: str, topic: str, partitions: int, count: int, timeout_s: float) -> float:
+def confluent_consume(
+    bootstrap: str, topic: str, partitions: int, count: int, timeout_s: float
+) -> tuple[float, float, int]:
     """Seconds for a fresh confluent-kafka consumer, assigned every partition of ``topic`` at
-    the beginning, to receive ``count`` records with ``consume(num_messages=...)``."""
+    the beginning, to receive ``count`` records with ``consume(num_messages=...)``; the
+    seconds until the first records came and how many came then (its start-up: connections,
+    the offset look-up, librdkafka's own back-offs)."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
     from confluent_kafka import Consumer as KafkaConsumer
 
@@ -243,7 +247,8 @@ def confluent_consume(bootstrap: str, topic: str, partitions: int, count: int, t
     consumer = KafkaConsumer(confluent_config(bootstrap, **settings))
     try:
         consume = consumer.consume
-        got = 0
+        got = first_count = 0
+        first_seconds = 0.0
         start = time.perf_counter()
         deadline = start + timeout_s
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -252,13 +257,15 @@ def confluent_consume(bootstrap: str, topic: str, partitions: int, count: int, t
             for message in messages:
                 if message.error() is not None:
                     raise BenchError(f"confluent-kafka consume of {topic}: {message.error()}")
+            if messages and not got:
+                first_seconds, first_count = time.perf_counter() - start, len(messages)
             got += len(messages)
         seconds = time.perf_counter() - start
     finally:
         consumer.close()
     if got < count:
         raise BenchError(f"confluent-kafka consume of {topic}: {got:,} of {count:,} records within {timeout_s:g} s")
-    return seconds
+    return seconds, first_seconds, first_count
 
 
 # ---------------------------------------------------------------------------------------
@@ -406,9 +413,6 @@ class Runner(client_bench.Runner):
         finally:
             self.delete_topic(topic)
 
-    def _best_rate(self, run: Callable[[], float], count: int) -> float:
-        return count / common.best(run, self.scale.repeats)
-
     def _raylog_produce(self, topic: str, work: Any, shape: str, baseline: dict[str, float]) -> None:
         seconds, note = common.best(
             partial(client_bench.timed_produce, self.cluster, topic, work, "send", self.scale.timeout_s, acks=1),
@@ -455,9 +459,10 @@ class Runner(client_bench.Runner):
         )
 
     def _raylog_consume(self, topic: str, work: Any, shape: str, baseline: dict[str, float]) -> None:
-        rate = baseline["consume"] = self._best_rate(
-            partial(client_bench.timed_consume, self.cluster, topic, work.count, "poll", self.scale), work.count
+        seconds = common.best(
+            partial(client_bench.timed_consume, self.cluster, topic, work.count, "poll", self.scale), self.scale.repeats
         )
+        rate = baseline["consume"] = work.count / seconds
         self.rows.append(
             Row(
                 "throughput",
@@ -475,7 +480,9 @@ class Runner(client_bench.Runner):
         # coordinators, which is no part of a fetch.
         confluent_consume(self.bootstrap, topic, partitions, 1, self.scale.timeout_s)
         run = partial(confluent_consume, self.bootstrap, topic, partitions, work.count, self.scale.timeout_s)
-        rate = self._best_rate(run, work.count)
+        seconds, first_seconds, first_count = common.best(run, self.scale.repeats)
+        rate = work.count / seconds
+        after_first = (work.count - first_count) / (seconds - first_seconds) if seconds > first_seconds else None
         self.rows.append(
             Row(
                 "throughput",
@@ -484,7 +491,11 @@ class Runner(client_bench.Runner):
                 rate * VALUE_BYTES / MB,
                 ratio=rate / baseline if baseline else None,
                 targets=[Target("ratio", ">=", CONSUME_RATIO)],
-                note=f"over the listener; {work.count:,} records from offset 0, assigned (no group)",
+                note=(
+                    f"over the listener; {work.count:,} records from offset 0, assigned (no group); the first "
+                    f"{first_count:,} after {first_seconds * 1000:,.0f} ms"
+                    + (f", the rest at {after_first:,.0f}/s" if after_first else "")
+                ),
             )
         )
 
