@@ -529,6 +529,17 @@ class Runner(client_bench.Runner):
 # ---------------------------------------------------------------------------------------
 # Output
 
+
+def rate_columns(ratio_title: str, rate_width: int, mb_width: int, mb_form: str) -> common.Columns:
+    """A throughput table's columns: records/s, MB/s and the ratio titled ``ratio_title``."""
+    return (
+        ("measurement", 70, None),
+        ("records/s", rate_width, lambda r: number(r.records_per_s, ",.0f")),
+        ("MB/s", mb_width, lambda r: number(r.mb_per_s, mb_form)),
+        (ratio_title, 8, lambda r: times(r.ratio)),
+    )
+
+
 TABLES = {
     "latency": (
         (
@@ -540,24 +551,8 @@ TABLES = {
         ),
         14,
     ),
-    "throughput": (
-        (
-            ("measurement", 70, None),
-            ("records/s", 11, lambda r: number(r.records_per_s, ",.0f")),
-            ("MB/s", 6, lambda r: number(r.mb_per_s, ",.1f")),
-            ("x raylog", 8, lambda r: times(r.ratio)),
-        ),
-        10,
-    ),
-    "conversion": (
-        (
-            ("measurement", 70, None),
-            ("records/s", 13, lambda r: number(r.records_per_s, ",.0f")),
-            ("MB/s", 8, lambda r: number(r.mb_per_s, ",.0f")),
-            ("x floor", 8, lambda r: times(r.ratio)),
-        ),
-        16,
-    ),
+    "throughput": (rate_columns("x raylog", 11, 6, ",.1f"), 10),
+    "conversion": (rate_columns("x floor", 13, 8, ",.0f"), 16),
 }
 
 
