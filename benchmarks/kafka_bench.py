@@ -171,6 +171,21 @@ def latency_row(name: str, latency: Latency | None, baseline_p50_ms: float | Non
     )
 
 
+def rate_row(name: str, count: int, seconds: float, baseline: float | None, target: float | None, note: str) -> Row:
+    """A throughput row: ``count`` records of ``VALUE_BYTES`` in ``seconds``, its records/s over
+    ``baseline`` (None: unknown), targeted at ``target`` times the baseline if given."""
+    rate = count / seconds
+    return Row(
+        "throughput",
+        name,
+        rate,
+        rate * VALUE_BYTES / MB,
+        ratio=rate / baseline if baseline else None,
+        targets=[Target("ratio", ">=", target)] if target else [],
+        note=note,
+    )
+
+
 def timed_round_trips(payloads: list[bytes], round_trip: Callable[[bytes], object]) -> Latency | None:
     """The latency of ``round_trip`` on each payload in turn, after an untimed warm-up."""
     one_by_one(payloads[:WARMUP_ROUND_TRIPS], round_trip)
@@ -418,17 +433,10 @@ class Runner(client_bench.Runner):
             partial(client_bench.timed_produce, self.cluster, topic, work, "send", self.scale.timeout_s, acks=1),
             self.scale.repeats,
         )
-        rate = baseline["produce"] = work.count / seconds
-        self.rows.append(
-            Row(
-                "throughput",
-                f"raylog Producer send() per record, acks=1, {shape}",
-                rate,
-                work.value_bytes / seconds / MB,
-                ratio=1.0,
-                note=f"baseline; {work.count:,} records" + (f"; {note}" if note else ""),
-            )
-        )
+        baseline["produce"] = work.count / seconds
+        name = f"raylog Producer send() per record, acks=1, {shape}"
+        note = f"baseline; {work.count:,} records" + (f"; {note}" if note else "")
+        self.rows.append(rate_row(name, work.count, seconds, baseline["produce"], None, note))
 
     def _confluent_produce(self, topic: str, work: Any, shape: str, baseline: float | None) -> None:
         timeout_s = self.scale.timeout_s
@@ -442,37 +450,21 @@ class Runner(client_bench.Runner):
             return seconds
 
         seconds, calls_seconds = common.best(run, self.scale.repeats)
-        rate = work.count / seconds
-        self.rows.append(
-            Row(
-                "throughput",
-                f"confluent-kafka produce(), linger.ms=5, acks=1, {shape}",
-                rate,
-                rate * VALUE_BYTES / MB,
-                ratio=rate / baseline if baseline else None,
-                targets=[Target("ratio", ">=", PRODUCE_RATIO)],
-                note=(
-                    f"over the listener; {work.count:,} delivery reports counted per run; the produce() calls "
-                    f"alone {work.count / calls_seconds:,.0f}/s ({100 * calls_seconds / seconds:.0f}% of the run)"
-                ),
-            )
+        name = f"confluent-kafka produce(), linger.ms=5, acks=1, {shape}"
+        note = (
+            f"over the listener; {work.count:,} delivery reports counted per run; the produce() calls "
+            f"alone {work.count / calls_seconds:,.0f}/s ({100 * calls_seconds / seconds:.0f}% of the run)"
         )
+        self.rows.append(rate_row(name, work.count, seconds, baseline, PRODUCE_RATIO, note))
 
     def _raylog_consume(self, topic: str, work: Any, shape: str, baseline: dict[str, float]) -> None:
         seconds = common.best(
             partial(client_bench.timed_consume, self.cluster, topic, work.count, "poll", self.scale), self.scale.repeats
         )
-        rate = baseline["consume"] = work.count / seconds
-        self.rows.append(
-            Row(
-                "throughput",
-                f"raylog Consumer poll() -> Records, {shape}",
-                rate,
-                rate * VALUE_BYTES / MB,
-                ratio=1.0,
-                note=f"baseline; {work.count:,} records from offset 0",
-            )
-        )
+        baseline["consume"] = work.count / seconds
+        name = f"raylog Consumer poll() -> Records, {shape}"
+        note = f"baseline; {work.count:,} records from offset 0"
+        self.rows.append(rate_row(name, work.count, seconds, baseline["consume"], None, note))
 
     def _confluent_consume(self, topic: str, partitions: int, work: Any, shape: str, baseline: float | None) -> None:
         # Untimed: a confluent-kafka consumer needs a group id, so it looks its coordinator up
@@ -481,23 +473,14 @@ class Runner(client_bench.Runner):
         confluent_consume(self.bootstrap, topic, partitions, 1, self.scale.timeout_s)
         run = partial(confluent_consume, self.bootstrap, topic, partitions, work.count, self.scale.timeout_s)
         seconds, first_seconds, first_count = common.best(run, self.scale.repeats)
-        rate = work.count / seconds
         after_first = (work.count - first_count) / (seconds - first_seconds) if seconds > first_seconds else None
-        self.rows.append(
-            Row(
-                "throughput",
-                f"confluent-kafka consume(num_messages={CONSUME_BATCH:,}), {shape}",
-                rate,
-                rate * VALUE_BYTES / MB,
-                ratio=rate / baseline if baseline else None,
-                targets=[Target("ratio", ">=", CONSUME_RATIO)],
-                note=(
-                    f"over the listener; {work.count:,} records from offset 0, assigned (no group); the first "
-                    f"{first_count:,} after {first_seconds * 1000:,.0f} ms"
-                    + (f", the rest at {after_first:,.0f}/s" if after_first else "")
-                ),
-            )
+        name = f"confluent-kafka consume(num_messages={CONSUME_BATCH:,}), {shape}"
+        note = (
+            f"over the listener; {work.count:,} records from offset 0, assigned (no group); the first "
+            f"{first_count:,} after {first_seconds * 1000:,.0f} ms"
+            + (f", the rest at {after_first:,.0f}/s" if after_first else "")
         )
+        self.rows.append(rate_row(name, work.count, seconds, baseline, CONSUME_RATIO, note))
 
     # --- 5. record conversion ---------------------------------------------------------
 
