@@ -10,12 +10,12 @@ shut down before the first test here starts this one.
 from __future__ import annotations
 
 import io
-import itertools
-import re
 import sys
 import uuid
 
 import pytest
+
+from tests.helpers import topic_factory
 
 #: Small: tests move little data, and CI machines have 2 cores.
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
@@ -54,26 +54,12 @@ def admin(cluster):
     return Admin(cluster)
 
 
-_names = itertools.count()
-
-
 @pytest.fixture
 def topic(admin, request):
-    """``topic(num_partitions=1, **config)`` creates a fresh topic, every partition led (tests
-    call its leaders' actors directly); all are deleted after the test."""
-    from raylog import NewTopic
-
-    created = []
-
-    def make(num_partitions: int = 1, **config) -> str:
-        name = f"{re.sub(r'[^a-zA-Z0-9._-]', '_', request.node.name[:40])}-{next(_names)}"
-        admin.create_topics([NewTopic(name, num_partitions=num_partitions, config=config)], wait_for_leaders_ms=60_000)
-        created.append(name)
-        return name
-
-    yield make
-    if created:
-        admin.delete_topics(created)
+    """``topic(num_partitions=1, replication_factor=1, **config)`` creates a fresh topic, every
+    partition led (tests call its leaders' actors directly); all are deleted after the test."""
+    with topic_factory(admin, request.node.name) as make:
+        yield make
 
 
 @pytest.fixture

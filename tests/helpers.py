@@ -2,11 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
+
+_topic_names = itertools.count()
+
+
+@contextlib.contextmanager
+def topic_factory(admin, test_name: str) -> Iterator[Callable[..., str]]:
+    """``make(num_partitions=1, replication_factor=1, **config)`` creating fresh topics through
+    ``admin`` (named after the test), every partition led; all are deleted on exit."""
+    from raylog import NewTopic
+
+    created: list[str] = []
+
+    def make(num_partitions: int = 1, replication_factor: int = 1, **config) -> str:
+        name = f"{re.sub(r'[^a-zA-Z0-9._-]', '_', test_name[:40])}-{next(_topic_names)}"
+        topic = NewTopic(name, num_partitions=num_partitions, replication_factor=replication_factor, config=config)
+        admin.create_topics([topic], wait_for_leaders_ms=60_000)
+        created.append(name)
+        return name
+
+    try:
+        yield make
+    finally:
+        if created:
+            admin.delete_topics(created)
 
 
 def wait_until(

@@ -14,9 +14,7 @@ a kcat that cannot be had fails the test with the reason.
 
 from __future__ import annotations
 
-import itertools
 import os
-import re
 import shutil
 import subprocess
 import uuid
@@ -25,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.helpers import topic_factory, wait_until
 
 NUM_BROKERS = 3
 LISTENERS = "PLAINTEXT://127.0.0.1:0"
@@ -78,29 +76,12 @@ def kafka_admin(kafka_cluster):
     return Admin(kafka_cluster)
 
 
-_names = itertools.count()
-
-
 @pytest.fixture
 def kafka_topic(kafka_admin, request):
     """``kafka_topic(num_partitions=1, replication_factor=1, **config)`` creates a fresh topic on
     ``kafka_cluster``, every partition led; all are deleted after the test."""
-    from raylog import NewTopic
-
-    created = []
-
-    def make(num_partitions: int = 1, replication_factor: int = 1, **config) -> str:
-        name = f"{re.sub(r'[^a-zA-Z0-9._-]', '_', request.node.name[:40])}-{next(_names)}"
-        kafka_admin.create_topics(
-            [NewTopic(name, num_partitions=num_partitions, replication_factor=replication_factor, config=config)],
-            wait_for_leaders_ms=60_000,
-        )
-        created.append(name)
-        return name
-
-    yield make
-    if created:
-        kafka_admin.delete_topics(created)
+    with topic_factory(kafka_admin, request.node.name) as make:
+        yield make
 
 
 @pytest.fixture
