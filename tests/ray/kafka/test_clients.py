@@ -61,6 +61,13 @@ def got(partition: int, offset: int, key, value, headers, timestamp: int) -> Got
     return Got(partition, offset, key, value, tuple((k, v) for k, v in headers or ()), timestamp)
 
 
+def polled(by_partition: dict) -> list[Got]:
+    """What a kafka-python or aiokafka poll returned (their ConsumerRecords have the same fields)."""
+    return [
+        got(r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for rs in by_partition.values() for r in rs
+    ]
+
+
 def raylog_got(record) -> Got:
     return got(record.partition, record.offset, record.key, record.value, record.headers, record.timestamp)
 
@@ -217,6 +224,16 @@ class ConfluentClient:
         )
 
 
+def python_producer_options(bootstrap: str, acks: str, compression: str) -> dict:
+    """The producer options kafka-python and aiokafka spell the same."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "acks": acks if acks == "all" else int(acks),
+        "compression_type": None if compression == "none" else compression,
+        "linger_ms": 5,
+    }
+
+
 class KafkaPythonClient:
     name = "kafka-python"
 
@@ -224,18 +241,19 @@ class KafkaPythonClient:
     def compressions(self):
         from kafka import codec
 
-        available = {"gzip": codec.has_gzip(), "snappy": codec.has_snappy(), "lz4": codec.has_lz4()}
-        available["zstd"] = codec.has_zstd()
+        available = {
+            "gzip": codec.has_gzip(),
+            "snappy": codec.has_snappy(),
+            "lz4": codec.has_lz4(),
+            "zstd": codec.has_zstd(),
+        }
         return ("none", *(c for c, ok in available.items() if ok))
 
     def produce(self, bootstrap, topic, records, acks="all", compression="none"):
         from kafka import KafkaProducer
 
         producer = KafkaProducer(
-            bootstrap_servers=bootstrap,
-            acks=acks if acks == "all" else int(acks),
-            compression_type=None if compression == "none" else compression,
-            linger_ms=5,
+            **python_producer_options(bootstrap, acks, compression),
             max_block_ms=3_000,
             request_timeout_ms=20_000,
         )
@@ -261,8 +279,7 @@ class KafkaPythonClient:
         out: list[Got] = []
         deadline = time.monotonic() + deadline_s
         while len(out) < count and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=500).values():
-                out += [got(r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for r in records]
+            out += polled(consumer.poll(timeout_ms=500))
         return sorted(out)
 
     def consume(self, bootstrap, topic, starts, count):
@@ -327,13 +344,7 @@ class AioKafkaClient:
     async def _produce(self, bootstrap, topic, records, acks, compression):
         from aiokafka import AIOKafkaProducer
 
-        producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
-            acks=acks if acks == "all" else int(acks),
-            compression_type=None if compression == "none" else compression,
-            linger_ms=5,
-            request_timeout_ms=5_000,
-        )
+        producer = AIOKafkaProducer(**python_producer_options(bootstrap, acks, compression), request_timeout_ms=5_000)
         await producer.start()
         try:
             futures = [
@@ -358,8 +369,7 @@ class AioKafkaClient:
         out: list[Got] = []
         deadline = time.monotonic() + deadline_s
         while len(out) < count and time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                out += [got(r.partition, r.offset, r.key, r.value, r.headers, r.timestamp) for r in records]
+            out += polled(await consumer.getmany(timeout_ms=500))
         return sorted(out)
 
     def consume(self, bootstrap, topic, starts, count):
