@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raylog.actors.kafka.context import BrokerContext
-from raylog.actors.kafka.transactions import code_of
+from raylog.actors.kafka.transactions import code_of, metadata_or_none
 from raylog.config import TopicConfig
 from raylog.coordination.placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
 from raylog.errors import (
@@ -79,6 +79,30 @@ def _error(exc: BaseException) -> dict:
 
 def _duplicates(names: list) -> set:
     return {name for name, count in Counter(names).items() if count > 1}
+
+
+async def _check_each(
+    ctx: BrokerContext, topics: list[dict], check: Callable[[dict, dict], Any]
+) -> tuple[dict, dict, dict | None]:
+    """``(refused, checked, md)``: by topic name, ``check(topic, md)``'s error result or what
+    it returned, against fresh metadata ``md`` (None, and every topic refused, when the
+    controller does not answer); a name given twice is refused (INVALID_REQUEST) wherever
+    it appears."""
+    try:
+        md = await ctx.metadata(refresh=True)
+    except RaylogError as exc:
+        return {t["name"]: _error(exc) for t in topics}, {}, None
+    duplicated = _duplicates([t["name"] for t in topics])
+    refused, checked = {}, {}
+    for topic in topics:
+        name = topic["name"]
+        try:
+            if name in duplicated:
+                raise InvalidRequestError(f"topic {name!r} is named more than once in the request")
+            checked[name] = check(topic, md)
+        except RaylogError as exc:
+            refused[name] = _error(exc)
+    return refused, checked, md
 
 
 def _timeout_s(body: dict) -> float:
@@ -180,23 +204,8 @@ def _configs(properties: dict[str, str], overrides: set) -> list[dict]:
 
 async def create_topics(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     topics = body["topics"]
-    duplicated = _duplicates([t["name"] for t in topics])
-    validate_only = body.get("validate_only", False)
-    results: dict[str, dict] = {}
-    creations: dict[str, _Creation] = {}
-    try:
-        md = await ctx.metadata(refresh=True)
-    except RaylogError as exc:
-        return {"topics": [{"name": t["name"], **_error(exc)} for t in topics]}
-    for topic in topics:
-        name = topic["name"]
-        try:
-            if name in duplicated:
-                raise InvalidRequestError(f"topic {name!r} is named more than once in the request")
-            creations[name] = _creation(topic, md)
-        except RaylogError as exc:
-            results[name] = _error(exc)
-    if creations and not validate_only:
+    results, creations, md = await _check_each(ctx, topics, _creation)
+    if creations and not body.get("validate_only", False):
         answers = await _ask(
             ctx,
             ctx.controller.create_topics.remote([c.new for c in creations.values()]),
@@ -332,21 +341,7 @@ def _growth(topic: dict, md: dict) -> tuple[int, dict[int, list[int]] | None]:
 
 async def create_partitions(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     topics = body["topics"]
-    duplicated = _duplicates([t["name"] for t in topics])
-    results: dict[str, dict] = {}
-    growths: dict[str, tuple[int, dict | None]] = {}
-    try:
-        md = await ctx.metadata(refresh=True)
-    except RaylogError as exc:
-        return {"results": [{"name": t["name"], **_error(exc)} for t in topics]}
-    for topic in topics:
-        name = topic["name"]
-        try:
-            if name in duplicated:
-                raise InvalidRequestError(f"topic {name!r} is named more than once in the request")
-            growths[name] = _growth(topic, md)
-        except RaylogError as exc:
-            results[name] = _error(exc)
+    results, growths, md = await _check_each(ctx, topics, _growth)
     if growths and not body.get("validate_only", False):
         counts = {name: count for name, (count, _) in growths.items()}
         answers = await _ask(ctx, ctx.controller.create_partitions.remote(counts), list(counts), _timeout_s(body))
@@ -421,7 +416,7 @@ async def describe_configs(ctx: BrokerContext, header: RequestHeader, body: dict
                 result["configs"] = [_described_config(k, entries[k], synonyms, documentation) for k in wanted]
         elif kind == RESOURCE_BROKER:
             if md is None:
-                md = await _metadata_or_none(ctx)
+                md = await metadata_or_none(ctx, "a broker resource")
             error = _broker_resource_error(name, md)
             if error is not None:
                 result.update(_error(error))
@@ -429,14 +424,6 @@ async def describe_configs(ctx: BrokerContext, header: RequestHeader, body: dict
             result.update(_error(InvalidRequestError(f"resource type {kind} is not described (2: topic, 4: broker)")))
         results.append(result)
     return {"results": results}
-
-
-async def _metadata_or_none(ctx: BrokerContext) -> dict | None:
-    try:
-        return await ctx.metadata()
-    except RaylogError as exc:
-        logger.debug("no metadata to check a broker resource against: %s", exc)
-        return None
 
 
 def _broker_resource_error(name: str, md: dict | None) -> RaylogError | None:

@@ -168,34 +168,34 @@ async def _require_current(ctx: BrokerContext, coordinator: Any, transactional_i
 # --- AddPartitionsToTxn / AddOffsetsToTxn / EndTxn ---------------------------------------
 
 
+async def _outcome(what: str, steps: Awaitable[Any]) -> int:
+    """The error code of ``steps`` (0 when they ran through; a refusal's code, logged)."""
+    try:
+        await steps
+    except _Refused as refused:
+        logger.debug("%s refused: %s", what, refused)
+        return code_of(refused.error)
+    return 0
+
+
+async def _add_partitions(ctx: BrokerContext, transactional_id: str, pid: int, epoch: int, partitions: list) -> None:
+    coordinator = await _transaction_coordinator(ctx, transactional_id)
+    await _call(ctx, coordinator.add_partitions.remote(transactional_id, pid, epoch, partitions))
+
+
 async def add_partitions_to_txn(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     transactional_id = body["v3_and_below_transactional_id"]
-    topics = body["v3_and_below_topics"]
-    wanted = [(t["name"], p) for t in topics for p in t["partitions"]]
-    md = await _metadata(ctx)
-    unknown = set() if md is None else {tp for tp in wanted if not _exists(md, *tp)}
-    codes: dict[tuple[str, int], int] = {}
+    wanted = [(t["name"], p) for t in body["v3_and_below_topics"] for p in t["partitions"]]
+    unknown = await _unknown(ctx, wanted)
     if unknown:
         # All or nothing, as Kafka: the unknown ones say why, the others were not tried.
-        for tp in wanted:
-            codes[tp] = (UnknownTopicOrPartitionError if tp in unknown else OperationNotAttemptedError).code
+        codes = {
+            tp: (UnknownTopicOrPartitionError if tp in unknown else OperationNotAttemptedError).code for tp in wanted
+        }
     else:
-        try:
-            coordinator = await _transaction_coordinator(ctx, transactional_id)
-            await _call(
-                ctx,
-                coordinator.add_partitions.remote(
-                    transactional_id,
-                    body["v3_and_below_producer_id"],
-                    body["v3_and_below_producer_epoch"],
-                    wanted,
-                ),
-            )
-            code = 0
-        except _Refused as refused:
-            logger.debug("AddPartitionsToTxn of %r refused: %s", transactional_id, refused)
-            code = code_of(refused.error)
-        codes = dict.fromkeys(wanted, code)
+        pid, epoch = body["v3_and_below_producer_id"], body["v3_and_below_producer_epoch"]
+        steps = _add_partitions(ctx, transactional_id, pid, epoch, wanted)
+        codes = dict.fromkeys(wanted, await _outcome(f"AddPartitionsToTxn of {transactional_id!r}", steps))
     results: dict[str, list[dict]] = {}
     for (topic, partition), code in codes.items():
         results.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
@@ -206,11 +206,25 @@ async def add_partitions_to_txn(ctx: BrokerContext, header: RequestHeader, body:
     }
 
 
-async def _metadata(ctx: BrokerContext) -> dict | None:
+async def _unknown(ctx: BrokerContext, partitions: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    """The partitions that do not exist, in metadata refreshed once when the cached one
+    lacks some (a topic created just before)."""
+    unknown: set[tuple[str, int]] = set()
+    for refresh in (False, True):
+        md = await metadata_or_none(ctx, "a transaction's partitions", refresh)
+        unknown = set() if md is None else {tp for tp in partitions if not _exists(md, *tp)}
+        if not unknown:
+            break
+    return unknown
+
+
+async def metadata_or_none(ctx: BrokerContext, what: str, refresh: bool = False) -> dict | None:
+    """The listener's metadata, or None when the controller does not answer (then ``what``
+    is not checked against it here: the actor called next checks it)."""
     try:
-        return await ctx.metadata()
+        return await ctx.metadata(refresh)
     except RaylogError as exc:
-        logger.debug("no metadata to check a transaction's partitions against: %s", exc)
+        logger.debug("no metadata to check %s against: %s", what, exc)
         return None
 
 
@@ -223,41 +237,29 @@ def _exists(md: dict, topic: str, partition: int) -> bool:
 
 async def add_offsets_to_txn(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     transactional_id, group_id = body["transactional_id"], body["group_id"]
-    try:
+
+    async def steps() -> None:
         if not group_id:
             raise _Refused(InvalidRequestError("group_id must not be empty"))
         try:
             partition, _ = await ctx.call(ctx.controller.find_coordinator.remote(group_id))
         except RaylogError as exc:
             raise _Refused(_unreachable(exc)) from None
-        coordinator = await _transaction_coordinator(ctx, transactional_id)
         offsets_partition = (OFFSETS_TOPIC, partition)
-        await _call(
-            ctx,
-            coordinator.add_partitions.remote(
-                transactional_id, body["producer_id"], body["producer_epoch"], [offsets_partition]
-            ),
-        )
-    except _Refused as refused:
-        logger.debug("AddOffsetsToTxn of %r for group %r refused: %s", transactional_id, group_id, refused)
-        return {"error_code": code_of(refused.error)}
-    return {"error_code": 0}
+        await _add_partitions(ctx, transactional_id, body["producer_id"], body["producer_epoch"], [offsets_partition])
+
+    return {"error_code": await _outcome(f"AddOffsetsToTxn of {transactional_id!r} for group {group_id!r}", steps())}
 
 
 async def end_txn(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     transactional_id = body["transactional_id"]
-    try:
+
+    async def steps() -> None:
         coordinator = await _transaction_coordinator(ctx, transactional_id)
-        await _call(
-            ctx,
-            coordinator.end_txn.remote(
-                transactional_id, body["producer_id"], body["producer_epoch"], body["committed"], bump_epoch=False
-            ),
-        )
-    except _Refused as refused:
-        logger.debug("EndTxn of %r refused: %s", transactional_id, refused)
-        return {"error_code": code_of(refused.error)}
-    return {"error_code": 0}
+        pid, epoch, commit = body["producer_id"], body["producer_epoch"], body["committed"]
+        await _call(ctx, coordinator.end_txn.remote(transactional_id, pid, epoch, commit, bump_epoch=False))
+
+    return {"error_code": await _outcome(f"EndTxn of {transactional_id!r}", steps())}
 
 
 # --- TxnOffsetCommit ----------------------------------------------------------------------
@@ -271,29 +273,19 @@ async def txn_offset_commit(ctx: BrokerContext, header: RequestHeader, body: dic
         for t in body["topics"]
         for p in t["partitions"]
     }
-    try:
+
+    async def steps() -> None:
         try:
             _, coordinator = await ctx.group_coordinator(group_id)
         except RaylogError as exc:
             raise _Refused(_unreachable(exc)) from None
         if coordinator is None:
             raise _Refused(CoordinatorNotAvailableError(f"no coordinator for group {group_id!r} yet"))
-        await _call(
-            ctx,
-            coordinator.txn_commit_offsets.remote(
-                group_id,
-                body.get("member_id", ""),
-                body.get("generation_id", -1),
-                body.get("group_instance_id"),
-                body["producer_id"],
-                body["producer_epoch"],
-                offsets,
-            ),
-        )
-        code = 0
-    except _Refused as refused:
-        logger.debug("TxnOffsetCommit of group %r refused: %s", group_id, refused)
-        code = code_of(refused.error)
+        member = (body.get("member_id", ""), body.get("generation_id", -1), body.get("group_instance_id"))
+        producer = (body["producer_id"], body["producer_epoch"])
+        await _call(ctx, coordinator.txn_commit_offsets.remote(group_id, *member, *producer, offsets))
+
+    code = await _outcome(f"TxnOffsetCommit of group {group_id!r}", steps())
     return {
         "topics": [
             {
