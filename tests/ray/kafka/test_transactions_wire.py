@@ -11,7 +11,8 @@ a transaction, aborts one and commits another; raylog's Consumer and a confluent
 consumer, both read_committed, see exactly the committed records, in order. A
 consume-transform-produce loop commits its group's offsets with send_offsets_to_transaction.
 A second producer with the same transactional.id fences the first. A plain idempotent
-producer gets a producer id and delivers.
+producer gets a producer id and delivers. kafka-python's and aiokafka's transactional
+producers commit and abort too.
 """
 
 from __future__ import annotations
@@ -388,3 +389,47 @@ def test_an_idempotent_producer_gets_a_producer_id_and_delivers(bootstrap, kafka
     values = [b"idem-%d" % i for i in range(20)]
     produce_all(p, topic, values)
     assert [r.value for r in read_back(topic)] == values
+
+
+def test_kafka_python_transactions_commit_and_abort(bootstrap, kafka_topic, read_back):
+    """kafka-python's transactional producer (its own InitProducerId, AddPartitionsToTxn and
+    EndTxn versions) commits and aborts as librdkafka's does."""
+    from kafka import KafkaProducer
+
+    topic = kafka_topic()
+    p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=fresh("tx-kp"), max_block_ms=int(DEADLINE_S * 1000))
+    try:
+        p.init_transactions()
+        for values, commit in (([b"kp-1", b"kp-2"], True), ([b"kp-aborted"], False), ([b"kp-3"], True)):
+            p.begin_transaction()
+            for value in values:
+                p.send(topic, value, partition=0)
+            if commit:
+                p.commit_transaction()
+            else:
+                p.abort_transaction()
+    finally:
+        p.close(timeout=DEADLINE_S)
+    assert [r.value for r in read_back(topic)] == [b"kp-1", b"kp-2", b"kp-3"]
+
+
+def test_aiokafka_transactions_commit_and_abort(bootstrap, kafka_topic, read_back):
+    """aiokafka's transactional producer commits and aborts as librdkafka's does."""
+    from aiokafka import AIOKafkaProducer
+
+    topic = kafka_topic()
+
+    async def run() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=fresh("tx-aio"))
+        await p.start()
+        try:
+            for values, commit in (([b"aio-1"], True), ([b"aio-aborted", b"aio-aborted-2"], False), ([b"aio-2"], True)):
+                await p.begin_transaction()
+                for value in values:
+                    await p.send_and_wait(topic, value, partition=0)
+                await (p.commit_transaction() if commit else p.abort_transaction())
+        finally:
+            await p.stop()
+
+    asyncio.run(asyncio.wait_for(run(), DEADLINE_S))
+    assert [r.value for r in read_back(topic)] == [b"aio-1", b"aio-2"]
