@@ -296,6 +296,11 @@ class Runner(client_bench.Runner):
     def __init__(self, cluster: RaylogCluster, scale: Scale):
         super().__init__(cluster, scale, workdir="")  # (no file baseline here: no workdir)
         self.bootstrap = cluster.bootstrap_servers()
+        if not self.bootstrap:
+            raise BenchError(
+                f"raylog cluster {cluster.cluster_name!r} runs no Kafka listener (start it with the "
+                "'listeners' setting, or raylog start --kafka-port)"
+            )
         self.payloads = common.make_values(scale.round_trips, VALUE_BYTES)
         self.raylog_one_p50_ms: float | None = None  # raylog send().result(), p50
         self.tcp_p50_ms: float | None = None
@@ -583,8 +588,12 @@ def ship_actors() -> None:
 
 
 def measure(cluster: RaylogCluster, scale: Scale) -> list[Row]:
-    """Every measurement on ``cluster`` (its brokers run Kafka listeners); the rows. The
-    topics it creates are deleted before it returns."""
+    """Every measurement on ``cluster`` (its brokers run Kafka listeners); the rows (a failed
+    measurement is an ERROR row). The topics it creates are deleted before it returns.
+
+    Raises:
+        BenchError: the cluster runs no Kafka listener.
+    """
     ship_actors()
     runner = Runner(cluster, scale)
     try:

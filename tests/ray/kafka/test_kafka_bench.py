@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import kafka_bench
+from benchmarks.common import BenchError
 
 TINY = kafka_bench.Scale("tiny", repeats=1, records=2_000, round_trips=30, partitions=(1,), timeout_s=60.0)
 
@@ -75,6 +76,12 @@ def test_throughput_rows_count_records_and_compare_with_raylog_in_the_same_run(m
         assert kafka.mb_per_s == pytest.approx(kafka.records_per_s * kafka_bench.VALUE_BYTES / 1e6)
         assert [str(t) for t in kafka.targets] == [">= 2.00x"] and kafka.result in ("PASS", "BELOW")
         assert f"{TINY.records:,}" in kafka.note
+
+
+def test_a_cluster_without_listeners_is_refused_with_the_reason(cluster):
+    """The session's own cluster runs no Kafka listener: nothing is measured."""
+    with pytest.raises(BenchError, match="runs no Kafka listener"):
+        kafka_bench.measure(cluster, TINY)
 
 
 def test_the_report_prints_every_row(measured, capsys):
