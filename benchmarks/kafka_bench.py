@@ -547,8 +547,8 @@ TABLES = {
 def print_report(rows: list[Row], scale: Scale) -> None:
     """The run's heading and its tables."""
     print(
-        f"raylog Kafka listener benchmark, {scale.name} mode: embedded cluster, 1 broker, RF=1, acks=1, "
-        f"no fsync; {VALUE_BYTES} B values, no keys"
+        f"raylog Kafka listener benchmark, {scale.name} mode: topics of RF=1, acks=1, no fsync; "
+        f"{VALUE_BYTES} B values, no keys"
     )
     print(
         f"throughput: best of {scale.repeats} run(s) of {scale.records:,} records; x raylog: over raylog's own "
