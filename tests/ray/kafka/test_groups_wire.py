@@ -4,19 +4,21 @@ consumer, a group mixing a raylog Consumer and a confluent-kafka one, commits se
 raylog's own Admin and Consumer, and the admin views (ListGroups, DescribeGroups,
 OffsetFetch) as Kafka's admin clients read them.
 
-Every wait is bounded: the consumers are polled in turn until the expected state is seen.
+Every wait is bounded: each consumer is polled by a thread of its own until the test sees
+the state it expects.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 
 import pytest
 
 from raylog import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
+from tests.helpers import wait_until
 
 PARTITIONS = 4
 RECORDS = 40
@@ -67,21 +69,36 @@ def _confluent(bootstrap: str, group: str, strategy: str, **extra):
 
 
 class Member:
-    """A consumer in the test's loop: what it read, what it owns now, and its positions."""
+    """A consumer in the test: polled by a thread of its own (as applications poll), which
+    after each poll notes what it read, what it owns and its positions there; the test reads
+    only those notes."""
 
-    def __init__(self, name: str, consumer, poll: Callable[[], Iterable[tuple[int, int]]], positions):
-        self.name, self.consumer, self._poll, self._positions = name, consumer, poll, positions
-        self.read: set[tuple[int, int]] = set()  # (partition, offset)
+    def __init__(self, name: str, consumer, poll: Callable[[], Iterable[tuple[int, int]]], position):
+        self.name, self.consumer, self._poll, self._position = name, consumer, poll, position
+        self._lock = threading.Lock()
+        self._read: set[tuple[int, int]] = set()  # (partition, offset)
+        self._positions: dict[int, int] = {}  # owned partition -> position
 
     def poll(self) -> None:
-        self.read.update(self._poll())
+        read = self._poll()
+        positions = {tp.partition: self._position(tp) for tp in self.consumer.assignment()}
+        with self._lock:
+            self._read.update(read)
+            self._positions = positions
+
+    @property
+    def read(self) -> set[tuple[int, int]]:
+        with self._lock:
+            return set(self._read)
 
     def owned(self) -> set[int]:
-        return {tp.partition for tp in self.consumer.assignment()}
+        with self._lock:
+            return set(self._positions)
 
     def at_end(self, counts: dict[int, int]) -> bool:
         """It has read each partition it owns to its end (an empty one is read)."""
-        return all(counts[p] == 0 or self._positions(p) == counts[p] for p in self.owned())
+        with self._lock:
+            return all(counts[p] == 0 or position == counts[p] for p, position in self._positions.items())
 
 
 def confluent_member(consumer, name: str) -> Member:
@@ -92,9 +109,8 @@ def confluent_member(consumer, name: str) -> Member:
             out.append((message.partition(), message.offset()))
         return out
 
-    def position(partition: int) -> int:
-        owned = [tp for tp in consumer.assignment() if tp.partition == partition]
-        return consumer.position(owned)[0].offset  # -1001 (none) until it has read there
+    def position(tp) -> int:
+        return consumer.position([tp])[0].offset  # -1001 (none) until it has read there
 
     return Member(name, consumer, poll, position)
 
@@ -105,11 +121,7 @@ def polling_member(consumer, name: str) -> Member:
     def poll():
         return [(r.partition, r.offset) for records in consumer.poll(timeout_ms=100).values() for r in records]
 
-    def position(partition: int) -> int:
-        (tp,) = [tp for tp in consumer.assignment() if tp.partition == partition]
-        return consumer.position(tp)
-
-    return Member(name, consumer, poll, position)
+    return Member(name, consumer, poll, consumer.position)
 
 
 def close(consumer) -> None:
@@ -119,14 +131,32 @@ def close(consumer) -> None:
 
 
 def drive(members: list[Member], done: Callable[[], bool], what: str, timeout_s: float = GROUP_TIMEOUT_S) -> None:
-    """Poll every member in turn until ``done()``; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            owned = {m.name: sorted(m.owned()) for m in members}
-            raise AssertionError(f"{what} not reached within {timeout_s} s; owned: {owned}")
-        for member in members:
-            member.poll()
+    """Poll every member in a thread of its own until ``done()``; fail after ``timeout_s``
+    (or with what a poll raised)."""
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def run(member: Member) -> None:
+        try:
+            while not stop.is_set():
+                member.poll()
+        except BaseException as exc:  # noqa: BLE001 — raised in the test's thread below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(m,), name=f"poll-{m.name}") for m in members]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: failures or done(), timeout_s=timeout_s, message=f"{what} (owned: see below)")
+    except AssertionError as exc:
+        owned = {m.name: sorted(m.owned()) for m in members}
+        raise AssertionError(f"{exc}; owned: {owned}") from None
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+    if failures:
+        raise failures[0]
 
 
 def shared_once(members: list[Member]) -> bool:
@@ -330,7 +360,12 @@ def test_a_commit_from_outside_the_group_keeps_its_metadata(kafka_cluster, boots
 def test_kafka_python_cooperative_members_hand_partitions_over(kafka_cluster, bootstrap, kafka_topic):
     """kafka-python's cooperative-sticky members send v1 subscriptions (owned partitions, no
     generation: the listener fills in the one it told them): when a second member joins, the
-    first hands part of its partitions over and they end up shared once."""
+    first hands part of its partitions over and they end up shared once.
+
+    Each member is polled by a thread of its own: kafka-python 3.0.12 drops a join that
+    completes between two polls and joins again (``join_group_async`` starts a new JoinGroup
+    when the task it kept is done), which restarts the rebalance round after round when the
+    members are polled in turn."""
     from kafka import KafkaConsumer
     from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 
