@@ -176,6 +176,20 @@ def share(members: list[Member], counts: dict[int, int]) -> None:
     assert set().union(*(m.read for m in members)) == everything(counts)
 
 
+def committed_at_end(cluster, group: str, topic: str, counts: dict[int, int]) -> dict:
+    """Assert that raylog's Admin sees the group's offsets committed at the end of every
+    partition (no metadata); returns them."""
+    expected = {TopicPartition(topic, p): OffsetAndMetadata(n, "") for p, n in counts.items()}
+    assert Admin(cluster).list_consumer_group_offsets(group) == expected
+    return expected
+
+
+def assert_empty(cluster, group: str) -> None:
+    """raylog sees the group with no members."""
+    (described,) = Admin(cluster).describe_consumer_groups([group])
+    assert described.state == "Empty" and not described.members
+
+
 def everything(counts: dict[int, int]) -> set[tuple[int, int]]:
     return {(p, o) for p, n in counts.items() for o in range(n)}
 
@@ -202,11 +216,9 @@ def test_two_confluent_consumers_share_a_topic_commit_and_rebalance_when_one_lea
         # Commits through the listener are raylog's group's committed offsets.
         c1.commit(asynchronous=False)
         c2.commit(asynchronous=False)
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        expected = {tp: OffsetAndMetadata(counts[tp.partition], "") for tp in tps}
-        assert Admin(kafka_cluster).list_consumer_group_offsets(group) == expected
+        expected = committed_at_end(kafka_cluster, group, topic, counts)
         with Consumer(kafka_cluster, group_id=group) as reader:
-            assert reader.committed(tps) == expected
+            assert reader.committed(list(expected)) == expected
         committed = c1.committed([KafkaTP(topic, p) for p in range(PARTITIONS)], timeout=30)
         assert {tp.partition: tp.offset for tp in committed} == {p: counts[p] for p in range(PARTITIONS)}
 
@@ -289,14 +301,11 @@ def test_kafka_python_group_consumer_reads_and_commits(kafka_cluster, bootstrap,
         drive([member], lambda: member.read == everything(counts), "kafka-python reading every record")
         assert member.owned() == set(range(PARTITIONS))
         consumer.commit()
-        expected = {TopicPartition(topic, p): OffsetAndMetadata(counts[p], "") for p in range(PARTITIONS)}
-        assert Admin(kafka_cluster).list_consumer_group_offsets(group) == expected
+        committed_at_end(kafka_cluster, group, topic, counts)
         assert consumer.committed(KafkaTP(topic, 0)) == counts[0]
     finally:
         consumer.close()
-    # Its close left the group: raylog sees it empty, and a raylog member may take over.
-    (described,) = Admin(kafka_cluster).describe_consumer_groups([group])
-    assert described.state == "Empty" and not described.members
+    assert_empty(kafka_cluster, group)  # its close left the group
 
 
 def test_a_raylog_consumer_and_a_confluent_consumer_share_one_group(kafka_cluster, bootstrap, kafka_topic):
@@ -311,8 +320,7 @@ def test_a_raylog_consumer_and_a_confluent_consumer_share_one_group(kafka_cluste
         share([a, b], counts)
         ours.commit()
         theirs.commit(asynchronous=False)
-        committed = Admin(kafka_cluster).list_consumer_group_offsets(group)
-        assert committed == {TopicPartition(topic, p): OffsetAndMetadata(counts[p], "") for p in range(PARTITIONS)}
+        committed_at_end(kafka_cluster, group, topic, counts)
 
         # The confluent member leaves: raylog's member takes its partitions.
         theirs.close()
@@ -411,8 +419,7 @@ def test_a_static_member_is_removed_by_its_instance_id(kafka_cluster, bootstrap,
         admin.remove_group_members(group, [MemberToRemove(group_instance_id="static-a")])
     finally:
         admin.close()
-    (described,) = Admin(kafka_cluster).describe_consumer_groups([group])
-    assert described.state == "Empty" and not described.members
+    assert_empty(kafka_cluster, group)
 
 
 def test_aiokafka_group_consumer_reads_and_commits(kafka_cluster, bootstrap, kafka_topic):
@@ -449,5 +456,4 @@ def test_aiokafka_group_consumer_reads_and_commits(kafka_cluster, bootstrap, kaf
         return await asyncio.wait_for(consume(), GROUP_TIMEOUT_S)
 
     assert asyncio.run(bounded()) == everything(counts)
-    expected = {TopicPartition(topic, p): OffsetAndMetadata(counts[p], "") for p in range(PARTITIONS)}
-    assert Admin(kafka_cluster).list_consumer_group_offsets(group) == expected
+    committed_at_end(kafka_cluster, group, topic, counts)
