@@ -13,7 +13,10 @@ replica long-polls its own partition. Every partition is first read at once; whe
 gives less than ``min_bytes``, each empty partition gets a long poll at its leader and the
 request is answered when the first of them brings records (or ``max_wait_ms`` passes). A long
 poll still open then stays with the connection and serves that partition's next fetch at the
-same offset, so a consumer never has more than one fetch waiting per partition. Fetch
+same offset, so a consumer never has more than one fetch waiting per partition. And once a
+partition's records are answered, the listener reads ahead from where they end: the client's
+next fetch (Kafka clients keep one fetch in flight per broker) finds them read, and the
+leader's round trip overlaps the client's own work. Fetch
 sessions (KIP-227) are declined (session id 0: every fetch is a full one), which Kafka
 allows.
 """
@@ -21,7 +24,7 @@ allows.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import collections
 import struct
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,8 +47,8 @@ from raylog.errors import (
     for_code,
 )
 from raylog.kafka import codec, records
-from raylog.protocol import EMPTY_RECORDS, FetchRequest, FetchResponse, ProduceRequest, error_fields, records_payload
-from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD
+from raylog.protocol import FetchRequest, FetchResponse, ProduceRequest, error_fields, records_payload
+from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD, iter_headers
 
 ApiKey = codec.ApiKey
 #: Kafka's "no authorized operations" marker (clients ask for them only with ACLs).
@@ -254,7 +257,7 @@ class _Poll:
 async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
     connection = CONNECTION.get()
     polls: dict[tuple[str, int], _Poll] = connection.setdefault("polls", {})
-    known: dict[tuple[str, int], FetchResponse] = connection.setdefault("known", {})
+    known: dict[tuple[str, int], tuple[int, int, int]] = connection.setdefault("known", {})
     isolation = body.get("isolation_level", 0)
     max_wait_ms = max(0, body["max_wait_ms"])
     client_id = header.client_id or ""
@@ -267,19 +270,18 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
         if poll is not None and (poll.offset, poll.isolation_level) == (p["fetch_offset"], isolation):
             if poll.task.done():
                 results[key] = _outcome(polls.pop(key).task)
-            continue  # its long poll is still open: it answers below, or in a later fetch
+            continue  # its read (ahead, or a long poll) is still open: it answers below, or later
         polls.pop(key, None)
-        now[key] = _fetch_partition(ctx, topic, p, isolation, client_id, 0)
+        now[key] = _fetch_partition(ctx, topic, p, p["fetch_offset"], isolation, client_id, 0)
     for key, outcome in zip(now, await asyncio.gather(*now.values(), return_exceptions=True), strict=True):
         results[key] = outcome
     gathered = sum(len(r.records) for r in results.values() if isinstance(r, FetchResponse))
     if gathered < max(1, body["min_bytes"]) and max_wait_ms > 0:
         for topic, p in wanted:
             key = (topic, p["partition"])
-            if key not in polls and isinstance(results.get(key), FetchResponse):
-                task = asyncio.ensure_future(_fetch_partition(ctx, topic, p, isolation, client_id, max_wait_ms))
-                polls[key] = _Poll(p["fetch_offset"], isolation, task)
+            if key not in polls and isinstance(results.get(key), FetchResponse) and not results[key].error_code:
                 del results[key]
+                _poll(ctx, polls, topic, p, p["fetch_offset"], isolation, client_id, max_wait_ms)
         waiting = [polls[(t, p["partition"])].task for t, p in wanted if (t, p["partition"]) in polls]
         if waiting:
             await asyncio.wait(waiting, timeout=max_wait_ms / 1000, return_when=asyncio.FIRST_COMPLETED)
@@ -288,7 +290,37 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
                 poll = polls.get(key)
                 if poll is not None and poll.task.done():
                     results[key] = _outcome(polls.pop(key).task)
-    return _fetch_answer(ctx, body, wanted, results, known)
+    answer, sent = _fetch_answer(body, wanted, results, known)
+    for topic, p in wanted:
+        next_offset = sent.get((topic, p["partition"]))
+        if next_offset is not None and (topic, p["partition"]) not in polls:
+            # Read ahead: the client's next fetch of this partition will most likely ask
+            # from here, and finds the records read (or a long poll waiting) meanwhile.
+            _poll(ctx, polls, topic, p, next_offset, isolation, client_id, max_wait_ms)
+    return answer
+
+
+def _poll(
+    ctx: BrokerContext,
+    polls: dict[tuple[str, int], _Poll],
+    topic: str,
+    p: dict,
+    offset: int,
+    isolation: int,
+    client_id: str,
+    max_wait_ms: int,
+) -> None:
+    """Start reading ``topic``'s partition from ``offset`` for this connection (a long poll of
+    ``max_wait_ms`` at the leader); the connection's next fetch from there takes its answer."""
+    task = asyncio.ensure_future(_fetch_partition(ctx, topic, p, offset, isolation, client_id, max_wait_ms))
+    task.add_done_callback(_observed)
+    polls[(topic, p["partition"])] = _Poll(offset, isolation, task)
+
+
+def _observed(task: asyncio.Task) -> None:
+    """A read nobody takes (the client moved on) must not log "exception never retrieved"."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _outcome(task: asyncio.Task) -> Any:
@@ -296,11 +328,11 @@ def _outcome(task: asyncio.Task) -> Any:
 
 
 async def _fetch_partition(
-    ctx: BrokerContext, topic: str, p: dict, isolation: int, client_id: str, max_wait_ms: int
+    ctx: BrokerContext, topic: str, p: dict, offset: int, isolation: int, client_id: str, max_wait_ms: int
 ) -> FetchResponse:
     leader = await _leader(ctx, topic, p["partition"])
     request = FetchRequest(
-        offset=p["fetch_offset"],
+        offset=offset,
         max_bytes=max(1, p["partition_max_bytes"]),
         min_bytes=1,
         max_wait_ms=max_wait_ms,
@@ -315,49 +347,57 @@ async def _fetch_partition(
 
 
 def _fetch_answer(
-    ctx: BrokerContext,
     body: dict,
     wanted: list[tuple[str, dict]],
     results: dict[tuple[str, int], Any],
-    known: dict[tuple[str, int], FetchResponse],
-) -> dict:
+    known: dict[tuple[str, int], tuple[int, int, int]],
+) -> tuple[dict, dict[tuple[str, int], int]]:
     """The Fetch response: every partition asked, records up to the request's ``max_bytes``
     (at least the first partition's, as Kafka), the last known offsets for a partition whose
-    long poll is still open."""
+    read is still open; and the offset after the records sent, by partition."""
     room = body.get("max_bytes", 2**31 - 1)
-    sent_any = False
+    sent: dict[tuple[str, int], int] = {}
     throttle = 0
     topics: dict[str, list] = {}
     for topic, p in wanted:
         key = (topic, p["partition"])
-        result = results.get(key, known.get(key))
+        result = results.get(key)
         part: dict[str, Any] = {"partition_index": p["partition"], "high_watermark": -1, "last_stable_offset": -1}
         if isinstance(result, BaseException):
             part.update(error_code=error_fields(result)["error_code"])
-        elif result is not None:
-            known[key] = dataclasses.replace(result, records=EMPTY_RECORDS, aborted_transactions=())
+        elif result is None:
+            hw, lso, log_start = known.get(key, (-1, -1, -1))
+            part.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=log_start)
+        else:
+            known[key] = (result.high_watermark, result.last_stable_offset, result.log_start_offset)
             part.update(
                 error_code=result.error_code,
                 high_watermark=result.high_watermark,
                 last_stable_offset=result.last_stable_offset,
                 log_start_offset=result.log_start_offset,
             )
-            fresh = key in results and len(result.records) > 0 and (room > 0 or not sent_any)
-            if fresh and not result.error_code:
-                sent_any = True
+            if len(result.records) and not result.error_code and (room > 0 or not sent):
                 part["records"] = records.to_kafka(result.records)
                 part["aborted_transactions"] = [
                     {"producer_id": pid, "first_offset": first} for pid, first in result.aborted_transactions
                 ]
                 room -= len(result.records)
+                sent[key] = _next_offset(result.records)
             throttle = max(throttle, result.throttle_time_ms)
         topics.setdefault(topic, []).append(part)
-    return {
+    answer = {
         "throttle_time_ms": throttle,
         "error_code": 0,
         "session_id": 0,
         "responses": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
     }
+    return answer, sent
+
+
+def _next_offset(data: Any) -> int:
+    """The offset after the last of these whole raylog batches."""
+    ((_, last),) = collections.deque(iter_headers(data), maxlen=1)
+    return last.next_offset
 
 
 # --- ListOffsets and OffsetForLeaderEpoch ------------------------------------------------

@@ -248,6 +248,26 @@ def test_a_restarted_listener_listens_again(wire, kafka_cluster):
     address = f"{host}:{port}"  # the controller starts it again on the same port
     answer = wait_until(lambda: _versions_at(address), timeout_s=120, message=f"broker {broker}'s listener again")
     assert answer["error_code"] == 0
+    everyone = sorted(f"{h}:{p}" for h, p in metadata.listeners.values())
+    wait_until(  # and every listener's Metadata advertises it again (each caches the controller's for a second)
+        lambda: all(_advertised(a) == everyone for a in everyone),
+        timeout_s=60,
+        message="every listener advertising every listener where it was",
+    )
+
+
+def _advertised(address: str) -> list[str] | None:
+    try:
+        connection = Wire(address)
+    except OSError:
+        return None
+    try:
+        answer = connection.ask(ApiKey.METADATA, 12, {"topics": []})
+        return sorted(f"{b['host']}:{b['port']}" for b in answer["brokers"])
+    except (OSError, AssertionError):
+        return None
+    finally:
+        connection.close()
 
 
 def _versions_at(address: str) -> dict | None:
