@@ -246,7 +246,9 @@ def test_a_restarted_listener_listens_again(wire, kafka_cluster):
     ray.kill(ray.get_actor(name, namespace=NAMESPACE))
     host, port = metadata.listeners[broker]
     address = f"{host}:{port}"  # the controller starts it again on the same port
-    answer = wait_until(lambda: _versions_at(address), timeout_s=120, message=f"broker {broker}'s listener again")
+    answer = wait_until(
+        lambda: _ask_at(address, ApiKey.API_VERSIONS, 0, {}), timeout_s=120, message=f"broker {broker}'s listener again"
+    )
     assert answer["error_code"] == 0
     everyone = sorted(f"{h}:{p}" for h, p in metadata.listeners.values())
     wait_until(  # and every listener's Metadata advertises it again (each caches the controller's for a second)
@@ -257,26 +259,18 @@ def test_a_restarted_listener_listens_again(wire, kafka_cluster):
 
 
 def _advertised(address: str) -> list[str] | None:
+    answer = _ask_at(address, ApiKey.METADATA, 12, {"topics": []})
+    return None if answer is None else sorted(f"{b['host']}:{b['port']}" for b in answer["brokers"])
+
+
+def _ask_at(address: str, api_key: ApiKey, version: int, body: dict) -> dict | None:
+    """One request on a new connection to ``address``: the answer, or None when none comes."""
     try:
         connection = Wire(address)
     except OSError:
         return None
     try:
-        answer = connection.ask(ApiKey.METADATA, 12, {"topics": []})
-        return sorted(f"{b['host']}:{b['port']}" for b in answer["brokers"])
-    except (OSError, AssertionError):
-        return None
-    finally:
-        connection.close()
-
-
-def _versions_at(address: str) -> dict | None:
-    try:
-        connection = Wire(address)
-    except OSError:
-        return None
-    try:
-        return connection.ask(ApiKey.API_VERSIONS, 0, {})
+        return connection.ask(api_key, version, body)
     except (OSError, AssertionError):
         return None
     finally:
