@@ -1,11 +1,14 @@
 """The Kafka listener: one Ray actor per broker, on the broker's node, that accepts Kafka
 protocol connections and answers them with raylog's actors.
 
-Each connection is a task of the actor's asyncio loop: it reads a size-prefixed frame,
-decodes it (:mod:`raylog.kafka.codec`), hands it to the handler of its API key and writes
-the answer, one request at a time, so pipelined requests are answered in order (as a Kafka
-broker mutes a connection while it serves one of its requests; requests sent meanwhile
-wait in the socket's buffers). Other connections go on while one waits on an actor.
+Each connection is a task of the actor's asyncio loop: it reads size-prefixed frames, hands
+each to the handler of its API key (decoded by :mod:`raylog.kafka.codec`) and a writer task
+sends the answers in the order the requests came. Requests that only read (:data:`READS`)
+run beside each other; one that changes something runs after everything before it, and
+everything after it waits for it: what a client sees is what Kafka's one-request-at-a-time
+connections give, and a Fetch never queues behind a slow FindCoordinator or Metadata.
+Requests read ahead are bounded (:data:`MAX_QUEUED_REQUESTS`), then the socket's buffers
+hold the rest. Other connections go on while one waits on an actor.
 
 - An API or version outside :data:`raylog.kafka.codec.SUPPORTED` is answered with
   UNSUPPORTED_VERSION (35), never by closing the connection.
@@ -37,6 +40,29 @@ from raylog.protocol import MAX_REQUEST_BYTES
 logger = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+_API_KEY = struct.Struct(">h")
+#: Requests of a connection read ahead of the one being answered (Kafka's
+#: queued.max.requests is 500 per broker; these are per connection).
+MAX_QUEUED_REQUESTS = 64
+#: Requests that change nothing: they run beside each other, after every earlier request
+#: that changes something; a request that changes something (every other one: Produce,
+#: commits, joins, ...) runs after every earlier request. So a connection's answers are
+#: as if served one at a time, while a Fetch never waits behind a slow look-up.
+READS = frozenset(
+    int(k)
+    for k in (
+        codec.ApiKey.API_VERSIONS,
+        codec.ApiKey.METADATA,
+        codec.ApiKey.FETCH,
+        codec.ApiKey.LIST_OFFSETS,
+        codec.ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        codec.ApiKey.FIND_COORDINATOR,
+        codec.ApiKey.OFFSET_FETCH,
+        codec.ApiKey.DESCRIBE_GROUPS,
+        codec.ApiKey.LIST_GROUPS,
+        codec.ApiKey.DESCRIBE_CONFIGS,
+    )
+)
 
 HANDLERS = {**data.HANDLERS, **groups.HANDLERS, **transactions.HANDLERS, **admin.HANDLERS}
 
@@ -93,8 +119,12 @@ class KafkaListenerActor:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        answers: asyncio.Queue = asyncio.Queue(MAX_QUEUED_REQUESTS)
+        sender = asyncio.ensure_future(self._send(answers, writer, peer))
+        change: asyncio.Future | None = None  # the last request that changes something
+        reads: list[asyncio.Future] = []  # reads started since (the next change waits for them)
         try:
-            while True:
+            while not sender.done():
                 size = _SIZE.unpack(await reader.readexactly(4))[0]
                 if not 0 < size <= MAX_REQUEST_BYTES:
                     logger.warning(
@@ -105,20 +135,42 @@ class KafkaListenerActor:
                     )
                     return
                 frame = await reader.readexactly(size)
-                answer = await self._answer(frame, peer)
-                if answer is None:
-                    continue
-                writer.writelines(answer)
-                await writer.drain()
+                if size >= _API_KEY.size and _API_KEY.unpack_from(frame)[0] in READS:
+                    answer = asyncio.ensure_future(self._answer_after([change], frame, peer))
+                    reads = [r for r in reads if not r.done()] + [answer]
+                else:
+                    answer = asyncio.ensure_future(self._answer_after([change, *reads], frame, peer))
+                    change, reads = answer, []
+                await answers.put(answer)
         except (asyncio.IncompleteReadError, ConnectionError):
             return  # the client went away
-        except codec.InvalidRequestError as exc:
-            logger.warning("closing Kafka connection from %s: %s", peer, exc)
         finally:
             self._connections.discard(task)
+            sender.cancel()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter, peer: Any) -> None:
+        """Write the connection's answers in the order its requests came."""
+        while True:
+            answer = await answers.get()
+            try:
+                buffers = await answer
+            except codec.InvalidRequestError as exc:
+                logger.warning("closing Kafka connection from %s: %s", peer, exc)
+                writer.close()  # the reader sees the connection end
+                return
+            if buffers is not None:
+                writer.writelines(buffers)
+                await writer.drain()
+
+    async def _answer_after(self, earlier: list, frame: bytes, peer: Any) -> list | None:
+        """:meth:`_answer` once the requests ``earlier`` (None for none) are answered."""
+        waiting = [e for e in earlier if e is not None and not e.done()]
+        if waiting:
+            await asyncio.wait(waiting)
+        return await self._answer(frame, peer)
 
     async def _answer(self, frame: bytes, peer: Any) -> list | None:
         """The response to one request frame (None for a Produce with acks=0).

@@ -157,6 +157,26 @@ def test_pipelined_requests_are_answered_in_order(wire, kafka_topic):
         leader_wire.close()
 
 
+def test_a_read_pipelined_after_a_write_sees_it(wire, kafka_topic):
+    """Reads run beside each other, never before an earlier write of the same connection."""
+    topic = kafka_topic(1)
+    leader = Wire(_leader_address(wire, topic)[0])
+    latest = {"replica_id": -1, "topics": [{"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}
+    try:
+        for i in range(10):
+            leader.send(ApiKey.PRODUCE, 9, _produce_body(topic, 0, _kafka_batch([b"%d" % i])))
+            leader.send(ApiKey.LIST_OFFSETS, 7, latest)
+            leader.send(ApiKey.METADATA, 12, {"topics": [{"name": topic}]})
+        ends = []
+        while leader.sent:
+            header, body = leader.receive()
+            if header.api_key == ApiKey.LIST_OFFSETS:
+                ends.append(body["topics"][0]["partitions"][0]["offset"])
+        assert ends == list(range(1, 11))
+    finally:
+        leader.close()
+
+
 def _raw_request(wire: Wire, api_key: int, version: int, correlation_id: int) -> bytes:
     """Send a request header (v1) with no body for any api key and version; the response frame."""
     client = b"wire-test"
