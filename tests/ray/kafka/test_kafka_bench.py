@@ -21,7 +21,8 @@ LATENCY_ROWS = (
 )
 THROUGHPUT_ROWS = (
     "raylog Producer send() per record",
-    "confluent-kafka produce(), linger.ms=5",
+    "confluent-kafka produce(), linger.ms=5, acks=1, reports of failures only",
+    "confluent-kafka produce(), linger.ms=5, acks=1, every delivery report",
     "raylog Consumer poll() -> Records",
     "confluent-kafka consume(",
 )
@@ -66,7 +67,10 @@ def test_latency_rows_are_percentiles_and_ratios_to_raylog_send_result(measured)
 
 def test_throughput_rows_count_records_and_compare_with_raylog_in_the_same_run(measured):
     pairs = (
-        ("raylog Producer send() per record", "confluent-kafka produce(), linger.ms=5"),
+        (
+            "raylog Producer send() per record",
+            "confluent-kafka produce(), linger.ms=5, acks=1, reports of failures only",
+        ),
         ("raylog Consumer poll() -> Records", "confluent-kafka consume("),
     )
     for baseline_name, kafka_name in pairs:
@@ -76,6 +80,8 @@ def test_throughput_rows_count_records_and_compare_with_raylog_in_the_same_run(m
         assert kafka.mb_per_s == pytest.approx(kafka.records_per_s * kafka_bench.VALUE_BYTES / 1e6)
         assert [str(t) for t in kafka.targets] == [">= 2.00x"] and kafka.result in ("PASS", "BELOW")
         assert f"{TINY.records:,}" in kafka.note
+    every = _row(measured, "confluent-kafka produce(), linger.ms=5, acks=1, every delivery report")
+    assert not every.targets and every.records_per_s > 0  # an extra row: the target is the other one's
 
 
 def test_a_cluster_without_listeners_is_refused_with_the_reason(cluster):
