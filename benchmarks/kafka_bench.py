@@ -34,8 +34,9 @@ What is measured (``time.perf_counter``; throughput runs are repeated and the be
    run, from its first poll until N came: raylog's ``Consumer.poll()`` into Records (the
    baseline), then a confluent-kafka ``Consumer`` assigned every partition at the beginning
    (no group join, no commits; an untimed run of one record first, as it looks its group's
-   coordinator up) calling ``consume(num_messages=...)`` in a loop; the note gives the rate
-   of the ``consume()`` calls that found a full batch already queued, the client's ceiling.
+   coordinator up) calling ``consume(num_messages=...)`` in a loop, with librdkafka's
+   ``fetch.queue.backoff.ms`` at 0 (see :data:`CONSUMER_SETTINGS`); the note gives how fast
+   ``consume()`` takes records librdkafka already holds, the client's own ceiling.
    Target: confluent-kafka >= 2x raylog's ``poll()``.
 5. Record conversion, in this process: Kafka record batch v2 to raylog's batch and back
    (``raylog.kafka.records``), batches of 10,000 of these records, with its floors (a
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import sys
@@ -259,37 +261,30 @@ def confluent_produce(
     return seconds, calls_seconds
 
 
+#: librdkafka pauses fetching a partition for ``fetch.queue.backoff.ms`` (1,000 ms by default)
+#: once it holds ``queued.min.messages`` (100,000) of it, whatever the application takes
+#: meanwhile: with the default, 300,000 records took two one-second pauses. A client setting
+#: (it pauses against Kafka's brokers alike), turned off so that the broker path is measured.
+CONSUMER_SETTINGS = {"enable.auto.commit": False, "fetch.queue.backoff.ms": 0}
+
+
 def confluent_consume(
     bootstrap: str, topic: str, partitions: int, count: int, timeout_s: float
-) -> tuple[float, float, int, float]:
+) -> tuple[float, float, int]:
     """Seconds for a fresh confluent-kafka consumer, assigned every partition of ``topic`` at
     the beginning, to receive ``count`` records with ``consume(num_messages=...)``; the
     seconds until the first records came and how many came then (its start-up: connections,
-    the offset look-up, librdkafka's own back-offs); and the records per second of the
-    ``consume()`` calls that found a full batch queued (the client's own ceiling: taking
-    records librdkafka already holds, no broker involved)."""
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-    from confluent_kafka import Consumer as KafkaConsumer
-
-    settings = {"group.id": f"raylog-kafka-bench-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
-    consumer = KafkaConsumer(confluent_config(bootstrap, **settings))
+    the offset look-up, librdkafka's own back-offs)."""
+    consumer = _assigned_consumer(bootstrap, topic, partitions, {})
     try:
         consume = consumer.consume
-        got = first_count = full_count = 0
-        first_seconds = full_seconds = 0.0
+        got = first_count = 0
+        first_seconds = 0.0
         start = time.perf_counter()
         deadline = start + timeout_s
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         while got < count and time.perf_counter() < deadline:
-            wanted = min(CONSUME_BATCH, count - got)
-            called = time.perf_counter()
-            messages = consume(num_messages=wanted, timeout=1.0)
-            if len(messages) == wanted == CONSUME_BATCH:
-                full_seconds += time.perf_counter() - called
-                full_count += wanted
-            for message in messages:
-                if message.error() is not None:
-                    raise BenchError(f"confluent-kafka consume of {topic}: {message.error()}")
+            messages = consume(num_messages=min(CONSUME_BATCH, count - got), timeout=1.0)
+            _check_messages(messages, topic)
             if messages and not got:
                 first_seconds, first_count = time.perf_counter() - start, len(messages)
             got += len(messages)
@@ -298,7 +293,55 @@ def confluent_consume(
         consumer.close()
     if got < count:
         raise BenchError(f"confluent-kafka consume of {topic}: {got:,} of {count:,} records within {timeout_s:g} s")
-    return seconds, first_seconds, first_count, full_count / full_seconds if full_seconds else 0.0
+    return seconds, first_seconds, first_count
+
+
+def confluent_take_ceiling(bootstrap: str, topic: str, partitions: int, count: int, timeout_s: float) -> float:
+    """Records per second of ``consume(num_messages=...)`` taking ``count`` records that
+    librdkafka already holds (it fetched them all first, as its statistics say): the client's
+    own ceiling, no broker involved."""
+    queued = [0]
+
+    def on_stats(text: str) -> None:
+        stats = json.loads(text)
+        parts = stats["topics"].get(topic, {}).get("partitions", {})
+        queued[0] = sum(p["fetchq_cnt"] for key, p in parts.items() if key != "-1")
+
+    settings = {"queued.min.messages": count, "statistics.interval.ms": 50, "stats_cb": on_stats}
+    consumer = _assigned_consumer(bootstrap, topic, partitions, settings)
+    try:
+        got, deadline = 0, time.perf_counter() + timeout_s
+        while got + queued[0] < count and time.perf_counter() < deadline:
+            got += len(_check_messages(consumer.consume(num_messages=1, timeout=0.05), topic))
+        left = count - got
+        start = time.perf_counter()
+        while got < count and time.perf_counter() < deadline:
+            got += len(
+                _check_messages(consumer.consume(num_messages=min(CONSUME_BATCH, count - got), timeout=1.0), topic)
+            )
+        seconds = time.perf_counter() - start
+    finally:
+        consumer.close()
+    if got < count:
+        raise BenchError(f"confluent-kafka consume of {topic}: {got:,} of {count:,} records within {timeout_s:g} s")
+    return left / seconds
+
+
+def _assigned_consumer(bootstrap: str, topic: str, partitions: int, settings: dict[str, Any]) -> Any:
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    group = f"raylog-kafka-bench-{uuid.uuid4().hex[:8]}"
+    consumer = KafkaConsumer(confluent_config(bootstrap, **{"group.id": group, **CONSUMER_SETTINGS, **settings}))
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    return consumer
+
+
+def _check_messages(messages: list, topic: str) -> list:
+    for message in messages:
+        if message.error() is not None:
+            raise BenchError(f"confluent-kafka consume of {topic}: {message.error()}")
+    return messages
 
 
 # ---------------------------------------------------------------------------------------
@@ -500,14 +543,16 @@ class Runner(client_bench.Runner):
         # coordinators, which is no part of a fetch.
         confluent_consume(self.bootstrap, topic, partitions, 1, self.scale.timeout_s)
         run = partial(confluent_consume, self.bootstrap, topic, partitions, work.count, self.scale.timeout_s)
-        seconds, first_seconds, first_count, ceiling = common.best(run, self.scale.repeats)
+        seconds, first_seconds, first_count = common.best(run, self.scale.repeats)
+        ceiling = confluent_take_ceiling(self.bootstrap, topic, partitions, work.count, self.scale.timeout_s)
         after_first = (work.count - first_count) / (seconds - first_seconds) if seconds > first_seconds else None
         name = f"confluent-kafka consume(num_messages={CONSUME_BATCH:,}), {shape}"
         note = (
-            f"over the listener; {work.count:,} records from offset 0, assigned (no group); the first "
+            f"over the listener, fetch.queue.backoff.ms=0; {work.count:,} records from offset 0, assigned "
+            f"(no group); the first "
             f"{first_count:,} after {first_seconds * 1000:,.0f} ms"
             + (f", the rest at {after_first:,.0f}/s" if after_first else "")
-            + (f"; consume() of records already queued (the client's ceiling) {ceiling:,.0f}/s" if ceiling else "")
+            + f"; consume() of records it already holds (the client's ceiling) {ceiling:,.0f}/s"
         )
         self.rows.append(rate_row(name, work.count, seconds, baseline, CONSUME_RATIO, note))
 

@@ -1115,6 +1115,22 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_kafka(args: argparse.Namespace) -> int:
+    try:
+        from benchmarks import kafka_bench  # a raylog checkout's benchmarks (not installed)
+    except ImportError:
+        raise _UsageError(
+            "raylog bench kafka runs from a raylog checkout (its benchmarks/ directory): "
+            "cd there, or run python -m benchmarks.kafka_bench"
+        ) from None
+    scale = kafka_bench.QUICK if args.quick else kafka_bench.FULL
+    with _connected(args) as cluster:
+        try:
+            return kafka_bench.report(scale, args.json, lambda: kafka_bench.measure(cluster, scale))
+        except kafka_bench.BenchError as exc:
+            raise _UsageError(str(exc)) from None
+
+
 def _bench_soak(args: argparse.Namespace) -> int:
     from raylog.chaos import soak  # imports Ray and starts nodes: only when soaking
 
@@ -1529,6 +1545,14 @@ def _add_bench(commands: Any) -> None:
         sub.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "produce":
             sub.add_argument("--sync", action="store_true", help="one record at a time, each acknowledged first")
+    kafka = _command(
+        workloads,
+        "kafka",
+        _bench_kafka,
+        "Kafka clients over the Kafka listeners against raylog's own clients, same run (from a checkout)",
+    )
+    kafka.add_argument("--quick", action="store_true", help="a short run")
+    kafka.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     soak = workloads.add_parser(
         "soak", help="seeded fault runs judged by a Jepsen-style checker (on a Ray cluster of its own)"
     )

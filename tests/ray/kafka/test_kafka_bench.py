@@ -98,3 +98,9 @@ def test_the_report_prints_every_row(measured, capsys):
         assert header in out
     for row in measured:
         assert row.name in out
+
+
+def test_raylog_bench_kafka_refuses_a_cluster_without_listeners(run):
+    """``raylog bench kafka`` on the session's cluster (no listeners) says so, no traceback."""
+    code, out, err = run("bench", "kafka", "--quick")
+    assert code != 0 and "runs no Kafka listener" in err and "Traceback" not in err
