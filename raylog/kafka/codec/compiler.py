@@ -119,21 +119,29 @@ class _Compiler:
     def reader(self):
         return self._compile(self._struct_reader(self.message.fields))
 
+    def _layout(self, fields: list[Field]) -> tuple[list[list[Field] | Field], list[Field]]:
+        """The untagged fields present at this version, in order, each run of fixed-width ones
+        grouped in a list (one struct reads or writes it); and the tagged fields."""
+        present = self._present(fields)
+        untagged = [f for f in present if not self._tagged(f)]
+        groups: list[list[Field] | Field] = []
+        for f in untagged:
+            if f.type not in prim.FIXED:
+                groups.append(f)
+            elif groups and isinstance(groups[-1], list):
+                groups[-1].append(f)
+            else:
+                groups.append([f])
+        return groups, [f for f in present if self._tagged(f)]
+
     def _struct_reader(self, fields: list[Field]) -> str:
         name = f"_r{next(self.names)}"
         lines = [f"def {name}(b, p, n):"]
         body: list[str] = []
         values: dict[str, str] = {}
-        present = self._present(fields)
-        untagged = [f for f in present if not self._tagged(f)]
-        tagged = [f for f in present if self._tagged(f)]
-        i = 0
-        while i < len(untagged):
-            run = []
-            while i < len(untagged) and untagged[i].type in prim.FIXED:
-                run.append(untagged[i])
-                i += 1
-            if run:
+        groups, tagged = self._layout(fields)
+        for run in groups:
+            if isinstance(run, list):
                 fmt = ">" + "".join(prim.FIXED[f.type][0] for f in run)
                 unpack = self._const(struct.Struct(fmt).unpack_from)
                 size = struct.calcsize(fmt)
@@ -146,8 +154,7 @@ class _Compiler:
                         body.append(f"{var} = _UUID(bytes={var})")
                     values[f.name] = var
                 continue
-            f = untagged[i]
-            i += 1
+            f = run
             var = f"v_{f.name}"
             body.extend(self._read_field(f, var))
             values[f.name] = var
@@ -268,16 +275,9 @@ class _Compiler:
     def _struct_writer(self, fields: list[Field]) -> str:
         name = f"_w{next(self.names)}"
         body: list[str] = []
-        present = self._present(fields)
-        untagged = [f for f in present if not self._tagged(f)]
-        tagged = [f for f in present if self._tagged(f)]
-        i = 0
-        while i < len(untagged):
-            run = []
-            while i < len(untagged) and untagged[i].type in prim.FIXED:
-                run.append(untagged[i])
-                i += 1
-            if run:
+        groups, tagged = self._layout(fields)
+        for run in groups:
+            if isinstance(run, list):
                 fmt = ">" + "".join(prim.FIXED[f.type][0] for f in run)
                 pack = self._const(struct.Struct(fmt).pack)
                 args = []
@@ -286,8 +286,7 @@ class _Compiler:
                     args.append(f"_ub({get})" if f.type == "uuid" else get)
                 body.append(f"o += {pack}({', '.join(args)})")
                 continue
-            f = untagged[i]
-            i += 1
+            f = run
             body.append(f"x = d.get({f.name!r}, {self._default_expr(f)})")
             body.extend(self._write_field(f, "o"))
         if self.flexible:

@@ -10,7 +10,7 @@ always use v0 so that a client can read one at any version.
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from raylog import errors
 from raylog.errors import InvalidRequestError
@@ -118,6 +118,18 @@ def _response_header_flexible(api_key: ApiKey, version: int) -> bool:
     return api_key != ApiKey.API_VERSIONS and MESSAGES[(api_key, "response")].is_flexible(version)
 
 
+def _message(header: RequestHeader, kind: str) -> Any:
+    """The table's ``kind`` ("request" or "response") message of the header's API.
+
+    Raises:
+        UnsupportedVersionError: the header's API or version is not supported.
+    """
+    supported = SUPPORTED.get(header.api_key)
+    if supported is None or not supported[0] <= header.api_version <= supported[1]:
+        raise UnsupportedVersionError(header)
+    return MESSAGES[(header.api_key, kind)]
+
+
 def encode_response(header: RequestHeader, body: dict) -> list:
     """The response to ``header`` saying ``body``, as a list of buffers (size prefix included)
     for ``writer.writelines()``. Records fields are passed through uncopied.
@@ -127,10 +139,7 @@ def encode_response(header: RequestHeader, body: dict) -> list:
         EncodeError: a value in ``body`` does not fit its field.
     """
     api_key, version = header.api_key, header.api_version
-    supported = SUPPORTED.get(api_key)
-    if supported is None or not supported[0] <= version <= supported[1]:
-        raise UnsupportedVersionError(header)
-    message = MESSAGES[(api_key, "response")]
+    message = _message(header, "response")
     o = bytearray(8)
     _CORRELATION.pack_into(o, 0, 0, header.correlation_id)
     if _response_header_flexible(api_key, version):
@@ -151,10 +160,7 @@ def encode_request(header: RequestHeader, body: dict) -> list:
         EncodeError: a value in ``body`` does not fit its field.
     """
     api_key, version = header.api_key, header.api_version
-    supported = SUPPORTED.get(api_key)
-    if supported is None or not supported[0] <= version <= supported[1]:
-        raise UnsupportedVersionError(header)
-    message = MESSAGES[(api_key, "request")]
+    message = _message(header, "request")
     o = bytearray(4)
     o += _REQUEST_HEADER.pack(api_key, version, header.correlation_id)
     buffers: list = []

@@ -54,6 +54,15 @@ class Truncated(Malformed):
 
 def read_uvarint(b, p: int) -> tuple[int, int]:
     """An unsigned varint (at most 5 bytes: 32 bits) at ``b[p]``."""
+    return _read_unsigned(b, p, 28, "unsigned varint longer than 5 bytes")
+
+
+def read_uvarlong(b, p: int) -> tuple[int, int]:
+    """An unsigned varint of at most 10 bytes (64 bits) at ``b[p]``."""
+    return _read_unsigned(b, p, 63, "varlong longer than 10 bytes")
+
+
+def _read_unsigned(b, p: int, max_shift: int, too_long: str) -> tuple[int, int]:
     try:
         x = b[p]
         if x < 0x80:
@@ -67,26 +76,8 @@ def read_uvarint(b, p: int) -> tuple[int, int]:
             if x < 0x80:
                 return value, p + 1
             shift += 7
-            if shift > 28:
-                raise Malformed("unsigned varint longer than 5 bytes")
-    except IndexError:
-        raise Truncated("bytes end inside a varint") from None
-
-
-def read_uvarlong(b, p: int) -> tuple[int, int]:
-    """An unsigned varint of at most 10 bytes (64 bits) at ``b[p]``."""
-    value = 0
-    shift = 0
-    try:
-        while True:
-            x = b[p]
-            p += 1
-            value |= (x & 0x7F) << shift
-            if x < 0x80:
-                return value, p
-            shift += 7
-            if shift > 63:
-                raise Malformed("varlong longer than 10 bytes")
+            if shift > max_shift:
+                raise Malformed(too_long)
     except IndexError:
         raise Truncated("bytes end inside a varint") from None
 
