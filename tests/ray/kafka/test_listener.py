@@ -295,3 +295,16 @@ def _ask_at(address: str, api_key: ApiKey, version: int, body: dict) -> dict | N
         return None
     finally:
         connection.close()
+
+
+def test_raylog_start_prints_the_bootstrap_servers(run, kafka_cluster, bootstrap):
+    code, out, err = run("start", "--kafka-port", "0", cluster_name=kafka_cluster.cluster_name)
+    assert code == 0, err
+    assert f"bootstrap.servers={bootstrap}" in out
+    for address in bootstrap.split(","):
+        assert f"kafka {address}" in out
+
+
+def test_raylog_start_with_a_kafka_port_refuses_a_cluster_running_without_listeners(run):
+    code, out, err = run("start", "--kafka-port", "0")  # the session's cluster: no listeners
+    assert code != 0 and "already running without Kafka listeners" in err
