@@ -77,12 +77,14 @@ async def _leader(ctx: BrokerContext, topic: str, partition: int) -> Any:
         none: the client asks for metadata again).
     """
     md = await ctx.metadata()
-    if topic not in md["topics"] or not 0 <= partition < len(md["topics"][topic].partitions):
+    if ctx.leader_broker(topic, partition, md) != ctx.broker_id:
+        # The client's metadata may be newer than this listener's (a topic just created, a
+        # leader just elected or started): look again before saying no.
         md = await ctx.metadata(refresh=True)
         if topic not in md["topics"] or not 0 <= partition < len(md["topics"][topic].partitions):
             raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
-    if ctx.leader_broker(topic, partition, md) != ctx.broker_id:
-        raise NotLeaderOrFollowerError(f"broker {ctx.broker_id} does not lead {topic}-{partition}")
+        if ctx.leader_broker(topic, partition, md) != ctx.broker_id:
+            raise NotLeaderOrFollowerError(f"broker {ctx.broker_id} does not lead {topic}-{partition}")
     return md["leaders"][(topic, partition)]
 
 

@@ -156,7 +156,9 @@ class KafkaListenerActor:
         while True:
             answer = await answers.get()
             try:
-                buffers = await answer
+                # Shielded: a client that goes away (the sender is cancelled) leaves the requests
+                # it sent to finish, as Kafka's brokers do (an acks=0 produce is then written).
+                buffers = await asyncio.shield(answer)
             except codec.InvalidRequestError as exc:
                 logger.warning("closing Kafka connection from %s: %s", peer, exc)
                 writer.close()  # the reader sees the connection end

@@ -308,3 +308,13 @@ def test_raylog_start_prints_the_bootstrap_servers(run, kafka_cluster, bootstrap
 def test_raylog_start_with_a_kafka_port_refuses_a_cluster_running_without_listeners(run):
     code, out, err = run("start", "--kafka-port", "0")  # the session's cluster: no listeners
     assert code != 0 and "already running without Kafka listeners" in err
+
+
+def test_requests_sent_before_the_client_goes_away_still_complete(wire, kafka_topic, read_back):
+    """An acks=0 produce whose client closes the connection at once is written all the same."""
+    topic = kafka_topic(1)
+    leader = Wire(_leader_address(wire, topic)[0])
+    leader.send(ApiKey.PRODUCE, 9, _produce_body(topic, 0, _kafka_batch([b"fire", b"forget"]), acks=0))
+    leader.close()
+    found = wait_until(lambda: _all_of(read_back(topic), 2), timeout_s=60, message="the acks=0 records")
+    assert [r.value for r in found] == [b"fire", b"forget"]
