@@ -18,9 +18,6 @@ from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 
 #: How long a cached metadata answer serves before it is asked again.
 METADATA_MAX_AGE_S = 1.0
-#: A refresh asked sooner than this after the last answer takes that answer: clients that
-#: keep asking for a partition whose leader is down do not each cost a controller call.
-METADATA_MIN_AGE_S = 0.05
 #: How long a call to the controller or a coordinator may take.
 CONTROL_CALL_TIMEOUT_S = 30.0
 #: The state a handler keeps per client connection (a dict; the listener sets a new one in
@@ -48,8 +45,8 @@ class BrokerContext:
         """The controller's ``metadata()`` answer (``brokers``, ``topics``, ``leaders``, ``live``,
         ``listeners`` ...), at most :data:`METADATA_MAX_AGE_S` old unless ``refresh``. Concurrent
         callers share one controller call."""
-        age = time.monotonic() - self._metadata_at
-        if self._metadata is not None and age < (METADATA_MIN_AGE_S if refresh else METADATA_MAX_AGE_S):
+        fresh = time.monotonic() - self._metadata_at < METADATA_MAX_AGE_S
+        if self._metadata is not None and fresh and not refresh:
             return self._metadata
         if self._refreshing is None:
             self._refreshing = asyncio.ensure_future(self._fetch_metadata())
