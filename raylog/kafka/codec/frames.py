@@ -9,6 +9,7 @@ always use v0 so that a client can read one at any version.
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import Any, NamedTuple
 
@@ -19,6 +20,8 @@ from . import compiler
 from . import primitives as prim
 from .error_bodies import BUILDERS
 from .messages import MESSAGES, SUPPORTED, ApiKey
+
+log = logging.getLogger(__name__)
 
 _KEYS = {int(k): k for k in ApiKey}
 _REQUEST_HEADER = struct.Struct(">hhi")
@@ -89,6 +92,7 @@ def _parse_header(b: memoryview) -> tuple[RequestHeader, int]:
 
 def decode_request(frame) -> tuple[RequestHeader, dict]:
     """Parse a request frame (without its 4-byte size prefix) into its header and body dict.
+    Bytes after a complete body are ignored (logged at DEBUG), as Kafka's broker does.
 
     Raises:
         UnsupportedVersionError: an unknown API or a version outside :data:`SUPPORTED`.
@@ -110,7 +114,8 @@ def decode_request(frame) -> tuple[RequestHeader, dict]:
             f"malformed {message.name} v{header.api_version} request: {exc or type(exc).__name__}"
         ) from None
     if p != n:
-        raise InvalidRequestError(f"{n - p} bytes after the end of a {message.name} v{header.api_version} request")
+        # Kafka's parser ignores them too: librdkafka sends 3 after an all-topics Metadata v9+.
+        log.debug("ignored %d bytes after the end of a %s v%d request", n - p, message.name, header.api_version)
     return header, body
 
 

@@ -556,3 +556,20 @@ def test_a_waiting_fetch_returns_when_a_record_arrives(client, bootstrap, kafka_
             producer.send(topic, b"arrived", key=b"k", timestamp_ms=BASE_TIMESTAMP).get(timeout=DEADLINE_S)
 
     assert client.long_poll(bootstrap, topic, arrive) == [Got(0, 0, b"k", b"arrived", (), BASE_TIMESTAMP)]
+
+
+def test_confluent_lists_every_topic_with_its_admin_client_and_its_consumer(bootstrap, kafka_topic):
+    """librdkafka's all-topics Metadata request (v9+) carries 3 bytes past its body; Kafka's
+    parser ignores them, and so must the listener, or ``list_topics()`` with no topic fails."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka.admin import AdminClient
+
+    topic = kafka_topic(num_partitions=2)
+    listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=DEADLINE_S)
+    assert topic in listed.topics and sorted(listed.topics[topic].partitions) == [0, 1]
+    assert len(listed.brokers) == 3
+    consumer = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}"})
+    try:
+        assert topic in consumer.list_topics(timeout=DEADLINE_S).topics
+    finally:
+        consumer.close()
