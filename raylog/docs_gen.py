@@ -55,6 +55,7 @@ LIMITS = (
     ("raylog.coordination.quotas", "MAX_CLIENT_ID_LENGTH"),
     ("raylog.coordination.transactions", "MAX_TRANSACTION_TIMEOUT_MS"),
     ("raylog.actors.replica", "MAX_CONCURRENCY"),
+    ("raylog.actors.replica", "CONCURRENCY_GROUPS"),
     ("raylog.actors.group_coordinator", "MAX_CONCURRENCY"),
     ("raylog.actors.transaction_coordinator", "MAX_CONCURRENCY"),
 )

@@ -42,6 +42,10 @@ class ProduceRequest:
     #: acknowledged to them (-1: not said; then a leader without the producer's state takes
     #: any sequence as its first, as Kafka). See raylog.coordination.producer_state.
     first_unacked_sequence: int = -1
+    #: The caller delivers each producer's batches in order (a Kafka connection: one at a
+    #: time), so a batch past a sequence gap means the earlier one is lost: it is refused at
+    #: once with OUT_OF_ORDER_SEQUENCE_NUMBER, as Kafka does, rather than waiting for it.
+    in_order: bool = False
 
 
 @dataclass(frozen=True)

@@ -1061,8 +1061,9 @@ class ControllerActor:
 
 @functools.cache
 def _remote(actor_class: type):
-    """The Ray actor class of ``actor_class``, made once (each ``ray.remote`` exports the class anew)."""
-    return ray.remote(actor_class)
+    """The Ray actor class of ``actor_class`` with its concurrency groups (which ``.options()``
+    cannot set), made once (each ``ray.remote`` exports the class anew)."""
+    return ray.remote(concurrency_groups=actor_class.CONCURRENCY_GROUPS)(actor_class)
 
 
 def _running(name: str):

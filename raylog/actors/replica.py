@@ -17,15 +17,21 @@ what diverged (asking the leader where its latest epoch ends, KIP-101), then app
 it fetches, unchanged. One condition wakes everything that waits on a change of the
 log or high watermark: long-polling fetches, acks=all producers, out-of-order batches.
 
-Concurrency: Ray runs up to :data:`MAX_CONCURRENCY` calls at once, each on a thread of its
-own (a threaded actor, not an async one: Ray hands each call of an async actor to its event
-loop and back, which cost ~300 us more CPU per call, measured by
+Concurrency: a threaded actor, not an async one (Ray hands each call of an async actor to its
+event loop and back, which cost ~300 us more CPU per call, measured by
 ``benchmarks.latency_trace``). One lock guards the partition, so each :class:`Partition` step
 runs alone, as it did on one event loop; a waiting call (a long poll, an acks=all produce,
-a throttled response) releases it while it waits, and holds only its thread. Calls beyond
-:data:`MAX_CONCURRENCY` wait in Ray's queue until one of them answers. Background threads:
-the housekeeping rounds, the follower's fetch loop, ISR proposals, the restart report, the
-cleaner.
+a throttled response) releases it while it waits, and holds only its thread. Each kind of
+call has a pool of threads of its own (Ray concurrency groups, :data:`CONCURRENCY_GROUPS`),
+so that calls parked in one pool never keep another kind from running, as Kafka parks its
+delayed operations in purgatories and frees its request threads: produces and offset
+look-ups in the default pool (:data:`MAX_CONCURRENCY`), consumers' fetches in ``fetch``, the
+followers' fetches and epoch queries in ``replication``, transaction markers in ``markers``,
+the controller's pushes and probes in ``control``. The HW therefore moves however many
+clients wait on it. Calls beyond a pool's size wait in Ray's queue until one of its calls
+answers. :meth:`state` reports how many calls wait in each pool (Kafka's purgatory size).
+Background threads: the housekeeping rounds, the follower's fetch loop, ISR proposals, the
+restart report, the cleaner.
 
 Client quotas (:mod:`raylog.coordination.quotas`, pushed by the controller through
 :meth:`update_quotas`): a leader counts the bytes of each produce request and of each
@@ -42,6 +48,7 @@ raylog error becomes a response error code.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import ctypes
 import ctypes.util
@@ -82,11 +89,17 @@ from raylog.storage.log import Log
 from raylog.storage.log_dirs import open_log_dir, remove_log_dir
 from raylog.types import PartitionInfo
 
-#: Calls a replica serves at once, each on its own thread (Ray's ``max_concurrency``): the
-#: long polls of its followers and consumers and the acks=all produces in flight each hold
-#: one while they wait. A thread costs ~10 KiB and no CPU while it waits (a node's thread
-#: ids are bounded too: ``kernel.pid_max``, 32,768 here, for hundreds of replicas).
+#: Produces and offset look-ups a replica serves at once, each on its own thread (Ray's
+#: ``max_concurrency``, the default concurrency group): acks=all produces in flight hold one
+#: while they wait for the ISR. A thread costs ~10 KiB and no CPU while it waits (a node's
+#: thread ids are bounded too: ``kernel.pid_max``, 32,768 here, for hundreds of replicas).
 MAX_CONCURRENCY = 32
+#: The other pools (Ray concurrency groups), each kind of call in its own so that no kind
+#: waits behind another's parked calls: consumers' long polls (``fetch``), the followers'
+#: fetches and epoch queries (``replication``: one long poll per follower at a time),
+#: transaction markers waiting for the ISR (``markers``) and the controller's pushes and
+#: probes (``control``).
+CONCURRENCY_GROUPS = {"fetch": 32, "replication": 8, "markers": 8, "control": 4}
 #: How often the actor applies retention, the flush.ms policy and the HW checkpoint while its
 #: partition changes; rounds that find nothing changed double the pause up to the idle
 #: maximum (a node hosts hundreds of idle replicas), and at most a quarter of
@@ -114,8 +127,10 @@ class PartitionReplicaActor:
     """See the module docstring. Concurrency: every step on the partition holds ``_lock``;
     ``_changed`` (a condition of that lock) wakes the calls waiting for a change."""
 
-    #: Ray's ``max_concurrency`` for this actor class (the controller creates it with it).
+    #: Ray's ``max_concurrency`` and ``concurrency_groups`` for this actor class (the
+    #: controller creates it with them).
     MAX_CONCURRENCY = MAX_CONCURRENCY
+    CONCURRENCY_GROUPS = CONCURRENCY_GROUPS
 
     def __init__(
         self,
@@ -150,6 +165,7 @@ class PartitionReplicaActor:
         self._produce_quotas = QuotaManager(PRODUCER_BYTE_RATE)
         self._fetch_quotas = QuotaManager(CONSUMER_BYTE_RATE)
         self._quotas_version = -1
+        self._waiting: collections.Counter = collections.Counter()  # pool -> calls parked (under _lock)
         with self._lock:
             if ray.get_runtime_context().was_current_actor_reconstructed:
                 self._start(self._report_restart)
@@ -164,6 +180,7 @@ class PartitionReplicaActor:
 
     # --- lifecycle ----------------------------------------------------------------------
 
+    @ray.method(concurrency_group="control")
     def ready(self) -> dict:
         """Constructed: what recovery found, and the epochs of the state it holds."""
         p = self.partition
@@ -200,6 +217,7 @@ class PartitionReplicaActor:
                 self._apply_state(state, leader_handle)
                 self._apply_quotas(*quotas)
 
+    @ray.method(concurrency_group="control")
     def update_state(self, state: PartitionInfo, leader_handle=None, config: tuple[int, dict] | None = None) -> None:
         """The controller's word on this partition's leader, epochs, replicas and ISR, and
         on its topic's config as ``(config_version, properties)``."""
@@ -215,6 +233,7 @@ class PartitionReplicaActor:
             self._config_version = version
             self.partition.update_config(TopicConfig.from_properties(properties))
 
+    @ray.method(concurrency_group="control")
     def update_quotas(self, version: int, quotas: ClientQuotas) -> None:
         """The controller's client quotas of ``version`` (an older push is ignored)."""
         with self._lock:
@@ -251,6 +270,7 @@ class PartitionReplicaActor:
             self._follower = threading.Event()
             self._start(self._fetch_loop, self._fetcher, handle, self._follower)
 
+    @ray.method(concurrency_group="control")
     def delete_data(self) -> None:
         """Close and remove this replica's log (the topic or this replica is going away).
 
@@ -274,8 +294,9 @@ class PartitionReplicaActor:
         response back for as long as the client's producer quota says.
 
         An idempotent batch that arrives before an earlier one of its producer waits for it
-        (Ray may run pipelined calls out of order); a retry of a batch already appended
-        is answered with the original offsets, after the same wait for the ISR."""
+        (Ray may run pipelined calls out of order), unless the request says its batches come
+        in order (a Kafka connection): then it is refused at once. A retry of a batch already
+        appended is answered with the original offsets, after the same wait for the ISR."""
         try:
             validate_client_id(request.client_id)
         except InvalidRequestError as exc:
@@ -297,17 +318,19 @@ class PartitionReplicaActor:
                     break
                 except SequenceGap:
                     remaining = deadline - time.monotonic()
+                    if request.in_order:
+                        return _produce_error(OutOfOrderSequenceError("an earlier batch of this producer is missing"))
                     if remaining <= 0:
                         return _produce_error(
                             OutOfOrderSequenceError("an earlier batch of this producer never arrived")
                         )
-                    self._changed.wait(remaining)
+                    self._wait("produce", remaining)
                 except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                     return ProduceResponse(**error_fields(exc))
             self._notify()
             self._maybe_propose_isr()
             if request.acks == -1:
-                error = self._await_replication(outcome.last_offset + 1, deadline)
+                error = self._await_replication(outcome.last_offset + 1, deadline, "produce")
                 if error is not None:
                     return _produce_error(error)
             log_start_offset = self.partition.log.log_start_offset
@@ -319,6 +342,7 @@ class PartitionReplicaActor:
             log_start_offset=log_start_offset,
         )
 
+    @ray.method(concurrency_group="markers")
     def write_txn_marker(
         self,
         producer_id: int,
@@ -342,7 +366,7 @@ class PartitionReplicaActor:
             self._notify()
             self._maybe_propose_isr()
             end = self.partition.log.log_end_offset if info is None else info.last_offset + 1
-            error = self._await_replication(end, deadline)
+            error = self._await_replication(end, deadline, "markers")
             if error is not None:
                 return _produce_error(error)
             self._marker_written(producer_id, producer_epoch, commit, bumps_epoch)
@@ -355,9 +379,9 @@ class PartitionReplicaActor:
         """A marker of ``producer_id`` with ``producer_epoch`` (bumped, or the producer's
         current epoch) is replicated, now or before (holding ``_lock``)."""
 
-    def _await_replication(self, offset: int, deadline: float) -> RaylogError | None:
-        """Wait (holding ``_lock``, released meanwhile) until the HW reaches ``offset`` (see
-        :meth:`Partition.replication_done`)."""
+    def _await_replication(self, offset: int, deadline: float, pool: str) -> RaylogError | None:
+        """Wait (holding ``_lock``, released meanwhile, counted as parked in ``pool``) until
+        the HW reaches ``offset`` (see :meth:`Partition.replication_done`)."""
         p = self.partition
         epoch = p.leader_epoch
         while True:
@@ -367,10 +391,11 @@ class PartitionReplicaActor:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return RequestTimedOutError(f"{p.name}: the ISR {list(p.isr)} did not get the batch in time")
-            self._changed.wait(remaining)
+            self._wait(pool, remaining)
 
     # --- leader: fetch and offsets ------------------------------------------------------
 
+    @ray.method(concurrency_group="fetch")
     def fetch(self, request: FetchRequest) -> FetchResponse:
         """Batches from ``request.offset``; waits (long poll) for ``min_bytes``; then, for a
         consumer, holds the response back for as long as its consumer quota says."""
@@ -412,7 +437,7 @@ class PartitionReplicaActor:
                 remaining = deadline - time.monotonic()
                 if len(response.records) >= request.min_bytes or remaining <= 0:
                     break
-                self._changed.wait(remaining)
+                self._wait("replication" if request.replica_id >= 0 else "fetch", remaining)
         latency_s = time.monotonic() - deadline + max(0, request.max_wait_ms) / 1000
         metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_s)
         return response
@@ -427,11 +452,13 @@ class PartitionReplicaActor:
                 return ListOffsetsResponse(**error_fields(exc))
             return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp, leader_epoch=self.partition.leader_epoch)
 
+    @ray.method(concurrency_group="replication")
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int, int]:
         """``(error_code, epoch', end_offset)`` for a follower truncating (KIP-101)."""
         with self._lock:
             return self.partition.answer_epoch_query(epoch)
 
+    @ray.method(concurrency_group="control")
     def state(self) -> dict:
         p = self.partition
         with self._lock:
@@ -453,6 +480,7 @@ class PartitionReplicaActor:
                 "log_dir": self._dir,
                 "log_offline": p.log.offline is not None,
                 "cleaning": self._cleaning_now(),
+                "waiting": dict(self._waiting),
             }
 
     # --- leader: ISR --------------------------------------------------------------------
@@ -501,7 +529,8 @@ class PartitionReplicaActor:
                     call = leader.end_offset_for_epoch.remote(request.epoch)
                     answer = EpochAnswer(*ray.get(call, timeout=PEER_CALL_TIMEOUT_S))
                 else:
-                    answer = ray.get(leader.fetch.remote(request), timeout=PEER_CALL_TIMEOUT_S)
+                    call = leader.fetch.options(concurrency_group="replication").remote(request)
+                    answer = ray.get(call, timeout=PEER_CALL_TIMEOUT_S)
             except ray.exceptions.RayError:  # (a timeout is a RayError)
                 answer = None
             with self._lock:
@@ -541,6 +570,15 @@ class PartitionReplicaActor:
         thread = threading.Thread(target=target, args=args, name=f"raylog-{target.__name__}", daemon=True)
         thread.start()
         return thread
+
+    def _wait(self, pool: str, timeout_s: float) -> None:
+        """Wait (holding ``_lock``, released meanwhile) for a change or ``timeout_s``, counted
+        as a call parked in ``pool``."""
+        self._waiting[pool] += 1
+        try:
+            self._changed.wait(timeout_s)
+        finally:
+            self._waiting[pool] -= 1
 
     def _notify(self) -> None:
         """Wake every waiter (holding ``_lock``): long-polling fetches, acks=all producers,
@@ -602,6 +640,7 @@ class PartitionReplicaActor:
         if cleaned is not None:
             metrics.record_cleaning(self._metric_tags, cleaned)
 
+    @ray.method(concurrency_group="control")
     def inject_disk_fault(self, errno: int | None) -> None:
         """Test only: make every storage write in this replica's process fail with
         ``OSError(errno)`` (``errno.ENOSPC``: a full disk, ``errno.EIO``: a failing one), or

@@ -315,3 +315,65 @@ def test_one_followers_report_does_not_move_a_live_leader(multinode, replicated_
     with Producer(cluster, acks="all") as producer:
         producer.send(topic, b"after").result(timeout=30)
     assert read_values(cluster, topic) == [b"before", b"after"]
+
+
+def _written_with_full_isr(cluster, topic: str, value: bytes):
+    """Write ``value`` with acks=all, wait for a full ISR: ``(the partition's metadata, its
+    leader's actor)``."""
+    with Producer(cluster, acks="all") as producer:
+        producer.send(topic, value).result(timeout=30)
+    wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90, message="a full ISR")
+    info = describe(cluster, topic)
+    return info, ray.get(cluster.controller.replica_handles.remote(topic))[(0, info.leader)]
+
+
+def test_parked_client_waits_never_starve_replication_or_control(multinode, replicated_topic):
+    """Issue 25, defect 4: more long-polling consumer fetches than a leader has threads for
+    client calls used to take every thread, so the followers' fetches and the controller's
+    probe queued behind them: the HW stood still, acks=all produces timed out and a healthy
+    leader was demoted. Now each kind of call has its own pool (Ray concurrency groups): while
+    the consumers' polls stay parked, an acks=all produce is acknowledged, the leader keeps its
+    epoch and the ISR stays whole; the produce then wakes every poll with its record."""
+    from raylog.actors.replica import CONCURRENCY_GROUPS
+    from raylog.protocol import FetchRequest
+
+    cluster, _ = multinode
+    topic = replicated_topic(**SAFE)
+    info, leader = _written_with_full_isr(cluster, topic, b"before")
+    parked = CONCURRENCY_GROUPS["fetch"] + 8  # more than the pool: some wait in Ray's queue
+    polls = [leader.fetch.remote(FetchRequest(offset=1, min_bytes=1, max_wait_ms=60_000)) for _ in range(parked)]
+    wait_until(
+        lambda: ray.get(leader.state.remote(), timeout=10)["waiting"]["fetch"] == CONCURRENCY_GROUPS["fetch"],
+        timeout_s=60,
+        message="every fetch thread parked",
+    )
+    with Producer(cluster, acks="all", request_timeout_ms=20_000, delivery_timeout_ms=30_000) as producer:
+        producer.send(topic, b"after").result(timeout=40)
+    after = describe(cluster, topic)
+    assert (after.leader, after.leader_epoch, sorted(after.isr)) == (info.leader, info.leader_epoch, [0, 1, 2])
+    answers = ray.get(polls, timeout=120)
+    assert all(a.error_code == 0 and len(a.records) > 0 for a in answers)
+    assert read_values(cluster, topic) == [b"before", b"after"]
+
+
+def test_256_concurrent_acks_all_produces_on_one_leader_all_answer(multinode, replicated_topic):
+    """Issue 25's fan-in: 256 acks=all produces at once on one RF3 leader (min ISR 2), eight
+    times its produce pool: every one is acknowledged within its timeout, at an offset of its
+    own, the leader keeps its epoch and the ISR never shrinks (a follower's fetch never waits
+    behind the parked produces)."""
+    from raylog.protocol import ProduceRequest
+    from raylog.storage import record_batch
+
+    cluster, _ = multinode
+    topic = replicated_topic(**SAFE)
+    info, leader = _written_with_full_isr(cluster, topic, b"first")
+    calls = [
+        leader.produce.remote(ProduceRequest(record_batch.build([b"%03d" % i]), acks=-1, timeout_ms=60_000))
+        for i in range(256)
+    ]
+    answers = ray.get(calls, timeout=180)
+    assert [a.error_code for a in answers] == [0] * 256
+    assert sorted(a.base_offset for a in answers) == list(range(1, 257))
+    after = describe(cluster, topic)
+    assert after == info  # no change of leader or ISR at all: the partition epoch did not move
+    assert sorted(read_values(cluster, topic)) == sorted([b"first"] + [b"%03d" % i for i in range(256)])

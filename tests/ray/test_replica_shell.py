@@ -9,7 +9,7 @@ import numpy as np
 import ray
 
 from raylog.actors.group_coordinator import GroupCoordinatorActor
-from raylog.actors.replica import MAX_CONCURRENCY, PartitionReplicaActor
+from raylog.actors.replica import CONCURRENCY_GROUPS, MAX_CONCURRENCY, PartitionReplicaActor
 from raylog.config import TopicConfig
 from raylog.coordination.group import GroupCoordinator
 from raylog.coordination.partition import Partition
@@ -65,13 +65,14 @@ def test_a_fetch_answered_after_the_leaders_actor_changed_is_dropped(cluster, tm
     fetches from the new actor, and the old fetch's late answer is dropped: nothing of it is
     appended, and its loop ends rather than fetch again (two loops would append the same
     partition twice)."""
-    gate = ray.remote(GateLeader).options(num_cpus=0, max_concurrency=8)
+    # A replica's follower fetches in its leader's "replication" pool: the stand-in has it too.
+    gate = ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(GateLeader).options(num_cpus=0, max_concurrency=8)
     batch = record_batch.build([b"late"])
     late = record_batch.stamp(record_batch.parse_header(batch), 0, LEADER_EPOCH) + batch[record_batch.STAMP.size :]
     old, new = gate.remote(False, late), gate.remote(True)
     state = PartitionInfo("shell", 0, leader=1, leader_epoch=LEADER_EPOCH, replicas=(1, 2), isr=(1, 2))
     replica = (
-        ray.remote(PartitionReplicaActor)
+        ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(PartitionReplicaActor)
         .options(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
         .remote("no-such-cluster", "shell", "shell-id", 0, 2, str(tmp_path), {}, state, old)
     )

@@ -199,7 +199,7 @@ async def _produce_partition(
     try:
         converted = records.to_raylog(_one_batch(topic, p["index"], p["records"]))
         leader = await _leader(ctx, topic, p["index"])
-        request = ProduceRequest(records_payload(converted), acks, timeout_ms, client_id)
+        request = ProduceRequest(records_payload(converted), acks, timeout_ms, client_id, in_order=True)
         response = await _guarded(ctx, ctx.call(leader.produce.remote(request), timeout_ms / 1000 + PRODUCE_GRACE_S))
     except RaylogError as exc:
         answer.update(_error(exc))

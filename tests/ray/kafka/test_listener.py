@@ -318,3 +318,29 @@ def test_requests_sent_before_the_client_goes_away_still_complete(wire, kafka_to
     leader.close()
     found = wait_until(lambda: _all_of(read_back(topic), 2), timeout_s=60, message="the acks=0 records")
     assert [r.value for r in found] == [b"fire", b"forget"]
+
+
+def test_a_batch_after_a_sequence_gap_is_refused_at_once(wire, kafka_topic, read_back):
+    """Issue 25, defect 8: a Kafka connection delivers a producer's batches in order, so a
+    batch past a gap means the earlier one is lost: Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER
+    at once. raylog's listener made it wait for the missing batch as long as the request's
+    timeout (here ten minutes: the read below gives up long before), holding a replica thread,
+    with the retry of the missing batch queued behind it on the same connection."""
+    topic = kafka_topic(1)
+    leader, _ = _leader_address(wire, topic)
+    to_leader = Wire(leader)
+
+    def produce(values: list[bytes], sequence: int) -> int:
+        batch = record_batch.build(values, producer_id=4242, producer_epoch=0, base_sequence=sequence)
+        body = _produce_body(topic, 0, b"".join(bytes(p) for p in records.to_kafka(batch)), acks=-1)
+        body["timeout_ms"] = 600_000
+        return to_leader.ask(ApiKey.PRODUCE, 9, body)["responses"][0]["partition_responses"][0]["error_code"]
+
+    try:
+        assert produce([b"a", b"b"], 0) == 0
+        assert produce([b"e"], 4) == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER: sequences 2-3 never came
+        assert produce([b"c", b"d"], 2) == 0  # the client's retry of the missing batch
+        assert produce([b"e"], 4) == 0
+    finally:
+        to_leader.close()
+    assert [r.value for r in read_back(topic)] == [b"a", b"b", b"c", b"d", b"e"]
