@@ -70,7 +70,7 @@ raylog bench produce|consume|e2e [--topic T] [--num-records N] [--record-size B]
         as JSON
 raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-faults M]
                   [--acks all|1] [--min-insync-replicas N] [--unclean] [--partitions P]
-                  [--transactions]
+                  [--transactions] [--overlap 1|2] [--producers N]
         seeded fault runs (Jepsen's Kafka workload, see raylog.chaos): starts its own Ray
         cluster of a head and three labelled broker nodes on this machine, then N runs with
         seeds S, S+1, ...: each a fresh topic, producers and consumer groups recording a
@@ -79,7 +79,9 @@ raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-f
         that its configuration promises against (acks=all, min.insync.replicas >= 2, RF 3,
         unclean election off) or did not heal; --transactions adds a transactional producer
         (read_committed consumers then must never see an aborted or unfinished transaction)
-        and kill-txn-coordinator faults
+        and kill-txn-coordinator faults; --overlap 2 leaves a paused replica, delayed calls
+        or a full disk in effect while a second fault runs; --producers N idempotent
+        producer clients instead of one
 raylog dump-log DIR [--records] [--json]   print a log directory's segments and batches
                                            (Kafka's kafka-dump-log), verifying CRCs;
                                            read-only, exit code 1 if a batch is invalid
@@ -1165,6 +1167,8 @@ def _soak_config(args: argparse.Namespace):
         "acks": args.acks,
         "min_insync_replicas": args.min_insync_replicas,
         "partitions": args.partitions,
+        "overlap": args.overlap,
+        "producers": args.producers,
     }
     return RunConfig(
         faults=faults,
@@ -1566,6 +1570,16 @@ def _add_bench(commands: Any) -> None:
     soak.add_argument("--min-insync-replicas", type=_positive_int, help="of the topic (default 2)")
     soak.add_argument("--unclean", action="store_true", help="unclean.leader.election.enable=true")
     soak.add_argument("--partitions", type=_positive_int, help="of each run's topic (default 2)")
+    soak.add_argument(
+        "--overlap",
+        type=int,
+        choices=[1, 2],
+        help="faults in effect at once: 2 leaves a paused replica, delayed calls or a full disk in effect "
+        "while a second fault runs (default 1)",
+    )
+    soak.add_argument(
+        "--producers", type=_positive_int, help="idempotent producer clients, two threads each (default 1)"
+    )
     soak.add_argument(
         "--transactions",
         action="store_true",

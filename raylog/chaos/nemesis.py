@@ -1,5 +1,9 @@
 """The nemesis: seeded faults against a running raylog cluster, bounded in time and count,
-one at a time, each healed before the next (and everything healed before the final read).
+each healed before the next (and everything healed before the final read). With
+``overlap=2`` a fault that can stay in effect (``LINGERING``: a paused replica, delayed
+calls, a full disk) may be left in effect while a second fault, of any kind, runs beside
+it (a follower paused during a leader kill, a full disk during a node loss); both are then
+healed together, the first once its own duration has passed.
 
 Fault kinds (``FAULT_KINDS``; each picks its target with the run's ``random.Random``):
 
@@ -82,6 +86,8 @@ FAULT_KINDS = (
 )
 #: Kinds that need the transactional workload: drawn only when it runs.
 TRANSACTION_FAULTS = ("kill-txn-coordinator",)
+#: Kinds that can stay in effect while a second fault runs (``overlap=2``).
+LINGERING = ("pause-replica", "delay-calls", "disk-full")
 #: Bound on every call the nemesis makes and on each wait for a fault to take effect.
 CALL_TIMEOUT_S = 20.0
 WAIT_TIMEOUT_S = 30.0
@@ -133,6 +139,7 @@ class Nemesis:
         lag_time_s: the topic's ``replica.lag.time.max.ms``, in seconds.
         transactional_ids: those of the run's transactional workers (their coordinators are
             ``kill-txn-coordinator``'s targets).
+        overlap: faults in effect at once, 1 or 2 (see the module docstring).
     """
 
     def __init__(
@@ -147,9 +154,11 @@ class Nemesis:
         max_faults: int,
         lag_time_s: float,
         transactional_ids: tuple[str, ...] = (),
+        overlap: int = 1,
     ):
         unknown = set(kinds) - set(FAULT_KINDS)
         assert not unknown, f"unknown fault kinds {sorted(unknown)}"
+        assert overlap in (1, 2), f"overlap {overlap}: 1 or 2 faults at once"
         self.env = env
         self.cluster = env.cluster
         self.admin = Admin(env.cluster)
@@ -168,12 +177,17 @@ class Nemesis:
         self._stopped_pids: set[int] = set()
         self._dead_brokers: set[int] = set()
         self._disk_faults: list[Any] = []
+        self.overlap = overlap
+        #: While a lingering fault is injected: its hold is not slept but noted here (a
+        #: monotonic deadline), and it is healed only after the fault beside it.
+        self._linger_until: float | None = None
 
     # --- the schedule ---------------------------------------------------------------------
 
     def run(self, duration_s: float) -> None:
-        """Faults, one at a time with pauses between, until ``duration_s`` has passed (a
-        fault under way is finished and healed first) or ``max_faults`` were tried."""
+        """Faults with pauses between, until ``duration_s`` has passed (a fault under way is
+        finished and healed first) or ``max_faults`` were tried; with ``overlap=2`` a
+        lingering fault stays in effect while the next one runs."""
         began = time.monotonic()
         end = began + duration_s
         while len(self.events) < self.max_faults and self.kinds:
@@ -182,19 +196,35 @@ class Nemesis:
                 break
             time.sleep(gap_s)  # the schedule's pause: nothing to wait for but time
             kind = self.rng.choice(self.kinds)
-            event = FaultEvent(kind, start_s=time.monotonic() - began)
+            events = [FaultEvent(kind, start_s=time.monotonic() - began)]
             try:
-                event.target = getattr(self, "_" + kind.replace("-", "_"))()
-            except _Skip as why:
-                event.outcome = f"skipped: {why}"
-            except (RaylogError, ray.exceptions.RayError, OSError) as exc:
-                event.outcome = f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                logger.warning("nemesis %s failed: %s", kind, event.outcome)
+                if self.overlap > 1 and kind in LINGERING and len(self.events) + 1 < self.max_faults:
+                    self._linger_until = time.monotonic()
+                    self._inject(events[0])
+                    self._linger_until, linger_until = None, self._linger_until
+                    second = self.rng.choice(self.kinds)
+                    events.append(FaultEvent(second, start_s=time.monotonic() - began))
+                    self._inject(events[1])
+                    events[1].end_s = time.monotonic() - began
+                    self._hold(max(0.0, linger_until - time.monotonic()))  # the first fault's own duration
+                else:
+                    self._inject(events[0])
             finally:
+                self._linger_until = None
                 self.heal()
-            event.end_s = time.monotonic() - began
-            self.events.append(event)
+            events[0].end_s = time.monotonic() - began
+            self.events += events
         time.sleep(max(0.0, end - time.monotonic()))  # the workload runs to the end
+
+    def _inject(self, event: FaultEvent) -> None:
+        """Run ``event``'s fault, noting its target or why it was skipped or failed."""
+        try:
+            event.target = getattr(self, "_" + event.kind.replace("-", "_"))()
+        except _Skip as why:
+            event.outcome = f"skipped: {why}"
+        except (RaylogError, ray.exceptions.RayError, OSError) as exc:
+            event.outcome = f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            logger.warning("nemesis %s failed: %s", event.kind, event.outcome)
 
     # --- healing --------------------------------------------------------------------------
 
@@ -279,6 +309,8 @@ class Nemesis:
         before = self.delays.delayed_count
         self.delays.start(probability=0.5, max_delay_s=max_delay_s)
         self._hold(self.rng.uniform(*DELAY_WINDOW_S))
+        if self._linger_until is not None:
+            return f"calls delayed up to {max_delay_s * 1000:.0f} ms, beside the next fault"
         self.delays.stop()
         return f"{self.delays.delayed_count - before} calls delayed up to {max_delay_s * 1000:.0f} ms"
 
@@ -404,6 +436,11 @@ class Nemesis:
         self._stopped_pids.discard(pid)
 
     def _hold(self, seconds: float) -> None:
+        """Keep a fault in effect for ``seconds``; a lingering fault's hold is only noted:
+        it goes on while the fault beside it runs."""
+        if self._linger_until is not None:
+            self._linger_until = max(self._linger_until, time.monotonic() + seconds)
+            return
         time.sleep(seconds)  # a fault's duration: nothing to wait for but time
 
     def _await_answer(self, handle: Any) -> None:

@@ -160,6 +160,8 @@ class RunConfig:
     segment_bytes: int = 64 * 1024  # many segments: rolls, and recovery across them
     rate_per_s: float = 40.0  # per producer thread
     transactions: bool = False  # the transactional worker, and TRANSACTION_FAULTS
+    overlap: int = 1  # faults in effect at once (2: a lingering fault beside another)
+    producers: int = 1  # idempotent producer clients (two threads each), besides the plain one
 
     @property
     def fault_kinds(self) -> tuple[str, ...]:
@@ -211,7 +213,7 @@ class RunConfig:
 
 
 #: RunConfig fields that ``raylog bench soak`` takes as ``--name value``, and those it does not take.
-_FLAGS = ("acks", "min_insync_replicas", "partitions", "duration_s", "max_faults")
+_FLAGS = ("acks", "min_insync_replicas", "partitions", "duration_s", "max_faults", "overlap", "producers")
 _NOT_FLAGS = ("replication_factor", "replica_lag_time_max_ms", "segment_bytes", "rate_per_s")
 
 
@@ -299,6 +301,7 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
             config.max_faults,
             lag_time_s=config.replica_lag_time_max_ms / 1000,
             transactional_ids=transactional_ids,
+            overlap=config.overlap,
         )
         for client in clients:
             client.start()
@@ -343,26 +346,38 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
 
 
 def _clients(env, delays, topic, config, recorder, rng, group, solo_group, transactional_ids) -> list:
-    """Two producers (idempotent with two threads, plain with two), two group members (sync
-    and async commits), one consumer of every partition and, with transactions on, a
-    transactional worker per id of ``transactional_ids`` (made last: the others draw from
-    ``rng`` as without it), each on its own delayable cluster handle."""
+    """``config.producers`` idempotent producers and a plain one (two threads each), two group
+    members (sync and async commits), one consumer of every partition and, with transactions
+    on, a transactional worker per id of ``transactional_ids`` (made last: the others draw
+    from ``rng`` as without it), each on its own delayable cluster handle."""
 
     def own() -> DelayedCluster:
         return DelayedCluster(env.cluster, delays)
 
     common = (topic, config.partitions, recorder)
     rate = config.rate_per_s
-    return [
-        # A short request timeout: acks=all requests time out while followers are slow and
-        # are retried, which is where the leader meets duplicates.
+    # A short request timeout: acks=all requests time out while followers are slow and are
+    # retried, which is where the leader meets duplicates.
+    idempotent = [
         workload.ProducerWorker(
-            "idem", own(), *common, rng, acks=config.acks, threads=2, rate_per_s=rate, request_timeout_ms=500
-        ),
+            "idem" if i == 0 else f"idem{i}",
+            own(),
+            *common,
+            rng,
+            acks=config.acks,
+            threads=2,
+            rate_per_s=rate,
+            request_timeout_ms=500,
+        )
+        for i in range(config.producers)
+    ]
+    return [
+        *idempotent[:1],
         workload.ProducerWorker("plain", own(), *common, rng, acks=config.acks, idempotent=False, rate_per_s=rate),
         workload.ConsumerWorker("member-sync", own(), *common, group, commit="sync"),
         workload.ConsumerWorker("member-async", own(), *common, group, commit="async"),
         workload.ConsumerWorker("assigned", own(), *common, solo_group, member=False),
+        *idempotent[1:],
     ] + [workload.TransactionalWorker("txn", own(), *common, rng, tid, rate_per_s=rate) for tid in transactional_ids]
 
 

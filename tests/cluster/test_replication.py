@@ -13,7 +13,7 @@ import pytest
 import ray
 
 from raylog import Admin, Consumer, Producer, TopicPartition
-from raylog.errors import NotEnoughReplicasError, RaylogError
+from raylog.errors import NotEnoughReplicasAfterAppendError, NotEnoughReplicasError, RaylogError
 from tests.helpers import wait_until
 
 SAFE = {"min.insync.replicas": "2", "replica.lag.time.max.ms": "2000"}
@@ -208,7 +208,9 @@ def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks, reader=N
             try:
                 producer.send(topic, b"alone-%d" % i).result(timeout=30)
                 acknowledged.append(b"alone-%d" % i)
-            except NotEnoughReplicasError:
+            except (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError):
+                # After append: the controller's ISR shrink had not reached the leader yet
+                # (its push is asynchronous); either way the write is not acknowledged.
                 pass
     if reader is not None:
         seen = {}
