@@ -42,6 +42,10 @@ class ProduceRequest:
     #: acknowledged to them (-1: not said; then a leader without the producer's state takes
     #: any sequence as its first, as Kafka). See raylog.coordination.producer_state.
     first_unacked_sequence: int = -1
+    #: Transactional producers: their transactional id (Kafka's Produce v3+ carries it), with
+    #: which the leader verifies a transaction's first batch in the partition with its
+    #: coordinator (see raylog.coordination.txn_verification).
+    transactional_id: str | None = None
 
 
 @dataclass(frozen=True)

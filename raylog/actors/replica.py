@@ -53,6 +53,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import ray
 
@@ -63,7 +64,9 @@ from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher
 from raylog.coordination.partition import Partition, SequenceGap
 from raylog.coordination.placement import validate_client_id
 from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager
+from raylog.coordination.txn_verification import VerificationNeeded, verification_error
 from raylog.errors import (
+    CoordinatorNotAvailableError,
     InvalidRequestError,
     OutOfOrderSequenceError,
     RaylogError,
@@ -76,6 +79,7 @@ from raylog.protocol import (
     ProduceRequest,
     ProduceResponse,
     error_fields,
+    error_of,
 )
 from raylog.storage import faults
 from raylog.storage.log import Log
@@ -292,9 +296,17 @@ class PartitionReplicaActor:
             while True:
                 try:
                     outcome = self.partition.append_as_leader(
-                        request.records, request.acks, request.first_unacked_sequence
+                        request.records,
+                        request.acks,
+                        request.first_unacked_sequence,
+                        request.transactional_id,
+                        verify=True,
                     )
                     break
+                except VerificationNeeded as needed:
+                    error = self._verify_transaction(needed, deadline)
+                    if error is not None:
+                        return _produce_error(error)
                 except SequenceGap:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
@@ -318,6 +330,21 @@ class PartitionReplicaActor:
             log_append_time_ms=outcome.log_append_time_ms,
             log_start_offset=log_start_offset,
         )
+
+    def _verify_transaction(self, needed: VerificationNeeded, deadline: float) -> RaylogError | None:
+        """Ask the coordinator of ``needed``'s transactional id whether this partition is in
+        the producer's ongoing transaction (holding ``_lock`` once, released while it asks);
+        None when it is (recorded in the partition), else what to answer the producer."""
+        p = self.partition
+        timeout_s = min(PEER_CALL_TIMEOUT_S, max(0.0, deadline - time.monotonic()))
+        self._lock.release()
+        try:
+            error = _ask_transaction_coordinator(self._controller, needed, p.topic, p.partition, timeout_s)
+        finally:
+            self._lock.acquire()
+        if error is None:
+            p.verified(needed)
+        return error
 
     def write_txn_marker(
         self,
@@ -639,6 +666,33 @@ def _peer_thread() -> concurrent.futures.ThreadPoolExecutor:
 
 def _now_ms() -> float:
     return time.monotonic() * 1000
+
+
+def _ask_transaction_coordinator(
+    controller: Callable[[], Any], needed: VerificationNeeded, topic: str, partition: int, timeout_s: float
+) -> RaylogError | None:
+    """The coordinator's word on ``needed`` within ``timeout_s`` (Kafka's AddPartitionsToTxn
+    with verifyOnly): None if the partition is in the producer's ongoing transaction, else
+    the error to answer the producer (see :func:`verification_error`)."""
+    started = time.monotonic()
+    try:
+        _, coordinator = ray.get(
+            controller().find_transaction_coordinator.remote(needed.transactional_id), timeout=timeout_s
+        )
+        if coordinator is None:
+            raise CoordinatorNotAvailableError(f"no coordinator for {needed.transactional_id!r} right now")
+        answer = ray.get(
+            coordinator.verify_transaction.remote(
+                needed.transactional_id, needed.producer_id, needed.producer_epoch, topic, partition
+            ),
+            timeout=max(0.0, timeout_s - (time.monotonic() - started)),
+        )
+        error = error_of(answer)
+    except (ValueError, ray.exceptions.RayError) as exc:  # (a timeout is a RayError)
+        error = RequestTimedOutError(f"the transaction coordinator did not answer: {exc!r}")
+    except RaylogError as exc:
+        error = exc
+    return None if error is None else verification_error(error)
 
 
 def _produce_error(error: RaylogError) -> ProduceResponse:

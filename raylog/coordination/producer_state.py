@@ -67,6 +67,7 @@ from typing import NamedTuple
 from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from ..storage.producer_snapshot import SnapshotBatch
 from ..storage.record_batch import COMMIT_MARKER, CONTROL, TRANSACTIONAL, BatchHeader
+from ..types import ProducerState
 
 #: Batches remembered per producer for duplicate detection (Kafka keeps 5, matching the
 #: largest in-flight window a producer may use with idempotence).
@@ -220,6 +221,11 @@ class ProducerStateManager:
             return entry.epoch >= producer_epoch
         return entry.epoch > producer_epoch or (entry.epoch == producer_epoch and producer_id not in self._open)
 
+    def in_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether ``producer_id`` has a transaction open here at ``producer_epoch``."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.epoch == producer_epoch and entry.txn_first_offset >= 0
+
     def first_open_offset(self) -> int | None:
         """The first offset of the oldest transaction open here, or None."""
         return min(self._open.values()) if self._open else None
@@ -292,6 +298,19 @@ class ProducerStateManager:
     def last_offsets(self) -> dict[int, int]:
         """The last offset of each known producer's last batch (the cleaner keeps that batch)."""
         return {pid: entry.batches[-1].last_offset for pid, entry in self._producers.items() if entry.batches}
+
+    def describe(self) -> list[ProducerState]:
+        """Every known producer, as Kafka's DescribeProducers tells them."""
+        return [
+            ProducerState(
+                pid,
+                entry.epoch,
+                entry.last_sequence if entry.batches else NO_SEQUENCE,
+                entry.last_appended_ms,
+                entry.txn_first_offset,
+            )
+            for pid, entry in sorted(self._producers.items())
+        ]
 
     def rows(self) -> list[SnapshotBatch]:
         """The state as snapshot rows: one per retained batch, or one without a batch
