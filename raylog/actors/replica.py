@@ -68,6 +68,7 @@ from raylog.coordination.txn_verification import VerificationNeeded, verificatio
 from raylog.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
+    NotLeaderOrFollowerError,
     OutOfOrderSequenceError,
     RaylogError,
     RequestTimedOutError,
@@ -84,7 +85,7 @@ from raylog.protocol import (
 from raylog.storage import faults
 from raylog.storage.log import Log
 from raylog.storage.log_dirs import open_log_dir, remove_log_dir
-from raylog.types import PartitionInfo
+from raylog.types import PartitionInfo, ProducerState
 
 #: Calls a replica serves at once, each on its own thread (Ray's ``max_concurrency``): the
 #: long polls of its followers and consumers and the acks=all produces in flight each hold
@@ -330,6 +331,19 @@ class PartitionReplicaActor:
             log_append_time_ms=outcome.log_append_time_ms,
             log_start_offset=log_start_offset,
         )
+
+    def describe_producers(self) -> list[ProducerState]:
+        """The producers this leader knows (Kafka's DescribeProducers), for finding hanging
+        transactions (see :mod:`raylog.coordination.txn_verification`).
+
+        Raises:
+            NotLeaderOrFollowerError: this replica does not lead.
+        """
+        with self._lock:
+            p = self.partition
+            if not p.is_leader:
+                raise NotLeaderOrFollowerError(f"{p.name}: broker {p.broker_id} does not lead")
+            return p.producers.describe()
 
     def _verify_transaction(self, needed: VerificationNeeded, deadline: float) -> RaylogError | None:
         """Ask the coordinator of ``needed``'s transactional id whether this partition is in

@@ -5,6 +5,7 @@ with verification off) is found and aborted by the operator's tools."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import ray
@@ -84,3 +85,33 @@ def test_a_late_batch_of_a_transaction_ended_without_bump_is_refused(cluster, to
     assert read_values(cluster, name) == [b"on-time", b"later"]
     assert lso_is_hw(cluster, tp)
 
+
+def test_a_hanging_transaction_is_found_and_aborted(cluster, admin, topic, run):
+    """With verification off (Kafka before 3.6, or a partition from before the fix), a
+    made-up producer's write opens a transaction no coordinator ends: find-hanging lists
+    it, abort ends it, and the LSO moves (Admin, then the CLI)."""
+    name = topic(**{"transaction.partition.verification.enable": "false"})
+    tp = TopicPartition(name, 0)
+    leader = cluster.metadata(refresh=True).leader(tp)
+    for pid in (MADE_UP_PID, MADE_UP_PID + 1):
+        request = ProduceRequest(bogus_batch(b"bogus", pid), acks=-1, transactional_id=_id())
+        assert error_of(ray.get(leader.produce.remote(request))) is None
+    plain(cluster, name, b"later")
+    assert read_values(cluster, name) == []
+    (producer,) = [p for p in admin.describe_producers([tp])[tp] if p.producer_id == MADE_UP_PID]
+    assert producer.current_transaction_start_offset == 0
+    hanging = admin.find_hanging_transactions([tp], max_transaction_timeout_ms=0)
+    assert sorted(h.producer_id for h in hanging) == [MADE_UP_PID, MADE_UP_PID + 1]
+    first = next(h for h in hanging if h.producer_id == MADE_UP_PID)
+    admin.abort_transaction(tp, first.producer_id, first.producer_epoch, coordinator_epoch=0)
+    assert read_values(cluster, name) == []  # the second one still holds the LSO at 1
+    code, out, _ = run("transactions", "find-hanging", "--topic", name, "--max-transaction-timeout-ms", "0", "--json")
+    assert code == 0
+    (listed,) = json.loads(out)
+    assert listed["producer_id"] == MADE_UP_PID + 1 and listed["start_offset"] == 1
+    code, out, _ = run("transactions", "abort", "--topic", name, "--partition", "0", "--start-offset", "1")
+    assert code == 0 and str(MADE_UP_PID + 1) in out
+    assert read_values(cluster, name) == [b"later"]
+    assert lso_is_hw(cluster, tp)
+    code, out, _ = run("transactions", "find-hanging", "--topic", name, "--max-transaction-timeout-ms", "0", "--json")
+    assert code == 0 and json.loads(out) == []
