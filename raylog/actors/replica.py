@@ -280,7 +280,9 @@ class PartitionReplicaActor:
 
         An idempotent batch that arrives before an earlier one of its producer waits for it
         (Ray may run pipelined calls out of order); a retry of a batch already appended
-        is answered with the original offsets, after the same wait for the ISR."""
+        is answered with the original offsets, after the same wait for the ISR. A
+        transaction's first batch here is verified with its coordinator first
+        (:meth:`_verify_transaction`)."""
         try:
             validate_client_id(request.client_id)
         except InvalidRequestError as exc:
@@ -356,8 +358,7 @@ class PartitionReplicaActor:
             error = _ask_transaction_coordinator(self._controller, needed, p.topic, p.partition, timeout_s)
         finally:
             self._lock.acquire()
-        if error is None:
-            p.verified(needed)
+        p.verification_answered(needed, error is None)
         return error
 
     def write_txn_marker(

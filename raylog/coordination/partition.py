@@ -39,7 +39,9 @@ Transactions: each replica indexes the transactions that markers abort
 leader's last stable offset (LSO) is the HW, or the first offset of the oldest transaction
 still open if that is lower; a read_committed fetch reads below the LSO and gets the
 aborted transactions its range may meet. ``append_marker`` writes a coordinator's marker
-unless it is stale (see :mod:`raylog.coordination.producer_state`).
+unless it is stale (see :mod:`raylog.coordination.producer_state`). A client's transactional
+batch opens a transaction only once its coordinator vouched for it (``VerificationNeeded``,
+then ``verification_answered``: :mod:`raylog.coordination.txn_verification`).
 
 Invariants: the HW never exceeds the LEO and, while a replica leads, never goes down; a
 committed offset (below the HW) is on every ISR member.
@@ -389,10 +391,10 @@ class Partition:
         self._advance_high_watermark()
         return info
 
-    def verified(self, needed: VerificationNeeded) -> None:
-        """The coordinator vouched for ``needed``'s transaction: its batch may be appended
-        again (unless a marker for the producer came meanwhile)."""
-        self.verifications.verified(needed)
+    def verification_answered(self, needed: VerificationNeeded, vouched: bool) -> None:
+        """The coordinator answered ``needed``: if it vouched for the transaction, the batch
+        may be appended again (unless a marker for the producer came meanwhile)."""
+        self.verifications.answered(needed, vouched)
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, bumps_epoch: bool = True

@@ -32,7 +32,10 @@ only after its previous attempt was answered), so:
   Kafka takes it: a producer without state may start at any sequence.
 
 Transactions (Kafka's, KIP-98). A transactional batch (``TRANSACTIONAL`` bit) opens its
-producer's transaction in this partition at its base offset unless one is open; a
+producer's transaction in this partition at its base offset unless one is open (a leader
+lets a client's batch do so only once its coordinator vouched for it, see
+:mod:`raylog.coordination.txn_verification`; :meth:`ProducerStateManager.in_transaction`
+tells when no call is needed); a
 transaction marker (a control batch, written by the transaction coordinator) closes it,
 committed or aborted: :meth:`ProducerStateManager.update` returns what it closed, so that
 the partition indexes aborted transactions. :meth:`first_open_offset` bounds the last

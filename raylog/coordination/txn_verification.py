@@ -13,7 +13,7 @@ Produce v3+ does) whether that partition is in that producer's ongoing transacti
 
 - :class:`TxnVerifications` keeps, per producer id, the *guard* of the verification under
   way: :meth:`~TxnVerifications.check` raises :class:`VerificationNeeded` (with a new guard)
-  until the coordinator's yes was recorded with :meth:`~TxnVerifications.verified`; a marker
+  until the coordinator's yes was recorded with :meth:`~TxnVerifications.answered`; a marker
   for the producer drops its guard (:meth:`~TxnVerifications.ended`), so a yes that was
   asked before the marker and arrives after it opens nothing, as Kafka's VerificationGuard.
 - Once the batch opened the transaction, the producer's later batches in it need no call
@@ -63,7 +63,7 @@ _RETRIABLE = (
 class VerificationNeeded(Exception):
     """A transactional batch waits for its coordinator: ask whether the partition is in
     ``producer_id``'s ongoing transaction (without the partition lock), then pass this to
-    :meth:`TxnVerifications.verified` and append again."""
+    :meth:`TxnVerifications.answered` and append again."""
 
     def __init__(self, transactional_id: str, producer_id: int, producer_epoch: int, guard: object):
         super().__init__(f"producer id {producer_id} epoch {producer_epoch} of {transactional_id!r} to verify")
@@ -97,10 +97,15 @@ class TxnVerifications:
             guard = self._guards[producer_id] = _Guard(producer_epoch)
         raise VerificationNeeded(transactional_id, producer_id, producer_epoch, guard)
 
-    def verified(self, needed: VerificationNeeded) -> None:
-        """The coordinator said yes to ``needed``: counts unless a marker came meanwhile."""
-        if self._guards.get(needed.producer_id) is needed.guard:
+    def answered(self, needed: VerificationNeeded, vouched: bool) -> None:
+        """The coordinator said yes (``vouched``) or no to ``needed``: a yes counts unless a
+        marker came meanwhile; a no forgets the guard (a made-up producer id leaves nothing)."""
+        if self._guards.get(needed.producer_id) is not needed.guard:
+            return
+        if vouched:
             needed.guard.verified = True
+        else:
+            del self._guards[needed.producer_id]
 
     def opened(self, producer_id: int) -> None:
         """The producer's transaction is open here now: its state says so from then on."""

@@ -56,7 +56,7 @@ def needs_verifying(p: Partition, data: bytes, tid: str | None = TID) -> Verific
 
 def verified_produce(p: Partition, data: bytes, tid: str = TID) -> int:
     """A produce the coordinator vouches for: verification asked, answered, then appended."""
-    p.verified(needs_verifying(p, data, tid))
+    p.verification_answered(needs_verifying(p, data, tid), True)
     return produce(p, data, tid)
 
 
@@ -110,11 +110,18 @@ def test_a_marker_while_the_coordinator_is_asked_voids_the_answer(part):
     produce(part, plain([b"p"]))
     other = needs_verifying(part, txn([b"x"], pid=9))
     part.append_marker(9, 1, False, COORDINATOR_EPOCH)  # the coordinator aborts pid 9 meanwhile
-    part.verified(other)
+    part.verification_answered(other, True)
     needs_verifying(part, txn([b"x"], pid=9, epoch=1))
-    part.verified(needed)
+    part.verification_answered(needed, True)
     assert produce(part, txn([b"a1"], pid=5, seq=1)) == 4
     assert part.producers.first_open_offset() == 4
+
+
+def test_a_refusal_leaves_nothing_behind(part):
+    """Made-up producer ids cost the partition no memory once refused."""
+    for pid in range(1000, 1100):
+        part.verification_answered(needs_verifying(part, txn([b"x"], pid=pid)), False)
+    assert len(part.verifications) == 0 and len(part.producers) == 0
 
 
 def test_a_transactional_batch_without_its_transactional_id_is_refused(part):
