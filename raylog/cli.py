@@ -54,6 +54,14 @@ raylog groups reset-offsets GROUP --topic T [--partitions 0,1]
 raylog groups delete GROUP ...                delete idle groups and their offsets
 raylog transactions list [--json]             transactional ids, their states and producers
 raylog transactions describe ID ... [--json]  state, producer id and epoch, open partitions
+raylog transactions find-hanging --topic T [--partition P] [--max-transaction-timeout-ms MS] [--json]
+        transactions open in a partition that no coordinator will end (they hold its
+        read_committed readers): open longer than MS (default 15 minutes, the longest
+        transaction timeout) and ongoing at no coordinator; as kafka-transactions.sh
+raylog transactions abort --topic T --partition P (--producer-id ID --producer-epoch E
+                          [--coordinator-epoch C] | --start-offset O)
+        write an abort marker for a hanging transaction (found by find-hanging), so the
+        partition's last stable offset moves on
 raylog quotas alter (--client-id ID | --default) [--producer-byte-rate R] [--consumer-byte-rate R]
                     [--delete-producer-byte-rate] [--delete-consumer-byte-rate]
         as kafka-configs --alter --entity-type clients: set (bytes/s) or remove a client
@@ -118,6 +126,7 @@ from typing import TYPE_CHECKING, Any
 import raylog
 from raylog.actors.names import NAMESPACE, controller_name
 from raylog.coordination.quotas import QUOTA_KEYS
+from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
 from raylog.errors import (
     GroupIdNotFoundError,
     InvalidConfigError,
@@ -789,12 +798,15 @@ def _consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _partitions_of(cluster: RaylogCluster, topic: str, partition: int | None) -> list[TopicPartition]:
+    """``partition`` of ``topic``, or every one of its partitions when None."""
+    if partition is not None:
+        return [TopicPartition(topic, partition)]
+    return [TopicPartition(topic, p) for p in range(cluster.metadata(refresh=True).num_partitions(topic))]
+
+
 def _assign(consumer: Any, cluster: RaylogCluster, args: argparse.Namespace) -> None:
-    if args.partition is None:
-        count = cluster.metadata(refresh=True).num_partitions(args.topic)
-        partitions = [TopicPartition(args.topic, p) for p in range(count)]
-    else:
-        partitions = [TopicPartition(args.topic, args.partition)]
+    partitions = _partitions_of(cluster, args.topic, args.partition)
     consumer.assign(partitions)
     if args.offset is not None:
         consumer.seek(partitions[0], args.offset)
@@ -1005,14 +1017,70 @@ def _print_transactions(described: list, as_json: bool) -> int:
     return 0
 
 
+def _transactions_find_hanging(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        partitions = _partitions_of(cluster, args.topic, args.partition)
+        hanging = raylog.Admin(cluster).find_hanging_transactions(partitions, args.max_transaction_timeout_ms)
+    if args.json:
+        found = [h._asdict() | {"topic": h.partition.topic, "partition": h.partition.partition} for h in hanging]
+        print(json.dumps(found))
+        return 0
+    rows = [("TOPIC", "PARTITION", "PRODUCER-ID", "PRODUCER-EPOCH", "START-OFFSET", "LAST-TIMESTAMP")]
+    rows += [
+        (h.partition.topic, str(h.partition.partition), str(h.producer_id), str(h.producer_epoch))
+        + (str(h.start_offset), str(h.last_timestamp))
+        for h in hanging
+    ]
+    print(_table(rows))
+    return 0
+
+
+def _transactions_abort(args: argparse.Namespace) -> int:
+    tp = TopicPartition(args.topic, args.partition)
+    with _connected(args) as cluster:
+        admin = raylog.Admin(cluster)
+        pid, epoch = args.producer_id, args.producer_epoch
+        if args.start_offset is not None:
+            producers = admin.describe_producers([tp])[tp]
+            found = [p for p in producers if p.current_transaction_start_offset == args.start_offset]
+            if not found:
+                raise _UsageError(f"no transaction open in {args.topic}-{args.partition} starts at {args.start_offset}")
+            pid, epoch = found[0].producer_id, found[0].producer_epoch
+        elif pid is None or epoch is None:
+            raise _UsageError("give --producer-id and --producer-epoch, or --start-offset")
+        admin.abort_transaction(tp, pid, epoch, args.coordinator_epoch)
+    print(f"aborted the transaction of producer id {pid} epoch {epoch} in {args.topic}-{args.partition}")
+    return 0
+
+
 def _add_transactions(commands: Any) -> None:
-    transactions = commands.add_parser("transactions", help="list and describe transactional producers")
+    transactions = commands.add_parser("transactions", help="list, describe and abort transactions")
     actions = transactions.add_subparsers(dest="action", required=True)
     listing = _command(actions, "list", _transactions_list, "every transactional id and its state")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     describe = _command(actions, "describe", _transactions_describe, "the state of transactional ids")
     describe.add_argument("ids", nargs="+")
     describe.add_argument("--json", action="store_true", help="machine-readable output")
+    hanging = _command(
+        actions, "find-hanging", _transactions_find_hanging, "transactions open in a partition no coordinator will end"
+    )
+    hanging.add_argument("--topic", required=True)
+    hanging.add_argument("--partition", type=int, help="one partition (default: every partition of the topic)")
+    hanging.add_argument(
+        "--max-transaction-timeout-ms",
+        type=int,
+        default=MAX_TRANSACTION_TIMEOUT_MS,
+        help="report transactions whose producer wrote last longer ago than this (default: the longest "
+        "transaction timeout)",
+    )
+    hanging.add_argument("--json", action="store_true", help="machine-readable output")
+    abort = _command(actions, "abort", _transactions_abort, "write an abort marker for a hanging transaction")
+    abort.add_argument("--topic", required=True)
+    abort.add_argument("--partition", type=int, required=True)
+    abort.add_argument("--producer-id", type=int)
+    abort.add_argument("--producer-epoch", type=int)
+    abort.add_argument("--coordinator-epoch", type=int, default=0)
+    abort.add_argument("--start-offset", type=int, help="the transaction's first offset (instead of producer id/epoch)")
 
 
 def _quotas_alter(args: argparse.Namespace) -> int:

@@ -371,6 +371,15 @@ class TopicConfig(LogConfig):
         "then taken as its first (see raylog.coordination.producer_state).",
         minimum=1,
     )
+    transaction_partition_verification_enable: bool = setting(
+        True,
+        "A producer's transactional batch opens its transaction in the partition only once "
+        "the transaction coordinator of its transactional id confirmed the partition is in "
+        "that producer's ongoing transaction (KIP-890 part 1; a broker setting in Kafka, per "
+        "topic here). Off, a write no coordinator knows (a made-up producer id, a late batch "
+        "of a Kafka client's ended transaction) opens a transaction that never ends, holding "
+        "every read_committed reader: `raylog transactions find-hanging` and `abort` end it.",
+    )
 
     def log_config(self) -> LogConfig:
         """The part of this config the storage engine uses."""

@@ -46,6 +46,10 @@ class ProduceRequest:
     #: time), so a batch past a sequence gap means the earlier one is lost: it is refused at
     #: once with OUT_OF_ORDER_SEQUENCE_NUMBER, as Kafka does, rather than waiting for it.
     in_order: bool = False
+    #: Transactional producers: their transactional id (Kafka's Produce v3+ carries it), with
+    #: which the leader verifies a transaction's first batch in the partition with its
+    #: coordinator (see raylog.coordination.txn_verification).
+    transactional_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,19 @@ class PartitionLag:
 
 
 @dataclass(frozen=True)
+class ProducerState:
+    """A producer as one partition's leader knows it (Kafka's DescribeProducers):
+    ``current_transaction_start_offset`` is the first offset of its transaction open there
+    (-1: none), ``last_timestamp`` when the leader last appended its batch (ms)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int  # -1 when its epoch has no batch there yet
+    last_timestamp: int
+    current_transaction_start_offset: int
+
+
+@dataclass(frozen=True)
 class TransactionDescription:
     transactional_id: str
     state: str  # Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit or CompleteAbort

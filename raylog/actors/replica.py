@@ -60,6 +60,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import ray
 
@@ -70,8 +71,11 @@ from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher
 from raylog.coordination.partition import Partition, SequenceGap
 from raylog.coordination.placement import validate_client_id
 from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager
+from raylog.coordination.txn_verification import VerificationNeeded, verification_error
 from raylog.errors import (
+    CoordinatorNotAvailableError,
     InvalidRequestError,
+    NotLeaderOrFollowerError,
     OutOfOrderSequenceError,
     RaylogError,
     RequestTimedOutError,
@@ -83,11 +87,12 @@ from raylog.protocol import (
     ProduceRequest,
     ProduceResponse,
     error_fields,
+    error_of,
 )
 from raylog.storage import faults
 from raylog.storage.log import Log
 from raylog.storage.log_dirs import open_log_dir, remove_log_dir
-from raylog.types import PartitionInfo
+from raylog.types import PartitionInfo, ProducerState
 
 #: Produces and offset look-ups a replica serves at once, each on its own thread (Ray's
 #: ``max_concurrency``, the default concurrency group): acks=all produces in flight hold one
@@ -296,7 +301,9 @@ class PartitionReplicaActor:
         An idempotent batch that arrives before an earlier one of its producer waits for it
         (Ray may run pipelined calls out of order), unless the request says its batches come
         in order (a Kafka connection): then it is refused at once. A retry of a batch already
-        appended is answered with the original offsets, after the same wait for the ISR."""
+        appended is answered with the original offsets, after the same wait for the ISR. A
+        transaction's first batch here is verified with its coordinator first
+        (:meth:`_verify_transaction`)."""
         try:
             validate_client_id(request.client_id)
         except InvalidRequestError as exc:
@@ -313,9 +320,17 @@ class PartitionReplicaActor:
             while True:
                 try:
                     outcome = self.partition.append_as_leader(
-                        request.records, request.acks, request.first_unacked_sequence
+                        request.records,
+                        request.acks,
+                        request.first_unacked_sequence,
+                        request.transactional_id,
+                        verify=True,
                     )
                     break
+                except VerificationNeeded as needed:
+                    error = self._verify_transaction(needed, deadline)
+                    if error is not None:
+                        return _produce_error(error)
                 except SequenceGap:
                     remaining = deadline - time.monotonic()
                     if request.in_order:
@@ -341,6 +356,34 @@ class PartitionReplicaActor:
             log_append_time_ms=outcome.log_append_time_ms,
             log_start_offset=log_start_offset,
         )
+
+    @ray.method(concurrency_group="control")
+    def describe_producers(self) -> list[ProducerState]:
+        """The producers this leader knows (Kafka's DescribeProducers), for finding hanging
+        transactions (see :mod:`raylog.coordination.txn_verification`).
+
+        Raises:
+            NotLeaderOrFollowerError: this replica does not lead.
+        """
+        with self._lock:
+            p = self.partition
+            if not p.is_leader:
+                raise NotLeaderOrFollowerError(f"{p.name}: broker {p.broker_id} does not lead")
+            return p.producers.describe()
+
+    def _verify_transaction(self, needed: VerificationNeeded, deadline: float) -> RaylogError | None:
+        """Ask the coordinator of ``needed``'s transactional id whether this partition is in
+        the producer's ongoing transaction (holding ``_lock`` once, released while it asks);
+        None when it is (recorded in the partition), else what to answer the producer."""
+        p = self.partition
+        timeout_s = min(PEER_CALL_TIMEOUT_S, max(0.0, deadline - time.monotonic()))
+        self._lock.release()
+        try:
+            error = _ask_transaction_coordinator(self._controller, needed, p.topic, p.partition, timeout_s)
+        finally:
+            self._lock.acquire()
+        p.verification_answered(needed, error is None)
+        return error
 
     @ray.method(concurrency_group="markers")
     def write_txn_marker(
@@ -678,6 +721,33 @@ def _peer_thread() -> concurrent.futures.ThreadPoolExecutor:
 
 def _now_ms() -> float:
     return time.monotonic() * 1000
+
+
+def _ask_transaction_coordinator(
+    controller: Callable[[], Any], needed: VerificationNeeded, topic: str, partition: int, timeout_s: float
+) -> RaylogError | None:
+    """The coordinator's word on ``needed`` within ``timeout_s`` (Kafka's AddPartitionsToTxn
+    with verifyOnly): None if the partition is in the producer's ongoing transaction, else
+    the error to answer the producer (see :func:`verification_error`)."""
+    started = time.monotonic()
+    try:
+        _, coordinator = ray.get(
+            controller().find_transaction_coordinator.remote(needed.transactional_id), timeout=timeout_s
+        )
+        if coordinator is None:
+            raise CoordinatorNotAvailableError(f"no coordinator for {needed.transactional_id!r} right now")
+        answer = ray.get(
+            coordinator.verify_transaction.remote(
+                needed.transactional_id, needed.producer_id, needed.producer_epoch, topic, partition
+            ),
+            timeout=max(0.0, timeout_s - (time.monotonic() - started)),
+        )
+        error = error_of(answer)
+    except (ValueError, ray.exceptions.RayError) as exc:  # (a timeout is a RayError)
+        error = RequestTimedOutError(f"the transaction coordinator did not answer: {exc!r}")
+    except RaylogError as exc:
+        error = exc
+    return None if error is None else verification_error(error)
 
 
 def _produce_error(error: RaylogError) -> ProduceResponse:

@@ -159,6 +159,21 @@ class TransactionCoordinatorActor(CoordinatorActor):
             return TxnResponse(**error_fields(exc))
         return _answer(outcome.metadata)
 
+    def verify_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
+    ) -> TxnResponse:
+        """Whether the partition is in the producer's ongoing transaction (a partition leader
+        asks before the transaction's first batch there opens it: KIP-890 part 1's
+        AddPartitionsToTxn with verifyOnly); the error says why not (see
+        :meth:`TransactionCoordinator.verify`)."""
+        with self._lock:
+            try:
+                tp = TopicPartition(topic, partition)
+                self._loaded_state().verify(transactional_id, producer_id, producer_epoch, tp)
+            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
+                return TxnResponse(**error_fields(exc))
+        return TxnResponse(producer_id=producer_id, producer_epoch=producer_epoch)
+
     def describe_transactions(self, transactional_ids: list[str] | None = None) -> TxnResponse:
         """The state of the ids named (those known), or of every id this coordinator serves,
         as dicts (Kafka's DescribeTransactions / ListTransactions)."""

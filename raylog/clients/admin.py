@@ -14,11 +14,14 @@ from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC, validate_topic_name
+from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
+from raylog.coordination.txn_verification import HangingTransaction, find_hanging
 from raylog.errors import (
     InvalidConfigError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
     InvalidTopicError,
+    InvalidTxnStateError,
     NonEmptyGroupError,
     RequestTimedOutError,
     TransactionalIdNotFoundError,
@@ -39,6 +42,7 @@ from raylog.types import (
     NewTopic,
     OffsetAndMetadata,
     PartitionLag,
+    ProducerState,
     TopicDescription,
     TopicPartition,
     TransactionDescription,
@@ -374,6 +378,60 @@ class Admin:
             partition, _ = call(self._cluster.controller.find_transaction_coordinator.remote(tid), self._timeout_s)
             out.append(_transaction(found[0], partition))
         return out
+
+    def describe_producers(self, partitions: list[TopicPartition]) -> dict[TopicPartition, list[ProducerState]]:
+        """The producers each partition's leader knows, with the first offset of the
+        transaction each has open there (Kafka's Admin.describeProducers).
+
+        Raises:
+            UnknownTopicOrPartitionError, NotLeaderOrFollowerError (retriable).
+        """
+        metadata = self._cluster.metadata(refresh=True)
+        return {tp: call(metadata.leader(tp).describe_producers.remote(), self._timeout_s) for tp in partitions}
+
+    def find_hanging_transactions(
+        self, partitions: list[TopicPartition], max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS
+    ) -> list[HangingTransaction]:
+        """Transactions open in ``partitions`` that no coordinator will end: their producer
+        last wrote there more than ``max_transaction_timeout_ms`` ago (the longest
+        transaction.timeout.ms a coordinator accepts, by default) and no transactional id
+        has them ongoing with that partition (``kafka-transactions.sh find-hanging``). Each
+        holds the partition's last stable offset until :meth:`abort_transaction` ends it."""
+        producers = self.describe_producers(partitions)
+        transactions = self.list_transactions()
+        now_ms = int(time.time() * 1000)
+        return [
+            hanging
+            for tp in partitions
+            for hanging in find_hanging(tp, producers[tp], transactions, now_ms, max_transaction_timeout_ms)
+        ]
+
+    def abort_transaction(
+        self, partition: TopicPartition, producer_id: int, producer_epoch: int, coordinator_epoch: int = 0
+    ) -> None:
+        """Write an abort marker for ``producer_id``'s transaction open in ``partition`` at
+        ``producer_epoch`` (Kafka's Admin.abortTransaction), as its coordinator would: its
+        records are dropped by read_committed readers and the last stable offset moves on.
+        For hanging transactions (:meth:`find_hanging_transactions`) only: aborting one a
+        coordinator still runs breaks that transaction's atomicity.
+
+        Raises:
+            InvalidTxnStateError: the producer has no transaction open there at that epoch.
+            NotLeaderOrFollowerError, NotEnoughReplicasError, RequestTimedOutError (retriable).
+        """
+        leader = self._cluster.metadata(refresh=True).leader(partition)
+        timeout_ms = int(self._timeout_s * 1000)
+        marker = leader.write_txn_marker.remote(
+            producer_id, producer_epoch, False, coordinator_epoch, timeout_ms, bumps_epoch=False
+        )
+        response = call(marker, self._timeout_s)
+        if (error := error_of(response)) is not None:
+            raise error
+        if response.base_offset < 0:
+            raise InvalidTxnStateError(
+                f"producer id {producer_id} has no transaction open in {partition.topic}-{partition.partition} "
+                f"at epoch {producer_epoch}"
+            )
 
     # --- consumer groups ------------------------------------------------------------------
 

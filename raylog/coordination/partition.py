@@ -39,7 +39,9 @@ Transactions: each replica indexes the transactions that markers abort
 leader's last stable offset (LSO) is the HW, or the first offset of the oldest transaction
 still open if that is lower; a read_committed fetch reads below the LSO and gets the
 aborted transactions its range may meet. ``append_marker`` writes a coordinator's marker
-unless it is stale (see :mod:`raylog.coordination.producer_state`).
+unless it is stale (see :mod:`raylog.coordination.producer_state`). A client's transactional
+batch opens a transaction only once its coordinator vouched for it (``VerificationNeeded``,
+then ``verification_answered``: :mod:`raylog.coordination.txn_verification`).
 
 Invariants: the HW never exceeds the LEO and, while a replica leads, never goes down; a
 committed offset (below the HW) is on every ISR member.
@@ -62,6 +64,7 @@ from ..errors import (
     FencedLeaderEpochError,
     InvalidRequestError,
     InvalidRequiredAcksError,
+    InvalidTxnStateError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -85,6 +88,7 @@ from .producer_state import (
     ProducerStateManager,
     Verdict,
 )
+from .txn_verification import TxnVerifications, VerificationNeeded
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +161,7 @@ class Partition:
         self._checkpointed_high_watermark = self._read_high_watermark()
         self.high_watermark = min(self._checkpointed_high_watermark, log.log_end_offset)
         self.producers = ProducerStateManager()
+        self.verifications = TxnVerifications()
         self.txn_index = txn_index.TransactionIndex(log.dir)
         self._snapshot_version = -1  # the producer state's version the newest snapshot holds
         self._snapshots_kept_for: tuple | None = None  # the log layout snapshots were last pruned for
@@ -256,6 +261,7 @@ class Partition:
         self.replicas, self.isr = tuple(replicas), tuple(isr)
         self.followers = {}
         self._drop_isr_proposal()
+        self.verifications.clear()
 
     def apply_isr(self, isr: tuple[int, ...], partition_epoch: int) -> None:
         """The controller accepted an ISR change (ignored when older than the state held)."""
@@ -323,7 +329,14 @@ class Partition:
 
     # --- leader: produce ----------------------------------------------------------------
 
-    def append_as_leader(self, data, acks: int, first_unacked_sequence: int = NO_SEQUENCE) -> AppendInfo:
+    def append_as_leader(
+        self,
+        data,
+        acks: int,
+        first_unacked_sequence: int = NO_SEQUENCE,
+        transactional_id: str | None = None,
+        verify: bool = False,
+    ) -> AppendInfo:
         """Validate and append a producer's batches.
 
         Args:
@@ -332,6 +345,11 @@ class Partition:
             first_unacked_sequence: for an idempotent batch, the base sequence of the oldest
                 batch of this partition its producer has not had acknowledged (see
                 :mod:`raylog.coordination.producer_state`); ``NO_SEQUENCE`` if not given.
+            transactional_id: a transactional producer's id (verification asks its coordinator).
+            verify: the batch comes from a client, not from a writer inside the cluster: a
+                transactional batch whose producer has no transaction open here is verified
+                first, if the topic's transaction.partition.verification.enable says so (see
+                :mod:`raylog.coordination.txn_verification`).
 
         Returns:
             The append's info; for an idempotent batch already appended (a retry), the
@@ -340,6 +358,8 @@ class Partition:
 
         Raises:
             SequenceGap: an idempotent batch came before an earlier one of its producer.
+            VerificationNeeded: a transactional batch waits for its coordinator's word.
+            InvalidTxnStateError: a transactional batch to verify without transactional id.
             InvalidRequiredAcksError: ``acks`` not in (0, 1, -1).
             InvalidRequestError: ``data`` is larger than ``MAX_REQUEST_BYTES``.
             NotLeaderOrFollowerError: this replica does not lead.
@@ -358,7 +378,7 @@ class Partition:
                 f"{self.name}: ISR {list(self.isr)} is smaller than min.insync.replicas="
                 f"{self.config.min_insync_replicas}"
             )
-        duplicate = self._check_sequence(data, first_unacked_sequence)
+        duplicate = self._check_sequence(data, first_unacked_sequence, transactional_id, verify)
         if duplicate is not None:
             append_time = duplicate.max_timestamp if self.log.config.log_append_time else -1
             return AppendInfo(
@@ -366,8 +386,15 @@ class Partition:
             )
         info = self.log.append_as_leader(data, self.leader_epoch)
         self._index_aborted(self.producers.apply(info.batches, self._clock()))
+        if verify and info.batches and info.batches[0].attributes & record_batch.TRANSACTIONAL:
+            self.verifications.opened(info.batches[0].producer_id)
         self._advance_high_watermark()
         return info
+
+    def verification_answered(self, needed: VerificationNeeded, vouched: bool) -> None:
+        """The coordinator answered ``needed``: if it vouched for the transaction, the batch
+        may be appended again (unless a marker for the producer came meanwhile)."""
+        self.verifications.answered(needed, vouched)
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, bumps_epoch: bool = True
@@ -391,6 +418,7 @@ class Partition:
         marker = record_batch.build_marker(producer_id, producer_epoch, commit, coordinator_epoch, self._clock())
         info = self.log.append_as_leader(marker, self.leader_epoch)
         self._index_aborted(self.producers.apply(info.batches, self._clock()))
+        self.verifications.ended(producer_id)
         self._advance_high_watermark()
         return info
 
@@ -405,13 +433,18 @@ class Partition:
         """Whether the ISR still has min.insync.replicas members (checked after acks=all appends)."""
         return len(self.isr) >= self.config.min_insync_replicas
 
-    def _check_sequence(self, data, first_unacked_sequence: int) -> BatchMetadata | None:
-        """The original of a duplicate, None to append; raises SequenceGap to wait."""
+    def _check_sequence(
+        self, data, first_unacked_sequence: int, transactional_id: str | None, verify: bool
+    ) -> BatchMetadata | None:
+        """The original of a duplicate, None to append; raises SequenceGap to wait, and (with
+        ``verify``) VerificationNeeded to ask the coordinator first."""
         header = record_batch.parse_header(memoryview(data).cast("B"))
         if header.producer_id == NO_PRODUCER_ID:
             return None
         if header.attributes & record_batch.CONTROL:
             raise InvalidRequestError("only a transaction coordinator writes control batches")
+        if verify and header.attributes & record_batch.TRANSACTIONAL:
+            self._verify_transactional(header, transactional_id)
         if header.base_sequence == NO_SEQUENCE:  # a transactional write without sequence (offsets)
             self.producers.check_epoch(header.producer_id, header.producer_epoch)
             return None
@@ -421,6 +454,23 @@ class Partition:
         if verdict is Verdict.GAP:
             raise SequenceGap()
         return original if verdict is Verdict.DUPLICATE else None
+
+    def _verify_transactional(self, header, transactional_id: str | None) -> None:
+        """Raise VerificationNeeded unless ``header``'s producer has a transaction open here
+        at its epoch, or its coordinator vouched for it since (see
+        :mod:`raylog.coordination.txn_verification`)."""
+        if not self.config.transaction_partition_verification_enable:
+            return
+        pid, epoch = header.producer_id, header.producer_epoch
+        self.producers.check_epoch(pid, epoch)  # a fenced producer is told so without asking
+        if self.producers.in_transaction(pid, epoch):
+            return
+        if not transactional_id:
+            raise InvalidTxnStateError(
+                f"{self.name}: a transactional batch of producer id {pid} without its transactional id "
+                "cannot be verified"
+            )
+        self.verifications.check(transactional_id, pid, epoch)
 
     # --- producer state -----------------------------------------------------------------
 

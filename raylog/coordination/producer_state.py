@@ -32,7 +32,10 @@ only after its previous attempt was answered), so:
   Kafka takes it: a producer without state may start at any sequence.
 
 Transactions (Kafka's, KIP-98). A transactional batch (``TRANSACTIONAL`` bit) opens its
-producer's transaction in this partition at its base offset unless one is open; a
+producer's transaction in this partition at its base offset unless one is open (a leader
+lets a client's batch do so only once its coordinator vouched for it, see
+:mod:`raylog.coordination.txn_verification`; :meth:`ProducerStateManager.in_transaction`
+tells when no call is needed); a
 transaction marker (a control batch, written by the transaction coordinator) closes it,
 committed or aborted: :meth:`ProducerStateManager.update` returns what it closed, so that
 the partition indexes aborted transactions. :meth:`first_open_offset` bounds the last
@@ -67,6 +70,7 @@ from typing import NamedTuple
 from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from ..storage.producer_snapshot import SnapshotBatch
 from ..storage.record_batch import COMMIT_MARKER, CONTROL, TRANSACTIONAL, BatchHeader
+from ..types import ProducerState
 
 #: Batches remembered per producer for duplicate detection (Kafka keeps 5, matching the
 #: largest in-flight window a producer may use with idempotence).
@@ -220,6 +224,11 @@ class ProducerStateManager:
             return entry.epoch >= producer_epoch
         return entry.epoch > producer_epoch or (entry.epoch == producer_epoch and producer_id not in self._open)
 
+    def in_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether ``producer_id`` has a transaction open here at ``producer_epoch``."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.epoch == producer_epoch and entry.txn_first_offset >= 0
+
     def first_open_offset(self) -> int | None:
         """The first offset of the oldest transaction open here, or None."""
         return min(self._open.values()) if self._open else None
@@ -292,6 +301,19 @@ class ProducerStateManager:
     def last_offsets(self) -> dict[int, int]:
         """The last offset of each known producer's last batch (the cleaner keeps that batch)."""
         return {pid: entry.batches[-1].last_offset for pid, entry in self._producers.items() if entry.batches}
+
+    def describe(self) -> list[ProducerState]:
+        """Every known producer, as Kafka's DescribeProducers tells them."""
+        return [
+            ProducerState(
+                pid,
+                entry.epoch,
+                entry.last_sequence if entry.batches else NO_SEQUENCE,
+                entry.last_appended_ms,
+                entry.txn_first_offset,
+            )
+            for pid, entry in sorted(self._producers.items())
+        ]
 
     def rows(self) -> list[SnapshotBatch]:
         """The state as snapshot rows: one per retained batch, or one without a batch

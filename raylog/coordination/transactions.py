@@ -44,6 +44,7 @@ import msgpack
 
 from ..errors import (
     ConcurrentTransactionsError,
+    InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
@@ -278,6 +279,32 @@ class TransactionCoordinator:
             ):
                 steps.append(self._begin(self._prepare(metadata, False, now_ms, new_producer_id)))
         return steps
+
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, partition: TopicPartition) -> None:
+        """Return if ``partition`` is in the ongoing transaction of ``producer_id`` at
+        ``producer_epoch`` (a partition leader asks before the transaction's first batch
+        there opens it, see :mod:`raylog.coordination.txn_verification`).
+
+        Raises:
+            InvalidTxnStateError: no such transaction (unknown id or producer, ended, or the
+                partition was not added to it).
+            InvalidProducerEpochError: the producer is fenced by a newer epoch.
+            ConcurrentTransactionsError: a move of the id is in flight, or it is ending.
+        """
+        current = self._get(transactional_id)
+        refused = f"producer id {producer_id} epoch {producer_epoch} has no ongoing transaction with {partition}"
+        if current is None or producer_id not in (current.producer_id, current.marker_producer_id):
+            raise InvalidTxnStateError(f"{refused}: transactional id {transactional_id!r} is not its")
+        if current.state.prepared:
+            raise ConcurrentTransactionsError(f"transaction {transactional_id!r} is completing")
+        if producer_id == current.producer_id and producer_epoch < current.producer_epoch:
+            raise InvalidProducerEpochError(f"{refused}: fenced by epoch {current.producer_epoch}")
+        if (
+            (producer_id, producer_epoch) != (current.producer_id, current.producer_epoch)
+            or current.state is not TxnState.ONGOING
+            or partition not in current.partitions
+        ):
+            raise InvalidTxnStateError(f"{refused} ({transactional_id!r} is {current.state.value})")
 
     # --- the steps' fate ----------------------------------------------------------------
 

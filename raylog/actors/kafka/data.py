@@ -174,8 +174,9 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
 async def produce(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict | None:
     acks, timeout_ms = body["acks"], body["timeout_ms"]
     client_id = header.client_id or ""
+    tid = body.get("transactional_id")
     calls = [
-        (t["name"], p["index"], _produce_partition(ctx, t["name"], p, acks, timeout_ms, client_id))
+        (t["name"], p["index"], _produce_partition(ctx, t["name"], p, acks, timeout_ms, client_id, tid))
         for t in body["topic_data"]
         for p in t["partition_data"]
     ]
@@ -193,13 +194,15 @@ async def produce(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -
 
 
 async def _produce_partition(
-    ctx: BrokerContext, topic: str, p: dict, acks: int, timeout_ms: int, client_id: str
+    ctx: BrokerContext, topic: str, p: dict, acks: int, timeout_ms: int, client_id: str, tid: str | None
 ) -> dict:
     answer: dict[str, Any] = {"index": p["index"], "base_offset": -1, "log_append_time_ms": -1, "throttle_time_ms": 0}
     try:
         converted = records.to_raylog(_one_batch(topic, p["index"], p["records"]))
         leader = await _leader(ctx, topic, p["index"])
-        request = ProduceRequest(records_payload(converted), acks, timeout_ms, client_id, in_order=True)
+        request = ProduceRequest(
+            records_payload(converted), acks, timeout_ms, client_id, transactional_id=tid, in_order=True
+        )
         response = await _guarded(ctx, ctx.call(leader.produce.remote(request), timeout_ms / 1000 + PRODUCE_GRACE_S))
     except RaylogError as exc:
         answer.update(_error(exc))
