@@ -209,7 +209,7 @@ class CoordinatorActor(PartitionReplicaActor):
         if isinstance(appended, Exception):
             raise appended
         if appended >= 0:
-            error = self._await_replication(appended, time.monotonic() + APPEND_TIMEOUT_S)
+            error = self._await_replication(appended, time.monotonic() + APPEND_TIMEOUT_S, "produce")
             if error is not None:
                 raise error
 

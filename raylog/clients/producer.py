@@ -1181,7 +1181,7 @@ class Producer:
                 self._request_timeout_ms,
                 self._client_id,
                 self._first_unacked_sequence(batch),
-                self._transactional_id if batch.transactional else None,
+                transactional_id=self._transactional_id if batch.transactional else None,
             )
             ref = leader.produce.remote(request)
         except RaylogError as exc:

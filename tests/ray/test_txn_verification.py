@@ -11,7 +11,7 @@ import uuid
 import ray
 
 from raylog import Consumer, Producer, TopicPartition
-from raylog.errors import InvalidTxnStateError
+from raylog.errors import InvalidTxnStateError, RetriableError
 from raylog.protocol import ProduceRequest, error_of
 from raylog.storage import record_batch
 from tests.helpers import read_values, wait_until
@@ -33,6 +33,15 @@ def coordinator_of(cluster, tid: str):
     ``__transaction_state``; until its leaders are up, a verification answers the retriable
     NOT_ENOUGH_REPLICAS)."""
     return wait_until(lambda: ray.get(cluster.controller.find_transaction_coordinator.remote(tid))[1], timeout_s=60)
+
+
+def _initialised(coordinator, tid: str):
+    """The coordinator's InitProducerId answer for ``tid``, or None after a retriable error."""
+    answer = ray.get(coordinator.init_producer_id.remote(tid, 60_000))
+    error = error_of(answer)
+    if error is not None and not isinstance(error, RetriableError):
+        raise error
+    return answer if error is None else None
 
 
 def lso_is_hw(cluster, tp: TopicPartition) -> bool:
@@ -71,7 +80,8 @@ def test_a_late_batch_of_a_transaction_ended_without_bump_is_refused(cluster, to
     tp = TopicPartition(name, 0)
     tid = _id()
     coordinator = coordinator_of(cluster, tid)
-    started = ray.get(coordinator.init_producer_id.remote(tid, 60_000))
+    # A coordinator that has just come to lead may answer a retriable error first (loading).
+    started = wait_until(lambda: _initialised(coordinator, tid), timeout_s=60, message="InitProducerId")
     pid, epoch = started.producer_id, started.producer_epoch
     assert error_of(ray.get(coordinator.add_partitions.remote(tid, pid, epoch, [(name, 0)]))) is None
     leader = cluster.metadata(refresh=True).leader(tp)
