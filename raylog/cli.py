@@ -78,7 +78,7 @@ raylog bench produce|consume|e2e [--topic T] [--num-records N] [--record-size B]
         as JSON
 raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-faults M]
                   [--acks all|1] [--min-insync-replicas N] [--unclean] [--partitions P]
-                  [--transactions] [--overlap 1|2] [--producers N]
+                  [--transactions] [--overlap 1|2] [--producers N] [--kafka-producers N]
         seeded fault runs (Jepsen's Kafka workload, see raylog.chaos): starts its own Ray
         cluster of a head and three labelled broker nodes on this machine, then N runs with
         seeds S, S+1, ...: each a fresh topic, producers and consumer groups recording a
@@ -89,7 +89,8 @@ raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-f
         (read_committed consumers then must never see an aborted or unfinished transaction)
         and kill-txn-coordinator faults; --overlap 2 leaves a paused replica, delayed calls
         or a full disk in effect while a second fault runs; --producers N idempotent
-        producer clients instead of one
+        producer clients instead of one; --kafka-producers N confluent-kafka producers
+        through the brokers' Kafka listeners beside them
 raylog dump-log DIR [--records] [--json]   print a log directory's segments and batches
                                            (Kafka's kafka-dump-log), verifying CRCs;
                                            read-only, exit code 1 if a batch is invalid
@@ -1206,7 +1207,7 @@ def _bench_soak(args: argparse.Namespace) -> int:
 
     config = _soak_config(args)
     began = time.monotonic()
-    with soak.SoakCluster() as env:
+    with soak.SoakCluster(listeners=config.kafka_producers > 0) as env:
         print(
             f"soak: a head and {env.num_brokers} broker nodes up in {time.monotonic() - began:.1f} s; "
             f"{args.runs} run(s) from seed {args.seed}, {config.describe()}, faults {','.join(config.fault_kinds)}",
@@ -1237,6 +1238,7 @@ def _soak_config(args: argparse.Namespace):
         "partitions": args.partitions,
         "overlap": args.overlap,
         "producers": args.producers,
+        "kafka_producers": args.kafka_producers,
     }
     return RunConfig(
         faults=faults,
@@ -1647,6 +1649,11 @@ def _add_bench(commands: Any) -> None:
     )
     soak.add_argument(
         "--producers", type=_positive_int, help="idempotent producer clients, two threads each (default 1)"
+    )
+    soak.add_argument(
+        "--kafka-producers",
+        type=_non_negative_int,
+        help="confluent-kafka producers writing through the brokers' Kafka listeners (default 0)",
     )
     soak.add_argument(
         "--transactions",

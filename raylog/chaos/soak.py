@@ -12,6 +12,9 @@ can be replayed (``raylog bench soak --runs 1 --seed S``). An anomaly in a confi
 that promises safety (acks=all, min.insync.replicas >= 2, replication factor >= 3, unclean
 election off) fails the run; the same anomalies elsewhere are reported, not failures.
 
+With ``kafka_producers`` (``raylog bench soak --kafka-producers N``), unchanged Kafka clients
+(confluent-kafka) write through the brokers' Kafka listeners beside raylog's own clients.
+
 With ``transactions`` on (opt-in: ``raylog bench soak --transactions``), a transactional
 worker joins the workload and the nemesis also kills its transaction coordinator
 (``TRANSACTION_FAULTS``); ``__transaction_state`` is then waited for in sync too.
@@ -42,7 +45,7 @@ from raylog.chaos.history import OK, FinalRead, Recorder, Send, Txn
 from raylog.chaos.nemesis import FAULT_KINDS, TRANSACTION_FAULTS, FaultEvent, Nemesis
 from raylog.clients.admin import Admin
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
-from raylog.errors import RaylogError
+from raylog.errors import InvalidConfigError, RaylogError
 from raylog.types import NewTopic
 
 logger = logging.getLogger(__name__)
@@ -63,6 +66,8 @@ CONTROLLER_CONFIG = {
     "offsets.topic.num.partitions": "1",
     "transaction.state.log.num.partitions": "1",
 }
+#: A Kafka listener per broker on a free loopback port (``listeners=True``: the Kafka clients).
+KAFKA_LISTENERS = "PLAINTEXT://127.0.0.1:0"
 #: How long a run waits for every replica to be back in sync after the faults.
 HEAL_TIMEOUT_S = 90.0
 #: Bound on each call that describes a replica's state.
@@ -77,14 +82,17 @@ DEFAULT_FAULTS = tuple(
 
 
 class SoakCluster:
-    """A head node plus ``num_brokers`` labelled broker nodes, and raylog on them.
+    """A head node plus ``num_brokers`` labelled broker nodes, and raylog on them; with
+    ``listeners`` each broker also runs a Kafka listener (for runs with Kafka clients).
 
-    Use as a context manager; ``cluster`` is the raylog cluster handle."""
+    Use as a context manager; ``cluster`` is the raylog cluster handle, ``bootstrap`` the
+    listeners as a ``bootstrap.servers`` string ("" without listeners)."""
 
-    def __init__(self, data_root: str | None = None, num_brokers: int = 3):
+    def __init__(self, data_root: str | None = None, num_brokers: int = 3, listeners: bool = False):
         self._tmp = None if data_root is not None else tempfile.TemporaryDirectory(prefix="raylog-soak-")
         self.data_root = data_root or self._tmp.name
         self.num_brokers = num_brokers
+        self.listeners = listeners
         self.ray_cluster: Cluster | None = None
         self.nodes: dict[int, Any] = {}
         self.cluster: Any = None
@@ -107,10 +115,23 @@ class SoakCluster:
             address=self.ray_cluster.address,
             data_dir=f"{self.data_root}/controller",
             cluster_name=f"soak{uuid.uuid4().hex[:8]}",
-            config=CONTROLLER_CONFIG,
+            config={**CONTROLLER_CONFIG, **({"listeners": KAFKA_LISTENERS} if self.listeners else {})},
         )
         self.proxy = start_proxy(ray.get_runtime_context().get_node_id())
+        if self.listeners:
+            self._await_listeners()
         return self
+
+    def _await_listeners(self) -> None:
+        deadline = time.monotonic() + HEAL_TIMEOUT_S
+        while len([s for s in self.cluster.bootstrap_servers().split(",") if s]) < self.num_brokers:
+            if time.monotonic() > deadline:
+                raise RaylogError(f"the brokers' Kafka listeners did not all start in {HEAL_TIMEOUT_S:.0f} s")
+            time.sleep(0.1)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap_servers() if self.listeners else ""
 
     def __exit__(self, *exc_info: Any) -> None:
         try:
@@ -162,6 +183,7 @@ class RunConfig:
     transactions: bool = False  # the transactional worker, and TRANSACTION_FAULTS
     overlap: int = 1  # faults in effect at once (2: a lingering fault beside another)
     producers: int = 1  # idempotent producer clients (two threads each), besides the plain one
+    kafka_producers: int = 0  # confluent-kafka producers over the Kafka listeners (needs listeners)
 
     @property
     def fault_kinds(self) -> tuple[str, ...]:
@@ -213,7 +235,16 @@ class RunConfig:
 
 
 #: RunConfig fields that ``raylog bench soak`` takes as ``--name value``, and those it does not take.
-_FLAGS = ("acks", "min_insync_replicas", "partitions", "duration_s", "max_faults", "overlap", "producers")
+_FLAGS = (
+    "acks",
+    "min_insync_replicas",
+    "partitions",
+    "duration_s",
+    "max_faults",
+    "overlap",
+    "producers",
+    "kafka_producers",
+)
 _NOT_FLAGS = ("replication_factor", "replica_lag_time_max_ms", "segment_bytes", "rate_per_s")
 
 
@@ -267,7 +298,13 @@ class RunResult:
 
 
 def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
-    """One seeded run on ``env`` (see the module docstring)."""
+    """One seeded run on ``env`` (see the module docstring).
+
+    Raises:
+        InvalidConfigError: Kafka clients asked of a cluster without listeners.
+    """
+    if config.kafka_producers and not env.listeners:
+        raise InvalidConfigError("Kafka producers need a SoakCluster with listeners=True")
     began = time.monotonic()
     rng = random.Random(seed)
     admin = Admin(env.cluster)
@@ -349,7 +386,8 @@ def _clients(env, delays, topic, config, recorder, rng, group, solo_group, trans
     """``config.producers`` idempotent producers and a plain one (two threads each), two group
     members (sync and async commits), one consumer of every partition and, with transactions
     on, a transactional worker per id of ``transactional_ids`` (made last: the others draw
-    from ``rng`` as without it), each on its own delayable cluster handle."""
+    from ``rng`` as without it), each on its own delayable cluster handle; then
+    ``config.kafka_producers`` Kafka clients over the listeners (their calls are not delayed)."""
 
     def own() -> DelayedCluster:
         return DelayedCluster(env.cluster, delays)
@@ -378,7 +416,12 @@ def _clients(env, delays, topic, config, recorder, rng, group, solo_group, trans
         workload.ConsumerWorker("member-async", own(), *common, group, commit="async"),
         workload.ConsumerWorker("assigned", own(), *common, solo_group, member=False),
         *idempotent[1:],
-    ] + [workload.TransactionalWorker("txn", own(), *common, rng, tid, rate_per_s=rate) for tid in transactional_ids]
+        *[workload.TransactionalWorker("txn", own(), *common, rng, tid, rate_per_s=rate) for tid in transactional_ids],
+        *[
+            workload.KafkaProducerWorker(f"kafka{i}", env.bootstrap, *common, rng, rate_per_s=rate)
+            for i in range(config.kafka_producers)
+        ],
+    ]
 
 
 def wait_in_sync(admin: Admin, topics: list[str], timeout_s: float, offline_ok: set = frozenset()) -> bool:

@@ -3,6 +3,10 @@
 - :class:`ProducerWorker`: threads sharing one Producer send unique values to random
   partitions, a few at a time, each awaited: ok with its offset, or unknown (an error
   after ``send`` returned: it may have been written), or fail (``send`` refused it).
+- :class:`KafkaProducerWorker`: an unchanged Kafka client (confluent-kafka, that is
+  librdkafka, in its default idempotent acks=all settings) sending unique values to random
+  partitions through the brokers' Kafka listeners: ok with the offset its delivery report
+  gives, unknown when the report is an error or never came.
 - :class:`TransactionalWorker`: a thread running transactions of a few unique values over
   the partitions through a transactional Producer, some of them aborted on purpose. Each
   send names its transaction; each transaction ends with a ``Txn`` op: committed only if
@@ -200,6 +204,93 @@ class ProducerWorker:
             self._pending.clear()
         for _, (invocation, future) in pending:
             _record_future(self.recorder, invocation, future)
+
+
+class KafkaProducerWorker:
+    """One thread sending through a confluent-kafka Producer (librdkafka, idempotent, acks=all:
+    its defaults) at about ``rate_per_s`` records per second to the cluster's Kafka listeners
+    (``bootstrap``). Each send is recorded from its delivery report: ok at the reported
+    offset, else unknown (a failed delivery may still have been written); a send ``produce``
+    refuses at once (a full local queue) is a fail; any report still missing when it stops
+    is unknown."""
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        recorder: Recorder,
+        rng,
+        *,
+        rate_per_s: float = 60.0,
+    ):
+        from confluent_kafka import Producer as KafkaProducer  # a test and soak dependency only
+
+        self.name = name
+        self.topic = topic
+        self.partitions = partitions
+        self.recorder = recorder
+        self.producer = KafkaProducer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 2,
+                "message.timeout.ms": 20_000,
+                "partitioner": "murmur2_random",
+            }
+        )
+        self._rng = random.Random(rng.random())
+        self._interval_s = 1.0 / rate_per_s
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._pending: dict[str, Send] = {}  # value -> the send as invoked
+        self._thread = threading.Thread(target=self._run, name=f"soak-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaException
+
+        sequence = 0
+        while not self._stop.is_set():
+            value = f"{self.name}-{sequence}"
+            sequence += 1
+            partition = self._rng.randrange(self.partitions)
+            invocation = Send(self.name, partition, value, UNKNOWN, start=self.recorder.now())
+            with self._lock:
+                self._pending[value] = invocation
+            try:
+                self.producer.produce(self.topic, value.encode(), partition=partition, on_delivery=self._delivered)
+            except (KafkaException, BufferError) as exc:
+                with self._lock:
+                    self._pending.pop(value, None)
+                _record(self.recorder, invocation, FAIL, None, exc)
+            self.producer.poll(0)  # delivery reports
+            self._stop.wait(self._interval_s)
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        value = message.value().decode()
+        with self._lock:
+            invocation = self._pending.pop(value, None)
+        if invocation is None:
+            return
+        if error is None:
+            _record(self.recorder, invocation, OK, message.offset(), None)
+        else:
+            _record(self.recorder, invocation, UNKNOWN, None, RaylogError(str(error)))
+
+    def stop(self) -> None:
+        """Stop sending, flush what is in flight for a while, record the rest as unknown."""
+        self._stop.set()
+        self._thread.join(CLOSE_TIMEOUT_S)
+        self.producer.flush(PRODUCER_CLOSE_TIMEOUT_S)
+        with self._lock:
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for invocation in pending:
+            _record(self.recorder, invocation, UNKNOWN, None, None)
 
 
 def _record(recorder: Recorder, invocation: Send, outcome: str, offset: int | None, error: Exception | None) -> None:

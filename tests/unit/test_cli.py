@@ -110,7 +110,7 @@ def test_a_soak_runs_replay_flags_choose_its_configuration_again():
         RunConfig(acks="1", faults=("lose-tail",), max_faults=1),
         RunConfig(min_insync_replicas=1, unclean=True, faults=("isolate-leader", "kill-node")),
         RunConfig(partitions=1, transactions=True),
-        RunConfig(overlap=2, producers=32),
+        RunConfig(overlap=2, producers=32, kafka_producers=4),
     ):
         args = cli._parser().parse_args(["bench", "soak", *config.flags().split()])
         assert cli._soak_config(args) == config
