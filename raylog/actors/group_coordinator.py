@@ -17,6 +17,13 @@ commit marker makes them the group's, an abort marker drops them. Meanwhile a fe
 those partitions' offsets gets the retriable UNSTABLE_OFFSET_COMMIT (KIP-447), so a new
 consumer never starts from offsets a transaction is about to move.
 
+Offsets follow the log: no call applies its own record when it wakes from its wait for the
+ISR. Every step first replays the partition up to the high watermark into the groups
+(:meth:`GroupCoordinatorActor._catch_up`, a :class:`~raylog.coordination.replay.LogReplay`):
+offset commits, transactional offsets and markers take effect in log order, whichever call
+wakes first, and a commit that timed out waiting but was replicated after all counts as the
+next leader would count it.
+
 Concurrency: as the replica's, each call on a thread of its own and every step under the
 replica's lock, so each state-machine step runs alone; a join waits for its reply on a
 future (set by whichever step completes the join), a heartbeat on a condition that wakes
@@ -36,6 +43,7 @@ from typing import Any
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
+from raylog.coordination.replay import LogReplay
 from raylog.errors import NotCoordinatorError
 from raylog.protocol import GroupResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse, error_fields
 from raylog.storage import record_batch
@@ -43,6 +51,8 @@ from raylog.types import OffsetAndMetadata, TopicPartition
 
 #: Calls a coordinator serves at once: every member's heartbeat is a long poll held here.
 MAX_CONCURRENCY = 256
+#: Bytes read per step when the groups catch up with the high watermark.
+REPLAY_READ_BYTES = 1 << 20
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +65,7 @@ class GroupCoordinatorActor(CoordinatorActor):
     def __init__(self, *args: Any, **kwargs: Any):
         self._joins: set[concurrent.futures.Future] = set()
         self._rebalancing: set[str] = set()  # groups in PreparingRebalance at the last _deliver
+        self._replay: LogReplay | None = None  # brings the loaded groups up to the HW
         super().__init__(*args, **kwargs)
 
     # --- the state ----------------------------------------------------------------------
@@ -63,18 +74,15 @@ class GroupCoordinatorActor(CoordinatorActor):
         return GroupCoordinator()
 
     def _load_batch(self, state: GroupCoordinator, header: record_batch.BatchHeader, records: list) -> None:
-        if header.attributes & record_batch.CONTROL:
-            committed = bool(header.attributes & record_batch.COMMIT_MARKER)
-            # In log order a marker decides its producer's pending offsets up to its own
-            # epoch, bumped or not: a bumped marker never follows a batch of its epoch here
-            # (the partition refuses it as stale).
-            state.complete_transaction(header.producer_id, header.producer_epoch, committed, bumps_epoch=False)
-        elif header.attributes & record_batch.TRANSACTIONAL:
-            state.load_pending(header.producer_id, header.producer_epoch, records)
-        else:
-            state.load(records, now_ms())
+        state.apply_batch(header, records, now_ms())
+
+    def _loaded(self, state: GroupCoordinator) -> None:
+        state.serve()
+        self._replay = LogReplay(functools.partial(self._load_batch, state), state.next_offset)
+        self._catch_up()
 
     def _tick(self, state: GroupCoordinator) -> None:
+        self._catch_up()
         self._deliver(state.tick(now_ms()))
 
     def _describe_state(self, state: GroupCoordinator) -> str:
@@ -86,6 +94,7 @@ class GroupCoordinatorActor(CoordinatorActor):
             if not future.done():
                 future.set_result(JoinGroupResponse(**error_fields(NotCoordinatorError("the coordinator moved"))))
         self._joins.clear()
+        self._replay = None
         self._pulse()
 
     def _require_markers_accepted(self) -> None:
@@ -93,15 +102,23 @@ class GroupCoordinatorActor(CoordinatorActor):
             self._loaded_state()  # a marker must reach loaded groups: retry while they load
 
     def _marker_written(self, producer_id: int, producer_epoch: int, commit: bool, bumps_epoch: bool) -> None:
-        if self._state is not None:
-            self._state.complete_transaction(producer_id, producer_epoch, commit, bumps_epoch)
+        self._catch_up()  # the marker is replicated: it decides the pending offsets, in log order
 
     @property
     def _groups(self) -> GroupCoordinator | None:
         return self._state
 
     def _coordinator(self) -> GroupCoordinator:
-        return self._loaded_state()
+        """The loaded groups, caught up with the high watermark."""
+        groups = self._loaded_state()
+        self._catch_up()
+        return groups
+
+    def _catch_up(self) -> None:
+        """Apply what the ISR has of the partition and the groups have not seen yet, in log
+        order (holding ``_lock``)."""
+        if self._replay is not None:
+            self._replay.catch_up(self.partition.log, self.partition.high_watermark, REPLAY_READ_BYTES)
 
     # --- membership ---------------------------------------------------------------------
 
@@ -162,10 +179,11 @@ class GroupCoordinatorActor(CoordinatorActor):
         offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
         with self._lock:
             try:
-                groups = self._coordinator()
-                records = groups.prepare_commit(group_id, member_id, generation, instance_id, offsets, now_ms())
+                records = self._coordinator().prepare_commit(
+                    group_id, member_id, generation, instance_id, offsets, now_ms()
+                )
                 self._await_records(self._append_records(records))
-                groups.apply_commit(group_id, offsets)
+                self._catch_up()
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()
@@ -185,11 +203,12 @@ class GroupCoordinatorActor(CoordinatorActor):
         offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
         with self._lock:
             try:
-                groups = self._coordinator()
-                records = groups.prepare_commit(group_id, member_id, generation, instance_id, offsets, now_ms())
+                records = self._coordinator().prepare_commit(
+                    group_id, member_id, generation, instance_id, offsets, now_ms()
+                )
                 batch_fields = {"producer_id": producer_id, "producer_epoch": producer_epoch, "transactional": True}
                 self._await_records(self._append_records(records, **batch_fields))
-                groups.add_pending(producer_id, producer_epoch, group_id, offsets)
+                self._catch_up()
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()
