@@ -174,8 +174,14 @@ class GroupCoordinatorActor(CoordinatorActor):
         generation: int,
         instance_id: str | None,
         offsets: dict[TopicPartition, OffsetAndMetadata],
+        after: Any = None,
     ) -> GroupResponse:
-        """Commit once the ISR has the offsets (generation -1: from outside the group)."""
+        """Commit once the ISR has the offsets (generation -1: from outside the group).
+
+        ``after``: the caller's previous commit, still unanswered when it sent this one (an
+        object reference, not its value): Ray starts this call only once that one answered,
+        so one consumer's commits take effect in the order it made them (its value is not
+        used)."""
         offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
         with self._lock:
             try:
