@@ -56,6 +56,9 @@ LIMITS = (
     ("raylog.coordination.transactions", "MAX_TRANSACTION_TIMEOUT_MS"),
     ("raylog.actors.replica", "MAX_CONCURRENCY"),
     ("raylog.actors.group_coordinator", "MAX_CONCURRENCY"),
+    ("raylog.actors.group_coordinator", "JOIN_CONCURRENCY"),
+    ("raylog.actors.group_coordinator", "HEARTBEAT_CONCURRENCY"),
+    ("raylog.actors.group_coordinator", "COMMIT_CONCURRENCY"),
     ("raylog.actors.transaction_coordinator", "MAX_CONCURRENCY"),
 )
 

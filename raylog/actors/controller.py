@@ -1061,8 +1061,10 @@ class ControllerActor:
 
 @functools.cache
 def _remote(actor_class: type):
-    """The Ray actor class of ``actor_class``, made once (each ``ray.remote`` exports the class anew)."""
-    return ray.remote(actor_class)
+    """The Ray actor class of ``actor_class``, made once (each ``ray.remote`` exports the class
+    anew), with the concurrency groups the class declares in ``CONCURRENCY_GROUPS`` (Ray takes
+    them here only, not in ``.options()``)."""
+    return ray.remote(concurrency_groups=getattr(actor_class, "CONCURRENCY_GROUPS", None))(actor_class)
 
 
 def _running(name: str):

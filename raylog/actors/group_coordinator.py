@@ -27,9 +27,14 @@ next leader would count it.
 Concurrency: as the replica's, each call on a thread of its own and every step under the
 replica's lock, so each state-machine step runs alone; a join waits for its reply on a
 future (set by whichever step completes the join), a heartbeat on a condition that wakes
-when a group starts rebalancing. Each member holds a heartbeat while it waits:
-:data:`MAX_CONCURRENCY` bounds the members one coordinator serves without delaying their
-heartbeats (beyond it, a heartbeat waits in Ray's queue for at most another's ``wait_ms``).
+when a group starts rebalancing, a commit for the ISR. The calls that wait run in Ray
+concurrency groups of their own (:data:`CONCURRENCY_GROUPS`), each a bounded pool of
+threads, so that however many members wait, the calls that end their waits never queue
+behind them: the replica's own calls (followers' fetches, markers, the controller's), and
+syncs, leaves and offset fetches, run in the default pool (:data:`MAX_CONCURRENCY`). Beyond
+a pool's bound a call waits in Ray's queue: a heartbeat for at most another's ``wait_ms``,
+a commit for at most another's wait for the ISR, a join until the join it waits behind
+completes (at the latest at its rebalance deadline, without the members still queued).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ import threading
 import time
 from typing import Any
 
+import ray
+
 from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
 from raylog.coordination.replay import LogReplay
@@ -49,8 +56,19 @@ from raylog.protocol import GroupResponse, JoinGroupRequest, JoinGroupResponse, 
 from raylog.storage import record_batch
 from raylog.types import OffsetAndMetadata, TopicPartition
 
-#: Calls a coordinator serves at once: every member's heartbeat is a long poll held here.
-MAX_CONCURRENCY = 256
+#: Calls a coordinator serves at once besides joins, heartbeats and commits (Ray's
+#: ``max_concurrency``): the replica's calls (followers' long polls, markers waiting for the
+#: ISR, the controller's) and syncs, leaves, offset fetches and admin calls, which never wait.
+MAX_CONCURRENCY = 64
+#: Members waiting in a join at once, on one coordinator (every group it serves).
+JOIN_CONCURRENCY = 256
+#: Long-polling heartbeats held at once.
+HEARTBEAT_CONCURRENCY = 256
+#: Offset commits (plain or transactional) and group deletions waiting for the ISR at once.
+COMMIT_CONCURRENCY = 64
+#: Ray concurrency groups of the calls that wait (each a pool of its own; threads cost ~10 KiB
+#: each and no CPU while they wait).
+CONCURRENCY_GROUPS = {"joins": JOIN_CONCURRENCY, "heartbeats": HEARTBEAT_CONCURRENCY, "commits": COMMIT_CONCURRENCY}
 #: Bytes read per step when the groups catch up with the high watermark.
 REPLAY_READ_BYTES = 1 << 20
 
@@ -61,6 +79,7 @@ class GroupCoordinatorActor(CoordinatorActor):
     """See the module docstring."""
 
     MAX_CONCURRENCY = MAX_CONCURRENCY
+    CONCURRENCY_GROUPS = CONCURRENCY_GROUPS
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._joins: set[concurrent.futures.Future] = set()
@@ -122,6 +141,7 @@ class GroupCoordinatorActor(CoordinatorActor):
 
     # --- membership ---------------------------------------------------------------------
 
+    @ray.method(concurrency_group="joins")
     def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         """Join (or rejoin) a group; answers when the join completes."""
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -146,6 +166,7 @@ class GroupCoordinatorActor(CoordinatorActor):
                 return SyncGroupResponse(**error_fields(exc))
         return SyncGroupResponse(assignment=tuple(assignment))
 
+    @ray.method(concurrency_group="heartbeats")
     def heartbeat(
         self, group_id: str, member_id: str, generation: int, instance_id: str | None, wait_ms: int = 0
     ) -> GroupResponse:
@@ -167,6 +188,7 @@ class GroupCoordinatorActor(CoordinatorActor):
 
     # --- offsets and admin --------------------------------------------------------------
 
+    @ray.method(concurrency_group="commits")
     def commit_offsets(
         self,
         group_id: str,
@@ -194,6 +216,7 @@ class GroupCoordinatorActor(CoordinatorActor):
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()
 
+    @ray.method(concurrency_group="commits")
     def txn_commit_offsets(
         self,
         group_id: str,
@@ -232,6 +255,7 @@ class GroupCoordinatorActor(CoordinatorActor):
     def describe_group(self, group_id: str) -> GroupResponse:
         return self._answer(lambda groups: groups.describe(group_id))
 
+    @ray.method(concurrency_group="commits")
     def delete_group(self, group_id: str) -> GroupResponse:
         with self._lock:
             try:
