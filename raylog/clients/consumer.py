@@ -440,6 +440,8 @@ class Consumer:
         try:
             member_id, generation, instance_id = self._group.member_commit_args() if self._group else ("", -1, None)
             previous = self._async_commits[-1][0] if self._async_commits else None
+            if previous is not None and ray.wait([previous], timeout=0)[0]:
+                previous = None  # answered already (an error there would fail this call too)
             ref = coordinator.handle().commit_offsets.remote(
                 coordinator.group_id, member_id, generation, instance_id, committing, after=previous
             )
