@@ -51,7 +51,7 @@ import ray
 from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
 from raylog.coordination.replay import LogReplay
-from raylog.errors import NotCoordinatorError
+from raylog.errors import NotCoordinatorError, RaylogError
 from raylog.protocol import GroupResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse, error_fields
 from raylog.storage import record_batch
 from raylog.types import OffsetAndMetadata, TopicPartition
@@ -101,7 +101,7 @@ class GroupCoordinatorActor(CoordinatorActor):
         self._catch_up()
 
     def _tick(self, state: GroupCoordinator) -> None:
-        self._catch_up()
+        self._catch_up_or_later()
         self._deliver(state.tick(now_ms()))
 
     def _describe_state(self, state: GroupCoordinator) -> str:
@@ -121,7 +121,7 @@ class GroupCoordinatorActor(CoordinatorActor):
             self._loaded_state()  # a marker must reach loaded groups: retry while they load
 
     def _marker_written(self, producer_id: int, producer_epoch: int, commit: bool, bumps_epoch: bool) -> None:
-        self._catch_up()  # the marker is replicated: it decides the pending offsets, in log order
+        self._catch_up_or_later()  # the marker is replicated: it decides the pending offsets, in log order
 
     @property
     def _groups(self) -> GroupCoordinator | None:
@@ -138,6 +138,14 @@ class GroupCoordinatorActor(CoordinatorActor):
         order (holding ``_lock``)."""
         if self._replay is not None:
             self._replay.catch_up(self.partition.log, self.partition.high_watermark, REPLAY_READ_BYTES)
+
+    def _catch_up_or_later(self) -> None:
+        """:meth:`_catch_up` where no caller can be told it failed (the tick, a written
+        marker): what is left is applied by the next step, which reports the error."""
+        try:
+            self._catch_up()
+        except RaylogError as exc:
+            logger.debug("%s: the groups did not catch up with the log now: %s", self.partition.name, exc)
 
     # --- membership ---------------------------------------------------------------------
 

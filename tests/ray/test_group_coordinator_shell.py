@@ -11,6 +11,7 @@ from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.config import TopicConfig
 from raylog.coordination.group import GroupCoordinator
 from raylog.coordination.partition import Partition
+from raylog.errors import StorageError
 from raylog.protocol import error_of
 from raylog.storage.log import Log
 from raylog.types import OffsetAndMetadata, TopicPartition
@@ -164,3 +165,23 @@ def test_a_marker_retried_after_a_replication_error_still_releases_the_pending_o
     retry = shell.actor.write_txn_marker(5, 1, True, coordinator_epoch=1, timeout_ms=0)
     assert error_of(retry) is None and shell.partition.log.log_end_offset == 2  # stale: not written again
     assert shell.committed() == {A0: OffsetAndMetadata(10, "")}
+
+
+def test_a_failed_read_while_ticking_is_caught_up_by_the_next_step(tmp_path, monkeypatch):
+    """The tick replays the log too (a commit replicated after its caller gave up counts);
+    when that read fails (a disk error) the tick goes on, and the next call applies what was
+    left and answers."""
+    shell = Shell(tmp_path)
+    with shell.actor._lock:  # a commit whose caller timed out: appended, never applied by it
+        shell.actor._append_records(shell.actor._state.prepare_commit("g", "", -1, None, {A0: OffsetAndMetadata(4)}, 0))
+    shell.replicate()
+
+    def failing_read(*args, **kwargs):
+        raise StorageError("the disk failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(shell.partition.log, "read", failing_read)
+        with shell.actor._lock:
+            shell.actor._tick(shell.actor._state)  # no exception: the tick thread goes on
+        assert isinstance(error_of(shell.actor.fetch_offsets("g")), StorageError)
+    assert shell.committed() == {A0: OffsetAndMetadata(4, "")}
