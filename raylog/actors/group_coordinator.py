@@ -79,7 +79,8 @@ class GroupCoordinatorActor(CoordinatorActor):
     """See the module docstring."""
 
     MAX_CONCURRENCY = MAX_CONCURRENCY
-    CONCURRENCY_GROUPS = CONCURRENCY_GROUPS
+    #: The replica's own groups, if it declares some (its methods name them), and these.
+    CONCURRENCY_GROUPS = {**getattr(CoordinatorActor, "CONCURRENCY_GROUPS", {}), **CONCURRENCY_GROUPS}
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._joins: set[concurrent.futures.Future] = set()
