@@ -57,6 +57,9 @@ LIMITS = (
     ("raylog.actors.replica", "MAX_CONCURRENCY"),
     ("raylog.actors.replica", "CONCURRENCY_GROUPS"),
     ("raylog.actors.group_coordinator", "MAX_CONCURRENCY"),
+    ("raylog.actors.group_coordinator", "JOIN_CONCURRENCY"),
+    ("raylog.actors.group_coordinator", "HEARTBEAT_CONCURRENCY"),
+    ("raylog.actors.group_coordinator", "COMMIT_CONCURRENCY"),
     ("raylog.actors.transaction_coordinator", "MAX_CONCURRENCY"),
 )
 

@@ -20,12 +20,14 @@ lock, so no step of a stopped thread follows).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from typing import Any
 
 from raylog.actors.replica import PartitionReplicaActor
+from raylog.coordination.replay import LogReplay
 from raylog.errors import CoordinatorLoadInProgressError, NotCoordinatorError, RaylogError
 from raylog.storage import record_batch
 
@@ -58,7 +60,7 @@ class CoordinatorActor(PartitionReplicaActor):
         raise NotImplementedError
 
     def _load_batch(self, state: Any, header: record_batch.BatchHeader, records: list[tuple[bytes, Any]]) -> None:
-        """Load one data batch's ``(key, value)`` records, or a control batch (no records)."""
+        """Load one batch's ``(key, value)`` records (none for a control batch), in log order."""
         raise NotImplementedError
 
     def _loaded(self, state: Any) -> None:
@@ -146,27 +148,13 @@ class CoordinatorActor(PartitionReplicaActor):
         under the lock: requests get in between the reads of a large partition)."""
         state = self._new_state()
         log = self.partition.log
-        offset = log.log_start_offset
+        replay = LogReplay(functools.partial(self._load_batch, state), log.log_start_offset)
         while not stop.is_set():
             with self._lock:
-                if offset >= log.log_end_offset:
-                    break
-                data = log.read(offset, LOAD_READ_BYTES)
+                data = replay.read(log, log.log_end_offset, LOAD_READ_BYTES)
             if not data:
                 break
-            view = memoryview(data).cast("B")
-            for pos, header in record_batch.iter_headers(view):
-                if header.next_offset <= offset:
-                    continue
-                if header.attributes & record_batch.CONTROL:
-                    self._load_batch(state, header, [])
-                    continue
-                table = record_batch.decode_table(view[pos : pos + header.size], min_offset=offset)
-                if table.num_rows:
-                    records = zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True)
-                    self._load_batch(state, header, list(records))
-                offset = header.next_offset
-            offset = max(offset, _next_offset(data))
+            replay.apply(data)
         return state
 
     def _loaded_state(self) -> Any:
@@ -212,12 +200,6 @@ class CoordinatorActor(PartitionReplicaActor):
             error = self._await_replication(appended, time.monotonic() + APPEND_TIMEOUT_S, "produce")
             if error is not None:
                 raise error
-
-
-def _next_offset(data) -> int:
-    """The offset after the last batch of ``data``."""
-    *_, (_, last) = record_batch.iter_headers(data)
-    return last.next_offset
 
 
 def now_ms() -> int:

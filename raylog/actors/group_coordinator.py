@@ -17,12 +17,24 @@ commit marker makes them the group's, an abort marker drops them. Meanwhile a fe
 those partitions' offsets gets the retriable UNSTABLE_OFFSET_COMMIT (KIP-447), so a new
 consumer never starts from offsets a transaction is about to move.
 
+Offsets follow the log: no call applies its own record when it wakes from its wait for the
+ISR. Every step first replays the partition up to the high watermark into the groups
+(:meth:`GroupCoordinatorActor._catch_up`, a :class:`~raylog.coordination.replay.LogReplay`):
+offset commits, transactional offsets and markers take effect in log order, whichever call
+wakes first, and a commit that timed out waiting but was replicated after all counts as the
+next leader would count it.
+
 Concurrency: as the replica's, each call on a thread of its own and every step under the
 replica's lock, so each state-machine step runs alone; a join waits for its reply on a
 future (set by whichever step completes the join), a heartbeat on a condition that wakes
-when a group starts rebalancing. Each member holds a heartbeat while it waits:
-:data:`MAX_CONCURRENCY` bounds the members one coordinator serves without delaying their
-heartbeats (beyond it, a heartbeat waits in Ray's queue for at most another's ``wait_ms``).
+when a group starts rebalancing, a commit for the ISR. The calls that wait run in Ray
+concurrency groups of their own (:data:`CONCURRENCY_GROUPS`), each a bounded pool of
+threads, so that however many members wait, the calls that end their waits never queue
+behind them: the replica's own calls (followers' fetches, markers, the controller's), and
+syncs, leaves and offset fetches, run in the default pool (:data:`MAX_CONCURRENCY`). Beyond
+a pool's bound a call waits in Ray's queue: a heartbeat for at most another's ``wait_ms``,
+a commit for at most another's wait for the ISR, a join until the join it waits behind
+completes (at the latest at its rebalance deadline, without the members still queued).
 """
 
 from __future__ import annotations
@@ -34,15 +46,31 @@ import threading
 import time
 from typing import Any
 
+import ray
+
 from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
-from raylog.errors import NotCoordinatorError
+from raylog.coordination.replay import LogReplay
+from raylog.errors import NotCoordinatorError, RaylogError
 from raylog.protocol import GroupResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse, error_fields
 from raylog.storage import record_batch
 from raylog.types import OffsetAndMetadata, TopicPartition
 
-#: Calls a coordinator serves at once: every member's heartbeat is a long poll held here.
-MAX_CONCURRENCY = 256
+#: Calls a coordinator serves at once besides joins, heartbeats and commits (Ray's
+#: ``max_concurrency``): the replica's calls (followers' long polls, markers waiting for the
+#: ISR, the controller's) and syncs, leaves, offset fetches and admin calls, which never wait.
+MAX_CONCURRENCY = 64
+#: Members waiting in a join at once, on one coordinator (every group it serves).
+JOIN_CONCURRENCY = 256
+#: Long-polling heartbeats held at once.
+HEARTBEAT_CONCURRENCY = 256
+#: Offset commits (plain or transactional) and group deletions waiting for the ISR at once.
+COMMIT_CONCURRENCY = 64
+#: Ray concurrency groups of the calls that wait (each a pool of its own; threads cost ~10 KiB
+#: each and no CPU while they wait).
+CONCURRENCY_GROUPS = {"joins": JOIN_CONCURRENCY, "heartbeats": HEARTBEAT_CONCURRENCY, "commits": COMMIT_CONCURRENCY}
+#: Bytes read per step when the groups catch up with the high watermark.
+REPLAY_READ_BYTES = 1 << 20
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +79,13 @@ class GroupCoordinatorActor(CoordinatorActor):
     """See the module docstring."""
 
     MAX_CONCURRENCY = MAX_CONCURRENCY
+    #: The replica's own groups (its methods name them), and these.
+    CONCURRENCY_GROUPS = {**CoordinatorActor.CONCURRENCY_GROUPS, **CONCURRENCY_GROUPS}
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._joins: set[concurrent.futures.Future] = set()
         self._rebalancing: set[str] = set()  # groups in PreparingRebalance at the last _deliver
+        self._replay: LogReplay | None = None  # brings the loaded groups up to the HW
         super().__init__(*args, **kwargs)
 
     # --- the state ----------------------------------------------------------------------
@@ -63,18 +94,15 @@ class GroupCoordinatorActor(CoordinatorActor):
         return GroupCoordinator()
 
     def _load_batch(self, state: GroupCoordinator, header: record_batch.BatchHeader, records: list) -> None:
-        if header.attributes & record_batch.CONTROL:
-            committed = bool(header.attributes & record_batch.COMMIT_MARKER)
-            # In log order a marker decides its producer's pending offsets up to its own
-            # epoch, bumped or not: a bumped marker never follows a batch of its epoch here
-            # (the partition refuses it as stale).
-            state.complete_transaction(header.producer_id, header.producer_epoch, committed, bumps_epoch=False)
-        elif header.attributes & record_batch.TRANSACTIONAL:
-            state.load_pending(header.producer_id, header.producer_epoch, records)
-        else:
-            state.load(records, now_ms())
+        state.apply_batch(header, records, now_ms())
+
+    def _loaded(self, state: GroupCoordinator) -> None:
+        state.serve()
+        self._replay = LogReplay(functools.partial(self._load_batch, state), state.next_offset)
+        self._catch_up()
 
     def _tick(self, state: GroupCoordinator) -> None:
+        self._catch_up_or_later()
         self._deliver(state.tick(now_ms()))
 
     def _describe_state(self, state: GroupCoordinator) -> str:
@@ -86,6 +114,7 @@ class GroupCoordinatorActor(CoordinatorActor):
             if not future.done():
                 future.set_result(JoinGroupResponse(**error_fields(NotCoordinatorError("the coordinator moved"))))
         self._joins.clear()
+        self._replay = None
         self._pulse()
 
     def _require_markers_accepted(self) -> None:
@@ -93,18 +122,35 @@ class GroupCoordinatorActor(CoordinatorActor):
             self._loaded_state()  # a marker must reach loaded groups: retry while they load
 
     def _marker_written(self, producer_id: int, producer_epoch: int, commit: bool, bumps_epoch: bool) -> None:
-        if self._state is not None:
-            self._state.complete_transaction(producer_id, producer_epoch, commit, bumps_epoch)
+        self._catch_up_or_later()  # the marker is replicated: it decides the pending offsets, in log order
 
     @property
     def _groups(self) -> GroupCoordinator | None:
         return self._state
 
     def _coordinator(self) -> GroupCoordinator:
-        return self._loaded_state()
+        """The loaded groups, caught up with the high watermark."""
+        groups = self._loaded_state()
+        self._catch_up()
+        return groups
+
+    def _catch_up(self) -> None:
+        """Apply what the ISR has of the partition and the groups have not seen yet, in log
+        order (holding ``_lock``)."""
+        if self._replay is not None:
+            self._replay.catch_up(self.partition.log, self.partition.high_watermark, REPLAY_READ_BYTES)
+
+    def _catch_up_or_later(self) -> None:
+        """:meth:`_catch_up` where no caller can be told it failed (the tick, a written
+        marker): what is left is applied by the next step, which reports the error."""
+        try:
+            self._catch_up()
+        except RaylogError as exc:
+            logger.debug("%s: the groups did not catch up with the log now: %s", self.partition.name, exc)
 
     # --- membership ---------------------------------------------------------------------
 
+    @ray.method(concurrency_group="joins")
     def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         """Join (or rejoin) a group; answers when the join completes."""
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -129,6 +175,7 @@ class GroupCoordinatorActor(CoordinatorActor):
                 return SyncGroupResponse(**error_fields(exc))
         return SyncGroupResponse(assignment=tuple(assignment))
 
+    @ray.method(concurrency_group="heartbeats")
     def heartbeat(
         self, group_id: str, member_id: str, generation: int, instance_id: str | None, wait_ms: int = 0
     ) -> GroupResponse:
@@ -150,6 +197,7 @@ class GroupCoordinatorActor(CoordinatorActor):
 
     # --- offsets and admin --------------------------------------------------------------
 
+    @ray.method(concurrency_group="commits")
     def commit_offsets(
         self,
         group_id: str,
@@ -157,19 +205,27 @@ class GroupCoordinatorActor(CoordinatorActor):
         generation: int,
         instance_id: str | None,
         offsets: dict[TopicPartition, OffsetAndMetadata],
+        after: Any = None,
     ) -> GroupResponse:
-        """Commit once the ISR has the offsets (generation -1: from outside the group)."""
+        """Commit once the ISR has the offsets (generation -1: from outside the group).
+
+        ``after``: the caller's previous commit, still unanswered when it sent this one (an
+        object reference, not its value): Ray starts this call only once that one answered,
+        so one consumer's commits take effect in the order it made them (its value is not
+        used)."""
         offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
         with self._lock:
             try:
-                groups = self._coordinator()
-                records = groups.prepare_commit(group_id, member_id, generation, instance_id, offsets, now_ms())
+                records = self._coordinator().prepare_commit(
+                    group_id, member_id, generation, instance_id, offsets, now_ms()
+                )
                 self._await_records(self._append_records(records))
-                groups.apply_commit(group_id, offsets)
+                self._catch_up()
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()
 
+    @ray.method(concurrency_group="commits")
     def txn_commit_offsets(
         self,
         group_id: str,
@@ -185,11 +241,12 @@ class GroupCoordinatorActor(CoordinatorActor):
         offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
         with self._lock:
             try:
-                groups = self._coordinator()
-                records = groups.prepare_commit(group_id, member_id, generation, instance_id, offsets, now_ms())
+                records = self._coordinator().prepare_commit(
+                    group_id, member_id, generation, instance_id, offsets, now_ms()
+                )
                 batch_fields = {"producer_id": producer_id, "producer_epoch": producer_epoch, "transactional": True}
                 self._await_records(self._append_records(records, **batch_fields))
-                groups.add_pending(producer_id, producer_epoch, group_id, offsets)
+                self._catch_up()
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()
@@ -207,6 +264,7 @@ class GroupCoordinatorActor(CoordinatorActor):
     def describe_group(self, group_id: str) -> GroupResponse:
         return self._answer(lambda groups: groups.describe(group_id))
 
+    @ray.method(concurrency_group="commits")
     def delete_group(self, group_id: str) -> GroupResponse:
         with self._lock:
             try:

@@ -409,7 +409,9 @@ class Consumer:
             UnknownMemberIdError: assigned by hand while the group has active members.
         """
         coordinator = self._require_group()
-        self._finish_async_commits(wait=False)  # callbacks of answered commit_async calls, as documented
+        # After the commit_async calls made before it, as Kafka's consumer sends them all on
+        # one connection: an earlier one must not land after this one. Their callbacks run.
+        self._finish_async_commits(wait=True)
         committing = self._commit_offsets(offsets)
         if not committing:
             return
@@ -424,16 +426,24 @@ class Consumer:
         callback: Callable[[dict, Exception | None], None] | None = None,
     ) -> None:
         """Like :meth:`commit` without waiting; ``callback(offsets, error)`` runs in a later
-        poll (or commit, or close) once the coordinator answered. Not retried: a later
-        commit supersedes it."""
+        poll (or commit, or close) once the coordinator answered, callbacks in the order of
+        the calls. Not retried: a later commit supersedes it.
+
+        Commits take effect in the order they were made, as Kafka's consumer sends them in
+        order on one connection: the coordinator runs calls on many threads, so each call
+        is sent with the previous one still unanswered as an argument, and Ray starts it
+        only once that one answered."""
         coordinator = self._require_group()
         committing = self._commit_offsets(offsets)
         if not committing:
             return
         try:
             member_id, generation, instance_id = self._group.member_commit_args() if self._group else ("", -1, None)
+            previous = self._async_commits[-1][0] if self._async_commits else None
+            if previous is not None and ray.wait([previous], timeout=0)[0]:
+                previous = None  # answered already (an error there would fail this call too)
             ref = coordinator.handle().commit_offsets.remote(
-                coordinator.group_id, member_id, generation, instance_id, committing
+                coordinator.group_id, member_id, generation, instance_id, committing, after=previous
             )
         except RaylogError as exc:
             coordinator.after_error(exc)
@@ -961,6 +971,8 @@ class Consumer:
                 self.commit_async()
 
     def _finish_async_commits(self, wait: bool) -> None:
+        """Run the callbacks of the answered commit_async calls, in the order of the calls
+        (those after one still unanswered wait for it); ``wait``: for up to the timeout."""
         if not self._async_commits:
             return
         refs = [ref for ref, _, _ in self._async_commits]
@@ -968,7 +980,7 @@ class Consumer:
         done = set(ready)
         pending = []
         for ref, offsets, callback in self._async_commits:
-            if ref not in done:
+            if pending or ref not in done:
                 pending.append((ref, offsets, callback))
                 continue
             error: Exception | None = None

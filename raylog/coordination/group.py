@@ -5,8 +5,15 @@ internal topic ``__consumer_offsets`` (:func:`partition_for`, Kafka's rule); it 
 that partition's leader replica. Everything it must not forget (committed offsets, each
 generation's members and assignment, deletions) is a keyed record of that compacted
 partition: :func:`offset_record` and :meth:`GroupCoordinator._group_record` make them,
-:meth:`load` folds them back after a fail-over. Records reach the log through the caller,
-which applies a commit (:meth:`apply_commit`) only once the ISR has it.
+:meth:`load` folds them back after a fail-over. Records reach the log through the caller.
+
+Offsets follow the log: the caller hands every batch of the partition to
+:meth:`GroupCoordinator.apply_batch`, in offset order and once the ISR has it
+(:class:`~raylog.coordination.replay.LogReplay`), never a call its own record as it wakes:
+plain commits, offsets committed in a transaction and the transaction's marker then take
+effect in the order of the log, whichever waiting call drives the replay, and the offsets
+in memory are those the next leader loads. Membership is decided here instead: its records
+persist what memory holds, and restore it only while loading (until :meth:`serve`).
 
 No member is told a generation before it is durable (Kafka persists the group before it
 answers SyncGroup): a join that completes returns the group record to append, and holds
@@ -66,6 +73,7 @@ from ..errors import (
     UnstableOffsetCommitError,
 )
 from ..protocol import JoinGroupRequest, JoinGroupResponse, error_fields
+from ..storage import record_batch
 from ..types import OffsetAndMetadata, TopicPartition
 from .assignors import COOPERATIVE, Subscription, assign, choose_strategy, current_claims
 
@@ -167,31 +175,59 @@ class GroupCoordinator:
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
         #: Offsets committed in transactions not decided yet: (producer id, epoch of the
-        #: transaction) -> group -> offsets. A marker of the producer carries its next epoch:
-        #: it decides every pending transaction of that producer with a lower epoch (a commit
-        #: makes their offsets the group's, an abort drops them), never a later one.
+        #: transaction) -> group -> offsets. A marker of the producer decides every pending
+        #: transaction of that producer up to its own epoch (a commit makes their offsets
+        #: the group's, an abort drops them); a later transaction's offsets follow the
+        #: marker in the log, so it never decides them.
         self.pending: dict[tuple[int, int], dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        #: The offset after the last batch of the partition applied (:meth:`apply_batch`).
+        self.next_offset = 0
+        #: Loaded and serving: group records no longer restore the membership (:meth:`serve`).
+        self.serving = False
+
+    def serve(self) -> None:
+        """The partition is loaded: from now on membership is decided here, and the group
+        records :meth:`apply_batch` meets persist what memory already holds."""
+        self.serving = True
+
+    def apply_batch(
+        self, header: record_batch.BatchHeader, records: list[tuple[bytes | None, bytes | None]], now_ms: int
+    ) -> None:
+        """Apply the next batch of the partition, in log order, once the ISR has it (or while
+        loading): a plain batch's offset records commit, a transactional batch's are held
+        for its producer (:meth:`load_pending`), a marker decides them
+        (:meth:`complete_transaction`)."""
+        if header.attributes & record_batch.CONTROL:
+            committed = bool(header.attributes & record_batch.COMMIT_MARKER)
+            self.complete_transaction(header.producer_id, header.producer_epoch, committed)
+        elif header.attributes & record_batch.TRANSACTIONAL:
+            self.load_pending(header.producer_id, header.producer_epoch, records)
+        else:
+            self.load(records, now_ms)
+        self.next_offset = header.next_offset
 
     # --- fail-over ----------------------------------------------------------------------
 
     def load(self, records: Iterable[tuple[bytes | None, bytes | None]], now_ms: int) -> None:
-        """Rebuild every group from its partition's records, oldest first (later records
-        win, a ``None`` value deletes). Restored members get a fresh session to find the new
-        coordinator and heartbeat it."""
+        """Rebuild every group from its partition's plain records, oldest first (later
+        records win, a ``None`` value deletes). Restored members get a fresh session to find
+        the new coordinator and heartbeat it. Once serving, only offsets are applied."""
         for key, value in records:
             if key is None:
                 continue
             kind, group_id, *rest = msgpack.unpackb(key)
-            group = self.groups.setdefault(group_id, Group(group_id))
             if kind == _OFFSET_KEY:
                 tp = TopicPartition(rest[0], rest[1])
-                if value is None:
-                    group.offsets.pop(tp, None)
-                else:
+                if value is not None:
                     offset, metadata, _ = msgpack.unpackb(value)
                     self.apply_commit(group_id, {tp: OffsetAndMetadata(offset, metadata)})
-            elif kind == _GROUP_KEY:
+                elif group_id in self.groups:
+                    self.groups[group_id].offsets.pop(tp, None)
+            elif kind == _GROUP_KEY and not self.serving:
+                group = self.groups.setdefault(group_id, Group(group_id))
                 self._restore(group, None if value is None else msgpack.unpackb(value), now_ms)
+        if self.serving:
+            return
         for group_id in [g for g, group in self.groups.items() if not group.members and not group.offsets]:
             if self.groups[group_id].generation == 0:
                 del self.groups[group_id]
@@ -455,7 +491,7 @@ class GroupCoordinator:
         return [offset_record(group_id, tp, committed, now_ms) for tp, committed in offsets.items()]
 
     def apply_commit(self, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
-        """A plain commit's records are replicated: make the offsets visible. As the last
+        """A plain commit's records, in log order: make the offsets visible. As the last
         record of each key wins in the log (and after compaction), they also replace what a
         pending transaction would set for those partitions."""
         self._set_offsets(group_id, offsets)
@@ -472,19 +508,17 @@ class GroupCoordinator:
     def add_pending(
         self, producer_id: int, producer_epoch: int, group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata]
     ) -> None:
-        """A transactional commit's records are replicated: hold the offsets until the
+        """A transactional commit's records, in log order: hold the offsets until the
         producer's transaction is decided (:meth:`complete_transaction`)."""
         self.pending.setdefault((producer_id, producer_epoch), {}).setdefault(group_id, {}).update(offsets)
 
-    def complete_transaction(
-        self, producer_id: int, marker_epoch: int, committed: bool, bumps_epoch: bool = True
-    ) -> None:
-        """A marker of ``producer_id`` with ``marker_epoch`` is replicated (or was, when it
-        is sent again): the offsets of its transactions with a lower epoch count, or are
-        dropped; with ``bumps_epoch=False`` (a marker carrying the producer's current epoch,
-        a Kafka client at EndTxn v0-4) also those of that epoch."""
-        last = marker_epoch if not bumps_epoch else marker_epoch - 1
-        for key in [k for k in self.pending if k[0] == producer_id and k[1] <= last]:
+    def complete_transaction(self, producer_id: int, marker_epoch: int, committed: bool) -> None:
+        """A marker of ``producer_id`` with ``marker_epoch``, in log order: the offsets of its
+        transactions up to that epoch count, or are dropped. A marker carries the next epoch
+        of its producer, or the transaction's own for a Kafka client at EndTxn v0-4 (no
+        bump): either way the transaction it ends, and no later one, is before it in the
+        log (the partition refuses a marker older than the producer's epoch)."""
+        for key in [k for k in self.pending if k[0] == producer_id and k[1] <= marker_epoch]:
             for group_id, offsets in self.pending.pop(key).items():
                 if committed:
                     self._set_offsets(group_id, offsets)

@@ -44,6 +44,8 @@ FAST = {
 SETTLE_S = 30.0
 SHARED_PARTITIONS = 4
 PER_PARTITION = 25
+#: commit_async calls made back to back in the ordering test.
+COMMIT_ASYNC_CALLS = 200
 #: The shared topic's record i of each partition has timestamp BASE + i * TIMESTAMP_STEP_MS.
 TIMESTAMP_STEP_MS = 1_000
 
@@ -406,6 +408,27 @@ def test_commit_sync_async_with_metadata_and_committed(admin, shared, group, con
     member.commit()
     assert member.committed(shared.partitions) == {tp: OffsetAndMetadata(PER_PARTITION) for tp in shared.partitions}
     assert admin.list_consumer_group_offsets(group) == member.committed(shared.partitions)
+
+
+def test_rapid_commit_async_calls_take_effect_in_the_order_they_were_made(admin, shared, group, consumers):
+    """Issue 25, defect 9: commit_async calls made back to back (as Kafka's consumer sends
+    them, in order on one connection) take effect in that order, although the coordinator
+    runs calls on many threads: once every callback ran, the committed offset is the last
+    one asked, and the callbacks ran in order, each without error."""
+    simple = consumers(group_id=group, enable_auto_commit=False)
+    tp0 = shared.partitions[0]
+    simple.assign([tp0])
+    assert simple.committed([tp0]) == {tp0: None}  # the coordinator is found (commit_async never retries)
+    answers: list[tuple] = []
+    for offset in range(1, COMMIT_ASYNC_CALLS + 1):
+        simple.commit_async({tp0: offset}, callback=lambda offsets, error: answers.append((offsets[tp0], error)))
+    wait_until(
+        lambda: simple.poll(timeout_ms=50) is not None and len(answers) == COMMIT_ASYNC_CALLS,
+        timeout_s=SETTLE_S,
+        message="every commit_async callback",
+    )
+    assert admin.list_consumer_group_offsets(group) == {tp0: OffsetAndMetadata(COMMIT_ASYNC_CALLS)}
+    assert answers == [(OffsetAndMetadata(n), None) for n in range(1, COMMIT_ASYNC_CALLS + 1)]
 
 
 def test_a_zombie_member_of_an_old_generation_cannot_commit(admin, shared, group, consumers):

@@ -1,5 +1,5 @@
 """The replica actor's shell against a stand-in leader: its threads act on the role it holds
-now; and a group coordinator's shell handed a marker twice."""
+now."""
 
 from __future__ import annotations
 
@@ -8,15 +8,10 @@ import threading
 import numpy as np
 import ray
 
-from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.replica import CONCURRENCY_GROUPS, MAX_CONCURRENCY, PartitionReplicaActor
-from raylog.config import TopicConfig
-from raylog.coordination.group import GroupCoordinator
-from raylog.coordination.partition import Partition
-from raylog.protocol import FetchResponse, error_of
+from raylog.protocol import FetchResponse
 from raylog.storage import record_batch
-from raylog.storage.log import Log
-from raylog.types import OffsetAndMetadata, PartitionInfo, TopicPartition
+from raylog.types import PartitionInfo
 
 WAIT_S = 60.0
 LEADER_EPOCH = 5
@@ -89,33 +84,3 @@ def test_a_fetch_answered_after_the_leaders_actor_changed_is_dropped(cluster, tm
         ray.get(replica.delete_data.remote())
         for actor in (replica, old, new):
             ray.kill(actor)
-
-
-def test_a_marker_retried_after_a_replication_error_still_releases_the_pending_offsets(tmp_path):
-    """The offsets partition's replica answers a coordinator's marker and, once replicated,
-    hands it to the group state (``_marker_written``). When the first attempt is written but
-    its replication wait fails (a timeout; the ISR shrank), the coordinator sends the marker
-    again; that retry is stale (written already) and answered with success once replicated,
-    so the pending offsets must be released then. The actor's method is driven on a bare
-    instance with a real Partition."""
-    config = TopicConfig.from_properties({"cleanup.policy": "compact"})
-    part = Partition("__consumer_offsets", 0, 1, Log.open(str(tmp_path / "offsets-0")), config)
-    part.become_leader(1, replicas=(1, 2), isr=(1, 2))
-    actor = object.__new__(GroupCoordinatorActor)
-    actor._lock = threading.RLock()
-    actor._changed = threading.Condition(actor._lock)
-    actor._maybe_propose_isr = lambda: None
-    actor.partition, actor._state = part, GroupCoordinator()
-    records = actor._state.prepare_commit("g", "", -1, None, {TopicPartition("a", 0): OffsetAndMetadata(10, "")}, 1_000)
-    keys, values = zip(*records, strict=True)
-    txn_batch = record_batch.build(list(values), keys=list(keys), producer_id=5, producer_epoch=0, transactional=True)
-    part.append_as_leader(txn_batch, acks=-1)
-    part.read(part.log.log_end_offset, 1 << 20, replica_id=2)
-    actor._state.add_pending(5, 0, "g", {TopicPartition("a", 0): OffsetAndMetadata(10, "")})
-
-    first = actor.write_txn_marker(5, 1, True, coordinator_epoch=1, timeout_ms=0)
-    assert error_of(first) is not None  # written, but not replicated in time
-    part.read(part.log.log_end_offset, 1 << 20, replica_id=2)  # now the follower has it
-    retry = actor.write_txn_marker(5, 1, True, coordinator_epoch=1, timeout_ms=0)
-    assert error_of(retry) is None and part.log.log_end_offset == 2  # stale: not written again
-    assert actor._state.committed("g") == {TopicPartition("a", 0): OffsetAndMetadata(10, "")}

@@ -154,33 +154,6 @@ def test_a_plain_commit_after_a_transactional_one_survives_its_commit_marker():
     assert live.committed("g") == compacted.committed("g")  # fails: the live one says 5
 
 
-def test_a_marker_decides_only_the_transactions_before_its_epoch():
-    """A marker carries its producer's next epoch: a repeated marker of an earlier
-    transaction arriving while the next one is pending must not decide the next one."""
-    g = GroupCoordinator()
-    g.add_pending(5, 0, "g", {A0: om(10)})
-    g.complete_transaction(5, 1, committed=True)
-    g.add_pending(5, 1, "g", {A0: om(20)})
-    g.complete_transaction(5, 1, committed=False)  # the first marker, delivered again
-    assert g.pending == {(5, 1): {"g": {A0: om(20)}}}
-    g.complete_transaction(5, 2, committed=True)
-    assert g.committed("g") == {A0: om(20)}
-
-
-def test_a_marker_without_bump_decides_the_transactions_of_its_own_epoch_too():
-    """A Kafka client at EndTxn v0-4 keeps its epoch: its marker carries the epoch of the
-    transaction it ends, and decides it (and earlier ones), never a later epoch's."""
-    g = GroupCoordinator()
-    g.add_pending(5, 0, "g", {A0: om(10)})
-    g.complete_transaction(5, 0, committed=True)  # bumped: epoch 0 is not decided by it
-    assert g.pending == {(5, 0): {"g": {A0: om(10)}}}
-    g.add_pending(5, 1, "g", {A1: om(11)})
-    g.complete_transaction(5, 0, committed=True, bumps_epoch=False)
-    assert g.pending == {(5, 1): {"g": {A1: om(11)}}} and g.committed("g", [A0]) == {A0: om(10)}
-    g.complete_transaction(5, 1, committed=False, bumps_epoch=False)
-    assert g.pending == {} and g.committed("g") == {A0: om(10)}
-
-
 def test_without_require_stable_the_last_committed_offsets_answer_meanwhile():
     """Kafka's OffsetFetch without RequireStable: the offsets committed before the pending
     transaction, never its offsets nor UNSTABLE_OFFSET_COMMIT, until its marker comes."""
