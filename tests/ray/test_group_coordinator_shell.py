@@ -4,6 +4,7 @@ first, the offsets in memory are those of the log, in log order (issue 25, defec
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Callable
 
@@ -60,6 +61,7 @@ class Shell:
         actor = object.__new__(GroupCoordinatorActor)
         actor._lock = threading.RLock()
         actor._changed = self.wakeups = ScriptedWakeups(actor._lock)
+        actor._waiting = collections.Counter()
         actor._maybe_propose_isr = lambda: None
         actor._joins, actor._rebalancing = set(), set()
         actor.partition, actor._state = self.partition, GroupCoordinator()
