@@ -29,9 +29,9 @@ from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
 from raylog.coordination.transactions import Step, TransactionCoordinator, TxnMetadata
 from raylog.errors import (
+    ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
     NotCoordinatorError,
-    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 from raylog.protocol import TxnResponse, error_fields, error_of
@@ -41,8 +41,9 @@ from raylog.types import TopicPartition
 #: Calls a coordinator serves at once (each producer's calls are short; end_txn waits for
 #: its markers).
 MAX_CONCURRENCY = 64
-#: How long an end_txn call waits for its markers before answering REQUEST_TIMED_OUT (the
-#: completion goes on; the producer's retry is answered once it is done).
+#: How long an end_txn call waits for its markers before answering CONCURRENT_TRANSACTIONS
+#: (Kafka's answer while a transaction completes: the completion goes on, the producer asks
+#: again and is answered once it is done).
 END_TXN_WAIT_S = 20.0
 
 logger = logging.getLogger(__name__)
@@ -135,8 +136,9 @@ class TransactionCoordinatorActor(CoordinatorActor):
     def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, bump_epoch: bool = True
     ) -> TxnResponse:
-        """Commit or abort the producer's transaction; answered once every marker is written,
-        with the producer id and epoch to use next (the same with ``bump_epoch=False``: a
+        """Commit or abort the producer's transaction; answered once every marker is written
+        (CONCURRENT_TRANSACTIONS after ``END_TXN_WAIT_S``: ask again), with the producer id
+        and epoch to use next (the same with ``bump_epoch=False``: a
         Kafka client at EndTxn v0-4, see :mod:`raylog.coordination.transactions`)."""
         with self._lock:
             try:
@@ -153,7 +155,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
         try:
             completion.result(timeout=END_TXN_WAIT_S)
         except concurrent.futures.TimeoutError:
-            error = RequestTimedOutError(f"transaction {transactional_id!r}: markers not all written yet")
+            error = ConcurrentTransactionsError(f"transaction {transactional_id!r}: markers not all written yet")
             return TxnResponse(**error_fields(error))
         except Exception as exc:  # noqa: BLE001
             return TxnResponse(**error_fields(exc))
