@@ -5,6 +5,7 @@ answers until released: what the coordinator answers while a peer does not."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 
 import pytest
@@ -141,3 +142,28 @@ def test_end_txn_answers_concurrent_transactions_while_its_markers_are_still_bei
     )
     assert coordinator.describe_transactions(["t"]).value[0]["state"] == "CompleteCommit"
 
+
+@pytest.fixture
+def held_peer_calls(monkeypatch):
+    """Calls to a stand-in that holds them wait for it, not for a timeout."""
+    monkeypatch.setattr(transaction_coordinator, "PEER_CALL_TIMEOUT_S", 10 * WAIT_S)
+
+
+def test_a_controller_that_does_not_answer_holds_no_other_transactional_id(held_peer_calls, coordinator, peers):
+    """A new transactional id needs a producer id from the controller. While the controller
+    does not answer, the coordinator's other requests (here DescribeTransactions, which the
+    listener's KIP-360 check sends) are served: the coordinator never holds its lock across
+    a call to a peer. Once the controller answers, the new id gets its producer id."""
+    controller, _ = peers
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        new = pool.submit(coordinator.init_producer_id, "new", 60_000)
+        try:
+            wait_until(lambda: ray.get(controller.calls.remote()) >= 1, timeout_s=WAIT_S, message="a call held")
+            other = pool.submit(coordinator.describe_transactions, ["other"])
+            assert error_of(other.result(timeout=WAIT_S)) is None  # (before: held until the controller answered)
+            assert not new.done()
+        finally:
+            ray.get(controller.open.remote())
+        answer = new.result(timeout=WAIT_S)
+    assert error_of(answer) is None
+    assert answer.producer_id >= FIRST_PRODUCER_ID and answer.producer_epoch == 0
