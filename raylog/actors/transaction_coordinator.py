@@ -12,8 +12,13 @@ partition's read_committed consumers may read the transaction (Kafka answers aft
 Prepare record and lets the next transaction wait). A coordinator that takes over, or finds
 a transaction past its timeout, runs the same completion: markers are idempotent.
 
+Producer ids for new transactional ids come from the controller, fetched ahead on a thread
+of their own (:mod:`raylog.coordination.producer_ids`): a request never waits for the
+controller holding the lock.
+
 Concurrency: as the replica's; each transaction's completion runs on a thread of its own,
-outside the lock while it calls partition leaders, one at a time per transactional id.
+outside the lock while it calls partition leaders, one at a time per transactional id; the
+lock is never held across a call to a peer actor.
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ import ray
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
+from raylog.coordination.producer_ids import ProducerIdPool
 from raylog.coordination.transactions import Step, TransactionCoordinator, TxnMetadata
 from raylog.errors import (
-    CoordinatorNotAvailableError,
+    ConcurrentTransactionsError,
     NotCoordinatorError,
-    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 from raylog.protocol import TxnResponse, error_fields, error_of
@@ -41,8 +46,9 @@ from raylog.types import TopicPartition
 #: Calls a coordinator serves at once (each producer's calls are short; end_txn waits for
 #: its markers).
 MAX_CONCURRENCY = 64
-#: How long an end_txn call waits for its markers before answering REQUEST_TIMED_OUT (the
-#: completion goes on; the producer's retry is answered once it is done).
+#: How long an end_txn call waits for its markers before answering CONCURRENT_TRANSACTIONS
+#: (Kafka's answer while a transaction completes: the completion goes on, the producer asks
+#: again and is answered once it is done).
 END_TXN_WAIT_S = 20.0
 
 logger = logging.getLogger(__name__)
@@ -59,6 +65,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
         #: The leader actor each marker last went to (asked of the controller when unknown
         #: or after a failed marker): markers of a steady pipeline cost no controller call.
         self._marker_leaders: dict[TopicPartition, Any] = {}
+        self._producer_ids = ProducerIdPool()
         super().__init__(*args, **kwargs)
 
     # --- the state ----------------------------------------------------------------------
@@ -73,6 +80,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
     def _loaded(self, state: TransactionCoordinator) -> None:
         for metadata in state.prepared():
             self._complete_later(state, metadata)
+        self._fetch_producer_ids_later()
 
     def _describe_state(self, state: TransactionCoordinator) -> str:
         return f"{len(state.transactions)} transactional id(s), {len(state.prepared())} to complete"
@@ -104,7 +112,12 @@ class TransactionCoordinatorActor(CoordinatorActor):
 
     def init_producer_id(self, transactional_id: str, timeout_ms: int) -> TxnResponse:
         """The producer id and next epoch of a transactional producer instance (fencing every
-        older one); an open transaction is aborted first (CONCURRENT_TRANSACTIONS meanwhile)."""
+        older one); an open transaction is aborted first (CONCURRENT_TRANSACTIONS meanwhile).
+        With no producer id fetched yet, it waits for one first, without the lock
+        (COORDINATOR_LOAD_IN_PROGRESS if none comes and a new id needs one)."""
+        if not self._producer_ids.available():
+            self._fetch_producer_ids_later()
+            self._producer_ids.wait(PEER_CALL_TIMEOUT_S)
         with self._lock:
             try:
                 state = self._loaded_state()
@@ -135,8 +148,9 @@ class TransactionCoordinatorActor(CoordinatorActor):
     def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, bump_epoch: bool = True
     ) -> TxnResponse:
-        """Commit or abort the producer's transaction; answered once every marker is written,
-        with the producer id and epoch to use next (the same with ``bump_epoch=False``: a
+        """Commit or abort the producer's transaction; answered once every marker is written
+        (CONCURRENT_TRANSACTIONS after ``END_TXN_WAIT_S``: ask again), with the producer id
+        and epoch to use next (the same with ``bump_epoch=False``: a
         Kafka client at EndTxn v0-4, see :mod:`raylog.coordination.transactions`)."""
         with self._lock:
             try:
@@ -153,7 +167,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
         try:
             completion.result(timeout=END_TXN_WAIT_S)
         except concurrent.futures.TimeoutError:
-            error = RequestTimedOutError(f"transaction {transactional_id!r}: markers not all written yet")
+            error = ConcurrentTransactionsError(f"transaction {transactional_id!r}: markers not all written yet")
             return TxnResponse(**error_fields(error))
         except Exception as exc:  # noqa: BLE001
             return TxnResponse(**error_fields(exc))
@@ -296,16 +310,35 @@ class TransactionCoordinatorActor(CoordinatorActor):
             return None
 
     def _new_producer_id(self) -> int:
-        """A producer id from the controller (holding ``_lock``: rare, a new transactional
-        id or an exhausted epoch).
+        """A producer id fetched ahead (holding ``_lock``, so never waiting for the
+        controller: a new transactional id or an exhausted epoch); fetches more when few
+        are left.
 
         Raises:
-            CoordinatorNotAvailableError: the controller did not answer.
+            CoordinatorLoadInProgressError: none is held now (retriable).
         """
         try:
-            return ray.get(self._controller().init_producer_id.remote(), timeout=PEER_CALL_TIMEOUT_S)
-        except (ValueError, ray.exceptions.RayError) as exc:
-            raise CoordinatorNotAvailableError(f"no producer id from the controller: {exc!r}") from None
+            return self._producer_ids.take()
+        finally:
+            self._fetch_producer_ids_later()
+
+    def _fetch_producer_ids_later(self) -> None:
+        """Fetch the next producer ids on a thread of their own, if the pool runs low and
+        no fetch is under way."""
+        count = self._producer_ids.start_fetch()
+        if count:
+            self._start(self._fetch_producer_ids, count)
+
+    def _fetch_producer_ids(self, count: int) -> None:
+        """``count`` producer ids from the controller, into the pool (without ``_lock``)."""
+        try:
+            controller = self._controller()
+            ids = ray.get([controller.init_producer_id.remote() for _ in range(count)], timeout=PEER_CALL_TIMEOUT_S)
+        except (ValueError, ray.exceptions.RayError) as exc:  # (a timeout is a RayError)
+            logger.warning("%s: no producer ids from the controller: %r", self.partition.name, exc)
+            self._producer_ids.fetch_failed()
+            return
+        self._producer_ids.fetched(ids)
 
     def _unloaded(self) -> None:
         for future in self._completions.values():

@@ -41,7 +41,10 @@ still open if that is lower; a read_committed fetch reads below the LSO and gets
 aborted transactions its range may meet. ``append_marker`` writes a coordinator's marker
 unless it is stale (see :mod:`raylog.coordination.producer_state`). A client's transactional
 batch opens a transaction only once its coordinator vouched for it (``VerificationNeeded``,
-then ``verification_answered``: :mod:`raylog.coordination.txn_verification`).
+then ``verification_answered``: :mod:`raylog.coordination.txn_verification`). An abort whose
+index file could not be written stays indexed in memory; the marker counts as written (a
+stale retry is answered) and a producer snapshot is taken only once the file is written, so
+a restart, replaying from an older snapshot, indexes it again.
 
 Invariants: the HW never exceeds the LEO and, while a replica leads, never goes down; a
 committed offset (below the HW) is on every ISR member.
@@ -410,24 +413,39 @@ class Partition:
             nothing is written and the caller has nothing to wait for.
 
         Raises:
-            NotLeaderOrFollowerError, StorageError.
+            NotLeaderOrFollowerError.
+            StorageError: the marker was not written, or it was but the index file of an
+                abort was not (then a stale retry writes that file before answering).
         """
         self._require_leader()
         if self.producers.marker_is_stale(producer_id, producer_epoch, bumps_epoch):
+            self.txn_index.flush()  # the first attempt may have failed to index it
             return None
         marker = record_batch.build_marker(producer_id, producer_epoch, commit, coordinator_epoch, self._clock())
         info = self.log.append_as_leader(marker, self.leader_epoch)
-        self._index_aborted(self.producers.apply(info.batches, self._clock()))
+        closed = self.producers.apply(info.batches, self._clock())
         self.verifications.ended(producer_id)
         self._advance_high_watermark()
+        self._index_aborted(closed)
         return info
 
     def _index_aborted(self, closed: list[ClosedTransaction]) -> None:
-        """Index the aborted ones of the transactions markers just closed."""
+        """Index the aborted ones of the transactions markers just closed: all of them in
+        memory, whatever the disk says.
+
+        Raises:
+            StorageError: an index file was not written (see :mod:`raylog.storage.txn_index`).
+        """
+        failed = None
         for txn in closed:
             if not txn.committed:
                 entry = txn_index.AbortedTxn(txn.producer_id, txn.first_offset, txn.marker_offset)
-                self.txn_index.add(entry, self.log.segment_base_offsets)
+                try:
+                    self.txn_index.add(entry, self.log.segment_base_offsets)
+                except StorageError as exc:
+                    failed = exc
+        if failed is not None:
+            raise failed
 
     def enough_replicas(self) -> bool:
         """Whether the ISR still has min.insync.replicas members (checked after acks=all appends)."""
@@ -505,6 +523,9 @@ class Partition:
             logger.warning("%s: no producer snapshot at offset %d: %s", self.name, base_offset, exc)
 
     def _write_producer_snapshot(self, offset: int) -> None:
+        """Raises StorageError; never before every abort the snapshot covers is on disk (a
+        restart replays only the log after it, so would never index such an abort again)."""
+        self.txn_index.flush()
         producer_snapshot.write(self.log.dir, offset, self.producers.rows())
         self._snapshot_version = self.producers.version
 
@@ -770,16 +791,26 @@ class Partition:
         return self.log.log_end_offset
 
     def append_as_follower(self, data, leader_high_watermark: int) -> None:
-        """Append the leader's batches unchanged; learn their epochs; follow the HW."""
+        """Append the leader's batches unchanged; learn their epochs and producer states;
+        follow the HW.
+
+        Raises:
+            CorruptRecordError, InvalidRequestError: from the log (nothing is appended).
+            StorageError: from the log (nothing is appended), or an abort's index file was
+                not written (everything is appended and accounted for; the file is written
+                before a snapshot covers it).
+        """
+        closed = []
         if len(data):
             info = self.log.append_as_follower(data)
             for header in info.batches:
                 if header.leader_epoch > self.epochs.latest_epoch:
                     self.epochs.assign(header.leader_epoch, header.base_offset)
-                closed = self.producers.update(header, self._clock())
-                if closed is not None:
-                    self._index_aborted([closed])
+                txn = self.producers.update(header, self._clock())
+                if txn is not None:
+                    closed.append(txn)
         self.high_watermark = max(self.high_watermark, min(leader_high_watermark, self.log.log_end_offset))
+        self._index_aborted(closed)
 
     def truncate_to_leader_end(self, leader_log_end_offset: int) -> None:
         """Our log runs past the leader's end (a leader elected uncleanly): cut it there."""

@@ -49,6 +49,7 @@ from ..errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
+    RaylogError,
 )
 from ..types import TopicPartition
 
@@ -269,7 +270,8 @@ class TransactionCoordinator:
 
     def expired(self, now_ms: int, new_producer_id: Callable[[], int]) -> list[Step]:
         """Abort steps for the open transactions older than their timeout (their producers
-        are fenced by the bumped epoch)."""
+        are fenced by the bumped epoch). One whose abort needs a new producer id that
+        ``new_producer_id`` cannot give now (it raises) is left for a later call."""
         steps = []
         for tid, metadata in self.transactions.items():
             if (
@@ -277,7 +279,12 @@ class TransactionCoordinator:
                 and tid not in self._in_flight
                 and now_ms - metadata.start_ms > metadata.timeout_ms
             ):
-                steps.append(self._begin(self._prepare(metadata, False, now_ms, new_producer_id)))
+                try:
+                    prepared = self._prepare(metadata, False, now_ms, new_producer_id)
+                except RaylogError as exc:
+                    logger.info("transaction %r timed out; its abort waits: %s", tid, exc)
+                    continue
+                steps.append(self._begin(prepared))
         return steps
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, partition: TopicPartition) -> None:

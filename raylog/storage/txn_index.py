@@ -17,6 +17,12 @@ caught by its CRC. Byte layout, big-endian::
     version i16, crc u32 (CRC-32C of what follows), count i32,
     count x (producer_id i64, first_offset i64, marker_offset i64)
 
+An entry is indexed in memory first, then its file is written: when that write fails the
+entry still counts for reads, the file is :attr:`~TransactionIndex.unwritten` and is
+written again by the next :meth:`~TransactionIndex.add` or :meth:`~TransactionIndex.flush`.
+The owner flushes before anything makes a restart skip the marker (a producer snapshot
+after it, a retried marker answered as written): else the entry would be lost for good.
+
 The index is derived from the log: a replica rebuilds the entries of what it replays (the
 batches after its newest producer snapshot) and cuts entries above a truncation; entries
 whose markers retention removed are dropped by :meth:`retain`. A corrupt
@@ -88,6 +94,7 @@ class TransactionIndex:
         #: The lowest segment base whose file was dropped as corrupt: the owner replays the
         #: log from at most there, then sets it back to None.
         self.rebuild_from: int | None = None
+        self._unwritten: set[int] = set()  # bases whose file lacks entries held in memory
         for name in _listdir(directory):
             stem, suffix = os.path.splitext(name)
             if suffix != SUFFIX or len(stem) != 20 or not stem.isdigit():
@@ -107,22 +114,38 @@ class TransactionIndex:
     def __len__(self) -> int:
         return len(self._sorted)
 
+    @property
+    def unwritten(self) -> bool:
+        """Whether entries held in memory are missing from their files (a write failed)."""
+        return bool(self._unwritten)
+
     def add(self, entry: AbortedTxn, segment_bases: tuple[int, ...]) -> None:
-        """Index an aborted transaction in the segment holding its marker (a no-op when it is
-        indexed already: replays meet the same markers again).
+        """Index an aborted transaction in the segment holding its marker (in memory at once;
+        indexed already, as replays meet the same markers again, it is not added twice),
+        then write every file that lacks entries (see :meth:`flush`).
 
         Raises:
-            StorageError: the file could not be written (the entry is not indexed).
+            StorageError: a file could not be written: the entry stays indexed in memory
+                and its file :attr:`unwritten`.
         """
         i = bisect.bisect_right(segment_bases, entry.marker_offset) - 1
         base = segment_bases[i] if i >= 0 else 0
         entries = self._files.get(base, [])
-        if entry in entries:
-            return
-        updated = sorted([*entries, entry], key=lambda e: e.marker_offset)
-        write_atomically(path(self.dir, base), encode(updated))
-        self._files[base] = updated
-        self._resort()
+        if entry not in entries:
+            self._files[base] = sorted([*entries, entry], key=lambda e: e.marker_offset)
+            self._unwritten.add(base)
+            self._resort()
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the files whose entries a failed write left in memory only.
+
+        Raises:
+            StorageError: a file could not be written (it stays :attr:`unwritten`).
+        """
+        for base in sorted(self._unwritten):
+            write_atomically(path(self.dir, base), encode(self._files[base]))
+            self._unwritten.discard(base)
 
     def collect(self, from_offset: int, upper_offset: int) -> list[tuple[int, int]]:
         """``(producer_id, first_offset)`` of every aborted transaction that a read of
@@ -163,6 +186,7 @@ class TransactionIndex:
             if kept:
                 write_atomically(path(self.dir, base), encode(kept))
                 self._files[base] = kept
+                self._unwritten.discard(base)
             else:
                 self._delete(base)
         if changed:
@@ -170,6 +194,7 @@ class TransactionIndex:
 
     def _delete(self, base: int) -> None:
         self._files.pop(base, None)
+        self._unwritten.discard(base)
         remove(path(self.dir, base))
 
     def _resort(self) -> None:

@@ -36,7 +36,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raylog.actors.kafka.context import BrokerContext
-from raylog.actors.kafka.transactions import code_of, metadata_or_none
+from raylog.actors.kafka.coordinator_errors import code_of
+from raylog.actors.kafka.transactions import metadata_or_none
 from raylog.config import TopicConfig
 from raylog.coordination.placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
 from raylog.errors import (

@@ -29,8 +29,10 @@ UNSTABLE_OFFSET_COMMIT (offsets of a transaction not decided yet) is answered on
 request says ``require_stable``; otherwise the last committed offsets are.
 
 Errors travel in the responses, never as exceptions: the coordinator's own codes as they are,
-an unreachable coordinator actor as NOT_COORDINATOR (the client looks it up again), a
-coordinator that does not answer in time as COORDINATOR_NOT_AVAILABLE.
+those of its ``__consumer_offsets`` append as Kafka converts them
+(:mod:`raylog.actors.kafka.coordinator_errors`), an unreachable coordinator actor as
+NOT_COORDINATOR (the client looks it up again), a coordinator that does not answer in time
+as COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
@@ -41,11 +43,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylog.actors.kafka.context import CONNECTION, CONTROL_CALL_TIMEOUT_S, BrokerContext
+from raylog.actors.kafka.coordinator_errors import code_of, coordinator_code
 from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
 from raylog.coordination.group import MAX_OFFSET_METADATA_BYTES
 from raylog.coordination.placement import OFFSETS_TOPIC
 from raylog.errors import (
-    ApiError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
@@ -57,7 +59,6 @@ from raylog.errors import (
     RaylogError,
     RequestTimedOutError,
     UnknownMemberIdError,
-    UnknownServerError,
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
 )
@@ -119,14 +120,6 @@ def _joined() -> dict[tuple[str, str], _Joined]:
     return CONNECTION.get().setdefault("groups", {})
 
 
-def _code(exc: RaylogError) -> int:
-    """The Kafka error code that reports ``exc``."""
-    if isinstance(exc, ApiError) and exc.code is not None:
-        return exc.code
-    logger.warning("group request failed: %s: %s", type(exc).__name__, exc)
-    return UnknownServerError.code
-
-
 async def _call(
     ctx: BrokerContext, group_id: str, method: str, *args: Any, timeout_s: float = CONTROL_CALL_TIMEOUT_S
 ) -> Any:
@@ -152,12 +145,13 @@ async def _call(
 
 async def _ask(ctx: BrokerContext, group_id: str, method: str, *args: Any, timeout_s: float = CONTROL_CALL_TIMEOUT_S):
     """``(value, error code)`` of a coordinator call: a GroupResponse's value, or the response
-    itself for the others (SyncGroupResponse); the value is None with an error."""
+    itself for the others (SyncGroupResponse); the value is None with an error, whose code
+    is the one a Kafka client gets (:func:`coordinator_code`)."""
     try:
         response = await _call(ctx, group_id, method, *args, timeout_s=timeout_s)
     except RaylogError as exc:
-        return None, _code(exc)
-    return getattr(response, "value", response), response.error_code
+        return None, coordinator_code(exc)
+    return getattr(response, "value", response), coordinator_code(response.error_code)
 
 
 # --- FindCoordinator --------------------------------------------------------------------
@@ -191,7 +185,7 @@ async def _find(ctx: BrokerContext, key_type: int, key: str) -> dict:
         if address is None:
             raise CoordinatorNotAvailableError(f"broker {broker}, the coordinator of {key!r}, has no listener running")
     except RaylogError as exc:
-        return {"node_id": -1, "host": "", "port": -1, "error_code": _code(exc), "error_message": str(exc)}
+        return {"node_id": -1, "host": "", "port": -1, "error_code": code_of(exc), "error_message": str(exc)}
     host, port = address
     return {"node_id": broker, "host": host, "port": port, "error_code": 0, "error_message": None}
 
@@ -284,9 +278,9 @@ async def join_group(ctx: BrokerContext, header: codec.RequestHeader, body: dict
     try:
         response = await _call(ctx, group_id, "join_group", request, timeout_s=rebalance_ms / 1000 + JOIN_MARGIN_S)
     except RaylogError as exc:
-        return _join_error(_code(exc), member_id)
+        return _join_error(coordinator_code(exc), member_id)
     if response.error_code:
-        return _join_error(response.error_code, response.member_id or member_id)
+        return _join_error(coordinator_code(response.error_code), response.member_id or member_id)
     kafka_name = next((name for name in proposed if KAFKA_ASSIGNORS[name] == response.protocol), proposed[0])
     joined = _joined()
     for key in [k for k in joined if k[0] == group_id]:
@@ -522,7 +516,7 @@ async def list_groups(ctx: BrokerContext, header: codec.RequestHeader, body: dic
         try:
             response = await ctx.call(handle.list_groups.remote())
         except RaylogError as exc:
-            error = error or _code(exc)
+            error = error or code_of(exc)
             continue
         if response.error_code:
             error = error or response.error_code

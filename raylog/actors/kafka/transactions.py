@@ -27,7 +27,8 @@ Every request may come to any broker's listener: each handler calls the coordina
 wherever it runs, so a client that asks the broker FindCoordinator named is served there,
 and one that asks another broker is served too. Errors are Kafka's codes in the response,
 never exceptions: an unreachable coordinator is COORDINATOR_NOT_AVAILABLE (the client looks
-it up again), a coordinator that moved NOT_COORDINATOR.
+it up again), a coordinator that moved NOT_COORDINATOR, and the errors of a coordinator's own
+append are converted as Kafka converts them (:mod:`raylog.actors.kafka.coordinator_errors`).
 """
 
 from __future__ import annotations
@@ -37,16 +38,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raylog.actors.kafka.context import BrokerContext
+from raylog.actors.kafka.coordinator_errors import coordinator_code
 from raylog.coordination.placement import OFFSETS_TOPIC, validate_transactional_id
 from raylog.errors import (
-    ApiError,
     CoordinatorNotAvailableError,
     InvalidRequestError,
     NetworkExceptionError,
     OperationNotAttemptedError,
     ProducerFencedError,
     RaylogError,
-    UnknownServerError,
     UnknownTopicOrPartitionError,
 )
 from raylog.kafka.codec import ApiKey, RequestHeader
@@ -65,13 +65,6 @@ class _Refused(Exception):
     def __init__(self, error: RaylogError):
         super().__init__(str(error))
         self.error = error
-
-
-def code_of(error: BaseException) -> int:
-    """The Kafka error code that reports ``error``."""
-    if isinstance(error, ApiError) and error.code is not None:
-        return error.code
-    return UnknownServerError.code
 
 
 def _unreachable(error: RaylogError) -> RaylogError:
@@ -130,7 +123,7 @@ async def init_producer_id(ctx: BrokerContext, header: RequestHeader, body: dict
         answer = await _call(ctx, coordinator.init_producer_id.remote(transactional_id, body["transaction_timeout_ms"]))
     except _Refused as refused:
         logger.debug("InitProducerId of %r refused: %s", transactional_id, refused)
-        return {"error_code": code_of(refused.error), "producer_id": -1, "producer_epoch": -1}
+        return {"error_code": coordinator_code(refused.error), "producer_id": -1, "producer_epoch": -1}
     return {"producer_id": answer.producer_id, "producer_epoch": answer.producer_epoch}
 
 
@@ -174,7 +167,7 @@ async def _outcome(what: str, steps: Awaitable[Any]) -> int:
         await steps
     except _Refused as refused:
         logger.debug("%s refused: %s", what, refused)
-        return code_of(refused.error)
+        return coordinator_code(refused.error)
     return 0
 
 

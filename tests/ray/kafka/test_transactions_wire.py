@@ -18,6 +18,7 @@ producers commit and abort too.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 import uuid
 
@@ -26,6 +27,7 @@ import pytest
 from raylog import TopicPartition, errors
 from raylog.actors.kafka import transactions
 from raylog.actors.kafka.context import BrokerContext
+from raylog.coordination.placement import TRANSACTION_TOPIC
 from raylog.kafka import codec
 from tests.helpers import wait_until
 
@@ -35,6 +37,7 @@ DEADLINE_S = 60.0
 K = codec.ApiKey
 # Kafka's codes, as the responses carry them.
 NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST = 0, 3, 42
+COORDINATOR_NOT_AVAILABLE = 15
 OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 55, 90
 
 
@@ -70,6 +73,7 @@ def handle(kafka_cluster):
         assert correlation_id == 7
         return body
 
+    run.once = once  # asked once, whatever the answer
     yield run
     loop.close()
 
@@ -433,3 +437,49 @@ def test_aiokafka_transactions_commit_and_abort(bootstrap, kafka_topic, read_bac
 
     asyncio.run(asyncio.wait_for(run(), DEADLINE_S))
     assert [r.value for r in read_back(topic)] == [b"aio-1", b"aio-2"]
+
+
+def test_a_coordinator_short_of_replicas_is_not_available_to_kafka_clients(
+    handle, bootstrap, kafka_topic, kafka_admin, read_back
+):
+    """A transaction coordinator whose ``__transaction_state`` partition has fewer in-sync
+    replicas than its min.insync.replicas cannot write its records (NOT_ENOUGH_REPLICAS).
+    Kafka clients get COORDINATOR_NOT_AVAILABLE instead, as from Kafka, and retry: an
+    InitProducerId and an EndTxn say so while it lasts, and kafka-python's commit_transaction()
+    started meanwhile does not fail (a raw NOT_ENOUGH_REPLICAS is fatal to its transaction
+    manager) but commits once the partition may be written again."""
+    from kafka import KafkaProducer
+
+    topic = kafka_topic()
+    tid, probe = fresh("tx-short"), fresh("tx-probe")
+    pid = init_txn(handle, tid)["producer_id"]
+    assert add_partitions(handle, tid, pid, 0, {topic: [0]}) == {(topic, 0): NONE}
+    p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=fresh("tx-kp"), max_block_ms=int(DEADLINE_S * 1000))
+    probe_body = {"transactional_id": probe, "transaction_timeout_ms": 60_000, "producer_id": -1, "producer_epoch": -1}
+    seen: list[int] = []
+
+    def probed() -> bool:
+        seen.append(handle.once(K.INIT_PRODUCER_ID, 4, probe_body)["error_code"])
+        return seen[-1] == COORDINATOR_NOT_AVAILABLE
+
+    try:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send(topic, b"kp-through-the-fault", partition=0)
+        p.flush(timeout=DEADLINE_S)  # its partition is in the transaction: EndTxn is what meets the fault
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            kafka_admin.incremental_alter_configs({TRANSACTION_TOPIC: {"min.insync.replicas": "2"}})  # (RF 1)
+            try:
+                wait_until(probed, timeout_s=DEADLINE_S, message="the coordinator short of replicas")
+                assert set(seen) <= {NONE, COORDINATOR_NOT_AVAILABLE}, seen  # never NOT_ENOUGH_REPLICAS (19)
+                body = {"transactional_id": tid, "producer_id": pid, "producer_epoch": 0, "committed": True}
+                assert handle.once(K.END_TXN, 3, body)["error_code"] == COORDINATOR_NOT_AVAILABLE
+                committing = pool.submit(p.commit_transaction)
+                assert probed()  # still short while kafka-python commits
+            finally:
+                kafka_admin.incremental_alter_configs({TRANSACTION_TOPIC: {"min.insync.replicas": "1"}})
+            committing.result(timeout=DEADLINE_S)
+    finally:
+        p.close(timeout=DEADLINE_S)
+    assert end(handle, tid, pid, 0, True) == NONE  # asked again until the coordinator writes
+    assert [r.value for r in read_back(topic)] == [b"kp-through-the-fault"]

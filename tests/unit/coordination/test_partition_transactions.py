@@ -4,6 +4,7 @@ and all of it across restarts, truncation and retention (no Ray)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 
@@ -19,8 +20,8 @@ from raylog.coordination.partition import (
     Partition,
 )
 from raylog.coordination.transactions import MAX_EPOCH
-from raylog.errors import InvalidProducerEpochError, InvalidRequestError, OutOfOrderSequenceError
-from raylog.storage import producer_snapshot, record_batch, txn_index
+from raylog.errors import InvalidProducerEpochError, InvalidRequestError, OutOfOrderSequenceError, StorageError
+from raylog.storage import faults, producer_snapshot, record_batch, txn_index
 from raylog.storage.log import Log
 from raylog.storage.txn_index import AbortedTxn
 
@@ -538,3 +539,107 @@ def test_a_marker_without_bump_ends_the_transaction_and_the_epoch_goes_on(part):
     produce(part, txn([b"b0"], pid=6, epoch=2))
     assert part.append_marker(6, 1, True, COORDINATOR_EPOCH, bumps_epoch=False) is None  # older epoch
     assert part.producers.first_open_offset() == 4
+
+
+class TxnIndexFault:
+    """Writes of ``.txnindex`` files fail with EIO while ``on`` (the process-wide switch of
+    :mod:`raylog.storage.faults` is turned on around those writes only: the log's appends
+    and the producer snapshots still succeed, as when only the index's file fails)."""
+
+    def __init__(self, monkeypatch):
+        self.on = False
+        real_write = txn_index.write_atomically
+
+        def write(path, content):
+            faults.inject(errno.EIO if self.on else None)
+            try:
+                real_write(path, content)
+            finally:
+                faults.inject(None)
+
+        monkeypatch.setattr(txn_index, "write_atomically", write)
+
+
+@pytest.fixture
+def txnindex_fault(monkeypatch) -> TxnIndexFault:
+    return TxnIndexFault(monkeypatch)
+
+
+def test_an_abort_marker_whose_index_write_failed_is_indexed_by_its_retry(open_log, clock, txnindex_fault):
+    """The marker is in the log but its .txnindex write failed: read_committed readers must
+    still not get the aborted records, the coordinator's retry (a stale marker) writes the
+    entry before it counts as done, and a restart after the next snapshot still knows it."""
+    p = reopen(open_log, clock)
+    produce(p, txn([b"a0", b"a1"], pid=5))
+    produce(p, plain([b"p0"]))
+    txnindex_fault.on = True
+    with pytest.raises(StorageError):
+        marker(p, 5, 1, commit=False)
+    assert p.log.log_end_offset == 4  # the marker is in the log
+    assert values(p) == [b"p0"]  # held in memory meanwhile
+    txnindex_fault.on = False
+    assert marker(p, 5, 1, commit=False) is None  # the retry: written already, and now indexed
+    assert txn_index.TransactionIndex(p.log.dir).all() == [AbortedTxn(5, 0, 3)]
+    p.checkpoint_producer_state()  # the snapshot covers the marker
+    restarted = reopen(open_log, clock)
+    assert restarted.txn_index.all() == [AbortedTxn(5, 0, 3)]
+    assert values(restarted) == [b"p0"]
+
+
+def test_a_marker_whose_index_is_not_written_is_never_done_nor_covered_by_a_snapshot(open_log, clock, txnindex_fault):
+    """While the index file still cannot be written, the retried marker fails (the
+    coordinator retries again) and no producer snapshot is written past the marker, so a
+    restart replays the marker and indexes it."""
+    p = reopen(open_log, clock)
+    produce(p, txn([b"a0"], pid=5))
+    produce(p, plain([b"p0"]))
+    txnindex_fault.on = True
+    with pytest.raises(StorageError):
+        marker(p, 5, 1, commit=False)
+    with pytest.raises(StorageError):
+        marker(p, 5, 1, commit=False)
+    with pytest.raises(StorageError):
+        p.checkpoint_producer_state()
+    p.log.roll()  # a roll's snapshot is skipped too (logged)
+    assert producer_snapshot.offsets(p.log.dir) == []
+    assert values(p) == [b"p0"]
+    txnindex_fault.on = False
+    restarted = reopen(open_log, clock)
+    assert restarted.txn_index.all() == [AbortedTxn(5, 0, 2)]
+    assert values(restarted) == [b"p0"]
+
+
+def test_a_follower_whose_index_write_failed_keeps_the_abort(open_log, clock, tmp_path, txnindex_fault):
+    """On a follower the failed index write fails the append (its fetcher pauses and fetches
+    again) but every batch of the answer is accounted for: the abort is indexed in memory,
+    the transaction opened after it is tracked, and the entry reaches the disk before a
+    snapshot covers it, so the follower, leading after a restart, hides the aborted records."""
+    leader = reopen(open_log, clock)
+    aborted_and_open(leader)  # (5, 0, 2) aborted; pid 6 open from 3
+    follower_dir = str(tmp_path / "follower")
+    follower_log = Log.open(follower_dir, LogConfig.from_properties({}), clock=clock)
+    logs = [follower_log]
+    try:
+        follower = Partition("t", 0, 2, follower_log, TopicConfig.from_properties({}), clock=clock)
+        follower.become_follower(1, 9, replicas=(1, 2), isr=(1, 2))
+        txnindex_fault.on = True
+        with pytest.raises(StorageError):
+            follower.append_as_follower(
+                leader.read(0, ALL, replica_id=2, record_fetch=False).data, leader.high_watermark
+            )
+        assert follower.log.log_end_offset == leader.log.log_end_offset
+        assert follower.producers.first_open_offset() == 3
+        with pytest.raises(StorageError):
+            follower.checkpoint_producer_state()
+        txnindex_fault.on = False
+        follower.checkpoint_producer_state()
+        assert producer_snapshot.offsets(follower_dir) == [follower.log.log_end_offset]
+        logs.append(Log.open(follower_dir, LogConfig.from_properties({}), clock=clock))
+        restarted = Partition("t", 0, 2, logs[-1], TopicConfig.from_properties({}), clock=clock)
+        restarted.become_leader(10, replicas=(1, 2), isr=(2,))
+        assert restarted.txn_index.all() == [AbortedTxn(5, 0, 2)]
+        assert restarted.last_stable_offset == 3
+        assert values(restarted) == []  # [0, 3): pid 5's aborted records and its marker
+    finally:
+        for log in logs:
+            log.close()

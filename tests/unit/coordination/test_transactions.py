@@ -17,6 +17,7 @@ from raylog.coordination.transactions import (
 )
 from raylog.errors import (
     ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
@@ -348,6 +349,29 @@ def test_epoch_exhaustion_switches_to_a_new_producer_id(ids):
     assert [(s.metadata.marker_producer_id, s.metadata.marker_epoch) for s in expired] == [(11, MAX_EPOCH)]
     assert expired[0].metadata.producer_id == ids.given[2]
     assert all(m.producer_epoch < MAX_EPOCH and m.marker_epoch <= MAX_EPOCH for m in c.transactions.values())
+
+
+def test_a_timed_out_abort_that_needs_a_producer_id_not_yet_fetched_waits_for_a_later_tick(ids):
+    """The coordinator takes producer ids from those it fetched ahead, and none may be there
+    (COORDINATOR_LOAD_IN_PROGRESS). A timed-out transaction at MAX_EPOCH - 1 needs one for
+    its abort: it is left for a later tick, not left in flight for good, and the other
+    timed-out transactions are aborted meanwhile."""
+
+    def none_fetched() -> int:
+        raise CoordinatorLoadInProgressError("the coordinator is fetching producer ids: retry")
+
+    c = TransactionCoordinator()
+    c.load(
+        [
+            TxnMetadata("last-epoch", 11, MAX_EPOCH - 1, 1, TxnState.ONGOING, frozenset({T0}), 0, 0).record(),
+            TxnMetadata("plain", 12, 3, 1, TxnState.ONGOING, frozenset({T1}), 0, 0).record(),
+        ]
+    )
+    (step,) = c.expired(100, none_fetched)
+    assert step.metadata.transactional_id == "plain"
+    apply(c, step)
+    (later,) = c.expired(200, ids)  # (before: "last-epoch" stayed in flight, never aborted)
+    assert (later.metadata.transactional_id, later.metadata.producer_id) == ("last-epoch", ids.given[0])
 
 
 def test_records_round_trip_and_load_replays_them(ids):

@@ -1,0 +1,89 @@
+"""Producer ids fetched ahead of need (Kafka's ProducerIdManager), no Ray.
+
+A transaction coordinator gives each new transactional id a producer id, and a new one when
+an id's epochs run out. Those ids come from the controller, and asking it is a call that
+may wait (up to a peer call's timeout), while the coordinator makes its moves under its
+lock. So the ids are fetched ahead, outside that lock, as Kafka's coordinator fetches the
+next block of ids before the current one runs out: the pool keeps what was fetched, and
+once it holds fewer than ``low_count`` ids :meth:`ProducerIdPool.start_fetch` tells its
+owner to fetch ``fetch_count`` more (one fetch at a time). Taking from an empty pool raises
+COORDINATOR_LOAD_IN_PROGRESS (retriable), Kafka's answer while its next block is on its way.
+Ids fetched and never used are skipped for good (the controller never hands them out
+again), as Kafka skips the rest of a block its coordinator dropped.
+
+Concurrency: thread-safe (its owner takes ids under its own lock and fetches them on
+another thread, without it).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+from ..errors import CoordinatorLoadInProgressError
+
+#: Producer ids fetched per round: a round costs one controller call per id, all at once.
+FETCH_COUNT = 16
+#: The next round is fetched once fewer ids than this are left.
+LOW_COUNT = 4
+
+
+class ProducerIdPool:
+    """See the module docstring."""
+
+    def __init__(self, fetch_count: int = FETCH_COUNT, low_count: int = LOW_COUNT):
+        assert 0 < low_count <= fetch_count, (low_count, fetch_count)
+        self.fetch_count = fetch_count
+        self.low_count = low_count
+        self._cond = threading.Condition()
+        self._ids: collections.deque[int] = collections.deque()
+        self._fetching = False
+        self._fetches_ended = 0  # rounds that ended, fetched or failed (wakes waiters)
+
+    def available(self) -> bool:
+        with self._cond:
+            return bool(self._ids)
+
+    def take(self) -> int:
+        """The next producer id, at once.
+
+        Raises:
+            CoordinatorLoadInProgressError: none is held (the next round is not in yet).
+        """
+        with self._cond:
+            if not self._ids:
+                raise CoordinatorLoadInProgressError("the coordinator is fetching producer ids: retry")
+            return self._ids.popleft()
+
+    def start_fetch(self) -> int:
+        """How many ids the owner must fetch now (then it reports :meth:`fetched` or
+        :meth:`fetch_failed`): 0 while enough are held or a round is under way."""
+        with self._cond:
+            if self._fetching or len(self._ids) >= self.low_count:
+                return 0
+            self._fetching = True
+            return self.fetch_count
+
+    def fetched(self, ids: list[int]) -> None:
+        """The round's ids came."""
+        with self._cond:
+            self._ids.extend(ids)
+            self._end_fetch()
+
+    def fetch_failed(self) -> None:
+        """The round brought nothing (the next :meth:`start_fetch` starts another)."""
+        with self._cond:
+            self._end_fetch()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait, up to ``timeout_s``, while no id is held and the round under way (if any)
+        has not ended; whether an id is held."""
+        with self._cond:
+            ended = self._fetches_ended
+            self._cond.wait_for(lambda: self._ids or not self._fetching or self._fetches_ended != ended, timeout_s)
+            return bool(self._ids)
+
+    def _end_fetch(self) -> None:
+        self._fetching = False
+        self._fetches_ended += 1
+        self._cond.notify_all()
