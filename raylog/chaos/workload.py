@@ -243,8 +243,7 @@ class KafkaProducerWorker:
         self._rng = random.Random(rng.random())
         self._interval_s = 1.0 / rate_per_s
         self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._pending: dict[str, Send] = {}  # value -> the send as invoked
+        self._deliveries = KafkaDeliveries(recorder)
         self._thread = threading.Thread(target=self._run, name=f"soak-{name}", daemon=True)
 
     def start(self) -> None:
@@ -259,33 +258,62 @@ class KafkaProducerWorker:
             sequence += 1
             partition = self._rng.randrange(self.partitions)
             invocation = Send(self.name, partition, value, UNKNOWN, start=self.recorder.now())
-            with self._lock:
-                self._pending[value] = invocation
+            self._deliveries.sent(invocation)
             try:
                 self.producer.produce(self.topic, value.encode(), partition=partition, on_delivery=self._delivered)
             except (KafkaException, BufferError) as exc:
-                with self._lock:
-                    self._pending.pop(value, None)
-                _record(self.recorder, invocation, FAIL, None, exc)
+                self._deliveries.refused(value, exc)
             self.producer.poll(0)  # delivery reports
             self._stop.wait(self._interval_s)
 
     def _delivered(self, error: Any, message: Any) -> None:
-        value = message.value().decode()
-        with self._lock:
-            invocation = self._pending.pop(value, None)
-        if invocation is None:
-            return
-        if error is None:
-            _record(self.recorder, invocation, OK, message.offset(), None)
-        else:
-            _record(self.recorder, invocation, UNKNOWN, None, RaylogError(str(error)))
+        self._deliveries.delivered(message.value().decode(), error, message.offset())
 
     def stop(self) -> None:
         """Stop sending, flush what is in flight for a while, record the rest as unknown."""
         self._stop.set()
         self._thread.join(CLOSE_TIMEOUT_S)
         self.producer.flush(PRODUCER_CLOSE_TIMEOUT_S)
+        self._deliveries.settle()
+
+
+class KafkaDeliveries:
+    """The sends of one :class:`KafkaProducerWorker` awaiting their delivery reports, and
+    each report recorded: ok at the reported offset, else unknown (a failed delivery may
+    still have been written). Thread-safe: librdkafka's reports come on the thread that
+    polls, :meth:`settle` on the one that stops the worker."""
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+        self._lock = threading.Lock()
+        self._pending: dict[str, Send] = {}  # value -> the send as invoked
+
+    def sent(self, invocation: Send) -> None:
+        """``invocation`` is about to be handed to the producer."""
+        with self._lock:
+            self._pending[invocation.value] = invocation
+
+    def refused(self, value: str, error: Exception) -> None:
+        """``produce`` refused ``value`` at once (a full local queue): a fail."""
+        with self._lock:
+            invocation = self._pending.pop(value, None)
+        if invocation is not None:
+            _record(self.recorder, invocation, FAIL, None, error)
+
+    def delivered(self, value: str, error: Any, offset: int) -> None:
+        """The delivery report of ``value``: ``error`` a ``KafkaError`` or None, ``offset``
+        where it was written when ``error`` is None."""
+        with self._lock:
+            invocation = self._pending.pop(value, None)
+        if invocation is None:
+            return
+        if error is None:
+            _record(self.recorder, invocation, OK, offset, None)
+        else:
+            _record(self.recorder, invocation, UNKNOWN, None, RaylogError(str(error)))
+
+    def settle(self) -> None:
+        """Record every send still without a report as unknown."""
         with self._lock:
             pending = list(self._pending.values())
             self._pending.clear()
