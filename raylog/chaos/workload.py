@@ -6,7 +6,8 @@
 - :class:`KafkaProducerWorker`: an unchanged Kafka client (confluent-kafka, that is
   librdkafka, in its default idempotent acks=all settings) sending unique values to random
   partitions through the brokers' Kafka listeners: ok with the offset its delivery report
-  gives, unknown when the report is an error or never came.
+  gives, unknown when the report is an error or never came. After a failed delivery the
+  sends librdkafka still holds are not idempotent (:class:`KafkaDeliveries` says why).
 - :class:`TransactionalWorker`: a thread running transactions of a few unique values over
   the partitions through a transactional Producer, some of them aborted on purpose. Each
   send names its transaction; each transaction ends with a ``Txn`` op: committed only if
@@ -281,7 +282,20 @@ class KafkaDeliveries:
     """The sends of one :class:`KafkaProducerWorker` awaiting their delivery reports, and
     each report recorded: ok at the reported offset, else unknown (a failed delivery may
     still have been written). Thread-safe: librdkafka's reports come on the thread that
-    polls, :meth:`settle` on the one that stops the worker."""
+    polls, :meth:`settle` on the one that stops the worker.
+
+    A failed delivery takes idempotence from every send librdkafka still holds: the failed
+    message leaves a gap in the producer's sequence, which librdkafka closes by bumping its
+    producer epoch and numbering every message it holds afresh from sequence 0 (its manual,
+    "Message timeout considerations"; ``rd_kafka_toppar_producer_serve`` on a
+    message timeout, ``rd_kafka_handle_Produce_error`` on any other permanent error), among
+    them messages a broker may already have written (their batch answered with a possibly
+    persisted error, such as NOT_ENOUGH_REPLICAS_AFTER_APPEND or a timeout). Those go out as
+    new batches of the new epoch, which no broker can tell from new messages, Kafka's no more
+    than raylog's (librdkafka issue 4953), so they are recorded as not idempotent: a
+    duplicate of theirs is reported, not a broken promise. Every send still unreported when
+    a failed report comes is taken as held (a few made since the bump, never in danger, are
+    counted too). The failed send itself is never sent again and keeps the promise."""
 
     def __init__(self, recorder: Recorder):
         self.recorder = recorder
@@ -305,6 +319,8 @@ class KafkaDeliveries:
         where it was written when ``error`` is None."""
         with self._lock:
             invocation = self._pending.pop(value, None)
+            if error is not None:
+                self._pending = {v: dataclasses.replace(s, idempotent=False) for v, s in self._pending.items()}
         if invocation is None:
             return
         if error is None:
