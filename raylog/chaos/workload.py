@@ -6,7 +6,8 @@
 - :class:`KafkaProducerWorker`: an unchanged Kafka client (confluent-kafka, that is
   librdkafka, in its default idempotent acks=all settings) sending unique values to random
   partitions through the brokers' Kafka listeners: ok with the offset its delivery report
-  gives, unknown when the report is an error or never came.
+  gives, unknown when the report is an error or never came. After a failed delivery the
+  sends librdkafka still holds are not idempotent (:class:`KafkaDeliveries` says why).
 - :class:`TransactionalWorker`: a thread running transactions of a few unique values over
   the partitions through a transactional Producer, some of them aborted on purpose. Each
   send names its transaction; each transaction ends with a ``Txn`` op: committed only if
@@ -243,8 +244,7 @@ class KafkaProducerWorker:
         self._rng = random.Random(rng.random())
         self._interval_s = 1.0 / rate_per_s
         self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._pending: dict[str, Send] = {}  # value -> the send as invoked
+        self._deliveries = KafkaDeliveries(recorder)
         self._thread = threading.Thread(target=self._run, name=f"soak-{name}", daemon=True)
 
     def start(self) -> None:
@@ -259,33 +259,77 @@ class KafkaProducerWorker:
             sequence += 1
             partition = self._rng.randrange(self.partitions)
             invocation = Send(self.name, partition, value, UNKNOWN, start=self.recorder.now())
-            with self._lock:
-                self._pending[value] = invocation
+            self._deliveries.sent(invocation)
             try:
                 self.producer.produce(self.topic, value.encode(), partition=partition, on_delivery=self._delivered)
             except (KafkaException, BufferError) as exc:
-                with self._lock:
-                    self._pending.pop(value, None)
-                _record(self.recorder, invocation, FAIL, None, exc)
+                self._deliveries.refused(value, exc)
             self.producer.poll(0)  # delivery reports
             self._stop.wait(self._interval_s)
 
     def _delivered(self, error: Any, message: Any) -> None:
-        value = message.value().decode()
-        with self._lock:
-            invocation = self._pending.pop(value, None)
-        if invocation is None:
-            return
-        if error is None:
-            _record(self.recorder, invocation, OK, message.offset(), None)
-        else:
-            _record(self.recorder, invocation, UNKNOWN, None, RaylogError(str(error)))
+        self._deliveries.delivered(message.value().decode(), error, message.offset())
 
     def stop(self) -> None:
         """Stop sending, flush what is in flight for a while, record the rest as unknown."""
         self._stop.set()
         self._thread.join(CLOSE_TIMEOUT_S)
         self.producer.flush(PRODUCER_CLOSE_TIMEOUT_S)
+        self._deliveries.settle()
+
+
+class KafkaDeliveries:
+    """The sends of one :class:`KafkaProducerWorker` awaiting their delivery reports, and
+    each report recorded: ok at the reported offset, else unknown (a failed delivery may
+    still have been written). Thread-safe: librdkafka's reports come on the thread that
+    polls, :meth:`settle` on the one that stops the worker.
+
+    A failed delivery takes idempotence from every send librdkafka still holds: the failed
+    message leaves a gap in the producer's sequence, which librdkafka closes by bumping its
+    producer epoch and numbering every message it holds afresh from sequence 0 (its manual,
+    "Message timeout considerations"; ``rd_kafka_toppar_producer_serve`` on a
+    message timeout, ``rd_kafka_handle_Produce_error`` on any other permanent error), among
+    them messages a broker may already have written (their batch answered with a possibly
+    persisted error, such as NOT_ENOUGH_REPLICAS_AFTER_APPEND or a timeout). Those go out as
+    new batches of the new epoch, which no broker can tell from new messages, Kafka's no more
+    than raylog's (librdkafka issue 4953), so they are recorded as not idempotent: a
+    duplicate of theirs is reported, not a broken promise. Every send still unreported when
+    a failed report comes is taken as held (a few made since the bump, never in danger, are
+    counted too). The failed send itself is never sent again and keeps the promise."""
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+        self._lock = threading.Lock()
+        self._pending: dict[str, Send] = {}  # value -> the send as invoked
+
+    def sent(self, invocation: Send) -> None:
+        """``invocation`` is about to be handed to the producer."""
+        with self._lock:
+            self._pending[invocation.value] = invocation
+
+    def refused(self, value: str, error: Exception) -> None:
+        """``produce`` refused ``value`` at once (a full local queue): a fail."""
+        with self._lock:
+            invocation = self._pending.pop(value, None)
+        if invocation is not None:
+            _record(self.recorder, invocation, FAIL, None, error)
+
+    def delivered(self, value: str, error: Any, offset: int) -> None:
+        """The delivery report of ``value``: ``error`` a ``KafkaError`` or None, ``offset``
+        where it was written when ``error`` is None."""
+        with self._lock:
+            invocation = self._pending.pop(value, None)
+            if error is not None:
+                self._pending = {v: dataclasses.replace(s, idempotent=False) for v, s in self._pending.items()}
+        if invocation is None:
+            return
+        if error is None:
+            _record(self.recorder, invocation, OK, offset, None)
+        else:
+            _record(self.recorder, invocation, UNKNOWN, None, RaylogError(str(error)))
+
+    def settle(self) -> None:
+        """Record every send still without a report as unknown."""
         with self._lock:
             pending = list(self._pending.values())
             self._pending.clear()

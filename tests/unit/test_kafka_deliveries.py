@@ -1,0 +1,56 @@
+"""The soak's bookkeeping of a Kafka producer's delivery reports (``KafkaDeliveries``), on
+hand-made reports and the checker (no Ray, no broker)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError
+
+from raylog.chaos import checker
+from raylog.chaos.checker import DUPLICATE
+from raylog.chaos.history import FAIL, OK, UNKNOWN, FinalRead, Recorder, Send
+from raylog.chaos.workload import KafkaDeliveries
+
+
+def outcomes(recorder: Recorder) -> dict[str, tuple]:
+    return {op.value: (op.outcome, op.offset, op.idempotent) for op in recorder.history(FinalRead.of({})).ops}
+
+
+@pytest.mark.parametrize("code", [KafkaError._MSG_TIMED_OUT, KafkaError.TOPIC_AUTHORIZATION_FAILED])
+def test_a_failed_delivery_takes_idempotence_from_the_sends_librdkafka_still_held(code):
+    """A failed delivery leaves a gap in librdkafka's sequence, which it closes by bumping its
+    producer epoch and sending every message it still holds again from sequence 0, written
+    before or not: the broker cannot know them as retries. The overlapping fault runs (seeds
+    7 and 8) saw exactly that: a batch written, answered NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    retried until its first messages hit message.timeout.ms, the rest renumbered and written
+    a second time. Those sends are recorded as not idempotent; the failed one (never sent
+    again) and one made after the report keep the promise."""
+    recorder = Recorder()
+    deliveries = KafkaDeliveries(recorder)
+    for value in ("k-0", "k-1"):
+        deliveries.sent(Send("k", 0, value, UNKNOWN))
+    deliveries.delivered("k-0", KafkaError(code), -1)
+    deliveries.sent(Send("k", 1, "k-2", UNKNOWN))
+    deliveries.delivered("k-1", None, 7)  # written at 3 before the failure, again at 7 after
+    deliveries.delivered("k-2", None, 8)
+
+    final = {0: [(3, "k-1"), (7, "k-1")], 1: [(8, "k-2"), (9, "k-2")]}
+    report = checker.check(recorder.history(FinalRead.of(final)))
+
+    assert sorted(a.value for a in report.anomalies[DUPLICATE]) == ["k-1", "k-2"]
+    assert [a.value for a in report.violations(safe=True)] == ["k-2"]
+    assert outcomes(recorder) == {"k-0": (UNKNOWN, None, True), "k-1": (OK, 7, False), "k-2": (OK, 8, True)}
+
+
+def test_acknowledged_refused_and_unreported_sends_keep_idempotence():
+    """Reports without error, a send ``produce`` refused at once (librdkafka never held it) and
+    the sends still unreported when the worker stops renumber nothing."""
+    recorder = Recorder()
+    deliveries = KafkaDeliveries(recorder)
+    for value in ("k-0", "k-1", "k-2"):
+        deliveries.sent(Send("k", 0, value, UNKNOWN))
+    deliveries.delivered("k-0", None, 4)
+    deliveries.refused("k-1", BufferError("queue full"))
+    deliveries.settle()
+
+    assert outcomes(recorder) == {"k-0": (OK, 4, True), "k-1": (FAIL, None, True), "k-2": (UNKNOWN, None, True)}
