@@ -8,7 +8,8 @@ run beside each other; one that changes something runs after everything before i
 everything after it waits for it: what a client sees is what Kafka's one-request-at-a-time
 connections give, and a Fetch never queues behind a slow FindCoordinator or Metadata.
 Requests read ahead are bounded (:data:`MAX_QUEUED_REQUESTS`), then the socket's buffers
-hold the rest. Other connections go on while one waits on an actor.
+hold the rest. Other connections go on while one waits on an actor, or while its record
+batches are converted (on the context's conversion threads, bounded while they inflate).
 
 - An API or version outside :data:`raylog.kafka.codec.SUPPORTED` is answered with
   UNSUPPORTED_VERSION (35), never by closing the connection.
