@@ -16,7 +16,9 @@ batches are converted (on the context's conversion threads, bounded while they i
 - A frame larger than ``socket.request.max.bytes`` (:data:`raylog.protocol.MAX_REQUEST_BYTES`),
   or one that does not decode, closes the connection as Kafka does: its length or bytes
   cannot be trusted to find the next request.
-- A handler's unexpected failure is logged and answered with UNKNOWN_SERVER_ERROR (-1).
+- A handler's unexpected failure is logged and answered with UNKNOWN_SERVER_ERROR (-1); so
+  is an answer that does not encode (a value too long for its field), logged once per API
+  and version: one bad answer never wedges its connection.
 - A Produce with acks=0 gets no answer.
 """
 
@@ -83,6 +85,8 @@ class KafkaListenerActor:
         self._port = port
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
+        #: (API, version) of answers that did not encode, logged once each.
+        self._unencodable: set[tuple[int, int]] = set()
 
     async def start(self) -> tuple[str, int]:
         """Listen (once) and return the advertised ``(host, port)``.
@@ -164,6 +168,10 @@ class KafkaListenerActor:
                 logger.warning("closing Kafka connection from %s: %s", peer, exc)
                 writer.close()  # the reader sees the connection end
                 return
+            except Exception:  # noqa: BLE001 — no answer can say it: close, never go silent
+                logger.exception("closing Kafka connection from %s: a request has no answer", peer)
+                writer.close()
+                return
             if buffers is not None:
                 writer.writelines(buffers)
                 await writer.drain()
@@ -196,4 +204,14 @@ class KafkaListenerActor:
             return codec.error_response(header, UnknownServerError.code, body)
         if response is None:
             return None  # acks=0
-        return codec.encode_response(header, response)
+        try:
+            return codec.encode_response(header, response)
+        except codec.EncodeError as exc:
+            self._log_unencodable(header, exc)
+            return codec.error_response(header, UnknownServerError.code, body)
+
+    def _log_unencodable(self, header: codec.RequestHeader, exc: codec.EncodeError) -> None:
+        cause = (int(header.api_key), header.api_version)
+        level = logging.DEBUG if cause in self._unencodable else logging.ERROR
+        self._unencodable.add(cause)
+        logger.log(level, "broker %d: answered UNKNOWN_SERVER_ERROR: %s", self.context.broker_id, exc)
