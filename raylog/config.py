@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylog.errors import InvalidConfigError
+from raylog.protocol import MAX_REQUEST_BYTES
 
 #: Kafka writes "never" as Long.MAX_VALUE; so do we, for flush and retention limits.
 NEVER = 2**63 - 1
@@ -460,10 +461,55 @@ class ControllerConfig(_Config):
         "sharing a node (the embedded mode) listen on port, port + 1, ... in broker order.",
     )
 
+    max_connections: int = setting(
+        2**31 - 1,
+        "Connections a broker's Kafka listener holds at once; one more is closed as it is accepted (logged once).",
+        minimum=0,
+    )
+    max_connections_per_ip: int = setting(
+        2**31 - 1,
+        "Connections a broker's Kafka listener holds at once from one client address; one "
+        "more is closed as it is accepted (logged once).",
+        minimum=0,
+    )
+    queued_max_requests: int = setting(
+        64,
+        "Requests a Kafka listener reads ahead on one connection before answering them (per "
+        "connection, where Kafka's 500 is per broker): past it the listener stops reading the "
+        "connection and the socket's buffers hold the rest.",
+        minimum=1,
+    )
+    queued_max_request_bytes: int = setting(
+        256 * _MIB,
+        "Bytes of requests a Kafka listener holds across its connections (a memory pool, as "
+        "Kafka's): a connection whose next request finds the pool used up waits to read it "
+        "until memory frees (a request is let in while any memory is free, so one larger than "
+        "the pool still goes through alone). At least socket.request.max.bytes, or -1.",
+        minimum=-1,
+        meanings=((-1, "no limit"),),
+    )
+    socket_request_max_bytes: int = setting(
+        MAX_REQUEST_BYTES,
+        "The largest request frame a Kafka listener reads; a larger one closes the connection, "
+        "as Kafka does (its length cannot be trusted to find the next request).",
+        minimum=1,
+    )
+    connections_max_idle_ms: int = setting(
+        600_000,
+        "A Kafka listener closes a connection that sent nothing and has no request left to answer for this long.",
+        minimum=1,
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.listeners:
             listener_address(self.listeners)
+        pool = self.queued_max_request_bytes
+        self._require(
+            pool == -1 or pool >= self.socket_request_max_bytes,
+            f"queued.max.request.bytes ({pool}) must be -1 or at least socket.request.max.bytes "
+            f"({self.socket_request_max_bytes})",
+        )
 
     def listener_addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
         """``broker id -> (host, port)`` for brokers sharing a node (sorted ids), per ``listeners``."""

@@ -15,15 +15,26 @@ READ_TIMEOUT_S = 30.0
 class Wire:
     """A raw Kafka connection: send requests (pipelined), read responses in order.
 
-    ``address`` is ``"host:port"``; ``source`` the local address to connect from (another
-    loopback address, 127.0.0.2, looks like another client host to the listener).
+    ``address`` is ``"host:port"`` (IPv4); ``source`` the local address to connect from
+    (another loopback address, 127.0.0.2, looks like another client host to the listener);
+    ``receive_buffer_bytes`` bounds what the kernel takes in for a client that reads nothing.
     """
 
-    def __init__(self, address: str, source: str | None = None, timeout_s: float = READ_TIMEOUT_S):
+    def __init__(
+        self,
+        address: str,
+        source: str | None = None,
+        timeout_s: float = READ_TIMEOUT_S,
+        receive_buffer_bytes: int | None = None,
+    ):
         host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection(
-            (host, int(port)), timeout=timeout_s, source_address=(source, 0) if source else None
-        )
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout_s)
+        if receive_buffer_bytes is not None:  # (before connecting: it sets the TCP window)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
+        if source is not None:
+            self.sock.bind((source, 0))
+        self.sock.connect((host, int(port)))
         self.sent: list[codec.RequestHeader] = []
         self._ids = iter(range(1, 1 << 30))
 

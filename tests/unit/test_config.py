@@ -65,3 +65,12 @@ def test_an_error_quotes_at_most_the_start_of_a_long_value(properties):
         LogConfig.from_properties(properties)
     assert len(str(refused.value)) < 2_000
     assert re.search(r"\.\.\. \(3270\d characters\)", str(refused.value))
+
+
+def test_the_request_memory_pool_holds_at_least_one_largest_request():
+    """As Kafka's: queued.max.request.bytes is -1 or at least socket.request.max.bytes."""
+    from raylog.config import ControllerConfig
+
+    with pytest.raises(errors.InvalidConfigError, match="queued.max.request.bytes"):
+        ControllerConfig.from_properties({"queued.max.request.bytes": "1000", "socket.request.max.bytes": "1001"})
+    assert ControllerConfig.from_properties({"queued.max.request.bytes": "-1"}).queued_max_request_bytes == -1
