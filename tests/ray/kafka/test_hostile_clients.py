@@ -94,12 +94,12 @@ def test_a_kafka_client_is_served_beside_a_client_refused_for_max_connections_pe
 
 
 def test_a_quick_fuzz_slice_keeps_the_broker_up_and_loses_nothing(kafka_cluster, bootstrap):
-    """2,000 frames mutated from real clients' captured requests (raylog bench fuzz-wire runs
+    """5,000 frames mutated from real clients' captured requests (raylog bench fuzz-wire runs
     the long campaign): every frame answered, or closed with its connection, or held by a
     request Kafka would hold; records acknowledged before are all readable after; every
     listener still answers."""
-    report, rss, lost = fuzz_wire.run_against(kafka_cluster, frames=2_000, seed=7, connections=4, max_duration_s=50)
-    assert report.frames >= 1_000, fuzz_wire.format_report(report, rss)
+    report, rss, lost = fuzz_wire.run_against(kafka_cluster, frames=5_000, seed=7, connections=4, max_duration_s=50)
+    assert report.frames >= 2_500, fuzz_wire.format_report(report, rss)
     assert report.anomalies == 0, fuzz_wire.format_report(report, rss)
     assert report.answered and report.closed, fuzz_wire.format_report(report, rss)
     assert lost == 0
