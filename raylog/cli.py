@@ -76,6 +76,12 @@ raylog bench produce|consume|e2e [--topic T] [--num-records N] [--record-size B]
         a progress bar on stderr; --arrow uses send_arrow/poll_arrow; --sync (produce)
         sends one record at a time, each acknowledged before the next; --json: the report
         as JSON
+raylog bench fuzz-wire [--frames N] [--seed S] [--connections C] [--max-duration-s D]
+        request frames mutated from real Kafka clients' captured requests (a checkout's
+        tests/unit/kafka/captures) sent to the cluster's first Kafka listener over loopback
+        (see raylog.chaos.fuzz_wire): frames/s, answered / closed / held, the listener
+        process's RSS before and after, records written before still readable. Exit code 1
+        on an anomaly, a lost record or RSS growth above 256 MiB
 raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-faults M]
                   [--acks all|1] [--min-insync-replicas N] [--unclean] [--partitions P]
                   [--transactions] [--overlap 1|2] [--producers N] [--kafka-producers N]
@@ -1202,6 +1208,33 @@ def _bench_kafka(args: argparse.Namespace) -> int:
             raise _UsageError(str(exc)) from None
 
 
+#: RSS the listener may grow by over a fuzz campaign (issue 25's bound).
+FUZZ_RSS_GROWTH_MAX_BYTES = 256 << 20
+
+
+def _bench_fuzz_wire(args: argparse.Namespace) -> int:
+    from raylog.chaos import fuzz_wire
+
+    with _connected(args) as cluster:
+        if not cluster.bootstrap_servers():
+            raise _UsageError("the cluster runs no Kafka listener (raylog start --kafka-port)")
+        try:
+            report, rss, lost = fuzz_wire.run_against(
+                cluster,
+                args.frames,
+                args.seed,
+                args.connections,
+                args.max_duration_s,
+                progress=lambda r: print(f"  {r.frames} frames...", file=sys.stderr, flush=True),
+            )
+        except (FileNotFoundError, ValueError) as exc:
+            raise _UsageError(str(exc)) from None
+    print(fuzz_wire.format_report(report, rss))
+    print(f"  records acknowledged before the campaign and lost: {lost}")
+    grew = rss is not None and rss[1] - rss[0] > FUZZ_RSS_GROWTH_MAX_BYTES
+    return 1 if report.anomalies or lost or grew else 0
+
+
 def _bench_soak(args: argparse.Namespace) -> int:
     from raylog.chaos import soak  # imports Ray and starts nodes: only when soaking
 
@@ -1627,6 +1660,16 @@ def _add_bench(commands: Any) -> None:
     )
     kafka.add_argument("--quick", action="store_true", help="a short run")
     kafka.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    fuzz = _command(
+        workloads,
+        "fuzz-wire",
+        _bench_fuzz_wire,
+        "mutated Kafka request frames against the cluster's first Kafka listener (loopback, from a checkout)",
+    )
+    fuzz.add_argument("--frames", type=_positive_int, default=1_000_000, help="default 1,000,000")
+    fuzz.add_argument("--seed", type=int, default=0, help="of the mutations (default 0)")
+    fuzz.add_argument("--connections", type=_positive_int, default=4, help="batches in flight (default 4)")
+    fuzz.add_argument("--max-duration-s", type=_positive_float, default=3600.0, help="stop early after (3,600)")
     soak = workloads.add_parser(
         "soak", help="seeded fault runs judged by a Jepsen-style checker (on a Ray cluster of its own)"
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylog.errors import InvalidConfigError
+from raylog.protocol import MAX_REQUEST_BYTES
 
 #: Kafka writes "never" as Long.MAX_VALUE; so do we, for flush and retention limits.
 NEVER = 2**63 - 1
@@ -29,6 +30,19 @@ UNLIMITED_RATE = sys.float_info.max
 _KIB = 1024
 _MIB = 1024 * _KIB
 _GIB = 1024 * _MIB
+
+
+#: The most of a value an error message quotes: messages reach Kafka clients in strings of
+#: at most 32,767 bytes (an int16 length), and never echo unbounded input, as Kafka's.
+QUOTED_CHARS_MAX = 100
+
+
+def _quoted(value: Any) -> str:
+    """``repr(value)``, cut to :data:`QUOTED_CHARS_MAX` characters (saying how long it was)."""
+    text = repr(value)
+    if len(text) <= QUOTED_CHARS_MAX:
+        return text
+    return f"{text[:QUOTED_CHARS_MAX]}... ({len(text)} characters)"
 
 
 def _kafka_name(field_name: str) -> str:
@@ -41,21 +55,21 @@ def _coerce(value: Any, to: type, key: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
-        raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
+        raise InvalidConfigError(f"{key} must be true or false, got {_quoted(value)}")
     if to is float:
         if isinstance(value, bool):
-            raise InvalidConfigError(f"{key} must be a number, got {value!r}")
+            raise InvalidConfigError(f"{key} must be a number, got {_quoted(value)}")
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise InvalidConfigError(f"{key} must be a number, got {value!r}") from None
+            raise InvalidConfigError(f"{key} must be a number, got {_quoted(value)}") from None
     if to is int:
         if isinstance(value, bool):
-            raise InvalidConfigError(f"{key} must be an integer, got {value!r}")
+            raise InvalidConfigError(f"{key} must be an integer, got {_quoted(value)}")
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None
+            raise InvalidConfigError(f"{key} must be an integer, got {_quoted(value)}") from None
     return str(value)
 
 
@@ -87,11 +101,11 @@ class Valid:
     def problem(self, value: Any, config: Any) -> str | None:
         """What is wrong with ``value`` in ``config`` (a sentence without the setting's name), or None."""
         if self.choices is not None and value not in self.choices:
-            return f"must be one of {', '.join(self.choices)}, got {value!r}"
+            return f"must be one of {', '.join(self.choices)}, got {_quoted(value)}"
         if self.list_of is not None:
             words = [w.strip() for w in value.split(",")]
             if len(set(words)) != len(words) or not set(words) <= set(self.list_of):
-                return f"must be a comma-separated list of {', '.join(self.list_of)} (each once), got {value!r}"
+                return f"must be a comma-separated list of {', '.join(self.list_of)} (each once), got {_quoted(value)}"
         low_ok = (self.minimum is None or value >= self.minimum) and (self.above is None or value > self.above)
         high_ok = (self.maximum is None or value <= self.maximum) and (
             self.below is None or value < getattr(config, self.below)
@@ -102,7 +116,7 @@ class Valid:
             return None
         bound = self.describe(lambda name: f"{_kafka_name(name)} ({getattr(config, name)})")
         special = "".join(f" ({v}: {text})" for v, text in self.meanings)
-        return f"must be {bound}{special}, got {value!r}"
+        return f"must be {bound}{special}, got {_quoted(value)}"
 
     def describe(self, other: Callable[[str], str] | None = None) -> str:
         """The accepted values in words (``other`` renders a bound that is another field)."""
@@ -183,7 +197,7 @@ class _Config:
         name = key if key in fields else by_kafka_name.get(key)
         if name is None:
             known = ", ".join(sorted(by_kafka_name))
-            raise InvalidConfigError(f"unknown config {key!r} for {cls.__name__}; known: {known}")
+            raise InvalidConfigError(f"unknown config {_quoted(key)} for {cls.__name__}; known: {known}")
         return name
 
     def to_properties(self) -> dict[str, str]:
@@ -456,10 +470,55 @@ class ControllerConfig(_Config):
         "sharing a node (the embedded mode) listen on port, port + 1, ... in broker order.",
     )
 
+    max_connections: int = setting(
+        2**31 - 1,
+        "Connections a broker's Kafka listener holds at once; one more is closed as it is accepted (logged once).",
+        minimum=0,
+    )
+    max_connections_per_ip: int = setting(
+        2**31 - 1,
+        "Connections a broker's Kafka listener holds at once from one client address; one "
+        "more is closed as it is accepted (logged once).",
+        minimum=0,
+    )
+    queued_max_requests: int = setting(
+        64,
+        "Requests a Kafka listener reads ahead on one connection before answering them (per "
+        "connection, where Kafka's 500 is per broker): past it the listener stops reading the "
+        "connection and the socket's buffers hold the rest.",
+        minimum=1,
+    )
+    queued_max_request_bytes: int = setting(
+        256 * _MIB,
+        "Bytes of requests a Kafka listener holds across its connections (a memory pool, as "
+        "Kafka's): a connection whose next request finds the pool used up waits to read it "
+        "until memory frees (a request is let in while any memory is free, so one larger than "
+        "the pool still goes through alone). At least socket.request.max.bytes, or -1.",
+        minimum=-1,
+        meanings=((-1, "no limit"),),
+    )
+    socket_request_max_bytes: int = setting(
+        MAX_REQUEST_BYTES,
+        "The largest request frame a Kafka listener reads; a larger one closes the connection, "
+        "as Kafka does (its length cannot be trusted to find the next request).",
+        minimum=1,
+    )
+    connections_max_idle_ms: int = setting(
+        600_000,
+        "A Kafka listener closes a connection that sent nothing and has no request left to answer for this long.",
+        minimum=1,
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.listeners:
             listener_address(self.listeners)
+        pool = self.queued_max_request_bytes
+        self._require(
+            pool == -1 or pool >= self.socket_request_max_bytes,
+            f"queued.max.request.bytes ({pool}) must be -1 or at least socket.request.max.bytes "
+            f"({self.socket_request_max_bytes})",
+        )
 
     def listener_addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
         """``broker id -> (host, port)`` for brokers sharing a node (sorted ids), per ``listeners``."""
@@ -477,6 +536,6 @@ def listener_address(value: str) -> tuple[str, int]:
     host, colon, port = rest.rpartition(":")
     if sep != "://" or scheme.upper() != "PLAINTEXT" or not colon or not port.isdigit() or int(port) > 65535:
         raise InvalidConfigError(
-            f"listeners must be PLAINTEXT://host:port (one listener; SSL and SASL are not served), got {value!r}"
+            f"listeners must be PLAINTEXT://host:port (one listener; SSL and SASL are not served), got {_quoted(value)}"
         )
     return host.strip("[]"), int(port)

@@ -40,6 +40,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Documented limits that are not settings: ``(module, constant)``.
 LIMITS = (
     ("raylog.protocol", "MAX_REQUEST_BYTES"),
+    ("raylog.storage.compression", "MAX_UNCOMPRESSED_BYTES"),
+    ("raylog.actors.kafka.listener", "UNSENT_ANSWER_BYTES_MAX"),
     ("raylog.storage.log", "MAX_READ_BYTES"),
     ("raylog.clients.consumer", "MAX_FETCH_BYTES"),
     ("raylog.coordination.fetcher", "REPLICA_FETCH_MAX_BYTES"),

@@ -30,7 +30,9 @@ change. Under LogAppendTime every record reads as the batch's max timestamp in b
 formats, which is kept.
 
 Compression: the Kafka body is inflated (gzip, snappy raw or xerial-framed as the Java
-client writes it, LZ4 frame, zstd). The raylog batch keeps the producer's codec when this
+client writes it, LZ4 frame, zstd), bounded while it inflates: a body that would pass
+:data:`raylog.storage.compression.MAX_UNCOMPRESSED_BYTES` is refused (CorruptRecordError)
+after at most a chunk more than that, whatever it asks for. The raylog batch keeps the producer's codec when this
 pyarrow build has it (:func:`raylog.storage.compression.codec_id`), else it is stored
 uncompressed. On the way out a Kafka body is compressed with the raylog batch's codec in
 Kafka's framing (gzip level 1, xerial-framed snappy in 32 KiB blocks, LZ4 frames of
@@ -104,10 +106,16 @@ _BE_INT = struct.Struct(">i")
 _GZIP_LEVEL = 1
 _ZSTD_LEVEL = 3
 _LZ4_BLOCK = lz4.frame.BLOCKSIZE_MAX64KB
+#: Bytes inflated at a time while the output is checked against the limit.
+_INFLATE_CHUNK = 1 << 20
 
 
 def _inflate(codec: int, data: memoryview) -> Any:
-    """A Kafka batch's records section, uncompressed (bytes-like)."""
+    """A Kafka batch's records section, uncompressed (bytes-like).
+
+    The output is bounded while it is inflated, never after: a few KiB of zeros can ask for
+    terabytes, and a batch may inflate to at most :data:`compression.MAX_UNCOMPRESSED_BYTES`.
+    """
     limit = compression.MAX_UNCOMPRESSED_BYTES
     try:
         if codec == compression.GZIP:
@@ -116,27 +124,50 @@ def _inflate(codec: int, data: memoryview) -> Any:
             if not inflater.eof and len(out) <= limit:
                 raise CorruptRecordError("gzip body ends before its stream does")
         elif codec == compression.SNAPPY:
-            out = _snappy_inflate(data)
-        elif codec == compression.LZ4:
-            out = lz4.frame.decompress(data)
-        elif codec == compression.ZSTD:
-            out = cramjam.zstd.decompress(data)
+            out = _snappy_inflate(data, limit)
+        elif codec in (compression.LZ4, compression.ZSTD):
+            out = _stream_inflate(compression.CODEC_NAMES[codec], data, limit)
         else:
             raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")
     except (CorruptRecordError, UnsupportedCompressionTypeError):
         raise
-    except Exception as exc:  # zlib.error, cramjam's DecompressionError, lz4's RuntimeError
+    except Exception as exc:  # zlib.error, cramjam's DecompressionError, pyarrow's OSError
         raise CorruptRecordError(f"batch body does not inflate with {compression.CODEC_NAMES[codec]}: {exc}") from None
     if len(out) > limit:
-        raise CorruptRecordError(f"batch body inflates past the {limit}-byte limit")
+        raise _past_limit(limit)
     return out
 
 
-def _snappy_inflate(data: memoryview) -> Any:
+def _past_limit(limit: int) -> CorruptRecordError:
+    return CorruptRecordError(f"batch body inflates past the {limit}-byte limit")
+
+
+def _stream_inflate(name: str, data: memoryview, limit: int) -> bytearray:
+    """``data`` (LZ4 frames or zstd frames) inflated :data:`_INFLATE_CHUNK` bytes at a time,
+    refused as soon as the output passes ``limit`` (Arrow's streams grow their output buffer
+    only when no byte fits, so one read holds at most about a chunk)."""
+    stream = pa.CompressedInputStream(pa.BufferReader(data), name)
+    out = bytearray()
+    while chunk := stream.read(_INFLATE_CHUNK):
+        out += chunk
+        if len(out) > limit:
+            raise _past_limit(limit)
+    return out
+
+
+def _snappy_raw(data: memoryview, budget: int) -> Any:
+    """Raw snappy, its declared length (the varint it starts with) checked against ``budget``
+    before anything is allocated."""
+    if cramjam.snappy.decompress_raw_len(data) > budget:
+        raise _past_limit(compression.MAX_UNCOMPRESSED_BYTES)
+    return cramjam.snappy.decompress_raw(data)
+
+
+def _snappy_inflate(data: memoryview, limit: int) -> Any:
     if bytes(data[: len(_XERIAL_MAGIC)]) != _XERIAL_MAGIC:
-        return cramjam.snappy.decompress_raw(data)
+        return _snappy_raw(data, limit)
     # xerial framing: a 16-byte header, then blocks of ``length i32 | raw snappy``.
-    blocks, pos, end = [], len(_XERIAL_HEADER), len(data)
+    out, pos, end = bytearray(), len(_XERIAL_HEADER), len(data)
     while pos < end:
         if end - pos < 4:
             raise CorruptRecordError("xerial snappy block length is truncated")
@@ -144,9 +175,9 @@ def _snappy_inflate(data: memoryview) -> Any:
         pos += 4
         if size < 0 or size > end - pos:
             raise CorruptRecordError(f"xerial snappy block of {size} bytes runs past the body")
-        blocks.append(cramjam.snappy.decompress_raw(data[pos : pos + size]))
+        out += _snappy_raw(data[pos : pos + size], limit - len(out))
         pos += size
-    return b"".join(blocks)
+    return out
 
 
 def _deflate(codec: int, data: Any) -> list[Any]:

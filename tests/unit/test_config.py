@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 
@@ -50,3 +51,26 @@ def test_error_codes_are_kafkas_and_errors_pickle():
     assert errors.UnknownTopicOrPartitionError.invalid_metadata
     error = pickle.loads(pickle.dumps(errors.StorageError("disk full")))
     assert isinstance(error, errors.StorageError) and error.retriable and str(error) == "disk full"
+
+
+@pytest.mark.parametrize(
+    "properties",
+    [{"retention.ms": "9" * 32_700 + "x"}, {"cleanup.policy": "c" * 32_700}, {"k" * 32_700: "1"}],
+    ids=["not-a-number", "not-a-choice", "unknown-key"],
+)
+def test_an_error_quotes_at_most_the_start_of_a_long_value(properties):
+    """Messages go back to Kafka clients in int16-length strings: a 32.7 KB value is quoted
+    cut short, with its length, never whole."""
+    with pytest.raises(errors.InvalidConfigError) as refused:
+        LogConfig.from_properties(properties)
+    assert len(str(refused.value)) < 2_000
+    assert re.search(r"\.\.\. \(3270\d characters\)", str(refused.value))
+
+
+def test_the_request_memory_pool_holds_at_least_one_largest_request():
+    """As Kafka's: queued.max.request.bytes is -1 or at least socket.request.max.bytes."""
+    from raylog.config import ControllerConfig
+
+    with pytest.raises(errors.InvalidConfigError, match="queued.max.request.bytes"):
+        ControllerConfig.from_properties({"queued.max.request.bytes": "1000", "socket.request.max.bytes": "1001"})
+    assert ControllerConfig.from_properties({"queued.max.request.bytes": "-1"}).queued_max_request_bytes == -1

@@ -3,7 +3,9 @@ and calls to raylog's actors with Ray's failures as raylog errors.
 
 One :class:`BrokerContext` per listener actor, shared by its connections (one asyncio
 loop, so no locks). Metadata is the controller's ``metadata()`` answer, cached for
-:data:`METADATA_MAX_AGE_S` and refreshed at once when a handler saw a leader move.
+:data:`METADATA_MAX_AGE_S` and refreshed at once when a handler saw a leader move. Record
+batch conversions (:mod:`raylog.kafka.records`) run on :data:`CONVERSION_THREADS` threads of
+its own (:meth:`BrokerContext.convert`), never on the loop.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from raylog.actors.transport import acall
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
@@ -23,6 +27,13 @@ CONTROL_CALL_TIMEOUT_S = 30.0
 #: The state a handler keeps per client connection (a dict; the listener sets a new one in
 #: each connection's task), such as a consumer's fetches still waiting on their leaders.
 CONNECTION: contextvars.ContextVar[dict] = contextvars.ContextVar("kafka_connection")
+#: Threads converting record batches between Kafka's format and raylog's. A batch's work
+#: grows with what it inflates to (up to compression.MAX_UNCOMPRESSED_BYTES), so it runs
+#: beside the loop, not on it, where it would stall every connection; two threads (the
+#: conversions release the GIL) bound the memory that batches being inflated hold at once.
+CONVERSION_THREADS = 2
+
+_T = TypeVar("_T")
 
 
 class BrokerContext:
@@ -35,6 +46,15 @@ class BrokerContext:
         self._metadata: dict | None = None
         self._metadata_at = 0.0
         self._refreshing: asyncio.Future | None = None
+        self._converter = ThreadPoolExecutor(CONVERSION_THREADS, thread_name_prefix="kafka-records")
+
+    async def convert(self, conversion: Callable[[Any], _T], data: Any) -> _T:
+        """``conversion(data)`` (a :mod:`raylog.kafka.records` function) on a conversion thread.
+
+        Raises:
+            What ``conversion`` raises.
+        """
+        return await asyncio.get_running_loop().run_in_executor(self._converter, conversion, data)
 
     async def call(self, ref: Any, timeout_s: float | None = CONTROL_CALL_TIMEOUT_S) -> Any:
         """Await an actor call's ObjectRef: a dead or restarting actor comes out as

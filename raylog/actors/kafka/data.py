@@ -198,7 +198,7 @@ async def _produce_partition(
 ) -> dict:
     answer: dict[str, Any] = {"index": p["index"], "base_offset": -1, "log_append_time_ms": -1, "throttle_time_ms": 0}
     try:
-        converted = records.to_raylog(_one_batch(topic, p["index"], p["records"]))
+        converted = await ctx.convert(records.to_raylog, _one_batch(topic, p["index"], p["records"]))
         leader = await _leader(ctx, topic, p["index"])
         request = ProduceRequest(
             records_payload(converted), acks, timeout_ms, client_id, transactional_id=tid, in_order=True
@@ -295,7 +295,7 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
                 poll = polls.get(key)
                 if poll is not None and poll.task.done():
                     results[key] = _outcome(polls.pop(key).task)
-    answer, sent = _fetch_answer(body, wanted, results, known)
+    answer, sent = await _fetch_answer(ctx, body, wanted, results, known)
     for topic, p in wanted:
         next_offset = sent.get((topic, p["partition"]))
         if next_offset is not None and (topic, p["partition"]) not in polls:
@@ -351,7 +351,8 @@ async def _fetch_partition(
     return response
 
 
-def _fetch_answer(
+async def _fetch_answer(
+    ctx: BrokerContext,
     body: dict,
     wanted: list[tuple[str, dict]],
     results: dict[tuple[str, int], Any],
@@ -382,7 +383,7 @@ def _fetch_answer(
                 log_start_offset=result.log_start_offset,
             )
             if len(result.records) and not result.error_code and (room > 0 or not sent):
-                part["records"] = records.to_kafka(result.records)
+                part["records"] = await ctx.convert(records.to_kafka, result.records)
                 part["aborted_transactions"] = [
                     {"producer_id": pid, "first_offset": first} for pid, first in result.aborted_transactions
                 ]

@@ -78,7 +78,7 @@ class ListenerFleet:
                     max_concurrency=KafkaListenerActor.MAX_CONCURRENCY,
                     num_cpus=0,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                ).remote(self.cluster_name, b, self.controller, host, port)
+                ).remote(self.cluster_name, b, self.controller, host, port, self.config)
                 self._actors[b] = (node_id, handle)
         await asyncio.gather(*(self._confirm(b) for b in live))
 

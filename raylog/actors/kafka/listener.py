@@ -7,15 +7,33 @@ sends the answers in the order the requests came. Requests that only read (:data
 run beside each other; one that changes something runs after everything before it, and
 everything after it waits for it: what a client sees is what Kafka's one-request-at-a-time
 connections give, and a Fetch never queues behind a slow FindCoordinator or Metadata.
-Requests read ahead are bounded (:data:`MAX_QUEUED_REQUESTS`), then the socket's buffers
-hold the rest. Other connections go on while one waits on an actor.
+Other connections go on while one waits on an actor, or while its record batches are
+converted (on the context's conversion threads, bounded while they inflate).
+
+Every resource is bounded as a Kafka broker bounds it, by the broker settings of Kafka's names
+(:class:`raylog.config.ControllerConfig`); a cause of refusal or closing is logged once (then
+at DEBUG):
+
+- ``max.connections``, ``max.connections.per.ip``: a connection over either is closed as it
+  is accepted (:mod:`raylog.actors.kafka.limits`).
+- ``queued.max.requests``: requests a connection has read ahead of their answers; past it the
+  listener stops reading the connection and the socket's buffers hold the rest. So it does
+  while the connection's computed, unwritten answers exceed :data:`UNSENT_ANSWER_BYTES_MAX`
+  (a client that does not read its answers).
+- ``queued.max.request.bytes``: request bytes held across connections (a memory pool); a
+  connection whose next request finds it used up waits to read it until memory frees.
+- ``connections.max.idle.ms``: a connection that sent nothing for that long and has no
+  request left to answer is closed.
+- ``socket.request.max.bytes``: a larger frame, or one that does not decode, closes the
+  connection as Kafka does: its length or bytes cannot be trusted to find the next request.
+
+And:
 
 - An API or version outside :data:`raylog.kafka.codec.SUPPORTED` is answered with
   UNSUPPORTED_VERSION (35), never by closing the connection.
-- A frame larger than ``socket.request.max.bytes`` (:data:`raylog.protocol.MAX_REQUEST_BYTES`),
-  or one that does not decode, closes the connection as Kafka does: its length or bytes
-  cannot be trusted to find the next request.
-- A handler's unexpected failure is logged and answered with UNKNOWN_SERVER_ERROR (-1).
+- A handler's unexpected failure is logged and answered with UNKNOWN_SERVER_ERROR (-1); so
+  is an answer that does not encode (a value too long for its field), logged once per API
+  and version: one bad answer never wedges its connection.
 - A Produce with acks=0 gets no answer.
 """
 
@@ -26,6 +44,7 @@ import contextlib
 import logging
 import socket
 import struct
+from collections.abc import Hashable
 from typing import Any
 
 import ray
@@ -33,17 +52,23 @@ import ray
 from raylog.actors import logs
 from raylog.actors.kafka import admin, data, groups, transactions
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
+from raylog.actors.kafka.limits import ConnectionQuotas, RequestMemoryPool
+from raylog.config import ControllerConfig
 from raylog.errors import UnknownServerError, UnsupportedVersionError
 from raylog.kafka import codec, records
-from raylog.protocol import MAX_REQUEST_BYTES
 
 logger = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")
-#: Requests of a connection read ahead of the one being answered (Kafka's
-#: queued.max.requests is 500 per broker; these are per connection).
-MAX_QUEUED_REQUESTS = 64
+#: Bytes of a connection's answers computed and not yet written past which the listener
+#: stops reading its requests: a client that does not read its answers must not make the
+#: broker hold them without bound (Kafka reads nothing more from a connection until its
+#: answer is sent). A fetch answer may alone be larger; then the connection waits for it.
+UNSENT_ANSWER_BYTES_MAX = 16 << 20
+#: Log causes of closed connections (the settings' names).
+IDLE = "connections.max.idle.ms"
+TOO_LARGE = "socket.request.max.bytes"
 #: Requests that change nothing: they run beside each other, after every earlier request
 #: that changes something; a request that changes something (every other one: Produce,
 #: commits, joins, ...) runs after every earlier request. So a connection's answers are
@@ -73,7 +98,15 @@ class KafkaListenerActor:
     #: Calls the actor serves at once (its own: start, endpoint, stop); connections are not calls.
     MAX_CONCURRENCY = 16
 
-    def __init__(self, cluster_name: str, broker_id: int, controller: Any, host: str, port: int):
+    def __init__(
+        self,
+        cluster_name: str,
+        broker_id: int,
+        controller: Any,
+        host: str,
+        port: int,
+        config: ControllerConfig | None = None,
+    ):
         logs.configure()
         records.warm_up()  # numba's conversion loops, compiled or loaded from its cache, before any client
         self.context = BrokerContext(cluster_name, broker_id, controller)
@@ -82,6 +115,12 @@ class KafkaListenerActor:
         self._port = port
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
+        self.config = config or ControllerConfig()
+        self._quotas = ConnectionQuotas(self.config.max_connections, self.config.max_connections_per_ip)
+        self._pool = RequestMemoryPool(self.config.queued_max_request_bytes)
+        #: Causes already logged (a refused or closed connection's, an answer that did not
+        #: encode, by API and version): logged once each, at DEBUG after that.
+        self._logged: set[Hashable] = set()
 
     async def start(self) -> tuple[str, int]:
         """Listen (once) and return the advertised ``(host, port)``.
@@ -112,46 +151,84 @@ class KafkaListenerActor:
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        ip = peer[0] if peer else ""
+        refused = self._quotas.admit(ip)
+        if refused is not None:
+            self._log_once(refused, "closing Kafka connections over %s (%s first)", refused, peer)
+            writer.close()  # as Kafka's acceptor: at once, no answer
+            return
         task = asyncio.current_task()
         self._connections.add(task)
+        try:
+            await self._serve_admitted(reader, writer, peer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return  # the client went away
+        finally:
+            self._connections.discard(task)
+            self._quotas.release(ip)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve_admitted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
         CONNECTION.set({})
-        peer = writer.get_extra_info("peername")
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        answers: asyncio.Queue = asyncio.Queue(MAX_QUEUED_REQUESTS)
-        sender = asyncio.ensure_future(self._send(answers, writer, peer))
+        backlog = _Backlog(self.config.queued_max_requests, UNSENT_ANSWER_BYTES_MAX)
+        answers: asyncio.Queue = asyncio.Queue()
+        sender = asyncio.ensure_future(self._send(answers, writer, peer, backlog))
         change: asyncio.Future | None = None  # the last request that changes something
         reads: list[asyncio.Future] = []  # reads started since (the next change waits for them)
         try:
             while not sender.done():
-                size = _SIZE.unpack(await reader.readexactly(4))[0]
-                if not 0 < size <= MAX_REQUEST_BYTES:
-                    logger.warning(
-                        "closing Kafka connection from %s: a request of %d bytes (socket.request.max.bytes %d)",
-                        peer,
-                        size,
-                        MAX_REQUEST_BYTES,
-                    )
+                await backlog.room()
+                size = await self._next_size(reader, backlog, peer)
+                if size is None:
                     return
-                frame = await reader.readexactly(size)
+                await self._pool.acquire(size)
+                try:
+                    frame = await reader.readexactly(size)
+                except BaseException:
+                    self._pool.release(size)
+                    raise
                 if size >= _API_KEY.size and _API_KEY.unpack_from(frame)[0] in READS:
                     answer = asyncio.ensure_future(self._answer_after([change], frame, peer))
                     reads = [r for r in reads if not r.done()] + [answer]
                 else:
                     answer = asyncio.ensure_future(self._answer_after([change, *reads], frame, peer))
                     change, reads = answer, []
-                await answers.put(answer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return  # the client went away
+                answer.add_done_callback(lambda _, n=size: self._pool.release(n))
+                answer.add_done_callback(backlog.ready)
+                backlog.requests += 1
+                answers.put_nowait(answer)
         finally:
-            self._connections.discard(task)
             sender.cancel()
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
 
-    async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter, peer: Any) -> None:
+    async def _next_size(self, reader: asyncio.StreamReader, backlog: _Backlog, peer: Any) -> int | None:
+        """The size of the connection's next request frame, or None when the connection is to
+        close: idle for connections.max.idle.ms with nothing left to answer, or a size outside
+        (0, socket.request.max.bytes]."""
+        idle_s = self.config.connections_max_idle_ms / 1000
+        while True:
+            try:
+                size = _SIZE.unpack(await asyncio.wait_for(reader.readexactly(4), idle_s))[0]
+                break
+            except asyncio.TimeoutError:  # (readexactly consumes nothing until all 4 bytes are there)
+                if not backlog.requests:
+                    self._log_once(IDLE, "closing idle Kafka connections (connections.max.idle.ms; %s first)", peer)
+                    return None
+        limit = self.config.socket_request_max_bytes
+        if not 0 < size <= limit:
+            self._log_once(
+                TOO_LARGE, "closing Kafka connections sending %d bytes (socket.request.max.bytes %d; %s first)",
+                size, limit, peer,
+            )  # fmt: skip
+            return None
+        return size
+
+    async def _send(self, answers: asyncio.Queue, writer: asyncio.StreamWriter, peer: Any, backlog: _Backlog) -> None:
         """Write the connection's answers in the order its requests came."""
         while True:
             answer = await answers.get()
@@ -163,9 +240,14 @@ class KafkaListenerActor:
                 logger.warning("closing Kafka connection from %s: %s", peer, exc)
                 writer.close()  # the reader sees the connection end
                 return
+            except Exception:  # noqa: BLE001 — no answer can say it: close, never go silent
+                logger.exception("closing Kafka connection from %s: a request has no answer", peer)
+                writer.close()
+                return
             if buffers is not None:
                 writer.writelines(buffers)
                 await writer.drain()
+            backlog.sent(answer)
 
     async def _answer_after(self, earlier: list, frame: bytes, peer: Any) -> list | None:
         """:meth:`_answer` once the requests ``earlier`` (None for none) are answered."""
@@ -195,4 +277,50 @@ class KafkaListenerActor:
             return codec.error_response(header, UnknownServerError.code, body)
         if response is None:
             return None  # acks=0
-        return codec.encode_response(header, response)
+        try:
+            return codec.encode_response(header, response)
+        except codec.EncodeError as exc:
+            cause = (int(header.api_key), header.api_version)
+            self._log_once(cause, "answered UNKNOWN_SERVER_ERROR: %s", exc, level=logging.ERROR)
+            return codec.error_response(header, UnknownServerError.code, body)
+
+    def _log_once(self, cause: Hashable, message: str, *args: Any, level: int = logging.WARNING) -> None:
+        """Log ``message`` at ``level`` the first time ``cause`` happens, at DEBUG after that."""
+        if cause in self._logged:
+            level = logging.DEBUG
+        self._logged.add(cause)
+        logger.log(level, f"broker %d: {message}", self.context.broker_id, *args)
+
+
+class _Backlog:
+    """One connection's requests read and not yet answered on the socket, and the bytes of
+    answers ready but not yet written; :meth:`room` waits while either is at its bound."""
+
+    def __init__(self, max_requests: int, max_unsent_bytes: int):
+        self.max_requests = max_requests
+        self.max_unsent_bytes = max_unsent_bytes
+        self.requests = 0
+        self.unsent_bytes = 0
+        self._changed = asyncio.Event()
+
+    async def room(self) -> None:
+        """Return once another request may be read."""
+        while self.requests >= self.max_requests or self.unsent_bytes > self.max_unsent_bytes:
+            self._changed.clear()
+            await self._changed.wait()
+
+    def ready(self, answer: asyncio.Future) -> None:
+        """``answer`` is computed (a done callback)."""
+        self.unsent_bytes += _answer_bytes(answer)
+
+    def sent(self, answer: asyncio.Future) -> None:
+        """``answer`` is written (or had nothing to write)."""
+        self.requests -= 1
+        self.unsent_bytes -= _answer_bytes(answer)
+        self._changed.set()
+
+
+def _answer_bytes(answer: asyncio.Future) -> int:
+    if answer.cancelled() or answer.exception() is not None or answer.result() is None:
+        return 0
+    return sum(memoryview(b).nbytes for b in answer.result())

@@ -4,7 +4,6 @@ restarts. (Real clients are in test_clients.py and the other files of this folde
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 
@@ -18,55 +17,9 @@ from raylog.kafka import codec, records
 from raylog.protocol import MAX_REQUEST_BYTES
 from raylog.storage import record_batch
 from tests.helpers import wait_until
+from tests.kafka_wire import READ_TIMEOUT_S, Wire
 
 ApiKey = codec.ApiKey
-#: Bound on any single read from the listener in these tests.
-READ_TIMEOUT_S = 30.0
-
-
-class Wire:
-    """A raw Kafka connection: send requests (pipelined), read responses in order."""
-
-    def __init__(self, address: str):
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=READ_TIMEOUT_S)
-        self.sent: list[codec.RequestHeader] = []
-        self._ids = iter(range(1, 1 << 30))
-
-    def send(self, api_key: ApiKey, version: int, body: dict) -> codec.RequestHeader:
-        header = codec.RequestHeader(api_key, version, next(self._ids), "wire-test")
-        self.sock.sendall(b"".join(bytes(b) for b in codec.encode_request(header, body)))
-        self.sent.append(header)
-        return header
-
-    def receive(self) -> tuple[codec.RequestHeader, dict]:
-        header = self.sent.pop(0)
-        size = struct.unpack(">i", self._exactly(4))[0]
-        correlation_id, body = codec.decode_response(header.api_key, header.api_version, self._exactly(size))
-        assert correlation_id == header.correlation_id
-        return header, body
-
-    def ask(self, api_key: ApiKey, version: int, body: dict) -> dict:
-        self.send(api_key, version, body)
-        return self.receive()[1]
-
-    def closed(self) -> bool:
-        """Whether the listener closed the connection (reads EOF within the bound)."""
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-    def _exactly(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            assert chunk, "the listener closed the connection"
-            data += chunk
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _metadata(wire: Wire, topic: str) -> dict:
@@ -182,7 +135,7 @@ def _raw_request(wire: Wire, api_key: int, version: int, correlation_id: int) ->
     client = b"wire-test"
     frame = struct.pack(">hhih", api_key, version, correlation_id, len(client)) + client
     wire.sock.sendall(struct.pack(">i", len(frame)) + frame)
-    return wire._exactly(struct.unpack(">i", wire._exactly(4))[0])
+    return wire.exactly(struct.unpack(">i", wire.exactly(4))[0])
 
 
 def test_an_unsupported_api_or_version_is_answered_and_the_connection_stays(wire):

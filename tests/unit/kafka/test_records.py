@@ -10,10 +10,13 @@ codecs it has; aiokafka (cramjam) checks all five."""
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import zlib
 
 import cramjam
 import crc32c
+import lz4.frame
 import pyarrow as pa
 import pytest
 from aiokafka.record import default_records as aio
@@ -483,3 +486,100 @@ def test_mutated_records_only_raise_typed_errors(data):
     except (InvalidRecordError, CorruptRecordError):
         return
     rb.validate(raylog)
+
+
+# ---------------------------------------------------------------------------------------
+# Decompression bombs: a small body that inflates past the limit is refused while inflating
+
+_MIB = 1 << 20
+_ZEROS = bytes(_MIB)
+
+
+def _streamed(compressor, inflated: int) -> bytes:
+    """``inflated`` zero bytes through a streaming compressor (``compress``/``flush``),
+    without ever holding them."""
+    return b"".join([*(compressor.compress(_ZEROS) for _ in range(inflated // _MIB)), compressor.flush()])
+
+
+def _raw_snappy_zeros(inflated: int) -> bytes:
+    """Raw snappy of ``inflated`` (1 + 64k) zero bytes, written by hand: the length preamble,
+    a one-byte literal, then copies of 64 bytes at offset 1 (3 bytes each, snappy's best)."""
+    preamble = bytearray()
+    n = inflated
+    while n >= 0x80:
+        preamble.append(n & 0x7F | 0x80)
+        n >>= 7
+    preamble.append(n)
+    return bytes(preamble) + b"\x00\x00" + b"\xfe\x01\x00" * ((inflated - 1) // 64)
+
+
+def bomb_section(kind: str, inflated: int) -> tuple[int, bytes]:
+    """(codec, records section) of a body inflating to about ``inflated`` zero bytes."""
+    import zstandard  # (the dev extra: an implementation other than the one under test)
+
+    if kind == "gzip":
+        return compression.GZIP, _streamed(zlib.compressobj(1, zlib.DEFLATED, 31), inflated)
+    if kind == "lz4":
+        compressor = lz4.frame.LZ4FrameCompressor()
+        return compression.LZ4, compressor.begin() + _streamed(compressor, inflated)
+    if kind == "zstd":
+        return compression.ZSTD, _streamed(zstandard.ZstdCompressor(level=1).compressobj(), inflated)
+    if kind == "snappy-xerial":
+        block = bytes(cramjam.snappy.compress_raw(_ZEROS))
+        framed = struct.pack(">i", len(block)) + block
+        return compression.SNAPPY, records._XERIAL_HEADER + framed * (inflated // _MIB)
+    assert kind == "snappy-raw"
+    return compression.SNAPPY, _raw_snappy_zeros(inflated + 1)
+
+
+BOMBS = ["gzip", "lz4", "zstd", "snappy-xerial", "snappy-raw"]
+
+
+@pytest.mark.parametrize("kind", BOMBS)
+def test_a_body_inflating_past_the_limit_is_corrupt(kind, monkeypatch):
+    monkeypatch.setattr(compression, "MAX_UNCOMPRESSED_BYTES", _MIB)
+    codec, section = bomb_section(kind, 64 * _MIB)
+    with pytest.raises(CorruptRecordError, match="limit"):
+        records.to_raylog(kafka_with_records_section(section, codec, sample_kafka()))
+
+
+@pytest.mark.parametrize("kind", BOMBS)
+def test_a_body_just_under_the_limit_inflates(kind, monkeypatch):
+    """The bound refuses only what exceeds it (the records of zeros are then invalid, not corrupt)."""
+    monkeypatch.setattr(compression, "MAX_UNCOMPRESSED_BYTES", 4 * _MIB)
+    codec, section = bomb_section(kind, 2 * _MIB)
+    with pytest.raises(InvalidRecordError):
+        records.to_raylog(kafka_with_records_section(section, codec, sample_kafka()))
+
+
+_PEAK_SCRIPT = """
+import resource, sys
+from raylog.errors import CorruptRecordError
+from raylog.kafka import records
+from raylog.storage import compression
+compression.MAX_UNCOMPRESSED_BYTES = int(sys.argv[2])
+batch = open(sys.argv[1], "rb").read()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    records.to_raylog(batch)
+except CorruptRecordError as exc:
+    print("refused:", exc, file=sys.stderr)
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+@pytest.mark.parametrize("kind", BOMBS)
+def test_a_decompression_bomb_is_refused_without_allocating_what_it_inflates_to(kind, tmp_path):
+    """A 256 MiB bomb against an 8 MiB limit raises the process's peak RSS by far less than
+    256 MiB: the output is bounded while inflating (measured in a fresh process, whose peak
+    nothing else has raised)."""
+    codec, section = bomb_section(kind, 256 * _MIB)
+    path = tmp_path / "bomb"
+    path.write_bytes(kafka_with_records_section(section, codec, sample_kafka()))
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT, str(path), str(8 * _MIB)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
+    assert "limit" in done.stderr
+    growth = int(done.stdout)
+    assert growth < 48 * _MIB, f"{kind}: peak RSS grew by {growth / _MIB:.0f} MiB inflating a bomb"
