@@ -1,9 +1,9 @@
 """The nemesis: seeded faults against a running raylog cluster, bounded in time and count,
 each healed before the next (and everything healed before the final read). With
-``overlap=2`` a fault that can stay in effect (``LINGERING``: a paused replica, delayed
-calls, a full disk) may be left in effect while a second fault, of any kind, runs beside
-it (a follower paused during a leader kill, a full disk during a node loss); both are then
-healed together, the first once its own duration has passed.
+``overlap=2`` each step draws a fault that can stay in effect (``LINGERING``: a paused
+replica, delayed calls, a full disk) and leaves it in effect while a second fault, of any
+kind, runs beside it (a follower paused during a leader kill, a full disk during a node
+loss); both are then healed together, the first once its own duration has passed.
 
 Fault kinds (``FAULT_KINDS``; each picks its target with the run's ``random.Random``):
 
@@ -178,6 +178,7 @@ class Nemesis:
         self._dead_brokers: set[int] = set()
         self._disk_faults: list[Any] = []
         self.overlap = overlap
+        self._lingering = [k for k in kinds if k in LINGERING]
         #: While a lingering fault is injected: its hold is not slept but noted here (a
         #: monotonic deadline), and it is healed only after the fault beside it.
         self._linger_until: float | None = None
@@ -195,10 +196,11 @@ class Nemesis:
             if time.monotonic() + gap_s >= end:
                 break
             time.sleep(gap_s)  # the schedule's pause: nothing to wait for but time
-            kind = self.rng.choice(self.kinds)
+            overlapping = self.overlap > 1 and self._lingering and len(self.events) + 1 < self.max_faults
+            kind = self.rng.choice(self._lingering if overlapping else self.kinds)
             events = [FaultEvent(kind, start_s=time.monotonic() - began)]
             try:
-                if self.overlap > 1 and kind in LINGERING and len(self.events) + 1 < self.max_faults:
+                if overlapping:
                     self._linger_until = time.monotonic()
                     self._inject(events[0])
                     self._linger_until, linger_until = None, self._linger_until

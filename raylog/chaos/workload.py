@@ -239,7 +239,8 @@ class KafkaProducerWorker:
                 "linger.ms": 2,
                 "message.timeout.ms": 20_000,
                 "partitioner": "murmur2_random",
-            }
+            },
+            logger=logger,  # librdkafka's own log lines through logging, not stderr
         )
         self._rng = random.Random(rng.random())
         self._interval_s = 1.0 / rate_per_s
