@@ -21,6 +21,27 @@ from tests.helpers import topic_factory
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 
 
+#: The loggers that raylog.actors.logs.configure() sets up in an actor's process.
+RAYLOG_LOGGERS = ("raylog", "raylog.coordination.group", "raylog.storage.log")
+
+
+@pytest.fixture
+def restored_raylog_logging():
+    """This process's raylog loggers as they were before the test, for tests that set up an
+    actor's logging here (an actor class run in-process calls ``logs.configure()``): other
+    tests capture raylog's records through the root logger."""
+    import logging
+
+    saved = {n: (logging.getLogger(n).level, list(logging.getLogger(n).handlers)) for n in RAYLOG_LOGGERS}
+    propagate = logging.getLogger("raylog").propagate
+    yield
+    for name, (level, handlers) in saved.items():
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
+    logging.getLogger("raylog").propagate = propagate
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     # Imported here so that tests/unit, which never asks for this fixture, stays free of Ray.

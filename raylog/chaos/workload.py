@@ -315,17 +315,21 @@ class KafkaDeliveries:
         if invocation is not None:
             _record(self.recorder, invocation, FAIL, None, error)
 
-    def delivered(self, value: str, error: Any, offset: int) -> None:
+    def delivered(self, value: str, error: Any, offset: int | None) -> None:
         """The delivery report of ``value``: ``error`` a ``KafkaError`` or None, ``offset``
-        where it was written when ``error`` is None."""
+        where it was written when ``error`` is None. A success without an offset (librdkafka
+        infers a message written, its answer lost, from a later batch of its sequence) is
+        recorded unknown: written, but where is not said."""
         with self._lock:
             invocation = self._pending.pop(value, None)
             if error is not None:
                 self._pending = {v: dataclasses.replace(s, idempotent=False) for v, s in self._pending.items()}
         if invocation is None:
             return
-        if error is None:
+        if error is None and offset is not None:
             _record(self.recorder, invocation, OK, offset, None)
+        elif error is None:
+            _record(self.recorder, invocation, UNKNOWN, None, None)
         else:
             _record(self.recorder, invocation, UNKNOWN, None, RaylogError(str(error)))
 

@@ -22,6 +22,9 @@ from raylog.protocol import ProduceResponse, error_of
 from raylog.storage.log import Log
 from tests.helpers import wait_until
 
+# An actor class run in this process sets up its logging: put the loggers back after.
+pytestmark = pytest.mark.usefixtures("restored_raylog_logging")
+
 #: A bound on what any step may take (not a measure).
 WAIT_S = 60.0
 TOPIC = "out"

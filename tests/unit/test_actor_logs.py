@@ -11,20 +11,7 @@ import pytest
 from raylog.actors import logs
 from raylog.errors import InvalidConfigError
 
-NAMED = ("raylog", "raylog.coordination.group", "raylog.storage.log")
-
-
-@pytest.fixture(autouse=True)
-def restored():
-    """The test process's raylog loggers as they were (other tests capture through the root)."""
-    saved = {n: (logging.getLogger(n).level, list(logging.getLogger(n).handlers)) for n in NAMED}
-    propagate = logging.getLogger("raylog").propagate
-    yield
-    for name, (level, handlers) in saved.items():
-        logger = logging.getLogger(name)
-        logger.setLevel(level)
-        logger.handlers[:] = handlers
-    logging.getLogger("raylog").propagate = propagate
+pytestmark = pytest.mark.usefixtures("restored_raylog_logging")
 
 
 def _ours() -> list[logging.Handler]:

@@ -54,3 +54,20 @@ def test_acknowledged_refused_and_unreported_sends_keep_idempotence():
     deliveries.settle()
 
     assert outcomes(recorder) == {"k-0": (OK, 4, True), "k-1": (FAIL, None, True), "k-2": (UNKNOWN, None, True)}
+
+
+def test_a_delivery_reported_without_an_offset_is_unknown_and_the_checker_takes_it():
+    """librdkafka reports a message as delivered without an offset (confluent-kafka's
+    ``offset()`` is None) when it infers the message was written, its own answer lost, from
+    a later batch of its sequence. The overlapping fault run (seed 3, full suite) recorded it
+    as ok at no offset and the checker failed sorting offsets; it is an unknown send: written,
+    where is not said."""
+    recorder = Recorder()
+    deliveries = KafkaDeliveries(recorder)
+    deliveries.sent(Send("k", 0, "k-0", UNKNOWN))
+    deliveries.delivered("k-0", None, None)
+
+    report = checker.check(recorder.history(FinalRead.of({0: [(5, "k-0")]})))
+
+    assert outcomes(recorder) == {"k-0": (UNKNOWN, None, True)}
+    assert not report.violations(safe=True)

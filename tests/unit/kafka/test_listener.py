@@ -19,6 +19,9 @@ from raylog.kafka import codec
 from tests.helpers import wait_until
 from tests.kafka_wire import Wire
 
+# An actor class run in this process sets up its logging: put the loggers back after.
+pytestmark = pytest.mark.usefixtures("restored_raylog_logging")
+
 ApiKey = codec.ApiKey
 #: Bound on starting and stopping the listener.
 READ_TIMEOUT_S = 10.0
