@@ -25,8 +25,8 @@ Fault kinds (``FAULT_KINDS``; each picks its target with the run's ``random.Rand
   by default).
 - ``delay-calls``: for a while, clients' actor calls are delayed at random, so reordered
   (:mod:`raylog.chaos.faulty`).
-- ``lose-tail``: SIGSTOP a partition's followers for two thirds of the lag time (they stay
-  in the ISR but copy nothing), SIGKILL the leader's process, SIGCONT the followers: a follower
+- ``lose-tail``: SIGSTOP a partition's followers for a second (two thirds of the lag time at
+  most: they stay in the ISR but copy nothing), SIGKILL the leader's process, SIGCONT the followers: a follower
   leads without what the leader alone had. Safe with acks=all (those writes were never
   acknowledged); the case that makes acks=1 lose acknowledged writes.
 - ``isolate-leader``: SIGSTOP a partition's followers until the ISR shrinks to the leader,
@@ -321,12 +321,16 @@ class Nemesis:
         followers = self._followers(partition, leader)
         for pid in followers.values():
             self._pause(pid)
-        self._hold(self.lag_time_s * 2 / 3)
+        self._hold(min(ALONE_S, self.lag_time_s * 2 / 3))
+        # Whether the followers were still in the ISR when the leader died: only then does a
+        # follower lead without the leader's tail (once the ISR is the leader alone, the
+        # restarted leader leads again with all it wrote).
+        in_sync = set(self._describe(partition).isr) >= set(followers)
         os.kill(self._pid(handle), signal.SIGKILL)
         for pid in followers.values():
             self._resume(pid)
         self._await_answer(handle)
-        return f"p{partition} leader b{leader}"
+        return f"p{partition} leader b{leader}" + ("" if in_sync else ", alone in the ISR by then")
 
     def _replace_disk(self) -> str:
         return self._isolate_leader(replace_disk=True)

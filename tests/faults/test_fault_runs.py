@@ -19,8 +19,13 @@ from raylog.chaos.soak import RunConfig, run_once
 FAST = RunConfig(duration_s=3.0, max_faults=2, partitions=1)
 SAFE_SEEDS = range(1, 21)
 #: acks=1: followers paused (still in the ISR) while the leader acknowledges alone, then the
-#: leader's process killed: a follower leads without those writes.
-ACKS_1 = RunConfig(acks="1", faults=("lose-tail",), max_faults=1, duration_s=3.0, partitions=1)
+#: leader's process killed: a follower leads without those writes. A lag time well past the
+#: pause keeps the followers in the ISR on a loaded machine too (a follower last caught up a
+#: moment before its pause would otherwise leave it, and the restarted leader, alone in the
+#: ISR, would lead again with everything it acknowledged).
+ACKS_1 = RunConfig(
+    acks="1", faults=("lose-tail",), max_faults=1, duration_s=3.0, partitions=1, replica_lag_time_max_ms=10_000
+)
 #: Unclean election: followers paused until the ISR is the leader alone (min.insync.replicas=1
 #: lets it acknowledge), its node killed: a follower without those writes is elected.
 UNCLEAN = RunConfig(
