@@ -148,6 +148,9 @@ class ControllerActor:
         self.refused: dict[str, str] = {}
         # Broker id -> its scan for stray logs, unfinished when last looked at.
         self._stray_scans: dict[int, Any] = {}
+        #: (node id, data dir, broker id) -> the broker-identity task that has not answered
+        #: yet (awaited again by the next round).
+        self._identity_asks: dict[tuple, Any] = {}
         #: Each broker's Kafka listener, when the ``listeners`` setting asks for them.
         self.listeners: ListenerFleet | None = None
         if self.image.cluster_id is None:
@@ -283,32 +286,43 @@ class ControllerActor:
             for node in labelled:
                 labels = node["Labels"]
                 known = self.image.brokers.get(int(labels[BROKER_LABEL]))
-                if known is not None and known.node_id in alive:
-                    # The registered node still lives: it stays the broker, even while a
-                    # replacement with the same label joins before Ray declares it dead.
-                    identity = self._known_identity(known) or await self._identity(
-                        known.node_id, known.data_dir, known.broker_id
-                    )
-                    node_id = known.node_id
-                else:
-                    identity = await self._identity(
-                        node["NodeID"], labels.get(DATA_DIR_LABEL), int(labels[BROKER_LABEL])
-                    )
-                    node_id = node["NodeID"]
+                try:
+                    if known is not None and known.node_id in alive:
+                        # The registered node still lives: it stays the broker, even while a
+                        # replacement with the same label joins before Ray declares it dead.
+                        identity = self._known_identity(known) or await self._identity(
+                            known.node_id, known.data_dir, known.broker_id
+                        )
+                        node_id = known.node_id
+                    else:
+                        identity = await self._identity(
+                            node["NodeID"], labels.get(DATA_DIR_LABEL), int(labels[BROKER_LABEL])
+                        )
+                        node_id = node["NodeID"]
+                except _Unanswered:
+                    continue
                 if identity is not None:
                     found[identity[0]] = (node_id, *identity[1:])
             return found
         unknown = []
         for node in (n for n in nodes if n["NodeID"] not in self.refused):
             known = [b for b in self.image.brokers.values() if b.node_id == node["NodeID"]]
-            identity = (known and self._known_identity(known[0])) or await self._identity(node["NodeID"], None, None)
+            try:
+                identity = (known and self._known_identity(known[0])) or await self._identity(
+                    node["NodeID"], None, None
+                )
+            except _Unanswered:
+                continue
             if identity is None:
                 unknown.append(node)
             else:
                 found[identity[0]] = (node["NodeID"], *identity[1:])
         next_id = max([*found, *self.image.brokers, -1]) + 1
         for node in sorted((n for n in unknown if n["NodeID"] not in self.refused), key=lambda n: n["NodeID"]):
-            identity = await self._identity(node["NodeID"], None, next_id)
+            try:
+                identity = await self._identity(node["NodeID"], None, next_id)
+            except _Unanswered:
+                continue
             if identity is not None:
                 found[identity[0]] = (node["NodeID"], *identity[1:])
                 next_id += 1
@@ -363,15 +377,25 @@ class ControllerActor:
         """:func:`broker_identity` run on node ``node_id``; None when it has none to give, or
         when the node is refused (its data directory belongs to another cluster or broker, or
         cannot be read): logged, kept in :attr:`refused` (shown by ``raylog status``) and not
-        asked again while the node lives."""
+        asked again while the node lives.
+
+        Raises:
+            _Unanswered: the node did not answer within ``PEER_CALL_TIMEOUT_S`` (its first
+                worker is still starting): the next round awaits the same task again.
+        """
         strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        question = (node_id, data_dir, broker_id)
+        ask = self._identity_asks.pop(question, None) or _remote_broker_identity.options(
+            scheduling_strategy=strategy
+        ).remote(data_dir, self.image.cluster_id, broker_id)
         try:
-            return await asyncio.wait_for(
-                _remote_broker_identity.options(scheduling_strategy=strategy).remote(
-                    data_dir, self.image.cluster_id, broker_id
-                ),
-                PEER_CALL_TIMEOUT_S,
-            )
+            return await asyncio.wait_for(ask, PEER_CALL_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            # A node still starting its first worker (a loaded machine): not a broker yet,
+            # asked again (the same task) by the next round of the watch.
+            self._identity_asks[question] = ask
+            logger.warning("node %s: no broker identity within %.0f s; asked again", node_id, PEER_CALL_TIMEOUT_S)
+            raise _Unanswered(node_id) from None
         except RaylogError as exc:
             cause = getattr(exc, "cause", exc)  # the error raised on the node, without Ray's traceback
             why = f"{type(cause).__name__}: {cause}"
@@ -1057,6 +1081,10 @@ class ControllerActor:
         self._ready.clear()
         if self.listeners is not None:
             self.listeners.shutdown()
+
+
+class _Unanswered(Exception):
+    """A node did not answer in time whether it is a broker (see ``ControllerActor._identity``)."""
 
 
 @functools.cache

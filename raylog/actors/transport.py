@@ -26,7 +26,9 @@ def translate(exc: BaseException) -> RaylogError:
         cause = exc.as_instanceof_cause()
         if isinstance(cause, RaylogError):
             return cause
-        return UnknownServerError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raised = getattr(exc, "cause", None)
+        what = f"{type(raised).__name__}: {raised}" if raised is not None else str(exc).splitlines()[0]
+        return UnknownServerError(f"{exc.function_name} failed: {what}")
     if isinstance(exc, GetTimeoutError):
         return RequestTimedOutError("no reply from the actor in time")
     if isinstance(exc, RayError):

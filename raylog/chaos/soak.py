@@ -12,8 +12,15 @@ can be replayed (``raylog bench soak --runs 1 --seed S``). An anomaly in a confi
 that promises safety (acks=all, min.insync.replicas >= 2, replication factor >= 3, unclean
 election off) fails the run; the same anomalies elsewhere are reported, not failures.
 
-With ``kafka_producers`` (``raylog bench soak --kafka-producers N``), unchanged Kafka clients
-(confluent-kafka) write through the brokers' Kafka listeners beside raylog's own clients.
+With ``kafka_producers``, ``kafka_consumers`` and ``kafka_transactional`` (``raylog bench soak
+--kafka-producers N --kafka-consumers N --kafka-transactional N``), unchanged Kafka clients
+(confluent-kafka, :mod:`raylog.chaos.kafka_workload`) write and read through the brokers'
+Kafka listeners beside raylog's own clients; ``producers`` and ``consumers`` scale raylog's.
+
+Every run also watches its topic's leaders (:mod:`raylog.chaos.leadership`): a leader
+demoted while no fault disturbed its process or node fails the run, and the run's line
+gives its throughput (acknowledged sends per second of workload) and the p50 / p99 time from
+a send to its acknowledgement.
 
 With ``transactions`` on (opt-in: ``raylog bench soak --transactions``), a transactional
 worker joins the workload and the nemesis also kills its transaction coordinator
@@ -39,9 +46,9 @@ from ray.cluster_utils import Cluster
 import raylog
 from raylog.actors.replica import PartitionReplicaActor
 from raylog.actors.transport import call
-from raylog.chaos import checker, workload
+from raylog.chaos import checker, kafka_workload, leadership, workload
 from raylog.chaos.faulty import CallDelays, DelayedCluster, start_proxy
-from raylog.chaos.history import OK, FinalRead, Recorder, Send, Txn
+from raylog.chaos.history import OK, FinalRead, Poll, Recorder, Send, Txn
 from raylog.chaos.nemesis import FAULT_KINDS, TRANSACTION_FAULTS, FaultEvent, Nemesis
 from raylog.clients.admin import Admin
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
@@ -118,15 +125,21 @@ class SoakCluster:
             config={**CONTROLLER_CONFIG, **({"listeners": KAFKA_LISTENERS} if self.listeners else {})},
         )
         self.proxy = start_proxy(ray.get_runtime_context().get_node_id())
+        # A broker node still starting its first worker on a loaded machine registers a
+        # round later than the others.
+        self._await(lambda: len(self.cluster.metadata(refresh=True).live) == self.num_brokers, "the brokers")
         if self.listeners:
-            self._await_listeners()
+            self._await(
+                lambda: len([s for s in self.cluster.bootstrap_servers().split(",") if s]) == self.num_brokers,
+                "the brokers' Kafka listeners",
+            )
         return self
 
-    def _await_listeners(self) -> None:
+    def _await(self, predicate, what: str) -> None:
         deadline = time.monotonic() + HEAL_TIMEOUT_S
-        while len([s for s in self.cluster.bootstrap_servers().split(",") if s]) < self.num_brokers:
+        while not predicate():
             if time.monotonic() > deadline:
-                raise RaylogError(f"the brokers' Kafka listeners did not all start in {HEAL_TIMEOUT_S:.0f} s")
+                raise RaylogError(f"{what} did not all start in {HEAL_TIMEOUT_S:.0f} s")
             time.sleep(0.1)
 
     @property
@@ -183,19 +196,36 @@ class RunConfig:
     transactions: bool = False  # the transactional worker, and TRANSACTION_FAULTS
     overlap: int = 1  # faults in effect at once (2: a lingering fault beside another)
     producers: int = 1  # idempotent producer clients (two threads each), besides the plain one
+    consumers: int = 2  # raylog group members (sync and async commits in turn), besides the assigned one
     kafka_producers: int = 0  # confluent-kafka producers over the Kafka listeners (needs listeners)
+    kafka_consumers: int = 0  # confluent-kafka group members (a group of their own)
+    kafka_transactional: int = 0  # confluent-kafka transactional producers (one transactional.id each)
+
+    @property
+    def transactional(self) -> bool:
+        """Whether any client is transactional (raylog's or Kafka's)."""
+        return self.transactions or self.kafka_transactional > 0
+
+    @property
+    def kafka_clients(self) -> int:
+        return self.kafka_producers + self.kafka_consumers + self.kafka_transactional
+
+    @property
+    def clients(self) -> int:
+        """Producer and consumer clients of a run (a raylog producer runs two threads)."""
+        return self.producers + 1 + self.consumers + 1 + int(self.transactions) + self.kafka_clients
 
     @property
     def fault_kinds(self) -> tuple[str, ...]:
-        """The kinds the nemesis draws from: ``faults``, plus ``TRANSACTION_FAULTS`` with
-        transactions on."""
-        extra = TRANSACTION_FAULTS if self.transactions else ()
+        """The kinds the nemesis draws from: ``faults``, plus ``TRANSACTION_FAULTS`` with a
+        transactional client."""
+        extra = TRANSACTION_FAULTS if self.transactional else ()
         return self.faults + tuple(k for k in extra if k not in self.faults)
 
     @property
     def internal_topics(self) -> list[str]:
         """The internal topics the run's clients use (waited for in sync with its topic)."""
-        return [OFFSETS_TOPIC] + ([TRANSACTION_TOPIC] if self.transactions else [])
+        return [OFFSETS_TOPIC] + ([TRANSACTION_TOPIC] if self.transactional else [])
 
     @property
     def safe(self) -> bool:
@@ -243,9 +273,13 @@ _FLAGS = (
     "max_faults",
     "overlap",
     "producers",
+    "consumers",
     "kafka_producers",
+    "kafka_consumers",
+    "kafka_transactional",
+    "rate_per_s",
 )
-_NOT_FLAGS = ("replication_factor", "replica_lag_time_max_ms", "segment_bytes", "rate_per_s")
+_NOT_FLAGS = ("replication_factor", "replica_lag_time_max_ms", "segment_bytes")
 
 
 @dataclasses.dataclass
@@ -262,6 +296,10 @@ class RunResult:
     offline: list[int]  # partitions left without a leader (allowed after replace-disk)
     unhealed: str  # when the cluster did not heal: what each replica said
     transactions: dict[str, int]  # transactions by outcome (committed, aborted, unknown)
+    demoted: list[str]  # leaders demoted while no fault disturbed them (described)
+    throughput_per_s: float  # acknowledged sends per second of workload
+    latency_ms: tuple[float, float]  # p50, p99 from a send to its acknowledgement
+    polled: dict[str, int]  # records each consumer's polls returned
 
     @property
     def violations(self) -> list[checker.Anomaly]:
@@ -269,8 +307,9 @@ class RunResult:
 
     @property
     def failed(self) -> bool:
-        """An anomaly the configuration promises against, or a cluster that did not heal."""
-        return bool(self.violations) or not self.healed
+        """An anomaly the configuration promises against, a leader demoted while healthy, or
+        a cluster that did not heal."""
+        return bool(self.violations) or bool(self.demoted) or not self.healed
 
     def line(self) -> str:
         """The one-line summary: seed, configuration, ops, faults, anomalies, verdict."""
@@ -278,10 +317,14 @@ class RunResult:
         verdict = "FAIL" if self.failed else "ok"
         healed = "" if self.healed else " NOT-HEALED"
         healed += f" offline={self.offline}" if self.offline else ""
+        healed += f" demoted-while-healthy={len(self.demoted)}" if self.demoted else ""
         outcomes = ", ".join(f"{outcome}={n}" for outcome, n in sorted(self.transactions.items()))
         transactions = f" transactions[{outcomes}]" if outcomes else ""
+        p50, p99 = self.latency_ms
         return (
-            f"seed={self.seed} {self.config.describe()} ops={self.ops} acknowledged={self.acknowledged}{transactions} "
+            f"seed={self.seed} {self.config.describe()} clients={self.config.clients} ops={self.ops} "
+            f"acknowledged={self.acknowledged}{transactions} "
+            f"({self.throughput_per_s:.0f}/s, p50 {p50:.0f} ms, p99 {p99:.0f} ms) "
             f"faults={len(injected)}[{', '.join(f.kind for f in injected)}] "
             f"anomalies: {self.report.summary()}{healed} {self.elapsed_s:.1f}s {verdict}"
         )
@@ -294,6 +337,7 @@ class RunResult:
         examples = self.report.examples()
         lines += [examples] if examples else []
         lines += [f"  not healed: {self.unhealed}"] if self.unhealed else []
+        lines += [f"  demoted while healthy: {d}" for d in self.demoted]
         return "\n".join(lines + [f"  client: {e}" for e in self.client_errors[:5]])
 
 
@@ -303,13 +347,14 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
     Raises:
         InvalidConfigError: Kafka clients asked of a cluster without listeners.
     """
-    if config.kafka_producers and not env.listeners:
-        raise InvalidConfigError("Kafka producers need a SoakCluster with listeners=True")
+    if config.kafka_clients and not env.listeners:
+        raise InvalidConfigError("Kafka clients need a SoakCluster with listeners=True")
     began = time.monotonic()
     rng = random.Random(seed)
     admin = Admin(env.cluster)
     topic = f"soak-{seed}-{uuid.uuid4().hex[:6]}"
-    group, solo_group = f"{topic}-members", f"{topic}-assigned"
+    group, solo_group, kafka_group = f"{topic}-members", f"{topic}-assigned", f"{topic}-kafka"
+    groups = [group, solo_group] + ([kafka_group] if config.kafka_consumers else [])
     topic_config = {
         "min.insync.replicas": str(config.min_insync_replicas),
         "unclean.leader.election.enable": str(config.unclean).lower(),
@@ -319,12 +364,13 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
     admin.create_topics([NewTopic(topic, config.partitions, config.replication_factor, config=topic_config)])
     delays = CallDelays(env.proxy, rng.random())
     recorder = Recorder()
-    transactional_ids = (f"{topic}-txn",) if config.transactions else ()
+    raylog_txn_ids = (f"{topic}-txn",) if config.transactions else ()
+    kafka_txn_ids = tuple(f"{topic}-ktxn{i}" for i in range(config.kafka_transactional))
     synced = [topic, *config.internal_topics]
     try:
         wait_in_sync(admin, [topic], HEAL_TIMEOUT_S)
-        clients = _clients(env, delays, topic, config, recorder, rng, group, solo_group, transactional_ids)
-        if config.transactions:  # its coordinator is up (the worker's init found it): in sync before faults
+        clients = _clients(env, delays, topic, config, recorder, rng, groups, raylog_txn_ids, kafka_txn_ids)
+        if config.transactional:  # its coordinator is up (the workers' init found it): in sync before faults
             wait_in_sync(admin, [TRANSACTION_TOPIC], HEAL_TIMEOUT_S)
         # The coordinator exists once a member asked for it: the nemesis may then kill it.
         nemesis = Nemesis(
@@ -337,19 +383,24 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
             config.fault_kinds,
             config.max_faults,
             lag_time_s=config.replica_lag_time_max_ms / 1000,
-            transactional_ids=transactional_ids,
+            transactional_ids=raylog_txn_ids + kafka_txn_ids,
             overlap=config.overlap,
         )
+        watch = leadership.LeadershipWatch(admin, topic)
+        watch.start()
+        workload_began = time.monotonic()
         for client in clients:
             client.start()
         nemesis.run(config.duration_s)
+        workload_s = time.monotonic() - workload_began
         offline = {(topic, p) for p in nemesis.offline_ok}
         healed = wait_in_sync(admin, synced, HEAL_TIMEOUT_S, offline)
         unhealed = "" if healed else replica_states(env.cluster, synced)
+        changes = watch.stop()
         for client in clients:
             client.stop()
         try:
-            final = workload.final_read(env.cluster, topic, config.partitions, [group, solo_group])
+            final = workload.final_read(env.cluster, topic, config.partitions, groups)
         except RaylogError as exc:  # the controller says healed, yet the partitions do not serve
             healed, unhealed = (
                 False,
@@ -361,39 +412,55 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         delays.close()
     history = recorder.history(final)
     report = checker.check(history)
-    _delete_quietly(admin, topic, [group, solo_group])
-    acknowledged = sum(1 for op in history.ops if isinstance(op, Send) and op.outcome == OK)
-    errors = [
-        e for c in clients if isinstance(c, (workload.ConsumerWorker, workload.TransactionalWorker)) for e in c.errors
-    ]
+    _delete_quietly(admin, topic, groups)
+    acked = [op for op in history.ops if isinstance(op, Send) and op.outcome == OK]
+    latencies = sorted(recorder.seconds(op.start, op.end) * 1000 for op in acked if op.txn is None)
+    errors = [e for c in clients for e in getattr(c, "errors", ())]
+    demoted = leadership.unexplained(changes, nemesis.events, nemesis.began)
+    polled = collections.Counter()
+    for op in history.ops:
+        if isinstance(op, Poll):
+            polled[op.process] += len(op.records)
     return RunResult(
         seed,
         config,
         report,
         nemesis.events,
         len(history.ops),
-        acknowledged,
+        len(acked),
         healed,
         time.monotonic() - began,
         errors,
         sorted(nemesis.offline_ok),
         unhealed,
         dict(collections.Counter(op.outcome for op in history.ops if isinstance(op, Txn))),
+        [c.describe(nemesis.began) for c in demoted],
+        len(acked) / workload_s,
+        (_percentile(latencies, 0.50), _percentile(latencies, 0.99)),
+        dict(polled),
     )
 
 
-def _clients(env, delays, topic, config, recorder, rng, group, solo_group, transactional_ids) -> list:
-    """``config.producers`` idempotent producers and a plain one (two threads each), two group
-    members (sync and async commits), one consumer of every partition and, with transactions
-    on, a transactional worker per id of ``transactional_ids`` (made last: the others draw
-    from ``rng`` as without it), each on its own delayable cluster handle; then
-    ``config.kafka_producers`` Kafka clients over the listeners (their calls are not delayed)."""
+def _percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted ``values`` (nearest rank; 0 for none)."""
+    return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
+
+
+def _clients(env, delays, topic, config, recorder, rng, groups, raylog_txn_ids, kafka_txn_ids) -> list:
+    """``config.producers`` idempotent producers and a plain one (two threads each),
+    ``config.consumers`` group members (sync and async commits in turn), one consumer of every
+    partition and, with transactions on, a transactional worker per id of ``raylog_txn_ids``
+    (made last: the others draw from ``rng`` as without it), each on its own delayable cluster
+    handle; then the Kafka clients over the listeners (their calls are not delayed):
+    ``config.kafka_producers`` producers, ``config.kafka_consumers`` members of the third
+    group of ``groups`` and a transactional producer per id of ``kafka_txn_ids``."""
 
     def own() -> DelayedCluster:
         return DelayedCluster(env.cluster, delays)
 
     common = (topic, config.partitions, recorder)
     rate = config.rate_per_s
+    group, solo_group = groups[:2]
     # A short request timeout: acks=all requests time out while followers are slow and are
     # retried, which is where the leader meets duplicates.
     idempotent = [
@@ -409,17 +476,30 @@ def _clients(env, delays, topic, config, recorder, rng, group, solo_group, trans
         )
         for i in range(config.producers)
     ]
+    modes = [("sync", "async")[i % 2] for i in range(config.consumers)]
+    members = [
+        workload.ConsumerWorker(f"member-{mode}" if i < 2 else f"member{i}-{mode}", own(), *common, group, commit=mode)
+        for i, mode in enumerate(modes)
+    ]
+    bootstrap = env.bootstrap
     return [
         *idempotent[:1],
         workload.ProducerWorker("plain", own(), *common, rng, acks=config.acks, idempotent=False, rate_per_s=rate),
-        workload.ConsumerWorker("member-sync", own(), *common, group, commit="sync"),
-        workload.ConsumerWorker("member-async", own(), *common, group, commit="async"),
+        *members,
         workload.ConsumerWorker("assigned", own(), *common, solo_group, member=False),
         *idempotent[1:],
-        *[workload.TransactionalWorker("txn", own(), *common, rng, tid, rate_per_s=rate) for tid in transactional_ids],
+        *[workload.TransactionalWorker("txn", own(), *common, rng, tid, rate_per_s=rate) for tid in raylog_txn_ids],
         *[
-            workload.KafkaProducerWorker(f"kafka{i}", env.bootstrap, *common, rng, rate_per_s=rate)
+            kafka_workload.KafkaProducerWorker(f"kafka{i}", bootstrap, *common, rng, rate_per_s=rate)
             for i in range(config.kafka_producers)
+        ],
+        *[
+            kafka_workload.KafkaConsumerWorker(f"kafka-member{i}", bootstrap, *common, groups[2])
+            for i in range(config.kafka_consumers)
+        ],
+        *[
+            kafka_workload.KafkaTransactionalWorker(f"ktxn{i}", bootstrap, *common, rng, tid, rate_per_s=rate)
+            for i, tid in enumerate(kafka_txn_ids)
         ],
     ]
 
@@ -508,8 +588,13 @@ def totals(results: list[RunResult], elapsed_s: float) -> str:
         anomalies.update({k: n for k, n in result.report.counts().items() if n})
     faults = ", ".join(f"{kind}={n}" for kind, n in sorted(kinds.items())) or "none"
     found = " ".join(f"{kind}={n}" for kind, n in anomalies.items()) or "none"
+    demoted = sum(len(r.demoted) for r in results)
+    rates = sorted(r.throughput_per_s for r in results)
+    p99s = sorted(r.latency_ms[1] for r in results)
     return (
         f"runs={len(results)} failed={len(failed)}{' seeds=' + ','.join(map(str, failed)) if failed else ''} "
         f"ops={sum(r.ops for r in results)} acknowledged={sum(r.acknowledged for r in results)} "
-        f"faults={sum(kinds.values())} ({faults}) anomalies: {found} time={elapsed_s:.0f}s"
+        f"faults={sum(kinds.values())} ({faults}) anomalies: {found} demoted-while-healthy={demoted} "
+        f"throughput median {_percentile(rates, 0.5):.0f}/s, p99 median {_percentile(p99s, 0.5):.0f} ms "
+        f"(worst {p99s[-1] if p99s else 0:.0f} ms) time={elapsed_s:.0f}s"
     )

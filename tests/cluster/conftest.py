@@ -16,6 +16,7 @@ from ray.cluster_utils import Cluster
 
 import raylog
 from raylog import Admin, NewTopic
+from tests.helpers import wait_until
 
 FAST_FAILURE_DETECTION = {
     "health_check_period_ms": 500,
@@ -66,6 +67,8 @@ def multinode(tmp_path_factory):
         cluster_name=f"m{uuid.uuid4().hex[:8]}",
         config={"node.check.interval.ms": "200", "auto.leader.rebalance.enable": "false"},
     )
+    # A node still starting its first worker on a loaded machine registers a round later.
+    wait_until(lambda: len(cluster.metadata(refresh=True).live) == 3, timeout_s=90, message="three brokers")
     yield cluster, brokers
     cluster.shutdown()
     ray.shutdown()

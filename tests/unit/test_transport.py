@@ -16,3 +16,20 @@ def test_dead_restarting_or_unplaceable_actors_mean_refresh_and_retry():
     assert isinstance(translate(GetTimeoutError()), RequestTimedOutError)
     kept = NotLeaderOrFollowerError("moved")
     assert translate(kept) is kept
+
+
+def test_an_actor_methods_own_failure_says_which_method_and_what_it_raised():
+    """A method that raised something other than a raylog error (here a timeout inside the
+    controller's start) is an UnknownServerError naming the method and the exception, not
+    Ray's first traceback line alone."""
+    from ray.exceptions import RayTaskError
+
+    from raylog.errors import UnknownServerError
+
+    try:
+        raise TimeoutError("broker 2 did not answer")
+    except TimeoutError as exc:
+        wrapped = RayTaskError("ControllerActor.start", "Traceback ...", exc)
+    error = translate(wrapped)
+    assert isinstance(error, UnknownServerError)
+    assert "ControllerActor.start" in str(error) and "TimeoutError: broker 2 did not answer" in str(error)
