@@ -84,7 +84,9 @@ raylog bench fuzz-wire [--frames N] [--seed S] [--connections C] [--max-duration
         on an anomaly, a lost record or RSS growth above 256 MiB
 raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-faults M]
                   [--acks all|1] [--min-insync-replicas N] [--unclean] [--partitions P]
-                  [--transactions] [--overlap 1|2] [--producers N] [--kafka-producers N]
+                  [--transactions] [--overlap 1|2] [--producers N] [--consumers N]
+                  [--kafka-producers N] [--kafka-consumers N] [--kafka-transactional N]
+                  [--rate-per-s R]
         seeded fault runs (Jepsen's Kafka workload, see raylog.chaos): starts its own Ray
         cluster of a head and three labelled broker nodes on this machine, then N runs with
         seeds S, S+1, ...: each a fresh topic, producers and consumer groups recording a
@@ -95,8 +97,11 @@ raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-f
         (read_committed consumers then must never see an aborted or unfinished transaction)
         and kill-txn-coordinator faults; --overlap 2 leaves a paused replica, delayed calls
         or a full disk in effect while a second fault runs; --producers N idempotent
-        producer clients instead of one; --kafka-producers N confluent-kafka producers
-        through the brokers' Kafka listeners beside them
+        producer clients instead of one, --consumers N group members instead of two;
+        --kafka-producers, --kafka-consumers and --kafka-transactional N confluent-kafka
+        clients through the brokers' Kafka listeners beside them; --rate-per-s R records a
+        second per producer thread. A run also fails if a leader was demoted while no fault
+        disturbed its process or node; its line gives throughput and p50/p99 send latency
 raylog dump-log DIR [--records] [--json]   print a log directory's segments and batches
                                            (Kafka's kafka-dump-log), verifying CRCs;
                                            read-only, exit code 1 if a batch is invalid
@@ -1240,7 +1245,7 @@ def _bench_soak(args: argparse.Namespace) -> int:
 
     config = _soak_config(args)
     began = time.monotonic()
-    with soak.SoakCluster(listeners=config.kafka_producers > 0) as env:
+    with soak.SoakCluster(listeners=config.kafka_clients > 0) as env:
         print(
             f"soak: a head and {env.num_brokers} broker nodes up in {time.monotonic() - began:.1f} s; "
             f"{args.runs} run(s) from seed {args.seed}, {config.describe()}, faults {','.join(config.fault_kinds)}",
@@ -1261,8 +1266,8 @@ def _soak_config(args: argparse.Namespace):
     if unknown:
         raise _UsageError(f"unknown fault kinds {', '.join(unknown)}; known: {', '.join(FAULT_KINDS)}")
     needing = sorted(set(faults) & set(TRANSACTION_FAULTS))
-    if needing and not args.transactions:
-        raise _UsageError(f"fault kinds {', '.join(needing)} need --transactions")
+    if needing and not (args.transactions or args.kafka_transactional):
+        raise _UsageError(f"fault kinds {', '.join(needing)} need --transactions or --kafka-transactional")
     given = {
         "duration_s": args.duration_s,
         "max_faults": args.max_faults,
@@ -1271,7 +1276,11 @@ def _soak_config(args: argparse.Namespace):
         "partitions": args.partitions,
         "overlap": args.overlap,
         "producers": args.producers,
+        "consumers": args.consumers,
         "kafka_producers": args.kafka_producers,
+        "kafka_consumers": args.kafka_consumers,
+        "kafka_transactional": args.kafka_transactional,
+        "rate_per_s": args.rate_per_s,
     }
     return RunConfig(
         faults=faults,
@@ -1668,7 +1677,7 @@ def _add_bench(commands: Any) -> None:
     )
     fuzz.add_argument("--frames", type=_positive_int, default=1_000_000, help="default 1,000,000")
     fuzz.add_argument("--seed", type=int, default=0, help="of the mutations (default 0)")
-    fuzz.add_argument("--connections", type=_positive_int, default=4, help="batches in flight (default 4)")
+    fuzz.add_argument("--connections", type=_positive_int, default=32, help="batches in flight (default 32)")
     fuzz.add_argument("--max-duration-s", type=_positive_float, default=3600.0, help="stop early after (3,600)")
     soak = workloads.add_parser(
         "soak", help="seeded fault runs judged by a Jepsen-style checker (on a Ray cluster of its own)"
@@ -1693,11 +1702,24 @@ def _add_bench(commands: Any) -> None:
     soak.add_argument(
         "--producers", type=_positive_int, help="idempotent producer clients, two threads each (default 1)"
     )
+    soak.add_argument("--consumers", type=_non_negative_int, help="consumer group members (default 2)")
     soak.add_argument(
         "--kafka-producers",
         type=_non_negative_int,
         help="confluent-kafka producers writing through the brokers' Kafka listeners (default 0)",
     )
+    soak.add_argument(
+        "--kafka-consumers",
+        type=_non_negative_int,
+        help="confluent-kafka consumers in a group of their own, through the listeners (default 0)",
+    )
+    soak.add_argument(
+        "--kafka-transactional",
+        type=_non_negative_int,
+        help="confluent-kafka transactional producers through the listeners, with kill-txn-coordinator "
+        "faults (default 0)",
+    )
+    soak.add_argument("--rate-per-s", type=_positive_float, help="records per second per producer thread (default 40)")
     soak.add_argument(
         "--transactions",
         action="store_true",

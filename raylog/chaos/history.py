@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 OK = "ok"
 FAIL = "fail"
@@ -140,12 +141,18 @@ class Recorder:
         self._lock = threading.Lock()
         self._clock = 0
         self._ops: list[Op] = []
+        self._walls: list[float] = []  # the monotonic time of each tick (tick i at i - 1)
 
     def now(self) -> int:
         """The next tick of the run's logical clock."""
         with self._lock:
             self._clock += 1
+            self._walls.append(time.monotonic())
             return self._clock
+
+    def seconds(self, start: int, end: int) -> float:
+        """The wall time between two ticks of this recorder."""
+        return self._walls[end - 1] - self._walls[start - 1]
 
     def add(self, op: Op) -> None:
         with self._lock:

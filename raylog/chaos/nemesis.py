@@ -113,6 +113,10 @@ class FaultEvent:
     start_s: float = 0.0
     end_s: float = 0.0
     outcome: str = "done"  # done | skipped: <why> | error: <what>
+    #: ``(partition, broker)`` whose replica the fault stopped, killed, corrupted or filled
+    #: the disk of; ``(None, broker)``: the broker's node (every replica on it). Only these
+    #: may lose leadership because of it (:func:`raylog.chaos.leadership.unexplained`).
+    disturbed: set[tuple[int | None, int]] = dataclasses.field(default_factory=set)
 
     def __str__(self) -> str:
         detail = f" {self.target}" if self.target else ""
@@ -182,6 +186,9 @@ class Nemesis:
         #: While a lingering fault is injected: its hold is not slept but noted here (a
         #: monotonic deadline), and it is healed only after the fault beside it.
         self._linger_until: float | None = None
+        self._event: FaultEvent | None = None  # the one being injected
+        #: ``time.monotonic()`` when :meth:`run` began (events' times are seconds after it).
+        self.began = 0.0
 
     # --- the schedule ---------------------------------------------------------------------
 
@@ -189,7 +196,7 @@ class Nemesis:
         """Faults with pauses between, until ``duration_s`` has passed (a fault under way is
         finished and healed first) or ``max_faults`` were tried; with ``overlap=2`` a
         lingering fault stays in effect while the next one runs."""
-        began = time.monotonic()
+        began = self.began = time.monotonic()
         end = began + duration_s
         while len(self.events) < self.max_faults and self.kinds:
             gap_s = self.rng.uniform(*GAP_S)
@@ -220,13 +227,14 @@ class Nemesis:
 
     def _inject(self, event: FaultEvent) -> None:
         """Run ``event``'s fault, noting its target or why it was skipped or failed."""
+        self._event = event
         try:
             event.target = getattr(self, "_" + event.kind.replace("-", "_"))()
         except _Skip as why:
             event.outcome = f"skipped: {why}"
         except (RaylogError, ray.exceptions.RayError, OSError) as exc:
             event.outcome = f"error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            logger.warning("nemesis %s failed: %s", event.kind, event.outcome)
+            logger.warning("nemesis %s failed: %s", event.kind, event.outcome, exc_info=True)
 
     # --- healing --------------------------------------------------------------------------
 
@@ -250,18 +258,21 @@ class Nemesis:
 
     def _kill_leader(self) -> str:
         partition, leader, handle = self._leader()
+        self._disturb(partition, leader)
         ray.kill(handle, no_restart=False)
         self._await_answer(handle)
         return f"p{partition} leader b{leader}"
 
     def _kill_leader_pid(self) -> str:
         partition, leader, handle = self._leader()
+        self._disturb(partition, leader)
         os.kill(self._pid(handle), signal.SIGKILL)
         self._await_answer(handle)
         return f"p{partition} leader b{leader}"
 
     def _kill_node(self) -> str:
         partition, leader, _ = self._leader()
+        self._disturb(None, leader)
         self.env.kill_broker(leader)
         self._dead_brokers.add(leader)
         self._hold(self.rng.uniform(2.0, 5.0))
@@ -272,6 +283,7 @@ class Nemesis:
         broker, handle = self._replica(partition)
         pid = self._pid(handle)
         role = "leader" if broker == self._describe(partition).leader else "follower"
+        self._disturb(partition, broker)
         self._pause(pid)
         self._hold(self.lag_time_s + self.rng.uniform(0.3, 1.5))
         return f"p{partition} {role} b{broker}"
@@ -319,6 +331,7 @@ class Nemesis:
     def _lose_tail(self) -> str:
         partition, leader, handle = self._leader()
         followers = self._followers(partition, leader)
+        self._disturb(partition, leader)
         for pid in followers.values():
             self._pause(pid)
         self._hold(min(ALONE_S, self.lag_time_s * 2 / 3))
@@ -338,6 +351,7 @@ class Nemesis:
     def _isolate_leader(self, replace_disk: bool = False) -> str:
         partition, leader, _ = self._leader()
         followers = self._followers(partition, leader)
+        self._disturb(None, leader)
         for pid in followers.values():
             self._pause(pid)
         self._wait(lambda: self._describe(partition).isr == (leader,), "the ISR shrinking to the leader")
@@ -381,6 +395,7 @@ class Nemesis:
         broker, handle = self._replica(partition, leader)
         pid = self._pid(handle)
         directory = call(handle.__ray_call__.remote(_log_dir), CALL_TIMEOUT_S)
+        self._disturb(partition, broker)
         self._pause(pid)
         damage = corrupt_last_segment(directory, self.rng)
         os.kill(pid, signal.SIGKILL)
@@ -391,6 +406,7 @@ class Nemesis:
     def _disk_full(self) -> str:
         partition = self.rng.randrange(self.partitions)
         broker, handle = self._replica(partition)
+        self._disturb(partition, broker)
         call(handle.inject_disk_fault.remote(errno.ENOSPC), CALL_TIMEOUT_S)
         self._disk_faults.append(handle)
         self._hold(self.rng.uniform(*DISK_FULL_S))
@@ -426,6 +442,10 @@ class Nemesis:
     def _followers(self, partition: int, leader: int) -> dict[int, int]:
         """Broker -> process id of each live follower of ``partition``."""
         return {b: self._pid(h) for (p, b), h in sorted(self._handles().items()) if p == partition and b != leader}
+
+    def _disturb(self, partition: int | None, broker: int) -> None:
+        """The fault being injected disturbs ``broker``'s replica of ``partition`` (None: its node)."""
+        self._event.disturbed.add((partition, broker))
 
     def _pid(self, handle: Any) -> int:
         return call(handle.state.remote(), CALL_TIMEOUT_S)["pid"]

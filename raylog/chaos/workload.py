@@ -3,11 +3,6 @@
 - :class:`ProducerWorker`: threads sharing one Producer send unique values to random
   partitions, a few at a time, each awaited: ok with its offset, or unknown (an error
   after ``send`` returned: it may have been written), or fail (``send`` refused it).
-- :class:`KafkaProducerWorker`: an unchanged Kafka client (confluent-kafka, that is
-  librdkafka, in its default idempotent acks=all settings) sending unique values to random
-  partitions through the brokers' Kafka listeners: ok with the offset its delivery report
-  gives, unknown when the report is an error or never came. After a failed delivery the
-  sends librdkafka still holds are not idempotent (:class:`KafkaDeliveries` says why).
 - :class:`TransactionalWorker`: a thread running transactions of a few unique values over
   the partitions through a transactional Producer, some of them aborted on purpose. Each
   send names its transaction; each transaction ends with a ``Txn`` op: committed only if
@@ -21,6 +16,7 @@
   as Kafka allows with no active member), polling until stopped. Group members record
   each assignment, after which their order of records restarts. Consumers read
   read_committed (the Consumer's default), and their polls say so.
+- The Kafka wire clients (confluent-kafka) are in :mod:`raylog.chaos.kafka_workload`.
 - :func:`final_read`: a fresh read_committed consumer reads every partition from its log
   start up to its end offset (the last stable offset), and each group's committed offsets
   are fetched.
@@ -166,10 +162,10 @@ class ProducerWorker:
         try:
             future = self.producer.send(self.topic, value.encode(), partition=partition)
         except DEFINITE_SEND_ERRORS as exc:
-            _record(self.recorder, invocation, FAIL, None, exc)
+            record_send(self.recorder, invocation, FAIL, None, exc)
             return None
         except RaylogError as exc:  # e.g. no buffer room in time: the record was not queued
-            _record(self.recorder, invocation, FAIL, None, exc)
+            record_send(self.recorder, invocation, FAIL, None, exc)
             return None
         with self._lock:
             self._pending[start] = (invocation, future)
@@ -207,142 +203,9 @@ class ProducerWorker:
             _record_future(self.recorder, invocation, future)
 
 
-class KafkaProducerWorker:
-    """One thread sending through a confluent-kafka Producer (librdkafka, idempotent, acks=all:
-    its defaults) at about ``rate_per_s`` records per second to the cluster's Kafka listeners
-    (``bootstrap``). Each send is recorded from its delivery report: ok at the reported
-    offset, else unknown (a failed delivery may still have been written); a send ``produce``
-    refuses at once (a full local queue) is a fail; any report still missing when it stops
-    is unknown."""
-
-    def __init__(
-        self,
-        name: str,
-        bootstrap: str,
-        topic: str,
-        partitions: int,
-        recorder: Recorder,
-        rng,
-        *,
-        rate_per_s: float = 60.0,
-    ):
-        from confluent_kafka import Producer as KafkaProducer  # a test and soak dependency only
-
-        self.name = name
-        self.topic = topic
-        self.partitions = partitions
-        self.recorder = recorder
-        self.producer = KafkaProducer(
-            {
-                "bootstrap.servers": bootstrap,
-                "enable.idempotence": True,
-                "linger.ms": 2,
-                "message.timeout.ms": 20_000,
-                "partitioner": "murmur2_random",
-            },
-            logger=logger,  # librdkafka's own log lines through logging, not stderr
-        )
-        self._rng = random.Random(rng.random())
-        self._interval_s = 1.0 / rate_per_s
-        self._stop = threading.Event()
-        self._deliveries = KafkaDeliveries(recorder)
-        self._thread = threading.Thread(target=self._run, name=f"soak-{name}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        from confluent_kafka import KafkaException
-
-        sequence = 0
-        while not self._stop.is_set():
-            value = f"{self.name}-{sequence}"
-            sequence += 1
-            partition = self._rng.randrange(self.partitions)
-            invocation = Send(self.name, partition, value, UNKNOWN, start=self.recorder.now())
-            self._deliveries.sent(invocation)
-            try:
-                self.producer.produce(self.topic, value.encode(), partition=partition, on_delivery=self._delivered)
-            except (KafkaException, BufferError) as exc:
-                self._deliveries.refused(value, exc)
-            self.producer.poll(0)  # delivery reports
-            self._stop.wait(self._interval_s)
-
-    def _delivered(self, error: Any, message: Any) -> None:
-        self._deliveries.delivered(message.value().decode(), error, message.offset())
-
-    def stop(self) -> None:
-        """Stop sending, flush what is in flight for a while, record the rest as unknown."""
-        self._stop.set()
-        self._thread.join(CLOSE_TIMEOUT_S)
-        self.producer.flush(PRODUCER_CLOSE_TIMEOUT_S)
-        self._deliveries.settle()
-
-
-class KafkaDeliveries:
-    """The sends of one :class:`KafkaProducerWorker` awaiting their delivery reports, and
-    each report recorded: ok at the reported offset, else unknown (a failed delivery may
-    still have been written). Thread-safe: librdkafka's reports come on the thread that
-    polls, :meth:`settle` on the one that stops the worker.
-
-    A failed delivery takes idempotence from every send librdkafka still holds: the failed
-    message leaves a gap in the producer's sequence, which librdkafka closes by bumping its
-    producer epoch and numbering every message it holds afresh from sequence 0 (its manual,
-    "Message timeout considerations"; ``rd_kafka_toppar_producer_serve`` on a
-    message timeout, ``rd_kafka_handle_Produce_error`` on any other permanent error), among
-    them messages a broker may already have written (their batch answered with a possibly
-    persisted error, such as NOT_ENOUGH_REPLICAS_AFTER_APPEND or a timeout). Those go out as
-    new batches of the new epoch, which no broker can tell from new messages, Kafka's no more
-    than raylog's (librdkafka issue 4953), so they are recorded as not idempotent: a
-    duplicate of theirs is reported, not a broken promise. Every send still unreported when
-    a failed report comes is taken as held (a few made since the bump, never in danger, are
-    counted too). The failed send itself is never sent again and keeps the promise."""
-
-    def __init__(self, recorder: Recorder):
-        self.recorder = recorder
-        self._lock = threading.Lock()
-        self._pending: dict[str, Send] = {}  # value -> the send as invoked
-
-    def sent(self, invocation: Send) -> None:
-        """``invocation`` is about to be handed to the producer."""
-        with self._lock:
-            self._pending[invocation.value] = invocation
-
-    def refused(self, value: str, error: Exception) -> None:
-        """``produce`` refused ``value`` at once (a full local queue): a fail."""
-        with self._lock:
-            invocation = self._pending.pop(value, None)
-        if invocation is not None:
-            _record(self.recorder, invocation, FAIL, None, error)
-
-    def delivered(self, value: str, error: Any, offset: int | None) -> None:
-        """The delivery report of ``value``: ``error`` a ``KafkaError`` or None, ``offset``
-        where it was written when ``error`` is None. A success without an offset (librdkafka
-        infers a message written, its answer lost, from a later batch of its sequence) is
-        recorded unknown: written, but where is not said."""
-        with self._lock:
-            invocation = self._pending.pop(value, None)
-            if error is not None:
-                self._pending = {v: dataclasses.replace(s, idempotent=False) for v, s in self._pending.items()}
-        if invocation is None:
-            return
-        if error is None and offset is not None:
-            _record(self.recorder, invocation, OK, offset, None)
-        elif error is None:
-            _record(self.recorder, invocation, UNKNOWN, None, None)
-        else:
-            _record(self.recorder, invocation, UNKNOWN, None, RaylogError(str(error)))
-
-    def settle(self) -> None:
-        """Record every send still without a report as unknown."""
-        with self._lock:
-            pending = list(self._pending.values())
-            self._pending.clear()
-        for invocation in pending:
-            _record(self.recorder, invocation, UNKNOWN, None, None)
-
-
-def _record(recorder: Recorder, invocation: Send, outcome: str, offset: int | None, error: Exception | None) -> None:
+def record_send(
+    recorder: Recorder, invocation: Send, outcome: str, offset: int | None, error: Exception | None
+) -> None:
     """Record ``invocation`` (a send as invoked) with its outcome."""
     error_name = None if error is None else type(error).__name__
     recorder.add(dataclasses.replace(invocation, outcome=outcome, offset=offset, error=error_name, end=recorder.now()))
@@ -353,48 +216,58 @@ def _record_future(recorder: Recorder, invocation: Send, future: Any) -> None:
     queued, or not done yet: it may still be written)."""
     error = future.exception(0) if future.done() else None
     if future.done() and error is None:
-        _record(recorder, invocation, OK, future.result(0).offset, None)
+        record_send(recorder, invocation, OK, future.result(0).offset, None)
     else:
-        _record(recorder, invocation, UNKNOWN, None, error)
+        record_send(recorder, invocation, UNKNOWN, None, error)
 
 
-class TransactionalWorker:
-    """One thread running transactions of up to :data:`TXN_RECORDS_MAX` unique values, each
-    to a random partition, through a transactional Producer with ``transactional_id``, at
-    about ``rate_per_s`` records per second; a share (:data:`TXN_ABORT_PROBABILITY`) is
-    aborted on purpose (see the module docstring for how each end is recorded).
-
-    ``init_transactions`` runs in the constructor: the transaction coordinator (and its
-    ``__transaction_state`` partition) exists before the nemesis can kill it. A transaction
+class TransactionalLoop:
+    """What the transactional workers share (raylog's :class:`TransactionalWorker` and
+    confluent-kafka's :class:`~raylog.chaos.kafka_workload.KafkaTransactionalWorker`): one
+    thread running transactions at about ``rate_per_s`` records per second through a producer
+    with ``transactional_id``. The producer is initialised in the constructor (the transaction
+    coordinator, and its ``__transaction_state`` partition, exists before the nemesis can kill
+    it) and again after a transaction that ended unknown (``producer`` is None meanwhile); one
     that ended unknown when the worker is stopped is settled by one more init, so that no
-    transaction is open at the final read."""
+    transaction is open at the final read.
+
+    Subclasses make and initialise a producer (:meth:`_initialised`), run and record one
+    transaction (:meth:`_transaction`) and close a producer (:meth:`_close`)."""
 
     def __init__(
         self,
         name: str,
-        cluster: Any,
         topic: str,
         partitions: int,
         recorder: Recorder,
         rng: random.Random,
         transactional_id: str,
-        *,
-        rate_per_s: float = 60.0,
+        rate_per_s: float,
     ):
         self.name = name
-        self.cluster = cluster
         self.topic = topic
         self.partitions = partitions
         self.recorder = recorder
         self.transactional_id = transactional_id
         self.errors: list[str] = []
-        self.producer: Producer | None = None  # None: to init (again)
+        self.producer: Any = None  # None: to init (again)
         self._interval_s = 1.0 / rate_per_s
         self._sequence = 0
         self._transactions = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(random.Random(rng.random()),), daemon=True)
         self._init()
+
+    def _initialised(self) -> Any:
+        """A new producer with ``init_transactions`` done, or None (its error recorded)."""
+        raise NotImplementedError
+
+    def _transaction(self, rng: random.Random) -> int:
+        """One transaction, recorded; how many records it sent."""
+        raise NotImplementedError
+
+    def _close(self, producer: Any) -> None:
+        raise NotImplementedError
 
     def start(self) -> None:
         self._thread.start()
@@ -412,39 +285,89 @@ class TransactionalWorker:
         if self.producer is None:  # the last transaction ended unknown: settle it
             self._init()
         if self.producer is not None:
-            _close(self.producer, self.name)
+            self._close(self.producer)
 
     def _init(self) -> None:
-        """A new Producer with the worker's ``transactional_id``, initialised (fencing the
-        previous one and settling its transaction), tried for :data:`TXN_INIT_TIMEOUT_S`."""
+        """A new initialised producer (fencing the previous one and settling its transaction),
+        tried for :data:`TXN_INIT_TIMEOUT_S`."""
         deadline = time.monotonic() + TXN_INIT_TIMEOUT_S
         while True:
-            producer = Producer(
-                self.cluster,
-                transactional_id=self.transactional_id,
-                linger_ms=2,
-                retry_backoff_ms=50,
-                request_timeout_ms=5_000,
-                delivery_timeout_ms=20_000,
-                max_block_ms=int(TXN_CALL_TIMEOUT_S * 1000),
-                transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
-            )
-            try:
-                producer.init_transactions(timeout=TXN_CALL_TIMEOUT_S)
-            except RaylogError as exc:
-                self._error("init_transactions", exc)
-                _close(producer, self.name)
-                if time.monotonic() >= deadline:
-                    return
-                time.sleep(TXN_INIT_BACKOFF_S)  # the coordinator is moving: nothing to wait on
-                continue
-            self.producer = producer
-            return
+            self.producer = self._initialised()
+            if self.producer is not None or time.monotonic() >= deadline:
+                return
+            time.sleep(TXN_INIT_BACKOFF_S)  # the coordinator is moving: nothing to wait on
+
+    def _next_value(self, txn: str, rng: random.Random) -> Send:
+        """The next send of transaction ``txn``, as invoked: a unique value, a random partition."""
+        value = f"{self.name}-{self._sequence}"
+        self._sequence += 1
+        return Send(self.name, rng.randrange(self.partitions), value, UNKNOWN, txn=txn, start=self.recorder.now())
+
+    def _next_txn(self) -> str:
+        txn = f"{self.name}#{self._transactions}"
+        self._transactions += 1
+        return txn
+
+    def _abandon(self) -> None:
+        """Drop the producer: the next transaction starts with a new one (init again)."""
+        self._close(self.producer)
+        self.producer = None
+
+    def _error(self, what: str, exc: Any) -> None:
+        self.errors.append(f"{self.name} {what}: {type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        """Stop after the transaction under way (and the init that settles it, if any)."""
+        self._stop.set()
+        self._thread.join(CLOSE_TIMEOUT_S + TXN_INIT_TIMEOUT_S)
+
+
+class TransactionalWorker(TransactionalLoop):
+    """Transactions of up to :data:`TXN_RECORDS_MAX` unique values, each to a random
+    partition, through a raylog transactional Producer on ``cluster``; a share
+    (:data:`TXN_ABORT_PROBABILITY`) is aborted on purpose (see the module docstring for how
+    each end is recorded, and :class:`TransactionalLoop` for the rest)."""
+
+    def __init__(
+        self,
+        name: str,
+        cluster: Any,
+        topic: str,
+        partitions: int,
+        recorder: Recorder,
+        rng: random.Random,
+        transactional_id: str,
+        *,
+        rate_per_s: float = 60.0,
+    ):
+        self.cluster = cluster
+        super().__init__(name, topic, partitions, recorder, rng, transactional_id, rate_per_s)
+
+    def _initialised(self) -> Producer | None:
+        producer = Producer(
+            self.cluster,
+            transactional_id=self.transactional_id,
+            linger_ms=2,
+            retry_backoff_ms=50,
+            request_timeout_ms=5_000,
+            delivery_timeout_ms=20_000,
+            max_block_ms=int(TXN_CALL_TIMEOUT_S * 1000),
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+        )
+        try:
+            producer.init_transactions(timeout=TXN_CALL_TIMEOUT_S)
+        except RaylogError as exc:
+            self._error("init_transactions", exc)
+            _close(producer, self.name)
+            return None
+        return producer
+
+    def _close(self, producer: Producer) -> None:
+        _close(producer, self.name)
 
     def _transaction(self, rng: random.Random) -> int:
         """One transaction, recorded; how many records it sent."""
-        txn = f"{self.name}#{self._transactions}"
-        self._transactions += 1
+        txn = self._next_txn()
         start = self.recorder.now()
         try:
             self.producer.begin_transaction()
@@ -455,14 +378,11 @@ class TransactionalWorker:
         sends = []
         refused = False
         for _ in range(rng.randint(1, TXN_RECORDS_MAX)):
-            value = f"{self.name}-{self._sequence}"
-            self._sequence += 1
-            partition = rng.randrange(self.partitions)
-            invocation = Send(self.name, partition, value, UNKNOWN, txn=txn, start=self.recorder.now())
+            invocation = self._next_value(txn, rng)
             try:
-                future = self.producer.send(self.topic, value.encode(), partition=partition)
+                future = self.producer.send(self.topic, invocation.value.encode(), partition=invocation.partition)
             except RaylogError as exc:  # not queued (e.g. fenced, no buffer room in time)
-                _record(self.recorder, invocation, FAIL, None, exc)
+                record_send(self.recorder, invocation, FAIL, None, exc)
                 refused = True
                 break
             sends.append((invocation, future))
@@ -491,19 +411,6 @@ class TransactionalWorker:
         except RaylogError as exc:  # fenced, timed out, or failed after the request left
             self._error("end of transaction", exc)
             return UNKNOWN
-
-    def _abandon(self) -> None:
-        """Drop the producer: the next transaction starts with a new one (init again)."""
-        _close(self.producer, self.name)
-        self.producer = None
-
-    def _error(self, what: str, exc: Exception) -> None:
-        self.errors.append(f"{self.name} {what}: {type(exc).__name__}: {exc}")
-
-    def stop(self) -> None:
-        """Stop after the transaction under way (and the init that settles it, if any)."""
-        self._stop.set()
-        self._thread.join(CLOSE_TIMEOUT_S + TXN_INIT_TIMEOUT_S)
 
 
 def _close(producer: Producer, name: str) -> None:

@@ -271,14 +271,23 @@ def test_a_follower_keeps_fetching_after_a_corrupt_batch(multinode, replicated_t
         producer.send(topic, b"before").result(timeout=30)
     info = describe(cluster, topic)
     handles = ray.get(cluster.controller.replica_handles.remote(topic))
-    follower = next(r for r in info.replicas if r != info.leader)
-    state = handles[(0, follower)].state
-    pid = ray.get(state.remote())["pid"]
-    os.kill(pid, signal.SIGSTOP)
+    leader = handles[(0, info.leader)]
+    followers = [r for r in info.replicas if r != info.leader]
+    state = handles[(0, followers[0])].state
+    pids = [ray.get(handles[(0, r)].state.remote())["pid"] for r in followers]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
     try:
         with Producer(cluster, acks=1) as producer:
-            # The first may answer the follower's pending long poll; the second it must fetch.
+            # "first" answers the stopped followers' parked long polls; once the leader holds
+            # none, the next batch can only reach them by a fetch made after they resume,
+            # which reads it corrupt.
             producer.send(topic, b"first").result(timeout=30)
+            wait_until(
+                lambda: not ray.get(leader.state.remote())["waiting"].get("replication"),
+                timeout_s=60,
+                message="the parked follower fetches answered",
+            )
             producer.send(topic, b"x" * 1000).result(timeout=30)
         (segment,) = glob.glob(str(brokers.data_root / f"broker-{info.leader}" / f"{topic}-0*" / "*.log"))
         with open(segment, "r+b") as f:
@@ -287,16 +296,16 @@ def test_a_follower_keeps_fetching_after_a_corrupt_batch(multinode, replicated_t
             f.seek(-10, os.SEEK_END)
             f.write(bytes([original[0] ^ 0xFF]))
     finally:
-        os.kill(pid, signal.SIGCONT)
-    wait_until(lambda: follower not in describe(cluster, topic).isr, timeout_s=60, message="the follower stuck")
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: ray.get(state.remote())["fetch_errors"] > 0, timeout_s=60, message="the corrupt batch fetched")
+    assert "CorruptRecordError" in ray.get(state.remote())["last_fetch_error"]
     with open(segment, "r+b") as f:
         f.seek(-10, os.SEEK_END)
         f.write(original)
-    leader_end = ray.get(handles[(0, info.leader)].state.remote())["log_end_offset"]
+    leader_end = ray.get(leader.state.remote())["log_end_offset"]
     wait_until(lambda: ray.get(state.remote())["log_end_offset"] == leader_end, timeout_s=60, message="catching up")
-    wait_until(lambda: follower in describe(cluster, topic).isr, timeout_s=60, message="rejoining the ISR")
-    fetched = ray.get(state.remote())
-    assert fetched["fetch_errors"] > 0 and "CorruptRecordError" in fetched["last_fetch_error"]
+    wait_until(lambda: set(describe(cluster, topic).isr) == set(info.replicas), timeout_s=60, message="a full ISR")
 
 
 def test_one_followers_report_does_not_move_a_live_leader(multinode, replicated_topic):

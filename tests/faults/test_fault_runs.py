@@ -78,18 +78,34 @@ def test_unsafe_configurations_can_lose_acknowledged_writes(soak_env, config, wh
 
 
 #: Two faults in effect at once (a paused follower, delayed calls or a full disk left in
-#: effect while a second fault runs), with four idempotent producers and two confluent-kafka
-#: producers writing through the listeners.
-OVERLAPPING = RunConfig(duration_s=4.0, max_faults=2, partitions=1, overlap=2, producers=4, kafka_producers=2)
+#: effect while a second fault runs), with clients of every kind: four idempotent raylog
+#: producers, and through the listeners two confluent-kafka producers, two confluent-kafka
+#: group members and a confluent-kafka transactional producer (whose coordinator the
+#: nemesis may kill).
+OVERLAPPING = RunConfig(
+    duration_s=4.0,
+    max_faults=2,
+    partitions=1,
+    overlap=2,
+    producers=4,
+    kafka_producers=2,
+    kafka_consumers=2,
+    kafka_transactional=1,
+)
 OVERLAPPING_SEEDS = range(1, 4)
 
 
 @pytest.mark.parametrize("seed", OVERLAPPING_SEEDS)
 def test_safe_configuration_keeps_its_promises_under_overlapping_faults(soak_env, seed):
-    """The safe configuration under two overlapping faults: the checker finds no anomaly it
-    promises against and the cluster heals."""
+    """The safe configuration under two overlapping faults, with Kafka clients of every kind:
+    the checker finds no anomaly it promises against, no leader is demoted while no fault
+    disturbed it, the cluster heals, and the Kafka clients' records and transactions are in
+    the history."""
     result = run_once(soak_env, seed, OVERLAPPING)
     print(result.line())
     assert not result.failed, f"{result.line()}\n{result.details()}"
+    assert not result.demoted
+    assert result.transactions.get(COMMITTED), f"no Kafka transaction committed: {result.line()}"
+    assert any(n for name, n in result.polled.items() if name.startswith("kafka-member")), result.polled
     overlapped = any(b.start_s < a.end_s for a, b in itertools.pairwise(result.faults))
     assert overlapped, f"no two faults overlapped: {result.line()}\n{result.details()}"

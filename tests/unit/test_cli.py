@@ -97,7 +97,7 @@ def test_bench_soak_refuses_unknown_fault_kinds_before_starting_anything(capsys)
 def test_bench_soak_refuses_transaction_faults_without_the_transactional_workload(capsys):
     """Killing the transaction coordinator needs --transactions (there is none otherwise)."""
     assert cli.main(["bench", "soak", "--faults", "kill-txn-coordinator"]) == 2
-    assert "kill-txn-coordinator need --transactions" in capsys.readouterr().err
+    assert "kill-txn-coordinator need --transactions or --kafka-transactional" in capsys.readouterr().err
 
 
 def test_a_soak_runs_replay_flags_choose_its_configuration_again():
@@ -111,6 +111,7 @@ def test_a_soak_runs_replay_flags_choose_its_configuration_again():
         RunConfig(min_insync_replicas=1, unclean=True, faults=("isolate-leader", "kill-node")),
         RunConfig(partitions=1, transactions=True),
         RunConfig(overlap=2, producers=32, kafka_producers=4),
+        RunConfig(consumers=8, kafka_consumers=8, kafka_transactional=4, rate_per_s=10.0),
     ):
         args = cli._parser().parse_args(["bench", "soak", *config.flags().split()])
         assert cli._soak_config(args) == config

@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError
 from raylog.chaos import checker
 from raylog.chaos.checker import DUPLICATE
 from raylog.chaos.history import FAIL, OK, UNKNOWN, FinalRead, Recorder, Send
-from raylog.chaos.workload import KafkaDeliveries
+from raylog.chaos.kafka_workload import KafkaDeliveries
 
 
 def outcomes(recorder: Recorder) -> dict[str, tuple]:

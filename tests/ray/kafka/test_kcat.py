@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from raylog import Producer, TopicPartition
 from raylog.clients.partitioner import partition_for_key
+from tests.helpers import wait_until
 
 #: librdkafka's default partitioner hashes with CRC32; Java's (and raylog's) is murmur2.
 MURMUR2 = ("-X", "topic.partitioner=murmur2_random")
@@ -16,8 +17,22 @@ LINES = [f"user-{i}:click {i}" for i in range(12)]
 
 def test_kcat_lists_every_broker_and_the_topics_partitions(kcat, bootstrap, kafka_admin, kafka_topic):
     topic = kafka_topic(num_partitions=3, replication_factor=2)
-    done = kcat.run("-b", bootstrap, "-L", "-t", topic)
-    assert done.returncode == 0, done.stderr
+    # Compared once every follower is in sync and the listeners know each new leader (as with
+    # Kafka, a topic just created may be listed LEADER_NOT_AVAILABLE for a moment).
+    wait_until(
+        lambda: all(set(p.isr) == set(p.replicas) for p in kafka_admin.describe_topics([topic])[0].partitions),
+        timeout_s=60,
+        message="every follower in sync",
+    )
+    done = wait_until(
+        lambda: (
+            (listed := kcat.run("-b", bootstrap, "-L", "-t", topic)).returncode == 0
+            and "Leader not available" not in listed.stdout
+            and listed
+        ),
+        timeout_s=60,
+        message="every leader listed",
+    )
     (described,) = kafka_admin.describe_topics([topic])
     brokers = bootstrap.split(",")
     first, *rest = done.stdout.splitlines()

@@ -1,0 +1,78 @@
+"""The soak's check that no leader is demoted while healthy (``raylog.chaos.leadership``):
+which leadership changes a fault explains, on changes and faults written by hand."""
+
+from __future__ import annotations
+
+from raylog.chaos.leadership import GRACE_S, LeaderChange, LeadershipWatch, unexplained
+from raylog.chaos.nemesis import FaultEvent
+from raylog.errors import RequestTimedOutError
+
+ORIGIN = 1000.0
+
+
+def change(at_s: float, partition: int, before: tuple[int, int], after: tuple[int, int]) -> LeaderChange:
+    return LeaderChange(ORIGIN + at_s, partition, before, after)
+
+
+def fault(kind: str, start_s: float, end_s: float, *disturbed: tuple[int | None, int]) -> FaultEvent:
+    return FaultEvent(kind, start_s=start_s, end_s=end_s, disturbed=set(disturbed))
+
+
+def test_a_leader_moved_while_no_fault_disturbed_it_is_unexplained():
+    moved = change(3.0, 0, (1, 4), (2, 5))
+    assert unexplained([moved], [], ORIGIN) == [moved]
+    # a fault elsewhere (another broker, another partition, or one that disturbs nothing) does not explain it
+    others = [
+        fault("pause-replica", 2.0, 4.0, (0, 2)),
+        fault("kill-leader", 2.0, 4.0, (1, 1)),
+        fault("delay-calls", 0.0, 10.0),
+    ]
+    assert unexplained([moved], others, ORIGIN) == [moved]
+
+
+def test_a_fault_on_the_leaders_replica_or_node_explains_its_demotion_from_start_to_grace_after_end():
+    on_replica = fault("kill-leader", 2.0, 4.0, (0, 1))
+    on_node = fault("kill-node", 2.0, 4.0, (None, 1))
+    for event in (on_replica, on_node):
+        for at in (2.0, 3.0, 4.0 + GRACE_S):
+            assert unexplained([change(at, 0, (1, 4), (2, 5))], [event], ORIGIN) == []
+        for at in (1.9, 4.1 + GRACE_S):
+            late = change(at, 0, (1, 4), (2, 5))
+            assert unexplained([late], [event], ORIGIN) == [late]
+
+
+def test_a_new_epoch_for_the_same_leader_needs_a_fault_too_and_an_election_from_no_leader_needs_none():
+    restarted = change(3.0, 0, (1, 4), (1, 5))
+    assert unexplained([restarted], [], ORIGIN) == [restarted]
+    assert unexplained([restarted], [fault("kill-leader-pid", 2.5, 3.5, (0, 1))], ORIGIN) == []
+    assert unexplained([change(3.0, 0, (-1, 5), (2, 6))], [], ORIGIN) == []
+
+
+class _Admin:
+    """describe_topics answering from a script of states (None: the controller times out)."""
+
+    def __init__(self, states):
+        self.states = list(states)
+
+    def describe_topics(self, names):
+        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+        if state is None:
+            raise RequestTimedOutError("paused")
+        return [_Topic([_Partition(p, leader, epoch) for p, (leader, epoch) in enumerate(state)])]
+
+
+class _Topic:
+    def __init__(self, partitions):
+        self.partitions = partitions
+
+
+class _Partition:
+    def __init__(self, partition, leader, leader_epoch):
+        self.partition, self.leader, self.leader_epoch = partition, leader, leader_epoch
+
+
+def test_the_watch_keeps_each_change_and_skips_samples_that_fail():
+    watch = LeadershipWatch(_Admin([[(1, 0), (2, 0)], None, [(1, 0), (3, 1)], [(1, 0), (3, 1)]]), "t")
+    for _ in range(4):
+        watch._sample()
+    assert [(c.partition, c.before, c.after) for c in watch.changes] == [(1, (2, 0), (3, 1))]
