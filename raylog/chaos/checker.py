@@ -123,16 +123,23 @@ class Report:
             return []
         return [a for kind in CLASSES for a in self.anomalies[kind] if kind not in IDEMPOTENCE_CLASSES or a.idempotent]
 
-    def summary(self) -> str:
-        """``class=count`` for every class found (``none`` when clean)."""
+    def summary(self, safe: bool = False) -> str:
+        """``class=count`` for every class found (``none`` when clean), and how many of them
+        break a ``safe`` configuration's promise."""
         found = [f"{kind}={n}" for kind, n in self.counts().items() if n]
-        return " ".join(found) or "none"
+        breaking = collections.Counter(a.kind for a in self.violations(safe))
+        broken = [f"{kind}={n}" for kind, n in breaking.items()]
+        return (" ".join(found) or "none") + (f" (violations: {' '.join(broken)})" if broken else "")
 
-    def examples(self, per_class: int = EXAMPLES_PER_CLASS) -> str:
+    def examples(self, per_class: int = EXAMPLES_PER_CLASS, safe: bool = False) -> str:
+        """A few anomalies of each class, those that break a ``safe`` configuration's promise
+        first (marked ``violation``)."""
+        breaking = {id(a) for a in self.violations(safe)}
         lines = []
         for kind in CLASSES:
-            for anomaly in self.anomalies[kind][:per_class]:
-                lines.append(f"  {anomaly}")
+            ranked = sorted(self.anomalies[kind], key=lambda a: id(a) not in breaking)
+            for anomaly in ranked[:per_class]:
+                lines.append(f"  {'violation: ' if id(anomaly) in breaking else ''}{anomaly}")
         return "\n".join(lines)
 
 

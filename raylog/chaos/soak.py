@@ -326,7 +326,7 @@ class RunResult:
             f"acknowledged={self.acknowledged}{transactions} "
             f"({self.throughput_per_s:.0f}/s, p50 {p50:.0f} ms, p99 {p99:.0f} ms) "
             f"faults={len(injected)}[{', '.join(f.kind for f in injected)}] "
-            f"anomalies: {self.report.summary()}{healed} {self.elapsed_s:.1f}s {verdict}"
+            f"anomalies: {self.report.summary(self.config.safe)}{healed} {self.elapsed_s:.1f}s {verdict}"
         )
 
     def details(self) -> str:
@@ -334,7 +334,7 @@ class RunResult:
         flags = self.config.flags()
         lines = [f"  replay: raylog bench soak --runs 1 --seed {self.seed}{' ' + flags if flags else ''}"]
         lines += [f"  fault {f.start_s:.1f}-{f.end_s:.1f}s: {f}" for f in self.faults]
-        examples = self.report.examples()
+        examples = self.report.examples(safe=self.config.safe)
         lines += [examples] if examples else []
         lines += [f"  not healed: {self.unhealed}"] if self.unhealed else []
         lines += [f"  demoted while healthy: {d}" for d in self.demoted]

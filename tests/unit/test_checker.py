@@ -522,3 +522,16 @@ def test_the_recorder_orders_operations_by_invocation():
     recorder.add(sent("a", 0, t=first))
     history = recorder.history(FinalRead.of({}))
     assert [op.value for op in history.ops] == ["a", "b"] and len(recorder) == 2
+
+
+def test_the_report_shows_what_breaks_a_promise_first_among_many_that_do_not():
+    """A run with thousands of duplicates of non-idempotent sends and one of an idempotent send:
+    the summary counts the violation apart, and the examples show it first."""
+    ops = [sent(f"n{i}", i, idempotent=False) for i in range(5)] + [sent("i", 5)]
+    records = [(i, f"n{i}") for i in range(5)] + [(5, "i")] + [(6 + i, f"n{i}") for i in range(5)] + [(11, "i")]
+    report = checker.check(History(ops, FinalRead.of({0: records})))
+    assert report.counts()[DUPLICATE] == 6
+    assert report.summary(safe=True) == "duplicate=6 (violations: duplicate=1)"
+    assert report.summary() == "duplicate=6"
+    first = report.examples(safe=True).splitlines()[0]
+    assert first.startswith("  violation: duplicate") and "'i'" in first
