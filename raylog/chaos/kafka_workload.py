@@ -94,6 +94,12 @@ class KafkaProducerWorker:
         self.topic = topic
         self.partitions = partitions
         self.recorder = recorder
+        self._deliveries = KafkaDeliveries(recorder)
+        # One logger per producer, read by LibrdkafkaLog (debug lines stop there).
+        self._log = logging.getLogger(f"{__name__}.{name}")
+        self._log.setLevel(logging.DEBUG)
+        self._log.propagate = False
+        self._log.handlers = [LibrdkafkaLog(self._deliveries)]
         self.producer = KafkaProducer(
             {
                 "bootstrap.servers": bootstrap,
@@ -101,13 +107,13 @@ class KafkaProducerWorker:
                 "linger.ms": 2,
                 "message.timeout.ms": 20_000,
                 "partitioner": "murmur2_random",
+                "debug": "eos",  # its epoch bumps, for the bookkeeping of idempotence
             },
-            logger=logger,  # librdkafka's own log lines through logging, not stderr
+            logger=self._log,  # librdkafka's own log lines through logging, not stderr
         )
         self._rng = random.Random(rng.random())
         self._interval_s = 1.0 / rate_per_s
         self._stop = threading.Event()
-        self._deliveries = KafkaDeliveries(recorder)
         self._thread = threading.Thread(target=self._run, name=f"soak-{name}", daemon=True)
 
     def start(self) -> None:
@@ -158,12 +164,25 @@ class KafkaDeliveries:
     than raylog's (librdkafka issue 4953), so they are recorded as not idempotent: a
     duplicate of theirs is reported, not a broken promise. Every send still unreported when
     a failed report comes is taken as held (a few made since the bump, never in danger, are
-    counted too). The failed send itself is never sent again and keeps the promise."""
+    counted too). librdkafka bumps its epoch the same way when a Produce request times out in
+    flight, before any report fails (the failed message itself may then have been written
+    twice): :class:`LibrdkafkaLog` reads that bump from librdkafka's log and calls
+    :meth:`epoch_bumped`. A failed send held by no bump was never sent again and keeps the
+    promise."""
 
     def __init__(self, recorder: Recorder):
         self.recorder = recorder
         self._lock = threading.Lock()
         self._pending: dict[str, Send] = {}  # value -> the send as invoked
+
+    def epoch_bumped(self) -> None:
+        """librdkafka bumped its producer epoch (see :class:`LibrdkafkaLog`): it numbers every
+        message it holds afresh, those a broker may have written included."""
+        with self._lock:
+            self._held_not_idempotent()
+
+    def _held_not_idempotent(self) -> None:
+        self._pending = {v: dataclasses.replace(s, idempotent=False) for v, s in self._pending.items()}
 
     def sent(self, invocation: Send) -> None:
         """``invocation`` is about to be handed to the producer."""
@@ -185,7 +204,7 @@ class KafkaDeliveries:
         with self._lock:
             invocation = self._pending.pop(value, None)
             if error is not None:
-                self._pending = {v: dataclasses.replace(s, idempotent=False) for v, s in self._pending.items()}
+                self._held_not_idempotent()
         if invocation is None:
             return
         if error is None and offset is not None:
@@ -202,6 +221,24 @@ class KafkaDeliveries:
             self._pending.clear()
         for invocation in pending:
             record_send(self.recorder, invocation, UNKNOWN, None, None)
+
+
+class LibrdkafkaLog(logging.Handler):
+    """The log of one confluent-kafka producer (its ``eos`` debug context on): a change of
+    its idempotence state to DrainBump, which it makes before bumping its epoch, tells
+    ``deliveries``; every line but debug ones goes on to this module's logger."""
+
+    BUMP = "-> DrainBump"
+
+    def __init__(self, deliveries: KafkaDeliveries):
+        super().__init__(logging.DEBUG)
+        self.deliveries = deliveries
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.BUMP in record.getMessage():
+            self.deliveries.epoch_bumped()
+        if record.levelno > logging.DEBUG:
+            logger.handle(record)
 
 
 class KafkaConsumerWorker:

@@ -3,13 +3,15 @@ hand-made reports and the checker (no Ray, no broker)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from confluent_kafka import KafkaError
 
 from raylog.chaos import checker
 from raylog.chaos.checker import DUPLICATE
 from raylog.chaos.history import FAIL, OK, UNKNOWN, FinalRead, Recorder, Send
-from raylog.chaos.kafka_workload import KafkaDeliveries
+from raylog.chaos.kafka_workload import KafkaDeliveries, LibrdkafkaLog
 
 
 def outcomes(recorder: Recorder) -> dict[str, tuple]:
@@ -71,3 +73,32 @@ def test_a_delivery_reported_without_an_offset_is_unknown_and_the_checker_takes_
 
     assert outcomes(recorder) == {"k-0": (UNKNOWN, None, True)}
     assert not report.violations(safe=True)
+
+
+def test_an_epoch_bump_without_a_failed_report_takes_idempotence_from_every_held_send():
+    """librdkafka also bumps its epoch when a Produce request times out in flight (its log:
+    "Idempotent producer state change Assigned -> DrainBump", then "resetting epoch base
+    seq"), before any report fails, and sends what it held again under new sequences: the
+    64-client soak (seed 1) saw a send written at 5188, renumbered, written again at 5363 and
+    only then reported failed. The worker reads the bump from librdkafka's "eos" log, so
+    every send held at that moment, the one later reported failed too, is not idempotent."""
+    recorder = Recorder()
+    deliveries = KafkaDeliveries(recorder)
+    handler = LibrdkafkaLog(deliveries)
+    for value in ("k-0", "k-1"):
+        deliveries.sent(Send("k", 0, value, UNKNOWN))
+    bump = (
+        "IDEMPSTATE [rdkafka#producer-3] [thrd:127.0.0.1:1/1]: Idempotent producer state change Assigned -> DrainBump"
+    )
+    handler.handle(logging.LogRecord("librdkafka", logging.DEBUG, __file__, 1, bump, None, None))
+    deliveries.sent(Send("k", 0, "k-2", UNKNOWN))  # after the bump: never renumbered
+    deliveries.delivered("k-2", None, 10)
+    deliveries.delivered("k-1", None, 9)
+    deliveries.delivered("k-0", KafkaError(KafkaError._MSG_TIMED_OUT), -1)
+
+    final = {0: [(5, "k-0"), (6, "k-1"), (8, "k-0"), (9, "k-1"), (10, "k-2")]}
+    report = checker.check(recorder.history(FinalRead.of(final)))
+
+    assert sorted(a.value for a in report.anomalies[DUPLICATE]) == ["k-0", "k-1"]
+    assert not report.violations(safe=True)
+    assert outcomes(recorder)["k-2"] == (OK, 10, True)
