@@ -56,6 +56,7 @@ Functions here are pure and thread-safe.
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
 from typing import Any
 
@@ -703,12 +704,32 @@ def to_kafka(raylog_bytes: Any) -> list[Any]:
     Raises:
         CorruptRecordError: a raylog batch fails its CRC or body checks.
     """
+    return to_kafka_within(raylog_bytes, sys.maxsize)[0]
+
+
+def to_kafka_within(raylog_bytes: Any, max_bytes: int, at_least_one: bool = True) -> tuple[list[Any], int | None]:
+    """:func:`to_kafka` of the leading batches whose Kafka form fits in ``max_bytes`` together,
+    and with ``at_least_one`` the first batch whatever its size (a Fetch answer's bound, as
+    Kafka keeps it since KIP-74: the first batch of the first partition with records always goes).
+
+    Returns:
+        The buffers, and the offset after the last batch converted (None when none fits).
+
+    Raises:
+        CorruptRecordError: as :func:`to_kafka`.
+    """
     view = memoryview(raylog_bytes).cast("B")
     out: list[Any] = []
+    size, next_offset = 0, None
     for pos, header in rb.iter_headers(view):
         rb.check_crc(view, pos, header)  # else a disk error would get a fresh, valid Kafka CRC
-        out += _batch_to_kafka(header, rb.decode_body(view, pos, header))
-    return out
+        batch = _batch_to_kafka(header, rb.decode_body(view, pos, header))
+        size += sum(memoryview(part).nbytes for part in batch)
+        if size > max_bytes and (out or not at_least_one):
+            break
+        out += batch
+        next_offset = header.next_offset
+    return out, next_offset
 
 
 def _binary_parts(array: pa.Array) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ allows.
 from __future__ import annotations
 
 import asyncio
-import collections
+import functools
 import struct
 import uuid
 from collections.abc import Awaitable, Callable
@@ -48,7 +48,7 @@ from raylog.errors import (
 )
 from raylog.kafka import codec, records
 from raylog.protocol import FetchRequest, FetchResponse, ProduceRequest, error_fields, records_payload
-from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD, iter_headers
+from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD
 
 ApiKey = codec.ApiKey
 #: Kafka's "no authorized operations" marker (clients ask for them only with ACLs).
@@ -266,7 +266,13 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
     isolation = body.get("isolation_level", 0)
     max_wait_ms = max(0, body["max_wait_ms"])
     client_id = header.client_id or ""
-    wanted = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
+    # No partition reads past the answer's bound (the answer trims to it: _fetch_answer).
+    cap = body.get("max_bytes", 2**31 - 1)
+    wanted = [
+        (t["topic"], {**p, "partition_max_bytes": min(p["partition_max_bytes"], cap)})
+        for t in body["topics"]
+        for p in t["partitions"]
+    ]
     results: dict[tuple[str, int], Any] = {}
     now: dict[tuple[str, int], Awaitable] = {}
     for topic, p in wanted:
@@ -383,12 +389,15 @@ async def _fetch_answer(
                 log_start_offset=result.log_start_offset,
             )
             if len(result.records) and not result.error_code and (room > 0 or not sent):
-                part["records"] = await ctx.convert(records.to_kafka, result.records)
-                part["aborted_transactions"] = [
-                    {"producer_id": pid, "first_offset": first} for pid, first in result.aborted_transactions
-                ]
-                room -= len(result.records)
-                sent[key] = _next_offset(result.records)
+                within = functools.partial(records.to_kafka_within, max_bytes=room, at_least_one=not sent)
+                converted, next_offset = await ctx.convert(within, result.records)
+                if next_offset is not None:
+                    part["records"] = converted
+                    part["aborted_transactions"] = [
+                        {"producer_id": pid, "first_offset": first} for pid, first in result.aborted_transactions
+                    ]
+                    room -= sum(memoryview(b).nbytes for b in converted)
+                    sent[key] = next_offset
             throttle = max(throttle, result.throttle_time_ms)
         topics.setdefault(topic, []).append(part)
     answer = {
@@ -398,12 +407,6 @@ async def _fetch_answer(
         "responses": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
     }
     return answer, sent
-
-
-def _next_offset(data: Any) -> int:
-    """The offset after the last of these whole raylog batches."""
-    ((_, last),) = collections.deque(iter_headers(data), maxlen=1)
-    return last.next_offset
 
 
 # --- ListOffsets and OffsetForLeaderEpoch ------------------------------------------------

@@ -573,3 +573,47 @@ def test_confluent_lists_every_topic_with_its_admin_client_and_its_consumer(boot
         assert topic in consumer.list_topics(timeout=DEADLINE_S).topics
     finally:
         consumer.close()
+
+
+def test_confluent_consumes_within_its_fetch_max_bytes(bootstrap, kafka_topic):
+    """librdkafka's test 0082: batches of 900 KiB on 3 partitions, max.partition.fetch.bytes
+    20 MB but fetch.max.bytes 1 MB and a receive bound 512 bytes above it. A Fetch answer
+    stays within the request's max_bytes but for its first batch (Kafka's rule), else the
+    client refuses every answer ("Invalid response size") and never consumes."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import KafkaError
+    from confluent_kafka import Producer as KafkaProducer
+
+    topic = kafka_topic(num_partitions=3)
+    value = b"v" * (900 * 1024)
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for partition in range(3):
+        for _ in range(3):
+            producer.produce(topic, value, partition=partition)
+    assert producer.flush(DEADLINE_S) == 0
+    errors: list = []
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "max.partition.fetch.bytes": 20_000_000,
+            "fetch.max.bytes": 1_000_000,
+            "receive.message.max.bytes": 1_000_512,
+            "error_cb": lambda error: errors.append(error),
+        }
+    )
+    consumed = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + DEADLINE_S
+        while len(consumed) < 9 and time.monotonic() < deadline and not errors:
+            message = consumer.poll(1.0)
+            if message is not None:
+                assert message.error() is None or message.error().code() == KafkaError._PARTITION_EOF
+                if message.error() is None:
+                    consumed.append((message.partition(), message.offset(), len(message.value())))
+    finally:
+        consumer.close()
+    assert not errors, errors
+    assert sorted(consumed) == [(p, o, len(value)) for p in range(3) for o in range(3)]

@@ -232,6 +232,26 @@ def test_several_batches_convert_in_order_both_ways():
     assert records.to_kafka(b"") == []
 
 
+def test_a_fetch_answer_keeps_within_its_bound_by_whole_batches():
+    """Kafka's Fetch bound (KIP-74): whole batches while they fit, and the first one always
+    when the answer has none yet (a client's receive bound is only a little above its
+    fetch.max.bytes: librdkafka's test 0082 allows 512 bytes)."""
+    batches = []
+    for i in range(3):
+        batch = rb.build([b"%d" % i * 1000])
+        batches.append(rb.stamp(rb.read_header(batch), 10 * i, 1) + batch[rb.STAMP.size :])
+    data = b"".join(batches)
+    sizes = [len(joined(records.to_kafka(b))) for b in batches]
+    every, after = records.to_kafka_within(data, sum(sizes))
+    assert (joined(every), after) == (joined(records.to_kafka(data)), 21)
+    two, after = records.to_kafka_within(data, sum(sizes) - 1)
+    assert (len(joined(two)), after) == (sizes[0] + sizes[1], 11)
+    one, after = records.to_kafka_within(data, 1)
+    assert (joined(one), after) == (joined(records.to_kafka(batches[0])), 1)
+    assert records.to_kafka_within(data, sizes[0] - 1, at_least_one=False) == ([], None)
+    assert records.to_kafka_within(b"", 100) == ([], None)
+
+
 def test_compacted_batch_keeps_offsets_gaps_and_range():
     original = rb.build([b"a", b"b", b"c", b"d"], keys=[b"1", b"2", b"3", b"4"], codec=compression.ZSTD)
     original = rb.stamp(rb.read_header(original), 100, 3) + original[rb.STAMP.size :]
