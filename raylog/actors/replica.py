@@ -105,6 +105,12 @@ MAX_CONCURRENCY = 32
 #: transaction markers waiting for the ISR (``markers``) and the controller's pushes and
 #: probes (``control``).
 CONCURRENCY_GROUPS = {"fetch": 32, "replication": 8, "markers": 8, "control": 4}
+#: The longest a consumer's fetch waits for records, whatever its ``max_wait_ms`` asks: it
+#: holds one of the ``fetch`` threads meanwhile, and a client that asks days and goes away
+#: (a Kafka fetch of max_wait_ms 2**31 - 1 over a connection it closes) must not keep it.
+#: An answer with no records before the client's wait ends is one Kafka may give too; a
+#: Kafka consumer's request.timeout.ms (30 s by default) ends its own wait no later.
+FETCH_MAX_WAIT_MS_MAX = 30_000
 #: How often the actor applies retention, the flush.ms policy and the HW checkpoint while its
 #: partition changes; rounds that find nothing changed double the pause up to the idle
 #: maximum (a node hosts hundreds of idle replicas), and at most a quarter of
@@ -462,7 +468,8 @@ class PartitionReplicaActor:
         return dataclasses.replace(response, throttle_time_ms=throttle_ms)
 
     def _read(self, request: FetchRequest) -> FetchResponse:
-        deadline = time.monotonic() + max(0, request.max_wait_ms) / 1000
+        wait_s = min(max(0, request.max_wait_ms), FETCH_MAX_WAIT_MS_MAX) / 1000
+        deadline = time.monotonic() + wait_s
         first = True
         with self._lock:
             while True:
@@ -481,7 +488,7 @@ class PartitionReplicaActor:
                 if len(response.records) >= request.min_bytes or remaining <= 0:
                     break
                 self._wait("replication" if request.replica_id >= 0 else "fetch", remaining)
-        latency_s = time.monotonic() - deadline + max(0, request.max_wait_ms) / 1000
+        latency_s = time.monotonic() - deadline + wait_s
         metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_s)
         return response
 

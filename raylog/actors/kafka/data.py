@@ -328,6 +328,12 @@ def _poll(
     polls[(topic, p["partition"])] = _Poll(offset, isolation, task)
 
 
+def forget_connection(connection: dict) -> None:
+    """The connection closed: stop its reads ahead and long polls (their answers have no one to go to)."""
+    for poll in connection.pop("polls", {}).values():
+        poll.task.cancel()
+
+
 def _observed(task: asyncio.Task) -> None:
     """A read nobody takes (the client moved on) must not log "exception never retrieved"."""
     if not task.cancelled():

@@ -35,6 +35,8 @@ And:
   is an answer that does not encode (a value too long for its field), logged once per API
   and version: one bad answer never wedges its connection.
 - A Produce with acks=0 gets no answer.
+- When a connection closes, its reads (:data:`READS`, and the Fetch long polls and reads ahead
+  kept for it) stop: nobody is left to answer. Its other requests finish, as Kafka's do.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ UNSENT_ANSWER_BYTES_MAX = 16 << 20
 #: Log causes of closed connections (the settings' names).
 IDLE = "connections.max.idle.ms"
 TOO_LARGE = "socket.request.max.bytes"
+INVALID = "invalid request"
 #: Requests that change nothing: they run beside each other, after every earlier request
 #: that changes something; a request that changes something (every other one: Produce,
 #: commits, joins, ...) runs after every earlier request. So a connection's answers are
@@ -181,6 +184,7 @@ class KafkaListenerActor:
         sender = asyncio.ensure_future(self._send(answers, writer, peer, backlog))
         change: asyncio.Future | None = None  # the last request that changes something
         reads: list[asyncio.Future] = []  # reads started since (the next change waits for them)
+        unanswered_reads: set[asyncio.Future] = set()
         try:
             while not sender.done():
                 await backlog.room()
@@ -196,6 +200,8 @@ class KafkaListenerActor:
                 if size >= _API_KEY.size and _API_KEY.unpack_from(frame)[0] in READS:
                     answer = asyncio.ensure_future(self._answer_after([change], frame, peer))
                     reads = [r for r in reads if not r.done()] + [answer]
+                    unanswered_reads.add(answer)
+                    answer.add_done_callback(unanswered_reads.discard)
                 else:
                     answer = asyncio.ensure_future(self._answer_after([change, *reads], frame, peer))
                     change, reads = answer, []
@@ -205,6 +211,11 @@ class KafkaListenerActor:
                 answers.put_nowait(answer)
         finally:
             sender.cancel()
+            # Reads change nothing and nobody is left to answer: stop them, and the reads
+            # ahead kept for the connection (a long poll may be asked to wait for days).
+            for read in unanswered_reads:
+                read.cancel()
+            data.forget_connection(CONNECTION.get())
 
     async def _next_size(self, reader: asyncio.StreamReader, backlog: _Backlog, peer: Any) -> int | None:
         """The size of the connection's next request frame, or None when the connection is to
@@ -237,7 +248,9 @@ class KafkaListenerActor:
                 # it sent to finish, as Kafka's brokers do (an acks=0 produce is then written).
                 buffers = await asyncio.shield(answer)
             except codec.InvalidRequestError as exc:
-                logger.warning("closing Kafka connection from %s: %s", peer, exc)
+                self._log_once(
+                    INVALID, "closing Kafka connections sending requests that do not decode (%s first: %s)", peer, exc
+                )
                 writer.close()  # the reader sees the connection end
                 return
             except Exception:  # noqa: BLE001 — no answer can say it: close, never go silent

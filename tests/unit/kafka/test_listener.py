@@ -240,3 +240,39 @@ def _steady(handler: Blocked) -> int | None:
     before = handler.calls
     time.sleep(SETTLE_S)
     return before if before and handler.calls == before else None
+
+
+def test_a_closed_connections_reads_stop_and_its_writes_finish(monkeypatch):
+    """A read (Metadata here) has no one to answer once its client went away: the listener
+    stops it, as it stops the connection's reads ahead (a Fetch may ask to wait for days).
+    A write (ListGroups stands in for one) goes on to its end, as Kafka finishes a request
+    whose client left."""
+    outcomes: dict[str, str] = {}
+    release = threading.Event()
+
+    def waiting(name: str):
+        async def handle(ctx, header, body):
+            try:
+                while not release.is_set():
+                    await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                outcomes[name] = "cancelled"
+                raise
+            outcomes[name] = "finished"
+            return {"brokers": [], "topics": []} if name == "read" else {"error_code": 0, "groups": []}
+
+        return handle
+
+    monkeypatch.setitem(listener.HANDLERS, ApiKey.METADATA, waiting("read"))
+    monkeypatch.setitem(listener.HANDLERS, ApiKey.LIST_GROUPS, waiting("write"))
+    monkeypatch.setattr(listener, "READS", listener.READS - {int(ApiKey.LIST_GROUPS)})
+    with running(new_listener()) as port:
+        wire = Wire(f"127.0.0.1:{port}")
+        wire.send(ApiKey.METADATA, 9, metadata_body())
+        wire.send(ApiKey.LIST_GROUPS, 2, {})  # (it waits for the read before it: READS)
+        time.sleep(SETTLE_S)  # both read off the socket (nothing to await: they are parked)
+        wire.close()
+        wait_until(lambda: outcomes.get("read"), timeout_s=READ_TIMEOUT_S, message="the read stopped")
+        release.set()
+        wait_until(lambda: outcomes.get("write"), timeout_s=READ_TIMEOUT_S, message="the write finished")
+    assert outcomes == {"read": "cancelled", "write": "finished"}
