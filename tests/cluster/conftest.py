@@ -16,6 +16,7 @@ from ray.cluster_utils import Cluster
 
 import raylog
 from raylog import Admin, NewTopic
+from raylog.errors import RaylogError
 from tests.helpers import wait_until
 
 FAST_FAILURE_DETECTION = {
@@ -73,6 +74,44 @@ def multinode(tmp_path_factory):
     cluster.shutdown()
     ray.shutdown()
     ray_cluster.shutdown()
+
+
+#: How long a test's teardown waits for the cluster it shares to be whole again.
+HEALED_TIMEOUT_S = 60
+
+
+@pytest.fixture(autouse=True)
+def leaves_the_cluster_whole(request):
+    """After each test on the shared cluster: every partition (internal topics included) has
+    a leader and all its replicas in sync within HEALED_TIMEOUT_S, else the test that left it
+    broken fails here (not a later test that happens to need the partition)."""
+    yield
+    if "multinode" not in request.fixturenames:
+        return
+    cluster, _ = request.getfixturevalue("multinode")
+    admin = Admin(cluster)
+
+    def broken() -> list[str]:
+        return [
+            f"{t.name}-{p.partition} leader {p.leader} isr {list(p.isr)} replicas {list(p.replicas)}"
+            for t in admin.describe_topics(admin.list_topics(include_internal=True))
+            for p in t.partitions
+            if p.leader < 0 or set(p.isr) != set(p.replicas)
+        ]
+
+    left: list[str] = []
+
+    def whole() -> bool:
+        try:
+            left[:] = broken()
+        except RaylogError as exc:  # (a controller restarting)
+            left[:] = [f"{type(exc).__name__}: {exc}"]
+        return not left
+
+    try:
+        wait_until(whole, timeout_s=HEALED_TIMEOUT_S, interval_s=0.5)
+    except AssertionError:
+        pytest.fail(f"{request.node.name} left partitions without a leader or out of sync: {left}")
 
 
 @pytest.fixture

@@ -702,13 +702,22 @@ def test_transactional_copier_copies_exactly_once_through_faults(multinode, topi
     faults: list[str] = []
 
     def progress(target: int, message: str) -> None:
-        """Wait until the reader has seen ``target`` records (or the copy is done)."""
-        wait_until(
-            lambda: reader.count >= target or run.finished(),
-            timeout_s=PROGRESS_TIMEOUT_S,
-            interval_s=0.2,
-            message=f"{target} records copied {message} (seen {reader.count})",
-        )
+        """Wait until the reader has seen ``target`` records (or the copy is done); if it
+        does not, say what the partitions and the copiers were doing."""
+        try:
+            wait_until(
+                lambda: reader.count >= target or run.finished(),
+                timeout_s=PROGRESS_TIMEOUT_S,
+                interval_s=0.2,
+                message=f"{target} records copied {message} (seen {reader.count})",
+            )
+        except AssertionError as exc:
+            watched = [source, sink, OFFSETS_TOPIC, TRANSACTION_TOPIC]
+            errors = ray.get(ledger.all_errors.remote(), timeout=60)[-10:]
+            raise AssertionError(
+                f"{exc}; out of sync: {out_of_sync(admin, watched)}; copier errors: {errors}; "
+                f"reader errors: {reader.errors[-5:]}; copiers: {run.summaries}"
+            ) from None
 
     def heal() -> None:
         for broker in sorted(dead):
