@@ -21,9 +21,9 @@ def watched(monkeypatch, name: str) -> list[threading.Thread]:
     threads: list[threading.Thread] = []
     real = getattr(records, name)
 
-    def conversion(batch):
+    def conversion(batch, *args, **kwargs):
         threads.append(threading.current_thread())
-        return real(batch)
+        return real(batch, *args, **kwargs)
 
     monkeypatch.setattr(records, name, conversion)
     return threads
@@ -50,7 +50,7 @@ def test_a_produce_is_converted_off_the_event_loop(monkeypatch):
 
 
 def test_a_fetch_answer_is_converted_off_the_event_loop(monkeypatch):
-    threads = watched(monkeypatch, "to_kafka")
+    threads = watched(monkeypatch, "to_kafka_within")
     stored = rb.stamp(rb.read_header(rb.build([b"value"])), 7, 0) + rb.build([b"value"])[rb.STAMP.size :]
     key = ("clicks", 0)
     partition = {"partition": 0, "fetch_offset": 7, "partition_max_bytes": 1 << 20}
