@@ -105,11 +105,12 @@ MAX_CONCURRENCY = 32
 #: transaction markers waiting for the ISR (``markers``) and the controller's pushes and
 #: probes (``control``).
 CONCURRENCY_GROUPS = {"fetch": 32, "replication": 8, "markers": 8, "control": 4}
-#: The longest a consumer's fetch waits for records, whatever its ``max_wait_ms`` asks: it
-#: holds one of the ``fetch`` threads meanwhile, and a client that asks days and goes away
-#: (a Kafka fetch of max_wait_ms 2**31 - 1 over a connection it closes) must not keep it.
-#: An answer with no records before the client's wait ends is one Kafka may give too; a
-#: Kafka consumer's request.timeout.ms (30 s by default) ends its own wait no later.
+#: The longest a fetch waits for records, whatever its ``max_wait_ms`` asks (a follower's
+#: replica.fetch.wait.max.ms too): a consumer's holds one of the ``fetch`` threads meanwhile,
+#: and a client that asks days and goes away (a Kafka fetch of max_wait_ms 2**31 - 1 over a
+#: connection it closes) must not keep it. An answer with no records before the client's wait
+#: ends is one Kafka may give too; a Kafka consumer's request.timeout.ms (30 s by default) ends
+#: its own wait no later.
 FETCH_MAX_WAIT_MS_MAX = 30_000
 #: How often the actor applies retention, the flush.ms policy and the HW checkpoint while its
 #: partition changes; rounds that find nothing changed double the pause up to the idle

@@ -707,13 +707,14 @@ def to_kafka(raylog_bytes: Any) -> list[Any]:
     return to_kafka_within(raylog_bytes, sys.maxsize)[0]
 
 
-def to_kafka_within(raylog_bytes: Any, max_bytes: int, at_least_one: bool = True) -> tuple[list[Any], int | None]:
+def to_kafka_within(raylog_bytes: Any, max_bytes: int, at_least_one: bool = True) -> tuple[list[Any], int | None, int]:
     """:func:`to_kafka` of the leading batches whose Kafka form fits in ``max_bytes`` together,
     and with ``at_least_one`` the first batch whatever its size (a Fetch answer's bound, as
     Kafka keeps it since KIP-74: the first batch of the first partition with records always goes).
 
     Returns:
-        The buffers, and the offset after the last batch converted (None when none fits).
+        The buffers, the offset after the last batch converted (None when none fits), and
+        their size in bytes.
 
     Raises:
         CorruptRecordError: as :func:`to_kafka`.
@@ -724,12 +725,13 @@ def to_kafka_within(raylog_bytes: Any, max_bytes: int, at_least_one: bool = True
     for pos, header in rb.iter_headers(view):
         rb.check_crc(view, pos, header)  # else a disk error would get a fresh, valid Kafka CRC
         batch = _batch_to_kafka(header, rb.decode_body(view, pos, header))
-        size += sum(memoryview(part).nbytes for part in batch)
-        if size > max_bytes and (out or not at_least_one):
+        batch_size = sum(memoryview(part).nbytes for part in batch)
+        if size + batch_size > max_bytes and (out or not at_least_one):
             break
         out += batch
+        size += batch_size
         next_offset = header.next_offset
-    return out, next_offset
+    return out, next_offset, size
 
 
 def _binary_parts(array: pa.Array) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:

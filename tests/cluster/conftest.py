@@ -76,6 +76,20 @@ def multinode(tmp_path_factory):
     ray_cluster.shutdown()
 
 
+def out_of_sync(admin: Admin, topics: list[str]) -> list[str]:
+    """The partitions of ``topics`` without a leader or with a replica out of the ISR.
+
+    Raises:
+        RaylogError: as describe_topics (a controller failing over).
+    """
+    return [
+        f"{t.name}-{p.partition} leader {p.leader} isr {sorted(p.isr)} replicas {list(p.replicas)}"
+        for t in admin.describe_topics(topics)
+        for p in t.partitions
+        if p.leader < 0 or set(p.isr) != set(p.replicas)
+    ]
+
+
 #: How long a test's teardown waits for the cluster it shares to be whole again.
 HEALED_TIMEOUT_S = 60
 
@@ -91,19 +105,11 @@ def leaves_the_cluster_whole(request):
     cluster, _ = request.getfixturevalue("multinode")
     admin = Admin(cluster)
 
-    def broken() -> list[str]:
-        return [
-            f"{t.name}-{p.partition} leader {p.leader} isr {list(p.isr)} replicas {list(p.replicas)}"
-            for t in admin.describe_topics(admin.list_topics(include_internal=True))
-            for p in t.partitions
-            if p.leader < 0 or set(p.isr) != set(p.replicas)
-        ]
-
     left: list[str] = []
 
     def whole() -> bool:
         try:
-            left[:] = broken()
+            left[:] = out_of_sync(admin, admin.list_topics(include_internal=True))
         except RaylogError as exc:  # (a controller restarting)
             left[:] = [f"{type(exc).__name__}: {exc}"]
         return not left

@@ -12,7 +12,7 @@ import ray
 from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from raylog.storage.log import Log
 from raylog.storage.record_batch import decode_table
-from tests.cluster.conftest import NODE_OBJECT_STORE_BYTES
+from tests.cluster.conftest import NODE_OBJECT_STORE_BYTES, out_of_sync
 from tests.cluster.test_replication import SAFE, describe
 from tests.helpers import wait_until
 
@@ -130,11 +130,7 @@ def _recover_lost_partitions(admin: Admin, topics: list[str]) -> None:
         return
     admin.incremental_alter_configs({name: {"unclean.leader.election.enable": "true"} for name in lost})
     wait_until(
-        lambda: all(
-            p.leader >= 0 and set(p.isr) == set(p.replicas)
-            for t in admin.describe_topics(sorted(lost))
-            for p in t.partitions
-        ),
+        lambda: not out_of_sync(admin, sorted(lost)),
         timeout_s=60,
         message=f"{sorted(lost)} back by unclean election",
     )

@@ -45,6 +45,7 @@ from raylog.errors import (
     ProducerFencedError,
     RaylogError,
 )
+from tests.cluster.conftest import out_of_sync
 from tests.helpers import wait_until
 
 #: Records preloaded into the input (Kafka's system test copies 100,000).
@@ -461,20 +462,9 @@ def partition_info(admin: Admin, topic: str, partition: int):
     return admin.describe_topics([topic])[0].partitions[partition]
 
 
-def out_of_sync(admin: Admin, topics: list[str]) -> list[str]:
-    """The partitions of ``topics`` without a leader or with a replica out of the ISR."""
-    described = quietly(admin.describe_topics, topics) or []
-    return [
-        f"{t.name}-{p.partition} leader {p.leader} isr {sorted(p.isr)}"
-        for t in described
-        for p in t.partitions
-        if p.leader < 0 or set(p.isr) != set(p.replicas)
-    ]
-
-
 def in_sync(admin: Admin, topics: list[str]) -> bool:
     """Every partition of ``topics`` has a leader and all its replicas in the ISR."""
-    return quietly(admin.describe_topics, topics) is not None and not out_of_sync(admin, topics)
+    return quietly(out_of_sync, admin, topics) == []
 
 
 def create_topics(admin: Admin, *names: str) -> None:
@@ -715,7 +705,7 @@ def test_transactional_copier_copies_exactly_once_through_faults(multinode, topi
             watched = [source, sink, OFFSETS_TOPIC, TRANSACTION_TOPIC]
             errors = ray.get(ledger.all_errors.remote(), timeout=60)[-10:]
             raise AssertionError(
-                f"{exc}; out of sync: {out_of_sync(admin, watched)}; copier errors: {errors}; "
+                f"{exc}; out of sync: {quietly(out_of_sync, admin, watched)}; copier errors: {errors}; "
                 f"reader errors: {reader.errors[-5:]}; copiers: {run.summaries}"
             ) from None
 
@@ -727,7 +717,7 @@ def test_transactional_copier_copies_exactly_once_through_faults(multinode, topi
         try:
             wait_until(lambda: in_sync(admin, watched), timeout_s=HEAL_TIMEOUT_S, interval_s=0.5)
         except AssertionError:
-            raise AssertionError(f"replicas not back in sync: {out_of_sync(admin, watched)}") from None
+            raise AssertionError(f"replicas not back in sync: {quietly(out_of_sync, admin, watched)}") from None
 
     def kill_copier(round_: int) -> str:
         """Kill the copier once it has written a transaction and before it ends it (its

@@ -396,13 +396,13 @@ async def _fetch_answer(
             )
             if len(result.records) and not result.error_code and (room > 0 or not sent):
                 within = functools.partial(records.to_kafka_within, max_bytes=room, at_least_one=not sent)
-                converted, next_offset = await ctx.convert(within, result.records)
+                converted, next_offset, size = await ctx.convert(within, result.records)
                 if next_offset is not None:
                     part["records"] = converted
                     part["aborted_transactions"] = [
                         {"producer_id": pid, "first_offset": first} for pid, first in result.aborted_transactions
                     ]
-                    room -= sum(memoryview(b).nbytes for b in converted)
+                    room -= size
                     sent[key] = next_offset
             throttle = max(throttle, result.throttle_time_ms)
         topics.setdefault(topic, []).append(part)

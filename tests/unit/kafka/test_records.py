@@ -242,14 +242,14 @@ def test_a_fetch_answer_keeps_within_its_bound_by_whole_batches():
         batches.append(rb.stamp(rb.read_header(batch), 10 * i, 1) + batch[rb.STAMP.size :])
     data = b"".join(batches)
     sizes = [len(joined(records.to_kafka(b))) for b in batches]
-    every, after = records.to_kafka_within(data, sum(sizes))
-    assert (joined(every), after) == (joined(records.to_kafka(data)), 21)
-    two, after = records.to_kafka_within(data, sum(sizes) - 1)
-    assert (len(joined(two)), after) == (sizes[0] + sizes[1], 11)
-    one, after = records.to_kafka_within(data, 1)
-    assert (joined(one), after) == (joined(records.to_kafka(batches[0])), 1)
-    assert records.to_kafka_within(data, sizes[0] - 1, at_least_one=False) == ([], None)
-    assert records.to_kafka_within(b"", 100) == ([], None)
+    every, after, size = records.to_kafka_within(data, sum(sizes))
+    assert (joined(every), after, size) == (joined(records.to_kafka(data)), 21, sum(sizes))
+    two, after, size = records.to_kafka_within(data, sum(sizes) - 1)
+    assert (len(joined(two)), after, size) == (sizes[0] + sizes[1], 11, sizes[0] + sizes[1])
+    one, after, size = records.to_kafka_within(data, 1)
+    assert (joined(one), after, size) == (joined(records.to_kafka(batches[0])), 1, sizes[0])
+    assert records.to_kafka_within(data, sizes[0] - 1, at_least_one=False) == ([], None, 0)
+    assert records.to_kafka_within(b"", 100) == ([], None, 0)
 
 
 def test_compacted_batch_keeps_offsets_gaps_and_range():
