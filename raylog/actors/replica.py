@@ -332,6 +332,7 @@ class PartitionReplicaActor:
                         request.first_unacked_sequence,
                         request.transactional_id,
                         verify=True,
+                        in_order=request.in_order,
                     )
                     break
                 except VerificationNeeded as needed:
@@ -340,8 +341,6 @@ class PartitionReplicaActor:
                         return _produce_error(error)
                 except SequenceGap:
                     remaining = deadline - time.monotonic()
-                    if request.in_order:
-                        return _produce_error(OutOfOrderSequenceError("an earlier batch of this producer is missing"))
                     if remaining <= 0:
                         return _produce_error(
                             OutOfOrderSequenceError("an earlier batch of this producer never arrived")

@@ -73,6 +73,7 @@ from ..errors import (
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     RaylogError,
     StorageError,
     UnknownLeaderEpochError,
@@ -339,6 +340,7 @@ class Partition:
         first_unacked_sequence: int = NO_SEQUENCE,
         transactional_id: str | None = None,
         verify: bool = False,
+        in_order: bool = False,
     ) -> AppendInfo:
         """Validate and append a producer's batches.
 
@@ -353,6 +355,9 @@ class Partition:
                 transactional batch whose producer has no transaction open here is verified
                 first, if the topic's transaction.partition.verification.enable says so (see
                 :mod:`raylog.coordination.txn_verification`).
+            in_order: the caller delivers each producer's batches in order (a Kafka
+                connection), so a batch past a sequence gap means the earlier one is lost:
+                OutOfOrderSequenceError at once, as Kafka answers, rather than SequenceGap.
 
         Returns:
             The append's info; for an idempotent batch already appended (a retry), the
@@ -360,7 +365,8 @@ class Partition:
             acks=all is done when :meth:`replication_done` says so.
 
         Raises:
-            SequenceGap: an idempotent batch came before an earlier one of its producer.
+            SequenceGap: an idempotent batch came before an earlier one of its producer
+                (unless ``in_order``).
             VerificationNeeded: a transactional batch waits for its coordinator's word.
             InvalidTxnStateError: a transactional batch to verify without transactional id.
             InvalidRequiredAcksError: ``acks`` not in (0, 1, -1).
@@ -381,7 +387,12 @@ class Partition:
                 f"{self.name}: ISR {list(self.isr)} is smaller than min.insync.replicas="
                 f"{self.config.min_insync_replicas}"
             )
-        duplicate = self._check_sequence(data, first_unacked_sequence, transactional_id, verify)
+        try:
+            duplicate = self._check_sequence(data, first_unacked_sequence, transactional_id, verify)
+        except SequenceGap:
+            if in_order:
+                raise OutOfOrderSequenceError(f"{self.name}: an earlier batch of this producer is missing") from None
+            raise
         if duplicate is not None:
             append_time = duplicate.max_timestamp if self.log.config.log_append_time else -1
             return AppendInfo(

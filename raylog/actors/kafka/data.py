@@ -33,6 +33,7 @@ from typing import Any
 
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE
 from raylog.errors import (
     FencedLeaderEpochError,
     InvalidRecordError,
@@ -48,7 +49,7 @@ from raylog.errors import (
 )
 from raylog.kafka import codec, records
 from raylog.protocol import FetchRequest, FetchResponse, ProduceRequest, error_fields, records_payload
-from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD
+from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD, read_header
 
 ApiKey = codec.ApiKey
 #: Kafka's "no authorized operations" marker (clients ask for them only with ACLs).
@@ -115,8 +116,8 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
     requested = body.get("topics")
     names = None if requested is None else [t["name"] for t in requested]
     md = await ctx.metadata()
-    if names is not None and any(n not in md["topics"] for n in names):
-        md = await ctx.metadata(refresh=True)  # a topic created a moment ago
+    if names is not None and not all(_all_led(ctx, n, md) for n in names):
+        md = await ctx.metadata(refresh=True)  # a topic created, or a leader started, a moment ago
     listeners = md["listeners"]
     brokers = [
         {"node_id": b, "host": host, "port": port, "rack": None}
@@ -168,6 +169,12 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
     }
 
 
+def _all_led(ctx: BrokerContext, topic: str, md: dict) -> bool:
+    """Whether ``md`` knows ``topic`` and a running leader for each of its partitions."""
+    described = md["topics"].get(topic)
+    return described is not None and all(ctx.leader_broker(topic, p.partition, md) >= 0 for p in described.partitions)
+
+
 # --- Produce ------------------------------------------------------------------------------
 
 
@@ -199,14 +206,28 @@ async def _produce_partition(
     answer: dict[str, Any] = {"index": p["index"], "base_offset": -1, "log_append_time_ms": -1, "throttle_time_ms": 0}
     try:
         converted = await ctx.convert(records.to_raylog, _one_batch(topic, p["index"], p["records"]))
-        leader = await _leader(ctx, topic, p["index"])
-        request = ProduceRequest(
-            records_payload(converted), acks, timeout_ms, client_id, transactional_id=tid, in_order=True
-        )
-        response = await _guarded(ctx, ctx.call(leader.produce.remote(request), timeout_ms / 1000 + PRODUCE_GRACE_S))
     except RaylogError as exc:
         answer.update(_error(exc))
         return answer
+    sequences = _Sequences.of_connection()
+    batch = read_header(converted)
+    try:
+        leader = await _leader(ctx, topic, p["index"])
+        request = ProduceRequest(
+            records_payload(converted),
+            acks,
+            timeout_ms,
+            client_id,
+            first_unacked_sequence=sequences.first_unacked(topic, p["index"], batch),
+            transactional_id=tid,
+            in_order=True,
+        )
+        response = await _guarded(ctx, ctx.call(leader.produce.remote(request), timeout_ms / 1000 + PRODUCE_GRACE_S))
+    except RaylogError as exc:
+        sequences.answered(topic, p["index"], batch, acknowledged=False)
+        answer.update(_error(exc))
+        return answer
+    sequences.answered(topic, p["index"], batch, acknowledged=not response.error_code)
     if response.error_code and issubclass(codec_error(response.error_code), _MOVED):
         ctx.invalidate()
     answer.update(
@@ -218,6 +239,53 @@ async def _produce_partition(
         throttle_time_ms=response.throttle_time_ms,
     )
     return answer
+
+
+class _Sequences:
+    """The idempotent batches a connection sent that were not acknowledged: per partition and
+    producer id, the epoch and base sequence of the oldest (the first unacknowledged sequence
+    that raylog's own Producer tells the leader itself).
+
+    A Kafka client sends a partition's batches in order on one connection, and Kafka's broker
+    takes them one at a time: a batch after one that was not appended is refused as out of
+    order. But a leader that knows nothing of the producer yet (its first batches) takes any
+    sequence, and here a batch can fail on the way to the leader (a look-up or a call that timed
+    out) while the next one arrives: appended, it makes the retry of the earlier one out of
+    order, which Kafka clients take as fatal. So the leader is told the oldest unacknowledged
+    sequence, and refuses what comes after it until it arrives. A batch acknowledged, or one of
+    a newer epoch, replaces what was held; at most :data:`HELD_MAX` are held per connection
+    (the oldest is forgotten first).
+    """
+
+    HELD_MAX = 4096
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, int, int], tuple[int, int]] = {}
+
+    @classmethod
+    def of_connection(cls) -> _Sequences:
+        """The connection's (a fresh one for a handler called outside a connection)."""
+        return CONNECTION.get({}).setdefault("sequences", cls())
+
+    def first_unacked(self, topic: str, partition: int, batch: Any) -> int:
+        """The base sequence of the oldest unacknowledged batch of ``batch``'s producer and
+        epoch to the partition, or ``NO_SEQUENCE``."""
+        held = self._held.get((topic, partition, batch.producer_id))
+        return held[1] if held is not None and held[0] == batch.producer_epoch else NO_SEQUENCE
+
+    def answered(self, topic: str, partition: int, batch: Any, acknowledged: bool) -> None:
+        if batch.producer_id == NO_PRODUCER_ID or batch.base_sequence == NO_SEQUENCE:
+            return
+        key = (topic, partition, batch.producer_id)
+        held = self._held.get(key)
+        if acknowledged:
+            if held is not None and held[0] <= batch.producer_epoch:
+                del self._held[key]
+        elif held is None or held[0] < batch.producer_epoch:
+            self._held.pop(key, None)
+            self._held[key] = (batch.producer_epoch, batch.base_sequence)
+            if len(self._held) > self.HELD_MAX:
+                del self._held[next(iter(self._held))]
 
 
 def _one_batch(topic: str, partition: int, data: Any) -> Any:

@@ -27,8 +27,12 @@ def _metadata(wire: Wire, topic: str) -> dict:
 
 
 def _leader_address(wire: Wire, topic: str, partition: int = 0) -> tuple[str, str]:
-    """``(leader's address, another broker's address)`` of a partition, from Metadata."""
-    answer = _metadata(wire, topic)
+    """``(leader's address, another broker's address)`` of a partition, from Metadata (asked
+    again while it answers LEADER_NOT_AVAILABLE, as a Kafka client does)."""
+    answer = wait_until(
+        lambda: (a := _metadata(wire, topic))["topics"][0]["partitions"][partition]["leader_id"] >= 0 and a,
+        message=f"a leader of {topic}-{partition} in Metadata",
+    )
     brokers = {b["node_id"]: f"{b['host']}:{b['port']}" for b in answer["brokers"]}
     leader = answer["topics"][0]["partitions"][partition]["leader_id"]
     other = next(b for b in brokers if b != leader)
