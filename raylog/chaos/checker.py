@@ -23,8 +23,11 @@ a history holds):
   group ever returned.
 - unfenced commit (not one of Jepsen's classes: the promise of groups): a commit from a
   member acknowledged for a partition that another member of its group owned all along the
-  commit (assigned before it began, not given up before it ended). The coordinator must
-  refuse a member whose generation is over, and never give one partition to two members.
+  commit (assigned before it began, not given up before it ended) and was given after the
+  committer's own assignment of it. The coordinator must refuse a member whose generation is
+  over, and never give one partition to two members. A member expired without knowing still
+  holds its partitions in its own view until its next poll tells it: the commits of the
+  member given them next are what the coordinator must accept.
 - aborted read: a read_committed poll (or the final read, which is read_committed) returned
   a value of an aborted transaction.
 - intermediate read: a read_committed poll returned a value of a transaction that went on
@@ -381,10 +384,20 @@ def _unfenced_commits(c: _Context) -> Iterator[Anomaly]:
         if not isinstance(commit, Commit) or commit.outcome != OK:
             continue
         for partition, offset in commit.offsets:
-            for owner, assign, revoke in owned.get((commit.group, partition), ()):
+            intervals = owned.get((commit.group, partition), ())
+            # The committer's own latest assignment of the partition before the commit: an
+            # owner assigned before it is one that was expired without knowing yet.
+            mine = max(
+                (a for o, a, _ in intervals if o == commit.process and a.end < commit.start),
+                key=lambda a: a.end,
+                default=None,
+            )
+            for owner, assign, revoke in intervals:
                 held = assign.end < commit.start and (revoke is None or revoke.start > commit.end)
-                if owner != commit.process and held:
+                newer = mine is None or assign.end > mine.end
+                if owner != commit.process and held and newer:
                     ops = (describe(commit), describe(assign)) + ((describe(revoke),) if revoke else ())
+                    ops += (describe(mine),) if mine is not None else ()
                     yield Anomaly(UNFENCED_COMMIT, partition, offset, None, ops)
                     break
 

@@ -52,6 +52,7 @@ from raylog.chaos.workload import (
     TXN_CALL_TIMEOUT_S,
     TXN_RECORDS_MAX,
     TransactionalLoop,
+    client_thread,
     record_send,
 )
 from raylog.errors import RaylogError
@@ -114,7 +115,8 @@ class KafkaProducerWorker:
         self._rng = random.Random(rng.random())
         self._interval_s = 1.0 / rate_per_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"soak-{name}", daemon=True)
+        self.crashes: list[str] = []  # a fatal error (librdkafka raises it from poll) ends the thread
+        self._thread = client_thread(name, self.crashes, self._run)
 
     def start(self) -> None:
         self._thread.start()
@@ -265,7 +267,8 @@ class KafkaConsumerWorker:
         )
         self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"soak-{name}", daemon=True)
+        self.crashes: list[str] = []
+        self._thread = client_thread(name, self.crashes, self._run)
 
     def start(self) -> None:
         self._thread.start()
@@ -286,12 +289,16 @@ class KafkaConsumerWorker:
             try:
                 messages = self.consumer.consume(CONSUME_BATCH, POLL_TIMEOUT_MS / 1000)
             except KafkaException as exc:
+                if exc.args[0].fatal():
+                    raise  # the consumer is of no more use: the run fails on it
                 self._error("consume", exc)
                 continue
             records = []
             for message in messages:
                 if message.error() is None:
                     records.append((message.partition(), message.offset(), message.value().decode()))
+                elif message.error().fatal():
+                    raise KafkaException(message.error())
                 else:
                     self._error("consume", message.error())
             if not records:

@@ -294,6 +294,7 @@ class RunResult:
     healed: bool
     elapsed_s: float
     client_errors: list[str]
+    crashes: list[str]  # client threads an exception ended (a client's fatal error among them)
     offline: list[int]  # partitions left without a leader (allowed after replace-disk)
     unhealed: str  # when the cluster did not heal: what each replica said
     transactions: dict[str, int]  # transactions by outcome (committed, aborted, unknown)
@@ -308,9 +309,10 @@ class RunResult:
 
     @property
     def failed(self) -> bool:
-        """An anomaly the configuration promises against, a leader demoted while healthy, or
-        a cluster that did not heal."""
-        return bool(self.violations) or bool(self.demoted) or not self.healed
+        """An anomaly the configuration promises against, a leader demoted while healthy, a
+        cluster that did not heal, or a client that stopped on an error (a Kafka client's fatal
+        error is the broker's fault: it told the client something it cannot go on from)."""
+        return bool(self.violations) or bool(self.demoted) or not self.healed or bool(self.crashes)
 
     def line(self) -> str:
         """The one-line summary: seed, configuration, ops, faults, anomalies, verdict."""
@@ -319,6 +321,7 @@ class RunResult:
         healed = "" if self.healed else " NOT-HEALED"
         healed += f" offline={self.offline}" if self.offline else ""
         healed += f" demoted-while-healthy={len(self.demoted)}" if self.demoted else ""
+        healed += f" clients-crashed={len(self.crashes)}" if self.crashes else ""
         outcomes = ", ".join(f"{outcome}={n}" for outcome, n in sorted(self.transactions.items()))
         transactions = f" transactions[{outcomes}]" if outcomes else ""
         p50, p99 = self.latency_ms
@@ -339,6 +342,7 @@ class RunResult:
         lines += [examples] if examples else []
         lines += [f"  not healed: {self.unhealed}"] if self.unhealed else []
         lines += [f"  demoted while healthy: {d}" for d in self.demoted]
+        lines += [f"  client crashed: {c}" for c in self.crashes]
         return "\n".join(lines + [f"  client: {e}" for e in self.client_errors[:5]])
 
 
@@ -416,6 +420,7 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
     acked = [op for op in history.ops if isinstance(op, Send) and op.outcome == OK]
     latencies = sorted(recorder.seconds(op.start, op.end) * 1000 for op in acked if op.txn is None)
     errors = [e for c in clients for e in getattr(c, "errors", ())]
+    crashes = [e for c in clients for e in c.crashes]
     demoted = leadership.unexplained(changes, nemesis.events, nemesis.began)
     polled = collections.Counter()
     for op in history.ops:
@@ -431,6 +436,7 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         healed,
         time.monotonic() - began,
         errors,
+        crashes,
         sorted(nemesis.offline_ok),
         unhealed,
         dict(collections.Counter(op.outcome for op in history.ops if isinstance(op, Txn))),

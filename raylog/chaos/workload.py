@@ -91,6 +91,21 @@ TXN_INIT_BACKOFF_S = 0.2
 ISOLATION_LEVEL = "read_committed"
 
 
+def client_thread(name: str, crashes: list[str], target: Any, *args: Any) -> threading.Thread:
+    """A daemon thread running ``target(*args)`` for client ``name``. An exception that ends it
+    (a client's fatal error, a defect of the worker) is kept in ``crashes`` and logged: the run
+    fails on it, where a worker that died quietly would only have made the run quieter."""
+
+    def run() -> None:
+        try:
+            target(*args)
+        except Exception as exc:  # noqa: BLE001 — every way a client thread ends early is kept
+            crashes.append(f"{name}: {type(exc).__name__}: {exc}")
+            logger.exception("soak client %s stopped by an error", name)
+
+    return threading.Thread(target=run, name=f"soak-{name}", daemon=True)
+
+
 class ProducerWorker:
     """``threads`` threads sending through one Producer (acks and idempotence as given) at
     about ``rate_per_s`` records per second each."""
@@ -129,11 +144,10 @@ class ProducerWorker:
         self._pending: dict[int, tuple[Send, Any]] = {}  # start -> (invocation, future)
         self._lock = threading.Lock()
         self._wakes = [threading.Event() for _ in range(threads)]  # a send completed, or stop
+        self.crashes: list[str] = []
         self._threads = [
-            threading.Thread(
-                target=self._run, args=(f"{name}/t{i}", random.Random(rng.random()), self._wakes[i]), daemon=True
-            )
-            for i in range(threads)
+            client_thread(f"{name}/t{i}", self.crashes, self._run, f"{name}/t{i}", random.Random(rng.random()), wake)
+            for i, wake in enumerate(self._wakes)
         ]
 
     def start(self) -> None:
@@ -250,12 +264,13 @@ class TransactionalLoop:
         self.recorder = recorder
         self.transactional_id = transactional_id
         self.errors: list[str] = []
+        self.crashes: list[str] = []
         self.producer: Any = None  # None: to init (again)
         self._interval_s = 1.0 / rate_per_s
         self._sequence = 0
         self._transactions = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(random.Random(rng.random()),), daemon=True)
+        self._thread = client_thread(name, self.crashes, self._run, random.Random(rng.random()))
         self._init()
 
     def _initialised(self) -> Any:
@@ -460,6 +475,7 @@ class ConsumerWorker:
         self.group = group
         self.commit_mode = commit
         self.errors: list[str] = []
+        self.crashes: list[str] = []
         config = {
             "group_id": group,
             "auto_offset_reset": "earliest",
@@ -482,7 +498,7 @@ class ConsumerWorker:
             recorder.add(Assign(name, tuple(range(partitions)), None, now, now))
         self._pending_async: dict[int, tuple[int, ...]] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = client_thread(name, self.crashes, self._run)
 
     def start(self) -> None:
         self._thread.start()

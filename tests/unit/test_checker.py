@@ -319,6 +319,20 @@ def test_commits_refused_or_made_before_another_member_owned_the_partition_are_f
     assert UNFENCED_COMMIT not in found(ops, FINAL4)
 
 
+def test_the_new_owners_commits_are_fine_while_an_expired_member_has_not_noticed():
+    """Soak seed 113: member-sync owned p1 and was expired without knowing (its polls hung on a
+    paused replica), member2 got p1 in the next generation and committed it, and member-sync
+    learnt of its end at its next poll. The new owner's commits are the ones the coordinator
+    must accept; only the expired member's would be unfenced."""
+    ops = [
+        Assign("c1", (0,), "g", start=1, end=1),
+        Assign("c2", (0,), "g", start=3, end=3),
+        Commit("c2", "g", ((0, 1),), OK, start=4, end=5),
+        Revoke("c1", (0,), "g", start=6, end=6),
+    ]
+    assert UNFENCED_COMMIT not in found(ops, FINAL4)
+
+
 # --- transactions ----------------------------------------------------------------------------
 
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import logging
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from raylog.chaos import checker
 from raylog.chaos.checker import DUPLICATE
 from raylog.chaos.history import FAIL, OK, UNKNOWN, FinalRead, Recorder, Send
 from raylog.chaos.kafka_workload import KafkaDeliveries, LibrdkafkaLog
+from raylog.chaos.workload import client_thread
 
 
 def outcomes(recorder: Recorder) -> dict[str, tuple]:
@@ -102,3 +103,20 @@ def test_an_epoch_bump_without_a_failed_report_takes_idempotence_from_every_held
     assert sorted(a.value for a in report.anomalies[DUPLICATE]) == ["k-0", "k-1"]
     assert not report.violations(safe=True)
     assert outcomes(recorder)["k-2"] == (OK, 10, True)
+
+
+def test_a_client_thread_an_error_ends_is_kept_for_the_run_to_fail_on(caplog):
+    """Seed 114 of the 64-client soak: librdkafka raised a fatal OUT_OF_ORDER_SEQUENCE_NUMBER
+    from ``producer.poll``, the worker's thread died of it, and the run was reported ok."""
+    crashes: list[str] = []
+
+    def fatal() -> None:
+        raise KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, fatal=True))
+
+    thread = client_thread("kafka8", crashes, fatal)
+    with caplog.at_level(logging.ERROR):
+        thread.start()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert len(crashes) == 1 and crashes[0].startswith("kafka8: KafkaException")
+    assert "soak client kafka8 stopped by an error" in caplog.text
