@@ -291,6 +291,14 @@ class LogConfig(_Config):
         "appends the batch (LogAppendTime).",
         choices=("CreateTime", "LogAppendTime"),
     )
+    compression_type: str = setting(
+        "producer",
+        "The codec a leader stores batches with: the producer's own (producer), or it "
+        "recompresses every batch that arrives with another (uncompressed, gzip, snappy, lz4, "
+        "zstd), as Kafka's broker does; a batch that grows past max.message.bytes by it is "
+        "refused (RecordTooLargeError).",
+        choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+    )
     cleanup_policy: str = setting(
         "delete",
         '"delete" (retention by time and size), "compact" (keep the latest record per key, '

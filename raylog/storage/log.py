@@ -61,9 +61,10 @@ from ..errors import (
     InvalidRecordError,
     InvalidRequestError,
     OffsetOutOfRangeError,
+    RecordTooLargeError,
     StorageError,
 )
-from . import cleaner, record_batch
+from . import cleaner, compression, record_batch
 from .cleaner import CleanerStats
 from .files import fsync_directory, write_atomically
 from .record_batch import BatchHeader
@@ -77,6 +78,8 @@ RECOVERY_POINT_FILE = "recovery-point"
 #: response by its broker's fetch.max.bytes likewise).
 MAX_READ_BYTES = 64 * 1024 * 1024
 _SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+#: The codec each compression.type stores batches with (``producer``: whichever they came with).
+_CODECS = {("uncompressed" if cid == compression.NONE else name): cid for name, cid in compression.CODEC_IDS.items()}
 
 logger = logging.getLogger(__name__)
 
@@ -288,9 +291,13 @@ class Log:
             data: one or more whole batches (bytes-like).
             leader_epoch: the epoch stamped into every batch.
 
+        A topic's compression.type other than ``producer`` has every data batch stored with
+        that codec (recompressed when it came with another), as Kafka's leader does.
+
         Raises:
             CorruptRecordError: a batch fails validation; nothing is appended.
-            RecordTooLargeError: a batch is above ``max.message.bytes``; nothing is appended.
+            RecordTooLargeError: a batch is above ``max.message.bytes``, as it came or as it is
+                stored; nothing is appended.
             InvalidRecordError: a record without a key for a compacted log, offset gaps in a
                 batch, or headers beyond the limits of :mod:`record_batch`; nothing is appended.
             StorageError: the disk failed; nothing is appended.
@@ -301,6 +308,7 @@ class Log:
         )
         now_ms = self._clock()
         append_time = now_ms if self.config.log_append_time else -1
+        codec = _CODECS.get(self.config.compression_type)
         buffers: list = []
         batches = []
         offset = self._next_offset
@@ -310,12 +318,19 @@ class Log:
                     f"a producer's batch must number its {header.record_count} records consecutively, "
                     f"not up to offset delta {header.last_offset_delta}"
                 )
+            view_of_batch = view
+            if codec is not None and header.codec != codec and not header.attributes & record_batch.CONTROL:
+                view_of_batch, position = memoryview(record_batch.recompress(view, position, header, codec)), 0
+                header = record_batch.read_header(view_of_batch)
+                if header.size > self.config.max_message_bytes:
+                    raise RecordTooLargeError(
+                        f"batch of {header.size} bytes once stored with compression.type="
+                        f"{self.config.compression_type} is above max.message.bytes={self.config.max_message_bytes}"
+                    )
             if append_time >= 0:
-                rewritten = record_batch.with_log_append_time(view, position, header, append_time)
+                rewritten = record_batch.with_log_append_time(view_of_batch, position, header, append_time)
                 view_of_batch, position = memoryview(rewritten), 0
                 header = record_batch.read_header(view_of_batch)
-            else:
-                view_of_batch = view
             header = header._replace(base_offset=offset, leader_epoch=leader_epoch)
             buffers.append(record_batch.stamp(header, offset, leader_epoch))
             buffers.append(view_of_batch[position + record_batch.STAMP.size : position + header.size])

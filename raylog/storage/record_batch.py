@@ -726,6 +726,30 @@ def with_log_append_time(view: memoryview, pos: int, header: BatchHeader, now_ms
     return batch
 
 
+def recompress(view: memoryview, pos: int, header: BatchHeader, codec: int) -> bytes:
+    """A copy of the batch at ``pos`` whose body is stored with ``codec`` (a leader applying
+    a topic's compression.type, as Kafka's does): the same records, header fields and
+    flags; only the codec bits, the length and the CRC change. Base offset and leader epoch
+    are left for the leader to stamp.
+
+    Raises:
+        CorruptRecordError: the body does not inflate.
+    """
+    body = view[pos + HEADER_SIZE : pos + header.size]
+    raw = body if header.codec == compression.NONE else compression.decompress(header.codec, body)
+    return _assemble(
+        raw if codec == compression.NONE else compression.compress(codec, raw),
+        attributes=(header.attributes & ~CODEC_MASK) | codec,
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=header.base_timestamp,
+        max_timestamp=header.max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        record_count=header.record_count,
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # Compaction
 

@@ -16,6 +16,7 @@ from raylog.errors import (
     RecordTooLargeError,
     StorageError,
 )
+from raylog.storage import compression
 from raylog.storage import record_batch as rb
 from raylog.storage.log import RECOVERY_POINT_FILE
 
@@ -255,6 +256,50 @@ def test_log_append_time_topics_stamp_the_broker_time(open_log, clock):
     info = log.append_as_leader(batch(3, timestamps=[1, 2, 3]), 0)
     assert info.log_append_time_ms == clock()
     assert read_all(log).column("timestamp").to_pylist() == [clock()] * 3
+
+
+@pytest.mark.parametrize("compression_type", ["zstd", "uncompressed", "gzip"])
+def test_compression_type_stores_every_data_batch_with_the_topics_codec(open_log, compression_type):
+    """Kafka's topic compression.type: a leader recompresses a batch that came with another
+    codec (here lz4), keeping its records, offsets, timestamps and producer fields; a batch
+    already in the codec is stored as it came."""
+    log = open_log(**{"compression.type": compression_type})
+    codec = {"zstd": compression.ZSTD, "uncompressed": compression.NONE, "gzip": compression.GZIP}[compression_type]
+    values = [b"%05d" % i * 20 for i in range(50)]
+    sent = rb.build(values, keys=[b"k"] * 50, timestamps_ms=list(range(50)), codec=compression.LZ4,
+                    producer_id=9, producer_epoch=2, base_sequence=7)  # fmt: skip
+    log.append_as_leader(sent, 0)
+    log.append_as_leader(rb.build([b"as it came"], codec=codec, now_ms=1_000), 0)
+    headers = [h for _, h in rb.iter_headers(log.read(0, 1 << 20))]
+    assert [h.codec for h in headers] == [codec, codec]
+    assert (headers[0].producer_id, headers[0].producer_epoch, headers[0].base_sequence) == (9, 2, 7)
+    table = read_all(log)
+    assert table.column("value").to_pylist() == values + [b"as it came"]
+    assert table.column("offset").to_pylist() == list(range(51))
+    assert table.column("timestamp").to_pylist()[:50] == list(range(50))
+
+
+def test_compression_type_refuses_a_batch_it_would_store_past_max_message_bytes(open_log):
+    """A batch that fits as the producer compressed it but not uncompressed is refused
+    (RecordTooLargeError), and nothing is appended."""
+    log = open_log(**{"compression.type": "uncompressed", "max.message.bytes": 4096})
+    with pytest.raises(RecordTooLargeError, match="compression.type=uncompressed"):
+        log.append_as_leader(rb.build([b"x" * 20_000], codec=compression.LZ4), 0)
+    assert log.log_end_offset == 0
+
+
+def test_compression_type_producer_keeps_each_batchs_own_codec(open_log):
+    log = open_log(**{"compression.type": "producer"})
+    log.append_as_leader(rb.build([b"a" * 100], codec=compression.LZ4), 0)
+    log.append_as_leader(rb.build([b"b" * 100], codec=compression.ZSTD), 0)
+    assert [h.codec for _, h in rb.iter_headers(log.read(0, 1 << 20))] == [compression.LZ4, compression.ZSTD]
+
+
+def test_compression_type_leaves_transaction_markers_as_they_are(open_log):
+    log = open_log(**{"compression.type": "zstd"})
+    log.append_as_leader(rb.build_marker(5, 0, commit=True, coordinator_epoch=0), 0)
+    [(_, marker)] = rb.iter_headers(log.read(0, 1 << 20))
+    assert marker.codec == compression.NONE and marker.attributes & rb.CONTROL
 
 
 def test_clean_close_needs_no_recovery(open_log):
