@@ -570,17 +570,20 @@ class ControllerActor:
         return await self._each({name: name for name in names}, delete)
 
     async def alter_configs(
-        self, changes: dict[str, dict[str, Any]], incremental: bool = True
+        self, changes: dict[str, dict[str, Any]], incremental: bool = True, validate_only: bool = False
     ) -> dict[str, tuple[int, str]]:
         """Alter each topic's config, incrementally or replacing its whole set of overrides
         (see :meth:`~raylog.coordination.metadata.MetadataImage.alter_config`), in one
         journal record per topic, then pushed to its live replicas; per topic
-        ``(error_code, message)``. A refused topic is unchanged."""
+        ``(error_code, message)``. A refused topic is unchanged; ``validate_only`` checks
+        each change and makes none."""
 
         def alter(item: tuple[str, dict[str, Any]]) -> None:
             name, change = item
-            self._commit([self.image.alter_config(name, change, incremental=incremental)])
-            self._push(list(self.image.topics[name].partitions))
+            record = self.image.alter_config(name, change, incremental=incremental)
+            if not validate_only:
+                self._commit([record])
+                self._push(list(self.image.topics[name].partitions))
 
         return await self._each({name: (name, change) for name, change in changes.items()}, alter)
 

@@ -1,5 +1,5 @@
 """Kafka's topic admin APIs on raylog's controller: CreateTopics v2-7, DeleteTopics v1-6,
-CreatePartitions v0-3 and DescribeConfigs v1-4.
+CreatePartitions v0-3, DescribeConfigs v1-4, AlterConfigs v0-2 and IncrementalAlterConfigs v0-1.
 
 - CreateTopics: ``num_partitions`` / ``replication_factor`` of -1 take Kafka's broker
   defaults (``num.partitions`` 1, ``default.replication.factor`` 1). Manual ``assignments``
@@ -21,6 +21,13 @@ CreatePartitions v0-3 and DescribeConfigs v1-4.
   broker id or "" for the cluster's default) answers an empty list: raylog's broker
   settings are the controller's, given to ``raylog.connect(config=...)``, and not readable
   over the protocol.
+- AlterConfigs replaces a topic's overrides with the configs given (the rest go back to their
+  defaults), IncrementalAlterConfigs changes only those named (SET, DELETE, APPEND and
+  SUBTRACT of a list property), each topic as a whole, atomically, as raylog's
+  ``Admin.alter_configs`` / ``incremental_alter_configs`` do; ``validate_only`` checks and
+  changes nothing. A broker resource is refused (INVALID_REQUEST): raylog's broker settings
+  are given when the cluster starts. A config named twice in a resource, an unknown
+  operation, or a null value to set, append or subtract is INVALID_REQUEST, as in Kafka.
 
 Every error is a per-topic (or per-resource) code with a message where the version has
 one; a name given twice in one request is INVALID_REQUEST for each of its entries.
@@ -427,6 +434,82 @@ async def describe_configs(ctx: BrokerContext, header: RequestHeader, body: dict
     return {"results": results}
 
 
+# --- AlterConfigs / IncrementalAlterConfigs ----------------------------------------------
+
+#: IncrementalAlterConfigs' operations (Kafka's AlterConfigOp types, by id).
+_SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
+
+
+async def alter_configs(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    return await _alter(ctx, body, incremental=False)
+
+
+async def incremental_alter_configs(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    return await _alter(ctx, body, incremental=True)
+
+
+async def _alter(ctx: BrokerContext, body: dict, incremental: bool) -> dict:
+    """Each topic resource altered (or, ``validate_only``, checked) by the controller as a
+    whole, as raylog's ``Admin.alter_configs`` / ``incremental_alter_configs`` do; a resource
+    refused here (named twice, a broker, a config given twice, an operation that is not one)
+    alters nothing."""
+    resources = body["resources"]
+    duplicated = _duplicates([(r["resource_type"], r["resource_name"]) for r in resources])
+    changes: dict[str, dict] = {}
+    refused: dict[tuple, dict] = {}
+    for resource in resources:
+        key = (resource["resource_type"], resource["resource_name"])
+        try:
+            if key in duplicated:
+                raise InvalidRequestError(f"resource {key[1]!r} is named more than once in the request")
+            if key[0] == RESOURCE_BROKER:
+                raise InvalidRequestError(
+                    "raylog's broker settings are the controller's, given when the cluster starts: "
+                    "they are not altered over the protocol"
+                )
+            if key[0] != RESOURCE_TOPIC:
+                raise InvalidRequestError(f"resource type {key[0]} is not altered (2: topic)")
+            changes[key[1]] = _changes(resource["configs"], incremental)
+        except RaylogError as exc:
+            refused[key] = _error(exc)
+    names = list(changes)
+    ref = ctx.controller.alter_configs.remote(changes, incremental, validate_only=body["validate_only"])
+    answers = await _ask(ctx, ref, names, DEFAULT_TIMEOUT_MS / 1000) if names else {}
+    responses = []
+    for resource in resources:
+        key = (resource["resource_type"], resource["resource_name"])
+        response = {"resource_type": key[0], "resource_name": key[1], "error_code": 0, "error_message": None}
+        code, message = answers[key[1]][:2] if key not in refused else (0, None)
+        response.update(refused.get(key) or ({"error_code": code, "error_message": message} if code else {}))
+        responses.append(response)
+    return {"responses": responses}
+
+
+def _changes(configs: list[dict], incremental: bool) -> dict:
+    """A resource's configs as the controller's changes: a value sets, None (AlterConfigs) or
+    DELETE goes back to the default, APPEND / SUBTRACT change a list property.
+
+    Raises:
+        InvalidRequestError: a config named twice, an unknown operation, or a null value to
+            set, append or subtract (as Kafka refuses them).
+    """
+    changes: dict[str, Any] = {}
+    for config in configs:
+        name, value = config["name"], config.get("value")
+        if name in changes:
+            raise InvalidRequestError(f"config {name!r} is given more than once")
+        operation = config.get("config_operation", _SET) if incremental else _SET
+        if operation not in (_SET, _DELETE, _APPEND, _SUBTRACT):
+            raise InvalidRequestError(f"config {name!r}: operation {operation} is not set, delete, append or subtract")
+        if incremental and operation != _DELETE and value is None:
+            raise InvalidRequestError(f"config {name!r}: a null value cannot be set, appended or subtracted")
+        if operation in (_SET, _DELETE):
+            changes[name] = value if operation == _SET else None
+        else:
+            changes[name] = ("append" if operation == _APPEND else "subtract", value)
+    return changes
+
+
 def _broker_resource_error(name: str, md: dict | None) -> RaylogError | None:
     """Why a broker resource name is refused: not "" (the cluster default) or a broker id."""
     if name == "":
@@ -445,4 +528,6 @@ HANDLERS: dict[ApiKey, Callable[[BrokerContext, RequestHeader, dict], Awaitable[
     ApiKey.DELETE_TOPICS: delete_topics,
     ApiKey.CREATE_PARTITIONS: create_partitions,
     ApiKey.DESCRIBE_CONFIGS: describe_configs,
+    ApiKey.ALTER_CONFIGS: alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
 }

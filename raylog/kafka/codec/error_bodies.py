@@ -149,6 +149,10 @@ def _describe_configs(request: dict, code: int) -> dict:
     }
 
 
+def _alter_configs(request: dict, code: int) -> dict:
+    return {"responses": _describe_configs(request, code)["results"]}
+
+
 def _add_partitions_to_txn(request: dict, code: int) -> dict:
     return {
         "results_by_topic_v3_and_below": [
@@ -206,5 +210,7 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.END_TXN: _code_only,
     ApiKey.TXN_OFFSET_COMMIT: _offset_commit,
     ApiKey.DESCRIBE_CONFIGS: _describe_configs,
+    ApiKey.ALTER_CONFIGS: _alter_configs,
     ApiKey.CREATE_PARTITIONS: _create_partitions,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _alter_configs,
 }

@@ -52,7 +52,9 @@ class ApiKey(enum.IntEnum):
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
+    INCREMENTAL_ALTER_CONFIGS = 44
 
 
 #: The versions of each API raylog answers (what ApiVersions advertises).
@@ -80,7 +82,9 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.END_TXN: (0, 3),
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 
 TABLE = """
@@ -553,6 +557,39 @@ DescribeConfigs response 32 flexible 4+
         source int8 1+
       config_type int8 3+
       documentation string 3+ null 0+
+
+AlterConfigs request 33 flexible 2+
+  resources [] 0+
+    resource_type int8 0+
+    resource_name string 0+
+    configs [] 0+
+      name string 0+
+      value string 0+ null 0+
+  validate_only bool 0+
+AlterConfigs response 33 flexible 2+
+  throttle_time_ms int32 0+
+  responses [] 0+
+    error_code int16 0+
+    error_message string 0+ null 0+
+    resource_type int8 0+
+    resource_name string 0+
+
+IncrementalAlterConfigs request 44 flexible 1+
+  resources [] 0+
+    resource_type int8 0+
+    resource_name string 0+
+    configs [] 0+
+      name string 0+
+      config_operation int8 0+
+      value string 0+ null 0+
+  validate_only bool 0+
+IncrementalAlterConfigs response 44 flexible 1+
+  throttle_time_ms int32 0+
+  responses [] 0+
+    error_code int16 0+
+    error_message string 0+ null 0+
+    resource_type int8 0+
+    resource_name string 0+
 
 CreatePartitions request 37 flexible 2+
   topics [] 0+

@@ -1,6 +1,6 @@
 """Kafka's topic admin APIs over raylog's Kafka listener (raylog/actors/kafka/admin.py):
-confluent-kafka's AdminClient and kafka-python's KafkaAdminClient create, grow, describe
-and delete topics that raylog's own Admin then sees; refusals come back as each client's
+confluent-kafka's AdminClient and kafka-python's KafkaAdminClient create, grow, describe,
+alter and delete topics that raylog's own Admin then sees; refusals come back as each client's
 typed error with Kafka's codes; what no client here sends (DeleteTopics by topic id,
 assignments that do not fit, a name given twice) goes as raw requests encoded with
 raylog's codec.
@@ -321,3 +321,67 @@ def test_raw_requests_for_what_clients_do_not_send(bootstrap, kafka_admin, kafka
     assert (deleted["name"], deleted["topic_id"], deleted["error_code"]) == (doomed, doomed_id, 0)
     assert missing["error_code"] == 100 and missing["error_message"]
     assert doomed not in kafka_admin.list_topics()
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")  # the API under test
+def test_confluent_admin_alters_configs_incrementally_and_whole(confluent_admin, kafka_admin, kafka_topic):
+    """IncrementalAlterConfigs (SET, APPEND, DELETE) and AlterConfigs (the overrides replaced)
+    over the wire, validate_only changing nothing, and Kafka's errors for a bad value and a
+    broker resource (librdkafka's tests 0011 and 0092 need both APIs)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = kafka_topic(1, **{"segment.ms": "600000"})
+
+    def configs() -> dict:
+        return {k: (e.value, e.source) for k, e in kafka_admin.describe_configs([topic])[topic].items()}
+
+    def incremental(*entries: ConfigEntry, validate_only: bool = False) -> None:
+        resource = ConfigResource("topic", topic, incremental_configs=list(entries))
+        futures = confluent_admin.incremental_alter_configs([resource], validate_only=validate_only)
+        result_of(futures, resource)
+
+    set_retention = ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+    incremental(set_retention, validate_only=True)
+    assert configs()["retention.ms"][1] == "default"
+    incremental(set_retention, ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND))
+    assert configs()["retention.ms"] == ("3600000", "topic")
+    assert configs()["cleanup.policy"] == ("delete,compact", "topic")
+    assert configs()["segment.ms"] == ("600000", "topic")  # not named: kept
+    incremental(ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE))
+    assert configs()["retention.ms"][1] == "default"
+
+    whole = ConfigResource("topic", topic, set_config={"max.message.bytes": "65536"})
+    result_of(confluent_admin.alter_configs([whole]), whole)
+    overridden = {k for k, (_, source) in configs().items() if source == "topic"}
+    assert overridden == {"max.message.bytes"}  # AlterConfigs replaced every override
+
+    bad = ConfigResource("topic", topic, set_config={"retention.ms": "soon"})
+    with pytest.raises(KafkaException) as raised:
+        result_of(confluent_admin.alter_configs([bad]), bad)
+    assert raised.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert configs()["max.message.bytes"] == ("65536", "topic")  # the refused change altered nothing
+    broker = ConfigResource("broker", "0", set_config={"log.retention.ms": "1"})
+    with pytest.raises(KafkaException) as raised:
+        result_of(confluent_admin.alter_configs([broker]), broker)
+    assert raised.value.args[0].code() == KafkaError.INVALID_REQUEST
+
+
+def test_kafka_python_admin_alters_configs_both_ways(bootstrap, kafka_admin, kafka_topic):
+    """kafka-python 3 alters incrementally when the broker offers IncrementalAlterConfigs, and
+    with AlterConfigs when told to."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    topic = kafka_topic(1)
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CALL_TIMEOUT_S * 1000))
+    try:
+        client.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "7200000"})])
+        client.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs={"segment.ms": "900000"})], incremental=False
+        )
+    finally:
+        client.close()
+    described = kafka_admin.describe_configs([topic])[topic]
+    assert (described["segment.ms"].value, described["segment.ms"].source) == ("900000", "topic")
+    # kafka-python fills in the other overrides before an AlterConfigs, so retention.ms stays
+    assert (described["retention.ms"].value, described["retention.ms"].source) == ("7200000", "topic")
