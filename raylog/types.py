@@ -73,10 +73,14 @@ class OffsetAndTimestamp(NamedTuple):
 
 
 class OffsetAndMetadata(NamedTuple):
-    """A committed offset: the next record the group will read, and free-form metadata."""
+    """A committed offset: the next record the group will read, free-form metadata, and the
+    leader epoch of the last record read before it (-1 if unknown), kept with the offset as
+    Kafka keeps it (KIP-320) so that a consumer starting from it can find a log truncated
+    under it (kafka-python's ``OffsetAndMetadata`` has the same three fields)."""
 
     offset: int
     metadata: str = ""
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True)

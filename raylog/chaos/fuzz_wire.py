@@ -14,9 +14,9 @@ long-polling Fetch, an acks=all Produce, a group or transaction call that waits)
 Mutations: bit flips, random bytes, truncation, random tails, extreme int16/int32 values at
 random positions, a splice of two frames, another API version, a size prefix past
 ``socket.request.max.bytes``. A frame whose mutated API would create, delete, grow or
-reconfigure topics keeps its original API key: a fuzzer must not create topics of random
-partition counts, or give the acknowledged records' topic a retention that deletes them, on a
-shared cluster.
+reconfigure topics, or delete groups, keeps its original API key: a fuzzer must not create
+topics of random partition counts, give the acknowledged records' topic a retention that
+deletes them, or drop other clients' committed offsets, on a shared cluster.
 
 Bounded in frames and time, loopback only (the address must be 127.x or localhost).
 """
@@ -41,8 +41,11 @@ BATCH_TIMEOUT_S = 10.0
 #: APIs a mutated frame never becomes (see the module docstring).
 EXCLUDED = frozenset(
     int(k)
-    for k in (A.CREATE_TOPICS, A.DELETE_TOPICS, A.CREATE_PARTITIONS, A.ALTER_CONFIGS, A.INCREMENTAL_ALTER_CONFIGS)
-)
+    for k in (
+        A.CREATE_TOPICS, A.DELETE_TOPICS, A.CREATE_PARTITIONS, A.ALTER_CONFIGS, A.INCREMENTAL_ALTER_CONFIGS,
+        A.DELETE_GROUPS,
+    )
+)  # fmt: skip
 #: APIs whose answer Kafka may hold past BATCH_TIMEOUT_S, given what the request asks.
 MAY_WAIT = frozenset(
     int(k)

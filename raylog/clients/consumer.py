@@ -942,16 +942,35 @@ class Consumer:
             committed = committed_offsets(self._coordinator, added)
             for tp in added:
                 if tp in committed:
-                    self._set_position(tp, committed[tp].offset)
+                    self._set_committed_position(tp, committed[tp])
 
     def _commit_offsets(self, offsets: dict | None) -> dict[TopicPartition, OffsetAndMetadata]:
         if offsets is None:
             return {
-                tp: OffsetAndMetadata(self._positions[tp])
+                tp: OffsetAndMetadata(self._positions[tp], "", self._position_epoch(tp))
                 for tp in self._assignment
                 if self._positions.get(tp) is not None
             }
         return offsets_to_commit(offsets)
+
+    def _position_epoch(self, tp: TopicPartition) -> int:
+        """The leader epoch of the last record read before the position, committed with it
+        (KIP-320): known when every fetched record was handed out (the last fetched batch's),
+        else -1. A marker or an aborted batch after the last record may say a later epoch;
+        a later epoch can only hide a truncation from the next reader, never invent one."""
+        if self._next_fetch.get(tp) != self._positions[tp]:
+            return -1
+        return self._fetched_epochs.get(tp, -1)
+
+    def _set_committed_position(self, tp: TopicPartition, committed: OffsetAndMetadata) -> None:
+        """Start from a committed offset. With its leader epoch, the first fetch asks the
+        leader where that epoch ends, as Kafka's consumer does (KIP-320): a log truncated
+        under the committed offset (an unclean election) is read again from where it
+        diverged, not skipped."""
+        self._set_position(tp, committed.offset)
+        if committed.leader_epoch >= 0:
+            self._fetched_epochs[tp] = committed.leader_epoch
+            self._validated_epochs[tp] = -1  # never a leader epoch: the next fetch validates
 
     def _commit_quietly(self, offsets: dict) -> None:
         """An automatic commit: a failure (the generation is over) only means the next owner

@@ -424,13 +424,13 @@ class GroupMembership:
 def offsets_to_commit(offsets: Mapping[Any, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
     """What ``commit``, ``send_offsets_to_transaction`` and ``alter_consumer_group_offsets``
     take: per partition the offset of the next record to read, or an
-    :class:`OffsetAndMetadata` (metadata None counts as "", as kafka-python allows)."""
+    :class:`OffsetAndMetadata` or kafka-python's (metadata None counts as "", as kafka-python
+    allows; a leader epoch is kept)."""
     out = {}
     for tp, given in offsets.items():
-        if not isinstance(given, OffsetAndMetadata):
-            given = OffsetAndMetadata(given)
-        elif given.metadata is None:
-            given = OffsetAndMetadata(given.offset)
+        given = OffsetAndMetadata(*given) if isinstance(given, tuple) else OffsetAndMetadata(given)
+        if given.metadata is None:
+            given = given._replace(metadata="")
         out[TopicPartition(*tp)] = given
     return out
 

@@ -107,8 +107,16 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 
 def offset_record(group_id: str, tp: TopicPartition, committed: OffsetAndMetadata | None, now_ms: int) -> tuple:
     key = msgpack.packb([_OFFSET_KEY, group_id, tp.topic, tp.partition])
-    value = None if committed is None else msgpack.packb([committed.offset, committed.metadata, now_ms])
-    return key, value
+    if committed is None:
+        return key, None
+    return key, msgpack.packb([committed.offset, committed.metadata, now_ms, committed.leader_epoch])
+
+
+def _committed(value: bytes) -> OffsetAndMetadata:
+    """An offset record's value: ``[offset, metadata, commit time, leader epoch]`` (records
+    written before leader epochs were kept have three fields: the epoch is unknown, -1)."""
+    offset, metadata, _, *leader_epoch = msgpack.unpackb(value)
+    return OffsetAndMetadata(offset, metadata, *leader_epoch)
 
 
 @dataclass
@@ -219,8 +227,7 @@ class GroupCoordinator:
             if kind == _OFFSET_KEY:
                 tp = TopicPartition(rest[0], rest[1])
                 if value is not None:
-                    offset, metadata, _ = msgpack.unpackb(value)
-                    self.apply_commit(group_id, {tp: OffsetAndMetadata(offset, metadata)})
+                    self.apply_commit(group_id, {tp: _committed(value)})
                 elif group_id in self.groups:
                     self.groups[group_id].offsets.pop(tp, None)
             elif kind == _GROUP_KEY and not self.serving:
@@ -532,9 +539,8 @@ class GroupCoordinator:
                 continue
             kind, group_id, *rest = msgpack.unpackb(key)
             if kind == _OFFSET_KEY:
-                offset, metadata, _ = msgpack.unpackb(value)
                 tp = TopicPartition(rest[0], rest[1])
-                self.add_pending(producer_id, producer_epoch, group_id, {tp: OffsetAndMetadata(offset, metadata)})
+                self.add_pending(producer_id, producer_epoch, group_id, {tp: _committed(value)})
 
     def committed(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None, require_stable: bool = True

@@ -377,9 +377,9 @@ def test_manual_assignment_commits_for_a_group_only_while_it_has_no_members(admi
     simple.assign(shared.partitions[:2])
     wait_until(lambda: simple.poll(timeout_ms=50) is not None and at_end(simple), timeout_s=SETTLE_S)
     simple.commit()
-    assert admin.list_consumer_group_offsets(group) == {
-        tp: OffsetAndMetadata(PER_PARTITION) for tp in shared.partitions[:2]
-    }
+    committed = admin.list_consumer_group_offsets(group)
+    assert {tp: c[:2] for tp, c in committed.items()} == {tp: (PER_PARTITION, "") for tp in shared.partitions[:2]}
+    assert all(c.leader_epoch >= 0 for c in committed.values())  # the last record's, kept (KIP-320)
     member = consumers(shared.name, group_id=group)
     settle(admin, Driver([member]), group, shared.partitions)
     with pytest.raises(UnknownMemberIdError):
@@ -406,8 +406,10 @@ def test_commit_sync_async_with_metadata_and_committed(admin, shared, group, con
     assert answers == [({tp1: OffsetAndMetadata(7)}, None)]
     assert member.committed([tp1])[tp1] == OffsetAndMetadata(7)
     member.commit()
-    assert member.committed(shared.partitions) == {tp: OffsetAndMetadata(PER_PARTITION) for tp in shared.partitions}
-    assert admin.list_consumer_group_offsets(group) == member.committed(shared.partitions)
+    committed = member.committed(shared.partitions)
+    assert {tp: c[:2] for tp, c in committed.items()} == {tp: (PER_PARTITION, "") for tp in shared.partitions}
+    assert all(c.leader_epoch >= 0 for c in committed.values())  # the last record's, kept (KIP-320)
+    assert admin.list_consumer_group_offsets(group) == committed
 
 
 def test_rapid_commit_async_calls_take_effect_in_the_order_they_were_made(admin, shared, group, consumers):

@@ -1,5 +1,5 @@
 """Kafka's data-path APIs on raylog: ApiVersions, Metadata, Produce, Fetch, ListOffsets and
-OffsetForLeaderEpoch.
+OffsetForLeaderEpoch; and DescribeCluster, Metadata's view of the brokers alone.
 
 Each partition of a request goes to its leader replica actor, all of a request's partitions
 at once. A partition this broker does not lead is answered NOT_LEADER_OR_FOLLOWER (the
@@ -118,12 +118,7 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
     md = await ctx.metadata()
     if names is not None and not all(_all_led(ctx, n, md) for n in names):
         md = await ctx.metadata(refresh=True)  # a topic created, or a leader started, a moment ago
-    listeners = md["listeners"]
-    brokers = [
-        {"node_id": b, "host": host, "port": port, "rack": None}
-        for b, (host, port) in sorted(listeners.items())
-        if b in md["live"]
-    ]
+    brokers = [{"node_id": b, **endpoint} for b, endpoint in _live_brokers(md)]
     reachable = {b["node_id"] for b in brokers}
     topics = []
     for name in sorted(md["topics"]) if names is None else names:
@@ -163,10 +158,41 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
         "throttle_time_ms": 0,
         "brokers": brokers,
         "cluster_id": md["cluster_id"],
-        "controller_id": min(listeners, default=-1),
+        "controller_id": _controller_id(md),
         "topics": topics,
         "cluster_authorized_operations": NO_OPERATIONS,
     }
+
+
+async def describe_cluster(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    """Kafka's DescribeCluster (what admin clients' ``describe_cluster`` and UIs ask): the
+    cluster id, the live brokers' listeners, and the broker Metadata names as controller.
+    raylog has no controller listeners: asking for them (endpoint type 2) is INVALID_REQUEST."""
+    answer = {"throttle_time_ms": 0, "endpoint_type": body.get("endpoint_type", 1)}
+    if answer["endpoint_type"] != 1:
+        refusal = InvalidRequestError("raylog's controller has no Kafka listener: ask for brokers (1)")
+        return {**answer, **_error(refusal)}
+    md = await ctx.metadata()
+    return {
+        **answer,
+        "error_code": 0,
+        "cluster_id": md["cluster_id"],
+        "controller_id": _controller_id(md),
+        "brokers": [{"broker_id": b, **endpoint} for b, endpoint in _live_brokers(md)],
+        "cluster_authorized_operations": NO_OPERATIONS,
+    }
+
+
+def _live_brokers(md: dict) -> list[tuple[int, dict]]:
+    """``(broker id, {host, port, rack})`` of each live broker with a Kafka listener, by id."""
+    listeners = sorted(md["listeners"].items())
+    return [(b, {"host": host, "port": port, "rack": None}) for b, (host, port) in listeners if b in md["live"]]
+
+
+def _controller_id(md: dict) -> int:
+    """The broker Kafka's clients are told is the controller (raylog's controller is an actor
+    of no broker): the lowest id with a listener, or -1."""
+    return min(md["listeners"], default=-1)
 
 
 def _all_led(ctx: BrokerContext, topic: str, md: dict) -> bool:
@@ -559,4 +585,5 @@ HANDLERS = {
     ApiKey.FETCH: fetch,
     ApiKey.LIST_OFFSETS: list_offsets,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
+    ApiKey.DESCRIBE_CLUSTER: describe_cluster,
 }

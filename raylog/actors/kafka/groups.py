@@ -1,5 +1,5 @@
 """Consumer-group APIs over Kafka's protocol: FindCoordinator, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups and ListGroups, answered by
+Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups and DeleteGroups, answered by
 raylog's group coordinator actors (:mod:`raylog.actors.group_coordinator`).
 
 Membership. raylog's coordinator assigns partitions itself; Kafka's classic protocol has the
@@ -23,8 +23,8 @@ on another connection gets its assignment at version 0 (every version has the sa
 
 Offsets. OffsetCommit goes to raylog's ``commit_offsets`` (generation -1 and no member id: a
 commit from outside the group, allowed while it has no members); the committed leader epoch
-is not kept (raylog's :class:`~raylog.types.OffsetAndMetadata` holds an offset and metadata),
-so OffsetFetch answers -1 for it, and -1 for a partition with no committed offset.
+(v6+) is kept with the offset (KIP-320) and OffsetFetch answers it (v5+), -1 where none was
+committed, and offset -1 for a partition with no committed offset.
 UNSTABLE_OFFSET_COMMIT (offsets of a transaction not decided yet) is answered only when the
 request says ``require_stable``; otherwise the last committed offsets are.
 
@@ -37,6 +37,7 @@ as COORDINATOR_NOT_AVAILABLE.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -378,7 +379,7 @@ async def offset_commit(ctx: BrokerContext, header: codec.RequestHeader, body: d
             elif len(metadata.encode("utf-8")) > MAX_OFFSET_METADATA_BYTES:
                 codes[tp] = OffsetMetadataTooLargeError.code
             else:
-                offsets[tp] = OffsetAndMetadata(p["committed_offset"], metadata)
+                offsets[tp] = OffsetAndMetadata(p["committed_offset"], metadata, p.get("committed_leader_epoch", -1))
     if offsets:
         args = (
             group_id,
@@ -442,7 +443,7 @@ async def _fetch_group(ctx: BrokerContext, group_id: str, topics: list[dict] | N
             {
                 "partition_index": tp.partition,
                 "committed_offset": -1 if found is None else found.offset,
-                "committed_leader_epoch": -1,
+                "committed_leader_epoch": -1 if found is None else found.leader_epoch,
                 "metadata": "" if found is None else found.metadata,
                 "error_code": partition_code,
             }
@@ -527,6 +528,21 @@ async def list_groups(ctx: BrokerContext, header: codec.RequestHeader, body: dic
     return {"throttle_time_ms": 0, "error_code": error, "groups": groups}
 
 
+# --- DeleteGroups ------------------------------------------------------------------------
+
+
+async def delete_groups(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    """Each group deleted by its coordinator, with its committed offsets, as raylog's
+    ``Admin.delete_consumer_groups`` does: NON_EMPTY_GROUP while it has members,
+    GROUP_ID_NOT_FOUND for a group that does not exist."""
+    names = list(body.get("groups_names") or [])
+    answers = await asyncio.gather(*(_ask(ctx, group_id, "delete_group", group_id) for group_id in names))
+    return {
+        "throttle_time_ms": 0,
+        "results": [{"group_id": g, "error_code": code} for g, (_, code) in zip(names, answers, strict=True)],
+    }
+
+
 HANDLERS: dict[codec.ApiKey, Handler] = {
     codec.ApiKey.FIND_COORDINATOR: find_coordinator,
     codec.ApiKey.JOIN_GROUP: join_group,
@@ -537,4 +553,5 @@ HANDLERS: dict[codec.ApiKey, Handler] = {
     codec.ApiKey.OFFSET_FETCH: offset_fetch,
     codec.ApiKey.DESCRIBE_GROUPS: describe_groups,
     codec.ApiKey.LIST_GROUPS: list_groups,
+    codec.ApiKey.DELETE_GROUPS: delete_groups,
 }

@@ -17,7 +17,7 @@ AddPartitionsToTxn v0-3, AddOffsetsToTxn v0-3, EndTxn v0-3 and TxnOffsetCommit v
 - AddOffsetsToTxn adds the group's ``__consumer_offsets`` partition to the transaction, as
   raylog's Producer does in ``send_offsets_to_transaction``; TxnOffsetCommit then goes to
   the group's coordinator (``txn_commit_offsets``), whose offsets count once the commit
-  marker reaches that partition. The leader epoch a commit carries (v2+) is not kept.
+  marker reaches that partition. The leader epoch a commit carries (v2+) is kept with the offset.
 - EndTxn v0-3 answers no producer epoch, so a Kafka client keeps its epoch from one
   transaction to the next (Kafka before KIP-890): the transaction ends without the epoch
   bump raylog's own producers get (``end_txn(..., bump_epoch=False)``; see
@@ -260,9 +260,13 @@ async def end_txn(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict
 
 async def txn_offset_commit(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     group_id = body["group_id"]
-    # (topic, partition) -> (offset, metadata), as txn_commit_offsets takes them
+    # (topic, partition) -> (offset, metadata, leader epoch), as txn_commit_offsets takes them
     offsets = {
-        (t["name"], p["partition_index"]): (p["committed_offset"], p.get("committed_metadata") or "")
+        (t["name"], p["partition_index"]): (
+            p["committed_offset"],
+            p.get("committed_metadata") or "",
+            p.get("committed_leader_epoch", -1),
+        )
         for t in body["topics"]
         for p in t["partitions"]
     }

@@ -153,6 +153,10 @@ def _alter_configs(request: dict, code: int) -> dict:
     return {"responses": _describe_configs(request, code)["results"]}
 
 
+def _delete_groups(request: dict, code: int) -> dict:
+    return {"results": [{"group_id": g, "error_code": code} for g in request.get("groups_names") or ()]}
+
+
 def _add_partitions_to_txn(request: dict, code: int) -> dict:
     return {
         "results_by_topic_v3_and_below": [
@@ -213,4 +217,6 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.ALTER_CONFIGS: _alter_configs,
     ApiKey.CREATE_PARTITIONS: _create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _alter_configs,
+    ApiKey.DELETE_GROUPS: _delete_groups,
+    ApiKey.DESCRIBE_CLUSTER: _code_only,
 }

@@ -54,7 +54,9 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLUSTER = 60
 
 
 #: The versions of each API raylog answers (what ApiVersions advertises).
@@ -84,7 +86,9 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
 }
 
 TABLE = """
@@ -590,6 +594,31 @@ IncrementalAlterConfigs response 44 flexible 1+
     error_message string 0+ null 0+
     resource_type int8 0+
     resource_name string 0+
+
+DeleteGroups request 42 flexible 2+
+  groups_names []string 0+
+DeleteGroups response 42 flexible 2+
+  throttle_time_ms int32 0+
+  results [] 0+
+    group_id string 0+
+    error_code int16 0+
+
+DescribeCluster request 60 flexible 0+
+  include_cluster_authorized_operations bool 0+
+  endpoint_type int8 1+ default 1
+DescribeCluster response 60 flexible 0+
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null 0+ default null
+  endpoint_type int8 1+ default 1
+  cluster_id string 0+
+  controller_id int32 0+ default -1
+  brokers [] 0+
+    broker_id int32 0+
+    host string 0+
+    port int32 0+
+    rack string 0+ null 0+ default null
+  cluster_authorized_operations int32 0+ default -2147483648
 
 CreatePartitions request 37 flexible 2+
   topics [] 0+

@@ -385,3 +385,21 @@ def test_kafka_python_admin_alters_configs_both_ways(bootstrap, kafka_admin, kaf
     assert (described["segment.ms"].value, described["segment.ms"].source) == ("900000", "topic")
     # kafka-python fills in the other overrides before an AlterConfigs, so retention.ms stays
     assert (described["retention.ms"].value, described["retention.ms"].source) == ("7200000", "topic")
+
+
+def test_admin_clients_describe_the_cluster(confluent_admin, bootstrap, kafka_cluster):
+    """DescribeCluster: the cluster id and every live broker's listener, as Metadata names them
+    (confluent-kafka's and kafka-python's describe_cluster)."""
+    from kafka.admin import KafkaAdminClient
+
+    listeners = sorted(bootstrap.split(","))
+    described = confluent_admin.describe_cluster(request_timeout=CALL_TIMEOUT_S).result(timeout=CALL_TIMEOUT_S)
+    assert sorted(f"{n.host}:{n.port}" for n in described.nodes) == listeners
+    assert described.cluster_id and described.controller.id == min(n.id for n in described.nodes)
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CALL_TIMEOUT_S * 1000))
+    try:
+        cluster = client.describe_cluster()
+    finally:
+        client.close()
+    assert sorted(f"{b['host']}:{b['port']}" for b in cluster["brokers"]) == listeners
+    assert cluster["cluster_id"] == described.cluster_id

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from raylog import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
+from raylog.errors import GroupIdNotFoundError
 from tests.helpers import wait_until
 
 PARTITIONS = 4
@@ -178,10 +179,10 @@ def share(members: list[Member], counts: dict[int, int]) -> None:
 
 def committed_at_end(cluster, group: str, topic: str, counts: dict[int, int]) -> dict:
     """Assert that raylog's Admin sees the group's offsets committed at the end of every
-    partition (no metadata); returns them."""
-    expected = {TopicPartition(topic, p): OffsetAndMetadata(n, "") for p, n in counts.items()}
-    assert Admin(cluster).list_consumer_group_offsets(group) == expected
-    return expected
+    partition (no metadata; the leader epoch as each client sent it); returns them."""
+    committed = Admin(cluster).list_consumer_group_offsets(group)
+    assert {tp: c[:2] for tp, c in committed.items()} == {TopicPartition(topic, p): (n, "") for p, n in counts.items()}
+    return committed
 
 
 def assert_empty(cluster, group: str) -> None:
@@ -320,7 +321,10 @@ def test_a_raylog_consumer_and_a_confluent_consumer_share_one_group(kafka_cluste
         share([a, b], counts)
         ours.commit()
         theirs.commit(asynchronous=False)
-        committed_at_end(kafka_cluster, group, topic, counts)
+        committed = committed_at_end(kafka_cluster, group, topic, counts)
+        # Each member committed the leader epoch of the last record it read (KIP-320): a new
+        # topic's partitions are at epoch 0.
+        assert {c.leader_epoch for c in committed.values()} == {0}
 
         # The confluent member leaves: raylog's member takes its partitions.
         theirs.close()
@@ -332,8 +336,9 @@ def test_a_raylog_consumer_and_a_confluent_consumer_share_one_group(kafka_cluste
 
 def test_a_commit_from_outside_the_group_keeps_its_metadata(kafka_cluster, bootstrap, kafka_topic):
     """Consumers with assign() (no membership) commit with generation -1: raylog's commit from
-    outside the group. kafka-python's metadata is kept; the leader epoch is not (answered as
-    none). A partition of no topic is refused (confluent-kafka)."""
+    outside the group. kafka-python's metadata and leader epoch are kept (KIP-320; librdkafka's
+    test 0103 found the epoch answered as -1) and every client reads them back. A partition of
+    no topic is refused (confluent-kafka)."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka import TopicPartition as KafkaTP
     from kafka import KafkaConsumer
@@ -347,17 +352,17 @@ def test_a_commit_from_outside_the_group_keeps_its_metadata(kafka_cluster, boots
         kp.assign([PyTP(topic, 0), PyTP(topic, 1)])
         kp.commit({PyTP(topic, 0): KafkaOffset(7, "note", 4), PyTP(topic, 1): KafkaOffset(3, "", -1)})
         assert Admin(kafka_cluster).list_consumer_group_offsets(group) == {
-            TopicPartition(topic, 0): OffsetAndMetadata(7, "note"),
-            TopicPartition(topic, 1): OffsetAndMetadata(3, ""),
+            TopicPartition(topic, 0): OffsetAndMetadata(7, "note", 4),
+            TopicPartition(topic, 1): OffsetAndMetadata(3, "", -1),
         }
         back = kp.committed(PyTP(topic, 0), metadata=True)
-        assert (back.offset, back.metadata, back.leader_epoch) == (7, "note", -1)
+        assert (back.offset, back.metadata, back.leader_epoch) == (7, "note", 4)
     finally:
         kp.close()
     consumer = _confluent(bootstrap, group, "range")
     try:
         back = consumer.committed([KafkaTP(topic, p) for p in range(2)], timeout=30)
-        assert [(tp.partition, tp.offset) for tp in back] == [(0, 7), (1, 3)]
+        assert [(tp.partition, tp.offset, tp.leader_epoch) for tp in back] == [(0, 7, 4), (1, 3, None)]
         with pytest.raises(KafkaException) as refused:
             consumer.commit(offsets=[KafkaTP(f"{topic}-missing", 0, 1)], asynchronous=False)
         assert refused.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
@@ -457,3 +462,44 @@ def test_aiokafka_group_consumer_reads_and_commits(kafka_cluster, bootstrap, kaf
 
     assert asyncio.run(bounded()) == everything(counts)
     committed_at_end(kafka_cluster, group, topic, counts)
+
+
+def test_admin_clients_delete_groups_that_have_no_members(kafka_cluster, bootstrap, kafka_topic):
+    """DeleteGroups: a group with committed offsets and no members is deleted with them; one
+    with a member is NON_EMPTY_GROUP and one that never existed GROUP_ID_NOT_FOUND, for
+    confluent-kafka's AdminClient and kafka-python's."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+    from kafka.admin import KafkaAdminClient
+
+    def members_of(group: str) -> list:
+        try:
+            return Admin(kafka_cluster).describe_consumer_groups([group])[0].members
+        except GroupIdNotFoundError:
+            return []
+
+    topic = kafka_topic(num_partitions=1)
+    idle, busy, never = _group(), _group(), _group()
+    Admin(kafka_cluster).alter_consumer_group_offsets(idle, {TopicPartition(topic, 0): 5})
+    member = _confluent(bootstrap, busy, "range")
+    confluent = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        member.subscribe([topic])
+        drive([confluent_member(member, "busy")], lambda: members_of(busy), "the busy group's member joining")
+        futures = confluent.delete_consumer_groups([idle, busy, never], request_timeout=30)
+        assert futures[idle].result(timeout=30) is None
+        codes = {}
+        for group in (busy, never):
+            with pytest.raises(KafkaException) as refused:
+                futures[group].result(timeout=30)
+            codes[group] = refused.value.args[0].code()
+        assert codes == {busy: KafkaError.NON_EMPTY_GROUP, never: KafkaError.GROUP_ID_NOT_FOUND}
+        assert Admin(kafka_cluster).list_consumer_group_offsets(idle) == {}
+    finally:
+        close(member)
+    client = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        wait_until(lambda: not members_of(busy), message="the busy group emptied")
+        assert client.delete_groups([busy, never]) == {busy: "OK", never: "GroupIdNotFoundError"}
+    finally:
+        client.close()

@@ -337,3 +337,24 @@ def test_kafka_pythons_first_arguments_are_refused_with_a_pointer(client, first)
     cluster handle says so with a TypeError, before anything else."""
     with pytest.raises(TypeError, match=rf"{client}'s first argument is the cluster from raylog.connect\(\)"):
         getattr(raylog, client)(first)
+
+
+def test_commits_carry_the_leader_epoch_of_the_last_record_read_and_a_committed_one_is_checked():
+    """KIP-320, as Kafka's consumer: commit() sends with each position the leader epoch of the
+    last record read before it (known once every fetched record was handed out), and a
+    position taken from a committed offset with an epoch makes the next fetch ask the leader
+    where that epoch ends, so that a log truncated under the offset is not skipped."""
+    consumer = consumer_module.Consumer(NoCluster(), group_id="g")
+    tp = TopicPartition("t", 0)
+    consumer._assignment = [tp]
+    consumer._positions[tp], consumer._next_fetch[tp], consumer._fetched_epochs[tp] = 10, 10, 3
+    assert consumer._commit_offsets(None) == {tp: OffsetAndMetadata(10, "", 3)}
+    consumer._next_fetch[tp] = 25  # records fetched past the position are not read yet
+    assert consumer._commit_offsets(None) == {tp: OffsetAndMetadata(10, "", -1)}
+    assert offsets_to_commit({tp: raylog.OffsetAndMetadata(4, None, 2)}) == {tp: OffsetAndMetadata(4, "", 2)}
+
+    consumer._set_committed_position(tp, OffsetAndMetadata(8, "", 0))
+    assert consumer._positions[tp] == 8 and consumer._fetched_epochs[tp] == 0
+    assert consumer._validated_epochs[tp] != 0  # the fetch loop validates before any epoch's fetch
+    consumer._set_committed_position(tp, OffsetAndMetadata(9))  # no epoch committed: nothing to check
+    assert tp not in consumer._fetched_epochs

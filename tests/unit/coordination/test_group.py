@@ -20,6 +20,7 @@ from raylog.coordination.group import (
     STABLE,
     GroupCoordinator,
     Outcome,
+    offset_record,
     partition_for,
 )
 from raylog.errors import (
@@ -493,6 +494,25 @@ def test_apply_commit_then_committed(coord):
     assert coord.groups.committed(GROUP) == offsets
     assert coord.groups.committed(GROUP, [("t", 1), ("t", 9)]) == {TopicPartition("t", 1): OffsetAndMetadata(10, "m1")}
     assert coord.groups.committed("nobody") == {}
+
+
+def test_a_committed_leader_epoch_is_kept_with_its_offset_through_the_log():
+    """KIP-320: the leader epoch a commit carries is written with the offset and loaded back
+    by the next coordinator; a record written before epochs were kept loads as epoch -1."""
+    import msgpack
+
+    tp = TopicPartition("t", 0)
+    old_value = msgpack.packb([7, "old", T0])
+    records = [
+        offset_record(GROUP, TopicPartition("t", 1), OffsetAndMetadata(3, "m", leader_epoch=5), T0),
+        (offset_record(GROUP, tp, OffsetAndMetadata(0), T0)[0], old_value),
+    ]
+    loaded = GroupCoordinator()
+    loaded.load(records, T0)
+    assert loaded.committed(GROUP) == {
+        TopicPartition("t", 1): OffsetAndMetadata(3, "m", 5),
+        tp: OffsetAndMetadata(7, "old", -1),
+    }
 
 
 # --- static membership ----------------------------------------------------------------------

@@ -464,6 +464,7 @@ SAMPLE_REQUESTS = {
     ApiKey.DESCRIBE_CONFIGS: {"resources": [{"resource_type": 2, "resource_name": "a"}]},
     ApiKey.ALTER_CONFIGS: {"resources": [{"resource_type": 2, "resource_name": "a"}]},
     ApiKey.INCREMENTAL_ALTER_CONFIGS: {"resources": [{"resource_type": 4, "resource_name": ""}]},
+    ApiKey.DELETE_GROUPS: {"groups_names": ["g1", "g2"]},
     ApiKey.OFFSET_FOR_LEADER_EPOCH: {"topics": [{"topic": "a", "partitions": [{"partition": 0}]}]},
     ApiKey.ADD_PARTITIONS_TO_TXN: {"v3_and_below_topics": [{"name": "a", "partitions": [0, 1]}]},
     ApiKey.TXN_OFFSET_COMMIT: {"topics": [{"name": "a", "partitions": [{"partition_index": 1}]}]},

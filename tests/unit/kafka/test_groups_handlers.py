@@ -320,9 +320,10 @@ def test_offset_commit_from_outside_the_group_and_per_partition_errors(version):
     answer = roundtrip(ctx, A.OFFSET_COMMIT, version, body)
     codes = {(t["name"], p["partition_index"]): p["error_code"] for t in answer["topics"] for p in t["partitions"]}
     assert codes == {(TOPIC, 0): 0, (TOPIC, 1): 0, (TOPIC, 9): 3, ("nope", 0): 3, (TOPIC, 2): 42}
+    epoch = 5 if version >= 6 else -1  # the committed leader epoch is kept (KIP-320; OffsetCommit v6+)
     assert coordinator.groups.committed("g") == {
-        TopicPartition(TOPIC, 0): OffsetAndMetadata(10, "m"),
-        TopicPartition(TOPIC, 1): OffsetAndMetadata(11, ""),
+        TopicPartition(TOPIC, 0): OffsetAndMetadata(10, "m", epoch),
+        TopicPartition(TOPIC, 1): OffsetAndMetadata(11, "", epoch),
     }
     too_long = roundtrip(ctx, A.OFFSET_COMMIT, version, _commit_body({(TOPIC, 3): (1, "x" * 5000)}))
     assert too_long["topics"][0]["partitions"][0]["error_code"] == 12
@@ -356,10 +357,10 @@ def test_offset_fetch_answers_minus_one_for_none_and_unstable_only_when_asked(ve
             for p in t["partitions"]
         }
 
-    epoch = -1  # not kept: raylog's OffsetAndMetadata holds the offset and its metadata
-    assert found(fetch(False)) == {0: (10, "m", epoch, 0), 1: (-1, "", epoch, 0)}
+    epoch = 5 if version >= 5 else -1  # as committed (KIP-320; OffsetFetch v5+ says it)
+    assert found(fetch(False)) == {0: (10, "m", epoch, 0), 1: (-1, "", -1, 0)}
     coordinator.pending_txn.add("g")
-    assert found(fetch(False)) == {0: (10, "m", epoch, 0), 1: (-1, "", epoch, 0)}
+    assert found(fetch(False)) == {0: (10, "m", epoch, 0), 1: (-1, "", -1, 0)}
     if version >= 7:
         answer = fetch(True)
         assert answer["error_code"] == 0
