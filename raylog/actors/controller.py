@@ -53,6 +53,7 @@ from raylog.actors import logs, metrics
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.kafka.fleet import ListenerFleet
 from raylog.actors.names import NAMESPACE, replica_name
+from raylog.actors.pushes import Pushes
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.config import ControllerConfig
@@ -80,9 +81,8 @@ REPLICA_START_TIMEOUT_S = 60.0
 #: raylog and recovers its log: more at once only queue behind the node's cores and Ray's
 #: worker start-up, and would hold up the leaders that are started first.
 MAX_STARTING_REPLICAS = 8
-#: Tries of a push to a replica whose actor is unreachable (e.g. Ray is restarting it, or
-#: this process has not yet heard where it restarted), and the pause between them.
-PUSH_ATTEMPTS = 5
+#: The pause before a push to a replica is made again (its actor was unreachable, e.g. Ray
+#: is restarting it or this process has not yet heard where it restarted, or did not answer).
 PUSH_RETRY_S = 0.5
 #: How long a leader reported by a follower has to answer the controller itself.
 LEADER_CHECK_TIMEOUT_S = 2.0
@@ -134,6 +134,7 @@ class ControllerActor:
         self._lock: asyncio.Lock | None = None
         self._started = False
         self._tasks: set[asyncio.Task] = set()
+        self._pushes = Pushes(self._spawn, PEER_CALL_TIMEOUT_S, PUSH_RETRY_S)
         # Replica start-up (see _start_replicas): keys waiting, leaders first, and those whose
         # actor, as cached, answered ``ready``; the event wakes await_leaders.
         self._leaders_to_start: collections.deque[tuple[str, int, int]] = collections.deque()
@@ -608,8 +609,8 @@ class ControllerActor:
                 self._commit(self.image.alter_client_quotas(changes))
             except RaylogError as exc:
                 return _error_result(exc)
-            handles = [handle for (_, _, b), (_, handle) in self.replicas.items() if b in self.live]
-        self._push_quotas(handles)
+            keys = [key for key in self.replicas if key[2] in self.live]
+        self._push_quotas(keys)
         return 0, ""
 
     async def describe_client_quotas(self) -> dict[str | None, dict[str, float]]:
@@ -924,7 +925,7 @@ class ControllerActor:
     def _keep_replica(self, key: tuple[str, int, int], handle):
         self.replicas[key] = (self.image.brokers[key[2]].node_id, handle)
         self._ready.discard(key)
-        self._push_quotas([handle])
+        self._push_quotas([key])
         return handle
 
     def _replica_name(self, key: tuple[str, int, int]) -> str:
@@ -971,15 +972,22 @@ class ControllerActor:
 
     def _push(self, partitions: list[PartitionInfo], only: int | None = None) -> None:
         """Tell every running replica of each partition (or broker ``only``'s) its new state and
-        its topic's config (fire and forget, retried while the actor is unreachable: a replica
-        that still misses one is told again by the next change or restart). A replica not
-        started yet gets the state it will start with, or is told once it answers."""
+        its topic's config, in the background until it answers (see :class:`Pushes`). A
+        replica not started yet gets the state it will start with, or is told once it answers."""
         for info in partitions:
             leader, config = self._role(info)
             for broker_id in info.replicas:
-                handle = self._cached_replica((info.topic, info.partition, broker_id))
+                key = (info.topic, info.partition, broker_id)
+                handle = self._cached_replica(key)
                 if broker_id in self.live and handle is not None and only in (None, broker_id):
-                    self._spawn(pushed(handle.update_state, info, leader, config))
+                    self._pushes.push(
+                        ("state", *key), self._still(key, handle), handle.update_state, info, leader, config
+                    )
+
+    def _still(self, key: tuple[str, int, int], handle) -> Callable[[], bool]:
+        """Whether pushes to ``handle`` are still wanted: its broker is live and it is still
+        the replica's actor (not deleted with its topic, nor replaced on a new node)."""
+        return lambda: key[2] in self.live and self._cached_replica(key) is handle
 
     def _role(self, info: PartitionInfo) -> tuple[Any, tuple[int, dict]]:
         """What a replica of ``info``'s partition is told with its state: the leader's actor
@@ -989,14 +997,15 @@ class ControllerActor:
         leader = self._cached_replica(key) if info.leader in self.live else None
         return leader, (self.image.config_versions[info.topic], self.image.topics[info.topic].config)
 
-    def _push_quotas(self, handles: list) -> None:
-        """Tell replicas the client quotas and their version (fire and forget, as
-        :meth:`_push`; a replica that misses a push is told again by the next change)."""
+    def _push_quotas(self, keys: list[tuple[str, int, int]]) -> None:
+        """Tell the replicas of ``keys`` the client quotas and their version (as :meth:`_push`)."""
         if not self.image.client_quotas_version:
             return  # never set: replicas start without quotas
         version, quotas = self.image.client_quotas_version, dict(self.image.client_quotas)
-        for handle in handles:
-            self._spawn(pushed(handle.update_quotas, version, quotas))
+        for key in keys:
+            handle = self._cached_replica(key)
+            if handle is not None:
+                self._pushes.push(("quotas", *key), self._still(key, handle), handle.update_quotas, version, quotas)
 
     def _remove_replicas(self, topic: TopicDescription) -> Awaitable[None]:
         """Forget ``topic``'s replica actors; the removal of their data and processes, to await."""
@@ -1108,20 +1117,6 @@ def _running(name: str):
 def _error_result(exc: RaylogError) -> tuple[int, str]:
     fields = error_fields(exc)
     return fields["error_code"], fields["error_message"]
-
-
-async def pushed(method, *args: Any) -> None:
-    """Make a push (a replica actor's ``method`` with ``args``) reach the replica: again after
-    a pause while the actor is unreachable, at most :data:`PUSH_ATTEMPTS` times. A push that
-    times out is not made again (the replica may have it; a stale one is ignored anyway)."""
-    for _ in range(PUSH_ATTEMPTS):
-        try:
-            await asyncio.wait_for(method.remote(*args), PEER_CALL_TIMEOUT_S)
-            return
-        except asyncio.TimeoutError:
-            return
-        except ray.exceptions.RayError:
-            await asyncio.sleep(PUSH_RETRY_S)
 
 
 async def wait_for_event(event: asyncio.Event, timeout_s: float) -> None:

@@ -27,6 +27,10 @@ def translate(exc: BaseException) -> RaylogError:
         if isinstance(cause, RaylogError):
             return cause
         raised = getattr(exc, "cause", None)
+        if isinstance(raised, RayError):
+            # The method's own call to another actor failed (that actor died or restarts):
+            # Ray's dual exception then has no method name, and the failure is that call's.
+            return translate(raised)
         what = f"{type(raised).__name__}: {raised}" if raised is not None else str(exc).splitlines()[0]
         return UnknownServerError(f"{exc.function_name} failed: {what}")
     if isinstance(exc, GetTimeoutError):

@@ -653,6 +653,15 @@ class Run:
         ray.kill(self.actor, no_restart=True)
         self.summaries.append({"name": f"c{self.instances - 1}", "killed": True})
 
+    def outcome(self) -> str:
+        """What the running copier's ``run`` came to: still running, its summary, or what it raised."""
+        if not ray.wait([self.ref], timeout=0)[0]:
+            return "running"
+        try:
+            return repr(ray.get(self.ref))
+        except Exception as exc:  # noqa: BLE001 — reported to the test
+            return f"raised {exc!r}"[:2000]
+
     def finished(self) -> bool:
         """Whether the copy is done; a copier that stopped fenced (its transaction timed out)
         is replaced, as Kafka's test restarts it."""
@@ -691,23 +700,26 @@ def test_transactional_copier_copies_exactly_once_through_faults(multinode, topi
     dead: set[int] = set()
     faults: list[str] = []
 
-    def progress(target: int, message: str) -> None:
-        """Wait until the reader has seen ``target`` records (or the copy is done); if it
-        does not, say what the partitions and the copiers were doing."""
+    def copying(predicate, message: str, interval_s: float):
+        """Wait until ``predicate`` holds; if it does not, say what the partitions and the
+        copiers were doing."""
         try:
-            wait_until(
-                lambda: reader.count >= target or run.finished(),
-                timeout_s=PROGRESS_TIMEOUT_S,
-                interval_s=0.2,
-                message=f"{target} records copied {message} (seen {reader.count})",
-            )
+            return wait_until(predicate, timeout_s=PROGRESS_TIMEOUT_S, interval_s=interval_s, message=message)
         except AssertionError as exc:
             watched = [source, sink, OFFSETS_TOPIC, TRANSACTION_TOPIC]
             errors = ray.get(ledger.all_errors.remote(), timeout=60)[-10:]
             raise AssertionError(
                 f"{exc}; out of sync: {quietly(out_of_sync, admin, watched)}; copier errors: {errors}; "
-                f"reader errors: {reader.errors[-5:]}; copiers: {run.summaries}"
+                f"reader errors: {reader.errors[-5:]}; copiers: {run.summaries}; the running one: {run.outcome()}"
             ) from None
+
+    def progress(target: int, message: str) -> None:
+        """Wait until the reader has seen ``target`` records (or the copy is done)."""
+        copying(
+            lambda: reader.count >= target or run.finished(),
+            f"{target} records copied {message} (seen {reader.count})",
+            interval_s=0.2,
+        )
 
     def heal() -> None:
         for broker in sorted(dead):
@@ -725,11 +737,10 @@ def test_transactional_copier_copies_exactly_once_through_faults(multinode, topi
         successor's init_transactions waits for the commit, and resumes after it)."""
         when = "written_open" if round_ % 2 == 0 else "committing"
         before = ray.get(getattr(ledger, when).remote(), timeout=60)
-        tags = wait_until(
+        tags = copying(
             lambda: ray.get(getattr(ledger, when).remote(), timeout=60) - before,
-            timeout_s=PROGRESS_TIMEOUT_S,
+            f"a transaction {when}",
             interval_s=0.01,
-            message=f"a transaction {when}",
         )
         run.kill()
         run.start()
@@ -760,11 +771,10 @@ def test_transactional_copier_copies_exactly_once_through_faults(multinode, topi
         assert handle is not None, "no transaction coordinator"
         leader = partition_info(admin, TRANSACTION_TOPIC, partition).leader
         before = ray.get(ledger.committing.remote(), timeout=60)
-        tags = wait_until(
+        tags = copying(
             lambda: ray.get(ledger.committing.remote(), timeout=60) - before,
-            timeout_s=PROGRESS_TIMEOUT_S,
+            "a transaction committing",
             interval_s=0.01,
-            message="a transaction committing",
         )
         if round_ % 2 == 0:
             ray.kill(handle, no_restart=False)  # its process dies; Ray restarts the actor

@@ -33,3 +33,19 @@ def test_an_actor_methods_own_failure_says_which_method_and_what_it_raised():
     error = translate(wrapped)
     assert isinstance(error, UnknownServerError)
     assert "ControllerActor.start" in str(error) and "TimeoutError: broker 2 did not answer" in str(error)
+
+
+def test_a_method_that_found_another_actor_unavailable_is_a_broker_to_retry():
+    """A method whose own call to another actor failed because that actor died or restarts
+    (Ray raises it as ``RayTaskError(ActorUnavailableError)``, without the method's name)
+    is a broker to retry, as the same failure met directly would be."""
+    from ray.exceptions import ActorUnavailableError, RayTaskError
+
+    try:
+        raise ActorUnavailableError("the actor is restarting", None)
+    except ActorUnavailableError as exc:
+        wrapped = RayTaskError("PartitionReplicaActor.produce", "Traceback ...", exc)
+    for raised in (wrapped, wrapped.as_instanceof_cause()):
+        error = translate(raised)
+        assert isinstance(error, BrokerUnavailableError) and error.retriable and error.invalid_metadata
+        assert "restarting" in str(error)
