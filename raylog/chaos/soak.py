@@ -560,13 +560,14 @@ def replica_states(cluster: Any, topics: list[str]) -> str:
                     try:
                         st = call(handle.state.remote(), REPLICA_STATE_TIMEOUT_S)
                         seen.append(
-                            f"b{broker}: leader {st['leader']} epoch {st['leader_epoch']} isr {st['isr']} "
-                            f"hw {st['high_watermark']} leo {st['log_end_offset']}"
+                            f"b{broker}: leader {st['leader']} epoch {st['leader_epoch']}.{st['partition_epoch']} "
+                            f"isr {st['isr']} hw {st['high_watermark']} leo {st['log_end_offset']} "
+                            f"fetch errors {st['fetch_errors']} ({st['last_fetch_error']})"
                         )
                     except RaylogError as exc:
                         seen.append(f"b{broker}: {type(exc).__name__}")
             parts.append(
-                f"{name}-{p.partition} leader {p.leader} epoch {p.leader_epoch} isr {list(p.isr)} "
+                f"{name}-{p.partition} leader {p.leader} epoch {p.leader_epoch}.{p.partition_epoch} isr {list(p.isr)} "
                 f"replicas {list(p.replicas)} ({'; '.join(seen)})"
             )
     return " | ".join(parts)
