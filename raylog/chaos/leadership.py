@@ -7,7 +7,9 @@ busy leader, a controller that judged it dead) is a fault of raylog's, even when
 lost. :class:`LeadershipWatch` samples the controller's view of the run's topic in a thread;
 :func:`unexplained` keeps the changes no fault disturbing that leader explains. Each fault
 names what it disturbed (:attr:`raylog.chaos.nemesis.FaultEvent.disturbed`); a change counts
-as its consequence from the fault's start until :data:`GRACE_S` after it was healed.
+as its consequence from the fault's start until :data:`GRACE_S` after it was healed, or until
+the end of the run when its healing was never seen (the nemesis stopped waiting with an
+error: a killed replica that Ray restarted later gets its new epoch later).
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ def unexplained(changes: Iterable[LeaderChange], events: Iterable[Any], origin: 
     """The changes that took leadership from a broker (or gave it a new epoch) that no fault
     had disturbed: one is explained by a fault of ``events`` (``start_s`` / ``end_s`` seconds
     after ``origin``) whose ``disturbed`` names that broker, for that partition or for every
-    partition (its node), from the fault's start to :data:`GRACE_S` after its end. A change
+    partition (its node), from the fault's start to :data:`GRACE_S` after its end (to the end of
+    the run for a fault that ended in an error, its healing not seen). A change
     from no leader to one is an election, not a demotion."""
     events = list(events)
     found = []
@@ -106,7 +109,8 @@ def unexplained(changes: Iterable[LeaderChange], events: Iterable[Any], origin: 
         at = change.at - origin
         if not any(
             ((change.partition, leader) in e.disturbed or (None, leader) in e.disturbed)
-            and e.start_s <= at <= e.end_s + GRACE_S
+            and e.start_s <= at
+            and (at <= e.end_s + GRACE_S or e.outcome.startswith("error"))
             for e in events
         ):
             found.append(change)

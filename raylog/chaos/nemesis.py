@@ -258,16 +258,18 @@ class Nemesis:
 
     def _kill_leader(self) -> str:
         partition, leader, handle = self._leader()
+        epoch = self._describe(partition).leader_epoch
         self._disturb(partition, leader)
         ray.kill(handle, no_restart=False)
-        self._await_answer(handle)
+        self._await_restart(partition, epoch, handle)
         return f"p{partition} leader b{leader}"
 
     def _kill_leader_pid(self) -> str:
         partition, leader, handle = self._leader()
+        epoch = self._describe(partition).leader_epoch
         self._disturb(partition, leader)
         os.kill(self._pid(handle), signal.SIGKILL)
-        self._await_answer(handle)
+        self._await_restart(partition, epoch, handle)
         return f"p{partition} leader b{leader}"
 
     def _kill_node(self) -> str:
@@ -338,11 +340,12 @@ class Nemesis:
         # Whether the followers were still in the ISR when the leader died: only then does a
         # follower lead without the leader's tail (once the ISR is the leader alone, the
         # restarted leader leads again with all it wrote).
-        in_sync = set(self._describe(partition).isr) >= set(followers)
+        described = self._describe(partition)
+        in_sync = set(described.isr) >= set(followers)
         os.kill(self._pid(handle), signal.SIGKILL)
         for pid in followers.values():
             self._resume(pid)
-        self._await_answer(handle)
+        self._await_restart(partition, described.leader_epoch, handle)
         return f"p{partition} leader b{leader}" + ("" if in_sync else ", alone in the ISR by then")
 
     def _replace_disk(self) -> str:
@@ -468,6 +471,13 @@ class Nemesis:
             self._linger_until = max(self._linger_until, time.monotonic() + seconds)
             return
         time.sleep(seconds)  # a fault's duration: nothing to wait for but time
+
+    def _await_restart(self, partition: int, leader_epoch: int, handle: Any) -> None:
+        """Until the controller has acted on a killed leader's restart and the actor answers:
+        the partition is in a leader epoch after ``leader_epoch`` (another ISR member leads,
+        or the restarted replica leads again once its restart report is answered)."""
+        self._wait(lambda: self._describe(partition).leader_epoch > leader_epoch, "a new leader epoch")
+        self._await_answer(handle)
 
     def _await_answer(self, handle: Any) -> None:
         """Until the (restarted) actor answers."""

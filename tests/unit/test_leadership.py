@@ -48,6 +48,19 @@ def test_a_new_epoch_for_the_same_leader_needs_a_fault_too_and_an_election_from_
     assert unexplained([change(3.0, 0, (-1, 5), (2, 6))], [], ORIGIN) == []
 
 
+def test_a_fault_never_seen_healed_explains_what_it_disturbed_until_the_end_of_the_run():
+    """A killed replica that Ray had not restarted when the nemesis stopped waiting (soak seeds
+    150, 154: its restart report, and so its new epoch, came 8-14 s after) disturbs its
+    partition as long as the run lasts; a fault that healed does not."""
+    gave_up = FaultEvent("kill-leader-pid", start_s=1.3, end_s=40.4, outcome="error: not within 30 s")
+    gave_up.disturbed.add((0, 1))
+    restarted = change(54.0, 0, (1, 0), (1, 1))
+    assert unexplained([restarted], [gave_up], ORIGIN) == []
+    assert unexplained([restarted], [fault("kill-leader-pid", 1.3, 40.4, (0, 1))], ORIGIN) == [restarted]
+    elsewhere = change(54.0, 1, (1, 0), (1, 1))
+    assert unexplained([elsewhere], [gave_up], ORIGIN) == [elsewhere]
+
+
 class _Admin:
     """describe_topics answering from a script of states (None: the controller times out)."""
 
