@@ -16,8 +16,8 @@ acknowledgement); ``raylog_fetch_bytes_total`` and ``raylog_fetch_latency_second
 ``client``: consumer or follower; the latency includes the long-poll wait); the cleaner's
 ``raylog_cleaner_dirty_ratio``, ``raylog_cleaner_bytes_read_total`` and
 ``raylog_cleaner_records_removed_total``; ``raylog_broker_throttle_time_seconds`` (tag
-``client_type``: producer or consumer; one observation per response a client quota held
-back).
+``client_type``: producer or consumer; one observation per response that told its client to
+hold back for its quota).
 
 Per cluster (controller, tag cluster): ``raylog_brokers_live``,
 ``raylog_offline_partitions`` and ``raylog_under_replicated_partitions``.
@@ -128,11 +128,13 @@ def record_consumer_lag(group: str, topic: str, partition: int, lag: int) -> Non
 
 
 def record_broker_throttle(tags: dict[str, str], client_type: str, throttle_ms: float) -> None:
-    """A response this replica held back for a client's quota (``client_type``: producer or
-    consumer) by ``throttle_ms`` (the protocol's unit; exported in seconds)."""
+    """A response of this replica that told a client to hold back ``throttle_ms`` for its quota
+    (``client_type``: producer or consumer; the protocol's unit, exported in seconds)."""
     tagged = {**tags, "client_type": client_type}
     histogram = _histogram(
-        "raylog_broker_throttle_time_seconds", "response held back for a client quota", (*_PARTITION, "client_type")
+        "raylog_broker_throttle_time_seconds",
+        "throttle time a response told a client over its quota",
+        (*_PARTITION, "client_type"),
     )
     histogram.observe(throttle_ms / 1000, tagged)
 

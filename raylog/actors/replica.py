@@ -20,8 +20,8 @@ log or high watermark: long-polling fetches, acks=all producers, out-of-order ba
 Concurrency: a threaded actor, not an async one (Ray hands each call of an async actor to its
 event loop and back, which cost ~300 us more CPU per call, measured by
 ``benchmarks.latency_trace``). One lock guards the partition, so each :class:`Partition` step
-runs alone, as it did on one event loop; a waiting call (a long poll, an acks=all produce,
-a throttled response) releases it while it waits, and holds only its thread. Each kind of
+runs alone, as it did on one event loop; a waiting call (a long poll, an acks=all produce)
+releases it while it waits, and holds only its thread. Each kind of
 call has a pool of threads of its own (Ray concurrency groups, :data:`CONCURRENCY_GROUPS`),
 so that calls parked in one pool never keep another kind from running, as Kafka parks its
 delayed operations in purgatories and frees its request threads: produces and offset
@@ -37,8 +37,10 @@ Client quotas (:mod:`raylog.coordination.quotas`, pushed by the controller throu
 :meth:`update_quotas`): a leader counts the bytes of each produce request and of each
 consumer fetch response against the client id's ``producer_byte_rate`` or
 ``consumer_byte_rate``; follower fetches are never throttled. A client over its quota gets
-its response (data included, as in Kafka before KIP-219) only after the throttle time,
-which the response reports in ``throttle_time_ms``. Limitation: quotas hold per replica
+its response at once with the time to hold back in ``throttle_time_ms``, as Kafka answers
+since KIP-219: the client waits that long before it sends this partition another request
+(raylog's clients do; the Kafka listener mutes the connection), so that no thread of the
+replica is held by a throttled client. Limitation: quotas hold per replica
 actor, that is per partition leader, not per broker as in Kafka: a client reading or
 writing N partitions led on one broker may move up to N times its quota there.
 
@@ -302,8 +304,8 @@ class PartitionReplicaActor:
     # --- leader: produce ----------------------------------------------------------------
 
     def produce(self, request: ProduceRequest) -> ProduceResponse:
-        """Append a producer's batch; for acks=all, wait until the ISR has it; then hold the
-        response back for as long as the client's producer quota says.
+        """Append a producer's batch; for acks=all, wait until the ISR has it; the response
+        says how long the client is to hold back for its producer quota.
 
         An idempotent batch that arrives before an earlier one of its producer waits for it
         (Ray may run pipelined calls out of order), unless the request says its batches come
@@ -318,7 +320,7 @@ class PartitionReplicaActor:
         response = self._append(request)
         with self._lock:
             throttle_ms = self._produce_quotas.record(request.client_id, len(request.records), _now_ms())
-        return self._throttled(response, min(throttle_ms, request.timeout_ms), "producer")
+        return self._throttled(response, throttle_ms, "producer")
 
     def _append(self, request: ProduceRequest) -> ProduceResponse:
         started = time.monotonic()
@@ -446,8 +448,8 @@ class PartitionReplicaActor:
 
     @ray.method(concurrency_group="fetch")
     def fetch(self, request: FetchRequest) -> FetchResponse:
-        """Batches from ``request.offset``; waits (long poll) for ``min_bytes``; then, for a
-        consumer, holds the response back for as long as its consumer quota says."""
+        """Batches from ``request.offset``; waits (long poll) for ``min_bytes``; for a consumer,
+        the response says how long to hold back for its consumer quota."""
         try:
             validate_client_id(request.client_id)
         except InvalidRequestError as exc:
@@ -460,11 +462,11 @@ class PartitionReplicaActor:
         return self._throttled(response, throttle_ms, "consumer")
 
     def _throttled(self, response, throttle_ms: int, client_type: str):
-        """``response`` after ``throttle_ms``, reporting it (at once when 0)."""
+        """``response`` telling the client to hold back ``throttle_ms`` (KIP-219: answered at
+        once, the client waits)."""
         if throttle_ms <= 0:
             return response
         metrics.record_broker_throttle(self._metric_tags, client_type, throttle_ms)
-        time.sleep(throttle_ms / 1000)
         return dataclasses.replace(response, throttle_time_ms=throttle_ms)
 
     def _read(self, request: FetchRequest) -> FetchResponse:

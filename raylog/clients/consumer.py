@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -181,8 +182,9 @@ class Consumer:
         group_instance_id: static membership: a consumer restarted with the same id takes its
             place back without a rebalance (and does not leave the group on close).
         client_id: a name shown in group descriptions, which leaders also hold to a client
-            quota (``consumer_byte_rate``, see :meth:`Admin.alter_client_quotas`; a throttled
-            fetch arrives late and is recorded in the ``raylog_throttle_time_seconds`` metric).
+            quota (``consumer_byte_rate``, see :meth:`Admin.alter_client_quotas`: as in Kafka
+            since KIP-219, a fetch over it comes with a throttle time and the partition is not
+            fetched again until it has passed; recorded in ``raylog_throttle_time_seconds``).
         enable_auto_commit: commit the positions of what earlier polls returned, every
             ``auto_commit_interval_ms``, before a rebalance and on close (group members only).
         auto_commit_interval_ms: how often automatic commits happen (with ``enable_auto_commit``).
@@ -315,6 +317,8 @@ class Consumer:
         self._closed = False
         self._client_id = client_id
         self._throttle_time_ms = 0
+        #: Partitions whose leader asked this client to hold back, until when (monotonic s).
+        self._throttled_until: dict[TopicPartition, float] = {}
         self._coordinator = (
             None if group_id is None else CoordinatorClient(cluster, group_id, self._timeout_s, retry_backoff_ms / 1000)
         )
@@ -670,21 +674,29 @@ class Consumer:
             waiting = list(self._in_flight) + (self._group.waitables() if self._group else [])
             if out or remaining <= 0:
                 return out
+            # A throttled partition is fetched again once its throttle time has passed.
+            throttled_s = min(self._throttled_until.values(), default=math.inf) - time.monotonic()
             if not waiting:
-                if self._group is None:
+                if self._group is None and throttled_s == math.inf:
                     return out
-                time.sleep(min(remaining, GROUP_IDLE_STEP_S))
+                time.sleep(max(0.0, min(remaining, throttled_s, GROUP_IDLE_STEP_S if self._group else math.inf)))
                 continue
-            ready, _ = ray.wait(waiting, num_returns=1, timeout=remaining)
+            ready, _ = ray.wait(waiting, num_returns=1, timeout=max(0.0, min(remaining, throttled_s)))
             for ref in ready + ray.wait(waiting, num_returns=len(waiting), timeout=0)[0]:
                 if ref in self._in_flight:
                     self._complete_fetch(ref)
 
     def _send_fetches(self) -> None:
+        now = time.monotonic()
+        for tp in [tp for tp, until in self._throttled_until.items() if until <= now]:
+            del self._throttled_until[tp]
         fetchable = [
             tp
             for tp in self._assignment
-            if tp not in self._fetching and tp not in self._paused and len(self._buffers.get(tp, ())) < BUFFERED_FETCHES
+            if tp not in self._fetching
+            and tp not in self._paused
+            and tp not in self._throttled_until
+            and len(self._buffers.get(tp, ())) < BUFFERED_FETCHES
         ]
         self._reset_positions([tp for tp in fetchable if self._positions[tp] is None])
         if fetchable:
@@ -782,6 +794,7 @@ class Consumer:
         self._throttle_time_ms = response.throttle_time_ms
         if response.throttle_time_ms:
             metrics.record_throttle("consumer", self._client_id, response.throttle_time_ms)
+            self._throttled_until[tp] = time.monotonic() + response.throttle_time_ms / 1000
         if self._next_fetch.get(tp, self._positions.get(tp)) != offset:
             return  # sought elsewhere (or unassigned) meanwhile
         error = error_of(response)

@@ -22,9 +22,10 @@ Should the sender thread fail (a bug), every record not yet done fails with
 
 Memory is bounded by ``buffer_memory``: ``send`` blocks up to ``max_block_ms`` for room.
 
-Requests carry ``client_id``, whose ``producer_byte_rate`` quota leaders enforce by
-holding responses back; the in-flight window then stops the sender, as in Kafka. Each
-throttled response is recorded in the ``raylog_throttle_time_seconds`` metric.
+Requests carry ``client_id``, whose ``producer_byte_rate`` quota leaders enforce as Kafka
+does since KIP-219: a response over the quota comes at once with a throttle time, and the
+sender sends that partition nothing more until it has passed. Each throttled response is
+recorded in the ``raylog_throttle_time_seconds`` metric.
 
 Concurrency: ``send``, ``send_arrow``, ``flush`` and ``close`` may be called from any
 number of threads. Records without a timestamp get their batch's opening time.
@@ -447,6 +448,8 @@ class Producer:
         self._partitioner = partitioner or self._default_partitioner
         self._client_id = client_id
         self._throttle_time_ms = 0
+        #: Partitions whose leader asked this client to hold back, until when (monotonic s).
+        self._throttled_until: dict[TopicPartition, float] = {}
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -1125,6 +1128,10 @@ class Producer:
                 # frees a slot (the reply wakes this loop), as Kafka's accumulator does.
             ready = []
             for tp, queue in self._queues.items():
+                throttled_until = self._throttled_until.get(tp, 0.0)
+                if queue and throttled_until > now:
+                    wake_at = throttled_until if wake_at is None else min(wake_at, throttled_until)
+                    continue
                 while queue and self._in_flight[tp] < self._max_in_flight:
                     head = queue[0]
                     if head.retry_at_s > now:
@@ -1247,6 +1254,9 @@ class Producer:
             batch.unreachable_until_s = now + LEADER_FAILOVER_WAIT_S
         with self._cond:
             self._in_flight[batch.tp] -= 1
+            if response is not None and response.throttle_time_ms:
+                until = now + response.throttle_time_ms / 1000
+                self._throttled_until[batch.tp] = max(until, self._throttled_until.get(batch.tp, 0.0))
             if retry:
                 batch.attempts += sent
                 batch.retry_at_s = now + self._backoff_s

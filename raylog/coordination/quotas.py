@@ -15,7 +15,8 @@ the client is throttled for the time that brings the rate back to it::
 
     throttle_ms = (rate - quota) / quota * window_span_ms, at most QUOTA_WINDOW_NUM windows
 
-Throttling delays the response, which holds back a client that waits for responses: its
+The response tells the client the throttle time at once, and the client sends nothing more
+to that leader until it has passed (KIP-219; the Kafka listener mutes the connection): its
 rate converges to its quota.
 
 Concurrency: not thread-safe; one owner (a replica actor, under its lock) calls it.

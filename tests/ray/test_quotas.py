@@ -1,9 +1,11 @@
-"""Client byte-rate quotas against the session's cluster: leaders hold back the responses
-of a client over its quota and report the throttle time, other clients go on unthrottled,
-and quotas survive controller and replica restarts; the CLI alters and describes them.
+"""Client byte-rate quotas against the session's cluster: leaders answer a client over its
+quota at once with a throttle time and the client holds back (KIP-219), other clients go on
+unthrottled, and quotas survive controller and replica restarts; the CLI alters and
+describes them.
 
-Timing assertions are loose lower bounds only. Kafka's rate counts a burst over at least
-ten 1-second windows, so a client is throttled once it moves more than ~10 s of its quota.
+Timing assertions are loose bounds with the throttle time reported as their yardstick.
+Kafka's rate counts a burst over at least ten 1-second windows, so a client is throttled
+once it moves more than ~10 s of its quota.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from tests.helpers import wait_until
 PREFIX = "quota-test-"
 QUOTA_BYTES_PER_S = 200_000
 RECORD = b"x" * 10_000
-#: ~3 MiB: 1 MiB over the ~10 s burst a 200 KB/s quota allows, so about 5 s of throttling.
+#: ~3 MiB: 1 MiB over the ~10 s burst a 200 KB/s quota allows.
 RECORD_COUNT = 300
-#: What the ~10 s burst allowance leaves of RECORD_COUNT records at the quota, halved (loose).
-THROTTLED_S_MIN = (RECORD_COUNT * len(RECORD) / QUOTA_BYTES_PER_S - 10) / 2
+#: One record of ~100 KB at this quota, from a client not seen before (its rate counted over
+#: 10 s), is throttled for ~5.4 s: (10,000 - 6,500) / 6,500 x 10 s.
+BIG_RECORD = b"b" * 100_000
+BIG_RECORD_QUOTA = 6_500
 
 
 @pytest.fixture(autouse=True)
@@ -42,19 +46,17 @@ def client_id() -> str:
     return f"{PREFIX}{uuid.uuid4().hex[:8]}"
 
 
-def produce(cluster, name: str, client: str, **options) -> tuple[float, int]:
-    """Send RECORD_COUNT records as ``client``: (seconds taken, last throttle time)."""
-    started = time.monotonic()
-    with Producer(cluster, client_id=client, linger_ms=20, **options) as producer:
+def produce(cluster, name: str, client: str) -> int:
+    """Send RECORD_COUNT records as ``client``: the last throttle time."""
+    with Producer(cluster, client_id=client, linger_ms=20) as producer:
         futures = [producer.send(name, RECORD) for _ in range(RECORD_COUNT)]
         producer.flush()
         assert all(f.result(timeout=60).offset >= 0 for f in futures)
-        return time.monotonic() - started, producer.throttle_time_ms
+        return producer.throttle_time_ms
 
 
-def consume(cluster, name: str, client: str) -> tuple[float, int]:
-    """Read every record of partition 0 as ``client``: (seconds taken, last throttle time)."""
-    started = time.monotonic()
+def consume(cluster, name: str, client: str) -> int:
+    """Read every record of partition 0 as ``client``: the last throttle time."""
     consumer = Consumer(cluster, client_id=client, max_partition_fetch_bytes=1 << 20, auto_offset_reset="earliest")
     consumer.assign([TopicPartition(name, 0)])
     read = 0
@@ -63,41 +65,82 @@ def consume(cluster, name: str, client: str) -> tuple[float, int]:
         read += sum(len(records) for records in consumer.poll(timeout_ms=1000).values())
     consumer.close()
     assert read == RECORD_COUNT
-    return time.monotonic() - started, consumer.throttle_time_ms
+    return consumer.throttle_time_ms
 
 
 def test_producer_over_its_quota_is_throttled_and_another_client_is_not(cluster, admin, topic):
-    """A producer sending ~3 MiB at a 200 KB/s quota is held back (throttle reported, taking
-    seconds); a producer with another client id on the same leader is not throttled."""
+    """A producer sending ~3 MiB at a 200 KB/s quota is throttled; a producer with another
+    client id on the same leader is not."""
     name = topic()
     slow = client_id()
     admin.alter_client_quotas({slow: {PRODUCER_BYTE_RATE: QUOTA_BYTES_PER_S}})
-    elapsed_s, throttle_ms = produce(cluster, name, slow)
-    assert throttle_ms > 0
-    assert elapsed_s >= THROTTLED_S_MIN
-    assert produce(cluster, name, client_id())[1] == 0
+    assert produce(cluster, name, slow) > 0
+    assert produce(cluster, name, client_id()) == 0
 
 
 def test_consumer_over_its_quota_is_throttled_and_another_client_is_not(cluster, admin, topic):
-    """A consumer reading ~3 MiB at a 200 KB/s quota gets its fetches late (throttle
-    reported); a consumer with another client id reads the same records unthrottled, and
-    the producer is not limited by a consumer quota."""
+    """A consumer reading ~3 MiB at a 200 KB/s quota is throttled; a consumer with another
+    client id reads the same records unthrottled, and the producer is not limited by a
+    consumer quota."""
     name = topic()
     slow = client_id()
     admin.alter_client_quotas({slow: {CONSUMER_BYTE_RATE: QUOTA_BYTES_PER_S}})
-    assert produce(cluster, name, slow)[1] == 0
-    elapsed_s, throttle_ms = consume(cluster, name, slow)
-    assert throttle_ms > 0
-    assert elapsed_s >= THROTTLED_S_MIN
-    assert consume(cluster, name, client_id())[1] == 0
+    assert produce(cluster, name, slow) == 0
+    assert consume(cluster, name, slow) > 0
+    assert consume(cluster, name, client_id()) == 0
 
 
-def test_quotas_survive_restarts_and_throttle_is_bounded_by_request_timeout(cluster, admin, topic):
-    """After the controller and the leader replica restart, the leader still holds the client
-    to its quota; a produce response is held back no longer than its request timeout."""
+def test_a_throttled_producer_is_answered_at_once_and_holds_back(cluster, admin, topic):
+    """KIP-219: the leader answers a produce over the client's quota at once, with the throttle
+    time (no thread of its waits out the throttle); the producer then sends that partition
+    nothing until the time has passed."""
     name = topic()
     slow = client_id()
-    quotas = {slow: {PRODUCER_BYTE_RATE: 10_000.0}}
+    admin.alter_client_quotas({slow: {PRODUCER_BYTE_RATE: BIG_RECORD_QUOTA}})
+    with Producer(cluster, client_id=slow) as producer:
+        started = time.monotonic()
+        producer.send(name, BIG_RECORD).result(timeout=60)
+        answered = time.monotonic()
+        throttle_s = producer.throttle_time_ms / 1000
+        assert throttle_s > 1, "not throttled"
+        assert answered - started < throttle_s, f"answered after {answered - started:.1f} s, throttle {throttle_s} s"
+        producer.send(name, b"next").result(timeout=60)
+        assert time.monotonic() - answered >= throttle_s * 0.9, "sent before the throttle time passed"
+
+
+def test_a_throttled_consumer_gets_its_records_at_once_and_holds_back(cluster, admin, topic):
+    """KIP-219 for fetches: the records over the consumer's quota come at once with the
+    throttle time; the consumer fetches that partition again only once it has passed."""
+    name = topic()
+    slow = client_id()
+    with Producer(cluster) as producer:
+        producer.send(name, BIG_RECORD, partition=0).result(timeout=60)
+    admin.alter_client_quotas({slow: {CONSUMER_BYTE_RATE: BIG_RECORD_QUOTA}})
+    consumer = Consumer(cluster, client_id=slow, auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(name, 0)])
+    try:
+        started = time.monotonic()
+        got = wait_until(lambda: consumer.poll(timeout_ms=100).get(TopicPartition(name, 0)), timeout_s=60)
+        answered = time.monotonic()
+        throttle_s = consumer.throttle_time_ms / 1000
+        assert [r.value for r in got] == [BIG_RECORD]
+        assert throttle_s > 1, "not throttled"
+        assert answered - started < throttle_s, f"answered after {answered - started:.1f} s, throttle {throttle_s} s"
+        with Producer(cluster) as producer:
+            producer.send(name, b"next", partition=0).result(timeout=60)
+        got = wait_until(lambda: consumer.poll(timeout_ms=100).get(TopicPartition(name, 0)), timeout_s=60)
+        assert [r.value for r in got] == [b"next"]
+        assert time.monotonic() - answered >= throttle_s * 0.9, "fetched before the throttle time passed"
+    finally:
+        consumer.close()
+
+
+def test_quotas_survive_restarts(cluster, admin, topic):
+    """After the controller and the leader replica restart, the leader still holds the client
+    to its quota."""
+    name = topic()
+    slow = client_id()
+    quotas = {slow: {PRODUCER_BYTE_RATE: BIG_RECORD_QUOTA}}
     admin.alter_client_quotas(quotas)
     ray.kill(cluster.controller, no_restart=False)
     wait_until(lambda: _quotas_or_none(admin) == quotas, timeout_s=60, message="controller back with its quotas")
@@ -107,8 +150,9 @@ def test_quotas_survive_restarts_and_throttle_is_bounded_by_request_timeout(clus
     wait_until(lambda: _state_or_none(leader).get("pid") not in (None, pid), timeout_s=60, message="restarted")
     # The controller pushes the quotas to a replica that Ray restarted once it reports itself.
     wait_until(lambda: _state_or_none(leader).get("client_quotas_version", -1) >= 0, timeout_s=30)
-    # ~3 MiB at 10 KB/s would be throttled for the longest time, 11 s: the timeout cuts it.
-    assert produce(cluster, name, slow, request_timeout_ms=1_000)[1] == 1_000
+    with Producer(cluster, client_id=slow) as producer:
+        producer.send(name, BIG_RECORD).result(timeout=60)
+        assert producer.throttle_time_ms > 0
 
 
 def test_bad_quotas_are_refused_and_change_nothing(admin):

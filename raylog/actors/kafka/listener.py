@@ -35,6 +35,10 @@ And:
   is an answer that does not encode (a value too long for its field), logged once per API
   and version: one bad answer never wedges its connection.
 - A Produce with acks=0 gets no answer.
+- A Produce or Fetch over the client's byte-rate quota (its throttle time) holds the
+  connection back as Kafka's does: from the versions of KIP-219 on (:data:`THROTTLE_AT_ONCE`)
+  it is answered at once and the listener reads nothing more from the connection until the
+  throttle time has passed (the client waits too); an older version's answer itself waits.
 - When a connection closes, its reads (:data:`READS`, and the Fetch long polls and reads ahead
   kept for it) stop: nobody is left to answer. Its other requests finish, as Kafka's do.
 """
@@ -93,6 +97,9 @@ READS = frozenset(
 )
 
 HANDLERS = {**data.HANDLERS, **groups.HANDLERS, **transactions.HANDLERS, **admin.HANDLERS}
+#: The APIs that quotas throttle, and their first version answered at once with the throttle
+#: time (KIP-219); an older version's answer is held back for it.
+THROTTLE_AT_ONCE = {int(codec.ApiKey.PRODUCE): 6, int(codec.ApiKey.FETCH): 8}
 
 
 class KafkaListenerActor:
@@ -194,6 +201,7 @@ class KafkaListenerActor:
                 await self._pool.acquire(size)
                 try:
                     frame = await reader.readexactly(size)
+                    await _unmuted()  # a request read while muted waits, as in Kafka's muted socket
                 except BaseException:
                     self._pool.release(size)
                     raise
@@ -290,6 +298,7 @@ class KafkaListenerActor:
             return codec.error_response(header, UnknownServerError.code, body)
         if response is None:
             return None  # acks=0
+        await _throttle(header, response)
         try:
             return codec.encode_response(header, response)
         except codec.EncodeError as exc:
@@ -303,6 +312,27 @@ class KafkaListenerActor:
             level = logging.DEBUG
         self._logged.add(cause)
         logger.log(level, f"broker %d: {message}", self.context.broker_id, *args)
+
+
+async def _throttle(header: codec.RequestHeader, response: dict) -> None:
+    """Hold the connection back for ``response``'s throttle time (see the module docstring)."""
+    first_at_once = THROTTLE_AT_ONCE.get(int(header.api_key))
+    throttle_s = response.get("throttle_time_ms", 0) / 1000 if first_at_once is not None else 0
+    if throttle_s <= 0:
+        return
+    if header.api_version < first_at_once:
+        await asyncio.sleep(throttle_s)
+        return
+    connection = CONNECTION.get({})  # (a handler run outside a connection: nothing to mute)
+    until = asyncio.get_running_loop().time() + throttle_s
+    connection["muted_until"] = max(until, connection.get("muted_until", 0.0))
+
+
+async def _unmuted() -> None:
+    """Return once the connection's throttle time, if any, has passed."""
+    muted_s = CONNECTION.get().get("muted_until", 0.0) - asyncio.get_running_loop().time()
+    if muted_s > 0:
+        await asyncio.sleep(muted_s)
 
 
 class _Backlog:

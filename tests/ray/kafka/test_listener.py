@@ -301,3 +301,36 @@ def test_a_batch_after_a_sequence_gap_is_refused_at_once(wire, kafka_topic, read
     finally:
         to_leader.close()
     assert [r.value for r in read_back(topic)] == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_a_throttled_produce_is_answered_as_kafka_answers_it(wire, kafka_topic, kafka_admin):
+    """Quotas as Kafka applies them on the wire: a Produce v7 over the client's quota is
+    answered at once with its throttle time, and the listener reads nothing more from that
+    connection until the time has passed (KIP-219); a Produce v5 (before KIP-219) gets its
+    answer only once its throttle time has passed."""
+    from raylog.coordination.quotas import PRODUCER_BYTE_RATE
+
+    # ~100 KB from a client not seen before, its rate counted over 10 s: about 5 s throttled.
+    kafka_admin.alter_client_quotas({"wire-test": {PRODUCER_BYTE_RATE: 6_500}})
+    connections = []
+    try:
+        for version in (7, 5):
+            topic = kafka_topic(1)
+            leader = Wire(_leader_address(wire, topic)[0])
+            connections.append(leader)
+            started = time.monotonic()
+            answer = leader.ask(ApiKey.PRODUCE, version, _produce_body(topic, 0, _kafka_batch([b"t" * 100_000])))
+            answered = time.monotonic()
+            throttle_s = answer["throttle_time_ms"] / 1000
+            assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+            assert throttle_s > 1, f"v{version} not throttled"
+            if version >= 6:
+                assert answered - started < throttle_s, f"answered after {answered - started:.1f} s"
+                leader.ask(ApiKey.API_VERSIONS, 0, {})  # read once the connection is unmuted
+                assert time.monotonic() - answered >= throttle_s * 0.9, "read before the throttle time passed"
+            else:
+                assert answered - started >= throttle_s * 0.9, "answered before the throttle time passed"
+    finally:
+        kafka_admin.alter_client_quotas({"wire-test": {PRODUCER_BYTE_RATE: None}})
+        for connection in connections:
+            connection.close()
