@@ -107,6 +107,13 @@ class SoakCluster:
         self.proxy: Any = None
 
     def __enter__(self) -> SoakCluster:
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__(None, None, None)  # nothing left running: Ray, nodes, raylog
+            raise
+
+    def _start(self) -> SoakCluster:
         self.ray_cluster = Cluster(
             initialize_head=True,
             head_node_args={

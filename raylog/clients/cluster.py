@@ -20,6 +20,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.actors.controller import DEFAULT_DATA_DIR, HEAD_RESOURCE, ControllerActor
+from raylog.actors.kafka.fleet import LISTENER_START_TIMEOUT_S
 from raylog.actors.names import NAMESPACE, controller_name
 from raylog.actors.transport import call
 from raylog.errors import InvalidConfigError, LeaderNotAvailableError, UnknownTopicOrPartitionError
@@ -29,6 +30,10 @@ logger = logging.getLogger(__name__)
 
 #: How long a metadata call may take (the controller may be restarting).
 METADATA_TIMEOUT_S = 60.0
+#: How long the controller's start may take: registering the brokers, then (with the
+#: ``listeners`` setting) each broker's Kafka listener starting, which waits up to
+#: LISTENER_START_TIMEOUT_S for a process that imports raylog and compiles its conversions.
+START_TIMEOUT_S = METADATA_TIMEOUT_S + LISTENER_START_TIMEOUT_S
 #: Object store of an embedded Ray: raylog's batches pass through it briefly.
 EMBEDDED_OBJECT_STORE_BYTES = 512 * 1024 * 1024
 
@@ -214,7 +219,7 @@ def connect(
         )
         .remote(cluster_name, data_dir, num_brokers or 1, embedded, config)
     )
-    call(controller.start.remote(), METADATA_TIMEOUT_S)
+    call(controller.start.remote(), START_TIMEOUT_S)
     cluster = RaylogCluster(cluster_name, controller, started_ray)
     _report_identity_problems(cluster_name, cluster.metadata())
     return cluster
