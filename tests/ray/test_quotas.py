@@ -47,24 +47,28 @@ def client_id() -> str:
 
 
 def produce(cluster, name: str, client: str) -> int:
-    """Send RECORD_COUNT records as ``client``: the last throttle time."""
+    """Send RECORD_COUNT records as ``client``, then one more once they are acknowledged: the
+    throttle time of that last one (its rate is measured after all the others; the others'
+    answers come in any order, each at once with its own throttle time)."""
     with Producer(cluster, client_id=client, linger_ms=20) as producer:
         futures = [producer.send(name, RECORD) for _ in range(RECORD_COUNT)]
         producer.flush()
         assert all(f.result(timeout=60).offset >= 0 for f in futures)
+        producer.send(name, RECORD).result(timeout=60)
         return producer.throttle_time_ms
 
 
 def consume(cluster, name: str, client: str) -> int:
-    """Read every record of partition 0 as ``client``: the last throttle time."""
+    """Read the RECORD_COUNT + 1 records of :func:`produce` (partition 0) as ``client``: the
+    last throttle time."""
     consumer = Consumer(cluster, client_id=client, max_partition_fetch_bytes=1 << 20, auto_offset_reset="earliest")
     consumer.assign([TopicPartition(name, 0)])
     read = 0
     deadline = time.monotonic() + 60
-    while read < RECORD_COUNT and time.monotonic() < deadline:
+    while read < RECORD_COUNT + 1 and time.monotonic() < deadline:
         read += sum(len(records) for records in consumer.poll(timeout_ms=1000).values())
     consumer.close()
-    assert read == RECORD_COUNT
+    assert read == RECORD_COUNT + 1
     return consumer.throttle_time_ms
 
 
