@@ -3,7 +3,12 @@ and calls to raylog's actors with Ray's failures as raylog errors.
 
 One :class:`BrokerContext` per listener actor, shared by its connections (one asyncio
 loop, so no locks). Metadata is the controller's ``metadata()`` answer, cached for
-:data:`METADATA_MAX_AGE_S` and refreshed at once when a handler saw a leader move. Record
+:data:`METADATA_MAX_AGE_S` and refreshed at once when a handler saw a leader move. Its leader
+actors are kept one handle per actor across refreshes (a Ray actor handle costs ~60 KiB and
+each answer brings new ones: calls that wait long, such as joins, would otherwise keep one
+each), and a group's or transactional id's coordinator is found in it as Kafka's brokers find
+it in their metadata cache: the internal topic's partition of the key's hash, and its leader
+(the controller is asked only to create the internal topic the first time). Record
 batch conversions (:mod:`raylog.kafka.records`) run on :data:`CONVERSION_THREADS` threads of
 its own (:meth:`BrokerContext.convert`), never on the loop.
 """
@@ -18,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from raylog.actors.transport import acall
+from raylog.coordination.group import partition_for
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 
 #: How long a cached metadata answer serves before it is asked again.
@@ -46,6 +52,7 @@ class BrokerContext:
         self._metadata: dict | None = None
         self._metadata_at = 0.0
         self._refreshing: asyncio.Future | None = None
+        self._handles: dict[Any, Any] = {}  # the leaders' actor handles, each its own key
         self._converter = ThreadPoolExecutor(CONVERSION_THREADS, thread_name_prefix="kafka-records")
 
     async def convert(self, conversion: Callable[[Any], _T], data: Any) -> _T:
@@ -79,6 +86,9 @@ class BrokerContext:
 
     async def _fetch_metadata(self) -> dict:
         answer = await self.call(self.controller.metadata.remote())
+        # (Ray's actor handles are equal, and hash alike, when they name the same actor.)
+        self._handles = {h: self._handles.get(h, h) for h in answer["leaders"].values()}
+        answer["leaders"] = {key: self._handles[h] for key, h in answer["leaders"].items()}
         self._metadata, self._metadata_at = answer, time.monotonic()
         return answer
 
@@ -99,22 +109,40 @@ class BrokerContext:
 
     async def group_coordinator(self, group_id: str) -> tuple[int, Any]:
         """``(broker id, coordinator actor)`` of ``group_id``'s group coordinator, or ``(-1, None)``
-        while its ``__consumer_offsets`` partition has no running leader."""
-        answer = await self.call(self.controller.find_coordinator.remote(group_id))
-        return await self._coordinator(answer, OFFSETS_TOPIC)
+        while its ``__consumer_offsets`` partition has no running leader.
+
+        Raises:
+            ApiError: the controller's, creating ``__consumer_offsets`` (too few brokers live).
+        """
+        return await self._coordinator(OFFSETS_TOPIC, group_id)
 
     async def transaction_coordinator(self, transactional_id: str) -> tuple[int, Any]:
         """As :meth:`group_coordinator`, for a transactional id."""
-        answer = await self.call(self.controller.find_transaction_coordinator.remote(transactional_id))
-        return await self._coordinator(answer, TRANSACTION_TOPIC)
+        return await self._coordinator(TRANSACTION_TOPIC, transactional_id)
 
-    async def _coordinator(self, answer: tuple[int, Any], internal: str) -> tuple[int, Any]:
-        partition, handle = answer
-        if handle is None:
-            return -1, None
+    async def coordinator_partition(self, internal: str, key: str) -> int:
+        """The partition of ``internal`` (``__consumer_offsets`` or ``__transaction_state``)
+        whose leader coordinates ``key``; the controller creates the topic the first time.
+
+        Raises:
+            ApiError: the controller's, creating the topic.
+        """
+        md = await self.metadata()
+        if internal not in md["topics"]:
+            c = self.controller
+            find = c.find_coordinator if internal == OFFSETS_TOPIC else c.find_transaction_coordinator
+            partition, _ = await self.call(find.remote(key))
+            self.invalidate()
+            return partition
+        return partition_for(key, len(md["topics"][internal].partitions))
+
+    async def _coordinator(self, internal: str, key: str) -> tuple[int, Any]:
+        partition = await self.coordinator_partition(internal, key)
         md = await self.metadata()
         broker = self.leader_broker(internal, partition, md)
         if broker < 0:
             md = await self.metadata(refresh=True)
             broker = self.leader_broker(internal, partition, md)
-        return broker, handle
+        if broker < 0:
+            return -1, None
+        return broker, md["leaders"][(internal, partition)]

@@ -235,7 +235,7 @@ async def add_offsets_to_txn(ctx: BrokerContext, header: RequestHeader, body: di
         if not group_id:
             raise _Refused(InvalidRequestError("group_id must not be empty"))
         try:
-            partition, _ = await ctx.call(ctx.controller.find_coordinator.remote(group_id))
+            partition = await ctx.coordinator_partition(OFFSETS_TOPIC, group_id)
         except RaylogError as exc:
             raise _Refused(_unreachable(exc)) from None
         offsets_partition = (OFFSETS_TOPIC, partition)

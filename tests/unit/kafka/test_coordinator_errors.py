@@ -85,7 +85,6 @@ class FakeContext:
     def __init__(self, coordinator: FailingCoordinator):
         self.broker_id = 1
         self.coordinator = coordinator
-        self.controller = SimpleNamespace(find_coordinator=Method((0, coordinator)))
         partitions = tuple(SimpleNamespace(partition=p, leader=1) for p in range(2))
         self.md = {"topics": {TOPIC: SimpleNamespace(partitions=partitions)}, "listeners": {1: ("127.0.0.1", 19092)}}
 
@@ -97,6 +96,9 @@ class FakeContext:
 
     def invalidate(self) -> None:
         pass
+
+    async def coordinator_partition(self, internal: str, key: str) -> int:
+        return 0
 
     async def group_coordinator(self, group_id: str):
         return 1, self.coordinator
