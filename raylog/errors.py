@@ -306,6 +306,12 @@ class UnknownMemberIdError(ApiError):
     """The coordinator does not know this member (it was expired or left): rejoin."""
 
 
+@_api(79, "MEMBER_ID_REQUIRED")
+class MemberIdRequiredError(ApiError):
+    """A new member must join again with the member id its answer carries (KIP-394): until it
+    does, the group does not wait for it, and the id expires with its session timeout."""
+
+
 @_api(26, "INVALID_SESSION_TIMEOUT")
 class InvalidSessionTimeoutError(ApiError, ValueError):
     """session.timeout.ms outside the coordinator's allowed range."""

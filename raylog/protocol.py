@@ -136,6 +136,10 @@ class JoinGroupRequest:
     client_id: str = ""
     session_timeout_ms: int = 45_000
     rebalance_timeout_ms: int = 300_000
+    #: A new member (no member id, not static) gets MEMBER_ID_REQUIRED with its id at once and
+    #: joins when it comes back with it (KIP-394: Kafka's JoinGroup v4+), so that a client that
+    #: never comes back (it timed out, or went away) holds no place the group waits for.
+    require_known_member_id: bool = False
 
 
 @dataclass(frozen=True)

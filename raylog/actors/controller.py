@@ -199,6 +199,7 @@ class ControllerActor:
                 self._start_missing_replicas()
                 await self._reconcile_listeners()
                 self._spawn(self._watch())
+                self._spawn(self._watch_listeners())
                 for topic, partition in self.image.reassignments:
                     self._spawn(self._complete_reassignment(topic, partition))
                 self._started = True
@@ -427,6 +428,16 @@ class ControllerActor:
                             > self.config.leader_imbalance_per_broker_percentage
                         ):
                             self._move_to_preferred(self.image.partitions())
+            except (RaylogError, ray.exceptions.RayError, asyncio.TimeoutError):
+                continue  # try again next round
+
+    async def _watch_listeners(self) -> None:
+        """Reconcile the Kafka listeners every round, in a loop of their own: a listener may
+        take up to a minute to start (or confirm), and the liveness rounds must not wait."""
+        interval_s = self.config.node_check_interval_ms / 1000
+        while self.config.listeners:
+            await asyncio.sleep(interval_s)
+            try:
                 await self._reconcile_listeners()
             except (RaylogError, ray.exceptions.RayError, asyncio.TimeoutError):
                 continue  # try again next round

@@ -63,6 +63,7 @@ from ..errors import (
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
+    MemberIdRequiredError,
     NonEmptyGroupError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
@@ -147,6 +148,9 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
     rebalance_deadline_ms: int = 0
+    #: Member ids handed out with MEMBER_ID_REQUIRED (KIP-394) -> when they expire (ms):
+    #: not members until they join with them; kept in memory only, as in Kafka.
+    pending_members: dict[str, int] = field(default_factory=dict)
 
     def static_member(self, instance_id: str | None) -> Member | None:
         if instance_id is None:
@@ -330,13 +334,19 @@ class GroupCoordinator:
             request.owned_generation,
         )
         static = group.static_member(request.instance_id)
-        if request.member_id == "":
+        pending = request.member_id in group.pending_members
+        if request.member_id == "" or pending:
+            _check_strategies(group, request.strategies, replacing=static.member_id if static is not None else None)
+            group.pending_members.pop(request.member_id, None)
             if static is not None:
-                _check_strategies(group, request.strategies, replacing=static.member_id)
                 return self._static_rejoin(group, static, request, subscription, waiter, now_ms)
-            _check_strategies(group, request.strategies, replacing=None)
+            member_id = request.member_id or f"{request.client_id or 'consumer'}-{uuid.uuid4().hex[:12]}"
+            if not pending and request.require_known_member_id and request.instance_id is None:
+                group.pending_members[member_id] = now_ms + request.session_timeout_ms
+                required = MemberIdRequiredError(f"join group {request.group_id!r} again with member id {member_id!r}")
+                return Outcome(replies=[(waiter, JoinGroupResponse(**error_fields(required), member_id=member_id))])
             member = Member(
-                f"{request.client_id or 'consumer'}-{uuid.uuid4().hex[:12]}",
+                member_id,
                 request.instance_id,
                 request.client_id,
                 request.session_timeout_ms,
@@ -353,7 +363,7 @@ class GroupCoordinator:
             member.partition_counts = dict(request.partition_counts)
             member.session_timeout_ms = request.session_timeout_ms
             member.rebalance_timeout_ms = request.rebalance_timeout_ms
-        joined = "joined" if request.member_id == "" else "rejoined"
+        joined = "joined" if request.member_id == "" or pending else "rejoined"
         if member.join_waiter is not None and member.join_waiter is not waiter:
             # A retried join replaces the one that was waiting (its caller gave up on it).
             stale = member.join_waiter
@@ -436,9 +446,12 @@ class GroupCoordinator:
         return self._remove(group, [member], now_ms, UnknownMemberIdError("the member left the group"))
 
     def tick(self, now_ms: int) -> Outcome:
-        """Expire members whose session ran out; finish rebalances past their deadline."""
+        """Expire members whose session ran out, and member ids handed out that never came
+        back; finish rebalances past their deadline."""
         outcome = Outcome()
         for group in list(self.groups.values()):
+            for member_id in [m for m, expires_ms in group.pending_members.items() if now_ms >= expires_ms]:
+                del group.pending_members[member_id]  # never came back with its id
             # A member waiting in a join, or for the reply of one that completed, cannot
             # heartbeat (a new one does not know its id yet): like Kafka, its session holds
             # while it waits; the rebalance deadline and the append bound the wait instead.

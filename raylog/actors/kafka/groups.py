@@ -275,6 +275,7 @@ async def join_group(ctx: BrokerContext, header: codec.RequestHeader, body: dict
         client_id=header.client_id or "",
         session_timeout_ms=session_ms,
         rebalance_timeout_ms=rebalance_ms,
+        require_known_member_id=header.api_version >= 4,  # KIP-394, as Kafka's JoinGroup v4+
     )
     try:
         response = await _call(ctx, group_id, "join_group", request, timeout_s=rebalance_ms / 1000 + JOIN_MARGIN_S)

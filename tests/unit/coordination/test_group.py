@@ -31,6 +31,7 @@ from raylog.errors import (
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
+    MemberIdRequiredError,
     NonEmptyGroupError,
     NotCoordinatorError,
     NotEnoughReplicasError,
@@ -67,6 +68,7 @@ def request(
     session_timeout_ms: int = SESSION_MS,
     rebalance_timeout_ms: int = REBALANCE_MS,
     group_id: str = GROUP,
+    require_known_member_id: bool = False,
 ) -> JoinGroupRequest:
     return JoinGroupRequest(
         group_id=group_id,
@@ -80,6 +82,7 @@ def request(
         client_id=client_id,
         session_timeout_ms=session_timeout_ms,
         rebalance_timeout_ms=rebalance_timeout_ms,
+        require_known_member_id=require_known_member_id,
     )
 
 
@@ -231,6 +234,55 @@ def test_join_sent_again_replaces_the_waiting_one(coord):
     assert isinstance(error_of(coord.replies["a3"]), RebalanceInProgressError)
     coord.join("b2", T0 + 3, b.member_id, client_id="b", strategies=(RANGE,))
     assert coord.replies["a4"].generation == coord.replies["b2"].generation == 3
+
+
+def test_a_new_kafka_member_gets_its_id_first_and_the_group_waits_only_once_it_is_back(coord):
+    """KIP-394 (Kafka's JoinGroup v4+): a new member's first join is answered at once with
+    MEMBER_ID_REQUIRED and its member id, and starts no rebalance; joining again with that id
+    makes it a member like any other."""
+    a, b = stable_pair(coord)
+    first = coord.join("c1", T0 + 1, client_id="c", strategies=(RANGE,), require_known_member_id=True)
+    assert isinstance(error_of(first), MemberIdRequiredError) and first.member_id.startswith("c-")
+    assert coord.state() == STABLE and coord.generation() == 2
+    coord.heartbeat(a, T0 + 2)  # no rebalance to hear of
+    assert (
+        coord.join("c2", T0 + 3, first.member_id, client_id="c", strategies=(RANGE,), require_known_member_id=True)
+        is None
+    )
+    assert coord.state() == PREPARING_REBALANCE
+    for waiter, member in (("a3", a), ("b3", b)):
+        coord.join(waiter, T0 + 4, member.member_id, client_id=member.member_id[0], strategies=(RANGE,))
+    c2 = coord.replies["c2"]
+    assert c2.error_code == 0 and c2.member_id == first.member_id and c2.generation == 3
+    assert first.member_id in coord.groups.groups[GROUP].members
+
+
+def test_member_ids_handed_out_that_never_come_back_hold_nothing_and_expire(coord):
+    """Clients that go away after their first join (a hostile or timed-out client, once per
+    connection) leave no member for the group to wait for, and their ids expire with their
+    session timeout: joining with one after that is UNKNOWN_MEMBER_ID."""
+    a, b = stable_pair(coord)
+    ids = [
+        coord.join(f"x{i}", T0 + 1, client_id="x", strategies=(RANGE,), require_known_member_id=True).member_id
+        for i in range(100)
+    ]
+    assert len(set(ids)) == 100 and coord.state() == STABLE
+    assert set(coord.groups.groups[GROUP].members) == {a.member_id, b.member_id}
+    coord.heartbeat(a, T0 + SESSION_MS)
+    coord.heartbeat(b, T0 + SESSION_MS)
+    coord.tick(T0 + 1 + SESSION_MS)
+    assert coord.groups.groups[GROUP].pending_members == {}
+    with pytest.raises(UnknownMemberIdError):
+        coord.join(
+            "late", T0 + 2 + SESSION_MS, ids[0], client_id="x", strategies=(RANGE,), require_known_member_id=True
+        )
+    assert coord.state() == STABLE and coord.generation() == 2
+
+
+def test_a_static_member_joins_at_once_without_a_member_id_round(coord):
+    """As in Kafka, a member with a group.instance.id is not asked for a member id first."""
+    reply = coord.join("s1", T0, instance_id="i-1", client_id="s", require_known_member_id=True)
+    assert reply.error_code == 0 and reply.generation == 1
 
 
 def test_rebalance_deadline_completes_without_the_missing_member(coord):

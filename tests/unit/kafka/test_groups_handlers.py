@@ -16,7 +16,12 @@ import pytest
 from raylog.actors.kafka import groups
 from raylog.actors.kafka.context import CONNECTION
 from raylog.coordination.group import GroupCoordinator
-from raylog.errors import CoordinatorNotAvailableError, NetworkExceptionError, RequestTimedOutError
+from raylog.errors import (
+    CoordinatorNotAvailableError,
+    MemberIdRequiredError,
+    NetworkExceptionError,
+    RequestTimedOutError,
+)
 from raylog.kafka import codec
 from raylog.kafka.consumer_protocol import (
     Assignment,
@@ -187,6 +192,32 @@ def join_body(version: int, member_id: str = "", protocols=None, protocol_type: 
     }
 
 
+def join(ctx: FakeContext, version: int, body: dict) -> dict:
+    """A JoinGroup as a Kafka client makes it: from v4 on, a new member's first answer is
+    MEMBER_ID_REQUIRED with its member id, and it joins again with that id (KIP-394)."""
+    answer = roundtrip(ctx, A.JOIN_GROUP, version, body)
+    if answer["error_code"] == MemberIdRequiredError.code:
+        answer = roundtrip(ctx, A.JOIN_GROUP, version, {**body, "member_id": answer["member_id"]})
+    return answer
+
+
+@pytest.mark.parametrize("version", versions(A.JOIN_GROUP))
+def test_a_new_member_is_asked_for_its_member_id_first_from_join_group_v4_on(version):
+    """KIP-394: a member joining for the first time at v4+ is answered at once with
+    MEMBER_ID_REQUIRED and its member id, and is no member until it joins with it; earlier
+    versions join at once."""
+    coordinator = FakeCoordinator()
+    ctx = FakeContext(coordinator)
+    first = roundtrip(ctx, A.JOIN_GROUP, version, join_body(version))
+    if version < 4:
+        assert first["error_code"] == 0 and first["generation_id"] == 1
+        return
+    assert first["error_code"] == MemberIdRequiredError.code and first["member_id"]
+    assert first["generation_id"] == -1 and coordinator.groups.groups["g"].members == {}
+    again = roundtrip(ctx, A.JOIN_GROUP, version, join_body(version, member_id=first["member_id"]))
+    assert again["error_code"] == 0 and again["member_id"] == first["member_id"] and again["generation_id"] == 1
+
+
 @pytest.mark.parametrize("version", versions(A.JOIN_GROUP))
 def test_a_member_joins_as_a_follower_and_syncs_its_assignment_at_its_version(version):
     ctx = FakeContext(FakeCoordinator())
@@ -195,7 +226,7 @@ def test_a_member_joins_as_a_follower_and_syncs_its_assignment_at_its_version(ve
         {"name": "unknown-assignor", "metadata": b"\x00"},
         {"name": "roundrobin", "metadata": encode_subscription(subscription)},
     ]
-    joined = roundtrip(ctx, A.JOIN_GROUP, version, join_body(version, protocols=protocols))
+    joined = join(ctx, version, join_body(version, protocols=protocols))
     assert joined["error_code"] == 0 and joined["generation_id"] == 1
     assert joined["protocol_name"] == "roundrobin" and joined["leader"] == groups.LEADER != joined["member_id"]
     assert joined["members"] == []
@@ -218,12 +249,12 @@ def test_a_member_joins_as_a_follower_and_syncs_its_assignment_at_its_version(ve
 def test_the_subscription_reaches_raylog_with_its_owned_partitions_and_strategies():
     coordinator = FakeCoordinator()
     ctx = FakeContext(coordinator)
-    first = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7, protocols=[_cooperative(())]))
+    first = join(ctx, 7, join_body(7, protocols=[_cooperative(())]))
     member = first["member_id"]
     assert first["protocol_name"] == "cooperative-sticky"
     owned = (TopicPartition(TOPIC, 1),)
     # A v1 subscription says no generation: the member's is the one it was told.
-    again = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7, member_id=member, protocols=[_cooperative(owned, 1)]))
+    again = join(ctx, 7, join_body(7, member_id=member, protocols=[_cooperative(owned, 1)]))
     assert again["generation_id"] == 2
     m = coordinator.groups.groups["g"].members[member]
     assert m.subscription.owned == owned and m.subscription.generation == 1
@@ -242,7 +273,7 @@ def test_eager_sticky_maps_to_raylogs_sticky_assignor_and_claims_nothing():
     coordinator = FakeCoordinator()
     ctx = FakeContext(coordinator)
     raw = encode_subscription(Subscription(1, (TOPIC,), None, (TopicPartition(TOPIC, 0),)))
-    joined = roundtrip(ctx, A.JOIN_GROUP, 5, join_body(5, protocols=[{"name": "sticky", "metadata": raw}]))
+    joined = join(ctx, 5, join_body(5, protocols=[{"name": "sticky", "metadata": raw}]))
     assert joined["protocol_name"] == "sticky"
     m = coordinator.groups.groups["g"].members[joined["member_id"]]
     assert m.subscription.strategies == ("cooperative-sticky",) and m.subscription.owned == ()
@@ -252,17 +283,17 @@ def test_eager_sticky_maps_to_raylogs_sticky_assignor_and_claims_nothing():
 def test_other_protocol_types_and_unusable_protocols_are_inconsistent(version, caplog):
     ctx = FakeContext(FakeCoordinator())
     connect = join_body(version, protocol_type="connect", protocols=[{"name": "default", "metadata": b""}])
-    answer = roundtrip(ctx, A.JOIN_GROUP, version, connect)
+    answer = join(ctx, version, connect)
     assert answer["error_code"] == 23 and answer["generation_id"] == -1
     assert "protocol type 'connect'" in caplog.text
     garbled = join_body(version, protocols=[{"name": "range", "metadata": b"\x00\x00\x00"}])
-    assert roundtrip(ctx, A.JOIN_GROUP, version, garbled)["error_code"] == 23
+    assert join(ctx, version, garbled)["error_code"] == 23
     assert "truncated" in caplog.text
-    assert roundtrip(ctx, A.JOIN_GROUP, version, join_body(version, protocols=[]))["error_code"] == 23
+    assert join(ctx, version, join_body(version, protocols=[]))["error_code"] == 23
 
 
 def test_coordinator_failures_become_retriable_coordinator_errors():
-    assert roundtrip(FakeContext(None), A.JOIN_GROUP, 7, join_body(7))["error_code"] == 15
+    assert join(FakeContext(None), 7, join_body(7))["error_code"] == 15
     gone = FakeContext(FakeCoordinator(), fail=NetworkExceptionError("actor died"))
     body = {"group_id": "g", "generation_id": 1, "member_id": "m"}
     assert roundtrip(gone, A.HEARTBEAT, 4, body)["error_code"] == 16  # NOT_COORDINATOR: look it up again
@@ -328,7 +359,7 @@ def test_offset_commit_from_outside_the_group_and_per_partition_errors(version):
     too_long = roundtrip(ctx, A.OFFSET_COMMIT, version, _commit_body({(TOPIC, 3): (1, "x" * 5000)}))
     assert too_long["topics"][0]["partitions"][0]["error_code"] == 12
     # A member's commit with a generation that is over is refused for every partition.
-    joined = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7))
+    joined = join(ctx, 7, join_body(7))
     stale = _commit_body({(TOPIC, 0): (20, ""), (TOPIC, 1): (21, "")}, generation=0, member=joined["member_id"])
     answer = roundtrip(ctx, A.OFFSET_COMMIT, version, stale)
     assert [p["error_code"] for p in answer["topics"][0]["partitions"]] == [22, 22]
@@ -390,7 +421,7 @@ def test_offset_fetch_group_errors_go_where_each_version_has_room():
 def test_leave_group_single_and_batched(version):
     coordinator = FakeCoordinator()
     ctx = FakeContext(coordinator)
-    joined = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7, group_instance_id="static-1"))
+    joined = join(ctx, 7, join_body(7, group_instance_id="static-1"))
     member = joined["member_id"]
     if version < 3:
         assert roundtrip(ctx, A.LEAVE_GROUP, version, {"group_id": "g", "member_id": "stranger"})["error_code"] == 25
@@ -409,7 +440,7 @@ def test_leave_group_single_and_batched(version):
 @pytest.mark.parametrize("version", versions(A.DESCRIBE_GROUPS))
 def test_describe_groups_encodes_members_as_consumer_protocol(version):
     ctx = FakeContext(FakeCoordinator())
-    joined = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7))
+    joined = join(ctx, 7, join_body(7))
     answer = roundtrip(
         ctx, A.DESCRIBE_GROUPS, version, {"groups": ["g", "none"], "include_authorized_operations": True}
     )
@@ -431,7 +462,7 @@ def test_describe_groups_encodes_members_as_consumer_protocol(version):
 def test_list_groups_lists_the_groups_this_broker_coordinates(version):
     coordinator = FakeCoordinator()
     ctx = FakeContext(coordinator)
-    roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7))
+    join(ctx, 7, join_body(7))
     roundtrip(ctx, A.OFFSET_COMMIT, 8, {**_commit_body({(TOPIC, 0): (1, "")}), "group_id": "h"})
     answer = roundtrip(ctx, A.LIST_GROUPS, version, {})
     assert answer["error_code"] == 0
@@ -452,9 +483,9 @@ def test_a_connection_keeps_one_member_per_group():
     joins again under a new id (after UNKNOWN_MEMBER_ID) leaves no stale entry behind."""
     coordinator = FakeCoordinator()
     ctx = FakeContext(coordinator)
-    first = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7))["member_id"]
+    first = join(ctx, 7, join_body(7))["member_id"]
     coordinator.groups.leave("g", first, None, NOW)  # expired, say: the consumer joins anew
-    second = roundtrip(ctx, A.JOIN_GROUP, 7, join_body(7))["member_id"]
-    other = roundtrip(ctx, A.JOIN_GROUP, 7, {**join_body(7), "group_id": "h"})["member_id"]
+    second = join(ctx, 7, join_body(7))["member_id"]
+    other = join(ctx, 7, {**join_body(7), "group_id": "h"})["member_id"]
     assert first != second
     assert sorted(connection["groups"]) == [("g", second), ("h", other)]
