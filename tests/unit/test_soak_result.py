@@ -1,0 +1,47 @@
+"""How a soak run's result counts a cluster that was not in sync while its clients ran
+(raylog.chaos.soak.RunResult): not in sync once the load stopped is a failure (a stuck state:
+a lost push, a replica that never fetches); in sync only once it stopped is reported but no
+failure (seed 169: under a saturating load the followers kept falling past the run's 1.5 s
+replica.lag.time.max.ms and catching up, the ISR shrinking and growing for the whole wait)."""
+
+from __future__ import annotations
+
+from raylog.chaos import checker
+from raylog.chaos.soak import RunConfig, RunResult, totals
+
+
+def result(seed: int, healed: bool, synced_once_unloaded: bool, unhealed: str = "") -> RunResult:
+    return RunResult(
+        seed=seed,
+        config=RunConfig(),
+        report=checker.Report({kind: [] for kind in checker.CLASSES}),
+        faults=[],
+        ops=10,
+        acknowledged=10,
+        healed=healed,
+        elapsed_s=1.0,
+        client_errors=[],
+        crashes=[],
+        offline=[],
+        unhealed=unhealed,
+        synced_once_unloaded=synced_once_unloaded,
+        transactions={},
+        demoted=[],
+        throughput_per_s=10.0,
+        latency_ms=(1.0, 2.0),
+        polled={},
+    )
+
+
+def test_a_cluster_in_sync_only_once_the_load_stopped_is_reported_and_does_not_fail_the_run():
+    run = result(1, healed=True, synced_once_unloaded=True, unhealed="under load: t-1 leader 2 ...")
+    assert not run.failed
+    assert run.line().endswith(" in-sync-only-without-load 1.0s ok")
+    assert "not healed: under load: t-1 leader 2" in run.details()
+
+
+def test_a_cluster_not_in_sync_after_the_load_stopped_fails_the_run():
+    run = result(2, healed=False, synced_once_unloaded=False, unhealed="under load: t-0 leader 1 ...")
+    assert run.failed and " NOT-HEALED " in run.line()
+    summary = totals([run, result(3, healed=True, synced_once_unloaded=True)], 5.0)
+    assert "failed=1 seeds=2 " in summary and "in-sync-only-without-load=1 " in summary
