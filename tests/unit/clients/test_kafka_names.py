@@ -79,6 +79,7 @@ KAFKA_PYTHON_NAMES = {
     75: "UnknownLeaderEpochError",
     76: "UnsupportedCompressionTypeError",
     78: "OffsetNotAvailableError",
+    79: "MemberIdRequiredError",
     82: "FencedInstanceIdError",
     87: "InvalidRecordError",
     88: "UnstableOffsetCommitError",
