@@ -279,6 +279,24 @@ def test_member_ids_handed_out_that_never_come_back_hold_nothing_and_expire(coor
     assert coord.state() == STABLE and coord.generation() == 2
 
 
+def test_a_member_id_handed_out_before_a_coordinator_fail_over_is_unknown_to_the_next(coord):
+    """Member ids handed out are kept in memory only (as in Kafka): after the coordinator moves,
+    the member's second join is UNKNOWN_MEMBER_ID, so it joins from scratch, and the group
+    the new coordinator loaded neither waits for it nor lost its members."""
+    a, b = stable_pair(coord)
+    first = coord.join("c1", T0 + 1, client_id="c", strategies=(RANGE,), require_known_member_id=True)
+    assert isinstance(error_of(first), MemberIdRequiredError)
+    fresh = coord.reloaded(T0 + 2)
+    fresh.serve()
+    again = request(first.member_id, client_id="c", strategies=(RANGE,), require_known_member_id=True)
+    with pytest.raises(UnknownMemberIdError):
+        fresh.join(again, "c2", T0 + 3)
+    assert set(fresh.groups[GROUP].members) == {a.member_id, b.member_id}
+    retry = fresh.join(request(client_id="c", strategies=(RANGE,), require_known_member_id=True), "c3", T0 + 4)
+    [(_, reply)] = retry.replies
+    assert isinstance(error_of(reply), MemberIdRequiredError) and reply.member_id != first.member_id
+
+
 def test_a_static_member_joins_at_once_without_a_member_id_round(coord):
     """As in Kafka, a member with a group.instance.id is not asked for a member id first."""
     reply = coord.join("s1", T0, instance_id="i-1", client_id="s", require_known_member_id=True)
