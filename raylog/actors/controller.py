@@ -134,6 +134,7 @@ class ControllerActor:
         self._lock: asyncio.Lock | None = None
         self._started = False
         self._tasks: set[asyncio.Task] = set()
+        self._since_rebalance_s = 0.0  # since the last check of the leaders' balance
         self._pushes = Pushes(self._spawn, PEER_CALL_TIMEOUT_S, PUSH_RETRY_S)
         # Replica start-up (see _start_replicas): keys waiting, leaders first, and those whose
         # actor, as cached, answered ``ready``; the event wakes await_leaders.
@@ -198,8 +199,9 @@ class ControllerActor:
                 await self._find_running_replicas()
                 self._start_missing_replicas()
                 await self._reconcile_listeners()
-                self._spawn(self._watch())
-                self._spawn(self._watch_listeners())
+                self._spawn(self._every_round(self._watch_round))
+                if self.config.listeners:
+                    self._spawn(self._every_round(self._reconcile_listeners))
                 for topic, partition in self.image.reassignments:
                     self._spawn(self._complete_reassignment(topic, partition))
                 self._started = True
@@ -407,40 +409,34 @@ class ControllerActor:
 
     # --- watching the cluster -----------------------------------------------------------
 
-    async def _watch(self) -> None:
+    async def _every_round(self, step: Callable[[], Awaitable[None]]) -> None:
+        """``step()`` every ``node.check.interval.ms``; a round that fails is tried again at the
+        next. The liveness rounds and the listeners' each have a loop of their own: a listener
+        may take up to a minute to start (or confirm), and no election waits for it."""
         interval_s = self.config.node_check_interval_ms / 1000
-        rebalance_s = self.config.leader_imbalance_check_interval_seconds
-        since_rebalance = 0.0
         while True:
             await asyncio.sleep(interval_s)
-            since_rebalance += interval_s
             try:
-                async with self._guard():
-                    if not self.embedded:
-                        await self._register_brokers()
-                    await self._react_to_liveness()
-                    self._start_missing_replicas()
-                    self._record_metrics()
-                    if self.config.auto_leader_rebalance_enable and since_rebalance >= rebalance_s:
-                        since_rebalance = 0.0
-                        if (
-                            elections.imbalance(self.image.partitions()) * 100
-                            > self.config.leader_imbalance_per_broker_percentage
-                        ):
-                            self._move_to_preferred(self.image.partitions())
+                await step()
             except (RaylogError, ray.exceptions.RayError, asyncio.TimeoutError):
                 continue  # try again next round
 
-    async def _watch_listeners(self) -> None:
-        """Reconcile the Kafka listeners every round, in a loop of their own: a listener may
-        take up to a minute to start (or confirm), and the liveness rounds must not wait."""
-        interval_s = self.config.node_check_interval_ms / 1000
-        while self.config.listeners:
-            await asyncio.sleep(interval_s)
-            try:
-                await self._reconcile_listeners()
-            except (RaylogError, ray.exceptions.RayError, asyncio.TimeoutError):
-                continue  # try again next round
+    async def _watch_round(self) -> None:
+        self._since_rebalance_s += self.config.node_check_interval_ms / 1000
+        async with self._guard():
+            if not self.embedded:
+                await self._register_brokers()
+            await self._react_to_liveness()
+            self._start_missing_replicas()
+            self._record_metrics()
+            rebalance_due = self._since_rebalance_s >= self.config.leader_imbalance_check_interval_seconds
+            if self.config.auto_leader_rebalance_enable and rebalance_due:
+                self._since_rebalance_s = 0.0
+                if (
+                    elections.imbalance(self.image.partitions()) * 100
+                    > self.config.leader_imbalance_per_broker_percentage
+                ):
+                    self._move_to_preferred(self.image.partitions())
 
     async def _reconcile_listeners(self) -> None:
         """Every live broker gets a Kafka listener that listens (when ``listeners`` is set)."""
