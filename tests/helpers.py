@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -12,6 +14,20 @@ from typing import TypeVar
 T = TypeVar("T")
 
 _topic_names = itertools.count()
+
+
+@contextlib.contextmanager
+def paused_controller(cluster) -> Iterator[None]:
+    """A raylog cluster's controller process stopped (SIGSTOP) for the block, resumed after
+    it whatever happens."""
+    import ray
+
+    pid = ray.get(cluster.controller.__ray_call__.remote(lambda _: os.getpid()))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 @contextlib.contextmanager

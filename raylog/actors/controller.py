@@ -783,6 +783,12 @@ class ControllerActor:
             self._next_producer_id += 1
             return self._next_producer_id - 1
 
+    async def allocate_producer_ids(self, count: int) -> list[int]:
+        """``count`` producer ids never handed out before, in one call: the ones a transaction
+        coordinator or a Kafka listener hands out without asking again, as Kafka's brokers
+        hand out ids from blocks the controller gives them (KIP-730's AllocateProducerIds)."""
+        return [await self.init_producer_id() for _ in range(count)]
+
     # --- replicas -----------------------------------------------------------------------
 
     def _ensure_replicas(self, name: str) -> None:

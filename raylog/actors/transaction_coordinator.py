@@ -333,7 +333,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
         """``count`` producer ids from the controller, into the pool (without ``_lock``)."""
         try:
             controller = self._controller()
-            ids = ray.get([controller.init_producer_id.remote() for _ in range(count)], timeout=PEER_CALL_TIMEOUT_S)
+            ids = ray.get(controller.allocate_producer_ids.remote(count), timeout=PEER_CALL_TIMEOUT_S)
         except (ValueError, ray.exceptions.RayError) as exc:  # (a timeout is a RayError)
             logger.warning("%s: no producer ids from the controller: %r", self.partition.name, exc)
             self._producer_ids.fetch_failed()

@@ -1,18 +1,20 @@
 """Producer ids fetched ahead of need (Kafka's ProducerIdManager), no Ray.
 
 A transaction coordinator gives each new transactional id a producer id, and a new one when
-an id's epochs run out. Those ids come from the controller, and asking it is a call that
-may wait (up to a peer call's timeout), while the coordinator makes its moves under its
-lock. So the ids are fetched ahead, outside that lock, as Kafka's coordinator fetches the
-next block of ids before the current one runs out: the pool keeps what was fetched, and
-once it holds fewer than ``low_count`` ids :meth:`ProducerIdPool.start_fetch` tells its
+an id's epochs run out; a Kafka listener gives one to each idempotent Kafka producer that
+asks (InitProducerId). Those ids come from the controller, and asking it is a call that may
+wait (up to a peer call's timeout; a paused or restarting controller does not answer), while
+the coordinator makes its moves under its lock and a producer waits for its id. So the ids
+are fetched ahead, in the background, as Kafka's brokers fetch the next block of ids from
+the controller before the current one runs out (KIP-730): the pool keeps what was fetched,
+and once it holds fewer than ``low_count`` ids :meth:`ProducerIdPool.start_fetch` tells its
 owner to fetch ``fetch_count`` more (one fetch at a time). Taking from an empty pool raises
 COORDINATOR_LOAD_IN_PROGRESS (retriable), Kafka's answer while its next block is on its way.
 Ids fetched and never used are skipped for good (the controller never hands them out
 again), as Kafka skips the rest of a block its coordinator dropped.
 
 Concurrency: thread-safe (its owner takes ids under its own lock and fetches them on
-another thread, without it).
+another thread or asyncio task, without it).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import threading
 
 from ..errors import CoordinatorLoadInProgressError
 
-#: Producer ids fetched per round: a round costs one controller call per id, all at once.
+#: Producer ids fetched per round (one controller call).
 FETCH_COUNT = 16
 #: The next round is fetched once fewer ids than this are left.
 LOW_COUNT = 4

@@ -68,11 +68,11 @@ class StubController(Gate):
         self._leader = leader
         self._next_id = FIRST_PRODUCER_ID
 
-    def init_producer_id(self) -> int:
+    def allocate_producer_ids(self, count: int) -> list[int]:
         self._pass()
         with self._lock:
-            self._next_id += 1
-            return self._next_id - 1
+            self._next_id += count
+            return list(range(self._next_id - count, self._next_id))
 
     def metadata(self, topics: list[str]) -> dict:
         return {"topics": dict.fromkeys(topics), "leaders": {(t, 0): self._leader for t in topics}}

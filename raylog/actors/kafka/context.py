@@ -2,13 +2,14 @@
 and calls to raylog's actors with Ray's failures as raylog errors.
 
 One :class:`BrokerContext` per listener actor, shared by its connections (one asyncio
-loop, so no locks). Metadata is the controller's ``metadata()`` answer, cached for
-:data:`METADATA_MAX_AGE_S` and refreshed at once when a handler saw a leader move. Its leader
-actors are kept one handle per actor across refreshes (a Ray actor handle costs ~60 KiB and
-each answer brings new ones: calls that wait long, such as joins, would otherwise keep one
-each), and a group's or transactional id's coordinator is found in it as Kafka's brokers find
-it in their metadata cache: the internal topic's partition of the key's hash, and its leader
-(the controller is asked only to create the internal topic the first time). Record
+loop, so no locks). Metadata is the controller's ``metadata()`` answer, asked again once it is
+:data:`METADATA_MAX_AGE_S` old (the old answer serves if the new one is slow to come) and at
+once when a handler saw a leader move. Its leader actors are kept one handle per actor
+across refreshes (a Ray actor handle costs ~60 KiB and each answer brings new ones: calls
+that wait long, such as joins, would otherwise keep one each), and a group's or
+transactional id's coordinator is found in it as Kafka's brokers find it in their metadata
+cache: the internal topic's partition of the key's hash, and its leader (the controller is
+asked only to create the internal topic the first time). Record
 batch conversions (:mod:`raylog.kafka.records`) run on :data:`CONVERSION_THREADS` threads of
 its own (:meth:`BrokerContext.convert`), never on the loop.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,9 +27,13 @@ from typing import Any, TypeVar
 from raylog.actors.transport import acall
 from raylog.coordination.group import partition_for
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from raylog.coordination.producer_ids import ProducerIdPool
+from raylog.errors import RaylogError
 
 #: How long a cached metadata answer serves before it is asked again.
 METADATA_MAX_AGE_S = 1.0
+#: How long requests wait for the controller's new answer before the old one serves them.
+REFRESH_WAIT_S = 1.0
 #: How long a call to the controller or a coordinator may take.
 CONTROL_CALL_TIMEOUT_S = 30.0
 #: The state a handler keeps per client connection (a dict; the listener sets a new one in
@@ -41,6 +47,8 @@ CONVERSION_THREADS = 2
 
 _T = TypeVar("_T")
 
+logger = logging.getLogger(__name__)
+
 
 class BrokerContext:
     """See the module docstring."""
@@ -51,7 +59,11 @@ class BrokerContext:
         self.controller = controller
         self._metadata: dict | None = None
         self._metadata_at = 0.0
+        self._invalidated = False
         self._refreshing: asyncio.Future | None = None
+        self._refresh_started = 0.0
+        self._producer_ids = ProducerIdPool()
+        self._producer_id_fetch: asyncio.Future | None = None
         self._handles: dict[Any, Any] = {}  # the leaders' actor handles, each its own key
         self._converter = ThreadPoolExecutor(CONVERSION_THREADS, thread_name_prefix="kafka-records")
 
@@ -70,19 +82,41 @@ class BrokerContext:
 
     async def metadata(self, refresh: bool = False) -> dict:
         """The controller's ``metadata()`` answer (``brokers``, ``topics``, ``leaders``, ``live``,
-        ``listeners`` ...), at most :data:`METADATA_MAX_AGE_S` old unless ``refresh``. Concurrent
-        callers share one controller call."""
-        fresh = time.monotonic() - self._metadata_at < METADATA_MAX_AGE_S
-        if self._metadata is not None and fresh and not refresh:
+        ``listeners`` ...). A cached answer older than :data:`METADATA_MAX_AGE_S` is asked
+        again, and waited for until the call has been under way :data:`REFRESH_WAIT_S`; after
+        that, or when the call fails, the old answer serves, as Kafka's brokers serve from
+        their metadata cache whatever the controller does (a paused or restarting controller
+        would otherwise hold up every request). The answer is awaited in full only when none
+        is cached, when ``refresh``, or after :meth:`invalidate`. Concurrent callers share
+        one controller call.
+
+        Raises:
+            RaylogError: no answer to wait for in full (see above) came.
+        """
+        if self._metadata is None or refresh or self._invalidated:
+            return await asyncio.shield(self._refresh())
+        if time.monotonic() - self._metadata_at < METADATA_MAX_AGE_S:
             return self._metadata
-        if self._refreshing is None:
-            self._refreshing = asyncio.ensure_future(self._fetch_metadata())
-        refreshing = self._refreshing
+        refreshing = self._refresh()
+        patience = REFRESH_WAIT_S - (time.monotonic() - self._refresh_started)
         try:
-            return await asyncio.shield(refreshing)
-        finally:
-            if self._refreshing is refreshing and refreshing.done():
-                self._refreshing = None
+            return await asyncio.wait_for(asyncio.shield(refreshing), max(0.0, patience))
+        except (asyncio.TimeoutError, RaylogError):
+            return self._metadata
+
+    def _refresh(self) -> asyncio.Future:
+        """The controller call under way, made now if there is none."""
+        if self._refreshing is None:
+            self._invalidated = False  # (an invalidate() from now on asks again)
+            self._refresh_started = time.monotonic()
+            self._refreshing = asyncio.ensure_future(self._fetch_metadata())
+            self._refreshing.add_done_callback(self._refreshed)
+        return self._refreshing
+
+    def _refreshed(self, refreshing: asyncio.Future) -> None:
+        self._refreshing = None
+        if not refreshing.cancelled() and refreshing.exception() is not None:
+            logger.debug("no metadata from the controller: %r", refreshing.exception())
 
     async def _fetch_metadata(self) -> dict:
         answer = await self.call(self.controller.metadata.remote())
@@ -93,8 +127,40 @@ class BrokerContext:
         return answer
 
     def invalidate(self) -> None:
-        """The next :meth:`metadata` asks the controller (a leader moved or died)."""
-        self._metadata_at = 0.0
+        """The next :meth:`metadata` waits for the controller's answer (a leader moved or died)."""
+        self._invalidated = True
+
+    async def new_producer_id(self) -> int:
+        """A producer id for an idempotent producer's InitProducerId, from the ids this listener
+        holds (waiting for the next ones only when none is left), as Kafka's brokers hand
+        out ids from blocks the controller gives them (KIP-730): a producer that starts while
+        the controller is paused or restarting gets its id.
+
+        Raises:
+            CoordinatorLoadInProgressError: none is held and the controller gave none (retriable).
+        """
+        self.fetch_producer_ids()
+        if not self._producer_ids.available() and self._producer_id_fetch is not None:
+            await asyncio.shield(self._producer_id_fetch)
+        try:
+            return self._producer_ids.take()
+        finally:
+            self.fetch_producer_ids()
+
+    def fetch_producer_ids(self) -> None:
+        """Fetch the next producer ids in the background if few are held and no fetch is under way."""
+        count = self._producer_ids.start_fetch()
+        if count:
+            self._producer_id_fetch = asyncio.ensure_future(self._fetch_producer_ids(count))
+
+    async def _fetch_producer_ids(self, count: int) -> None:
+        try:
+            ids = await self.call(self.controller.allocate_producer_ids.remote(count))
+        except RaylogError as exc:
+            logger.warning("broker %d: no producer ids from the controller: %s", self.broker_id, exc)
+            self._producer_ids.fetch_failed()
+            return
+        self._producer_ids.fetched(ids)
 
     @staticmethod
     def leader_broker(topic: str, partition: int, md: dict) -> int:

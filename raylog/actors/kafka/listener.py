@@ -149,6 +149,7 @@ class KafkaListenerActor:
                 self._advertised_host,
                 self._port,
             )
+            self.context.fetch_producer_ids()  # a first producer gets its id without asking the controller
         return self._advertised_host, self._port
 
     async def stop(self) -> None:

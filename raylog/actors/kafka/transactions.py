@@ -129,9 +129,9 @@ async def init_producer_id(ctx: BrokerContext, header: RequestHeader, body: dict
 
 async def _new_producer_id(ctx: BrokerContext) -> int:
     try:
-        return await ctx.call(ctx.controller.init_producer_id.remote())
+        return await ctx.new_producer_id()
     except RaylogError as exc:
-        raise _Refused(CoordinatorNotAvailableError(f"no producer id from the controller: {exc}")) from None
+        raise _Refused(exc) from None
 
 
 async def _require_current(ctx: BrokerContext, coordinator: Any, transactional_id: str, pid: int, epoch: int) -> None:

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 from raylog.actors.kafka.context import BrokerContext
 from raylog.coordination.group import partition_for
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from raylog.coordination.producer_ids import FETCH_COUNT
+from raylog.errors import CoordinatorLoadInProgressError, RequestTimedOutError
 
 
 class Handle:
@@ -40,6 +42,12 @@ class Controller:
         self.find_transaction_coordinator = self._method(
             "find_transaction_coordinator", lambda key: self._find(TRANSACTION_TOPIC, key)
         )
+        self.next_producer_id = 1000
+        self.allocate_producer_ids = self._method("allocate_producer_ids", self._allocate)
+
+    def _allocate(self, count: int) -> list[int]:
+        self.next_producer_id += count
+        return list(range(self.next_producer_id - count, self.next_producer_id))
 
     def _method(self, name, answer):
         async def call(*args):
@@ -110,3 +118,84 @@ def test_a_partition_without_a_running_leader_has_no_coordinator():
 
     controller.metadata = controller._method("metadata", leaderless)
     assert asyncio.run(ctx.group_coordinator("orders")) == (-1, None)
+
+
+def test_aged_metadata_is_asked_again_and_serves_while_the_controller_is_silent(monkeypatch):
+    """An aged cache is asked again and the answer waited for, briefly: a controller that
+    answers gives the new answer (a topic created a moment ago is listed), one that does not
+    (paused, restarting) holds up no request the old answer can serve. Only an invalidated
+    cache (a leader moved) waits for the controller in full."""
+    monkeypatch.setattr("raylog.actors.kafka.context.METADATA_MAX_AGE_S", 0.0)  # always aged
+    monkeypatch.setattr("raylog.actors.kafka.context.REFRESH_WAIT_S", 0.05)
+    controller = Controller()
+    ctx = BrokerContext("c", 0, controller)
+    real = controller._metadata
+    gate = asyncio.Event()
+
+    async def held():
+        await gate.wait()
+        return real()
+
+    async def scenario():
+        first = await ctx.metadata()
+        answered = await ctx.metadata()
+        controller.metadata = SimpleNamespace(remote=held)
+        # The old code waited for the silent controller (wait_for's 5 s would fail it).
+        served = await asyncio.wait_for(asyncio.gather(*(ctx.metadata() for _ in range(3))), 5)
+        ctx.invalidate()
+        waiting = asyncio.ensure_future(ctx.metadata())
+        await asyncio.sleep(0.2)
+        blocked = not waiting.done()
+        gate.set()
+        fresh = await waiting
+        return first, answered, served, blocked, fresh
+
+    first, answered, served, blocked, fresh = asyncio.run(scenario())
+    assert answered is not first, "an aged cache gives the controller's new answer when it comes in time"
+    assert all(s is answered for s in served), "the cached answer serves while the controller is silent"
+    assert blocked, "after invalidate() the next caller waits for the controller"
+    assert fresh is not answered
+
+
+def test_producer_ids_come_from_ids_held_ahead_while_the_controller_is_silent():
+    """KIP-730: a listener hands out producer ids from a block the controller gave it, fetching
+    the next block in the background; a producer that starts while the controller does not
+    answer gets an id from what is held, waits only once none is left, and gets Kafka's
+    retriable COORDINATOR_LOAD_IN_PROGRESS if the controller then fails the call."""
+    controller = Controller()
+    ctx = BrokerContext("c", 0, controller)
+    gate = asyncio.Event()
+    answers = controller.allocate_producer_ids
+
+    async def held(count):
+        await gate.wait()
+        return await answers.remote(count)
+
+    async def failing(count):
+        raise RequestTimedOutError("no reply from the actor in time")
+
+    async def scenario():
+        ctx.fetch_producer_ids()  # as the listener starts
+        first = await ctx.new_producer_id()
+        controller.allocate_producer_ids = SimpleNamespace(remote=held)
+        held_ids = [await asyncio.wait_for(ctx.new_producer_id(), 5) for _ in range(FETCH_COUNT - 1)]
+        waiting = asyncio.ensure_future(ctx.new_producer_id())
+        await asyncio.sleep(0.1)
+        waited = not waiting.done()
+        gate.set()
+        after = await waiting
+        controller.allocate_producer_ids = SimpleNamespace(remote=failing)
+        ids = [after]
+        try:
+            while True:
+                ids.append(await ctx.new_producer_id())
+        except CoordinatorLoadInProgressError:
+            refused = True
+        return first, held_ids, waited, ids, refused
+
+    first, held_ids, waited, ids, refused = asyncio.run(scenario())
+    handed = [first, *held_ids, *ids]
+    assert len(set(handed)) == len(handed) == 2 * FETCH_COUNT, "each id once, two blocks"
+    assert waited, "the id after the block waits for the next block"
+    assert refused
+    assert controller.calls.count("allocate_producer_ids") == 2  # one call per block (the failing ones aside)
