@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 import ray
@@ -103,6 +104,8 @@ class RaylogCluster:
         self._started_ray = started_ray
         self._lock = threading.Lock()
         self._metadata: Metadata | None = None
+        #: A metadata call of refresh_metadata() still on its way, and when it was made.
+        self._refresh: tuple[Any, float] | None = None
 
     def __reduce__(self):
         # The Ray address goes along for processes that are not Ray workers (a Spark
@@ -118,6 +121,31 @@ class RaylogCluster:
             if self._metadata is None or refresh:
                 self._metadata = Metadata(call(self.controller.metadata.remote(), METADATA_TIMEOUT_S))
             return self._metadata
+
+    def refresh_metadata(self, wait_s: float) -> bool:
+        """Ask the controller for fresh metadata without stopping long for it: wait at most
+        ``wait_s`` for the answer when this call asks, not at all while an earlier call's
+        answer is still on its way (it replaces the cached snapshot once it comes). Kafka's
+        clients go on sending with what they know while a metadata update is in flight, so a
+        controller that is paused or restarting holds up only what needs new metadata.
+        Whether the snapshot is now fresh.
+
+        Raises:
+            RaylogError: the controller's call failed (the next call asks again).
+        """
+        with self._lock:
+            asked = self._refresh is None or time.monotonic() - self._refresh[1] > METADATA_TIMEOUT_S
+            if asked:
+                self._refresh = (self.controller.metadata.remote(), time.monotonic())
+            ref = self._refresh[0]
+        ready, _ = ray.wait([ref], timeout=wait_s if asked else 0)
+        if not ready:
+            return False
+        with self._lock:
+            if self._refresh is not None and self._refresh[0] is ref:
+                self._refresh = None
+            self._metadata = Metadata(call(ref, None))
+        return True
 
     def bootstrap_servers(self) -> str:
         """Kafka's ``bootstrap.servers`` for this cluster: ``"host:port,..."`` of every live

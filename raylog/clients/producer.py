@@ -79,6 +79,10 @@ RECORD_OVERHEAD_BYTES = 16
 #: After a leader's process dies, how long a batch waits for metadata naming another leader
 #: before it is sent to the same actor again (Ray restarts it in about that time or more).
 LEADER_FAILOVER_WAIT_S = 1.5
+#: How long the sender waits for metadata it asked for before it sends with what it knows
+#: (a refresh takes milliseconds; a paused or restarting controller must not stop writes to
+#: leaders that are up).
+METADATA_REFRESH_WAIT_S = 1.0
 #: Pause before asking a transaction coordinator again after CONCURRENT_TRANSACTIONS (a
 #: step of the same transactional id in flight, or markers being written: milliseconds).
 CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.01
@@ -468,7 +472,7 @@ class Producer:
         #: snapshot both were read from)
         self._routes: dict[str, tuple[list[TopicPartition], int, Any]] = {}
         self._idempotent = enable_idempotence
-        self._producer_id = -1  # from the controller at the first send (sender thread only)
+        self._producer_id = -1  # from the controller as the sender starts (sender thread only)
         self._producer_epoch = 0
         self._transactional_id = transactional_id
         self._transaction_timeout_ms = transaction_timeout_ms
@@ -1077,18 +1081,19 @@ class Producer:
 
     def _run_sender(self) -> None:
         try:
+            self._take_producer_id()
             while True:
                 with self._cond:
                     batches = self._wait_for_sendable()
                     if batches is None:
                         return
                 if self._metadata_stale or time.monotonic() - self._metadata_refreshed_s >= self._metadata_max_age_s:
-                    self._metadata_stale = False
                     try:
-                        self._cluster.metadata(refresh=True)
-                        self._metadata_refreshed_s = time.monotonic()
+                        self._metadata_stale = not self._cluster.refresh_metadata(METADATA_REFRESH_WAIT_S)
                     except RaylogError:
                         self._metadata_stale = True
+                    if not self._metadata_stale:
+                        self._metadata_refreshed_s = time.monotonic()
                 if self._transactional_id is not None:
                     batches = self._add_to_transaction(batches)
                 for batch in batches:
@@ -1204,10 +1209,25 @@ class Producer:
             return
         ref.future().add_done_callback(lambda future: self._on_reply(batch, future))
 
+    def _take_producer_id(self) -> None:
+        """An idempotent producer takes its producer id as it starts, as Kafka's clients do, so
+        that its first batches do not wait on the controller (a controller paused or restarting
+        then delays only producers started meanwhile). One that fails is taken again at the
+        first send (sender thread only)."""
+        if not self._idempotent or self._transactional_id is not None:
+            return  # a transactional producer's comes from init_transactions()
+        try:
+            self._producer_id = self._producer_id_from_controller()
+        except RaylogError as exc:
+            logger.warning("no producer id from the controller yet (taken again at the first send): %s", exc)
+
+    def _producer_id_from_controller(self) -> int:
+        return call(self._cluster.controller.init_producer_id.remote(), METADATA_TIMEOUT_S)
+
     def _assign_sequence(self, batch: _Batch) -> None:
         """Number the batch: sequences follow first dispatch order, which is queue order."""
         if self._producer_id < 0:
-            self._producer_id = call(self._cluster.controller.init_producer_id.remote(), METADATA_TIMEOUT_S)
+            self._producer_id = self._producer_id_from_controller()
             self._sequences.clear()
         batch.producer_id = self._producer_id
         batch.producer_epoch = self._producer_epoch

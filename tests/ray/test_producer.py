@@ -20,7 +20,10 @@ from raylog.coordination.producer_state import SEQUENCE_MODULUS
 from raylog.errors import KafkaTimeoutError
 from raylog.protocol import FetchRequest
 from raylog.storage import record_batch
-from tests.helpers import wait_until
+from tests.helpers import paused_controller, wait_until
+
+#: Bound on a write made while the controller is paused (the controller is resumed after it).
+PAUSED_BOUND_S = 20
 
 
 def batch_sizes(cluster, topic: str, partition: int = 0) -> list[int]:
@@ -233,3 +236,33 @@ def test_send_arrow_without_keys_spreads_batches_and_keeps_order_per_partition(c
         values = record_batch.decode_table(data).column("value").to_pylist()
         bulk = values[: len(values) - 10 - 10 * (partition == 2)]  # then its small batch (and the fixed rows)
         assert bulk == sorted(bulk) and values[len(bulk) :] == [b"%06d" % i for i in range(10)] * (1 + (partition == 2))
+
+
+@pytest.fixture
+def one_broker(cluster, tmp_path):
+    """A raylog cluster of its own (one broker), whose controller a test may pause."""
+    handle = raylog.connect(data_dir=str(tmp_path / "data"), cluster_name=f"b1{uuid.uuid4().hex[:8]}")
+    yield handle
+    handle.shutdown()
+
+
+def test_producers_keep_sending_while_the_controller_is_paused(one_broker):
+    """The controller serves metadata and producer ids, not writes: with its process stopped,
+    an idempotent producer created before (it takes its producer id as it starts, as Kafka's
+    clients do, not at its first send) and a producer refreshing its metadata before every
+    send (``metadata_max_age_ms=0``: a refresh that does not come is waited for only briefly)
+    write to a leader they know. Before, both waited for the controller's return."""
+    name = "paused-controller"
+    Admin(one_broker).create_topics([NewTopic(name, 1)])
+    Producer(one_broker).send(name, b"warm").get(timeout=30)  # the topic's leader is up
+    fresh = Producer(one_broker, acks="all")
+    refreshing = Producer(one_broker, acks="all", metadata_max_age_ms=0)
+    refreshing.send(name, b"known").get(timeout=30)  # it knows the leader and has its id
+    wait_until(lambda: fresh._producer_id >= 0, message="the fresh producer's id")  # taken in the background
+    with paused_controller(one_broker):
+        first = fresh.send(name, b"fresh").get(timeout=PAUSED_BOUND_S)
+        later = [refreshing.send(name, b"refreshing-%d" % i).get(timeout=PAUSED_BOUND_S) for i in range(3)]
+    offsets = [m.offset for m in later]
+    assert offsets == sorted(offsets) and first.offset not in offsets
+    fresh.close()
+    refreshing.close()

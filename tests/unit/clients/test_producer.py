@@ -84,6 +84,9 @@ class FakeCluster:
     def metadata(self, refresh: bool = False) -> Metadata:
         return self._metadata
 
+    def refresh_metadata(self, wait_s: float) -> bool:
+        return True
+
 
 @pytest.fixture(autouse=True)
 def controller_call(monkeypatch):
