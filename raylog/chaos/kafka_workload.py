@@ -69,6 +69,9 @@ REFUSED_COMMIT_ERRORS = frozenset(
     ("REBALANCE_IN_PROGRESS", "ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID")
 )
 
+#: Delivery errors of messages a stopping worker purged from librdkafka (never sent again).
+PURGED_ERRORS = frozenset(("_PURGE_QUEUE", "_PURGE_INFLIGHT"))
+
 
 class KafkaProducerWorker:
     """One thread sending through a confluent-kafka Producer (librdkafka, idempotent, acks=all:
@@ -142,9 +145,15 @@ class KafkaProducerWorker:
         self._deliveries.delivered(message.value().decode(), error, message.offset())
 
     def stop(self) -> None:
-        """Stop sending, flush what is in flight for a while, record the rest as unknown."""
+        """Stop sending, flush what is in flight for a while, then purge what librdkafka still
+        holds, so that nothing is sent once the history ends (left alone, it would go on
+        retrying, bump its epoch and write held messages again with nobody reading its log:
+        seed 213), serve the purged reports and the log lines before them, and record any
+        send still unreported as unknown."""
         self._stop.set()
         self._thread.join(CLOSE_TIMEOUT_S)
+        self.producer.flush(PRODUCER_CLOSE_TIMEOUT_S)
+        self.producer.purge(in_queue=True, in_flight=True)
         self.producer.flush(PRODUCER_CLOSE_TIMEOUT_S)
         self._deliveries.settle()
 
@@ -202,10 +211,11 @@ class KafkaDeliveries:
         """The delivery report of ``value``: ``error`` a ``KafkaError`` or None, ``offset``
         where it was written when ``error`` is None. A success without an offset (librdkafka
         infers a message written, its answer lost, from a later batch of its sequence) is
-        recorded unknown: written, but where is not said."""
+        recorded unknown: written, but where is not said. A message the worker purged as it
+        stopped is unknown too, and renumbers nothing: librdkafka sends it no more."""
         with self._lock:
             invocation = self._pending.pop(value, None)
-            if error is not None:
+            if error is not None and error.name() not in PURGED_ERRORS:
                 self._held_not_idempotent()
         if invocation is None:
             return

@@ -120,3 +120,31 @@ def test_a_client_thread_an_error_ends_is_kept_for_the_run_to_fail_on(caplog):
     assert not thread.is_alive()
     assert len(crashes) == 1 and crashes[0].startswith("kafka8: KafkaException")
     assert "soak client kafka8 stopped by an error" in caplog.text
+
+
+def test_a_stopped_worker_leaves_librdkafka_nothing_to_send_again(monkeypatch):
+    """Seed 213 of the 64-client soak: a worker's sends were settled unknown (and idempotent)
+    when ``flush`` ran out of time, while librdkafka, never told to stop, still held them; it
+    later bumped its epoch and wrote them a second time (146 duplicates), its "DrainBump" log
+    line never served because nobody polled the producer again. Against a broker that never
+    answers, a stopped worker leaves librdkafka holding nothing, and each send is recorded
+    unknown without losing idempotence (a purged message is never sent again)."""
+    import random
+    import time
+
+    from raylog.chaos import kafka_workload
+
+    monkeypatch.setattr(kafka_workload, "PRODUCER_CLOSE_TIMEOUT_S", 0.5)
+    recorder = Recorder()
+    worker = kafka_workload.KafkaProducerWorker(
+        "kafka0", "127.0.0.1:9", "t", 2, recorder, random.Random(0), rate_per_s=200.0
+    )  # the discard port: nothing there answers
+    worker.start()
+    deadline = time.monotonic() + 10
+    while len(worker.producer) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.stop()
+
+    assert len(worker.producer) == 0  # nothing held: nothing can be sent after the history ends
+    recorded = outcomes(recorder)
+    assert recorded and all(outcome == (UNKNOWN, None, True) for outcome in recorded.values())
