@@ -6,13 +6,15 @@ a broker without a listener (new, on a new node, or whose listener died) gets on
 listener is asked to listen (one whose port is taken is logged and asked again next round).
 A listener that died is started again on the port it had, also when ``listeners`` asked for
 any free port, so the addresses clients bootstrap from stay true. Metadata answers carry
-:meth:`ListenerFleet.endpoints`.
+:meth:`ListenerFleet.endpoints`: a listener that listened stays there while it is only too busy
+to confirm in time, up to :data:`LISTENER_SESSION_TIMEOUT_S`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import ray
@@ -29,6 +31,10 @@ logger = logging.getLogger(__name__)
 LISTENER_START_TIMEOUT_S = 60.0
 #: How long a running listener has to confirm it listens.
 LISTENER_CHECK_TIMEOUT_S = 5.0
+#: How long a listener that listened stays in Metadata answers while it does not confirm in
+#: time: a busy listener is not a gone one (Kafka keeps a broker registered until its session
+#: times out). A listener that died or cannot bind its port leaves at once.
+LISTENER_SESSION_TIMEOUT_S = 30.0
 
 _Remote = ray.remote(KafkaListenerActor)
 
@@ -48,7 +54,10 @@ class ListenerFleet:
         self._actors: dict[int, tuple[str, Any]] = {}
         #: broker id -> advertised (host, port), for listeners that confirmed they listen
         self._endpoints: dict[int, tuple[str, int]] = {}
-        self._failing: set[int] = set()
+        #: broker id -> why its listener last failed to confirm (each cause logged once)
+        self._failing: dict[int, str] = {}
+        #: broker id -> monotonic time its listener last confirmed it listens
+        self._confirmed_at: dict[int, float] = {}
         #: broker id -> the port its listener bound last (a new listener takes it again)
         self._ports: dict[int, int] = {}
 
@@ -87,14 +96,22 @@ class ListenerFleet:
         try:
             endpoint = await asyncio.wait_for(self._actors[broker_id][1].start.remote(), timeout_s)
         except (OSError, ray.exceptions.RayError, asyncio.TimeoutError) as exc:
-            self._endpoints.pop(broker_id, None)
+            silent_s = time.monotonic() - self._confirmed_at.get(broker_id, float("-inf"))
+            busy = isinstance(exc, asyncio.TimeoutError) and silent_s <= LISTENER_SESSION_TIMEOUT_S
+            if not busy:
+                self._endpoints.pop(broker_id, None)
+                self._confirmed_at.pop(broker_id, None)
             if isinstance(exc, ray.exceptions.ActorDiedError):
                 del self._actors[broker_id]  # started again next round, on the same port
-            if broker_id not in self._failing:
-                logger.warning("broker %d: its Kafka listener does not listen (tried again): %s", broker_id, exc)
-            self._failing.add(broker_id)
+            state = "kept in metadata: busy" if busy else "tried again"
+            if self._failing.get(broker_id) != state:
+                logger.warning(
+                    "broker %d: its Kafka listener does not confirm it listens (%s): %r", broker_id, state, exc
+                )
+            self._failing[broker_id] = state
             return
-        self._failing.discard(broker_id)
+        self._failing.pop(broker_id, None)
+        self._confirmed_at[broker_id] = time.monotonic()
         if self._endpoints.get(broker_id) != tuple(endpoint):
             logger.info("broker %d: Kafka listener at %s:%d", broker_id, *endpoint)
         self._endpoints[broker_id] = tuple(endpoint)
@@ -106,3 +123,4 @@ class ListenerFleet:
             ray.kill(handle, no_restart=True)
         self._actors.clear()
         self._endpoints.clear()
+        self._confirmed_at.clear()
