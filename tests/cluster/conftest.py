@@ -2,7 +2,7 @@
 
 The head node hosts only the controller; three worker nodes labelled ``raylog.broker`` are
 brokers 0, 1 and 2, each with its own data directory, so that removing a node kills a broker
-for real. Nodes are declared dead fast (see FAST_FAILURE_DETECTION). Package-scoped: the
+for real. Nodes are declared dead fast (the soak's FAST_FAILURE_DETECTION). Package-scoped: the
 cluster is gone before tests/ray starts its own single-node Ray.
 """
 
@@ -16,18 +16,9 @@ from ray.cluster_utils import Cluster
 
 import raylog
 from raylog import Admin, NewTopic
+from raylog.chaos.soak import FAST_FAILURE_DETECTION, NODE_OBJECT_STORE_BYTES
 from raylog.errors import RaylogError
 from tests.helpers import wait_until
-
-#: A killed node is declared dead within ~5 s (Ray's default: 50 s). Not faster: at 500 ms
-#: timeouts and 3 failures, a broker node just started on a loaded machine (CI, a busy core)
-#: was declared dead 24 s after it registered, and the copier test's broker never came back.
-FAST_FAILURE_DETECTION = {
-    "health_check_period_ms": 1000,
-    "health_check_failure_threshold": 5,
-    "health_check_timeout_ms": 3000,
-}
-NODE_OBJECT_STORE_BYTES = 80 * 1024 * 1024
 
 
 class Brokers:
