@@ -61,7 +61,12 @@ from raylog.coordination import elections
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, MetadataJournal, partition_record
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
-from raylog.errors import CoordinatorNotAvailableError, RaylogError, UnknownTopicOrPartitionError
+from raylog.errors import (
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    RaylogError,
+    UnknownTopicOrPartitionError,
+)
 from raylog.protocol import error_fields
 from raylog.storage import log_dirs
 from raylog.types import BrokerInfo, NewTopic, PartitionInfo, TopicDescription
@@ -776,18 +781,27 @@ class ControllerActor:
 
     async def init_producer_id(self) -> int:
         """A producer id never handed out before (Kafka's InitProducerId)."""
-        async with self._guard():
-            if self._next_producer_id >= self.image.producer_id_block_end:
-                self._commit([self.image.allocate_producer_ids(PRODUCER_ID_BLOCK)])
-                self._next_producer_id = self.image.producer_id_block_end - PRODUCER_ID_BLOCK
-            self._next_producer_id += 1
-            return self._next_producer_id - 1
+        return (await self.allocate_producer_ids(1))[0]
 
     async def allocate_producer_ids(self, count: int) -> list[int]:
-        """``count`` producer ids never handed out before, in one call: the ones a transaction
-        coordinator or a Kafka listener hands out without asking again, as Kafka's brokers
-        hand out ids from blocks the controller gives them (KIP-730's AllocateProducerIds)."""
-        return [await self.init_producer_id() for _ in range(count)]
+        """``count`` consecutive producer ids never handed out before, in one call: the ones a
+        transaction coordinator or a Kafka listener hands out without asking again, as Kafka's
+        brokers hand out ids from blocks the controller gives them (KIP-730's
+        AllocateProducerIds). Ids come from a block the journal reserved (at least
+        ``PRODUCER_ID_BLOCK`` at a time), so a restarted controller starts past every one.
+
+        Raises:
+            InvalidRequestError: ``count`` is below 1.
+        """
+        if count < 1:
+            raise InvalidRequestError(f"cannot allocate {count} producer ids")
+        async with self._guard():
+            short = count - (self.image.producer_id_block_end - self._next_producer_id)
+            if short > 0:
+                self._commit([self.image.allocate_producer_ids(max(short, PRODUCER_ID_BLOCK))])
+            first = self._next_producer_id
+            self._next_producer_id += count
+            return list(range(first, first + count))
 
     # --- replicas -----------------------------------------------------------------------
 
