@@ -123,22 +123,22 @@ class RaylogCluster:
             return self._metadata
 
     def refresh_metadata(self, wait_s: float) -> bool:
-        """Ask the controller for fresh metadata without stopping long for it: wait at most
-        ``wait_s`` for the answer when this call asks, not at all while an earlier call's
-        answer is still on its way (it replaces the cached snapshot once it comes). Kafka's
-        clients go on sending with what they know while a metadata update is in flight, so a
-        controller that is paused or restarting holds up only what needs new metadata.
-        Whether the snapshot is now fresh.
+        """Ask the controller for fresh metadata without stopping long for it: wait for the
+        answer until the call under way (made now if there is none) is ``wait_s`` old, as a
+        Kafka listener waits for its own refresh (``BrokerContext.metadata``); an answer that
+        comes later replaces the cached snapshot at the next call. Kafka's clients go on
+        sending with what they know while a metadata update is in flight, so a controller that
+        is paused or restarting holds up only what needs new metadata. Whether the snapshot is
+        now fresh.
 
         Raises:
             RaylogError: the controller's call failed (the next call asks again).
         """
         with self._lock:
-            asked = self._refresh is None or time.monotonic() - self._refresh[1] > METADATA_TIMEOUT_S
-            if asked:
+            if self._refresh is None or time.monotonic() - self._refresh[1] > METADATA_TIMEOUT_S:
                 self._refresh = (self.controller.metadata.remote(), time.monotonic())
-            ref = self._refresh[0]
-        ready, _ = ray.wait([ref], timeout=wait_s if asked else 0)
+            ref, asked_at = self._refresh
+        ready, _ = ray.wait([ref], timeout=max(0.0, wait_s - (time.monotonic() - asked_at)))
         if not ready:
             return False
         with self._lock:

@@ -9,9 +9,10 @@ across refreshes (a Ray actor handle costs ~60 KiB and each answer brings new on
 that wait long, such as joins, would otherwise keep one each), and a group's or
 transactional id's coordinator is found in it as Kafka's brokers find it in their metadata
 cache: the internal topic's partition of the key's hash, and its leader (the controller is
-asked only to create the internal topic the first time). Record
-batch conversions (:mod:`raylog.kafka.records`) run on :data:`CONVERSION_THREADS` threads of
-its own (:meth:`BrokerContext.convert`), never on the loop.
+asked only to create the internal topic the first time). Record batch conversions
+(:mod:`raylog.kafka.records`) run on :data:`CONVERSION_THREADS` threads of its own
+(:meth:`BrokerContext.convert`), never on the loop. Idempotent producers' ids come from a
+block fetched ahead (:meth:`BrokerContext.new_producer_id`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from raylog.actors.transport import acall
+from raylog.config import ControllerConfig
 from raylog.coordination.group import partition_for
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination.producer_ids import ProducerIdPool
@@ -53,10 +55,12 @@ logger = logging.getLogger(__name__)
 class BrokerContext:
     """See the module docstring."""
 
-    def __init__(self, cluster_name: str, broker_id: int, controller: Any):
+    def __init__(self, cluster_name: str, broker_id: int, controller: Any, config: ControllerConfig | None = None):
         self.cluster_name = cluster_name
         self.broker_id = broker_id
         self.controller = controller
+        #: The cluster's broker settings (topic defaults, limits), as the listener was given them.
+        self.config = config or ControllerConfig()
         self._metadata: dict | None = None
         self._metadata_at = 0.0
         self._invalidated = False
