@@ -436,6 +436,28 @@ class ControllerConfig(_Config):
         "How often the controller checks the leader imbalance.",
         minimum=1,
     )
+    auto_create_topics_enable: bool = setting(
+        False,
+        "A Kafka client's Metadata request naming a topic that does not exist creates it (with "
+        "num.partitions and default.replication.factor) when the request allows it, as Kafka's "
+        "brokers do: Kafka producers (librdkafka, the Java client) allow it, consumers only with "
+        "allow.auto.create.topics. Off by default, unlike Kafka (as on Amazon MSK): each "
+        "partition replica is a process here, so a mistyped or hostile topic name would cost "
+        "processes, and no ACL yet says who may create. raylog's own clients never create topics.",
+    )
+    num_partitions: int = setting(
+        1,
+        "Partitions of a topic created automatically or by a CreateTopics request that leaves "
+        "the count to the broker (-1).",
+        minimum=1,
+    )
+    default_replication_factor: int = setting(
+        1,
+        "Replicas of each partition of a topic created automatically or by a CreateTopics "
+        "request that leaves the factor to the broker (-1); more than the live brokers fails "
+        "the creation (INVALID_REPLICATION_FACTOR).",
+        minimum=1,
+    )
     offsets_topic_num_partitions: int = setting(
         3,
         "Partitions of __consumer_offsets (created on the first group look-up): few, since "

@@ -36,6 +36,7 @@ one; a name given twice in one request is INVALID_REQUEST for each of its entrie
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import uuid
 from collections import Counter
@@ -45,7 +46,7 @@ from typing import Any
 from raylog.actors.kafka.context import BrokerContext
 from raylog.actors.kafka.coordinator_errors import code_of
 from raylog.actors.kafka.transactions import metadata_or_none
-from raylog.config import TopicConfig
+from raylog.config import ControllerConfig, TopicConfig
 from raylog.coordination.placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
 from raylog.errors import (
     InvalidPartitionsError,
@@ -61,9 +62,6 @@ from raylog.types import NewTopic
 
 logger = logging.getLogger(__name__)
 
-#: Kafka's broker defaults for a CreateTopics count of -1 (num.partitions, default.replication.factor).
-DEFAULT_NUM_PARTITIONS = 1
-DEFAULT_REPLICATION_FACTOR = 1
 #: How long an admin call to the controller may take when the request gives no timeout.
 DEFAULT_TIMEOUT_MS = 60_000
 
@@ -141,8 +139,9 @@ class _Creation:
     overrides: set
 
 
-def _creation(topic: dict, md: dict) -> _Creation:
-    """Check one requested topic against ``md`` (what the controller will check too).
+def _creation(topic: dict, md: dict, defaults: ControllerConfig) -> _Creation:
+    """Check one requested topic against ``md`` (what the controller will check too); a count
+    left to the broker (-1) is ``defaults``' num.partitions or default.replication.factor.
 
     Raises:
         InvalidTopicError, TopicAlreadyExistsError, InvalidPartitionsError,
@@ -174,8 +173,8 @@ def _creation(topic: dict, md: dict) -> _Creation:
         _check_assignments(name, list(assignments.values()), md)
         num_partitions, replication_factor = len(assignments), len(assignments[0])
     else:
-        num_partitions = DEFAULT_NUM_PARTITIONS if num_partitions == -1 else num_partitions
-        replication_factor = DEFAULT_REPLICATION_FACTOR if replication_factor == -1 else replication_factor
+        num_partitions = defaults.num_partitions if num_partitions == -1 else num_partitions
+        replication_factor = defaults.default_replication_factor if replication_factor == -1 else replication_factor
     assign_replicas(num_partitions, replication_factor, live)  # the counts against the live brokers
     new = NewTopic(name, num_partitions=num_partitions, replication_factor=replication_factor, config=config)
     return _Creation(new, assignments, overrides)
@@ -212,7 +211,7 @@ def _configs(properties: dict[str, str], overrides: set) -> list[dict]:
 
 async def create_topics(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     topics = body["topics"]
-    results, creations, md = await _check_each(ctx, topics, _creation)
+    results, creations, md = await _check_each(ctx, topics, functools.partial(_creation, defaults=ctx.config))
     if creations and not body.get("validate_only", False):
         answers = await _ask(
             ctx,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import struct
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,7 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
-from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from raylog.actors.kafka.coordinator_errors import code_of
+from raylog.coordination.placement import INTERNAL_TOPICS, validate_topic_name
 from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE
 from raylog.errors import (
     FencedLeaderEpochError,
@@ -42,6 +44,7 @@ from raylog.errors import (
     NetworkExceptionError,
     NotLeaderOrFollowerError,
     RaylogError,
+    TopicAlreadyExistsError,
     UnknownLeaderEpochError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
@@ -50,6 +53,9 @@ from raylog.errors import (
 from raylog.kafka import codec, records
 from raylog.protocol import FetchRequest, FetchResponse, ProduceRequest, error_fields, records_payload
 from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD, read_header
+from raylog.types import NewTopic
+
+logger = logging.getLogger(__name__)
 
 ApiKey = codec.ApiKey
 #: Kafka's "no authorized operations" marker (clients ask for them only with ACLs).
@@ -58,7 +64,6 @@ NO_OPERATIONS = -(2**31)
 FETCH_GRACE_S = 30.0
 #: A produce call's bound beyond the request's own timeout (acks=all waits for the ISR).
 PRODUCE_GRACE_S = 30.0
-_INTERNAL = frozenset((OFFSETS_TOPIC, TRANSACTION_TOPIC))
 #: A Kafka batch's ``batch_length`` and ``attributes`` (the same layout as raylog's header).
 KAFKA_BATCH_HEADER = struct.Struct(">8xi9xh")
 #: Errors after which the leader may have moved: metadata is asked again.
@@ -118,15 +123,19 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
     md = await ctx.metadata()
     if names is not None and not all(_all_led(ctx, n, md) for n in names):
         md = await ctx.metadata(refresh=True)  # a topic created, or a leader started, a moment ago
+    refused: dict[str, int] = {}
+    unknown = [] if names is None else [n for n in dict.fromkeys(names) if n is not None and n not in md["topics"]]
+    if unknown and body.get("allow_auto_topic_creation", True) and ctx.config.auto_create_topics_enable:
+        refused = await _create_topics(ctx, unknown, md)
+        md = await ctx.metadata(refresh=True)
     brokers = [{"node_id": b, **endpoint} for b, endpoint in _live_brokers(md)]
     reachable = {b["node_id"] for b in brokers}
     topics = []
     for name in sorted(md["topics"]) if names is None else names:
         described = md["topics"].get(name)
         if described is None:
-            topics.append(
-                {"error_code": UnknownTopicOrPartitionError.code, "name": name, "partitions": [], "is_internal": False}
-            )
+            code = refused.get(name, UnknownTopicOrPartitionError.code)
+            topics.append({"error_code": code, "name": name, "partitions": [], "is_internal": False})
             continue
         partitions = []
         for p in described.partitions:
@@ -149,7 +158,7 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
                 "error_code": 0,
                 "name": name,
                 "topic_id": uuid.UUID(hex=described.topic_id),
-                "is_internal": name in _INTERNAL,
+                "is_internal": name in INTERNAL_TOPICS,
                 "partitions": partitions,
                 "topic_authorized_operations": NO_OPERATIONS,
             }
@@ -162,6 +171,37 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
         "topics": topics,
         "cluster_authorized_operations": NO_OPERATIONS,
     }
+
+
+async def _create_topics(ctx: BrokerContext, names: list[str], md: dict) -> dict[str, int]:
+    """Kafka's automatic topic creation: create each of ``names`` with the cluster's
+    num.partitions and default.replication.factor; the error code of each that was not
+    created (an illegal or internal name, too few live brokers, the controller's refusal or
+    its absence), to answer in its place."""
+    refused, news = {}, []
+    for name in names:
+        try:
+            validate_topic_name(name, existing=md["topics"])
+        except RaylogError as exc:
+            refused[name] = code_of(exc)
+            continue
+        if name in INTERNAL_TOPICS:
+            refused[name] = UnknownTopicOrPartitionError.code  # raylog creates those itself
+            continue
+        news.append(NewTopic(name, ctx.config.num_partitions, ctx.config.default_replication_factor))
+    if not news:
+        return refused
+    try:
+        answers = await ctx.call(ctx.controller.create_topics.remote(news))
+    except RaylogError as exc:
+        answers = {new.name: (code_of(exc), str(exc)) for new in news}
+    for name, (code, message, *_) in answers.items():
+        if code and code != TopicAlreadyExistsError.code:  # (another request created it first)
+            refused[name] = code
+            logger.info("Metadata: topic %r not created automatically: %s", name, message)
+        elif not code:
+            logger.info("Metadata: topic %r created automatically", name)
+    return refused
 
 
 async def describe_cluster(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:

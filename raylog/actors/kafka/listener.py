@@ -119,13 +119,13 @@ class KafkaListenerActor:
     ):
         logs.configure()
         records.warm_up()  # numba's conversion loops, compiled or loaded from its cache, before any client
-        self.context = BrokerContext(cluster_name, broker_id, controller)
+        self.config = config or ControllerConfig()
+        self.context = BrokerContext(cluster_name, broker_id, controller, self.config)
         self._bind_host = host or "0.0.0.0"
         self._advertised_host = host if host not in ("", "0.0.0.0", "::") else ray.util.get_node_ip_address()
         self._port = port
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
-        self.config = config or ControllerConfig()
         self._quotas = ConnectionQuotas(self.config.max_connections, self.config.max_connections_per_ip)
         self._pool = RequestMemoryPool(self.config.queued_max_request_bytes)
         #: Causes already logged (a refused or closed connection's, an answer that did not
