@@ -233,6 +233,14 @@ def test_a_restarted_listener_listens_again(wire, kafka_cluster):
         timeout_s=60,
         message="every listener advertising every listener where it was",
     )
+    # The controller lists it too before the next test: a listener serves its cached answer
+    # while a refresh is slow, so the listeners can agree before the controller does (the
+    # full suite beside a busy core: the next test's `raylog start` missed broker 2's).
+    wait_until(
+        lambda: kafka_cluster.metadata(refresh=True).listeners == metadata.listeners,
+        timeout_s=60,
+        message="the controller listing every listener where it was",
+    )
 
 
 def _advertised(address: str) -> list[str] | None:
