@@ -117,7 +117,7 @@ def _timeout_s(body: dict) -> float:
     return (timeout_ms if timeout_ms > 0 else DEFAULT_TIMEOUT_MS) / 1000
 
 
-async def _ask(ctx: BrokerContext, ref: Any, names: list, timeout_s: float) -> dict:
+async def ask_each(ctx: BrokerContext, ref: Any, names: list, timeout_s: float) -> dict:
     """A per-name controller answer ``{name: (code, message, ...)}``; a failed call gives
     its error for every name."""
     try:
@@ -213,7 +213,7 @@ async def create_topics(ctx: BrokerContext, header: RequestHeader, body: dict) -
     topics = body["topics"]
     results, creations, md = await _check_each(ctx, topics, functools.partial(_creation, defaults=ctx.config))
     if creations and not body.get("validate_only", False):
-        answers = await _ask(
+        answers = await ask_each(
             ctx,
             ctx.controller.create_topics.remote([c.new for c in creations.values()]),
             list(creations),
@@ -259,7 +259,7 @@ async def _reassign(ctx: BrokerContext, md: dict, assignments: dict[str, dict], 
                 targets[(name, partition)] = brokers
     if not targets:
         return
-    answers = await _ask(
+    answers = await ask_each(
         ctx, ctx.controller.alter_partition_reassignments.remote(targets), list(targets), DEFAULT_TIMEOUT_MS / 1000
     )
     for (name, partition), (code, message, *_) in answers.items():
@@ -294,7 +294,7 @@ async def delete_topics(ctx: BrokerContext, header: RequestHeader, body: dict) -
             entries.append((name, topic_id, None))
     duplicated = _duplicates([name for name, _, error in entries if error is None])
     names = sorted({name for name, _, error in entries if error is None and name not in duplicated})
-    answers = await _ask(ctx, ctx.controller.delete_topics.remote(names), names, _timeout_s(body)) if names else {}
+    answers = await ask_each(ctx, ctx.controller.delete_topics.remote(names), names, _timeout_s(body)) if names else {}
     responses = []
     for name, topic_id, error in entries:
         if error is None and name in duplicated:
@@ -351,7 +351,7 @@ async def create_partitions(ctx: BrokerContext, header: RequestHeader, body: dic
     results, growths, md = await _check_each(ctx, topics, _growth)
     if growths and not body.get("validate_only", False):
         counts = {name: count for name, (count, _) in growths.items()}
-        answers = await _ask(ctx, ctx.controller.create_partitions.remote(counts), list(counts), _timeout_s(body))
+        answers = await ask_each(ctx, ctx.controller.create_partitions.remote(counts), list(counts), _timeout_s(body))
         for name, (code, message, *_) in answers.items():
             if code:
                 results[name] = {"error_code": code, "error_message": message}
@@ -407,7 +407,7 @@ async def describe_configs(ctx: BrokerContext, header: RequestHeader, body: dict
     resources = body["resources"]
     synonyms, documentation = body.get("include_synonyms", False), body.get("include_documentation", False)
     topics = sorted({r["resource_name"] for r in resources if r["resource_type"] == RESOURCE_TOPIC})
-    answers = await _ask(ctx, ctx.controller.describe_configs.remote(topics), topics, None) if topics else {}
+    answers = await ask_each(ctx, ctx.controller.describe_configs.remote(topics), topics, None) if topics else {}
     md = None
     results = []
     for resource in resources:
@@ -473,7 +473,7 @@ async def _alter(ctx: BrokerContext, body: dict, incremental: bool) -> dict:
             refused[key] = _error(exc)
     names = list(changes)
     ref = ctx.controller.alter_configs.remote(changes, incremental, validate_only=body["validate_only"])
-    answers = await _ask(ctx, ref, names, DEFAULT_TIMEOUT_MS / 1000) if names else {}
+    answers = await ask_each(ctx, ref, names, DEFAULT_TIMEOUT_MS / 1000) if names else {}
     responses = []
     for resource in resources:
         key = (resource["resource_type"], resource["resource_name"])

@@ -32,7 +32,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raylog.actors.kafka.context import CONNECTION, BrokerContext
+from raylog.actors.kafka.admin import ask_each
+from raylog.actors.kafka.context import CONNECTION, CONTROL_CALL_TIMEOUT_S, BrokerContext
 from raylog.actors.kafka.coordinator_errors import code_of
 from raylog.coordination.placement import INTERNAL_TOPICS, validate_topic_name
 from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE
@@ -191,10 +192,9 @@ async def _create_topics(ctx: BrokerContext, names: list[str], md: dict) -> dict
         news.append(NewTopic(name, ctx.config.num_partitions, ctx.config.default_replication_factor))
     if not news:
         return refused
-    try:
-        answers = await ctx.call(ctx.controller.create_topics.remote(news))
-    except RaylogError as exc:
-        answers = {new.name: (code_of(exc), str(exc)) for new in news}
+    answers = await ask_each(
+        ctx, ctx.controller.create_topics.remote(news), [new.name for new in news], CONTROL_CALL_TIMEOUT_S
+    )
     for name, (code, message, *_) in answers.items():
         if code and code != TopicAlreadyExistsError.code:  # (another request created it first)
             refused[name] = code
