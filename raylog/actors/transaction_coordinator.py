@@ -330,15 +330,26 @@ class TransactionCoordinatorActor(CoordinatorActor):
             self._start(self._fetch_producer_ids, count)
 
     def _fetch_producer_ids(self, count: int) -> None:
-        """``count`` producer ids from the controller, into the pool (without ``_lock``)."""
-        try:
-            controller = self._controller()
-            ids = ray.get(controller.allocate_producer_ids.remote(count), timeout=PEER_CALL_TIMEOUT_S)
-        except (ValueError, ray.exceptions.RayError) as exc:  # (a timeout is a RayError)
-            logger.warning("%s: no producer ids from the controller: %r", self.partition.name, exc)
-            self._producer_ids.fetch_failed()
-            return
-        self._producer_ids.fetched(ids)
+        """``count`` producer ids from the controller, into the pool (without ``_lock``); a
+        failed round is fetched again after the pool's backoff, until one brings ids or the
+        replica stops."""
+        while count:
+            try:
+                ids = ray.get(self._controller().allocate_producer_ids.remote(count), timeout=PEER_CALL_TIMEOUT_S)
+            except (ValueError, ray.exceptions.RayError) as exc:  # (a timeout is a RayError)
+                backoff_s = self._producer_ids.fetch_failed()
+                logger.warning(
+                    "%s: no producer ids from the controller (%r): asking again in %.1f s",
+                    self.partition.name,
+                    exc,
+                    backoff_s,
+                )
+                if self._stopped.wait(backoff_s):
+                    return
+                count = self._producer_ids.start_fetch()
+            else:
+                self._producer_ids.fetched(ids)
+                return
 
     def _unloaded(self) -> None:
         for future in self._completions.values():

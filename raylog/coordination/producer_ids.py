@@ -8,7 +8,9 @@ the coordinator makes its moves under its lock and a producer waits for its id. 
 are fetched ahead, in the background, as Kafka's brokers fetch the next block of ids from
 the controller before the current one runs out (KIP-730): the pool keeps what was fetched,
 and once it holds fewer than ``low_count`` ids :meth:`ProducerIdPool.start_fetch` tells its
-owner to fetch ``fetch_count`` more (one fetch at a time). Taking from an empty pool raises
+owner to fetch ``fetch_count`` more (one fetch at a time); a round that failed (a busy or
+paused controller's timeout) is fetched again after a backoff :meth:`ProducerIdPool.fetch_failed`
+returns, not left until the next producer asks. Taking from an empty pool raises
 COORDINATOR_LOAD_IN_PROGRESS (retriable), Kafka's answer while its next block is on its way.
 Ids fetched and never used are skipped for good (the controller never hands them out
 again), as Kafka skips the rest of a block its coordinator dropped.
@@ -28,6 +30,10 @@ from ..errors import CoordinatorLoadInProgressError
 FETCH_COUNT = 16
 #: The next round is fetched once fewer ids than this are left.
 LOW_COUNT = 4
+#: How long after a failed round its owner fetches again; doubled for each failure in a
+#: row, up to RETRY_BACKOFF_MAX_S (Kafka's retry.backoff.ms and retry.backoff.max.ms).
+RETRY_BACKOFF_S = 0.1
+RETRY_BACKOFF_MAX_S = 1.0
 
 
 class ProducerIdPool:
@@ -41,6 +47,7 @@ class ProducerIdPool:
         self._ids: collections.deque[int] = collections.deque()
         self._fetching = False
         self._fetches_ended = 0  # rounds that ended, fetched or failed (wakes waiters)
+        self._failures = 0  # rounds failed in a row
 
     def available(self) -> bool:
         with self._cond:
@@ -70,12 +77,16 @@ class ProducerIdPool:
         """The round's ids came."""
         with self._cond:
             self._ids.extend(ids)
+            self._failures = 0
             self._end_fetch()
 
-    def fetch_failed(self) -> None:
-        """The round brought nothing (the next :meth:`start_fetch` starts another)."""
+    def fetch_failed(self) -> float:
+        """The round brought nothing: the seconds after which the owner calls
+        :meth:`start_fetch` again (a producer that asks meanwhile may start a round sooner)."""
         with self._cond:
+            self._failures += 1
             self._end_fetch()
+            return min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (self._failures - 1))
 
     def wait(self, timeout_s: float) -> bool:
         """Wait, up to ``timeout_s``, while no id is held and the round under way (if any)

@@ -38,6 +38,10 @@ METADATA_MAX_AGE_S = 1.0
 REFRESH_WAIT_S = 1.0
 #: How long a call to the controller or a coordinator may take.
 CONTROL_CALL_TIMEOUT_S = 30.0
+#: How long an InitProducerId that finds no producer id held waits for the round under way
+#: before it is answered COORDINATOR_LOAD_IN_PROGRESS (the client asks again), well within
+#: what a client waits for an answer (a silent controller's call outlasts that).
+PRODUCER_ID_WAIT_S = 2.0
 #: The state a handler keeps per client connection (a dict; the listener sets a new one in
 #: each connection's task), such as a consumer's fetches still waiting on their leaders.
 CONNECTION: contextvars.ContextVar[dict] = contextvars.ContextVar("kafka_connection")
@@ -141,30 +145,41 @@ class BrokerContext:
         the controller is paused or restarting gets its id.
 
         Raises:
-            CoordinatorLoadInProgressError: none is held and the controller gave none (retriable).
+            CoordinatorLoadInProgressError: none is held and the controller gave none within
+                :data:`PRODUCER_ID_WAIT_S` (retriable).
         """
         self.fetch_producer_ids()
         if not self._producer_ids.available() and self._producer_id_fetch is not None:
-            await asyncio.shield(self._producer_id_fetch)
+            await asyncio.wait([self._producer_id_fetch], timeout=PRODUCER_ID_WAIT_S)
         try:
             return self._producer_ids.take()
         finally:
             self.fetch_producer_ids()
 
     def fetch_producer_ids(self) -> None:
-        """Fetch the next producer ids in the background if few are held and no fetch is under way."""
+        """Fetch the next producer ids in the background if few are held and no fetch is
+        under way (a failed round is fetched again after a backoff, until one brings ids)."""
         count = self._producer_ids.start_fetch()
         if count:
             self._producer_id_fetch = asyncio.ensure_future(self._fetch_producer_ids(count))
 
     async def _fetch_producer_ids(self, count: int) -> None:
-        try:
-            ids = await self.call(self.controller.allocate_producer_ids.remote(count))
-        except RaylogError as exc:
-            logger.warning("broker %d: no producer ids from the controller: %s", self.broker_id, exc)
-            self._producer_ids.fetch_failed()
-            return
-        self._producer_ids.fetched(ids)
+        while count:
+            try:
+                ids = await self.call(self.controller.allocate_producer_ids.remote(count))
+            except RaylogError as exc:
+                backoff_s = self._producer_ids.fetch_failed()
+                logger.warning(
+                    "broker %d: no producer ids from the controller (%s): asking again in %.1f s",
+                    self.broker_id,
+                    exc,
+                    backoff_s,
+                )
+                await asyncio.sleep(backoff_s)
+                count = self._producer_ids.start_fetch()
+            else:
+                self._producer_ids.fetched(ids)
+                return
 
     @staticmethod
     def leader_broker(topic: str, partition: int, md: dict) -> int:

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from raylog.coordination import producer_ids
 from raylog.coordination.producer_ids import ProducerIdPool
 from raylog.errors import CoordinatorLoadInProgressError
 
@@ -47,3 +48,21 @@ def test_a_waiter_wakes_when_the_round_under_way_ends():
     pool.fetched([7, 8])
     waiter.join(WAIT_S)
     assert woke == [False, True] and pool.available() and pool.take() == 7
+
+
+def test_a_failed_round_is_retried_after_a_backoff_that_doubles_until_a_round_brings_ids(monkeypatch):
+    """Ids are fetched ahead so that a producer gets one while the controller is silent: a
+    round that failed (a busy controller's timeout) is not left until the next producer
+    asks, the owner fetches again after the backoff this returns, longer each time in a row."""
+    monkeypatch.setattr(producer_ids, "RETRY_BACKOFF_S", 0.5)
+    monkeypatch.setattr(producer_ids, "RETRY_BACKOFF_MAX_S", 3.0)
+    pool = ProducerIdPool(fetch_count=2, low_count=1)
+    backoffs = []
+    for _ in range(5):
+        assert pool.start_fetch() == 2
+        backoffs.append(pool.fetch_failed())
+    assert backoffs == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert pool.start_fetch() == 2
+    pool.fetched([1, 2])
+    assert [pool.take(), pool.take()] == [1, 2] and pool.start_fetch() == 2
+    assert pool.fetch_failed() == 0.5  # a round that brought ids starts the backoff anew

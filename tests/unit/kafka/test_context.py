@@ -9,7 +9,11 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+import pytest
+
+from raylog.actors.kafka import context
 from raylog.actors.kafka.context import BrokerContext
+from raylog.coordination import producer_ids
 from raylog.coordination.group import partition_for
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination.producer_ids import FETCH_COUNT
@@ -157,11 +161,12 @@ def test_aged_metadata_is_asked_again_and_serves_while_the_controller_is_silent(
     assert fresh is not answered
 
 
-def test_producer_ids_come_from_ids_held_ahead_while_the_controller_is_silent():
+def test_producer_ids_come_from_ids_held_ahead_while_the_controller_is_silent(monkeypatch):
     """KIP-730: a listener hands out producer ids from a block the controller gave it, fetching
     the next block in the background; a producer that starts while the controller does not
     answer gets an id from what is held, waits only once none is left, and gets Kafka's
     retriable COORDINATOR_LOAD_IN_PROGRESS if the controller then fails the call."""
+    monkeypatch.setattr(context, "PRODUCER_ID_WAIT_S", 0.5)
     controller = Controller()
     ctx = BrokerContext("c", 0, controller)
     gate = asyncio.Event()
@@ -199,3 +204,53 @@ def test_producer_ids_come_from_ids_held_ahead_while_the_controller_is_silent():
     assert waited, "the id after the block waits for the next block"
     assert refused
     assert controller.calls.count("allocate_producer_ids") == 2  # one call per block (the failing ones aside)
+
+
+def test_a_listener_whose_first_fetch_failed_holds_ids_again_before_any_producer_asks(monkeypatch):
+    """The listener's first round (as it starts) timed out on a busy controller: it fetches
+    again in the background, so a producer that starts later, while the controller is
+    paused, still gets an id from what is held."""
+    monkeypatch.setattr(producer_ids, "RETRY_BACKOFF_S", 0.01)
+    controller = Controller()
+    ctx = BrokerContext("c", 0, controller)
+    answers = controller.allocate_producer_ids
+    failures = []
+
+    async def failing_twice(count):
+        if len(failures) < 2:
+            failures.append(count)
+            raise RequestTimedOutError("no reply from the actor in time")
+        return await answers.remote(count)
+
+    controller.allocate_producer_ids = SimpleNamespace(remote=failing_twice)
+
+    async def scenario():
+        ctx.fetch_producer_ids()  # as the listener starts
+        await asyncio.wait_for(ctx._producer_id_fetch, 5)
+        controller.allocate_producer_ids = SimpleNamespace(remote=_silent)  # paused from now on
+        return await asyncio.wait_for(ctx.new_producer_id(), 5)
+
+    assert asyncio.run(scenario()) == 1000
+    assert len(failures) == 2
+
+
+def test_a_producer_that_finds_no_id_held_is_answered_retriable_at_once_not_after_the_call_timeout(monkeypatch):
+    """With no id held and the controller silent, InitProducerId gets Kafka's retriable
+    COORDINATOR_LOAD_IN_PROGRESS within a short wait (the client asks again), not after the
+    controller call's timeout, which outlasts what a client waits for its answer."""
+    monkeypatch.setattr(context, "PRODUCER_ID_WAIT_S", 0.05)
+    controller = Controller()
+    controller.allocate_producer_ids = SimpleNamespace(remote=_silent)
+    ctx = BrokerContext("c", 0, controller)
+
+    async def scenario():
+        ctx.fetch_producer_ids()
+        with pytest.raises(CoordinatorLoadInProgressError):
+            await asyncio.wait_for(ctx.new_producer_id(), 5)
+
+    asyncio.run(scenario())
+
+
+async def _silent(count):
+    """A paused controller's call: no answer."""
+    await asyncio.Event().wait()
