@@ -1110,11 +1110,20 @@ class ControllerActor:
             await wait_for_event(changed, remaining)
 
     async def shutdown(self) -> None:
-        """Kill every replica and listener actor (data stays on disk); the caller then kills this actor."""
+        """Close every replica's log (each within ``PEER_CALL_TIMEOUT_S``; see
+        :meth:`PartitionReplicaActor.close`), then kill every replica and listener actor (data
+        stays on disk); the caller then kills this actor."""
         logger.info("raylog cluster %s stops: %d replica actors", self.cluster_name, len(self.replicas))
         for task in list(self._tasks):
             task.cancel()
-        for _, handle in self.replicas.values():
+        handles = [handle for _, handle in self.replicas.values()]
+        closed = await asyncio.gather(
+            *(asyncio.wait_for(h.close.remote(), PEER_CALL_TIMEOUT_S) for h in handles), return_exceptions=True
+        )
+        unclosed = [r for r in closed if isinstance(r, BaseException)]
+        if unclosed:  # their logs recover at the next start, as after a crash
+            logger.warning("%d replica(s) did not close their logs: %r", len(unclosed), unclosed[0])
+        for handle in handles:
             ray.kill(handle, no_restart=True)
         self.replicas.clear()
         self._ready.clear()

@@ -89,6 +89,10 @@ class CoordinatorActor(PartitionReplicaActor):
         elif not p.is_leader and self._coordinator_epoch != -1:
             self._unload()
 
+    def _closing(self) -> None:
+        super()._closing()
+        self._unload()
+
     def _unload(self) -> None:
         """Drop the state (holding ``_lock``)."""
         if self._coordinator_epoch != -1:

@@ -285,6 +285,31 @@ class PartitionReplicaActor:
             self._start(self._fetch_loop, self._fetcher, handle, self._follower)
 
     @ray.method(concurrency_group="control")
+    def close(self) -> None:
+        """Stop every loop, write the HW checkpoint and the producer snapshot, and close the
+        log flushed (its next open recovers nothing), as a Kafka broker's controlled
+        shutdown: once this returns, nothing in this process writes to the log directory.
+        The controller kills the actor next."""
+        self._stopped.set()
+        with self._lock:
+            self._closing()
+            p = self.partition
+            if p.log.offline is None:
+                try:
+                    p.checkpoint_high_watermark()
+                    p.checkpoint_producer_state()
+                except RaylogError as exc:  # the log's recovery does without them
+                    logger.warning("%s: checkpoints not written at close: %s", p.name, exc)
+            p.log.close()  # a cleaning round under way gives up
+            cleaning = self._cleaning
+        if cleaning is not None:
+            concurrent.futures.wait([cleaning])
+
+    def _closing(self) -> None:
+        """End what runs beside the calls (holding ``_lock``): the fetch loop."""
+        self._stop_following()
+
+    @ray.method(concurrency_group="control")
     def delete_data(self) -> None:
         """Close and remove this replica's log (the topic or this replica is going away).
 
@@ -292,13 +317,7 @@ class PartitionReplicaActor:
             StorageError: the log was not removed (its broker removes it as a stray log
                 when the controller next registers it).
         """
-        self._stopped.set()
-        with self._lock:
-            self._stop_following()
-            self.partition.log.close()  # a cleaning round under way gives up
-            cleaning = self._cleaning
-        if cleaning is not None:
-            concurrent.futures.wait([cleaning])
+        self.close()
         remove_log_dir(self._dir)
 
     # --- leader: produce ----------------------------------------------------------------

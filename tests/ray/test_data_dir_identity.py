@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import time
 import uuid
 
 import pytest
@@ -14,7 +15,9 @@ import ray
 import raylog
 from raylog import Admin, NewTopic, Producer, cli
 from raylog.actors.names import NAMESPACE, controller_name
+from raylog.actors.replica import HOUSEKEEPING_INTERVAL_S
 from raylog.errors import InconsistentClusterIdError
+from raylog.storage.log import Log
 
 
 def test_topics_of_an_old_journal_on_fresh_disks_are_reported_lost_not_served_empty(run, tmp_path, caplog):
@@ -59,3 +62,34 @@ def test_a_broker_disk_of_another_cluster_is_refused_with_a_typed_error(cluster,
     finally:
         ray.kill(ray.get_actor(controller_name(name), namespace=NAMESPACE), no_restart=True)
     assert meta.read_text() == written
+
+
+def test_a_shut_down_cluster_leaves_its_logs_closed_and_nothing_writing_in_them(cluster, tmp_path):
+    """``shutdown()`` is a controlled shutdown, as a Kafka broker's: every replica closes its
+    log (flushed, so its next open recovers nothing) before its process is killed, and once
+    ``shutdown()`` returns nothing writes in the data directories any more (a new cluster, an
+    operator's copy or a wipe may take them at once)."""
+    name = f"id-{uuid.uuid4().hex[:8]}"
+    data = tmp_path / "data"
+    first = raylog.connect(data_dir=str(data), num_brokers=2, cluster_name=name)
+    Admin(first).create_topics([NewTopic("closed", 2, replication_factor=2)])
+    with Producer(first, acks="all") as producer:
+        for partition in (0, 1):
+            producer.send("closed", b"acknowledged", partition=partition).result(timeout=30)
+    first.shutdown()
+    logs = sorted(p.parent for p in data.glob("broker-*/closed-*/*.log"))
+    assert len(logs) == 4, logs  # 2 partitions x 2 replicas
+    for directory in logs:
+        reopened = Log.open(str(directory))
+        try:
+            assert reopened.log_end_offset == 1
+            assert reopened.recovery.recovered_segments == 0, f"{directory} was not closed"
+        finally:
+            reopened.close()
+    after = _files(data)
+    time.sleep(2 * HOUSEKEEPING_INTERVAL_S)  # what a replica still running would write by now
+    assert _files(data) == after
+
+
+def _files(root) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
