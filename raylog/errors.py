@@ -332,6 +332,32 @@ class GroupIdNotFoundError(ApiError):
     """No group by that id."""
 
 
+@_api(80, "PREFERRED_LEADER_NOT_AVAILABLE")
+class PreferredLeaderNotAvailableError(InvalidMetadataError, ApiError):
+    """A preferred-leader election could not move leadership: the partition's first replica
+    is not live or not in sync."""
+
+
+@_api(83, "ELIGIBLE_LEADERS_NOT_AVAILABLE")
+class EligibleLeadersNotAvailableError(InvalidMetadataError, ApiError):
+    """An election found no replica that may lead (none live, or none in sync for a clean one)."""
+
+
+@_api(84, "ELECTION_NOT_NEEDED")
+class ElectionNotNeededError(InvalidMetadataError, ApiError):
+    """The election would change nothing: the replica it would elect already leads."""
+
+
+@_api(85, "NO_REASSIGNMENT_IN_PROGRESS")
+class NoReassignmentInProgressError(ApiError):
+    """A reassignment to cancel is not under way."""
+
+
+@_api(86, "GROUP_SUBSCRIBED_TO_TOPIC")
+class GroupSubscribedToTopicError(ApiError):
+    """An offset to delete belongs to a topic a member of the group is subscribed to."""
+
+
 @_api(82, "FENCED_INSTANCE_ID")
 class FencedInstanceIdError(ApiError):
     """Another consumer joined with the same group.instance.id: this one is a zombie."""

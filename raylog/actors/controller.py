@@ -24,7 +24,7 @@ actor that has just restarted may still go to its dead process). A broker that c
 and rejoin the ISR. Before a broker counts as live again, the logs on its disk that are not
 its replicas' (topics deleted, created again or moved off it while it was away) are moved
 out of the way and deleted (:mod:`raylog.storage.log_dirs`): a log is named by its topic
-id. Leadership returns to preferred replicas on request (:meth:`elect_preferred_leaders`)
+id. Leadership returns to preferred replicas on request (:meth:`elect_leaders`)
 and automatically when more than ``leader.imbalance.per.broker.percentage`` of partitions
 are led elsewhere.
 
@@ -63,6 +63,7 @@ from raylog.coordination.metadata import MetadataImage, MetadataJournal, partiti
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import (
     CoordinatorNotAvailableError,
+    ElectionNotNeededError,
     InvalidRequestError,
     RaylogError,
     UnknownTopicOrPartitionError,
@@ -665,22 +666,47 @@ class ControllerActor:
                 results[key] = _error_result(exc)
         return results
 
-    async def elect_preferred_leaders(self, topics: list[str] | None = None) -> int:
-        """Move leadership back to each partition's first replica where it is live and in
-        sync. Returns how many partitions moved."""
+    async def elect_leaders(
+        self, election_type: int, partitions: list[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], tuple[int, str]]:
+        """Kafka's ElectLeaders: a preferred or unclean election (see
+        :func:`~raylog.coordination.elections.requested_election`) in each partition, or in
+        every partition when ``partitions`` is None (then those needing none are left out of
+        the answer, as Kafka does); all journaled in one batch. Per partition
+        ``(error_code, message)``, code 0 where a leader was elected."""
         await self.start()
         async with self._guard():
-            partitions = [p for p in self.image.partitions() if topics is None or p.topic in topics]
-            return len(self._move_to_preferred(partitions))
+            keys = [(p.topic, p.partition) for p in self.image.partitions()] if partitions is None else partitions
+            results, elected = {}, []
+            for key in keys:
+                try:
+                    elected.append(elections.requested_election(self.image.partition(*key), self.live, election_type))
+                    results[key] = (0, "")
+                except ElectionNotNeededError as exc:
+                    if partitions is not None:
+                        results[key] = _error_result(exc)
+                except RaylogError as exc:
+                    results[key] = _error_result(exc)
+            cause = elections.PREFERRED if election_type == elections.PREFERRED_ELECTION else elections.UNCLEAN
+            self._decide(elected, cause)
+            self._push(elected)
+            return results
 
-    async def alter_partition_reassignments(self, targets: dict[tuple[str, int], list[int]]) -> dict:
+    async def alter_partition_reassignments(
+        self, targets: dict[tuple[str, int], list[int] | None], allow_replication_factor_change: bool = True
+    ) -> dict:
         """Start moving partitions to new replica sets (also raising or lowering the
-        replication factor); per partition ``(error_code, message)``. New replicas fill by
-        fetching; old ones are removed only once every target replica is in sync."""
+        replication factor unless not ``allow_replication_factor_change``), or cancel the
+        reassignment under way where the target is None (back to the replicas it started
+        from); per partition ``(error_code, message)``. New replicas fill by fetching; old
+        ones are removed only once every target replica is in sync."""
 
-        def reassign(item: tuple[tuple[str, int], list[int]]) -> None:
+        def reassign(item: tuple[tuple[str, int], list[int] | None]) -> None:
             (topic, partition), target = item
-            self._commit(self.image.reassign(topic, partition, target))
+            if target is None:
+                self._commit(self.image.cancel_reassignment(topic, partition))
+            else:
+                self._commit(self.image.reassign(topic, partition, target, allow_replication_factor_change))
             self._start_reassignment(topic, partition)
 
         return await self._each({key: (key, target) for key, target in targets.items()}, reassign)

@@ -273,6 +273,20 @@ class GroupCoordinatorActor(CoordinatorActor):
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()
 
+    @ray.method(concurrency_group="commits")
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> GroupResponse:
+        """Forget the group's committed offsets of ``partitions`` (Kafka's OffsetDelete), once
+        their tombstones are replicated; the value is ``{(topic, partition): error code}``
+        (GROUP_SUBSCRIBED_TO_TOPIC where a member reads the topic)."""
+        with self._lock:
+            try:
+                records, results = self._coordinator().delete_offsets(group_id, partitions)
+                if records:
+                    self._await_records(self._append_records(records))
+            except Exception as exc:  # noqa: BLE001
+                return GroupResponse(**error_fields(exc))
+        return GroupResponse(value={tuple(tp): 0 if e is None else e.code for tp, e in results.items()})
+
     # --- plumbing -----------------------------------------------------------------------
 
     def _answer(self, question) -> GroupResponse:

@@ -12,6 +12,7 @@ from raylog.actors.transport import call
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
+from raylog.coordination.elections import PREFERRED_ELECTION
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC, validate_topic_name
 from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
@@ -309,15 +310,20 @@ class Admin:
             self.await_leaders(grown, wait_for_leaders_ms)
         _raise_first(results)
 
-    def alter_partition_reassignments(self, reassignments: dict[TopicPartition, list[int]]) -> None:
+    def alter_partition_reassignments(self, reassignments: dict[TopicPartition, list[int] | None]) -> None:
         """Move partitions to new replica sets (Kafka's AlterPartitionReassignments); also
         raises or lowers the replication factor. Returns once started: new replicas fill by
-        fetching and the old ones are removed only when every new one is in sync.
+        fetching and the old ones are removed only when every new one is in sync. None for a
+        partition cancels its reassignment under way (it moves back to where it started).
 
         Raises:
-            UnknownTopicOrPartitionError, InvalidReplicaAssignmentError: the first refusal.
+            UnknownTopicOrPartitionError, InvalidReplicaAssignmentError,
+            NoReassignmentInProgressError: the first refusal.
         """
-        targets = {(tp.topic, tp.partition): list(replicas) for tp, replicas in reassignments.items()}
+        targets = {
+            (tp.topic, tp.partition): None if replicas is None else list(replicas)
+            for tp, replicas in reassignments.items()
+        }
         results = call(self._cluster.controller.alter_partition_reassignments.remote(targets), self._timeout_s)
         self._cluster.metadata(refresh=True)
         _raise_first({f"{t}-{p}": r for (t, p), r in results.items()})
@@ -329,10 +335,19 @@ class Admin:
 
     def elect_leaders(self, topics: list[str] | None = None) -> int:
         """Preferred-leader election: leadership back to each partition's first replica where
-        it is live and in sync. Returns how many partitions changed leader."""
-        moved = call(self._cluster.controller.elect_preferred_leaders.remote(topics), self._timeout_s)
+        it is live and in sync (every topic's when ``topics`` is None). Returns how many
+        partitions changed leader.
+
+        Raises:
+            UnknownTopicOrPartitionError: a topic named does not exist.
+        """
+        partitions = None
+        if topics is not None:
+            metadata = self._cluster.metadata(refresh=True)
+            partitions = [(t, p) for t in topics for p in range(metadata.num_partitions(t))]
+        results = call(self._cluster.controller.elect_leaders.remote(PREFERRED_ELECTION, partitions), self._timeout_s)
         self._cluster.metadata(refresh=True)
-        return moved
+        return sum(1 for code, _ in results.values() if code == 0)
 
     def describe_cluster(self) -> dict[int, BrokerInfo]:
         """The brokers by id."""
@@ -558,6 +573,23 @@ class Admin:
         """
         for group_id in group_ids:
             self._coordinator(group_id).call("delete_group", group_id)
+
+    def delete_consumer_group_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        """Forget the group's committed offsets of ``partitions`` (Kafka's
+        Admin.deleteConsumerGroupOffsets); those of a topic an active member reads stay.
+
+        Raises:
+            GroupIdNotFoundError, GroupSubscribedToTopicError: the first refusal (the other
+                partitions' offsets are deleted all the same).
+        """
+        asked = [(tp.topic, tp.partition) for tp in partitions]
+        results = self._coordinator(group_id).call("delete_offsets", group_id, asked)
+        _raise_first(
+            {
+                f"{t}-{p}": (code, f"{t}-{p} is read by a member of group {group_id!r}")
+                for (t, p), code in results.items()
+            }
+        )
 
     def _coordinator(self, group_id: str) -> CoordinatorClient:
         return CoordinatorClient(self._cluster, group_id, self._timeout_s, COORDINATOR_RETRY_BACKOFF_S)

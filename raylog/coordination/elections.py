@@ -25,11 +25,20 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from ..errors import (
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
+    InvalidRequestError,
+    PreferredLeaderNotAvailableError,
+)
 from ..types import PartitionInfo
 
 NO_LEADER = -1
+#: Kafka's ElectionType (ElectLeaders v1+; v0 is preferred).
+PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
 #: Causes the controller gives :func:`log_decision` (others are free text).
 PREFERRED = "preferred replica election"
+UNCLEAN = "an operator's unclean election"
 ISR_PROPOSAL = "the leader's ISR proposal"
 
 logger = logging.getLogger(__name__)
@@ -175,12 +184,45 @@ def demote(
     return new
 
 
+def requested_election(info: PartitionInfo, live: set[int], election_type: int) -> PartitionInfo:
+    """The partition after the election an operator asked for (Kafka's ElectLeaders):
+    ``PREFERRED_ELECTION`` moves leadership to the first replica, ``UNCLEAN_ELECTION`` elects
+    a leader for a partition without a live one, from its live ISR members if any, else from
+    any live replica (which may lack acknowledged records).
+
+    Raises:
+        ElectionNotNeededError: the replica the election would pick already leads.
+        PreferredLeaderNotAvailableError: the first replica is not live or not in sync.
+        EligibleLeadersNotAvailableError: no replica is live.
+        InvalidRequestError: an election type Kafka does not define.
+    """
+    name = f"{info.topic}-{info.partition}"
+    if election_type == PREFERRED_ELECTION:
+        preferred = info.replicas[0]
+        if info.leader == preferred:
+            raise ElectionNotNeededError(f"{name}: its preferred replica {preferred} leads")
+        if preferred not in live or preferred not in info.isr:
+            why = "not live" if preferred not in live else f"not in sync (ISR {list(info.isr)})"
+            raise PreferredLeaderNotAvailableError(f"{name}: its preferred replica {preferred} is {why}")
+        return replace(
+            info, leader=preferred, leader_epoch=info.leader_epoch + 1, partition_epoch=info.partition_epoch + 1
+        )
+    if election_type != UNCLEAN_ELECTION:
+        raise InvalidRequestError(f"unknown election type {election_type}")
+    if info.leader != NO_LEADER and info.leader in live:
+        raise ElectionNotNeededError(f"{name}: broker {info.leader} leads and is live")
+    elected = elect_leader(info, live, unclean=True)
+    if elected.leader == NO_LEADER:
+        raise EligibleLeadersNotAvailableError(f"{name}: none of its replicas {list(info.replicas)} is live")
+    return elected
+
+
 def preferred_leader(info: PartitionInfo, live: set[int]) -> PartitionInfo | None:
     """The partition led by its first replica, if that one is live, in sync and not leading."""
-    preferred = info.replicas[0]
-    if info.leader == preferred or preferred not in info.isr or preferred not in live:
+    try:
+        return requested_election(info, live, PREFERRED_ELECTION)
+    except (ElectionNotNeededError, PreferredLeaderNotAvailableError):
         return None
-    return replace(info, leader=preferred, leader_epoch=info.leader_epoch + 1, partition_epoch=info.partition_epoch + 1)
 
 
 def imbalance(partitions: list[PartitionInfo]) -> float:

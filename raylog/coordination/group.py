@@ -59,6 +59,7 @@ from ..errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
@@ -621,6 +622,28 @@ class GroupCoordinator:
         group.state = DEAD
         del self.groups[group_id]
         return records
+
+    def delete_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> tuple[list[tuple[bytes, bytes | None]], dict[TopicPartition, ApiError | None]]:
+        """Forget the group's committed offsets of ``partitions`` (Kafka's OffsetDelete):
+        tombstones for those it had, and per partition None or why it was kept:
+        GroupSubscribedToTopicError where a member subscribes to its topic.
+
+        Raises:
+            GroupIdNotFoundError.
+        """
+        group = self._group(group_id, GroupIdNotFoundError)
+        subscribed = {topic for m in group.members.values() for topic in m.subscription.topics}
+        records, results = [], {}
+        for tp in map(TopicPartition._make, partitions):
+            if tp.topic in subscribed:
+                results[tp] = GroupSubscribedToTopicError(f"a member of group {group_id!r} reads topic {tp.topic!r}")
+                continue
+            if group.offsets.pop(tp, None) is not None:
+                records.append(offset_record(group_id, tp, None, 0))
+            results[tp] = None
+        return records, results
 
     # --- internals ----------------------------------------------------------------------
 

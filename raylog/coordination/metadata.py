@@ -16,7 +16,10 @@ replaying the journal rebuilds it exactly. Records are msgpack maps with a ``typ
     partition topic, partition, leader, leader_epoch, isr, replicas, partition_epoch
     delete    name                              a topic deleted
     producer_ids  end                           producer ids below ``end`` are handed out
-    reassignment  topic, partition, target      a reassignment under way (empty target: done)
+    reassignment  topic, partition, target, original
+                                                a reassignment under way (empty target:
+                                                done), from the replicas ``original`` it
+                                                started from (absent in older journals)
     config    name, config, overrides           a topic's config altered (the whole new
                                                 config, as in ``topic``)
     add_partitions  name, replicas              partitions added to a topic, numbered on
@@ -50,6 +53,8 @@ from ..errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    NoReassignmentInProgressError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -76,6 +81,8 @@ class MetadataImage:
         self.producer_id_block_end = 0
         #: Reassignments under way: (topic, partition) -> target replicas.
         self.reassignments: dict[tuple[str, int], tuple[int, ...]] = {}
+        #: Reassignments under way: (topic, partition) -> the replicas the first one started from.
+        self.reassignment_origins: dict[tuple[str, int], tuple[int, ...]] = {}
         #: Per topic, the config properties set explicitly (the others have their default).
         self.config_overrides: dict[str, tuple[str, ...]] = {}
         #: Per topic, how many times its config was altered: replicas ignore an older one.
@@ -119,14 +126,18 @@ class MetadataImage:
             self.config_overrides.pop(record["name"], None)
             self.config_versions.pop(record["name"], None)
             self.reassignments = {k: v for k, v in self.reassignments.items() if k[0] != record["name"]}
+            self.reassignment_origins = {k: v for k, v in self.reassignment_origins.items() if k[0] != record["name"]}
         elif kind == "producer_ids":
             self.producer_id_block_end = record["end"]
         elif kind == "reassignment":
             key = (record["topic"], record["partition"])
             if record["target"]:
                 self.reassignments[key] = tuple(record["target"])
+                if "original" in record:
+                    self.reassignment_origins[key] = tuple(record["original"])
             else:
                 self.reassignments.pop(key, None)
+                self.reassignment_origins.pop(key, None)
         elif kind == "config":
             name = record["name"]
             self.topics[name] = replace(self.topics[name], config=dict(record["config"]))
@@ -272,12 +283,16 @@ class MetadataImage:
     def partitions(self) -> list[PartitionInfo]:
         return [p for topic in self.topics.values() for p in topic.partitions]
 
-    def reassign(self, topic: str, partition: int, target: list[int]) -> list[dict[str, Any]]:
+    def reassign(
+        self, topic: str, partition: int, target: list[int], allow_replication_factor_change: bool = True
+    ) -> list[dict[str, Any]]:
         """Records starting a reassignment of a partition to ``target`` replicas: the
         targets join as extra replicas now; the switch comes once they are all in sync.
 
         Raises:
-            UnknownTopicOrPartitionError, InvalidReplicaAssignmentError.
+            UnknownTopicOrPartitionError, InvalidReplicaAssignmentError,
+            InvalidReplicationFactorError: ``target`` changes the number of replicas and
+                ``allow_replication_factor_change`` is false (KIP-860).
         """
         info = self.partition(topic, partition)
         target = list(target)
@@ -285,12 +300,42 @@ class MetadataImage:
             raise InvalidReplicaAssignmentError(
                 f"target replicas {target} must be distinct registered brokers {sorted(self.brokers)}"
             )
+        original = self.reassignment_origins.get((topic, partition), info.replicas)
+        if not allow_replication_factor_change and len(target) != len(original):
+            raise InvalidReplicationFactorError(
+                f"{topic}-{partition}: target replicas {target} change its replication factor {len(original)}"
+            )
         replicas = tuple(target) + tuple(r for r in info.replicas if r not in target)
         moving = replace(info, replicas=replicas, partition_epoch=info.partition_epoch + 1)
         return [
-            {"type": "reassignment", "topic": topic, "partition": partition, "target": target},
+            {"type": "reassignment", "topic": topic, "partition": partition, "target": target, "original": original},
             partition_record(moving),
         ]
+
+    def cancel_reassignment(self, topic: str, partition: int) -> list[dict[str, Any]]:
+        """Records cancelling the reassignment of a partition (Kafka's AlterPartitionReassignments
+        with null replicas): a reassignment back to the replicas it started from.
+
+        Raises:
+            UnknownTopicOrPartitionError, NoReassignmentInProgressError.
+        """
+        self.partition(topic, partition)
+        original = self.reassignment_origins.get((topic, partition))
+        if original is None:  # none under way, or one of an older journal that did not record it
+            raise NoReassignmentInProgressError(f"{topic}-{partition} has no reassignment to cancel")
+        return self.reassign(topic, partition, list(original))
+
+    def listed_reassignments(self) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+        """Per reassignment under way, as Kafka's ListPartitionReassignments: the partition's
+        replicas now, those being added (in the target, not among the replicas it started
+        from) and those being removed (not in the target)."""
+        listed = {}
+        for (topic, partition), target in self.reassignments.items():
+            replicas = self.partition(topic, partition).replicas
+            original = self.reassignment_origins.get((topic, partition), replicas)
+            adding = tuple(r for r in target if r not in original)
+            listed[(topic, partition)] = (replicas, adding, tuple(r for r in replicas if r not in target))
+        return listed
 
     def delete_topic(self, name: str) -> dict[str, Any]:
         self.topic(name)

@@ -26,6 +26,7 @@ from raylog.coordination.placement import OFFSETS_TOPIC
 from raylog.errors import (
     CommitFailedError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     NonEmptyGroupError,
     NotEnoughReplicasError,
     RaylogError,
@@ -797,6 +798,24 @@ def test_admin_lists_describes_resets_and_deletes_groups(admin, cluster, shared,
     assert group not in {g for g, _ in admin.list_consumer_groups()}
     with pytest.raises(GroupIdNotFoundError):
         admin.describe_consumer_groups([group])
+
+
+def test_admin_deletes_the_offsets_of_topics_no_member_reads(admin, shared, group, consumers):
+    """delete_consumer_group_offsets (Kafka's OffsetDelete): an empty group's offsets go;
+    while a member reads the topic they stay (GROUP_SUBSCRIBED_TO_TOPIC); a group that never
+    existed is GROUP_ID_NOT_FOUND."""
+    tp0, tp1 = shared.partitions[:2]
+    admin.alter_consumer_group_offsets(group, {tp0: 5, tp1: 6})
+    admin.delete_consumer_group_offsets(group, [tp0])
+    assert set(admin.list_consumer_group_offsets(group)) == {tp1}
+    member = consumers(shared.name, group_id=group, enable_auto_commit=False)
+    settle(admin, Driver([member]), group, shared.partitions)
+    with pytest.raises(GroupSubscribedToTopicError):
+        admin.delete_consumer_group_offsets(group, [tp1])
+    assert set(admin.list_consumer_group_offsets(group)) == {tp1}
+    member.close()
+    with pytest.raises(GroupIdNotFoundError):
+        admin.delete_consumer_group_offsets(f"never-{group}", [tp0])
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Kafka's topic admin APIs on raylog's controller: CreateTopics v2-7, DeleteTopics v1-6,
-CreatePartitions v0-3, DescribeConfigs v1-4, AlterConfigs v0-2 and IncrementalAlterConfigs v0-1.
+CreatePartitions v0-3, DescribeConfigs v1-4, AlterConfigs v0-2, IncrementalAlterConfigs v0-1,
+ElectLeaders v0-2, AlterPartitionReassignments v0-1 and ListPartitionReassignments v0.
 
 - CreateTopics: ``num_partitions`` / ``replication_factor`` of -1 take Kafka's broker
   defaults (``num.partitions`` 1, ``default.replication.factor`` 1). Manual ``assignments``
@@ -28,6 +29,20 @@ CreatePartitions v0-3, DescribeConfigs v1-4, AlterConfigs v0-2 and IncrementalAl
   changes nothing. A broker resource is refused (INVALID_REQUEST): raylog's broker settings
   are given when the cluster starts. A config named twice in a resource, an unknown
   operation, or a null value to set, append or subtract is INVALID_REQUEST, as in Kafka.
+- ElectLeaders: a preferred (v0, or election type 0) or unclean (type 1) election in each
+  partition named, or in every partition when none is named (then only the partitions where
+  an election was needed are answered, as Kafka does): ELECTION_NOT_NEEDED where the replica
+  it would elect leads, PREFERRED_LEADER_NOT_AVAILABLE where the first replica is not live or
+  not in sync, ELIGIBLE_LEADERS_NOT_AVAILABLE where no replica is live. An unclean election
+  may elect a replica that lacks acknowledged records; it is the operator's to ask for.
+- AlterPartitionReassignments starts moving each partition to its target replicas (the new
+  ones catch up, the switch follows once all are in sync), or, for null replicas, cancels
+  the reassignment under way by moving back to the replicas it started from
+  (NO_REASSIGNMENT_IN_PROGRESS when there is none); v1's ``allow_replication_factor_change``
+  false refuses a target of another size (INVALID_REPLICATION_FACTOR, KIP-860). A partition
+  named twice refuses the whole request (INVALID_REQUEST). ListPartitionReassignments lists
+  each reassignment under way (of the partitions asked, or all): the replicas now, those being
+  added and those being removed.
 
 Every error is a per-topic (or per-resource) code with a message where the version has
 one; a name given twice in one request is INVALID_REQUEST for each of its entries.
@@ -47,6 +62,7 @@ from raylog.actors.kafka.context import BrokerContext
 from raylog.actors.kafka.coordinator_errors import code_of
 from raylog.actors.kafka.transactions import metadata_or_none
 from raylog.config import ControllerConfig, TopicConfig
+from raylog.coordination.elections import PREFERRED_ELECTION
 from raylog.coordination.placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
 from raylog.errors import (
     InvalidPartitionsError,
@@ -522,6 +538,74 @@ def _broker_resource_error(name: str, md: dict | None) -> RaylogError | None:
     return None
 
 
+# --- ElectLeaders -------------------------------------------------------------------------
+
+
+async def elect_leaders(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    requested = body.get("topic_partitions")
+    partitions = None if requested is None else [(t["topic"], p) for t in requested for p in t["partitions"]]
+    election_type = body.get("election_type", PREFERRED_ELECTION) if header.api_version >= 1 else PREFERRED_ELECTION
+    ask = ctx.controller.elect_leaders.remote(election_type, partitions)
+    try:
+        results = await ctx.call(ask, _timeout_s(body))
+    except RaylogError as exc:
+        if header.api_version >= 1:
+            return {"throttle_time_ms": 0, **_error(exc), "replica_election_results": []}
+        results = {key: (code_of(exc), str(exc)) for key in partitions or ()}
+    if any(code == 0 for code, _ in results.values()):
+        ctx.invalidate()
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, partition), (code, message) in results.items():
+        result = {"partition_id": partition, "error_code": code, "error_message": message or None}
+        by_topic.setdefault(topic, []).append(result)
+    answered = [{"topic": topic, "partition_result": partitions} for topic, partitions in by_topic.items()]
+    return {"throttle_time_ms": 0, "error_code": 0, "replica_election_results": answered}
+
+
+# --- AlterPartitionReassignments / ListPartitionReassignments ------------------------------
+
+
+async def alter_partition_reassignments(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    allow = body.get("allow_replication_factor_change", True) if header.api_version >= 1 else True
+    targets = {(t["name"], p["partition_index"]): p["replicas"] for t in body["topics"] for p in t["partitions"]}
+    keys = list(targets)
+    answer = {"throttle_time_ms": 0, "allow_replication_factor_change": allow, "error_code": 0}
+    duplicated = _duplicates([(t["name"], p["partition_index"]) for t in body["topics"] for p in t["partitions"]])
+    if duplicated:
+        refusal = InvalidRequestError(f"partitions named more than once: {sorted(duplicated)}")
+        return {**answer, **_error(refusal), "responses": []}
+    ask = ctx.controller.alter_partition_reassignments.remote(targets, allow)
+    results = await ask_each(ctx, ask, keys, _timeout_s(body))
+    ctx.invalidate()
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, partition), (code, message) in results.items():
+        result = {"partition_index": partition, "error_code": code, "error_message": message or None}
+        by_topic.setdefault(topic, []).append(result)
+    return {**answer, "responses": [{"name": t, "partitions": parts} for t, parts in by_topic.items()]}
+
+
+async def list_partition_reassignments(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    answer = {"throttle_time_ms": 0, "error_code": 0, "topics": []}
+    try:
+        listed = await ctx.call(ctx.controller.list_partition_reassignments.remote(), _timeout_s(body))
+    except RaylogError as exc:
+        return {**answer, **_error(exc)}
+    asked = body.get("topics")
+    wanted = None if asked is None else {(t["name"], p) for t in asked for p in t["partition_indexes"]}
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, partition), (replicas, adding, removing) in sorted(listed.items()):
+        if wanted is None or (topic, partition) in wanted:
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition_index": partition,
+                    "replicas": list(replicas),
+                    "adding_replicas": list(adding),
+                    "removing_replicas": list(removing),
+                }
+            )
+    return {**answer, "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()]}
+
+
 HANDLERS: dict[ApiKey, Callable[[BrokerContext, RequestHeader, dict], Awaitable[dict]]] = {
     ApiKey.CREATE_TOPICS: create_topics,
     ApiKey.DELETE_TOPICS: delete_topics,
@@ -529,4 +613,7 @@ HANDLERS: dict[ApiKey, Callable[[BrokerContext, RequestHeader, dict], Awaitable[
     ApiKey.DESCRIBE_CONFIGS: describe_configs,
     ApiKey.ALTER_CONFIGS: alter_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs,
+    ApiKey.ELECT_LEADERS: elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: list_partition_reassignments,
 }

@@ -544,6 +544,29 @@ async def delete_groups(ctx: BrokerContext, header: codec.RequestHeader, body: d
     }
 
 
+async def offset_delete(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    """The group's committed offsets of the partitions named deleted by its coordinator, as
+    Kafka's OffsetDelete: GROUP_SUBSCRIBED_TO_TOPIC for a partition whose topic a member
+    reads, GROUP_ID_NOT_FOUND (for the whole request) for a group that does not exist."""
+    group_id = body["group_id"]
+    partitions = [(t["name"], p["partition_index"]) for t in body["topics"] for p in t["partitions"]]
+    results, code = await _ask(ctx, group_id, "delete_offsets", group_id, partitions)
+    return {
+        "error_code": code,
+        "throttle_time_ms": 0,
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {"partition_index": i, "error_code": code or results[(t["name"], i)]}
+                    for i in (p["partition_index"] for p in t["partitions"])
+                ],
+            }
+            for t in body["topics"]
+        ],
+    }
+
+
 HANDLERS: dict[codec.ApiKey, Handler] = {
     codec.ApiKey.FIND_COORDINATOR: find_coordinator,
     codec.ApiKey.JOIN_GROUP: join_group,
@@ -555,4 +578,5 @@ HANDLERS: dict[codec.ApiKey, Handler] = {
     codec.ApiKey.DESCRIBE_GROUPS: describe_groups,
     codec.ApiKey.LIST_GROUPS: list_groups,
     codec.ApiKey.DELETE_GROUPS: delete_groups,
+    codec.ApiKey.OFFSET_DELETE: offset_delete,
 }

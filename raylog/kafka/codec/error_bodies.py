@@ -20,6 +20,14 @@ def _topics(request: dict, topics: str, name: str, partitions: str, index: str):
         yield topic.get(name, ""), [p.get(index, 0) if isinstance(p, dict) else p for p in topic.get(partitions) or ()]
 
 
+def _named(request: dict, code: int, partitions: str = "partitions", index: str = "partition_index") -> list[dict]:
+    """``[{name, partitions: [{partition_index, error_code}]}]`` of a request's ``topics``."""
+    return [
+        {"name": name, "partitions": [{"partition_index": i, "error_code": code} for i in parts]}
+        for name, parts in _topics(request, "topics", "name", partitions, index)
+    ]
+
+
 def _produce(request: dict, code: int) -> dict:
     return {
         "responses": [
@@ -40,26 +48,13 @@ def _fetch(request: dict, code: int) -> dict:
     }
 
 
-def _list_offsets(request: dict, code: int) -> dict:
-    return {
-        "topics": [
-            {"name": name, "partitions": [{"partition_index": i, "error_code": code} for i in parts]}
-            for name, parts in _topics(request, "topics", "name", "partitions", "partition_index")
-        ]
-    }
-
-
 def _metadata(request: dict, code: int) -> dict:
     return {"topics": [{"name": t.get("name"), "error_code": code} for t in request.get("topics") or ()]}
 
 
-def _offset_commit(request: dict, code: int) -> dict:
-    return {
-        "topics": [
-            {"name": name, "partitions": [{"partition_index": i, "error_code": code} for i in parts]}
-            for name, parts in _topics(request, "topics", "name", "partitions", "partition_index")
-        ]
-    }
+def _topics_by_name(request: dict, code: int) -> dict:
+    """ListOffsets', OffsetCommit's and TxnOffsetCommit's: their ``topics`` by ``name``."""
+    return {"topics": _named(request, code)}
 
 
 def _offset_fetch_topics(topics, code: int) -> list[dict]:
@@ -157,6 +152,33 @@ def _delete_groups(request: dict, code: int) -> dict:
     return {"results": [{"group_id": g, "error_code": code} for g in request.get("groups_names") or ()]}
 
 
+def _elect_leaders(request: dict, code: int) -> dict:
+    return {
+        "error_code": code,
+        "replica_election_results": [
+            {"topic": name, "partition_result": [{"partition_id": i, "error_code": code} for i in parts]}
+            for name, parts in _topics(request, "topic_partitions", "topic", "partitions", "")
+        ],
+    }
+
+
+def _alter_partition_reassignments(request: dict, code: int) -> dict:
+    return {"error_code": code, "responses": _named(request, code)}
+
+
+def _offset_delete(request: dict, code: int) -> dict:
+    return {"error_code": code, "topics": _named(request, code)}
+
+
+def _describe_producers(request: dict, code: int) -> dict:
+    return {"topics": _named(request, code, "partition_indexes", "")}
+
+
+def _describe_transactions(request: dict, code: int) -> dict:
+    ids = request.get("transactional_ids") or ()
+    return {"transaction_states": [{"error_code": code, "transactional_id": t} for t in ids]}
+
+
 def _add_partitions_to_txn(request: dict, code: int) -> dict:
     return {
         "results_by_topic_v3_and_below": [
@@ -193,9 +215,9 @@ def _offset_for_leader_epoch(request: dict, code: int) -> dict:
 BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.PRODUCE: _produce,
     ApiKey.FETCH: _fetch,
-    ApiKey.LIST_OFFSETS: _list_offsets,
+    ApiKey.LIST_OFFSETS: _topics_by_name,
     ApiKey.METADATA: _metadata,
-    ApiKey.OFFSET_COMMIT: _offset_commit,
+    ApiKey.OFFSET_COMMIT: _topics_by_name,
     ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.JOIN_GROUP: _join_group,
@@ -212,11 +234,18 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,
     ApiKey.ADD_OFFSETS_TO_TXN: _code_only,
     ApiKey.END_TXN: _code_only,
-    ApiKey.TXN_OFFSET_COMMIT: _offset_commit,
+    ApiKey.TXN_OFFSET_COMMIT: _topics_by_name,
     ApiKey.DESCRIBE_CONFIGS: _describe_configs,
     ApiKey.ALTER_CONFIGS: _alter_configs,
     ApiKey.CREATE_PARTITIONS: _create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _alter_configs,
     ApiKey.DELETE_GROUPS: _delete_groups,
+    ApiKey.ELECT_LEADERS: _elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _code_only,
+    ApiKey.OFFSET_DELETE: _offset_delete,
     ApiKey.DESCRIBE_CLUSTER: _code_only,
+    ApiKey.DESCRIBE_PRODUCERS: _describe_producers,
+    ApiKey.DESCRIBE_TRANSACTIONS: _describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: _code_only,
 }

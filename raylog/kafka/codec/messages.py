@@ -55,8 +55,15 @@ class ApiKey(enum.IntEnum):
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 #: The versions of each API raylog answers (what ApiVersions advertises).
@@ -87,8 +94,15 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 2),
 }
 
 TABLE = """
@@ -602,6 +616,124 @@ DeleteGroups response 42 flexible 2+
   results [] 0+
     group_id string 0+
     error_code int16 0+
+
+ElectLeaders request 43 flexible 2+
+  election_type int8 1+
+  topic_partitions [] 0+ null 0+
+    topic string 0+
+    partitions []int32 0+
+  timeout_ms int32 0+ default 60000
+ElectLeaders response 43 flexible 2+
+  throttle_time_ms int32 0+
+  error_code int16 1+
+  replica_election_results [] 0+
+    topic string 0+
+    partition_result [] 0+
+      partition_id int32 0+
+      error_code int16 0+
+      error_message string 0+ null 0+ default null
+
+AlterPartitionReassignments request 45 flexible 0+
+  timeout_ms int32 0+ default 60000
+  allow_replication_factor_change bool 1+ default true
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      replicas []int32 0+ null 0+ default null
+AlterPartitionReassignments response 45 flexible 0+
+  throttle_time_ms int32 0+
+  allow_replication_factor_change bool 1+ default true
+  error_code int16 0+
+  error_message string 0+ null 0+ default null
+  responses [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
+      error_message string 0+ null 0+ default null
+
+ListPartitionReassignments request 46 flexible 0+
+  timeout_ms int32 0+ default 60000
+  topics [] 0+ null 0+ default null
+    name string 0+
+    partition_indexes []int32 0+
+ListPartitionReassignments response 46 flexible 0+
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null 0+ default null
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      replicas []int32 0+
+      adding_replicas []int32 0+
+      removing_replicas []int32 0+
+
+DescribeProducers request 61 flexible 0+
+  topics [] 0+
+    name string 0+
+    partition_indexes []int32 0+
+DescribeProducers response 61 flexible 0+
+  throttle_time_ms int32 0+
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
+      error_message string 0+ null 0+ default null
+      active_producers [] 0+
+        producer_id int64 0+
+        producer_epoch int32 0+
+        last_sequence int32 0+ default -1
+        last_timestamp int64 0+ default -1
+        coordinator_epoch int32 0+
+        current_txn_start_offset int64 0+ default -1
+
+DescribeTransactions request 65 flexible 0+
+  transactional_ids []string 0+
+DescribeTransactions response 65 flexible 0+
+  throttle_time_ms int32 0+
+  transaction_states [] 0+
+    error_code int16 0+
+    transactional_id string 0+
+    transaction_state string 0+
+    transaction_timeout_ms int32 0+
+    transaction_start_time_ms int64 0+
+    producer_id int64 0+
+    producer_epoch int16 0+
+    topics [] 0+
+      topic string 0+
+      partitions []int32 0+
+
+ListTransactions request 66 flexible 0+
+  state_filters []string 0+
+  producer_id_filters []int64 0+
+  duration_filter int64 1+ default -1
+  transactional_id_pattern string 2+ null 2+ default null
+ListTransactions response 66 flexible 0+
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  unknown_state_filters []string 0+
+  transaction_states [] 0+
+    transactional_id string 0+
+    producer_id int64 0+
+    transaction_state string 0+
+
+OffsetDelete request 47 flexible -
+  group_id string 0+
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+OffsetDelete response 47 flexible -
+  error_code int16 0+
+  throttle_time_ms int32 0+
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      error_code int16 0+
 
 DescribeCluster request 60 flexible 0+
   include_cluster_authorized_operations bool 0+

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from raylog import Admin, NewTopic
+from raylog import Admin, NewTopic, TopicPartition
 from raylog.errors import UnknownTopicOrPartitionError
 from raylog.kafka import codec
 from tests.helpers import wait_until
@@ -403,3 +403,68 @@ def test_admin_clients_describe_the_cluster(confluent_admin, bootstrap, kafka_cl
         client.close()
     assert sorted(f"{b['host']}:{b['port']}" for b in cluster["brokers"]) == listeners
     assert cluster["cluster_id"] == described.cluster_id
+
+
+def test_admin_clients_elect_leaders_preferred_and_unclean(confluent_admin, bootstrap, kafka_admin, kafka_topic):
+    """ElectLeaders: confluent-kafka's elect_leaders moves a partition's leadership to its
+    preferred replica (first in its replica list, reordered here by a reassignment) and says
+    ELECTION_NOT_NEEDED where it leads already; kafka-python's asks an unclean election, not
+    needed while the leader lives, and an unknown partition gets UNKNOWN_TOPIC_OR_PARTITION."""
+    from confluent_kafka import ElectionType, KafkaError
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    topic = kafka_topic(num_partitions=2, replication_factor=3)
+    before = kafka_admin.describe_topics([topic])[0].partitions[0]
+    reordered = [r for r in before.replicas if r != before.leader] + [before.leader]
+    kafka_admin.alter_partition_reassignments({TopicPartition(topic, 0): reordered})
+    wait_until(lambda: not kafka_admin.list_partition_reassignments(), timeout_s=60, message="the reassignment")
+    assert kafka_admin.describe_topics([topic])[0].partitions[0].leader == before.leader  # not preferred now
+
+    asked = [KafkaTopicPartition(topic, 0), KafkaTopicPartition(topic, 1)]
+    future = confluent_admin.elect_leaders(ElectionType.PREFERRED, asked, request_timeout=CALL_TIMEOUT_S)
+    results = {(tp.topic, tp.partition): error for tp, error in future.result(timeout=CALL_TIMEOUT_S).items()}
+    assert results[(topic, 0)] is None
+    assert results[(topic, 1)].args[0].code() == KafkaError.ELECTION_NOT_NEEDED
+    assert kafka_admin.describe_topics([topic])[0].partitions[0].leader == reordered[0]
+
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CALL_TIMEOUT_S * 1000))
+    try:
+        answer = client.elect_leaders(1, {topic: [0, 1, 7]}, raise_errors=False)
+    finally:
+        client.close()
+    codes = {
+        (r.topic, p.partition_id): p.error_code for r in answer.replica_election_results for p in r.partition_result
+    }
+    assert codes == {(topic, 0): 84, (topic, 1): 84, (topic, 7): 3}
+
+
+def test_kafka_python_moves_lists_and_cancels_partition_reassignments(bootstrap, kafka_admin, kafka_topic):
+    """AlterPartitionReassignments / ListPartitionReassignments with kafka-python's admin: a
+    partition moved to other brokers ends on exactly them (listed meanwhile with the replicas
+    being added and removed), a cancel where none is under way is
+    NO_REASSIGNMENT_IN_PROGRESS, an unknown partition UNKNOWN_TOPIC_OR_PARTITION."""
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import NoReassignmentInProgressError, UnknownTopicOrPartitionError
+
+    topic = kafka_topic(num_partitions=2, replication_factor=1)
+    (start,) = kafka_admin.describe_topics([topic])[0].partitions[0].replicas
+    target = sorted({b for b in kafka_admin.describe_cluster()} - {start})
+    moved, other, unknown = (KafkaTopicPartition(topic, p) for p in (0, 1, 9))
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CALL_TIMEOUT_S * 1000))
+    try:
+        assert client.alter_partition_reassignments({moved: target, other: None, unknown: [start]}) == {
+            moved: None,
+            other: NoReassignmentInProgressError,
+            unknown: UnknownTopicOrPartitionError,
+        }
+        listed = client.list_partition_reassignments({topic: [0, 1]})
+        assert listed in (
+            {},
+            {moved: {"replicas": [*target, start], "adding_replicas": target, "removing_replicas": [start]}},
+        )
+        wait_until(lambda: partitions_of(kafka_admin, topic)[0] == tuple(target), timeout_s=60, message="the move")
+        wait_until(lambda: client.list_partition_reassignments([moved]) == {}, timeout_s=60, message="an empty list")
+    finally:
+        client.close()

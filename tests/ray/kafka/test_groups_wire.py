@@ -503,3 +503,39 @@ def test_admin_clients_delete_groups_that_have_no_members(kafka_cluster, bootstr
         assert client.delete_groups([busy, never]) == {busy: "OK", never: "GroupIdNotFoundError"}
     finally:
         client.close()
+
+
+def test_kafka_python_deletes_the_offsets_of_topics_no_member_reads(kafka_cluster, bootstrap, kafka_topic):
+    """OffsetDelete with kafka-python's admin: a group whose member reads one topic keeps that
+    topic's committed offsets (GROUP_SUBSCRIBED_TO_TOPIC) and loses the other's; a group that
+    never existed is GROUP_ID_NOT_FOUND."""
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import GroupIdNotFoundError as KafkaGroupIdNotFoundError
+    from kafka.errors import GroupSubscribedToTopicError, NoError
+
+    read, other = kafka_topic(num_partitions=1), kafka_topic(num_partitions=1)
+    group = _group()
+    Admin(kafka_cluster).alter_consumer_group_offsets(group, {TopicPartition(read, 0): 3, TopicPartition(other, 0): 4})
+    member = _confluent(bootstrap, group, "range")
+    client = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        member.subscribe([read])
+        drive(
+            [confluent_member(member, "reader")],
+            lambda: Admin(kafka_cluster).describe_consumer_groups([group])[0].members,
+            "the member joining",
+        )
+        asked = [KafkaTopicPartition(read, 0), KafkaTopicPartition(other, 0)]
+        assert client.delete_group_offsets(group, asked) == {
+            asked[0]: GroupSubscribedToTopicError,
+            asked[1]: NoError,
+        }
+        assert Admin(kafka_cluster).list_consumer_group_offsets(group) == {
+            TopicPartition(read, 0): OffsetAndMetadata(3, "")
+        }
+        with pytest.raises(KafkaGroupIdNotFoundError):
+            client.delete_group_offsets(_group(), asked)
+    finally:
+        close(member)
+        client.close()

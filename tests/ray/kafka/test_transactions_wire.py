@@ -483,3 +483,44 @@ def test_a_coordinator_short_of_replicas_is_not_available_to_kafka_clients(
         p.close(timeout=DEADLINE_S)
     assert end(handle, tid, pid, 0, True) == NONE  # asked again until the coordinator writes
     assert [r.value for r in read_back(topic)] == [b"kp-through-the-fault"]
+
+
+def test_kafka_pythons_transaction_tools_see_an_open_transaction_and_its_end(bootstrap, kafka_topic):
+    """DescribeProducers, ListTransactions and DescribeTransactions through kafka-python's
+    admin (its kafka-transactions.sh tooling): a confluent-kafka transaction open on a
+    partition is listed once across the brokers, described with its partition, its producer
+    shown open at its first offset and not hanging; once committed it is CompleteCommit and
+    nothing is open. An unknown id is TRANSACTIONAL_ID_NOT_FOUND."""
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin._transactions import TransactionState
+    from kafka.errors import TransactionalIdNotFoundError
+
+    topic = kafka_topic()
+    tid = fresh("tx-tools")
+    tp = KafkaTopicPartition(topic, 0)
+    p = producer(bootstrap, **{"transactional.id": tid})
+    p.init_transactions(DEADLINE_S)
+    p.begin_transaction()
+    produce_all(p, topic, [b"open"])
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(DEADLINE_S * 1000))
+    try:
+        (producer_state,) = admin.describe_producers([tp])[tp].active_producers
+        assert producer_state.current_transaction_start_offset == 0
+        listed = [t for ts in admin.list_transactions(transactional_id_pattern=f"{tid}.*").values() for t in ts]
+        assert [(t.transactional_id, t.producer_id, t.state) for t in listed] == [
+            (tid, producer_state.producer_id, TransactionState.ONGOING)
+        ]
+        described = admin.describe_transactions([tid])[tid]
+        assert (described.state, described.topic_partitions) == (TransactionState.ONGOING, {tp})
+        assert described.producer_epoch == producer_state.producer_epoch
+        assert [h for h in admin.find_hanging_transactions() if h["transactional_id"] == tid] == []
+        p.commit_transaction(DEADLINE_S)
+        assert admin.describe_transactions([tid])[tid].state == TransactionState.COMPLETE_COMMIT
+        assert [s.current_transaction_start_offset for s in admin.describe_producers([tp])[tp].active_producers] == [-1]
+        ongoing = admin.list_transactions(state_filters=["Ongoing"], producer_id_filters=[producer_state.producer_id])
+        assert [t for ts in ongoing.values() for t in ts] == []
+        with pytest.raises(TransactionalIdNotFoundError):
+            admin.describe_transactions([fresh("never")])
+    finally:
+        admin.close()

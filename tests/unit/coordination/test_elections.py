@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from raylog.coordination.elections import (
     NO_LEADER,
+    PREFERRED_ELECTION,
+    UNCLEAN_ELECTION,
     alter_isr,
     directory_replaced,
     elect_leader,
@@ -11,6 +15,13 @@ from raylog.coordination.elections import (
     imbalance,
     preferred_leader,
     remove_from_isr,
+    requested_election,
+)
+from raylog.errors import (
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
+    InvalidRequestError,
+    PreferredLeaderNotAvailableError,
 )
 from raylog.types import PartitionInfo
 
@@ -162,3 +173,35 @@ def test_brokers_registered_on_a_new_node_or_disk_are_treated_from_the_journal()
 
 def _no(topic: str) -> bool:
     return False
+
+
+def test_an_operators_preferred_election_moves_leadership_to_the_first_replica_or_says_why_not():
+    """Kafka's ElectLeaders, type PREFERRED: the first replica leads if it is live and in
+    sync; ELECTION_NOT_NEEDED when it already leads, PREFERRED_LEADER_NOT_AVAILABLE otherwise."""
+    moved = requested_election(info(leader=1), live={0, 1, 2}, election_type=PREFERRED_ELECTION)
+    assert (moved.leader, moved.leader_epoch, moved.isr, moved.partition_epoch) == (0, 4, (0, 1, 2), 8)
+    with pytest.raises(ElectionNotNeededError):
+        requested_election(info(leader=0), live={0, 1, 2}, election_type=PREFERRED_ELECTION)
+    with pytest.raises(PreferredLeaderNotAvailableError, match="not live"):
+        requested_election(info(leader=1), live={1, 2}, election_type=PREFERRED_ELECTION)
+    with pytest.raises(PreferredLeaderNotAvailableError, match="not in sync"):
+        requested_election(info(leader=1, isr=(1, 2)), live={0, 1, 2}, election_type=PREFERRED_ELECTION)
+
+
+def test_an_operators_unclean_election_elects_only_where_no_live_leader_is():
+    """Type UNCLEAN: a partition with a live leader needs none; an offline one takes a live
+    ISR member if there is one (clean), else any live replica (it may lack acknowledged
+    records), else ELIGIBLE_LEADERS_NOT_AVAILABLE."""
+    with pytest.raises(ElectionNotNeededError):
+        requested_election(info(leader=0), live={0, 1, 2}, election_type=UNCLEAN_ELECTION)
+    offline = info(leader=NO_LEADER, isr=(0,))
+    with pytest.raises(EligibleLeadersNotAvailableError):
+        requested_election(offline, live=set(), election_type=UNCLEAN_ELECTION)
+    unclean = requested_election(offline, live={2}, election_type=UNCLEAN_ELECTION)
+    assert (unclean.leader, unclean.isr, unclean.leader_epoch) == (2, (2,), 4)
+    clean = requested_election(info(leader=NO_LEADER, isr=(0, 1)), live={1, 2}, election_type=UNCLEAN_ELECTION)
+    assert (clean.leader, clean.isr) == (1, (1,))
+    dead_leader = requested_election(info(leader=0, isr=(0, 1)), live={1}, election_type=UNCLEAN_ELECTION)
+    assert dead_leader.leader == 1
+    with pytest.raises(InvalidRequestError, match="election type 2"):
+        requested_election(info(), live={0}, election_type=2)

@@ -27,6 +27,7 @@ from raylog.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
@@ -873,6 +874,33 @@ def test_load_ignores_records_without_a_key_and_tolerates_compaction(coord):
     fresh.load([(None, b"junk"), *reversed(list(latest.items()))], T0)
     assert fresh.describe(GROUP) == coord.groups.describe(GROUP)
     assert fresh.committed(GROUP) == coord.groups.committed(GROUP)
+
+
+def test_offset_delete_forgets_offsets_of_topics_the_members_do_not_read(coord):
+    """Kafka's OffsetDelete: the committed offsets of partitions whose topic no member
+    subscribes to are deleted (tombstoned, so a reload knows them no more); those of a topic
+    a member reads are GROUP_SUBSCRIBED_TO_TOPIC and kept; a partition with no offset is no
+    error; once the group is empty, every topic's go."""
+    a, b = stable_pair(coord)
+    t0, u0, v0 = TopicPartition("t", 0), TopicPartition("u", 0), TopicPartition("v", 0)
+    coord.commit(a.member_id, 2, {("t", 0): (4, ""), ("u", 0): (5, "")}, T0)
+    tombstones, results = coord.groups.delete_offsets(GROUP, [t0, u0, v0])
+    assert {tp: type(error) for tp, error in results.items()} == {
+        t0: GroupSubscribedToTopicError,
+        u0: type(None),
+        v0: type(None),
+    }
+    assert len(tombstones) == 1 and tombstones[0][1] is None
+    coord.log.extend(tombstones)
+    assert set(coord.groups.committed(GROUP)) == {t0}
+    assert set(coord.reloaded(T0 + 1).committed(GROUP)) == {t0}
+    coord.leave(a.member_id, T0 + 2)
+    coord.leave(b.member_id, T0 + 3)
+    tombstones, results = coord.groups.delete_offsets(GROUP, [t0])
+    assert results == {t0: None} and len(tombstones) == 1
+    assert coord.groups.committed(GROUP) == {}
+    with pytest.raises(GroupIdNotFoundError):
+        coord.groups.delete_offsets("nope", [t0])
 
 
 def test_delete_of_unknown_group(coord):

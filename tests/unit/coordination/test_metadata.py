@@ -14,6 +14,7 @@ from raylog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    NoReassignmentInProgressError,
     UnknownTopicOrPartitionError,
 )
 from raylog.types import ConfigEntry
@@ -190,3 +191,60 @@ def test_directory_ids_of_brokers_replay_and_older_broker_records_have_none(cont
     controller.commit([{"type": "broker", "broker_id": 1, "node_id": "n9", "data_dir": "/d1", "directory_id": "y"}])
     replayed = controller.replayed()
     assert replayed.directory_ids == {1: "y"} and replayed.brokers[1].node_id == "n9"
+
+
+def test_a_reassignment_keeps_the_replicas_it_started_from_and_lists_what_it_adds_and_removes(controller):
+    """Kafka's ListPartitionReassignments: the replicas now (target first, then those being
+    removed), the ones being added and the ones being removed; a second reassignment of the
+    same partition keeps the first one's starting replicas, and all of it survives replay."""
+    image = controller.image
+    controller.commit([image.create_topic("t", 1, 2, {}, live={0, 1, 2})])
+    start = image.partition("t", 0).replicas
+    (outside,) = {0, 1, 2} - set(start)
+    controller.commit(image.reassign("t", 0, [outside, start[0]]))
+    listed = image.listed_reassignments()
+    assert listed == {("t", 0): ((outside, start[0], start[1]), (outside,), (start[1],))}
+    controller.commit(image.reassign("t", 0, [outside]))
+    assert image.listed_reassignments()[("t", 0)] == ((outside, start[0], start[1]), (outside,), start)
+    assert controller.replayed().listed_reassignments() == image.listed_reassignments()
+
+
+def test_cancelling_a_reassignment_moves_back_to_the_replicas_it_started_from(controller):
+    """Kafka's cancel (AlterPartitionReassignments with null replicas): the partition is
+    reassigned back to where it started, the added replicas leave once that completes;
+    cancelling where none is under way is NO_REASSIGNMENT_IN_PROGRESS."""
+    image = controller.image
+    controller.commit([image.create_topic("t", 1, 2, {}, live={0, 1, 2})])
+    start = image.partition("t", 0).replicas
+    with pytest.raises(NoReassignmentInProgressError):
+        image.cancel_reassignment("t", 0)
+    (outside,) = {0, 1, 2} - set(start)
+    controller.commit(image.reassign("t", 0, [outside]))
+    controller.commit(image.cancel_reassignment("t", 0))
+    assert image.reassignments[("t", 0)] == start
+    assert image.listed_reassignments()[("t", 0)] == ((*start, outside), (), (outside,))
+
+
+def test_a_journal_written_before_reassignment_origins_were_recorded_replays(controller):
+    """An older ``reassignment`` record has no ``original``: the replicas it does not keep
+    are listed as removed, none as added."""
+    image = controller.image
+    controller.commit([image.create_topic("t", 1, 2, {}, live={0, 1, 2})])
+    start = image.partition("t", 0).replicas
+    (outside,) = {0, 1, 2} - set(start)
+    records = image.reassign("t", 0, [outside, start[0]])
+    del records[0]["original"]
+    controller.commit(records)
+    assert controller.replayed().listed_reassignments() == {("t", 0): ((outside, *start), (), (start[1],))}
+
+
+def test_a_reassignment_that_may_not_change_the_replication_factor_is_refused_when_it_would(controller):
+    """KIP-860: with allow_replication_factor_change false, a target of another size is
+    INVALID_REPLICATION_FACTOR; one of the same size is taken."""
+    image = controller.image
+    controller.commit([image.create_topic("t", 1, 2, {}, live={0, 1, 2})])
+    start = image.partition("t", 0).replicas
+    with pytest.raises(InvalidReplicationFactorError, match="replication factor 2"):
+        image.reassign("t", 0, [0, 1, 2], allow_replication_factor_change=False)
+    controller.commit(image.reassign("t", 0, list(reversed(start)), allow_replication_factor_change=False))
+    assert image.reassignments[("t", 0)] == tuple(reversed(start))
