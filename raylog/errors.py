@@ -181,6 +181,11 @@ class InvalidConfigError(ApiError, ValueError):
     """A configuration key is unknown or its value is out of range."""
 
 
+@_api(44, "POLICY_VIOLATION")
+class PolicyViolationError(ApiError):
+    """The request breaks a topic's policy (e.g. deleting records of a compact-only topic)."""
+
+
 @_api(45, "OUT_OF_ORDER_SEQUENCE_NUMBER")
 class OutOfOrderSequenceError(ApiError):
     """An idempotent producer's batch is behind its sequence and is not a recent duplicate,

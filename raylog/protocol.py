@@ -72,6 +72,7 @@ class FetchRequest:
     current_leader_epoch: int = -1  # -1: do not check
     client_id: str = ""  # whose consumer_byte_rate quota the bytes count against (consumers)
     isolation_level: int = 0  # 0 read_uncommitted (up to the HW), 1 read_committed (up to the LSO)
+    log_start_offset: int = -1  # a follower's own log start (the leader's low watermark)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,13 @@ class FetchResponse:
     #: read_committed: ``(producer_id, first_offset)`` of each aborted transaction the
     #: records may hold (see raylog.storage.record_batch.decode_table).
     aborted_transactions: tuple = ()
+
+
+@dataclass(frozen=True)
+class DeleteRecordsResponse:
+    error_code: int = NONE
+    error_message: str = ""
+    low_watermark: int = -1  # the smallest log start offset in the ISR
 
 
 @dataclass(frozen=True)

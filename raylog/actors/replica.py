@@ -83,6 +83,7 @@ from raylog.errors import (
     RequestTimedOutError,
 )
 from raylog.protocol import (
+    DeleteRecordsResponse,
     FetchRequest,
     FetchResponse,
     ListOffsetsResponse,
@@ -480,6 +481,30 @@ class PartitionReplicaActor:
             throttle_ms = self._fetch_quotas.record(request.client_id, len(response.records), _now_ms())
         return self._throttled(response, throttle_ms, "consumer")
 
+    def delete_records(self, offset: int, timeout_ms: int) -> DeleteRecordsResponse:
+        """Kafka's DeleteRecords on this leader: the records below ``offset`` (-1: the HW) are
+        deleted here at once and answered once every ISR member deleted them too (the low
+        watermark reached ``offset``), or REQUEST_TIMED_OUT after ``timeout_ms`` (they are
+        deleted all the same, followers on their next fetches)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        p = self.partition
+        with self._lock:
+            try:
+                target, epoch = p.delete_records(offset), p.leader_epoch
+            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
+                return DeleteRecordsResponse(**error_fields(exc))
+            self._notify()  # parked follower fetches answer now, with the new log start
+            while p.low_watermark < target:
+                if not p.is_leader or p.leader_epoch != epoch:
+                    moved = NotLeaderOrFollowerError(f"{p.name}: leadership moved before every replica deleted")
+                    return DeleteRecordsResponse(**error_fields(moved))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    late = RequestTimedOutError(f"{p.name}: the ISR's low watermark is {p.low_watermark}, not {target}")
+                    return DeleteRecordsResponse(**error_fields(late), low_watermark=p.low_watermark)
+                self._wait("produce", remaining)
+            return DeleteRecordsResponse(low_watermark=p.low_watermark)
+
     def _throttled(self, response, throttle_ms: int, client_type: str):
         """``response`` telling the client to hold back ``throttle_ms`` (KIP-219: answered at
         once, the client waits)."""
@@ -494,15 +519,17 @@ class PartitionReplicaActor:
         first = True
         with self._lock:
             while True:
-                high_watermark = self.partition.high_watermark
+                watermarks = (self.partition.high_watermark, self.partition.low_watermark)
                 response = self.partition.fetch(request, record_fetch=first)
                 if response.error_code:
                     return response
                 if request.replica_id >= 0 and first:
-                    # Only when the HW moved: a notify wakes the other followers' long polls
-                    # too, and theirs would wake this one, a busy loop while the partition is idle.
-                    if self.partition.high_watermark != high_watermark:
-                        self._notify()  # wake acks=all producers and consumers
+                    # Only when the HW (or the low watermark) moved: a notify wakes the other
+                    # followers' long polls too, and theirs would wake this one, a busy loop
+                    # while the partition is idle.
+                    moved = (self.partition.high_watermark, self.partition.low_watermark) != watermarks
+                    if moved:
+                        self._notify()  # wake acks=all producers, consumers, DeleteRecords
                     self._maybe_propose_isr()
                 first = False
                 remaining = deadline - time.monotonic()

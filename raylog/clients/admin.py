@@ -53,6 +53,8 @@ from raylog.types import (
 COORDINATOR_RETRY_BACKOFF_S = 0.1
 #: How often :meth:`Admin.await_leaders` reports progress.
 PROGRESS_STEP_MS = 500
+#: How much longer than its own timeout a leader's DeleteRecords answer is waited for.
+DELETE_RECORDS_MARGIN_S = 10.0
 
 
 class Admin:
@@ -272,6 +274,34 @@ class Admin:
         """Every client quota set: ``{client_id: {"producer_byte_rate": bytes/s, ...}}``, the
         default quota under None."""
         return call(self._cluster.controller.describe_client_quotas.remote(), self._timeout_s)
+
+    def delete_records(
+        self, records_to_delete: dict[TopicPartition, int], *, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """Delete every record below an offset in each partition (Kafka's Admin.deleteRecords;
+        -1: below the high watermark, so everything committed): the partition's log start
+        moves there, consumers get OFFSET_OUT_OF_RANGE below it, and the segments wholly
+        below it are deleted on every replica. Returns each partition's low watermark (its
+        smallest log start among the in-sync replicas) once every in-sync replica deleted
+        them.
+
+        Raises:
+            UnknownTopicOrPartitionError, OffsetOutOfRangeError (past the high watermark),
+            PolicyViolationError (a compact-only topic), NotLeaderOrFollowerError,
+            RequestTimedOutError: the first refusal (the other partitions' records are
+                deleted all the same).
+        """
+        timeout_s = self._call_timeout_s(timeout_ms)
+        metadata = self._cluster.metadata(refresh=True)
+        asked = {
+            tp: metadata.leader(tp).delete_records.remote(offset, int(timeout_s * 1000))
+            for tp, offset in records_to_delete.items()
+        }
+        answers = {tp: call(ref, timeout_s + DELETE_RECORDS_MARGIN_S) for tp, ref in asked.items()}
+        for answer in answers.values():
+            if (error := error_of(answer)) is not None:
+                raise error
+        return {tp: answer.low_watermark for tp, answer in answers.items()}
 
     def create_partitions(
         self,

@@ -98,6 +98,7 @@ class FollowerFetcher:
             p.config.replica_fetch_wait_max_ms,
             replica_id=p.broker_id,
             current_leader_epoch=self.leader_epoch,
+            log_start_offset=p.log.log_start_offset,
         )
 
     def on_answer(self, request: EpochQuery | FetchRequest, answer: EpochAnswer | FetchResponse) -> Next:
@@ -151,6 +152,7 @@ class FollowerFetcher:
         if request.offset != p.log.log_end_offset:
             return Next.AGAIN  # our log moved meanwhile (a truncation): fetch again from its end
         p.append_as_follower(response.records, response.high_watermark)
+        p.follow_log_start(response.log_start_offset)
         return Next.AGAIN
 
     def _failed(self, reason: str, level: int) -> Next:

@@ -74,6 +74,7 @@ from ..errors import (
     OffsetNotAvailableError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    PolicyViolationError,
     RaylogError,
     StorageError,
     UnknownLeaderEpochError,
@@ -131,6 +132,7 @@ class _Follower:
     #: The leader's log end offset when this follower last fetched: a follower that has since
     #: fetched up to it was caught up at the time of that previous fetch.
     last_fetch_leader_end: int = -1
+    log_start_offset: int = -1  # its log start, as its last fetch said (unknown until then)
 
 
 class Partition:
@@ -651,6 +653,8 @@ class Partition:
                 log_start_offset=self.log.log_start_offset,
                 log_end_offset=self.log.log_end_offset,
             )
+        if record_fetch and request.replica_id != CONSUMER_REPLICA_ID:
+            self.followers[request.replica_id].log_start_offset = request.log_start_offset
         return FetchResponse(
             high_watermark=result.high_watermark,
             log_start_offset=result.log_start_offset,
@@ -660,6 +664,50 @@ class Partition:
             last_stable_offset=result.last_stable_offset,
             aborted_transactions=result.aborted,
         )
+
+    # --- DeleteRecords --------------------------------------------------------------------
+
+    def delete_records(self, offset: int) -> int:
+        """Delete the records below ``offset`` (-1: the HW) on the leader (Kafka's DeleteRecords):
+        its log start moves there; each follower follows from the leader's log start its
+        next fetch brings (:meth:`follow_log_start`). Returns the offset; the deletion is done
+        once :attr:`low_watermark` reaches it.
+
+        Raises:
+            NotLeaderOrFollowerError, OffsetOutOfRangeError (below -1 or past the HW),
+            PolicyViolationError (a topic that compacts and does not delete), StorageError.
+        """
+        self._require_leader()
+        if self.config.compact and not self.config.delete:
+            raise PolicyViolationError(f"{self.name}: records of a topic with cleanup.policy=compact cannot be deleted")
+        target = self.high_watermark if offset == -1 else offset
+        if not 0 <= target <= self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{self.name}: cannot delete records below {offset}: not in [0, high watermark {self.high_watermark}]"
+            )
+        self.log.increment_log_start_offset(target)
+        self.txn_index.retain(self.log.log_start_offset)
+        return target
+
+    @property
+    def low_watermark(self) -> int:
+        """The smallest log start offset in the ISR (Kafka's low watermark; a follower's as its
+        last fetch said, -1 while one has not said)."""
+        starts = [self.log.log_start_offset]
+        starts += [self.followers[r].log_start_offset for r in self.isr if r in self.followers]
+        return min(starts)
+
+    def follow_log_start(self, leader_log_start_offset: int) -> None:
+        """A follower deletes what its leader deleted, up to its own HW (it never deletes
+        records it does not know to be committed).
+
+        Raises:
+            StorageError.
+        """
+        target = min(leader_log_start_offset, self.high_watermark)
+        if target > self.log.log_start_offset:
+            self.log.increment_log_start_offset(target)
+            self.txn_index.retain(self.log.log_start_offset)
 
     def replication_done(self, end_offset: int, leader_epoch: int) -> tuple[bool, RaylogError | None]:
         """Whether an acks=all produce appended (or found already appended, a retry) in

@@ -4,13 +4,16 @@ Directory layout::
 
     00000000000000000000.log / .index / .timeindex     one segment per base offset
     recovery-point                                     offset below which all is flushed
+    log-start-offset                                   the log start offset (DeleteRecords)
     cleaner-offset-checkpoint                          compacted logs: see cleaner.py
     00000000000000000000.snapshot                      producer state: see producer_snapshot.py
 
 Invariants: segments are sorted by base offset and never overlap; the last one (the
-active segment) takes every append; ``log_start_offset`` is the base offset of the first
-segment and ``log_end_offset`` (LEO) the offset the next record will get; everything below
-the recovery point was fsync'd. When the log is opened, segments from the one holding the
+active segment) takes every append; ``log_start_offset`` is the first offset a reader may
+read: the base offset of the first segment, or past it where records were deleted below an
+offset (:meth:`Log.increment_log_start_offset`, Kafka's DeleteRecords: the segments wholly
+below go, the offset is checkpointed); ``log_end_offset`` (LEO) is the offset the next record
+will get; everything below the recovery point was fsync'd. When the log is opened, segments from the one holding the
 recovery point onwards are verified batch by batch (CRC) and cut at the first bad byte;
 later segments are then dropped, so what survives is always a prefix of what was written.
 A swap the cleaner left half done is completed first (:func:`cleaner.recover_swaps`).
@@ -73,6 +76,7 @@ from .throttler import Throttler
 from .txn_index import AbortedTxn
 
 RECOVERY_POINT_FILE = "recovery-point"
+LOG_START_OFFSET_FILE = "log-start-offset"
 #: The most bytes one read returns (beyond its first batch), whatever the fetch asked: a
 #: response is one Ray object, copied whole into the object store (Kafka bounds a fetch
 #: response by its broker's fetch.max.bytes likewise).
@@ -129,6 +133,7 @@ class Log:
         self._snapshot: tuple[tuple[LogSegment, ...], tuple[int, ...]] = ((), ())
         self._next_offset = 0
         self._recovery_point = 0
+        self._log_start = 0  # checkpointed; the log start is at least the first segment's base
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self.recovery = RecoveryReport(0, 0, 0, False)
@@ -173,6 +178,7 @@ class Log:
 
     def _load(self) -> None:
         self._recovery_point = self._read_recovery_point()
+        self._log_start = self._read_offset(LOG_START_OFFSET_FILE)
         bases = self._discover_segments()
         segments: list[LogSegment] = []
         recovered = truncated = deleted = 0
@@ -218,6 +224,9 @@ class Log:
             )
         if recovered or self._recovery_point > self._next_offset:
             self._flush(self._next_offset)
+        if self._log_start > self._next_offset:  # recovery cut the log below it
+            self._log_start = self._next_offset
+            self._write_log_start()
         cleaner.truncate_checkpoint(self.dir, self._next_offset)  # recovery may have cut the log
 
     def _discover_segments(self) -> list[int]:
@@ -260,7 +269,7 @@ class Log:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        return max(self._segments[0].base_offset, self._log_start)
 
     @property
     def log_end_offset(self) -> int:
@@ -457,10 +466,9 @@ class Log:
         max_bytes = min(max_bytes, MAX_READ_BYTES)
         end_offset = self._next_offset  # read before the segments: never past this
         segments, bases = self._snapshot
-        if offset < segments[0].base_offset or offset > end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{segments[0].base_offset}, {end_offset}] of {self.dir}"
-            )
+        start_offset = max(segments[0].base_offset, self._log_start)
+        if offset < start_offset or offset > end_offset:
+            raise OffsetOutOfRangeError(f"offset {offset} is outside [{start_offset}, {end_offset}] of {self.dir}")
         stop = end_offset if max_offset is None else min(max_offset, end_offset)
         i = bisect.bisect_right(bases, offset) - 1
         while offset < stop and i < len(segments):
@@ -476,9 +484,10 @@ class Log:
         return b""
 
     def offsets_for_time(self, timestamp_ms: int) -> TimestampOffset | None:
-        """The first record with a timestamp >= ``timestamp_ms``, or None if there is none."""
+        """The first record at or past the log start with a timestamp >= ``timestamp_ms``, or
+        None if there is none."""
         self._require_online()
-        end_offset = self._next_offset
+        end_offset, start_offset = self._next_offset, self.log_start_offset
         for segment in self._segments:
             if segment.max_timestamp < timestamp_ms:
                 continue
@@ -489,11 +498,13 @@ class Log:
             for position, header in segment.records.batch_headers(start, size):
                 if header.base_offset >= end_offset:
                     break
-                if header.max_timestamp >= timestamp_ms:
+                if header.max_timestamp >= timestamp_ms and header.next_offset > start_offset:
                     table = record_batch.decode_table(segment.read(position, position + header.size))
                     timestamps = table.column("timestamp").to_numpy()
-                    i = int((timestamps >= timestamp_ms).argmax())
-                    return TimestampOffset(int(table.column("offset")[i].as_py()), int(timestamps[i]))
+                    found = (timestamps >= timestamp_ms) & (table.column("offset").to_numpy() >= start_offset)
+                    if found.any():
+                        i = int(found.argmax())
+                        return TimestampOffset(int(table.column("offset")[i].as_py()), int(timestamps[i]))
         return None
 
     def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
@@ -564,9 +575,52 @@ class Log:
             self._next_offset = offset
             self._recovery_point = offset
             self._write_recovery_point()
+            self._log_start = offset
+            self._write_log_start()
             cleaner.truncate_checkpoint(self.dir, offset)  # (below the new log start: cleans from it)
 
     # --- retention --------------------------------------------------------------------
+
+    def increment_log_start_offset(self, offset: int) -> list[int]:
+        """Delete the records below ``offset`` (Kafka's DeleteRecords): the log start moves
+        there (checkpointed and fsync'd before anything is deleted) and the segments wholly
+        below it are deleted, never the active one. An offset at or below the log start
+        changes nothing; the caller bounds it (a leader by its high watermark).
+
+        Returns:
+            The base offsets of the deleted segments.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is past the log end.
+            StorageError: the log is offline, or the disk failed (the log start may have
+                moved all the same: a restart finds and drops the segments again).
+        """
+        self._require_online()
+        if offset > self._next_offset:
+            raise OffsetOutOfRangeError(f"cannot start {self.dir} at {offset}, past its end {self._next_offset}")
+        if offset <= self.log_start_offset:
+            return []
+        with self._lock:  # (the cleaner may swap segments meanwhile)
+            self._log_start = offset
+            self._write_log_start()
+            segments = self._segments
+            doomed = 0
+            while doomed + 1 < len(segments) and segments[doomed + 1].base_offset <= offset:
+                doomed += 1
+            if doomed:
+                self._publish(segments[doomed:])
+        logger.info(
+            "log %s: records below offset %d deleted (%d segment(s) removed); log start offset now %d",
+            self.dir,
+            offset,
+            doomed,
+            offset,
+        )
+        for segment in segments[:doomed]:
+            segment.delete()
+        if doomed:
+            fsync_directory(self.dir)
+        return [s.base_offset for s in segments[:doomed]]
 
     def apply_retention(self, high_watermark: int) -> list[int]:
         """Delete whole segments past ``retention.ms`` or beyond ``retention.bytes``,
@@ -832,17 +886,25 @@ class Log:
         return True
 
     def _read_recovery_point(self) -> int:
-        path = os.path.join(self.dir, RECOVERY_POINT_FILE)
+        """The recovery point (0 without a valid checkpoint: verify everything)."""
+        return self._read_offset(RECOVERY_POINT_FILE)
+
+    def _read_offset(self, name: str) -> int:
+        """The offset checkpointed in file ``name`` of the log directory, or 0 without one."""
+        path = os.path.join(self.dir, name)
         try:
             with open(path, encoding="ascii") as f:
                 return max(0, int(f.read().strip()))
         except (FileNotFoundError, ValueError):
-            return 0  # no (valid) checkpoint: verify everything
+            return 0
         except OSError as exc:
             raise StorageError(f"cannot read {path}: {exc}") from exc
 
     def _write_recovery_point(self) -> None:
         write_atomically(os.path.join(self.dir, RECOVERY_POINT_FILE), str(self._recovery_point))
+
+    def _write_log_start(self) -> None:
+        write_atomically(os.path.join(self.dir, LOG_START_OFFSET_FILE), str(self._log_start))
 
 
 def _quietly(operation: Callable[[], None]) -> None:

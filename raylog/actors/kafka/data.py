@@ -1,5 +1,6 @@
-"""Kafka's data-path APIs on raylog: ApiVersions, Metadata, Produce, Fetch, ListOffsets and
-OffsetForLeaderEpoch; and DescribeCluster, Metadata's view of the brokers alone.
+"""Kafka's data-path APIs on raylog: ApiVersions, Metadata, Produce, Fetch, ListOffsets,
+DeleteRecords and OffsetForLeaderEpoch; and DescribeCluster, Metadata's view of the brokers
+alone.
 
 Each partition of a request goes to its leader replica actor, all of a request's partitions
 at once. A partition this broker does not lead is answered NOT_LEADER_OR_FOLLOWER (the
@@ -575,6 +576,27 @@ async def list_offsets(ctx: BrokerContext, header: codec.RequestHeader, body: di
     return await _per_partition(body["topics"], "name", "partitions", one, "name", "partitions")
 
 
+async def delete_records(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    """Kafka's DeleteRecords: each partition's leader deletes the records below the offset
+    given (-1: its high watermark) and answers its low watermark once every in-sync replica
+    deleted them too, or REQUEST_TIMED_OUT after the request's ``timeout_ms``."""
+    timeout_ms = max(0, body["timeout_ms"])
+
+    async def one(topic: str, p: dict) -> dict:
+        answer = {"partition_index": p["partition_index"], "low_watermark": -1}
+        try:
+            leader = await _leader(ctx, topic, p["partition_index"])
+            ref = leader.delete_records.remote(p["offset"], timeout_ms)
+            response = await _guarded(ctx, ctx.call(ref, timeout_ms / 1000 + CONTROL_CALL_TIMEOUT_S))
+        except RaylogError as exc:
+            answer["error_code"] = error_fields(exc)["error_code"]
+            return answer
+        answer.update(error_code=response.error_code, low_watermark=response.low_watermark)
+        return answer
+
+    return await _per_partition(body["topics"], "name", "partitions", one, "name", "partitions")
+
+
 async def offset_for_leader_epoch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
     async def one(topic: str, p: dict) -> dict:
         answer = {"partition": p["partition"], "leader_epoch": -1, "end_offset": -1}
@@ -624,6 +646,7 @@ HANDLERS = {
     ApiKey.PRODUCE: produce,
     ApiKey.FETCH: fetch,
     ApiKey.LIST_OFFSETS: list_offsets,
+    ApiKey.DELETE_RECORDS: delete_records,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
     ApiKey.DESCRIBE_CLUSTER: describe_cluster,
 }

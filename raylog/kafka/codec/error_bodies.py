@@ -53,7 +53,7 @@ def _metadata(request: dict, code: int) -> dict:
 
 
 def _topics_by_name(request: dict, code: int) -> dict:
-    """ListOffsets', OffsetCommit's and TxnOffsetCommit's: their ``topics`` by ``name``."""
+    """ListOffsets', DeleteRecords', OffsetCommit's and TxnOffsetCommit's: their ``topics`` by ``name``."""
     return {"topics": _named(request, code)}
 
 
@@ -229,6 +229,7 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.API_VERSIONS: _api_versions,
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
+    ApiKey.DELETE_RECORDS: _topics_by_name,
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
     ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn,

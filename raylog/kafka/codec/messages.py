@@ -45,6 +45,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
@@ -84,6 +85,7 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
@@ -733,6 +735,22 @@ OffsetDelete response 47 flexible -
     name string 0+
     partitions [] 0+
       partition_index int32 0+
+      error_code int16 0+
+
+DeleteRecords request 21 flexible 2+
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      offset int64 0+
+  timeout_ms int32 0+
+DeleteRecords response 21 flexible 2+
+  throttle_time_ms int32 0+
+  topics [] 0+
+    name string 0+
+    partitions [] 0+
+      partition_index int32 0+
+      low_watermark int64 0+ default -1
       error_code int16 0+
 
 DescribeCluster request 60 flexible 0+

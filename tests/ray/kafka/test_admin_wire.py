@@ -468,3 +468,69 @@ def test_kafka_python_moves_lists_and_cancels_partition_reassignments(bootstrap,
         wait_until(lambda: client.list_partition_reassignments([moved]) == {}, timeout_s=60, message="an empty list")
     finally:
         client.close()
+
+
+def test_records_below_an_offset_are_deleted_on_every_replica_by_each_client(
+    bootstrap, confluent_admin, kafka_admin, kafka_cluster, kafka_topic
+):
+    """DeleteRecords: confluent-kafka's, kafka-python's and aiokafka's delete_records and
+    raylog's Admin.delete_records move a 3-replica partition's log start, answered with the
+    low watermark once every in-sync replica deleted them; reads below it are
+    OFFSET_OUT_OF_RANGE and the earliest offset is the new start. Past the high watermark is
+    OFFSET_OUT_OF_RANGE, a compact-only topic POLICY_VIOLATION."""
+    import asyncio
+
+    import ray
+    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from kafka import TopicPartition as KafkaPythonTopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    from raylog import Consumer, Producer
+    from raylog.errors import OffsetOutOfRangeError, PolicyViolationError
+
+    topic = kafka_topic(num_partitions=1, replication_factor=3)
+    tp = TopicPartition(topic, 0)
+    with Producer(kafka_cluster, acks="all") as producer:
+        for i in range(20):
+            producer.send(topic, b"%d" % i, partition=0)
+    futures = confluent_admin.delete_records([KafkaTopicPartition(topic, 0, 5)], request_timeout=CALL_TIMEOUT_S)
+    assert futures[KafkaTopicPartition(topic, 0, 5)].result(timeout=CALL_TIMEOUT_S).low_watermark == 5
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CALL_TIMEOUT_S * 1000))
+    try:
+        answer = client.delete_records({KafkaPythonTopicPartition(topic, 0): 8})
+    finally:
+        client.close()
+    assert answer[KafkaPythonTopicPartition(topic, 0)]["low_watermark"] == 8
+
+    async def aiokafka_delete() -> dict:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            return await admin.delete_records({tp: RecordsToDelete(before_offset=10)}, timeout_ms=30_000)
+        finally:
+            await admin.close()
+
+    assert list(asyncio.run(aiokafka_delete()).values()) == [10]
+    assert kafka_admin.delete_records({tp: 12}) == {tp: 12}
+    replicas = ray.get(kafka_cluster.controller.replica_handles.remote(topic), timeout=CALL_TIMEOUT_S)
+    assert [s["log_start_offset"] for s in ray.get([h.state.remote() for h in replicas.values()])] == [12, 12, 12]
+    consumer = Consumer(kafka_cluster, auto_offset_reset="earliest")
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 3)  # below the log start: OFFSET_OUT_OF_RANGE, reset to the earliest
+        first = wait_until(lambda: consumer.poll(timeout_ms=1_000).get(tp), timeout_s=CALL_TIMEOUT_S)
+        assert (first[0].offset, first[0].value) == (12, b"12")
+        assert consumer.beginning_offsets([tp]) == {tp: 12}
+    finally:
+        consumer.close()
+    with pytest.raises(OffsetOutOfRangeError):
+        kafka_admin.delete_records({tp: 21})
+    compacted = kafka_topic(num_partitions=1, **{"cleanup.policy": "compact"})
+    with pytest.raises(PolicyViolationError):
+        kafka_admin.delete_records({TopicPartition(compacted, 0): -1})
+    futures = confluent_admin.delete_records([KafkaTopicPartition(compacted, 0, -1)], request_timeout=CALL_TIMEOUT_S)
+    with pytest.raises(KafkaException) as refused:
+        next(iter(futures.values())).result(timeout=CALL_TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION

@@ -65,6 +65,7 @@ KAFKA_PYTHON_NAMES = {
     39: "InvalidReplicationAssignmentError",
     40: "InvalidConfigurationError",
     42: "InvalidRequestError",
+    44: "PolicyViolationError",
     45: "OutOfOrderSequenceNumberError",
     47: "InvalidProducerEpochError",
     48: "InvalidTxnStateError",

@@ -11,6 +11,7 @@ from raylog.coordination.fetcher import LEADER_REPORT_INTERVAL_MS, EpochAnswer, 
 from raylog.coordination.partition import Partition
 from raylog.errors import InvalidConfigError, NotLeaderOrFollowerError
 from raylog.protocol import FetchRequest, FetchResponse, error_fields
+from raylog.storage.leader_epoch import UNDEFINED
 
 
 @pytest.fixture
@@ -81,3 +82,20 @@ def test_a_fetch_wait_as_long_as_the_lag_time_is_refused():
         TopicConfig.from_properties({"replica.fetch.wait.max.ms": "30000"})
     with pytest.raises(InvalidConfigError):
         TopicConfig.from_properties({"replica.fetch.wait.max.ms": "-1"})
+
+
+def test_a_follower_tells_its_log_start_and_deletes_what_the_leader_deleted(fetcher):
+    """DeleteRecords on a follower: each fetch carries its log start (the leader's low
+    watermark waits for it) and the leader's log start in the answer moves it, up to the HW."""
+    import numpy as np
+
+    from raylog.storage import record_batch
+
+    assert fetcher.on_answer(fetcher.next_request(), EpochAnswer(0, UNDEFINED, 0)) is Next.AGAIN  # an empty log
+    request = fetcher.next_request()
+    assert (request.offset, request.log_start_offset) == (0, 0)
+    records = np.frombuffer(record_batch.build([b"a", b"b", b"c", b"d"], now_ms=1), dtype=np.uint8)
+    answer = FetchResponse(high_watermark=4, log_start_offset=3, log_end_offset=4, records=records)
+    assert fetcher.on_answer(request, answer) is Next.AGAIN
+    assert fetcher.partition.log.log_start_offset == 3
+    assert fetcher.next_request().log_start_offset == 3

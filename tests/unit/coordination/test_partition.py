@@ -14,8 +14,11 @@ from raylog.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
     UnknownLeaderEpochError,
 )
+from raylog.protocol import FetchRequest, error_of
 from raylog.storage import producer_snapshot, record_batch
 
 
@@ -289,3 +292,42 @@ def test_a_produce_request_above_the_request_limit_fails_whole(partition, monkey
     assert part.log.log_end_offset == 0
     part.append_as_leader(batch, acks=1)
     assert part.log.log_end_offset == 1
+
+
+def test_delete_records_moves_the_log_start_and_waits_on_the_isrs_low_watermark(partition):
+    """Kafka's DeleteRecords on the leader: records below an offset at most the HW go (-1: the
+    HW); the low watermark, the smallest log start in the ISR, follows once the follower says
+    (in its fetch) that it deleted them too. A compact-only topic refuses it
+    (POLICY_VIOLATION), a non-leader too."""
+    part = partition()
+    part.become_leader(4, replicas=(1, 2), isr=(1, 2))
+    part.append_as_leader(record_batch.build([b"a", b"b", b"c", b"d", b"e"]), acks=1)
+    part.fetch(FetchRequest(5, replica_id=2, log_start_offset=0))
+    assert part.high_watermark == 5
+    with pytest.raises(OffsetOutOfRangeError):
+        part.delete_records(6)
+    assert part.delete_records(3) == 3
+    assert (part.log.log_start_offset, part.low_watermark) == (3, 0)
+    assert error_of(part.fetch(FetchRequest(2))).__class__ is OffsetOutOfRangeError
+    part.fetch(FetchRequest(5, replica_id=2, log_start_offset=3))
+    assert part.low_watermark == 3
+    assert part.delete_records(-1) == 5 and part.log.log_start_offset == 5
+    compacted = partition(**{"cleanup.policy": "compact"})
+    with pytest.raises(PolicyViolationError):
+        compacted.delete_records(0)
+    part.leader = 2
+    with pytest.raises(NotLeaderOrFollowerError):
+        part.delete_records(5)
+
+
+def test_a_follower_deletes_what_its_leader_deleted_up_to_its_own_high_watermark(open_log):
+    """A follower moves its log start to the leader's, but never past its own HW (records it
+    does not know to be committed)."""
+    follower = Partition("t", 0, broker_id=2, log=open_log(), config=TopicConfig())
+    follower.become_follower(leader=1, leader_epoch=3, replicas=(1, 2), isr=(1, 2))
+    follower.append_as_follower(record_batch.build([b"a", b"b", b"c", b"d"], now_ms=1), leader_high_watermark=2)
+    follower.follow_log_start(3)
+    assert follower.log.log_start_offset == 2
+    follower.append_as_follower(b"", leader_high_watermark=4)
+    follower.follow_log_start(3)
+    assert follower.log.log_start_offset == 3

@@ -467,6 +467,7 @@ SAMPLE_REQUESTS = {
     ApiKey.DELETE_GROUPS: {"groups_names": ["g1", "g2"]},
     ApiKey.ELECT_LEADERS: {"topic_partitions": [{"topic": "a", "partitions": [0, 2]}]},
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: {"topics": [{"name": "a", "partitions": [{"partition_index": 1}]}]},
+    ApiKey.DELETE_RECORDS: {"topics": [{"name": "a", "partitions": [{"partition_index": 1, "offset": 4}]}]},
     ApiKey.OFFSET_DELETE: {"group_id": "g", "topics": [{"name": "a", "partitions": [{"partition_index": 1}]}]},
     ApiKey.DESCRIBE_PRODUCERS: {"topics": [{"name": "a", "partition_indexes": [0, 1]}]},
     ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": ["t1", "t2"]},

@@ -18,7 +18,7 @@ from raylog.errors import (
 )
 from raylog.storage import compression
 from raylog.storage import record_batch as rb
-from raylog.storage.log import RECOVERY_POINT_FILE
+from raylog.storage.log import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE
 
 
 def batch(n: int, start: int = 0, size: int = 100, timestamps=None) -> bytes:
@@ -389,3 +389,49 @@ def test_a_read_is_bounded_whatever_it_asks(open_log, monkeypatch):
     for bad in (-1, 1.5, None, True):
         with pytest.raises(InvalidRequestError):
             log.read(0, bad)
+
+
+def test_records_below_an_offset_are_deleted_and_the_log_start_survives_a_reopen(open_log):
+    """Kafka's DeleteRecords on the log: the log start moves to the offset (inside a segment
+    too), reads below it are OFFSET_OUT_OF_RANGE, the segments wholly below it are deleted,
+    the active one never, and a reopen keeps the log start. It never moves back, nor past
+    the log end."""
+    log = open_log(segment_bytes=1_500)
+    for i in range(12):
+        log.append_as_leader(batch(5, i * 5), 0)
+    bases = [s.base_offset for s in log._segments]
+    inside = bases[2] + 2
+    assert log.increment_log_start_offset(inside) == bases[:2]
+    assert (log.log_start_offset, log._segments[0].base_offset) == (inside, bases[2])
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(inside - 1, 1 << 20)
+    assert read_all(log).column("offset").to_pylist()[0] == inside
+    assert log.increment_log_start_offset(inside - 1) == []  # never back
+    assert log.offsets_for_time(0).offset == inside  # the earliest timestamp: the first record left
+    assert log.log_start_offset == inside
+    with pytest.raises(OffsetOutOfRangeError):
+        log.increment_log_start_offset(log.log_end_offset + 1)
+    log.close()
+    reopened = open_log(segment_bytes=1_500)
+    assert reopened.log_start_offset == inside
+    end = reopened.log_end_offset
+    assert reopened.increment_log_start_offset(end) == bases[2:-1]  # the active segment stays
+    assert (reopened.log_start_offset, reopened.segment_count) == (end, 1)
+    assert reopened.read(end, 1 << 20) == b""
+
+
+def test_a_log_start_past_the_end_after_a_crash_is_clamped_and_a_full_truncation_moves_it(open_log, tmp_path):
+    """The checkpointed log start is clamped to the log found on disk (its end may have been
+    cut by recovery); truncating fully to another offset starts the log there."""
+    log = open_log()
+    log.append_as_leader(batch(5), 0)
+    log.increment_log_start_offset(3)
+    log.close()
+    with open(tmp_path / "topic-0" / LOG_START_OFFSET_FILE, "w") as f:
+        f.write("50")
+    reopened = open_log()
+    assert reopened.log_start_offset == reopened.log_end_offset == 5
+    reopened.truncate_fully_and_start_at(2)
+    assert reopened.log_start_offset == reopened.log_end_offset == 2
+    reopened.close()
+    assert open_log().log_start_offset == 2
