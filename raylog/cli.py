@@ -1580,6 +1580,15 @@ def _elect_leaders(args: argparse.Namespace) -> int:
     return 0
 
 
+def _delete_records(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        asked = {TopicPartition(args.topic, p): args.offset for p in args.partitions}
+        low_watermarks = raylog.Admin(cluster).delete_records(asked)
+    for tp, low_watermark in sorted(low_watermarks.items()):
+        print(f"{tp.topic}-{tp.partition}\tlow watermark {low_watermark}")
+    return 0
+
+
 def _add_replica_management(commands: Any) -> None:
     reassign = commands.add_parser("reassign-partitions", help="move partitions to other brokers, change replication")
     actions = reassign.add_subparsers(dest="action", required=True)
@@ -1595,6 +1604,12 @@ def _add_replica_management(commands: Any) -> None:
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     elect = _command(commands, "elect-leaders", _elect_leaders, "move leadership back to preferred replicas")
     elect.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every topic")
+    delete = _command(commands, "delete-records", _delete_records, "delete every record below an offset")
+    delete.add_argument("topic")
+    delete.add_argument("--partitions", type=_id_list, required=True, help="e.g. 0,1,2")
+    delete.add_argument(
+        "--offset", type=int, required=True, help="records below it go; -1: below the high watermark (all committed)"
+    )
 
 
 def _id_list(text: str) -> list[int]:

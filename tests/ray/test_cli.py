@@ -19,7 +19,7 @@ import pytest
 import ray
 
 import raylog
-from raylog import cli
+from raylog import Producer, cli
 from raylog.actors.names import NAMESPACE, controller_name
 
 
@@ -288,3 +288,18 @@ def test_reassign_and_elect_leaders_commands(run, topic):
     assert code == 0 and "0 partitions changed leader" in out
     code, _, err = run("reassign-partitions", "start", name, "--partitions", "x", "--replicas", "0")
     assert code == 2
+
+
+def test_delete_records_command(run, topic, cluster):
+    """delete-records moves the partitions' log start and prints each low watermark; an
+    offset past the high watermark is refused with its typed error."""
+    name = topic(num_partitions=2)
+    with Producer(cluster, acks="all") as producer:
+        for i in range(6):
+            producer.send(name, b"%d" % i, partition=i % 2)
+    code, out, _ = run("delete-records", name, "--partitions", "0,1", "--offset", "2")
+    assert code == 0 and out.splitlines() == [f"{name}-0\tlow watermark 2", f"{name}-1\tlow watermark 2"]
+    code, out, _ = run("delete-records", name, "--partitions", "0", "--offset", "-1")
+    assert code == 0 and out.strip() == f"{name}-0\tlow watermark 3"
+    code, _, err = run("delete-records", name, "--partitions", "1", "--offset", "9")
+    assert code == 1 and err.startswith("raylog: OffsetOutOfRangeError:")
