@@ -1100,6 +1100,12 @@ class ControllerActor:
             "listeners": {} if self.listeners is None else self.listeners.endpoints(self.live),
         }
 
+    async def broker_replicas(self, broker_id: int) -> dict[tuple[str, int], Any]:
+        """The running replica actors of broker ``broker_id`` by ``(topic, partition)`` (its
+        listener's DescribeLogDirs)."""
+        await self.start()
+        return {(t, p): handle for (t, p, b), (_, handle) in self.replicas.items() if b == broker_id}
+
     async def replica_handles(self, topic: str) -> dict[tuple[int, int], Any]:
         """Every live replica actor of ``topic`` by ``(partition, broker_id)`` (tests, tools),
         once each has answered (at most :data:`REPLICA_START_TIMEOUT_S`: then those running)."""

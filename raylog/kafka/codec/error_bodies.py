@@ -170,6 +170,11 @@ def _offset_delete(request: dict, code: int) -> dict:
     return {"error_code": code, "topics": _named(request, code)}
 
 
+def _describe_log_dirs(request: dict, code: int) -> dict:
+    # (v1-2 have no top-level code: the error is said as the one directory's)
+    return {"error_code": code, "results": [{"error_code": code}]}
+
+
 def _describe_producers(request: dict, code: int) -> dict:
     return {"topics": _named(request, code, "partition_indexes", "")}
 
@@ -238,6 +243,7 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.TXN_OFFSET_COMMIT: _topics_by_name,
     ApiKey.DESCRIBE_CONFIGS: _describe_configs,
     ApiKey.ALTER_CONFIGS: _alter_configs,
+    ApiKey.DESCRIBE_LOG_DIRS: _describe_log_dirs,
     ApiKey.CREATE_PARTITIONS: _create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _alter_configs,
     ApiKey.DELETE_GROUPS: _delete_groups,

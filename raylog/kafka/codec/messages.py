@@ -54,6 +54,7 @@ class ApiKey(enum.IntEnum):
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
@@ -94,6 +95,7 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.ELECT_LEADERS: (0, 2),
@@ -752,6 +754,27 @@ DeleteRecords response 21 flexible 2+
       partition_index int32 0+
       low_watermark int64 0+ default -1
       error_code int16 0+
+
+DescribeLogDirs request 35 flexible 2+
+  topics [] 0+ null 0+
+    topic string 0+
+    partitions []int32 0+
+DescribeLogDirs response 35 flexible 2+
+  throttle_time_ms int32 0+
+  error_code int16 3+
+  results [] 0+
+    error_code int16 0+
+    log_dir string 0+
+    topics [] 0+
+      name string 0+
+      partitions [] 0+
+        partition_index int32 0+
+        partition_size int64 0+
+        offset_lag int64 0+
+        is_future_key bool 0+
+    total_bytes int64 4+ default -1
+    usable_bytes int64 4+ default -1
+    is_cordoned bool 5+
 
 DescribeCluster request 60 flexible 0+
   include_cluster_authorized_operations bool 0+

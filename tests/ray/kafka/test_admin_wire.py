@@ -9,6 +9,7 @@ raylog's codec.
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import struct
 import uuid
@@ -534,3 +535,31 @@ def test_records_below_an_offset_are_deleted_on_every_replica_by_each_client(
     with pytest.raises(KafkaException) as refused:
         next(iter(futures.values())).result(timeout=CALL_TIMEOUT_S)
     assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION
+
+
+def test_kafka_python_describes_each_brokers_log_directory(bootstrap, kafka_admin, kafka_cluster, kafka_topic):
+    """DescribeLogDirs with kafka-python's admin: each broker answers its data directory with
+    the replicas it holds there, each with its size on disk (the records written), and the
+    disk's total and usable bytes."""
+    from kafka.admin import KafkaAdminClient
+
+    from raylog import Producer
+
+    topic = kafka_topic(num_partitions=1, replication_factor=3)
+    with Producer(kafka_cluster, acks="all") as producer:
+        for _ in range(10):
+            producer.send(topic, os.urandom(1000), partition=0)
+    brokers = kafka_cluster.metadata(refresh=True).brokers
+    client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CALL_TIMEOUT_S * 1000))
+    try:
+        described = client.describe_log_dirs({topic: [0]})
+    finally:
+        client.close()
+    assert sorted(d["broker"] for d in described) == sorted(brokers)
+    for answer in described:
+        (log_dir,) = answer["log_dirs"]
+        assert log_dir["error_code"] == 0 and log_dir["log_dir"] == brokers[answer["broker"]].data_dir
+        assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
+        ((name, partitions),) = [(t["name"], t["partitions"]) for t in log_dir["topics"]]
+        ((index, size),) = [(p["partition_index"], p["partition_size"]) for p in partitions]
+        assert (name, index) == (topic, 0) and size > 10_000
