@@ -56,7 +56,7 @@ from typing import Any
 import ray
 
 from raylog.actors import logs
-from raylog.actors.kafka import admin, data, groups, transactions, txn_admin
+from raylog.actors.kafka import admin, client_quotas, data, groups, transactions, txn_admin
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
 from raylog.actors.kafka.limits import ConnectionQuotas, RequestMemoryPool
 from raylog.config import ControllerConfig
@@ -96,7 +96,14 @@ READS = frozenset(
     )
 )
 
-HANDLERS = {**data.HANDLERS, **groups.HANDLERS, **transactions.HANDLERS, **txn_admin.HANDLERS, **admin.HANDLERS}
+HANDLERS = {
+    **data.HANDLERS,
+    **groups.HANDLERS,
+    **transactions.HANDLERS,
+    **txn_admin.HANDLERS,
+    **admin.HANDLERS,
+    **client_quotas.HANDLERS,
+}
 #: The APIs that quotas throttle, and their first version answered at once with the throttle
 #: time (KIP-219); an older version's answer is held back for it.
 THROTTLE_AT_ONCE = {int(codec.ApiKey.PRODUCE): 6, int(codec.ApiKey.FETCH): 8}

@@ -175,6 +175,11 @@ def _describe_log_dirs(request: dict, code: int) -> dict:
     return {"error_code": code, "results": [{"error_code": code}]}
 
 
+def _alter_client_quotas(request: dict, code: int) -> dict:
+    entities = [e.get("entity") or [] for e in request.get("entries") or ()]
+    return {"entries": [{"error_code": code, "entity": entity} for entity in entities]}
+
+
 def _describe_producers(request: dict, code: int) -> dict:
     return {"topics": _named(request, code, "partition_indexes", "")}
 
@@ -251,6 +256,8 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _code_only,
     ApiKey.OFFSET_DELETE: _offset_delete,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: _code_only,
+    ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas,
     ApiKey.DESCRIBE_CLUSTER: _code_only,
     ApiKey.DESCRIBE_PRODUCERS: _describe_producers,
     ApiKey.DESCRIBE_TRANSACTIONS: _describe_transactions,

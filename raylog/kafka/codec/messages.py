@@ -62,6 +62,8 @@ class ApiKey(enum.IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -103,6 +105,8 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
@@ -775,6 +779,43 @@ DescribeLogDirs response 35 flexible 2+
     total_bytes int64 4+ default -1
     usable_bytes int64 4+ default -1
     is_cordoned bool 5+
+
+DescribeClientQuotas request 48 flexible 1+
+  components [] 0+
+    entity_type string 0+
+    match_type int8 0+
+    match string 0+ null 0+
+  strict bool 0+
+DescribeClientQuotas response 48 flexible 1+
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null 0+ default null
+  entries [] 0+ null 0+
+    entity [] 0+
+      entity_type string 0+
+      entity_name string 0+ null 0+
+    values [] 0+
+      key string 0+
+      value float64 0+
+
+AlterClientQuotas request 49 flexible 1+
+  entries [] 0+
+    entity [] 0+
+      entity_type string 0+
+      entity_name string 0+ null 0+
+    ops [] 0+
+      key string 0+
+      value float64 0+
+      remove bool 0+
+  validate_only bool 0+
+AlterClientQuotas response 49 flexible 1+
+  throttle_time_ms int32 0+
+  entries [] 0+
+    error_code int16 0+
+    error_message string 0+ null 0+ default null
+    entity [] 0+
+      entity_type string 0+
+      entity_name string 0+ null 0+
 
 DescribeCluster request 60 flexible 0+
   include_cluster_authorized_operations bool 0+

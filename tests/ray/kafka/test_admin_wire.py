@@ -563,3 +563,26 @@ def test_kafka_python_describes_each_brokers_log_directory(bootstrap, kafka_admi
         ((name, partitions),) = [(t["name"], t["partitions"]) for t in log_dir["topics"]]
         ((index, size),) = [(p["partition_index"], p["partition_size"]) for p in partitions]
         assert (name, index) == (topic, 0) and size > 10_000
+
+
+def test_client_quotas_altered_and_described_over_the_wire_are_raylogs(bootstrap, kafka_admin):
+    """AlterClientQuotas and DescribeClientQuotas (what kafka-configs.sh --entity-type clients
+    sends; none of the Python clients here has them) set and read the quotas raylog's Admin
+    sees, and a user entity is refused."""
+    client_id = fresh_name("quota-client")
+    entity = [{"entity_type": "client-id", "entity_name": client_id}]
+    ops = [{"key": "producer_byte_rate", "value": 2048.0, "remove": False}]
+    answer = wire(bootstrap, codec.ApiKey.ALTER_CLIENT_QUOTAS, 1, {"entries": [{"entity": entity, "ops": ops}]})
+    assert [e["error_code"] for e in answer["entries"]] == [0]
+    try:
+        assert kafka_admin.describe_client_quotas()[client_id] == {"producer_byte_rate": 2048.0}
+        components = [{"entity_type": "client-id", "match_type": 0, "match": client_id}]
+        described = wire(bootstrap, codec.ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": components})
+        assert [(e["entity"], e["values"]) for e in described["entries"]] == [
+            (entity, [{"key": "producer_byte_rate", "value": 2048.0}])
+        ]
+        user = [{"entity_type": "user", "entity_name": "alice"}]
+        refused = wire(bootstrap, codec.ApiKey.ALTER_CLIENT_QUOTAS, 0, {"entries": [{"entity": user, "ops": ops}]})
+        assert [e["error_code"] for e in refused["entries"]] == [42]
+    finally:
+        kafka_admin.alter_client_quotas({client_id: {"producer_byte_rate": None}})
