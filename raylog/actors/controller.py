@@ -711,6 +711,12 @@ class ControllerActor:
 
         return await self._each({key: (key, target) for key, target in targets.items()}, reassign)
 
+    async def list_partition_reassignments(self) -> dict[tuple[str, int], tuple[tuple[int, ...], ...]]:
+        """Per reassignment under way: ``(replicas, adding, removing)`` (see
+        :meth:`MetadataImage.listed_reassignments`)."""
+        await self.start()
+        return self.image.listed_reassignments()
+
     def _start_reassignment(self, topic: str, partition: int) -> None:
         """The new replicas' actors, the partition's new state to every replica, then wait
         until they are in sync to complete it (in the background)."""
