@@ -215,10 +215,11 @@ class ControllerActor:
 
     async def _register_brokers(self) -> None:
         """Find the brokers, journal what changed (node, data directory, directory id) and
-        take them as the live set. In the same batch (:func:`~raylog.coordination.elections.brokers_registered`):
-        a broker on another node than journaled restarted from its disk (it hands over
-        leadership and leaves the ISR until it catches up); one back with another directory id
-        lost every replica (a wiped or replaced disk) and leaves every ISR and any leadership."""
+        take them as the live set, then tell the replicas what that decided. In the same batch
+        (:func:`~raylog.coordination.elections.brokers_registered`): a broker on another node
+        than journaled restarted from its disk (it hands over leadership and leaves the ISR
+        until it catches up); one back with another directory id lost every replica (a wiped
+        or replaced disk) and leaves every ISR and any leadership."""
         found = await (self._embedded_brokers() if self.embedded else self._node_brokers())
         for b, (node_id, d, _) in list(found.items()):
             returning = b not in self.live or self.image.brokers[b].node_id != node_id
@@ -252,6 +253,7 @@ class ControllerActor:
         if back:
             logger.info("brokers %s are live (live: %s)", back, sorted(found))
         self.live = set(found)
+        self._push(changed)  # the moved broker's replicas start on its new node with their state
 
     def _log_directory_replaced(
         self, broker_id: int, data_dir: str, directory_id: str, changed: list[PartitionInfo]

@@ -564,6 +564,8 @@ class PartitionReplicaActor:
                 "leader": p.leader,
                 "leader_epoch": p.leader_epoch,
                 "isr": list(p.isr),
+                "pending_isr": None if p.pending_isr is None else list(p.pending_isr),
+                "isr_proposal_in_flight": self._proposing is not None and not self._proposing.done(),
                 "replicas": list(p.replicas),
                 "partition_epoch": p.partition_epoch,
                 "high_watermark": p.high_watermark,

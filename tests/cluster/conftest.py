@@ -84,6 +84,29 @@ def out_of_sync(admin: Admin, topics: list[str]) -> list[str]:
     ]
 
 
+def not_told(cluster, admin: Admin, topics: list[str]) -> list[str]:
+    """The replicas of ``topics`` whose own state (leader, epochs, ISR) is not the controller's:
+    every decision must reach every running replica (Kafka's LeaderAndIsr), or a leader serves
+    an epoch that moved on, or never learns that it leads.
+
+    Raises:
+        RaylogError, RayError: a controller failing over.
+    """
+    left = []
+    for t in admin.describe_topics(topics):
+        handles = ray.get(cluster.controller.replica_handles.remote(t.name), timeout=60)
+        for p in t.partitions:
+            want = (p.leader, p.leader_epoch, p.partition_epoch, sorted(p.isr))
+            for broker in p.replicas:
+                handle = handles.get((p.partition, broker))
+                held = ray.get(handle.state.remote(), timeout=10) if handle is not None else None
+                if held is None:
+                    left.append(f"{t.name}-{p.partition}: no replica actor on broker {broker}")
+                elif (held["leader"], held["leader_epoch"], held["partition_epoch"], sorted(held["isr"])) != want:
+                    left.append(f"{t.name}-{p.partition}: broker {broker} holds {held}, the controller {want}")
+    return left
+
+
 #: How long a test's teardown waits for the cluster it shares to be whole again.
 HEALED_TIMEOUT_S = 60
 
@@ -91,8 +114,9 @@ HEALED_TIMEOUT_S = 60
 @pytest.fixture(autouse=True)
 def leaves_the_cluster_whole(request):
     """After each test on the shared cluster: every partition (internal topics included) has
-    a leader and all its replicas in sync within HEALED_TIMEOUT_S, else the test that left it
-    broken fails here (not a later test that happens to need the partition)."""
+    a leader and all its replicas in sync, and every replica holds the controller's state of
+    it, within HEALED_TIMEOUT_S; else the test that left it broken fails here (not a later test
+    that happens to need the partition)."""
     yield
     if "multinode" not in request.fixturenames:
         return
@@ -103,8 +127,9 @@ def leaves_the_cluster_whole(request):
 
     def whole() -> bool:
         try:
-            left[:] = out_of_sync(admin, admin.list_topics(include_internal=True))
-        except RaylogError as exc:  # (a controller restarting)
+            topics = admin.list_topics(include_internal=True)
+            left[:] = out_of_sync(admin, topics) or not_told(cluster, admin, topics)
+        except (RaylogError, ray.exceptions.RayError) as exc:  # (a controller restarting)
             left[:] = [f"{type(exc).__name__}: {exc}"]
         return not left
 

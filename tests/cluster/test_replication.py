@@ -113,6 +113,27 @@ def test_follower_dies_isr_shrinks_and_writes_go_on(multinode, replicated_topic)
     assert read_values(cluster, topic) == [b"before", b"after"]
 
 
+def test_a_leader_back_on_a_new_node_before_its_death_was_seen_hands_over_and_writes_go_on(multinode, replicated_topic):
+    """A leader's node killed and its broker back on a new node at once, before the controller
+    saw it gone: the broker restarted from its disk, so it hands its leadership to another ISR
+    member and leaves the ISR until it catches up (Kafka's registration with a new incarnation).
+    That decision must reach the new leader and the other replicas, not only the journal:
+    acks=all writes go on, the broker rejoins, and every replica holds the controller's state
+    (the shared teardown checks that last one)."""
+    cluster, brokers = multinode
+    topic = replicated_topic(**SAFE)
+    with Producer(cluster, acks="all") as producer:
+        producer.send(topic, b"before").result(timeout=30)
+    old = describe(cluster, topic).leader
+    brokers.kill(old)
+    brokers.start(old)
+    wait_until(lambda: describe(cluster, topic).leader not in (-1, old), timeout_s=60, message="another leader")
+    with Producer(cluster, acks="all") as producer:
+        assert producer.send(topic, b"after").result(timeout=30).offset == 1
+    wait_until(lambda: old in describe(cluster, topic).isr, timeout_s=60, message="the broker back in the ISR")
+    assert read_values(cluster, topic) == [b"before", b"after"]
+
+
 def test_two_of_three_die_not_enough_replicas_then_they_rejoin(multinode, replicated_topic):
     """With two of three replicas gone, acks=all is refused (NOT_ENOUGH_REPLICAS) and nothing
     acknowledged is lost; when they come back they rejoin and writes succeed again."""
