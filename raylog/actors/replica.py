@@ -493,7 +493,7 @@ class PartitionReplicaActor:
                 target, epoch = p.delete_records(offset), p.leader_epoch
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return DeleteRecordsResponse(**error_fields(exc))
-            self._notify()  # parked follower fetches answer now, with the new log start
+            self._notify()  # parked follower fetches end now, with the new log start
             while p.low_watermark < target:
                 if not p.is_leader or p.leader_epoch != epoch:
                     moved = NotLeaderOrFollowerError(f"{p.name}: leadership moved before every replica deleted")
@@ -531,10 +531,13 @@ class PartitionReplicaActor:
                     if moved:
                         self._notify()  # wake acks=all producers, consumers, DeleteRecords
                     self._maybe_propose_isr()
-                first = False
+                if first:
+                    first, start = False, response.log_start_offset
                 remaining = deadline - time.monotonic()
                 if len(response.records) >= request.min_bytes or remaining <= 0:
                     break
+                if request.replica_id >= 0 and response.log_start_offset != start:
+                    break  # DeleteRecords moved the log start: the follower follows it now
                 self._wait("replication" if request.replica_id >= 0 else "fetch", remaining)
         latency_s = time.monotonic() - deadline + wait_s
         metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_s)

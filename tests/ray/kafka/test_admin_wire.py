@@ -537,6 +537,31 @@ def test_records_below_an_offset_are_deleted_on_every_replica_by_each_client(
     assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION
 
 
+def test_delete_records_ends_the_followers_long_polls_rather_than_waiting_them_out(
+    kafka_admin, kafka_cluster, kafka_topic
+):
+    """DeleteRecords is answered once every in-sync follower deleted too: the leader ends the
+    followers' parked fetches when its log start moves, so they follow at once, not when a
+    long poll of replica.fetch.wait.max.ms (25 s here) would have ended by itself."""
+    import ray
+
+    from raylog import Producer
+
+    topic = kafka_topic(num_partitions=1, replication_factor=3, **{"replica.fetch.wait.max.ms": "25000"})
+    tp = TopicPartition(topic, 0)
+    with Producer(kafka_cluster, acks="all") as producer:
+        for i in range(10):
+            producer.send(topic, b"%d" % i, partition=0)
+    replicas = ray.get(kafka_cluster.controller.replica_handles.remote(topic), timeout=CALL_TIMEOUT_S)
+
+    def followers_parked() -> bool:  # every replica knows the HW: the followers' next fetches wait
+        return [s["high_watermark"] for s in ray.get([h.state.remote() for h in replicas.values()])] == [10] * 3
+
+    wait_until(followers_parked, timeout_s=CALL_TIMEOUT_S)
+    assert kafka_admin.delete_records({tp: 5}, timeout_ms=10_000) == {tp: 5}
+    assert [s["log_start_offset"] for s in ray.get([h.state.remote() for h in replicas.values()])] == [5, 5, 5]
+
+
 def test_kafka_python_describes_each_brokers_log_directory(bootstrap, kafka_admin, kafka_cluster, kafka_topic):
     """DescribeLogDirs with kafka-python's admin: each broker answers its data directory with
     the replicas it holds there, each with its size on disk (the records written), and the
