@@ -31,7 +31,7 @@ raylog reassign-partitions start TOPIC --partitions 0,1 --replicas 2,0,1 [--wait
         move partitions to a new replica set (or change their replication factor); with
         --wait, until every moved partition is in sync on its new replicas
 raylog reassign-partitions list [--json]      reassignments under way
-raylog elect-leaders [TOPIC ...]              leadership back to preferred replicas
+raylog elect-leaders [TOPIC ...]              leadership back to preferred replicas (or --election-type unclean)
 raylog produce TOPIC [--format text|json] [--key-separator SEP] [--acks all|1|0] [--compression C]
                [--partition P]
         one record per stdin line; a summary to stderr. Text: the key before the first SEP.
@@ -463,7 +463,8 @@ def _status_text(report: dict) -> str:
         lines.append(
             f"health: LOST: {len(lost)} partition(s) without any in-sync replica ({_some(lost)}): their brokers came "
             "back with new log directories (wiped or replaced disks), so their records are gone; delete them, or "
-            "enable unclean.leader.election.enable on their topics to bring them back with what is left"
+            "bring them back with what is left: raylog elect-leaders --election-type unclean TOPIC (or "
+            "unclean.leader.election.enable on their topics)"
         )
     if offline:
         lines.append(
@@ -1575,8 +1576,8 @@ def _list_reassignments(args: argparse.Namespace) -> int:
 
 def _elect_leaders(args: argparse.Namespace) -> int:
     with _connected(args) as cluster:
-        moved = raylog.Admin(cluster).elect_leaders(args.topics or None)
-    print(f"preferred-leader election: {moved} partitions changed leader")
+        moved = raylog.Admin(cluster).elect_leaders(args.topics or None, election_type=args.election_type)
+    print(f"{args.election_type} leader election: {moved} partitions changed leader")
     return 0
 
 
@@ -1602,8 +1603,17 @@ def _add_replica_management(commands: Any) -> None:
     )
     listing = _command(actions, "list", _list_reassignments, "reassignments under way")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
-    elect = _command(commands, "elect-leaders", _elect_leaders, "move leadership back to preferred replicas")
+    elect = _command(
+        commands, "elect-leaders", _elect_leaders, "move leadership back to preferred replicas, or elect unclean"
+    )
     elect.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every topic")
+    elect.add_argument(
+        "--election-type",
+        choices=("preferred", "unclean"),
+        default="preferred",
+        help="unclean: a leader for each partition without a live one, from any live replica "
+        "(acknowledged records only the lost replicas held are gone)",
+    )
     delete = _command(commands, "delete-records", _delete_records, "delete every record below an offset")
     delete.add_argument("topic")
     delete.add_argument("--partitions", type=_id_list, required=True, help="e.g. 0,1,2")

@@ -12,7 +12,7 @@ from raylog.actors.transport import call
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
-from raylog.coordination.elections import PREFERRED_ELECTION
+from raylog.coordination.elections import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC, validate_topic_name
 from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
@@ -363,19 +363,28 @@ class Admin:
         answer = self._cluster.metadata(refresh=True).reassignments
         return {TopicPartition(t, p): target for (t, p), target in answer.items()}
 
-    def elect_leaders(self, topics: list[str] | None = None) -> int:
-        """Preferred-leader election: leadership back to each partition's first replica where
-        it is live and in sync (every topic's when ``topics`` is None). Returns how many
-        partitions changed leader.
+    def elect_leaders(self, topics: list[str] | None = None, *, election_type: str = "preferred") -> int:
+        """Kafka's Admin.electLeaders in every partition of ``topics`` (every topic's when None).
+        ``election_type="preferred"`` moves leadership back to each partition's first replica
+        where it is live and in sync; ``"unclean"`` elects a leader for each partition that has
+        no live one, from any live replica when no in-sync one is left: records acknowledged
+        only by the replicas that are gone are then lost (Kafka's kafka-leader-election.sh
+        --election-type UNCLEAN, the operator's way back for an offline partition). Returns how
+        many partitions changed leader.
 
         Raises:
             UnknownTopicOrPartitionError: a topic named does not exist.
+            InvalidConfigError: an election type other than "preferred" or "unclean".
         """
+        types = {"preferred": PREFERRED_ELECTION, "unclean": UNCLEAN_ELECTION}
+        if election_type not in types:
+            raise InvalidConfigError(f"election_type must be 'preferred' or 'unclean', got {election_type!r}")
         partitions = None
         if topics is not None:
             metadata = self._cluster.metadata(refresh=True)
             partitions = [(t, p) for t in topics for p in range(metadata.num_partitions(t))]
-        results = call(self._cluster.controller.elect_leaders.remote(PREFERRED_ELECTION, partitions), self._timeout_s)
+        asked = self._cluster.controller.elect_leaders.remote(types[election_type], partitions)
+        results = call(asked, self._timeout_s)
         self._cluster.metadata(refresh=True)
         return sum(1 for code, _ in results.values() if code == 0)
 

@@ -118,23 +118,19 @@ def test_a_broker_back_with_a_wiped_disk_never_leads_and_nothing_acknowledged_is
         # The whole disk went, and with it the broker's replicas of the internal topics,
         # whose last in-sync member it was as well: they are lost the same way. The
         # operator's way back (as `raylog status` says), so that the cluster's next tests
-        # find a group coordinator: unclean election on them, then off again.
+        # find a group coordinator: an unclean election on them.
         _recover_lost_partitions(admin, admin.list_topics(include_internal=True))
 
 
 def _recover_lost_partitions(admin: Admin, topics: list[str]) -> None:
     """Bring back the partitions of ``topics`` left without an in-sync replica (their records
-    are gone) by unclean election, then turn it off again."""
-    lost = {t.name for t in admin.describe_topics(topics) for p in t.partitions if p.leader < 0 and not p.isr}
+    are gone) by an unclean election the operator asks for (Kafka's kafka-leader-election.sh
+    --election-type UNCLEAN)."""
+    lost = sorted({t.name for t in admin.describe_topics(topics) for p in t.partitions if p.leader < 0 and not p.isr})
     if not lost:
         return
-    admin.incremental_alter_configs({name: {"unclean.leader.election.enable": "true"} for name in lost})
-    wait_until(
-        lambda: not out_of_sync(admin, sorted(lost)),
-        timeout_s=60,
-        message=f"{sorted(lost)} back by unclean election",
-    )
-    admin.incremental_alter_configs({name: {"unclean.leader.election.enable": None} for name in lost})
+    assert admin.elect_leaders(lost, election_type="unclean") >= 1
+    wait_until(lambda: not out_of_sync(admin, lost), timeout_s=60, message=f"{lost} back by unclean election")
 
 
 def _decided(cluster, topic: str):

@@ -276,7 +276,7 @@ def test_unreachable_address_fails_fast_with_a_typed_error():
 
 def test_reassign_and_elect_leaders_commands(run, topic):
     """reassign-partitions refuses unknown brokers with a typed error, lists what is under
-    way, and elect-leaders reports how many partitions moved."""
+    way, and elect-leaders (preferred or unclean) reports how many partitions moved."""
     name = topic(num_partitions=2)
     code, _, err = run("reassign-partitions", "start", name, "--partitions", "0", "--replicas", "7")
     assert code == 1 and err.startswith("raylog: InvalidReplicaAssignmentError:") and len(err.splitlines()) == 1
@@ -286,6 +286,10 @@ def test_reassign_and_elect_leaders_commands(run, topic):
     assert code == 0 and all(r["target"] == [0] for r in json.loads(out))
     code, out, _ = run("elect-leaders", name)
     assert code == 0 and "0 partitions changed leader" in out
+    code, out, _ = run("elect-leaders", "--election-type", "unclean", name)  # every partition led: none needed
+    assert code == 0 and out.startswith("unclean leader election: 0 partitions changed leader")
+    code, _, _ = run("elect-leaders", "--election-type", "dirty", name)
+    assert code == 2
     code, _, err = run("reassign-partitions", "start", name, "--partitions", "x", "--replicas", "0")
     assert code == 2
 
