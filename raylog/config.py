@@ -464,6 +464,14 @@ class ControllerConfig(_Config):
         "each replica is an actor process (Kafka's default of 50 would be 150 processes).",
         minimum=1,
     )
+    group_initial_rebalance_delay_ms: int = setting(
+        3_000,
+        "How long the first rebalance of an empty consumer group waits for more members, again "
+        "after each new one (up to the rebalance timeout): consumers that start together form "
+        "one generation instead of one rebalance each. 0 rebalances at the first join. Read by "
+        "each group coordinator when it starts.",
+        minimum=0,
+    )
     offsets_topic_replication_factor: int = setting(
         3,
         "Replicas of each __consumer_offsets partition, capped at the number of brokers when "

@@ -60,8 +60,13 @@ def cluster(tmp_path_factory):
     handle = raylog.connect(
         data_dir=str(tmp_path_factory.mktemp("raylog")),
         cluster_name=f"t{uuid.uuid4().hex[:8]}",
-        # Each partition is a process.
-        config={"offsets.topic.num.partitions": "2", "transaction.state.log.num.partitions": "1"},
+        # Each partition is a process. Groups form at the first join (as Kafka's own
+        # integration tests set it): tests/ray/kafka checks the initial delay.
+        config={
+            "offsets.topic.num.partitions": "2",
+            "transaction.state.log.num.partitions": "1",
+            "group.initial.rebalance.delay.ms": "0",
+        },
     )
     yield handle
     handle.shutdown()

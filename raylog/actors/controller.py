@@ -924,8 +924,8 @@ class ControllerActor:
         handle = self._cached_replica(key)
         created = handle is None
         if created:
-            cls, options, args = self._replica_spec(key)
-            handle = await asyncio.to_thread(lambda: _remote(cls).options(**options).remote(*args))
+            cls, options, args, kwargs = self._replica_spec(key)
+            handle = await asyncio.to_thread(lambda: _remote(cls).options(**options).remote(*args, **kwargs))
             now = self.image.topics.get(name)
             if now is None or now.topic_id != topic.topic_id:
                 await self._remove_replica_actors([handle])  # deleted meanwhile
@@ -975,8 +975,8 @@ class ControllerActor:
         key = (topic_name, partition, broker_id)
         handle = self._cached_replica(key)
         if handle is None:
-            cls, options, args = self._replica_spec(key)
-            handle = self._keep_replica(key, _remote(cls).options(**options).remote(*args))
+            cls, options, args, kwargs = self._replica_spec(key)
+            handle = self._keep_replica(key, _remote(cls).options(**options).remote(*args, **kwargs))
         return handle
 
     def _cached_replica(self, key: tuple[str, int, int]):
@@ -994,9 +994,10 @@ class ControllerActor:
         node_id = self.image.brokers[broker_id].node_id
         return replica_name(self.cluster_name, self.image.topics[topic_name].topic_id, partition, broker_id, node_id)
 
-    def _replica_spec(self, key: tuple[str, int, int]) -> tuple[type, dict, tuple]:
+    def _replica_spec(self, key: tuple[str, int, int]) -> tuple[type, dict, tuple, dict]:
         """How to create the replica actor of ``key``: its class, options and arguments (the
-        partition's state and, for a follower, its live leader's actor)."""
+        partition's state and, for a follower, its live leader's actor; a group coordinator's
+        settings)."""
         topic_name, partition, broker_id = key
         broker = self.image.brokers[broker_id]
         topic = self.image.topics[topic_name]
@@ -1029,7 +1030,10 @@ class ControllerActor:
             topic_name, PartitionReplicaActor
         )
         options["max_concurrency"] = actor_class.MAX_CONCURRENCY
-        return actor_class, options, args
+        kwargs = {}
+        if actor_class is GroupCoordinatorActor:
+            kwargs["initial_rebalance_delay_ms"] = self.config.group_initial_rebalance_delay_ms
+        return actor_class, options, args, kwargs
 
     def _push(self, partitions: list[PartitionInfo], only: int | None = None) -> None:
         """Tell every running replica of each partition (or broker ``only``'s) its new state and

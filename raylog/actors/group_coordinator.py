@@ -82,7 +82,8 @@ class GroupCoordinatorActor(CoordinatorActor):
     #: The replica's own groups (its methods name them), and these.
     CONCURRENCY_GROUPS = {**CoordinatorActor.CONCURRENCY_GROUPS, **CONCURRENCY_GROUPS}
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, initial_rebalance_delay_ms: int = 0, **kwargs: Any):
+        self._initial_rebalance_delay_ms = initial_rebalance_delay_ms  # group.initial.rebalance.delay.ms
         self._joins: set[concurrent.futures.Future] = set()
         self._rebalancing: set[str] = set()  # groups in PreparingRebalance at the last _deliver
         self._replay: LogReplay | None = None  # brings the loaded groups up to the HW
@@ -91,7 +92,7 @@ class GroupCoordinatorActor(CoordinatorActor):
     # --- the state ----------------------------------------------------------------------
 
     def _new_state(self) -> GroupCoordinator:
-        return GroupCoordinator()
+        return GroupCoordinator(self._initial_rebalance_delay_ms)
 
     def _load_batch(self, state: GroupCoordinator, header: record_batch.BatchHeader, records: list) -> None:
         state.apply_batch(header, records, now_ms())

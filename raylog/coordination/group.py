@@ -149,6 +149,9 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
     rebalance_deadline_ms: int = 0
+    #: The first rebalance of an empty group waits until then (ms) for more members to join
+    #: (``group.initial.rebalance.delay.ms``); 0 when not waiting.
+    initial_join_until_ms: int = 0
     #: Member ids handed out with MEMBER_ID_REQUIRED (KIP-394) -> when they expire (ms):
     #: not members until they join with them; kept in memory only, as in Kafka.
     pending_members: dict[str, int] = field(default_factory=dict)
@@ -185,7 +188,10 @@ class Outcome:
 class GroupCoordinator:
     """See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, initial_rebalance_delay_ms: int = 0) -> None:
+        #: Kafka's group.initial.rebalance.delay.ms: how long the first rebalance of an empty
+        #: group waits for more members, again after each new one, up to the rebalance timeout.
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.groups: dict[str, Group] = {}
         #: Offsets committed in transactions not decided yet: (producer id, epoch of the
         #: transaction) -> group -> offsets. A marker of the producer decides every pending
@@ -376,6 +382,8 @@ class GroupCoordinator:
         member.last_heartbeat_ms = now_ms
         if group.state != PREPARING_REBALANCE:
             self._prepare_rebalance(group, now_ms, f"member {member.member_id} {joined}")
+        elif group.initial_join_until_ms and joined == "joined":
+            group.initial_join_until_ms = min(now_ms + self.initial_rebalance_delay_ms, group.rebalance_deadline_ms)
         outcome.extend(self._maybe_complete_join(group, now_ms))
         return outcome
 
@@ -463,6 +471,8 @@ class GroupCoordinator:
             ]
             if expired:
                 outcome.extend(self._remove(group, expired, now_ms, UnknownMemberIdError("the session timed out")))
+            if group.state == PREPARING_REBALANCE and 0 < group.initial_join_until_ms <= now_ms:
+                outcome.extend(self._maybe_complete_join(group, now_ms))
             if group.state == PREPARING_REBALANCE and now_ms >= group.rebalance_deadline_ms:
                 outcome.extend(self._maybe_complete_join(group, now_ms, deadline_passed=True))
         return outcome
@@ -677,6 +687,11 @@ class GroupCoordinator:
         return member
 
     def _prepare_rebalance(self, group: Group, now_ms: int, reason: str) -> None:
+        """Start a rebalance (its join phase). An empty group's first one waits
+        ``initial_rebalance_delay_ms`` for more members (Kafka's InitialDelayedJoin), so that
+        consumers starting together land in one generation rather than one rebalance each."""
+        if group.state == EMPTY and self.initial_rebalance_delay_ms > 0:
+            group.initial_join_until_ms = now_ms + self.initial_rebalance_delay_ms
         logger.info(
             "group %s: rebalance in state %s, generation %d, %d member(s): %s",
             group.group_id,
@@ -687,6 +702,7 @@ class GroupCoordinator:
         )
         group.state = PREPARING_REBALANCE
         group.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
+        group.initial_join_until_ms = min(group.initial_join_until_ms, group.rebalance_deadline_ms)
 
     def _remove(self, group: Group, members: list[Member], now_ms: int, reason: Exception) -> Outcome:
         outcome = Outcome()
@@ -697,6 +713,7 @@ class GroupCoordinator:
         removed = f"member(s) {[m.member_id for m in members]} removed: {reason}"
         if not group.members:
             group.state, group.leader, group.protocol = EMPTY, "", ""
+            group.initial_join_until_ms = 0
             group.generation += 1  # any straggler's commits are fenced
             logger.info("group %s: empty in generation %d, %s", group.group_id, group.generation, removed)
             self._record(group, outcome)
@@ -710,9 +727,13 @@ class GroupCoordinator:
 
     def _maybe_complete_join(self, group: Group, now_ms: int, deadline_passed: bool = False) -> Outcome:
         """Finish the join phase once every member has rejoined (or the deadline passed:
-        then without the members that did not)."""
+        then without the members that did not), and an empty group's initial delay is over."""
         if group.state != PREPARING_REBALANCE:
             return Outcome()
+        if group.initial_join_until_ms:
+            if now_ms < group.initial_join_until_ms and not deadline_passed:
+                return Outcome()
+            group.initial_join_until_ms = 0
         missing = [m for m in group.members.values() if m.join_waiter is None]
         if missing and not deadline_passed:
             return Outcome()

@@ -60,7 +60,11 @@ def multinode(tmp_path_factory):
         address=ray_cluster.address,
         data_dir=str(tmp_path_factory.mktemp("controller")),
         cluster_name=f"m{uuid.uuid4().hex[:8]}",
-        config={"node.check.interval.ms": "200", "auto.leader.rebalance.enable": "false"},
+        config={
+            "node.check.interval.ms": "200",
+            "auto.leader.rebalance.enable": "false",
+            "group.initial.rebalance.delay.ms": "0",
+        },
     )
     # A node still starting its first worker on a loaded machine registers a round later.
     wait_until(lambda: len(cluster.metadata(refresh=True).live) == 3, timeout_s=90, message="three brokers")

@@ -6,7 +6,13 @@ with outside clients (confluent-kafka, kafka-python, aiokafka, kcat).
 port of 127.0.0.1, so that a topic can have three replicas and a client that bootstraps from
 one listener finds the others. Package-scoped: it is shut down once this folder's tests are
 done. Its internal topics have one partition and one replica each (every replica is a
-process). ``bootstrap`` is its listeners as a ``bootstrap.servers`` string.
+process), and an empty group's first rebalance does not wait for more members
+(``group.initial.rebalance.delay.ms`` 0, as Kafka's own integration tests set it). ``bootstrap``
+is its listeners as a ``bootstrap.servers`` string.
+
+``kafka_defaults_cluster`` is one broker with a listener that keeps Kafka's broker defaults
+where raylog's own differ or tests change them: topics are created automatically (2
+partitions each, so that a group can split one), groups wait 3 s before their first rebalance.
 
 ``kcat`` is the kcat command (``kcat`` or Debian's ``kafkacat``), installed when missing;
 a kcat that cannot be had fails the test with the reason.
@@ -49,7 +55,23 @@ def kafka_cluster(cluster, tmp_path_factory):
             "offsets.topic.replication.factor": "1",
             "transaction.state.log.num.partitions": "1",
             "transaction.state.log.replication.factor": "1",
+            "group.initial.rebalance.delay.ms": "0",
         },
+    )
+    yield handle
+    handle.shutdown()
+
+
+@pytest.fixture(scope="package")
+def kafka_defaults_cluster(cluster, tmp_path_factory):
+    """See the module docstring."""
+    import raylog
+
+    handle = raylog.connect(
+        data_dir=str(tmp_path_factory.mktemp("raylog-kafka-defaults")),
+        num_brokers=1,
+        cluster_name=f"d{uuid.uuid4().hex[:8]}",
+        config={"listeners": LISTENERS, "auto.create.topics.enable": "true", "num.partitions": "2"},
     )
     yield handle
     handle.shutdown()

@@ -7,32 +7,17 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 
-import raylog
 from raylog import Admin
 
 #: Bound on each client step.
 STEP_S = 60
 
 
-@pytest.fixture(scope="module")
-def auto_cluster(cluster, tmp_path_factory):
-    """One broker with a Kafka listener that creates topics automatically, 2 partitions each."""
-    handle = raylog.connect(
-        data_dir=str(tmp_path_factory.mktemp("raylog-auto-create")),
-        num_brokers=1,
-        cluster_name=f"a{uuid.uuid4().hex[:8]}",
-        config={"listeners": "PLAINTEXT://127.0.0.1:0", "auto.create.topics.enable": "true", "num.partitions": "2"},
-    )
-    yield handle
-    handle.shutdown()
-
-
-def test_a_producer_creates_the_topic_it_writes_to_and_a_consumer_does_not(auto_cluster):
-    bootstrap = auto_cluster.bootstrap_servers()
+def test_a_producer_creates_the_topic_it_writes_to_and_a_consumer_does_not(kafka_defaults_cluster):
+    bootstrap = kafka_defaults_cluster.bootstrap_servers()
     written, unread = f"auto-{uuid.uuid4().hex[:8]}", f"auto-{uuid.uuid4().hex[:8]}"
     producer = KafkaProducer({"bootstrap.servers": bootstrap})
     producer.produce(written, b"first")
@@ -43,7 +28,7 @@ def test_a_producer_creates_the_topic_it_writes_to_and_a_consumer_does_not(auto_
         consumer.poll(2)  # its metadata asks for the topic without allowing its creation
     finally:
         consumer.close()
-    admin = Admin(auto_cluster)
+    admin = Admin(kafka_defaults_cluster)
     assert len(admin.describe_topics([written])[0].partitions) == 2  # num.partitions
     assert unread not in admin.list_topics()
 

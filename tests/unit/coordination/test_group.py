@@ -94,8 +94,8 @@ class Coordinator:
     ``in_flight`` for :meth:`complete` or :meth:`fail`; with ``append_error`` set they fail.
     Every generation a reply tells a member is checked to be in the log already."""
 
-    def __init__(self) -> None:
-        self.groups = GroupCoordinator()
+    def __init__(self, initial_rebalance_delay_ms: int = 0) -> None:
+        self.groups = GroupCoordinator(initial_rebalance_delay_ms)
         self.replies: dict[object, JoinGroupResponse] = {}
         self.log: list[tuple[bytes, bytes | None]] = []
         self.durable = GroupCoordinator()  # the log as a coordinator loading it would see it
@@ -224,6 +224,52 @@ def test_second_member_waits_for_the_first_to_rejoin(coord):
     assert coord.sync(a2, T0 + 4) == tps("t", 0, 1) and coord.sync(b1, T0 + 4) == tps("t", 2, 3)
     with pytest.raises(IllegalGenerationError):
         coord.heartbeat(a1, T0 + 5)  # generation 1 is over
+
+
+def test_an_empty_groups_first_rebalance_waits_for_more_members_then_forms_one_generation():
+    """group.initial.rebalance.delay.ms: members of an empty group that join within the delay
+    of each other land in one generation (not one rebalance each); the delay starts again
+    with each new member. Later rebalances of the group do not wait."""
+    coord = Coordinator(initial_rebalance_delay_ms=3_000)
+    assert coord.join("a1", T0, client_id="a", strategies=(RANGE,)) is None
+    assert coord.state() == PREPARING_REBALANCE
+    assert coord.join("b1", T0 + 2, client_id="b", strategies=(RANGE,)) is None
+    coord.tick(T0 + 3_000)  # the delay runs from b's join
+    assert coord.replies == {}
+    coord.tick(T0 + 3_002)
+    a1, b1 = coord.replies["a1"], coord.replies["b1"]
+    assert a1.generation == b1.generation == 1 and a1.leader_id == b1.leader_id == a1.member_id
+    assert coord.sync(a1, T0 + 3_003) == tps("t", 0, 1) and coord.sync(b1, T0 + 3_003) == tps("t", 2, 3)
+    assert coord.join("c1", T0 + 4_000, client_id="c", strategies=(RANGE,)) is None
+    coord.join("a2", T0 + 4_001, a1.member_id, client_id="a", strategies=(RANGE,))
+    coord.join("b2", T0 + 4_001, b1.member_id, client_id="b", strategies=(RANGE,))
+    assert coord.replies["c1"].generation == coord.replies["b2"].generation == 2  # at once: not empty
+
+
+def test_the_initial_delay_of_an_empty_group_ends_at_the_rebalance_timeout():
+    """Members joining one after another cannot hold the first rebalance past the rebalance
+    timeout (Kafka's InitialDelayedJoin waits at most that long in all)."""
+    coord = Coordinator(initial_rebalance_delay_ms=3_000)
+    for i, at in enumerate((T0, T0 + 2_500, T0 + 4_500)):
+        assert coord.join(f"m{i}", at, client_id=f"m{i}", rebalance_timeout_ms=5_000) is None
+    coord.tick(T0 + 4_999)
+    assert coord.replies == {}
+    coord.tick(T0 + 5_000)
+    assert {coord.replies[f"m{i}"].generation for i in range(3)} == {1}
+    assert coord.state() == STABLE
+
+
+def test_an_empty_group_left_during_its_initial_delay_starts_the_delay_again_for_the_next():
+    coord = Coordinator(initial_rebalance_delay_ms=3_000)
+    assert coord.join("a1", T0, client_id="a") is None
+    member = next(iter(coord.groups.groups[GROUP].members))
+    coord.leave(member, T0 + 1_000)
+    assert coord.replies["a1"].error_code != 0 and coord.state() == EMPTY
+    assert coord.join("b1", T0 + 2_000, client_id="b") is None
+    coord.tick(T0 + 4_999)
+    assert "b1" not in coord.replies
+    coord.tick(T0 + 5_000)
+    assert coord.replies["b1"].error_code == 0 and coord.replies["b1"].generation >= 1
 
 
 def test_join_sent_again_replaces_the_waiting_one(coord):
