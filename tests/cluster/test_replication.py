@@ -24,15 +24,17 @@ def describe(cluster, topic: str):
 
 
 def read_values(cluster, topic: str, timeout_s: float = 60) -> list[bytes]:
-    """Every committed value of partition 0, from the start."""
+    """Every committed value of partition 0, from its log start."""
     consumer = Consumer(cluster, topic, auto_offset_reset="earliest")
     tp = TopicPartition(topic, 0)
     (end,) = wait_until(lambda: _end_offset(consumer, tp), timeout_s=timeout_s, message="an end offset")
     values: list[bytes] = []
+    position = 0
     deadline = time.monotonic() + timeout_s
-    while len(values) < end and time.monotonic() < deadline:
+    while position < end and time.monotonic() < deadline:
         for records in consumer.poll(timeout_ms=1_000).values():
             values.extend(r.value for r in records)
+            position = records[-1].offset + 1
     consumer.close()
     return values
 
@@ -132,6 +134,34 @@ def test_a_leader_back_on_a_new_node_before_its_death_was_seen_hands_over_and_wr
         assert producer.send(topic, b"after").result(timeout=30).offset == 1
     wait_until(lambda: old in describe(cluster, topic).isr, timeout_s=60, message="the broker back in the ISR")
     assert read_values(cluster, topic) == [b"before", b"after"]
+
+
+def test_records_deleted_while_a_follower_is_down_are_deleted_on_it_when_it_is_back(multinode, replicated_topic):
+    """DeleteRecords with a follower's node dead: answered once the ISR (without it) deleted;
+    the follower, back on a new node from its disk, follows the leader's log start before it
+    rejoins, so no replica serves the deleted records, and the rest stays readable."""
+    cluster, brokers = multinode
+    topic = replicated_topic(**SAFE)
+    tp = TopicPartition(topic, 0)
+    with Producer(cluster, acks="all") as producer:
+        for i in range(10):
+            producer.send(topic, b"%d" % i).result(timeout=30)
+    info = describe(cluster, topic)
+    follower = next(r for r in info.replicas if r != info.leader)
+    brokers.kill(follower)
+    admin = Admin(cluster)
+    # Answered once the dead follower left the ISR (replica.lag.time.max.ms 2 s), not before.
+    assert admin.delete_records({tp: 6}, timeout_ms=60_000) == {tp: 6}
+    assert follower not in describe(cluster, topic).isr
+    brokers.start(follower)
+    wait_until(lambda: follower in describe(cluster, topic).isr, timeout_s=60, message="the follower back in the ISR")
+    handles = ray.get(cluster.controller.replica_handles.remote(topic), timeout=60)
+
+    def log_starts() -> list[int]:  # the follower applies the leader's log start with its fetch's answer
+        return [s["log_start_offset"] for s in ray.get([h.state.remote() for h in handles.values()], timeout=30)]
+
+    wait_until(lambda: log_starts() == [6, 6, 6], timeout_s=30, message="every replica's log start at 6")
+    assert read_values(cluster, topic) == [b"%d" % i for i in range(6, 10)]
 
 
 def test_two_of_three_die_not_enough_replicas_then_they_rejoin(multinode, replicated_topic):
