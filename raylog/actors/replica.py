@@ -574,6 +574,7 @@ class PartitionReplicaActor:
                 "high_watermark": p.high_watermark,
                 "log_start_offset": p.log.log_start_offset,
                 "log_end_offset": p.log.log_end_offset,
+                "epochs": p.epochs.entries(),
                 "size_bytes": p.log.size_bytes,
                 "segments": p.log.segment_count,
                 "pid": os.getpid(),

@@ -307,6 +307,9 @@ class RunResult:
     crashes: list[str]  # client threads an exception ended (a client's fatal error among them)
     offline: list[int]  # partitions left without a leader (allowed after replace-disk)
     unhealed: str  # when the cluster was not in sync (under load, or at the final read): what each replica said
+    #: for a run with violations: each violated partition's leader changes and its replicas' own
+    #: state at the end (epochs with their start offsets, log start and end, HW)
+    evidence: str
     #: not in sync within HEAL_TIMEOUT_S while the clients ran, in sync once they stopped
     synced_once_unloaded: bool
     transactions: dict[str, int]  # transactions by outcome (committed, aborted, unknown)
@@ -354,6 +357,7 @@ class RunResult:
         examples = self.report.examples(safe=self.config.safe)
         lines += [examples] if examples else []
         lines += [f"  not healed: {self.unhealed}"] if self.unhealed else []
+        lines += [f"  evidence: {self.evidence}"] if self.evidence else []
         lines += [f"  demoted while healthy: {d}" for d in self.demoted]
         lines += [f"  client crashed: {c}" for c in self.crashes]
         return "\n".join(lines + [f"  client: {e}" for e in self.client_errors[:5]])
@@ -435,6 +439,11 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         delays.close()
     history = recorder.history(final)
     report = checker.check(history)
+    violated = {a.partition for a in report.violations(config.safe)}
+    evidence = ""
+    if violated:
+        moves = [c.describe(nemesis.began) for c in changes if c.partition in violated]
+        evidence = f"leader changes: {moves}; at the end: " + replica_states(env.cluster, [topic], violated)
     _delete_quietly(admin, topic, groups)
     acked = [op for op in history.ops if isinstance(op, Send) and op.outcome == OK]
     latencies = sorted(recorder.seconds(op.start, op.end) * 1000 for op in acked if op.txn is None)
@@ -458,6 +467,7 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
         crashes,
         sorted(nemesis.offline_ok),
         unhealed,
+        evidence,
         synced_once_unloaded,
         dict(collections.Counter(op.outcome for op in history.ops if isinstance(op, Txn))),
         [c.describe(nemesis.began) for c in demoted],
@@ -559,9 +569,10 @@ def wait_in_sync(admin: Admin, topics: list[str], timeout_s: float, offline_ok: 
     return False
 
 
-def replica_states(cluster: Any, topics: list[str]) -> str:
-    """Each partition's state as the controller and each of its replicas see it (to show why
-    a run did not heal)."""
+def replica_states(cluster: Any, topics: list[str], partitions: set[int] | None = None) -> str:
+    """Each partition's state as the controller and each of its replicas see it: those not in
+    sync (to show why a run did not heal), or those numbered in ``partitions`` (to show where a
+    violation came from: each replica's leader epochs with the offsets they start at)."""
     admin = Admin(cluster)
     parts = []
     for name in topics:
@@ -572,7 +583,9 @@ def replica_states(cluster: Any, topics: list[str]) -> str:
             parts.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         for p in described.partitions:
-            if p.leader >= 0 and set(p.isr) == set(p.replicas):
+            if partitions is None and p.leader >= 0 and set(p.isr) == set(p.replicas):
+                continue
+            if partitions is not None and p.partition not in partitions:
                 continue
             seen = []
             for (partition, broker), handle in sorted(handles.items()):
@@ -583,6 +596,7 @@ def replica_states(cluster: Any, topics: list[str]) -> str:
                             f"b{broker}: leader {st['leader']} epoch {st['leader_epoch']}.{st['partition_epoch']} "
                             f"isr {st['isr']} hw {st['high_watermark']} leo {st['log_end_offset']} "
                             f"fetch errors {st['fetch_errors']} ({st['last_fetch_error']})"
+                            + (f" log start {st['log_start_offset']} epochs {st['epochs']}" if partitions else "")
                         )
                     except RaylogError as exc:
                         seen.append(f"b{broker}: {type(exc).__name__}")

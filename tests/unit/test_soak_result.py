@@ -10,7 +10,7 @@ from raylog.chaos import checker
 from raylog.chaos.soak import RunConfig, RunResult, totals
 
 
-def result(seed: int, healed: bool, synced_once_unloaded: bool, unhealed: str = "") -> RunResult:
+def result(seed: int, healed: bool, synced_once_unloaded: bool, unhealed: str = "", evidence: str = "") -> RunResult:
     return RunResult(
         seed=seed,
         config=RunConfig(),
@@ -24,6 +24,7 @@ def result(seed: int, healed: bool, synced_once_unloaded: bool, unhealed: str = 
         crashes=[],
         offline=[],
         unhealed=unhealed,
+        evidence=evidence,
         synced_once_unloaded=synced_once_unloaded,
         transactions={},
         demoted=[],
@@ -45,3 +46,11 @@ def test_a_cluster_not_in_sync_after_the_load_stopped_fails_the_run():
     assert run.failed and " NOT-HEALED " in run.line()
     summary = totals([run, result(3, healed=True, synced_once_unloaded=True)], 5.0)
     assert "failed=1 seeds=2 " in summary and "in-sync-only-without-load=1 " in summary
+
+
+def test_a_runs_evidence_of_its_violations_is_in_its_details():
+    """A run with violations shows what each violated partition's replicas hold at the end
+    (their leader epochs and where each starts): truncation of acknowledged records shows as
+    an epoch starting below them."""
+    run = result(4, healed=True, synced_once_unloaded=False, evidence="leader changes: [...]; at the end: t-1 ...")
+    assert "  evidence: leader changes: [...]; at the end: t-1 ..." in run.details()
