@@ -574,7 +574,7 @@ class PartitionReplicaActor:
                 "high_watermark": p.high_watermark,
                 "log_start_offset": p.log.log_start_offset,
                 "log_end_offset": p.log.log_end_offset,
-                "epochs": p.epochs.entries(),
+                "epochs": p.epochs.entries,
                 "size_bytes": p.log.size_bytes,
                 "segments": p.log.segment_count,
                 "pid": os.getpid(),
@@ -634,7 +634,8 @@ class PartitionReplicaActor:
                     answer = EpochAnswer(*ray.get(call, timeout=PEER_CALL_TIMEOUT_S))
                 else:
                     call = leader.fetch.options(concurrency_group="replication").remote(request)
-                    answer = ray.get(call, timeout=PEER_CALL_TIMEOUT_S)
+                    # The leader may hold it replica.fetch.wait.max.ms before it answers.
+                    answer = ray.get(call, timeout=request.max_wait_ms / 1000 + PEER_CALL_TIMEOUT_S)
             except ray.exceptions.RayError:  # (a timeout is a RayError)
                 answer = None
             with self._lock:
