@@ -1118,11 +1118,11 @@ class ControllerActor:
         await self.start()
         return {(t, p): handle for (t, p, b), (_, handle) in self.replicas.items() if b == broker_id}
 
-    async def replica_handles(self, topic: str) -> dict[tuple[int, int], Any]:
+    async def replica_handles(self, topic: str, wait_s: float = REPLICA_START_TIMEOUT_S) -> dict[tuple[int, int], Any]:
         """Every live replica actor of ``topic`` by ``(partition, broker_id)`` (tests, tools),
-        once each has answered (at most :data:`REPLICA_START_TIMEOUT_S`: then those running)."""
+        once each has answered (at most ``wait_s``: then those created, answering or not)."""
         await self.start()
-        deadline = asyncio.get_running_loop().time() + REPLICA_START_TIMEOUT_S
+        deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             changed = self._leaders_event()
             described = self.image.topic(topic)

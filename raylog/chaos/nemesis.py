@@ -421,7 +421,9 @@ class Nemesis:
         return self.admin.describe_topics([self.topic])[0].partitions[partition]
 
     def _handles(self) -> dict[tuple[int, int], Any]:
-        return call(self.cluster.controller.replica_handles.remote(self.topic), CALL_TIMEOUT_S)
+        # Faults go to the replicas that run: a follower still starting under the clients'
+        # load must not hold the fault past the call's timeout (it then never happened).
+        return call(self.cluster.controller.replica_handles.remote(self.topic, CALL_TIMEOUT_S / 4), CALL_TIMEOUT_S)
 
     def _leader(self) -> tuple[int, int, Any]:
         """A random partition's ``(partition, leader broker, leader actor)``."""

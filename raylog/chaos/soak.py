@@ -578,7 +578,9 @@ def replica_states(cluster: Any, topics: list[str], partitions: set[int] | None 
     for name in topics:
         try:
             (described,) = admin.describe_topics([name])
-            handles = call(cluster.controller.replica_handles.remote(name), REPLICA_STATE_TIMEOUT_S)
+            handles = call(
+                cluster.controller.replica_handles.remote(name, REPLICA_STATE_TIMEOUT_S / 2), REPLICA_STATE_TIMEOUT_S
+            )
         except RaylogError as exc:
             parts.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
