@@ -176,3 +176,17 @@ def test_init_spark_leaves_a_given_configuration_and_spark_defaults_alone(raydp_
     assert session.RAYDP_DRIVER_LOG4J_KEY not in calls[-1] and "spark.ui.showConsoleProgress" not in calls[-1]
     assert "raylog.spark.logLevel" not in calls[-1]["spark.driver.extraJavaOptions"]
     assert jvm.reloaded == []
+
+
+def test_init_spark_points_the_drivers_raydp_agent_at_this_ray_sessions_log_directory(raydp_calls, monkeypatch):
+    """Not at /tmp/ray/session_latest, which may be another session's or gone (the driver JVM
+    then died at start: "processing of -javaagent failed")."""
+    calls, _ = raydp_calls
+
+    class Node:
+        def get_logs_dir_path(self) -> str:
+            return "/tmp/ray/session_x/logs"
+
+    monkeypatch.setattr(session.ray._private.worker, "_global_node", Node())
+    session.init_spark("x", log_level=None)
+    assert "-Dray.logging.dir=/tmp/ray/session_x/logs" in calls[-1]["spark.driver.extraJavaOptions"]

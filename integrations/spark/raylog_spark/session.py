@@ -148,6 +148,7 @@ def init_spark(
     settings = dict(configs or {})
     for key in JAVA_OPTIONS_KEYS:
         settings[key] = f"{settings[key]} {java_options()}" if settings.get(key) else java_options()
+    settings["spark.driver.extraJavaOptions"] += _driver_logging_dir()
     if level is None:
         return raydp.init_spark(app_name, num_executors, executor_cores, executor_memory, configs=settings)
     ours = RAYDP_DRIVER_LOG4J_KEY not in settings and RAYDP_DRIVER_LOG4J_ENV not in os.environ
@@ -170,6 +171,15 @@ def init_spark(
         jvm = spark.sparkContext._jvm
         jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(jvm.java.io.File(LOG4J2_CONFIG).toURI())
     return spark
+
+
+def _driver_logging_dir() -> str:
+    """The Java option that puts the driver JVM's RayDP agent log in this Ray session's log
+    directory, as RayDP does for its app master (with the same Ray internal): without it the
+    agent writes under ``/tmp/ray/session_latest``, the session a Ray started last on this
+    machine, and the JVM dies at start when that link points to a session removed since."""
+    node = ray._private.worker._global_node
+    return f" -Dray.logging.dir={node.get_logs_dir_path()}" if node is not None else ""
 
 
 def _check_log_level(log_level: str | None) -> str | None:
