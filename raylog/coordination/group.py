@@ -370,7 +370,7 @@ class GroupCoordinator:
             member.partition_counts = dict(request.partition_counts)
             member.session_timeout_ms = request.session_timeout_ms
             member.rebalance_timeout_ms = request.rebalance_timeout_ms
-        joined = "joined" if request.member_id == "" or pending else "rejoined"
+        new_member = request.member_id == "" or pending
         if member.join_waiter is not None and member.join_waiter is not waiter:
             # A retried join replaces the one that was waiting (its caller gave up on it).
             stale = member.join_waiter
@@ -381,8 +381,9 @@ class GroupCoordinator:
             outcome = Outcome()
         member.last_heartbeat_ms = now_ms
         if group.state != PREPARING_REBALANCE:
+            joined = "joined" if new_member else "rejoined"
             self._prepare_rebalance(group, now_ms, f"member {member.member_id} {joined}")
-        elif group.initial_join_until_ms and joined == "joined":
+        elif group.initial_join_until_ms and new_member:
             group.initial_join_until_ms = min(now_ms + self.initial_rebalance_delay_ms, group.rebalance_deadline_ms)
         outcome.extend(self._maybe_complete_join(group, now_ms))
         return outcome
