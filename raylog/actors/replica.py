@@ -572,6 +572,12 @@ class PartitionReplicaActor:
                 "replicas": list(p.replicas),
                 "partition_epoch": p.partition_epoch,
                 "high_watermark": p.high_watermark,
+                "last_stable_offset": p.last_stable_offset,
+                "open_transactions": [
+                    (s.producer_id, s.producer_epoch, s.current_transaction_start_offset)
+                    for s in p.producers.describe()
+                    if s.current_transaction_start_offset >= 0
+                ],
                 "log_start_offset": p.log.log_start_offset,
                 "log_end_offset": p.log.log_end_offset,
                 "epochs": p.epochs.entries,

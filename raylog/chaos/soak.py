@@ -443,7 +443,12 @@ def run_once(env: SoakCluster, seed: int, config: RunConfig) -> RunResult:
     evidence = ""
     if violated:
         moves = [c.describe(nemesis.began) for c in changes if c.partition in violated]
-        evidence = f"leader changes: {moves}; at the end: " + replica_states(env.cluster, [topic], violated)
+        evidence = (
+            f"leader changes: {moves}; at the end: "
+            + replica_states(env.cluster, [topic], violated)
+            + "; transactions: "
+            + transaction_states(admin, raylog_txn_ids + kafka_txn_ids)
+        )
     _delete_quietly(admin, topic, groups)
     acked = [op for op in history.ops if isinstance(op, Send) and op.outcome == OK]
     latencies = sorted(recorder.seconds(op.start, op.end) * 1000 for op in acked if op.txn is None)
@@ -598,7 +603,12 @@ def replica_states(cluster: Any, topics: list[str], partitions: set[int] | None 
                             f"b{broker}: leader {st['leader']} epoch {st['leader_epoch']}.{st['partition_epoch']} "
                             f"isr {st['isr']} hw {st['high_watermark']} leo {st['log_end_offset']} "
                             f"fetch errors {st['fetch_errors']} ({st['last_fetch_error']})"
-                            + (f" log start {st['log_start_offset']} epochs {st['epochs']}" if partitions else "")
+                            + (
+                                f" lso {st['last_stable_offset']} open transactions (pid, epoch, first offset) "
+                                f"{st['open_transactions']} log start {st['log_start_offset']} epochs {st['epochs']}"
+                                if partitions
+                                else ""
+                            )
                         )
                     except RaylogError as exc:
                         seen.append(f"b{broker}: {type(exc).__name__}")
@@ -607,6 +617,21 @@ def replica_states(cluster: Any, topics: list[str], partitions: set[int] | None 
                 f"replicas {list(p.replicas)} ({'; '.join(seen)})"
             )
     return " | ".join(parts)
+
+
+def transaction_states(admin: Admin, transactional_ids: tuple[str, ...]) -> str:
+    """Each transactional id as its coordinator tells it (to name the producer of a
+    transaction left open in a partition: the replicas list producer ids)."""
+    told = []
+    for tid in transactional_ids:
+        try:
+            (t,) = admin.describe_transactions([tid])
+        except RaylogError as exc:
+            told.append(f"{tid}: {type(exc).__name__}: {exc}")
+            continue
+        partitions = [f"{tp.topic}-{tp.partition}" for tp in t.partitions]
+        told.append(f"{tid}: pid {t.producer_id} epoch {t.producer_epoch} {t.state} {partitions}")
+    return ", ".join(told)
 
 
 def _delete_quietly(admin: Admin, topic: str, groups: list[str]) -> None:
