@@ -752,13 +752,13 @@ class PartitionReplicaActor:
             metrics.record_cleaning(self._metric_tags, cleaned)
 
     @ray.method(concurrency_group="control")
-    def inject_disk_fault(self, errno: int | None) -> None:
+    def inject_disk_fault(self, errno: int | None, duration_s: float | None = None) -> None:
         """Test only: make every storage write in this replica's process fail with
-        ``OSError(errno)`` (``errno.ENOSPC``: a full disk, ``errno.EIO``: a failing one), or
-        stop with None (:mod:`raylog.storage.faults`). Produces are then answered with
-        KAFKA_STORAGE_ERROR; once the fault stops, the next housekeeping round brings a
-        log that went offline back."""
-        faults.inject(errno)
+        ``OSError(errno)`` (``errno.ENOSPC``: a full disk, ``errno.EIO``: a failing one), for
+        ``duration_s`` if given, or stop with None (:mod:`raylog.storage.faults`). Produces
+        are then answered with KAFKA_STORAGE_ERROR; once the fault stops, the next
+        housekeeping round brings a log that went offline back."""
+        faults.inject(errno, duration_s)
 
 
 @functools.cache

@@ -41,7 +41,8 @@ Fault kinds (``FAULT_KINDS``; each picks its target with the run's ``random.Rand
 - ``corrupt-tail``: SIGSTOP a follower, cut its last segment short or flip bytes in its
   tail on disk, SIGKILL it: Ray restarts it and its recovery finds the damage.
 - ``disk-full``: a replica's storage writes fail with ENOSPC for a while
-  (``PartitionReplicaActor.inject_disk_fault(errno)``; ``inject_disk_fault(None)`` heals).
+  (``PartitionReplicaActor.inject_disk_fault(errno, duration_s)``, which ends by itself;
+  ``inject_disk_fault(None)`` heals at once).
 
 A fault whose target cannot be found (no leader right now, an empty segment) is recorded
 as skipped with the reason; one that raises is recorded with its error.
@@ -410,9 +411,13 @@ class Nemesis:
         partition = self.rng.randrange(self.partitions)
         broker, handle = self._replica(partition)
         self._disturb(partition, broker)
-        call(handle.inject_disk_fault.remote(errno.ENOSPC), CALL_TIMEOUT_S)
+        held_s = self.rng.uniform(*DISK_FULL_S)
+        # Healed even if this call times out (it may still run late), and ending by itself
+        # then: a disk left full by a call the nemesis gave up on never heals otherwise (seed
+        # 343: a follower's appends failed for good, and the run never got back in sync).
         self._disk_faults.append(handle)
-        self._hold(self.rng.uniform(*DISK_FULL_S))
+        call(handle.inject_disk_fault.remote(errno.ENOSPC, held_s), CALL_TIMEOUT_S)
+        self._hold(held_s)
         return f"p{partition} b{broker}"
 
     # --- helpers --------------------------------------------------------------------------

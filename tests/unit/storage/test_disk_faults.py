@@ -170,6 +170,23 @@ def test_a_full_disk_never_takes_the_log_offline(open_log):
     assert offsets(log) == list(range(15))
 
 
+def test_a_fault_for_a_while_ends_by_itself(open_log, monkeypatch):
+    """A fault switched on for a duration (by a call its caller may have given up on, so
+    that no one switches it off) stops failing writes when the duration is over."""
+    now = [100.0]
+    monkeypatch.setattr(faults.time, "monotonic", lambda: now[0])
+    log = open_log(index_interval_bytes=0)
+    faults.inject(errno.ENOSPC, duration_s=2.0)
+    with pytest.raises(StorageError):
+        log.append_as_leader(batch(5, 100), 0)
+    now[0] = 101.9
+    assert faults.active() == errno.ENOSPC
+    now[0] = 102.0
+    assert faults.active() is None
+    fill(log, 1)
+    assert offsets(log) == list(range(5))
+
+
 def test_revive_keeps_a_log_offline_when_its_disk_lost_acknowledged_data(open_log):
     """A log whose files came back shorter than what it acknowledged stays offline: it must be re-copied, not served."""
     log = open_log()
