@@ -137,7 +137,9 @@ class JoinGroupRequest:
     topics: tuple[str, ...]
     #: topic -> partition count, as the member's metadata says (the coordinator assigns from it).
     partition_counts: dict[str, int]
-    strategies: tuple[str, ...]  # partition assignors, most preferred first
+    #: The protocols (Kafka's name; for a consumer, its partition assignors) the member
+    #: supports, most preferred first.
+    strategies: tuple[str, ...]
     owned: tuple[Any, ...] = ()  # TopicPartitions the member reads now (incremental protocol)
     owned_generation: int = -1  # the generation ``owned`` was assigned in (KIP-792)
     instance_id: str | None = None  # group.instance.id: static membership
@@ -148,6 +150,23 @@ class JoinGroupRequest:
     #: joins when it comes back with it (KIP-394: Kafka's JoinGroup v4+), so that a client that
     #: never comes back (it timed out, or went away) holds no place the group waits for.
     require_known_member_id: bool = False
+    #: The group's protocol type: every member of a group shares one (Kafka's consumers
+    #: ``consumer``, Kafka Connect's workers ``connect``, ...).
+    protocol_type: str = "consumer"
+    #: Each strategy's metadata, as Kafka's JoinGroup carries it (empty: a raylog member,
+    #: which has none). The coordinator keeps it opaque and hands it to the member that
+    #: assigns, where the group's protocol is not one it runs itself.
+    metadata: tuple[bytes, ...] = ()
+
+
+@dataclass(frozen=True)
+class JoinedMember:
+    """A member as the group's leader is told it, to assign: its metadata for the group's
+    protocol (empty where the coordinator assigns)."""
+
+    member_id: str
+    instance_id: str | None
+    metadata: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -158,7 +177,14 @@ class JoinGroupResponse:
     member_id: str = ""
     leader_id: str = ""
     protocol: str = ""
-    members: tuple[str, ...] = ()
+    #: Every member (:class:`JoinedMember`), told to the leader only.
+    members: tuple[JoinedMember, ...] = ()
+    #: The group's protocol is assigned by its leader member (Kafka's classic protocol), not
+    #: by the coordinator: the leader sends every member's assignment with its sync.
+    leader_assigns: bool = False
+    #: A static leader that took its place back without a rebalance: it must not assign
+    #: again (KIP-814: the members keep the assignment it made before).
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True)
@@ -166,6 +192,9 @@ class SyncGroupResponse:
     error_code: int = NONE
     error_message: str = ""
     assignment: tuple[Any, ...] = ()  # TopicPartitions of this member in this generation
+    #: Its assignment as the group's leader member made it (opaque bytes), where the leader
+    #: assigns; None where the coordinator did (``assignment``).
+    assigned: bytes | None = None
 
 
 @dataclass(frozen=True)

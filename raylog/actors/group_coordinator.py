@@ -25,16 +25,18 @@ wakes first, and a commit that timed out waiting but was replicated after all co
 next leader would count it.
 
 Concurrency: as the replica's, each call on a thread of its own and every step under the
-replica's lock, so each state-machine step runs alone; a join waits for its reply on a
-future (set by whichever step completes the join), a heartbeat on a condition that wakes
-when a group starts rebalancing, a commit for the ISR. The calls that wait run in Ray
+replica's lock, so each state-machine step runs alone; a join or a sync waits for its
+reply on a future (set by whichever step completes the join, or brings and replicates the
+leader member's assignment), a heartbeat on a condition that wakes when a group starts
+rebalancing, a commit or a leader's assignment for the ISR. The calls that wait run in Ray
 concurrency groups of their own (:data:`CONCURRENCY_GROUPS`), each a bounded pool of
 threads, so that however many members wait, the calls that end their waits never queue
 behind them: the replica's own calls (followers' fetches, markers, the controller's), and
-syncs, leaves and offset fetches, run in the default pool (:data:`MAX_CONCURRENCY`). Beyond
-a pool's bound a call waits in Ray's queue: a heartbeat for at most another's ``wait_ms``,
-a commit for at most another's wait for the ISR, a join until the join it waits behind
-completes (at the latest at its rebalance deadline, without the members still queued).
+leaves and offset fetches, run in the default pool (:data:`MAX_CONCURRENCY`). Beyond a
+pool's bound a call waits in Ray's queue: a heartbeat for at most another's ``wait_ms``, a
+commit for at most another's wait for the ISR, a join until the join it waits behind
+completes (at the latest at its rebalance deadline, without the members still queued), a
+sync until the leader's assignment or the sync deadline.
 """
 
 from __future__ import annotations
@@ -64,11 +66,19 @@ MAX_CONCURRENCY = 64
 JOIN_CONCURRENCY = 256
 #: Long-polling heartbeats held at once.
 HEARTBEAT_CONCURRENCY = 256
-#: Offset commits (plain or transactional) and group deletions waiting for the ISR at once.
+#: Syncs waiting for their leader member's assignment at once.
+SYNC_CONCURRENCY = 256
+#: Offset commits (plain or transactional), leaders' assignments and group deletions
+#: waiting for the ISR at once.
 COMMIT_CONCURRENCY = 64
 #: Ray concurrency groups of the calls that wait (each a pool of its own; threads cost ~10 KiB
 #: each and no CPU while they wait).
-CONCURRENCY_GROUPS = {"joins": JOIN_CONCURRENCY, "heartbeats": HEARTBEAT_CONCURRENCY, "commits": COMMIT_CONCURRENCY}
+CONCURRENCY_GROUPS = {
+    "joins": JOIN_CONCURRENCY,
+    "syncs": SYNC_CONCURRENCY,
+    "heartbeats": HEARTBEAT_CONCURRENCY,
+    "commits": COMMIT_CONCURRENCY,
+}
 #: Bytes read per step when the groups catch up with the high watermark.
 REPLAY_READ_BYTES = 1 << 20
 
@@ -84,7 +94,8 @@ class GroupCoordinatorActor(CoordinatorActor):
 
     def __init__(self, *args: Any, initial_rebalance_delay_ms: int = 0, **kwargs: Any):
         self._initial_rebalance_delay_ms = initial_rebalance_delay_ms  # group.initial.rebalance.delay.ms
-        self._joins: set[concurrent.futures.Future] = set()
+        #: Joins and syncs waiting for their reply -> the kind of reply they wait for.
+        self._waiting: dict[concurrent.futures.Future, type] = {}
         self._rebalancing: set[str] = set()  # groups in PreparingRebalance at the last _deliver
         self._replay: LogReplay | None = None  # brings the loaded groups up to the HW
         super().__init__(*args, **kwargs)
@@ -110,11 +121,12 @@ class GroupCoordinatorActor(CoordinatorActor):
         return f"{len(state.groups)} group(s)"
 
     def _unloaded(self) -> None:
-        """Answer every waiting join."""
-        for future in self._joins:
+        """Answer every waiting join and sync."""
+        moved = error_fields(NotCoordinatorError("the coordinator moved"))
+        for future, kind in self._waiting.items():
             if not future.done():
-                future.set_result(JoinGroupResponse(**error_fields(NotCoordinatorError("the coordinator moved"))))
-        self._joins.clear()
+                future.set_result(kind(**moved))
+        self._waiting.clear()
         self._replay = None
         self._pulse()
 
@@ -160,21 +172,44 @@ class GroupCoordinatorActor(CoordinatorActor):
                 outcome = self._coordinator().join(request, future, now_ms())
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return JoinGroupResponse(**error_fields(exc))
-            self._joins.add(future)
+            self._waiting[future] = JoinGroupResponse
             self._deliver(outcome)
-        try:
-            return future.result()  # a step completes it, or _unload does
-        finally:
-            with self._lock:
-                self._joins.discard(future)
+        return self._reply(future)
 
+    @ray.method(concurrency_group="syncs")
     def sync_group(self, group_id: str, member_id: str, generation: int, instance_id: str | None) -> SyncGroupResponse:
+        """The member's assignment; where the group's leader member assigns, answered once
+        the leader's assignment (:meth:`assign_group`) is replicated."""
+        return self._sync(group_id, member_id, generation, instance_id, None)
+
+    @ray.method(concurrency_group="commits")
+    def assign_group(
+        self, group_id: str, member_id: str, generation: int, instance_id: str | None, assignments: dict[str, bytes]
+    ) -> SyncGroupResponse:
+        """The leader member's sync, with every member's assignment (Kafka's SyncGroup from
+        the leader); answered, with its own, once they are replicated. It waits in another
+        pool than the syncs it releases."""
+        return self._sync(group_id, member_id, generation, instance_id, assignments)
+
+    def _sync(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        assignments: dict[str, bytes] | None,
+    ) -> SyncGroupResponse:
+        future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             try:
-                assignment = self._coordinator().sync(group_id, member_id, generation, instance_id, now_ms())
-            except Exception as exc:  # noqa: BLE001
+                outcome = self._coordinator().sync(
+                    group_id, member_id, generation, instance_id, future, now_ms(), assignments
+                )
+            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return SyncGroupResponse(**error_fields(exc))
-        return SyncGroupResponse(assignment=tuple(assignment))
+            self._waiting[future] = SyncGroupResponse
+            self._deliver(outcome)
+        return self._reply(future)
 
     @ray.method(concurrency_group="heartbeats")
     def heartbeat(
@@ -344,6 +379,15 @@ class GroupCoordinatorActor(CoordinatorActor):
             if groups is self._groups:
                 self._deliver(after)
             # Else the groups were unloaded meanwhile, which answered every waiting join.
+
+    def _reply(self, future: concurrent.futures.Future) -> Any:
+        """The reply a waiting join or sync gets: a step completes ``future``, or
+        :meth:`_unloaded` does."""
+        try:
+            return future.result()
+        finally:
+            with self._lock:
+                self._waiting.pop(future, None)
 
     @functools.cached_property
     def _group_changed(self) -> threading.Condition:

@@ -500,7 +500,7 @@ class Admin:
             error = error_of(response)
             if error is not None:
                 raise error
-            groups.extend((group_id, state) for group_id, state, _ in response.value)
+            groups.extend((group_id, state) for group_id, state, *_ in response.value)
         return sorted(groups)
 
     def describe_consumer_groups(self, group_ids: list[str]) -> list[ConsumerGroupDescription]:

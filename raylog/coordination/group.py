@@ -24,20 +24,32 @@ the group rebalances again, so nothing was promised. Hence after a fail-over the
 generation is at least every generation any member was told, and generations are never
 reused with another membership or assignment.
 
-Membership is Kafka's classic protocol, with the assignor run here rather than by a
-leading member: members join (the join completes when every known member has rejoined, or
-at the rebalance deadline without the missing ones), the generation goes up, each member
-fetches its assignment (sync) and heartbeats. A member that misses ``session.timeout.ms``
-of heartbeats is removed, and so is one that does not rejoin within its rebalance timeout
-(``max.poll.interval.ms``). With the cooperative assignor a partition never has two
-owners in one generation: one that moves is withheld from its new member until its owner
-revoked it and rejoined (the follow-up rebalance); a claim counts only if made in the
-latest generation any member is in (a member that lost its place claims nothing). Static
-members (``group.instance.id``) that come back with the same subscription take their old
-place without a rebalance.
+Membership is Kafka's classic protocol: members join (the join completes when every known
+member has rejoined, or at the rebalance deadline without the missing ones), the members'
+vote picks the group's protocol, the generation goes up, each member fetches its assignment
+(sync) and heartbeats. Who assigns depends on the protocol chosen. A consumer assignor this
+coordinator runs (``range``, ``roundrobin``, ``cooperative-sticky``: raylog's members, and
+Kafka's consumers proposing them) is run here when the join completes, so raylog and Kafka
+members mix in one group. Any other protocol (a custom assignor, Kafka Streams' ``stream``,
+Kafka Connect's protocol type ``connect``) is the members' business, as in Kafka: the leader
+member is told every member's metadata, the generation waits in CompletingRebalance for the
+leader's sync, which carries each member's assignment as opaque bytes, and every sync is
+answered once that assignment is replicated (a leader that never sends it is removed at the
+rebalance deadline, with the members that never synced, and the group rebalances).
+
+A member that misses ``session.timeout.ms`` of heartbeats is removed, and so is one that
+does not rejoin within its rebalance timeout (``max.poll.interval.ms``). With the
+cooperative assignor run here a partition never has two owners in one generation: one that
+moves is withheld from its new member until its owner revoked it and rejoined (the
+follow-up rebalance); a claim counts only if made in the latest generation any member is in
+(a member that lost its place claims nothing). A leader member running a cooperative
+assignor does the same on its side (KIP-429). Static members (``group.instance.id``) that
+come back with the same subscription take their old place without a rebalance (a leader
+among them is told to skip assigning, KIP-814).
 
 States (Kafka's names): Empty, PreparingRebalance, CompletingRebalance (the join is
-complete and the assignment computed, the group record not durable yet), Stable, Dead.
+complete, the group record not durable yet; or, where the leader member assigns, its
+assignment not received or not durable yet), Stable, Dead.
 
 Inputs are requests and :meth:`tick` with the time; outputs are :class:`Outcome` (replies
 for waiting joins, records to append) or a raised typed error. No clock, no I/O.
@@ -74,12 +86,15 @@ from ..errors import (
     UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
-from ..protocol import JoinGroupRequest, JoinGroupResponse, error_fields
+from ..protocol import JoinedMember, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse, error_fields
 from ..storage import record_batch
 from ..types import OffsetAndMetadata, TopicPartition
-from .assignors import COOPERATIVE, Subscription, assign, choose_strategy, current_claims
+from .assignors import ASSIGNORS, COOPERATIVE, Subscription, assign, choose_strategy, current_claims
 
 EMPTY, PREPARING_REBALANCE, STABLE, DEAD = "Empty", "PreparingRebalance", "Stable", "Dead"
+#: The protocol type of consumers (raylog's and Kafka's): the only one whose protocols this
+#: coordinator may run itself (the assignors of :mod:`raylog.coordination.assignors`).
+CONSUMER_PROTOCOL_TYPE = "consumer"
 COMPLETING_REBALANCE = "CompletingRebalance"
 #: Bounds on a member's session timeout (Kafka's group.min/max.session.timeout.ms).
 MIN_SESSION_TIMEOUT_MS = 1_000
@@ -137,6 +152,12 @@ class Member:
     reply_held: bool = False
     #: A reply carrying its member id was released (or it was loaded from the log).
     id_known: bool = True
+    protocol_type: str = CONSUMER_PROTOCOL_TYPE
+    #: Protocol name -> its metadata as the member joined with it (Kafka members; opaque).
+    metadata: dict[str, bytes] = field(default_factory=dict)
+    #: Its assignment as the group's leader member made it (a leader-assigned protocol).
+    assigned: bytes = b""
+    sync_waiter: Any = None  # the caller's token for a sync waiting for the leader's assignment
 
 
 @dataclass
@@ -145,6 +166,11 @@ class Group:
     state: str = EMPTY
     generation: int = 0
     protocol: str = ""
+    protocol_type: str = ""
+    #: This generation waits for its leader member's assignment (a protocol the leader
+    #: assigns); until ``sync_deadline_ms`` (the rebalance timeout from the join's end).
+    awaiting_assignment: bool = False
+    sync_deadline_ms: int = 0
     leader: str = ""
     members: dict[str, Member] = field(default_factory=dict)
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
@@ -160,6 +186,12 @@ class Group:
         if instance_id is None:
             return None
         return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+    @property
+    def leader_assigns(self) -> bool:
+        """Whether a member (the leader) assigns this generation: any protocol but the
+        consumer assignors this coordinator runs (Kafka's classic protocol)."""
+        return self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol not in ASSIGNORS
 
 
 @dataclass
@@ -256,9 +288,12 @@ class GroupCoordinator:
             group.generation, group.protocol, group.leader, group.state = 0, "", "", EMPTY
             return
         group.generation, group.protocol, group.leader = value["generation"], value["protocol"], value["leader"]
+        group.protocol_type = value.get("protocol_type", CONSUMER_PROTOCOL_TYPE)
         group.members = {}
         for m in value["members"]:
-            member_id, instance_id, client_id, session_ms, rebalance_ms, topics, strategies, counts, assignment = m
+            member_id, instance_id, client_id, session_ms, rebalance_ms, topics, strategies, counts, assignment = m[:9]
+            # Written before leader-assigned protocols: a consumer whose assignment was made here.
+            protocol_type, metadata, assigned = m[9:] or (CONSUMER_PROTOCOL_TYPE, b"", b"")
             group.members[member_id] = Member(
                 member_id,
                 instance_id,
@@ -269,22 +304,35 @@ class GroupCoordinator:
                 dict(counts),
                 [TopicPartition(t, p) for t, p in assignment],
                 last_heartbeat_ms=now_ms,
+                protocol_type=protocol_type,
+                metadata={group.protocol: metadata} if metadata else {},
+                assigned=assigned,
             )
         group.state = STABLE if group.members else EMPTY
+        if group.members and value.get("awaiting_assignment"):
+            # Its leader's assignment was never replicated: the members must join again.
+            group.state, group.awaiting_assignment = PREPARING_REBALANCE, False
+            group.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
 
     # --- the group records' fate ------------------------------------------------------
 
     def persisted(self, outcome: Outcome, now_ms: int) -> Outcome:
         """``outcome``'s records are replicated: its held replies may go out. A group whose
-        rebalance completed becomes Stable, and its members' sessions start now (they could
-        not heartbeat a generation they did not know)."""
+        rebalance completed becomes Stable (where its leader member assigns, once that
+        assignment is replicated: the syncs that came meanwhile are answered too), and its
+        members' sessions start now (they could not heartbeat a generation they did not know)."""
+        released = Outcome(replies=list(outcome.held))
         for group in self._groups_of(outcome):
             for member in group.members.values():
                 if member.reply_held:
                     member.reply_held, member.id_known, member.last_heartbeat_ms = False, True, now_ms
-            if group.state == COMPLETING_REBALANCE:
+            if group.state == COMPLETING_REBALANCE and not group.awaiting_assignment:
                 group.state = STABLE
-        return Outcome(replies=list(outcome.held))
+                for member in group.members.values():
+                    if member.sync_waiter is not None:
+                        released.replies.append((member.sync_waiter, _sync_reply(group, member)))
+                        member.sync_waiter = None
+        return released
 
     def append_failed(self, outcome: Outcome, exc: Exception, now_ms: int) -> Outcome:
         """``outcome``'s records could not be replicated: its held replies become
@@ -293,7 +341,7 @@ class GroupCoordinator:
         learnt their id are dropped, and the group rebalances again (the generation in
         memory was told to no one, and the next one is above it)."""
         error = _append_error(exc)
-        result = Outcome(replies=[(waiter, _join_error(error)) for waiter, _ in outcome.held])
+        result = Outcome(replies=[(waiter, _held_error(held, error)) for waiter, held in outcome.held])
         for group in self._groups_of(outcome):
             unknown = [m for m in group.members.values() if m.reply_held and not m.id_known]
             for member in group.members.values():
@@ -302,7 +350,7 @@ class GroupCoordinator:
             if unknown:
                 result.extend(self._remove(group, unknown, now_ms, error))
             elif group.state in (COMPLETING_REBALANCE, STABLE):
-                self._prepare_rebalance(group, now_ms, f"its record was not replicated: {exc}")
+                result.extend(self._prepare_rebalance(group, now_ms, f"its record was not replicated: {exc}"))
         return result
 
     def _groups_of(self, outcome: Outcome) -> list[Group]:
@@ -332,6 +380,8 @@ class GroupCoordinator:
         if request.member_id and request.group_id not in self.groups:
             # Like Kafka, only a member joining for the first time creates a group.
             raise UnknownMemberIdError(f"member {request.member_id!r} is not in group {request.group_id!r}")
+        if request.metadata and len(request.metadata) != len(request.strategies):
+            raise InconsistentGroupProtocolError("a member's protocols and their metadata must pair up")
         group = self.groups.setdefault(request.group_id, Group(request.group_id))
         subscription = Subscription(
             tuple(sorted(request.topics)),
@@ -343,7 +393,8 @@ class GroupCoordinator:
         static = group.static_member(request.instance_id)
         pending = request.member_id in group.pending_members
         if request.member_id == "" or pending:
-            _check_strategies(group, request.strategies, replacing=static.member_id if static is not None else None)
+            replacing = static.member_id if static is not None else None
+            _check_strategies(group, request.protocol_type, request.strategies, replacing)
             group.pending_members.pop(request.member_id, None)
             if static is not None:
                 return self._static_rejoin(group, static, request, subscription, waiter, now_ms)
@@ -361,12 +412,15 @@ class GroupCoordinator:
                 subscription,
                 dict(request.partition_counts),
                 id_known=False,
+                protocol_type=request.protocol_type,
+                metadata=_metadata(request),
             )
             group.members[member.member_id] = member
         else:
             member = self._member(group, request.member_id, request.instance_id)
-            _check_strategies(group, request.strategies, replacing=member.member_id)
+            _check_strategies(group, request.protocol_type, request.strategies, replacing=member.member_id)
             member.subscription = subscription
+            member.metadata = _metadata(request)
             member.partition_counts = dict(request.partition_counts)
             member.session_timeout_ms = request.session_timeout_ms
             member.rebalance_timeout_ms = request.rebalance_timeout_ms
@@ -382,7 +436,7 @@ class GroupCoordinator:
         member.last_heartbeat_ms = now_ms
         if group.state != PREPARING_REBALANCE:
             joined = "joined" if new_member else "rejoined"
-            self._prepare_rebalance(group, now_ms, f"member {member.member_id} {joined}")
+            outcome.extend(self._prepare_rebalance(group, now_ms, f"member {member.member_id} {joined}"))
         elif group.initial_join_until_ms and new_member:
             group.initial_join_until_ms = min(now_ms + self.initial_rebalance_delay_ms, group.rebalance_deadline_ms)
         outcome.extend(self._maybe_complete_join(group, now_ms))
@@ -392,12 +446,16 @@ class GroupCoordinator:
         self, group: Group, old: Member, request: JoinGroupRequest, subscription: Subscription, waiter, now_ms: int
     ) -> Outcome:
         """A static member back (after a restart): it takes its old member's place and
-        assignment, fencing the old member id; a changed subscription still rebalances."""
+        assignment, fencing the old member id. A changed subscription still rebalances (the
+        group's protocol no longer among the member's, or other topics where this
+        coordinator assigns); a leader back in a Stable group is told to skip assigning."""
         new_id = f"{request.instance_id}-{uuid.uuid4().hex[:12]}"
         del group.members[old.member_id]
         outcome = Outcome()
+        fenced = FencedInstanceIdError("a newer member took over")
         if old.join_waiter is not None:
-            outcome.replies.append((old.join_waiter, _join_error(FencedInstanceIdError("a newer member took over"))))
+            outcome.replies.append((old.join_waiter, _join_error(fenced)))
+        outcome.replies.extend(_release_syncs([old], fenced))
         member = Member(
             new_id,
             request.instance_id,
@@ -409,30 +467,72 @@ class GroupCoordinator:
             list(old.assignment),
             now_ms,
             id_known=False,
+            protocol_type=request.protocol_type,
+            metadata=_metadata(request),
+            assigned=old.assigned,
         )
         group.members[new_id] = member
         if group.leader == old.member_id:
             group.leader = new_id
-        if group.state == STABLE and subscription.topics == old.subscription.topics:
+        unchanged = group.protocol in request.strategies and (
+            group.leader_assigns or subscription.topics == old.subscription.topics
+        )
+        if group.state == STABLE and unchanged:
             member.reply_held = True
-            outcome.held.append((waiter, self._join_reply(group, member)))
+            outcome.held.append((waiter, self._join_reply(group, member, skip_assignment=True)))
             self._record(group, outcome)
             return outcome
         member.join_waiter = waiter
         if group.state != PREPARING_REBALANCE:
-            self._prepare_rebalance(group, now_ms, f"static member {request.instance_id} rejoined as {new_id}")
+            reason = f"static member {request.instance_id} rejoined as {new_id}"
+            outcome.extend(self._prepare_rebalance(group, now_ms, reason))
         outcome.extend(self._maybe_complete_join(group, now_ms))
         return outcome
 
-    def sync(self, group_id: str, member_id: str, generation: int, instance_id: str | None, now_ms: int) -> list:
-        """The member's assignment in ``generation``.
+    def sync(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        waiter: Any,
+        now_ms: int,
+        assignments: dict[str, bytes] | None = None,
+    ) -> Outcome:
+        """The member's assignment in ``generation``, as a reply to ``waiter`` in the
+        :class:`Outcome`: at once in a Stable group; where the leader member assigns, once
+        the leader's sync brought ``assignments`` (member id -> its assignment; a member it
+        left out gets none) and they are replicated (held replies, with the group record).
 
         Raises:
             UnknownMemberIdError, FencedInstanceIdError, IllegalGenerationError,
             RebalanceInProgressError.
         """
+        group = self._group(group_id)
         member = self._current_member(group_id, member_id, generation, instance_id, now_ms)
-        return list(member.assignment)
+        if group.state == STABLE:
+            return Outcome(replies=[(waiter, _sync_reply(group, member))])
+        if member.sync_waiter is not None and member.sync_waiter is not waiter:
+            # A retried sync replaces the one that was waiting (its caller gave up on it).
+            stale = SyncGroupResponse(**error_fields(RebalanceInProgressError("the sync was sent again")))
+            outcome = Outcome(replies=[(member.sync_waiter, stale)])
+        else:
+            outcome = Outcome()
+        member.sync_waiter = waiter
+        if group.awaiting_assignment and member.member_id == group.leader and assignments is not None:
+            unknown = sorted(set(assignments) - set(group.members))
+            if unknown:
+                logger.info("group %s: leader %s assigned to non-members %s", group_id, member_id, unknown)
+            for m in group.members.values():
+                m.assigned = assignments.get(m.member_id, b"")
+            group.awaiting_assignment = False
+            logger.info("group %s: generation %d assigned by leader %s", group_id, group.generation, member_id)
+            for m in group.members.values():
+                if m.sync_waiter is not None:
+                    outcome.held.append((m.sync_waiter, _sync_reply(group, m)))
+                    m.sync_waiter = None
+            return self._record(group, outcome)
+        return outcome  # it waits for the leader's assignment (and for it to be replicated)
 
     def heartbeat(
         self, group_id: str, member_id: str, generation: int, instance_id: str | None, now_ms: int | None
@@ -462,16 +562,26 @@ class GroupCoordinator:
         for group in list(self.groups.values()):
             for member_id in [m for m, expires_ms in group.pending_members.items() if now_ms >= expires_ms]:
                 del group.pending_members[member_id]  # never came back with its id
-            # A member waiting in a join, or for the reply of one that completed, cannot
-            # heartbeat (a new one does not know its id yet): like Kafka, its session holds
-            # while it waits; the rebalance deadline and the append bound the wait instead.
+            # A member waiting in a join or a sync, or for the reply of a join that completed,
+            # need not heartbeat (a new one does not know its id yet): like Kafka, its session
+            # holds while it waits; the rebalance and sync deadlines and the append bound the
+            # wait instead.
             expired = [
                 m
                 for m in group.members.values()
-                if m.join_waiter is None and not m.reply_held and now_ms - m.last_heartbeat_ms > m.session_timeout_ms
+                if m.join_waiter is None
+                and m.sync_waiter is None
+                and not m.reply_held
+                and now_ms - m.last_heartbeat_ms > m.session_timeout_ms
             ]
             if expired:
                 outcome.extend(self._remove(group, expired, now_ms, UnknownMemberIdError("the session timed out")))
+            if group.state == COMPLETING_REBALANCE and group.awaiting_assignment and now_ms >= group.sync_deadline_ms:
+                # The leader never sent its assignment: it goes, with every member that never
+                # synced (Kafka's pending-sync timeout), and the others rebalance.
+                late = [m for m in group.members.values() if m.member_id == group.leader or m.sync_waiter is None]
+                error = UnknownMemberIdError("no assignment from the leader within the rebalance timeout")
+                outcome.extend(self._remove(group, late, now_ms, error))
             if group.state == PREPARING_REBALANCE and 0 < group.initial_join_until_ms <= now_ms:
                 outcome.extend(self._maybe_complete_join(group, now_ms))
             if group.state == PREPARING_REBALANCE and now_ms >= group.rebalance_deadline_ms:
@@ -590,9 +700,13 @@ class GroupCoordinator:
 
     # --- admin --------------------------------------------------------------------------
 
-    def list_groups(self) -> list[tuple[str, str, str]]:
-        """``(group_id, state, protocol)`` of every group."""
-        return [(g.group_id, g.state, g.protocol) for g in sorted(self.groups.values(), key=lambda g: g.group_id)]
+    def list_groups(self) -> list[tuple[str, str, str, str]]:
+        """``(group_id, state, protocol, protocol type)`` of every group (a group that only
+        has committed offsets has the consumers' protocol type)."""
+        return [
+            (g.group_id, g.state, g.protocol, g.protocol_type or CONSUMER_PROTOCOL_TYPE)
+            for g in sorted(self.groups.values(), key=lambda g: g.group_id)
+        ]
 
     def describe(self, group_id: str) -> dict:
         """State, generation, assignor, leader and members (with assignments) of a group.
@@ -606,6 +720,8 @@ class GroupCoordinator:
             "state": group.state,
             "generation": group.generation,
             "protocol": group.protocol,
+            "protocol_type": group.protocol_type or CONSUMER_PROTOCOL_TYPE,
+            "leader_assigns": bool(group.protocol) and group.leader_assigns,
             "leader": group.leader,
             "members": [
                 {
@@ -614,6 +730,8 @@ class GroupCoordinator:
                     "client_id": m.client_id,
                     "topics": list(m.subscription.topics),
                     "assignment": list(m.assignment),
+                    "metadata": m.metadata.get(group.protocol, b""),
+                    "assigned": m.assigned,
                 }
                 for m in group.members.values()
             ],
@@ -681,14 +799,17 @@ class GroupCoordinator:
         member = self._member(group, member_id, instance_id)
         if now_ms is not None:
             member.last_heartbeat_ms = now_ms
-        if group.state in (PREPARING_REBALANCE, COMPLETING_REBALANCE):
+        # Where the leader member assigns, members told their generation sync and heartbeat
+        # it while the group waits for the leader's assignment (CompletingRebalance).
+        if group.state == PREPARING_REBALANCE or (group.state == COMPLETING_REBALANCE and member.reply_held):
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing: rejoin")
         if generation != group.generation:
             raise IllegalGenerationError(f"generation {generation} of group {group_id!r} is over")
         return member
 
-    def _prepare_rebalance(self, group: Group, now_ms: int, reason: str) -> None:
-        """Start a rebalance (its join phase). An empty group's first one waits
+    def _prepare_rebalance(self, group: Group, now_ms: int, reason: str) -> Outcome:
+        """Start a rebalance (its join phase); syncs waiting for a leader's assignment are
+        told REBALANCE_IN_PROGRESS. An empty group's first one waits
         ``initial_rebalance_delay_ms`` for more members (Kafka's InitialDelayedJoin), so that
         consumers starting together land in one generation rather than one rebalance each."""
         if group.state == EMPTY and self.initial_rebalance_delay_ms > 0:
@@ -702,8 +823,10 @@ class GroupCoordinator:
             reason,
         )
         group.state = PREPARING_REBALANCE
+        group.awaiting_assignment = False
         group.rebalance_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
         group.initial_join_until_ms = min(group.initial_join_until_ms, group.rebalance_deadline_ms)
+        return Outcome(replies=_release_syncs(group.members.values(), RebalanceInProgressError(reason)))
 
     def _remove(self, group: Group, members: list[Member], now_ms: int, reason: Exception) -> Outcome:
         outcome = Outcome()
@@ -711,16 +834,17 @@ class GroupCoordinator:
             del group.members[member.member_id]
             if member.join_waiter is not None:
                 outcome.replies.append((member.join_waiter, _join_error(reason)))
+        outcome.replies.extend(_release_syncs(members, reason))
         removed = f"member(s) {[m.member_id for m in members]} removed: {reason}"
         if not group.members:
             group.state, group.leader, group.protocol = EMPTY, "", ""
-            group.initial_join_until_ms = 0
+            group.initial_join_until_ms, group.awaiting_assignment = 0, False
             group.generation += 1  # any straggler's commits are fenced
             logger.info("group %s: empty in generation %d, %s", group.group_id, group.generation, removed)
             self._record(group, outcome)
             return outcome
         if group.state != PREPARING_REBALANCE:
-            self._prepare_rebalance(group, now_ms, removed)
+            outcome.extend(self._prepare_rebalance(group, now_ms, removed))
         else:
             logger.info("group %s: %s", group.group_id, removed)
         outcome.extend(self._maybe_complete_join(group, now_ms))
@@ -747,12 +871,43 @@ class GroupCoordinator:
                 [m.member_id for m in missing],
             )
         if not group.members:
-            group.state, group.leader, group.protocol = EMPTY, "", ""
+            group.state, group.leader, group.protocol, group.awaiting_assignment = EMPTY, "", "", False
             group.generation += 1
             logger.info("group %s: empty in generation %d", group.group_id, group.generation)
             return self._record(group, Outcome())
         subscriptions = {m.member_id: m.subscription for m in group.members.values()}
-        protocol = choose_strategy(subscriptions)  # join() admitted only members that agree
+        group.protocol = choose_strategy(subscriptions)  # join() admitted only members that agree
+        group.protocol_type = next(iter(group.members.values())).protocol_type
+        if group.leader_assigns:
+            group.awaiting_assignment = True
+            group.sync_deadline_ms = now_ms + max(m.rebalance_timeout_ms for m in group.members.values())
+            for member in group.members.values():
+                member.assignment, member.assigned = [], b""
+        else:
+            self._assign(group, subscriptions)
+        group.generation += 1
+        group.state = COMPLETING_REBALANCE
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        outcome = Outcome()
+        for member in group.members.values():
+            outcome.held.append((member.join_waiter, self._join_reply(group, member)))
+            member.join_waiter, member.reply_held = None, True
+        logger.info(
+            "group %s: generation %d with %d member(s) %s, %s %s, leader %s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            sorted(group.members),
+            "protocol assigned by the leader" if group.leader_assigns else "assignor",
+            group.protocol,
+            group.leader,
+        )
+        return self._record(group, outcome)
+
+    def _assign(self, group: Group, subscriptions: dict[str, Subscription]) -> None:
+        """Run the group's assignor (the consumer protocol, assigned here)."""
+        protocol = group.protocol
         counts: dict[str, int] = {}
         for member in group.members.values():
             for topic, n in member.partition_counts.items():
@@ -772,35 +927,23 @@ class GroupCoordinator:
             target = {
                 m: [tp for tp in tps if owners.get(tp, m) == m and tp not in contested] for m, tps in target.items()
             }
-        group.generation += 1
-        group.protocol = protocol
-        group.state = COMPLETING_REBALANCE
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
-        outcome = Outcome()
         for member in group.members.values():
             member.assignment = target[member.member_id]
-        for member in group.members.values():
-            outcome.held.append((member.join_waiter, self._join_reply(group, member)))
-            member.join_waiter, member.reply_held = None, True
-        logger.info(
-            "group %s: generation %d with %d member(s) %s, assignor %s, leader %s",
-            group.group_id,
-            group.generation,
-            len(group.members),
-            sorted(group.members),
-            protocol,
-            group.leader,
-        )
-        return self._record(group, outcome)
 
-    def _join_reply(self, group: Group, member: Member) -> JoinGroupResponse:
+    def _join_reply(self, group: Group, member: Member, skip_assignment: bool = False) -> JoinGroupResponse:
+        leads = member.member_id == group.leader
+        members = tuple(
+            JoinedMember(m.member_id, m.instance_id, m.metadata.get(group.protocol, b""))
+            for m in group.members.values()
+        )
         return JoinGroupResponse(
             generation=group.generation,
             member_id=member.member_id,
             leader_id=group.leader,
             protocol=group.protocol,
-            members=tuple(group.members) if member.member_id == group.leader else (),
+            members=members if leads else (),
+            leader_assigns=group.leader_assigns,
+            skip_assignment=skip_assignment and leads,
         )
 
     def _record(self, group: Group, outcome: Outcome) -> Outcome:
@@ -813,7 +956,9 @@ class GroupCoordinator:
         value = {
             "generation": group.generation,
             "protocol": group.protocol,
+            "protocol_type": group.protocol_type,
             "leader": group.leader,
+            "awaiting_assignment": group.awaiting_assignment,
             "members": [
                 [
                     m.member_id,
@@ -825,6 +970,9 @@ class GroupCoordinator:
                     list(m.subscription.strategies),
                     m.partition_counts,
                     [list(tp) for tp in m.assignment],
+                    m.protocol_type,
+                    m.metadata.get(group.protocol, b""),
+                    m.assigned,
                 ]
                 for m in group.members.values()
             ],
@@ -844,18 +992,49 @@ def check_group_id(group_id: Any) -> None:
         raise InvalidGroupIdError(f"a group id is at most {MAX_GROUP_ID_BYTES} bytes of UTF-8, got {group_id[:40]!r}…")
 
 
-def _check_strategies(group: Group, strategies: Iterable[str], replacing: str | None) -> None:
-    """Refuse a joining member that shares no assignor with the rest of the group (Kafka's
-    supportsProtocols): only it is refused, rather than the whole group failing when the
-    join completes."""
+def _check_strategies(group: Group, protocol_type: str, strategies: Iterable[str], replacing: str | None) -> None:
+    """Refuse a joining member of another protocol type than the group's, or that shares no
+    protocol with the rest of the group (Kafka's supportsProtocols): only it is refused,
+    rather than the whole group failing when the join completes."""
     common = set(strategies)
     for member in group.members.values():
-        if member.member_id != replacing:
-            common &= set(member.subscription.strategies)
+        if member.member_id == replacing:
+            continue
+        if member.protocol_type != protocol_type:
+            raise InconsistentGroupProtocolError(
+                f"group {group.group_id!r} has members of protocol type {member.protocol_type!r}, not {protocol_type!r}"
+            )
+        common &= set(member.subscription.strategies)
     if not common:
         raise InconsistentGroupProtocolError(
             f"the members of group {group.group_id!r} support none of the assignors {list(strategies)}"
         )
+
+
+def _metadata(request: JoinGroupRequest) -> dict[str, bytes]:
+    """Protocol name -> the member's metadata for it (none for a raylog member)."""
+    return dict(zip(request.strategies, request.metadata, strict=True)) if request.metadata else {}
+
+
+def _sync_reply(group: Group, member: Member) -> SyncGroupResponse:
+    if group.leader_assigns:
+        return SyncGroupResponse(assigned=member.assigned)
+    return SyncGroupResponse(assignment=tuple(member.assignment))
+
+
+def _held_error(held: JoinGroupResponse | SyncGroupResponse, error: ApiError) -> JoinGroupResponse | SyncGroupResponse:
+    """``error`` in place of a held reply, of the reply's kind."""
+    return SyncGroupResponse(**error_fields(error)) if isinstance(held, SyncGroupResponse) else _join_error(error)
+
+
+def _release_syncs(members: Iterable[Member], error: Exception) -> list[tuple[Any, SyncGroupResponse]]:
+    """``error`` for the syncs of ``members`` that wait for a leader's assignment."""
+    released = []
+    for member in members:
+        if member.sync_waiter is not None:
+            released.append((member.sync_waiter, SyncGroupResponse(**error_fields(error))))
+            member.sync_waiter = None
+    return released
 
 
 def _append_error(exc: Exception) -> ApiError:

@@ -2,19 +2,23 @@
 Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups and DeleteGroups, answered by
 raylog's group coordinator actors (:mod:`raylog.actors.group_coordinator`).
 
-Membership. raylog's coordinator assigns partitions itself; Kafka's classic protocol has the
-group's leader (a member) assign them. The two meet like this: a JoinGroup's ``consumer``
-protocols are decoded (:mod:`raylog.kafka.consumer_protocol`) into raylog's
-:class:`~raylog.protocol.JoinGroupRequest` (the topics, their partition counts from the
-metadata, the assignors by their raylog names, the partitions owned and their generation);
-the JoinGroup answer names a leader that is no member (:data:`LEADER`), so every member acts as
-a follower and sends SyncGroup without assignments; the SyncGroup answer is raylog's
-assignment for the member, encoded at the subscription version the member used. Kafka's
-assignor names map to raylog's: ``range``, ``roundrobin`` and ``cooperative-sticky`` to
-themselves, ``sticky`` (eager) to ``cooperative-sticky`` (balanced and sticky on the server;
-an eager member gives its partitions up before it joins, so it claims none). The answers name
-the assignor by the Kafka name the member proposed. Another protocol type than ``consumer``
-(Kafka Connect's ``connect``, ...) is refused with INCONSISTENT_GROUP_PROTOCOL, and logged.
+Membership is Kafka's classic protocol (:mod:`raylog.coordination.group`): the members'
+protocols go to the coordinator with their metadata, and their vote picks the group's. A
+consumer protocol (type ``consumer``) whose assignor raylog runs is assigned by raylog's
+coordinator, so that raylog's own consumers and Kafka's share a group: its metadata is
+decoded (:mod:`raylog.kafka.consumer_protocol`) into the topics, their partition counts
+from the metadata and the partitions owned with their generation; the JoinGroup answer
+names a leader that is no member (:data:`LEADER`), so every member acts as a follower and
+sends SyncGroup without assignments; the SyncGroup answer is raylog's assignment for the
+member, encoded at the subscription version the member used. Kafka's assignor names map to
+raylog's: ``range``, ``roundrobin`` and ``cooperative-sticky`` to themselves, ``sticky``
+(eager) to ``cooperative-sticky`` (balanced and sticky on the server; an eager member gives
+its partitions up before it joins, so it claims none). Any other protocol (a custom
+assignor, Kafka Streams' ``stream``, another protocol type such as Kafka Connect's
+``connect``) is run as Kafka runs it: the leader member gets every member's metadata in its
+JoinGroup answer, and its SyncGroup's assignments are what every member's SyncGroup answers
+(AssignGroup on the coordinator, which waits in another pool than the syncs it releases).
+The answers name the protocol by the Kafka name the member proposed.
 
 What a member joined with (the subscription version, the assignor names it proposed, the
 generation it was told) is kept per client connection (:data:`~raylog.actors.kafka.context.CONNECTION`):
@@ -112,8 +116,11 @@ class _Joined:
     """What a member joined with on this connection."""
 
     version: int  # its subscription's version: its assignments are encoded at it
-    protocol: str  # the Kafka name of its group's assignor, as it proposed it
+    protocol: str  # the Kafka name of its group's protocol, as it proposed it
     generation: int  # the generation its last JoinGroup answer told it
+    protocol_type: str
+    leader_assigns: bool  # its group's leader member assigns (else raylog's coordinator)
+    rebalance_ms: int  # its rebalance timeout: what its sync may wait for the leader
 
 
 def _joined() -> dict[tuple[str, str], _Joined]:
@@ -198,66 +205,63 @@ def _join_error(code: int, member_id: str) -> dict:
     return {"error_code": code, "generation_id": -1, "protocol_name": "", "leader": "", "member_id": member_id}
 
 
-def _subscription(group_id: str, protocols: Iterable[dict]) -> tuple[Subscription, list[str]]:
-    """The member's subscription and the Kafka assignor names it proposed that raylog has.
-
-    Raises:
-        InconsistentGroupProtocolError: none of its protocols is one raylog has, or their
-            metadata does not decode.
-    """
-    proposed: list[str] = []
+def _consumer_protocols(
+    protocols: Iterable[dict], problems: list[str]
+) -> tuple[Subscription | None, list[tuple[str, str, bytes]]]:
+    """A consumer's subscription (from the first protocol whose metadata decodes as one) and
+    its protocols, most preferred first, as ``(name for the coordinator, Kafka's name,
+    metadata)``: an assignor raylog runs under raylog's name (once, however many of Kafka's
+    names map to it), any other under its own. A protocol of an assignor raylog runs whose
+    metadata does not decode is dropped (raylog could not assign it), and why is added to
+    ``problems``."""
     subscription: Subscription | None = None
-    problems: list[str] = []
+    found: dict[str, tuple[str, str, bytes]] = {}
     for protocol in protocols:
-        name = protocol["name"]
-        if name not in KAFKA_ASSIGNORS:
-            problems.append(f"{name!r} is not an assignor raylog has")
-            continue
+        name, metadata = protocol["name"], protocol["metadata"] or b""
         try:
-            decoded = decode_subscription(protocol["metadata"])
+            decoded = decode_subscription(metadata)
         except ConsumerProtocolError as exc:
-            problems.append(f"{name!r}: {exc}")
-            continue
+            if name in KAFKA_ASSIGNORS:
+                problems.append(f"{name!r}: {exc}")
+                continue
+            decoded = None
         subscription = subscription or decoded
-        proposed.append(name)
-    if subscription is None:
-        raise InconsistentGroupProtocolError(
-            f"group {group_id!r}: no usable consumer protocol ({'; '.join(problems) or 'none given'});"
-            f" raylog assigns with {sorted(KAFKA_ASSIGNORS)}"
-        )
-    return subscription, proposed
+        found.setdefault(KAFKA_ASSIGNORS.get(name, name), (KAFKA_ASSIGNORS.get(name, name), name, metadata))
+    return subscription, list(found.values())
 
 
 async def join_group(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
     group_id, member_id = body["group_id"], body["member_id"]
-    protocol_type = body.get("protocol_type", "")
-    if protocol_type != CONSUMER:
+    protocol_type = body.get("protocol_type") or ""
+    raw = list(body.get("protocols") or [])
+    subscription: Subscription | None = None
+    problems: list[str] = []
+    if protocol_type == CONSUMER:
+        subscription, protocols = _consumer_protocols(raw, problems)
+    else:
+        protocols = [(p["name"], p["name"], p["metadata"] or b"") for p in raw]
+    if not protocol_type or not protocols:
         logger.warning(
-            "group %r: client %r joins with protocol type %r; raylog serves only Kafka consumers' %r:"
+            "group %r: client %r joins with protocol type %r and no usable protocol (%s%s):"
             " INCONSISTENT_GROUP_PROTOCOL",
             group_id,
             header.client_id,
             protocol_type,
-            CONSUMER,
+            [p["name"] for p in raw],
+            "".join(f"; {problem}" for problem in problems),
         )
         return _join_error(InconsistentGroupProtocolError.code, member_id)
-    try:
-        subscription, proposed = _subscription(group_id, body.get("protocols") or [])
-    except InconsistentGroupProtocolError as exc:
-        logger.warning("group %r: client %r: %s: INCONSISTENT_GROUP_PROTOCOL", group_id, header.client_id, exc)
-        return _join_error(exc.code, member_id)
-    topics = sorted(set(subscription.topics))
+    topics = sorted(set(subscription.topics)) if subscription is not None else []
     md = await ctx.metadata()
     if any(t not in md["topics"] for t in topics):
         md = await ctx.metadata(refresh=True)
     counts = {t: len(md["topics"][t].partitions) for t in topics if t in md["topics"]}
-    strategies = tuple(dict.fromkeys(KAFKA_ASSIGNORS[name] for name in proposed))
     # An eager member gave its partitions up before joining: it claims none (only members
     # running the cooperative protocol keep theirs through a rebalance).
-    cooperative = "cooperative-sticky" in proposed
+    cooperative = any(kafka_name == "cooperative-sticky" for _, kafka_name, _ in protocols)
     known = _joined().get((group_id, member_id))
-    generation = subscription.generation_id
-    if subscription.version < 2 and known is not None:
+    generation = subscription.generation_id if subscription is not None else -1
+    if subscription is not None and subscription.version < 2 and known is not None:
         generation = known.generation  # its subscription does not say: the one it was told
     session_ms = body["session_timeout_ms"]
     rebalance_ms = body.get("rebalance_timeout_ms", -1)
@@ -268,35 +272,56 @@ async def join_group(ctx: BrokerContext, header: codec.RequestHeader, body: dict
         member_id=member_id,
         topics=tuple(topics),
         partition_counts=counts,
-        strategies=strategies,
-        owned=subscription.owned_partitions if cooperative else (),
+        strategies=tuple(name for name, _, _ in protocols),
+        owned=subscription.owned_partitions if cooperative and subscription is not None else (),
         owned_generation=generation if cooperative else -1,
         instance_id=body.get("group_instance_id"),
         client_id=header.client_id or "",
         session_timeout_ms=session_ms,
         rebalance_timeout_ms=rebalance_ms,
         require_known_member_id=header.api_version >= 4,  # KIP-394, as Kafka's JoinGroup v4+
+        protocol_type=protocol_type,
+        metadata=tuple(metadata for _, _, metadata in protocols),
     )
     try:
         response = await _call(ctx, group_id, "join_group", request, timeout_s=rebalance_ms / 1000 + JOIN_MARGIN_S)
     except RaylogError as exc:
         return _join_error(coordinator_code(exc), member_id)
     if response.error_code:
+        if response.error_code == InconsistentGroupProtocolError.code:
+            logger.warning("group %r: client %r refused: %s", group_id, header.client_id, response.error_message)
         return _join_error(coordinator_code(response.error_code), response.member_id or member_id)
-    kafka_name = next((name for name in proposed if KAFKA_ASSIGNORS[name] == response.protocol), proposed[0])
+    kafka_name = next((kafka for name, kafka, _ in protocols if name == response.protocol), protocols[0][1])
     joined = _joined()
     for key in [k for k in joined if k[0] == group_id]:
         del joined[key]  # a consumer is one member of a group: its earlier ids are over
-    joined[(group_id, response.member_id)] = _Joined(subscription.version, kafka_name, response.generation)
-    return {
+    joined[(group_id, response.member_id)] = _Joined(
+        subscription.version if subscription is not None else 0,
+        kafka_name,
+        response.generation,
+        protocol_type,
+        response.leader_assigns,
+        rebalance_ms,
+    )
+    answer = {
         "throttle_time_ms": 0,
         "error_code": 0,
         "generation_id": response.generation,
-        "protocol_type": CONSUMER,
+        "protocol_type": protocol_type,
         "protocol_name": kafka_name,
-        "leader": LEADER,
         "member_id": response.member_id,
-        "members": [],
+    }
+    if not response.leader_assigns:
+        return {**answer, "leader": LEADER, "members": []}
+    # A static leader back without a rebalance must not assign again (KIP-814): before
+    # JoinGroup v9 it is told no members, and its sync gets the assignment it made before.
+    members = () if response.skip_assignment else response.members
+    return {
+        **answer,
+        "leader": response.leader_id,
+        "members": [
+            {"member_id": m.member_id, "group_instance_id": m.instance_id, "metadata": m.metadata} for m in members
+        ],
     }
 
 
@@ -304,18 +329,24 @@ async def sync_group(ctx: BrokerContext, header: codec.RequestHeader, body: dict
     group_id, member_id, generation = body["group_id"], body["member_id"], body["generation_id"]
     known = _joined().get((group_id, member_id))
     protocol_name = body.get("protocol_name") or (known.protocol if known else None)
-    answer = {"throttle_time_ms": 0, "protocol_type": CONSUMER, "protocol_name": protocol_name}
-    if body.get("protocol_type") not in (None, CONSUMER):
+    protocol_type = known.protocol_type if known is not None else body.get("protocol_type") or CONSUMER
+    answer = {"throttle_time_ms": 0, "protocol_type": protocol_type, "protocol_name": protocol_name}
+    if body.get("protocol_type") not in (None, protocol_type):
         logger.warning("group %r: SyncGroup of protocol type %r refused", group_id, body["protocol_type"])
         return {**answer, "error_code": InconsistentGroupProtocolError.code, "assignment": b""}
-    if body.get("assignments"):
-        # Only a leader sends assignments, and the JoinGroup answers make no member one.
-        logger.debug("group %r: member %r sent assignments; raylog assigns itself", group_id, member_id)
-    value, code = await _ask(
-        ctx, group_id, "sync_group", group_id, member_id, generation, body.get("group_instance_id")
-    )
+    args = (group_id, member_id, generation, body.get("group_instance_id"))
+    # A sync may wait for the leader's assignment: up to the group's rebalance timeout.
+    timeout_s = (known.rebalance_ms / 1000 if known is not None else 0) + JOIN_MARGIN_S
+    assignments = body.get("assignments")
+    if assignments:  # the leader member's, with every member's assignment
+        assigned = {a["member_id"]: a["assignment"] or b"" for a in assignments}
+        value, code = await _ask(ctx, group_id, "assign_group", *args, assigned, timeout_s=timeout_s)
+    else:
+        value, code = await _ask(ctx, group_id, "sync_group", *args, timeout_s=timeout_s)
     if code:
         return {**answer, "error_code": code, "assignment": b""}
+    if value.assigned is not None:
+        return {**answer, "error_code": 0, "assignment": value.assigned}
     version = known.version if known is not None else 0
     assignment = encode_assignment(Assignment(version, tuple(TopicPartition(*tp) for tp in value.assignment)))
     return {**answer, "error_code": 0, "assignment": assignment}
@@ -480,11 +511,12 @@ def _described(group_id: str, described: dict | None, code: int) -> dict:
             "protocol_data": "",
             "members": [],
         }
+    by_leader = described["leader_assigns"]  # the members' own bytes, else raylog's assignment
     return {
         "error_code": 0,
         "group_id": group_id,
         "group_state": described["state"],
-        "protocol_type": CONSUMER,
+        "protocol_type": described["protocol_type"],
         "protocol_data": RAYLOG_ASSIGNORS.get(described["protocol"], described["protocol"]),
         "members": [
             {
@@ -492,10 +524,12 @@ def _described(group_id: str, described: dict | None, code: int) -> dict:
                 "group_instance_id": m["instance_id"],
                 "client_id": m["client_id"],
                 "client_host": "",
-                "member_metadata": encode_subscription(Subscription(0, tuple(m["topics"]))),
-                "member_assignment": encode_assignment(
-                    Assignment(0, tuple(TopicPartition(*tp) for tp in m["assignment"]))
-                ),
+                "member_metadata": m["metadata"]
+                if by_leader
+                else encode_subscription(Subscription(0, tuple(m["topics"]))),
+                "member_assignment": m["assigned"]
+                if by_leader
+                else encode_assignment(Assignment(0, tuple(TopicPartition(*tp) for tp in m["assignment"]))),
             }
             for m in described["members"]
         ],
@@ -523,9 +557,9 @@ async def list_groups(ctx: BrokerContext, header: codec.RequestHeader, body: dic
         if response.error_code:
             error = error or response.error_code
             continue
-        for group_id, state, _ in response.value:
+        for group_id, state, _, protocol_type in response.value:
             if not states or state.lower() in states:
-                groups.append({"group_id": group_id, "protocol_type": CONSUMER, "group_state": state})
+                groups.append({"group_id": group_id, "protocol_type": protocol_type, "group_state": state})
     return {"throttle_time_ms": 0, "error_code": error, "groups": groups}
 
 

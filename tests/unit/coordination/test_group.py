@@ -70,6 +70,8 @@ def request(
     rebalance_timeout_ms: int = REBALANCE_MS,
     group_id: str = GROUP,
     require_known_member_id: bool = False,
+    protocol_type: str = "consumer",
+    metadata: tuple[bytes, ...] = (),
 ) -> JoinGroupRequest:
     return JoinGroupRequest(
         group_id=group_id,
@@ -84,6 +86,8 @@ def request(
         session_timeout_ms=session_timeout_ms,
         rebalance_timeout_ms=rebalance_timeout_ms,
         require_known_member_id=require_known_member_id,
+        protocol_type=protocol_type,
+        metadata=metadata,
     )
 
 
@@ -130,7 +134,7 @@ class Coordinator:
     def release(self, replies) -> None:
         for waiter, response in replies:
             assert waiter not in self.replies, f"{waiter} answered twice"
-            if response.error_code == 0:
+            if response.error_code == 0 and isinstance(response, JoinGroupResponse):
                 assert any(
                     response.member_id in g.members and g.generation >= response.generation
                     for g in self.durable.groups.values()
@@ -155,8 +159,21 @@ class Coordinator:
         self.log.extend(records)
         self.groups.apply_commit(group_id, offsets)
 
-    def sync(self, response: JoinGroupResponse, now_ms: int, instance_id=None) -> list[TopicPartition]:
-        return self.groups.sync(GROUP, response.member_id, response.generation, instance_id, now_ms)
+    def sync(self, response: JoinGroupResponse, now_ms: int, instance_id=None, assignments=None, waiter=None):
+        """A sync's assignment (raising its error), or None while it waits for the leader's."""
+        waiter = waiter or object()
+        args = (GROUP, response.member_id, response.generation, instance_id, waiter, now_ms, assignments)
+        self.take(self.groups.sync(*args), now_ms)
+        return self.synced(waiter)
+
+    def synced(self, waiter):
+        """A sync's answer, if it came: its assignment (raw bytes where the leader assigns)."""
+        reply = self.replies.get(waiter)
+        if reply is None:
+            return None
+        if (error := error_of(reply)) is not None:
+            raise error
+        return list(reply.assignment) if reply.assigned is None else reply.assigned
 
     def heartbeat(self, response: JoinGroupResponse, now_ms: int, instance_id=None, generation=None) -> None:
         generation = response.generation if generation is None else generation
@@ -199,11 +216,11 @@ def test_first_member_joins_at_once_as_leader_of_generation_1(coord):
     reply = coord.join("w", T0, counts={"t": 3})
     assert reply.error_code == 0
     assert reply.generation == 1 and reply.leader_id == reply.member_id and reply.protocol == COOPERATIVE_STICKY
-    assert reply.members == (reply.member_id,)
+    assert [m.member_id for m in reply.members] == [reply.member_id] and not reply.leader_assigns
     assert coord.state() == STABLE
     assert coord.sync(reply, T0) == tps("t", 0, 1, 2)
     coord.heartbeat(reply, T0 + 1)
-    assert coord.groups.list_groups() == [(GROUP, STABLE, COOPERATIVE_STICKY)]
+    assert coord.groups.list_groups() == [(GROUP, STABLE, COOPERATIVE_STICKY, "consumer")]
 
 
 def test_second_member_waits_for_the_first_to_rejoin(coord):
@@ -220,7 +237,7 @@ def test_second_member_waits_for_the_first_to_rejoin(coord):
     b1 = coord.replies["b1"]
     assert a2.generation == b1.generation == 2 and a2.member_id == a1.member_id
     assert a2.leader_id == b1.leader_id == a1.member_id
-    assert set(a2.members) == {a1.member_id, b1.member_id} and b1.members == ()  # only the leader is told
+    assert {m.member_id for m in a2.members} == {a1.member_id, b1.member_id} and b1.members == ()  # the leader only
     assert coord.sync(a2, T0 + 4) == tps("t", 0, 1) and coord.sync(b1, T0 + 4) == tps("t", 2, 3)
     with pytest.raises(IllegalGenerationError):
         coord.heartbeat(a1, T0 + 5)  # generation 1 is over
@@ -483,7 +500,7 @@ def test_invalid_group_id(coord, group_id):
     for call in (
         lambda: coord.join("w", T0, group_id=group_id),
         lambda: coord.commit("", -1, {("t", 0): (1, "")}, T0, group_id=group_id),
-        lambda: groups.sync(group_id, "m", 1, None, T0),
+        lambda: groups.sync(group_id, "m", 1, None, object(), T0),
         lambda: groups.heartbeat(group_id, "m", 1, None, T0),
         lambda: groups.leave(group_id, "m", None, T0),
         lambda: groups.committed(group_id),
@@ -525,7 +542,7 @@ def test_the_vote_picks_the_assignor(coord):
     coord.join("b1", T0, client_id="b", strategies=(RANGE, ROUND_ROBIN))
     coord.join("c1", T0, client_id="c", strategies=(RANGE,))
     a2 = coord.join("a2", T0, a1.member_id, client_id="a", strategies=(ROUND_ROBIN, RANGE))
-    assert a2.protocol == RANGE and coord.groups.list_groups() == [(GROUP, STABLE, RANGE)]
+    assert a2.protocol == RANGE and coord.groups.list_groups() == [(GROUP, STABLE, RANGE, "consumer")]
 
 
 def test_partition_counts_use_the_largest_any_member_saw(coord):
@@ -849,7 +866,8 @@ def test_load_restores_offsets_generation_members_and_assignment(coord):
     # Sessions restart at load time (members need time to find the new coordinator).
     fresh.heartbeat(GROUP, d.member_id, 2, None, T0 + 100_000 + SESSION_MS)
     assert fresh.tick(T0 + 100_000 + SESSION_MS).held == []
-    assert fresh.sync(GROUP, s.member_id, 2, "i-s", T0 + 100_000) == coord.sync(s, T0, "i-s")
+    (_, answer), *_ = fresh.sync(GROUP, s.member_id, 2, "i-s", "w", T0 + 100_000).replies
+    assert list(answer.assignment) == coord.sync(s, T0, "i-s")
     fresh.prepare_commit(GROUP, s.member_id, 2, "i-s", {TopicPartition("t", 0): OffsetAndMetadata(10)}, T0)
     with pytest.raises(IllegalGenerationError):
         fresh.prepare_commit(GROUP, s.member_id, 1, "i-s", {TopicPartition("t", 0): OffsetAndMetadata(10)}, T0)
@@ -895,13 +913,13 @@ def test_delete_tombstones_erase_the_group_on_load(coord):
     tombstones = coord.groups.delete(GROUP)
     assert len(tombstones) == 3 and all(value is None for _, value in tombstones)
     coord.log.extend(tombstones)
-    assert coord.groups.list_groups() == [("kept", EMPTY, "")]
+    assert coord.groups.list_groups() == [("kept", EMPTY, "", "consumer")]
     with pytest.raises(GroupIdNotFoundError):
         coord.groups.describe(GROUP)
     with pytest.raises(GroupIdNotFoundError):
         coord.groups.delete(GROUP)
     fresh = coord.reloaded(T0 + 3)
-    assert fresh.list_groups() == [("kept", EMPTY, "")]
+    assert fresh.list_groups() == [("kept", EMPTY, "", "consumer")]
     assert fresh.committed(GROUP) == {}
     with pytest.raises(GroupIdNotFoundError):
         fresh.describe(GROUP)
@@ -971,7 +989,7 @@ def test_join_replies_wait_until_the_group_record_is_durable(coord):
     assert "b1" not in coord.replies and len(coord.in_flight) == 1
     assert coord.durable.describe(GROUP)["generation"] == 1
     for call in (
-        lambda: coord.groups.sync(GROUP, a1.member_id, 2, None, T0),
+        lambda: coord.groups.sync(GROUP, a1.member_id, 2, None, object(), T0),
         lambda: coord.groups.heartbeat(GROUP, a1.member_id, 2, None, T0),
         lambda: coord.commit(a1.member_id, 2, {("t", 0): (1, "")}, T0),
         lambda: coord.commit(a1.member_id, 1, {("t", 0): (1, "")}, T0),
@@ -1083,3 +1101,132 @@ def test_partition_for_integer_min_value_hash_is_zero():
     """Kafka's Utils.abs maps Integer.MIN_VALUE (which Math.abs leaves negative) to 0."""
     for group_id in ("polygenelubricants", "GydZG_"):
         assert all(partition_for(group_id, n) == 0 for n in (1, 3, 50, 2**31 - 1))
+
+
+# --- protocols the leader member assigns (Kafka's classic protocol) ---------------------
+
+CUSTOM = "my-assignor"
+
+
+def leader_assigned_pair(coord: Coordinator, now_ms: int = T0, **kwargs):
+    """Members a (the leader) and b joined a group whose protocol only they know: the join
+    replies of generation 2, once durable."""
+    a1 = coord.join("a1", now_ms, client_id="a", strategies=(CUSTOM,), metadata=(b"meta-a",), **kwargs)
+    assert a1.leader_assigns and a1.leader_id == a1.member_id
+    coord.sync(a1, now_ms, assignments={a1.member_id: b"all"})
+    assert coord.join("b1", now_ms, client_id="b", strategies=(CUSTOM,), metadata=(b"meta-b",), **kwargs) is None
+    a2 = coord.join("a2", now_ms, a1.member_id, client_id="a", strategies=(CUSTOM,), metadata=(b"meta-a2",), **kwargs)
+    return a2, coord.replies["b1"]
+
+
+def test_a_protocol_the_coordinator_does_not_run_is_assigned_by_the_leader_member(coord):
+    """The leader is told every member's metadata; the followers' syncs wait for its
+    assignment, which every sync answers once it is durable (opaque bytes, as sent)."""
+    a2, b1 = leader_assigned_pair(coord)
+    assert (a2.generation, b1.generation, a2.protocol) == (2, 2, CUSTOM)
+    assert a2.leader_assigns and b1.leader_assigns and b1.leader_id == a2.member_id and b1.members == ()
+    assert {(m.member_id, m.metadata) for m in a2.members} == {(a2.member_id, b"meta-a2"), (b1.member_id, b"meta-b")}
+    assert coord.state() == COMPLETING_REBALANCE
+    assert coord.sync(b1, T0 + 1, waiter="b-sync") is None  # waits for the leader
+    coord.heartbeat(b1, T0 + 1)  # a member told its generation heartbeats it meanwhile
+    with pytest.raises(RebalanceInProgressError):
+        coord.commit(b1.member_id, 2, {("t", 0): (1, "")}, T0 + 1)
+    coord.hold_appends = True
+    assert coord.sync(a2, T0 + 2, assignments={a2.member_id: b"A", b1.member_id: b"B"}, waiter="a-sync") is None
+    assert coord.synced("b-sync") is None and coord.state() == COMPLETING_REBALANCE  # not durable yet
+    assert coord.sync(b1, T0 + 3, waiter="b-sync-again") is None
+    coord.complete(T0 + 4)
+    assert [coord.synced(w) for w in ("a-sync", "b-sync", "b-sync-again")] == [b"A", b"B", b"B"]
+    assert coord.state() == STABLE and coord.sync(b1, T0 + 5) == b"B"
+    described = coord.groups.describe(GROUP)
+    assert described["leader_assigns"] and {m["member_id"]: m["assigned"] for m in described["members"]} == {
+        a2.member_id: b"A",
+        b1.member_id: b"B",
+    }
+    assert coord.groups.list_groups() == [(GROUP, STABLE, CUSTOM, "consumer")]
+    fresh = coord.reloaded(T0 + 6)  # a fail-over keeps the assignment and the metadata
+    assert fresh.describe(GROUP) == {**described}
+    (_, answer), *_ = fresh.sync(GROUP, b1.member_id, 2, None, "w", T0 + 6).replies
+    assert answer.assigned == b"B"
+
+
+def test_the_members_vote_decides_who_assigns():
+    """Each member votes for its first protocol all support: a protocol the coordinator
+    runs is run here, any other by the leader."""
+    coord = Coordinator()
+    coord.join("a1", T0, client_id="a", strategies=(CUSTOM, RANGE), metadata=(b"x", b"y"))
+    a1 = coord.replies["a1"]
+    assert a1.protocol == CUSTOM and a1.leader_assigns
+    other = Coordinator()
+    b1 = other.join("b1", T0, client_id="b", strategies=(CUSTOM, RANGE), metadata=(b"x", b"y"))
+    other.sync(b1, T0, assignments={b1.member_id: b""})
+    assert other.join("c1", T0 + 1, client_id="c", strategies=(RANGE,)) is None  # a raylog member: range only
+    b2 = other.join("b2", T0 + 2, b1.member_id, client_id="b", strategies=(CUSTOM, RANGE), metadata=(b"x", b"y"))
+    assert b2.protocol == RANGE and not b2.leader_assigns and b2.members[0].metadata in (b"y", b"")
+    assert sorted(other.sync(b2, T0 + 3) + other.sync(other.replies["c1"], T0 + 3)) == tps("t", 0, 1, 2, 3)
+
+
+def test_a_member_of_another_protocol_type_or_without_a_shared_protocol_is_refused(coord):
+    coord.join("w1", T0, protocol_type="connect", strategies=("sessioned",), metadata=(b"w",))
+    with pytest.raises(InconsistentGroupProtocolError, match="protocol type 'connect'"):
+        coord.join("c1", T0 + 1, client_id="c")
+    with pytest.raises(InconsistentGroupProtocolError):
+        coord.join("w2", T0 + 1, protocol_type="connect", strategies=("default",), metadata=(b"w",))
+    with pytest.raises(InconsistentGroupProtocolError, match="pair up"):
+        coord.join("w3", T0 + 1, protocol_type="connect", strategies=("sessioned",), metadata=(b"a", b"b"))
+    assert coord.groups.list_groups()[0][3] == "connect"
+
+
+def test_a_leader_that_never_assigns_is_removed_at_the_rebalance_timeout(coord):
+    """Kafka's pending-sync timeout: the leader goes, with every member that never synced;
+    the syncs that waited are told to rejoin."""
+    a2, b1 = leader_assigned_pair(coord)
+    assert coord.sync(b1, T0 + 1, waiter="b-sync") is None
+    for now_ms in range(T0, T0 + REBALANCE_MS, SESSION_MS // 2):  # the leader is alive, but does not assign
+        coord.heartbeat(a2, now_ms)
+        coord.tick(now_ms)
+    assert coord.synced("b-sync") is None
+    coord.tick(T0 + REBALANCE_MS + 1)
+    with pytest.raises(RebalanceInProgressError):
+        coord.synced("b-sync")
+    assert coord.state() == PREPARING_REBALANCE and set(coord.groups.groups[GROUP].members) == {b1.member_id}
+    with pytest.raises(UnknownMemberIdError):
+        coord.heartbeat(a2, T0 + REBALANCE_MS + 2)
+    b2 = coord.join("b2", T0 + REBALANCE_MS + 2, b1.member_id, client_id="b", strategies=(CUSTOM,), metadata=(b"m",))
+    assert b2.generation == 3 and b2.leader_id == b1.member_id  # b leads now
+
+
+def test_an_assignment_that_is_not_replicated_fails_the_syncs_and_rebalances(coord):
+    a2, b1 = leader_assigned_pair(coord)
+    coord.sync(b1, T0 + 1, waiter="b-sync")
+    coord.append_error = NotEnoughReplicasError("ISR too small")
+    with pytest.raises(CoordinatorNotAvailableError):
+        coord.sync(a2, T0 + 2, assignments={a2.member_id: b"A", b1.member_id: b"B"}, waiter="a-sync")
+    for waiter in ("a-sync", "b-sync"):
+        with pytest.raises(CoordinatorNotAvailableError):
+            coord.synced(waiter)
+    assert coord.state() == PREPARING_REBALANCE
+
+
+def test_a_fail_over_before_the_leaders_assignment_makes_the_members_join_again(coord):
+    a2, b1 = leader_assigned_pair(coord)
+    fresh = coord.reloaded(T0 + 1)
+    assert fresh.describe(GROUP)["state"] == PREPARING_REBALANCE
+    with pytest.raises(RebalanceInProgressError):
+        fresh.heartbeat(GROUP, b1.member_id, 2, None, T0 + 1)
+
+
+def test_a_static_leader_back_keeps_its_place_and_is_told_to_skip_assigning(coord):
+    """KIP-345 and KIP-814: a static member back in a Stable group takes its old place and
+    assignment without a rebalance; as the leader it must not assign again."""
+    a2, b1 = leader_assigned_pair(coord, instance_id=None)
+    coord.sync(a2, T0 + 1, assignments={a2.member_id: b"A", b1.member_id: b"B"})
+    static = Coordinator()
+    s1 = static.join("s1", T0, client_id="s", strategies=(CUSTOM,), metadata=(b"m",), instance_id="i-s")
+    assert static.sync(s1, T0, "i-s", assignments={s1.member_id: b"S"}) == b"S"
+    back = static.join("s2", T0 + 1, client_id="s", strategies=(CUSTOM,), metadata=(b"m2",), instance_id="i-s")
+    assert back.member_id != s1.member_id and back.generation == s1.generation and back.skip_assignment
+    assert back.leader_id == back.member_id and static.state() == STABLE
+    assert static.sync(back, T0 + 2, "i-s") == b"S"
+    with pytest.raises(FencedInstanceIdError):
+        static.heartbeat(s1, T0 + 2, "i-s")

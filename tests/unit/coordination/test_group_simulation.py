@@ -198,9 +198,11 @@ class SimClient:
         self.told.append(response.generation)
         self.state.joined(response.member_id, response.generation)
         try:
-            assignment = shell.groups.sync(GROUP, response.member_id, response.generation, None, now_ms)
+            outcome = shell.groups.sync(GROUP, response.member_id, response.generation, None, self, now_ms)
         except RaylogError as exc:
             return self.failed(exc, (response.member_id, response.generation))
+        ((_, synced),) = outcome.replies  # the coordinator assigns: a sync is answered at once
+        assignment = synced.assignment
         _, revoked = assignment_change(self.held, assignment)
         self.held = set(assignment)
         if revoked and self.cooperative:

@@ -52,7 +52,7 @@ class FakeCoordinator:
     def __init__(self) -> None:
         self.groups = GroupCoordinator()
         self.pending_txn: set[str] = set()
-        for name in ("join_group", "sync_group", "heartbeat", "leave_group", "commit_offsets"):
+        for name in ("join_group", "sync_group", "assign_group", "heartbeat", "leave_group", "commit_offsets"):
             setattr(self, name, Method(getattr(self, f"_{name}")))
         for name in ("fetch_offsets", "describe_group", "list_groups"):
             setattr(self, name, Method(getattr(self, f"_{name}")))
@@ -72,13 +72,17 @@ class FakeCoordinator:
         assert future.done(), "a lone member's join completes at once"
         return future.result()
 
-    def _sync_group(self, group_id, member_id, generation, instance_id):
+    def _sync_group(self, group_id, member_id, generation, instance_id, assignments=None):
+        future: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            return SyncGroupResponse(
-                assignment=tuple(self.groups.sync(group_id, member_id, generation, instance_id, NOW))
-            )
+            self._deliver(self.groups.sync(group_id, member_id, generation, instance_id, future, NOW, assignments))
         except Exception as exc:  # noqa: BLE001
             return SyncGroupResponse(**error_fields(exc))
+        assert future.done(), "these tests sync a leader-assigned group's followers after its leader"
+        return future.result()
+
+    def _assign_group(self, group_id, member_id, generation, instance_id, assignments):
+        return self._sync_group(group_id, member_id, generation, instance_id, assignments)
 
     def _answer(self, question) -> GroupResponse:
         try:
@@ -223,8 +227,8 @@ def test_a_member_joins_as_a_follower_and_syncs_its_assignment_at_its_version(ve
     ctx = FakeContext(FakeCoordinator())
     subscription = Subscription(2, (TOPIC,), b"ud", (), -1)
     protocols = [
-        {"name": "unknown-assignor", "metadata": b"\x00"},
         {"name": "roundrobin", "metadata": encode_subscription(subscription)},
+        {"name": "unknown-assignor", "metadata": b"\x00"},
     ]
     joined = join(ctx, version, join_body(version, protocols=protocols))
     assert joined["error_code"] == 0 and joined["generation_id"] == 1
@@ -280,12 +284,14 @@ def test_eager_sticky_maps_to_raylogs_sticky_assignor_and_claims_nothing():
 
 
 @pytest.mark.parametrize("version", [0, 7])
-def test_other_protocol_types_and_unusable_protocols_are_inconsistent(version, caplog):
+def test_unusable_protocols_and_another_protocol_type_than_the_groups_are_inconsistent(version, caplog):
     ctx = FakeContext(FakeCoordinator())
-    connect = join_body(version, protocol_type="connect", protocols=[{"name": "default", "metadata": b""}])
-    answer = join(ctx, version, connect)
-    assert answer["error_code"] == 23 and answer["generation_id"] == -1
+    connect = join_body(version, protocol_type="connect", protocols=[{"name": "default", "metadata": b"w1"}])
+    assert join(ctx, version, connect)["error_code"] == 0  # the group's protocol type is "connect" now
+    consumer = join(ctx, version, join_body(version))
+    assert consumer["error_code"] == 23 and consumer["generation_id"] == -1
     assert "protocol type 'connect'" in caplog.text
+    assert join(ctx, version, join_body(version, protocol_type="", group_id="h"))["error_code"] == 23
     garbled = join_body(version, protocols=[{"name": "range", "metadata": b"\x00\x00\x00"}])
     assert join(ctx, version, garbled)["error_code"] == 23
     assert "truncated" in caplog.text
@@ -489,3 +495,44 @@ def test_a_connection_keeps_one_member_per_group():
     other = join(ctx, 7, {**join_body(7), "group_id": "h"})["member_id"]
     assert first != second
     assert sorted(connection["groups"]) == [("g", second), ("h", other)]
+
+
+@pytest.mark.parametrize("version", versions(A.JOIN_GROUP))
+def test_a_protocol_raylog_does_not_run_is_assigned_by_the_leader_member(version):
+    """Kafka's classic protocol for any protocol type and name: the leader gets every
+    member's metadata, its SyncGroup carries the assignments, every SyncGroup answers the
+    member's as it was sent; DescribeGroups and ListGroups show the members' own bytes."""
+    ctx = FakeContext(FakeCoordinator())
+    body = join_body(version, protocol_type="connect", protocols=[{"name": "sessioned", "metadata": b"worker-1"}])
+    joined = join(ctx, version, body)
+    member = joined["member_id"]
+    assert joined["error_code"] == 0 and joined["leader"] == member and joined["protocol_name"] == "sessioned"
+    assert [(m["member_id"], m["metadata"]) for m in joined["members"]] == [(member, b"worker-1")]
+    if version >= 7:
+        assert joined["protocol_type"] == "connect"
+    sync = {"group_id": "g", "generation_id": 1, "member_id": member, "protocol_type": "connect"}
+    assigned = roundtrip(ctx, A.SYNC_GROUP, 5, {**sync, "assignments": [{"member_id": member, "assignment": b"A"}]})
+    assert (assigned["error_code"], assigned["assignment"], assigned["protocol_type"]) == (0, b"A", "connect")
+    again = roundtrip(ctx, A.SYNC_GROUP, 0, {**sync, "assignments": []})  # a follower's sync, at any version
+    assert (again["error_code"], again["assignment"]) == (0, b"A")
+    wrong = roundtrip(ctx, A.SYNC_GROUP, 5, {**sync, "protocol_type": "consumer"})
+    assert wrong["error_code"] == 23
+    (described,) = roundtrip(ctx, A.DESCRIBE_GROUPS, 5, {"groups": ["g"]})["groups"]
+    assert (described["protocol_type"], described["protocol_data"]) == ("connect", "sessioned")
+    assert [(m["member_metadata"], m["member_assignment"]) for m in described["members"]] == [(b"worker-1", b"A")]
+    (listed,) = roundtrip(ctx, A.LIST_GROUPS, 4, {})["groups"]
+    assert (listed["group_id"], listed["protocol_type"]) == ("g", "connect")
+
+
+def test_a_consumers_custom_assignor_is_the_leaders_and_kafkas_names_stay_its_own():
+    """A consumer proposing an assignor raylog does not run first: its vote makes the leader
+    assign; its subscription's topics still reach the coordinator."""
+    coordinator = FakeCoordinator()
+    ctx = FakeContext(coordinator)
+    raw = encode_subscription(Subscription(1, (TOPIC,), b"custom"))
+    protocols = [{"name": "my-assignor", "metadata": raw}, {"name": "range", "metadata": raw}]
+    joined = join(ctx, 7, join_body(7, protocols=protocols))
+    assert joined["protocol_name"] == "my-assignor" and joined["leader"] == joined["member_id"]
+    assert joined["members"][0]["metadata"] == raw
+    m = coordinator.groups.groups["g"].members[joined["member_id"]]
+    assert m.subscription.topics == (TOPIC,) and m.subscription.strategies == ("my-assignor", "range")
