@@ -95,7 +95,7 @@ class GroupCoordinatorActor(CoordinatorActor):
     def __init__(self, *args: Any, initial_rebalance_delay_ms: int = 0, **kwargs: Any):
         self._initial_rebalance_delay_ms = initial_rebalance_delay_ms  # group.initial.rebalance.delay.ms
         #: Joins and syncs waiting for their reply -> the kind of reply they wait for.
-        self._waiting: dict[concurrent.futures.Future, type] = {}
+        self._awaiting_reply: dict[concurrent.futures.Future, type] = {}
         self._rebalancing: set[str] = set()  # groups in PreparingRebalance at the last _deliver
         self._replay: LogReplay | None = None  # brings the loaded groups up to the HW
         super().__init__(*args, **kwargs)
@@ -123,10 +123,10 @@ class GroupCoordinatorActor(CoordinatorActor):
     def _unloaded(self) -> None:
         """Answer every waiting join and sync."""
         moved = error_fields(NotCoordinatorError("the coordinator moved"))
-        for future, kind in self._waiting.items():
+        for future, kind in self._awaiting_reply.items():
             if not future.done():
                 future.set_result(kind(**moved))
-        self._waiting.clear()
+        self._awaiting_reply.clear()
         self._replay = None
         self._pulse()
 
@@ -172,7 +172,7 @@ class GroupCoordinatorActor(CoordinatorActor):
                 outcome = self._coordinator().join(request, future, now_ms())
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return JoinGroupResponse(**error_fields(exc))
-            self._waiting[future] = JoinGroupResponse
+            self._awaiting_reply[future] = JoinGroupResponse
             self._deliver(outcome)
         return self._reply(future)
 
@@ -207,7 +207,7 @@ class GroupCoordinatorActor(CoordinatorActor):
                 )
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return SyncGroupResponse(**error_fields(exc))
-            self._waiting[future] = SyncGroupResponse
+            self._awaiting_reply[future] = SyncGroupResponse
             self._deliver(outcome)
         return self._reply(future)
 
@@ -387,7 +387,7 @@ class GroupCoordinatorActor(CoordinatorActor):
             return future.result()
         finally:
             with self._lock:
-                self._waiting.pop(future, None)
+                self._awaiting_reply.pop(future, None)
 
     @functools.cached_property
     def _group_changed(self) -> threading.Condition:
