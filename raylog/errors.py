@@ -250,6 +250,18 @@ class InvalidRecordError(ApiError):
     """A record the batch format cannot hold (e.g. headers of the wrong type)."""
 
 
+@_api(70, "FETCH_SESSION_ID_NOT_FOUND")
+class FetchSessionIdNotFoundError(RetriableError, ApiError):
+    """An incremental fetch named a fetch session this broker does not have (evicted, or
+    never made here): the client starts a new one with a full fetch (KIP-227)."""
+
+
+@_api(71, "INVALID_FETCH_SESSION_EPOCH")
+class InvalidFetchSessionEpochError(RetriableError, ApiError):
+    """An incremental fetch's session epoch is not the one the session expects next (a
+    fetch was lost or sent twice): the client starts a new session with a full fetch."""
+
+
 @_api(74, "FENCED_LEADER_EPOCH")
 class FencedLeaderEpochError(InvalidMetadataError, ApiError):
     """The request carried a leader epoch older than the replica's."""

@@ -31,6 +31,7 @@ from raylog.coordination.group import partition_for
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination.producer_ids import ProducerIdPool
 from raylog.errors import RaylogError
+from raylog.kafka.fetch_sessions import FetchSessionCache
 
 #: How long a cached metadata answer serves before it is asked again.
 METADATA_MAX_AGE_S = 1.0
@@ -74,6 +75,8 @@ class BrokerContext:
         self._producer_id_fetch: asyncio.Future | None = None
         self._handles: dict[Any, Any] = {}  # the leaders' actor handles, each its own key
         self._converter = ThreadPoolExecutor(CONVERSION_THREADS, thread_name_prefix="kafka-records")
+        #: The broker's incremental fetch sessions (KIP-227), of every connection.
+        self.fetch_sessions = FetchSessionCache()
 
     async def convert(self, conversion: Callable[[Any], _T], data: Any) -> _T:
         """``conversion(data)`` (a :mod:`raylog.kafka.records` function) on a conversion thread.

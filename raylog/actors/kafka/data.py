@@ -17,9 +17,9 @@ poll still open then stays with the connection and serves that partition's next 
 same offset, so a consumer never has more than one fetch waiting per partition. And once a
 partition's records are answered, the listener reads ahead from where they end: the client's
 next fetch (Kafka clients keep one fetch in flight per broker) finds them read, and the
-leader's round trip overlaps the client's own work. Fetch
-sessions (KIP-227) are declined (session id 0: every fetch is a full one), which Kafka
-allows.
+leader's round trip overlaps the client's own work. Fetch sessions (KIP-227) are served
+(:mod:`raylog.kafka.fetch_sessions`): an incremental fetch names only the partitions that
+changed, and its answer only those with news.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import asyncio
 import functools
 import logging
 import struct
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from raylog.coordination.placement import INTERNAL_TOPICS, validate_topic_name
 from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE
 from raylog.errors import (
     FencedLeaderEpochError,
+    FetchSessionIdNotFoundError,
+    InvalidFetchSessionEpochError,
     InvalidRecordError,
     InvalidRequestError,
     LeaderNotAvailableError,
@@ -53,6 +56,7 @@ from raylog.errors import (
     for_code,
 )
 from raylog.kafka import codec, records
+from raylog.kafka.fetch_sessions import FINAL_EPOCH, NO_SESSION_ID, FetchContext
 from raylog.protocol import FetchRequest, FetchResponse, ProduceRequest, error_fields, records_payload
 from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD, read_header
 from raylog.types import NewTopic
@@ -401,13 +405,22 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
     isolation = body.get("isolation_level", 0)
     max_wait_ms = max(0, body["max_wait_ms"])
     client_id = header.client_id or ""
+    asked = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
+    forgotten = [(t["topic"], p) for t in body.get("forgotten_topics_data") or () for p in t["partitions"]]
+    try:
+        session = ctx.fetch_sessions.begin(
+            body.get("session_id", NO_SESSION_ID),
+            body.get("session_epoch", FINAL_EPOCH),  # before Fetch v7: no sessions
+            asked,
+            forgotten,
+            int(time.time() * 1000),
+        )
+    except (FetchSessionIdNotFoundError, InvalidFetchSessionEpochError) as exc:
+        logger.debug("fetch of client %r: %s", client_id, exc)
+        return {"throttle_time_ms": 0, "error_code": exc.code, "session_id": NO_SESSION_ID, "responses": []}
     # No partition reads past the answer's bound (the answer trims to it: _fetch_answer).
     cap = body.get("max_bytes", 2**31 - 1)
-    wanted = [
-        (t["topic"], {**p, "partition_max_bytes": min(p["partition_max_bytes"], cap)})
-        for t in body["topics"]
-        for p in t["partitions"]
-    ]
+    wanted = [(topic, {**p, "partition_max_bytes": min(p["partition_max_bytes"], cap)}) for topic, p in session.wanted]
     results: dict[tuple[str, int], Any] = {}
     now: dict[tuple[str, int], Awaitable] = {}
     for topic, p in wanted:
@@ -436,7 +449,7 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
                 poll = polls.get(key)
                 if poll is not None and poll.task.done():
                     results[key] = _outcome(polls.pop(key).task)
-    answer, sent = await _fetch_answer(ctx, body, wanted, results, known)
+    answer, sent = await _fetch_answer(ctx, body, wanted, results, known, session)
     for topic, p in wanted:
         next_offset = sent.get((topic, p["partition"]))
         if next_offset is not None and (topic, p["partition"]) not in polls:
@@ -504,10 +517,12 @@ async def _fetch_answer(
     wanted: list[tuple[str, dict]],
     results: dict[tuple[str, int], Any],
     known: dict[tuple[str, int], tuple[int, int, int]],
+    session: FetchContext,
 ) -> tuple[dict, dict[tuple[str, int], int]]:
-    """The Fetch response: every partition asked, records up to the request's ``max_bytes``
-    (at least the first partition's, as Kafka), the last known offsets for a partition whose
-    read is still open; and the offset after the records sent, by partition."""
+    """The Fetch response: every partition asked (in an incremental fetch, those with news),
+    records up to the request's ``max_bytes`` (at least the first partition's, as Kafka), the
+    last known offsets for a partition whose read is still open; and the offset after the
+    records sent, by partition."""
     room = body.get("max_bytes", 2**31 - 1)
     sent: dict[tuple[str, int], int] = {}
     throttle = 0
@@ -540,11 +555,13 @@ async def _fetch_answer(
                     room -= size
                     sent[key] = next_offset
             throttle = max(throttle, result.throttle_time_ms)
-        topics.setdefault(topic, []).append(part)
+        offsets = (part["high_watermark"], part["last_stable_offset"], part.get("log_start_offset", -1))
+        if session.include(key, offsets, news=bool(part.get("error_code") or part.get("records"))):
+            topics.setdefault(topic, []).append(part)
     answer = {
         "throttle_time_ms": throttle,
         "error_code": 0,
-        "session_id": 0,
+        "session_id": session.session_id,
         "responses": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
     }
     return answer, sent

@@ -14,6 +14,7 @@ from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
 from raylog.errors import CorruptRecordError, OutOfOrderSequenceError, RaylogError, RequestTimedOutError
 from raylog.kafka import codec, records
+from raylog.kafka.fetch_sessions import FetchContext
 from raylog.protocol import FetchResponse, ProduceRequest, ProduceResponse, error_fields
 from raylog.storage import record_batch as rb
 
@@ -60,7 +61,9 @@ def test_a_fetch_answer_is_converted_off_the_event_loop(monkeypatch):
 
     async def answer():
         ctx = BrokerContext("c", 0, None)
-        return threading.current_thread(), await data._fetch_answer(ctx, {}, [("clicks", partition)], results, {})
+        wanted = [("clicks", partition)]
+        sessionless = FetchContext(None, wanted, incremental=False)
+        return threading.current_thread(), await data._fetch_answer(ctx, {}, wanted, results, {}, sessionless)
 
     loop_thread, (response, sent) = asyncio.run(answer())
     assert sent == {key: 8}
