@@ -52,6 +52,7 @@ from raylog.errors import (
     TopicAlreadyExistsError,
     UnknownLeaderEpochError,
     UnknownServerError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
     for_code,
 )
@@ -405,8 +406,18 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
     isolation = body.get("isolation_level", 0)
     max_wait_ms = max(0, body["max_wait_ms"])
     client_id = header.client_id or ""
-    asked = [(t["topic"], p) for t in body["topics"] for p in t["partitions"]]
-    forgotten = [(t["topic"], p) for t in body.get("forgotten_topics_data") or () for p in t["partitions"]]
+    by_id = header.api_version >= 13  # KIP-516: topics named by their ids
+    ids = await _topic_ids(ctx, body) if by_id else {}
+    unknown = [
+        (t["topic_id"], p) for t in body["topics"] if by_id and t["topic_id"] not in ids for p in t["partitions"]
+    ]
+    asked = [(_topic(t, ids), p) for t in body["topics"] if not by_id or t["topic_id"] in ids for p in t["partitions"]]
+    forgotten = [
+        (_topic(t, ids), p)
+        for t in body.get("forgotten_topics_data") or ()
+        if not by_id or t["topic_id"] in ids
+        for p in t["partitions"]
+    ]
     try:
         session = ctx.fetch_sessions.begin(
             body.get("session_id", NO_SESSION_ID),
@@ -450,6 +461,11 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
                 if poll is not None and poll.task.done():
                     results[key] = _outcome(polls.pop(key).task)
     answer, sent = await _fetch_answer(ctx, body, wanted, results, known, session)
+    if by_id:
+        named = {name: topic_id for topic_id, name in ids.items()}
+        for response in answer["responses"]:
+            response["topic_id"] = named[response["topic"]]
+        answer["responses"] += _unknown_topic_ids(unknown)
     for topic, p in wanted:
         next_offset = sent.get((topic, p["partition"]))
         if next_offset is not None and (topic, p["partition"]) not in polls:
@@ -457,6 +473,33 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
             # from here, and finds the records read (or a long poll waiting) meanwhile.
             _poll(ctx, polls, topic, p, next_offset, isolation, client_id, max_wait_ms)
     return answer
+
+
+async def _topic_ids(ctx: BrokerContext, body: dict) -> dict[uuid.UUID, str]:
+    """Topic id -> name of every topic (metadata refreshed once if the request names an
+    id not known yet: a topic just created)."""
+    md = await ctx.metadata()
+    ids = {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()}
+    named = {t["topic_id"] for t in [*body["topics"], *(body.get("forgotten_topics_data") or ())]}
+    if not named <= ids.keys():
+        md = await ctx.metadata(refresh=True)
+        ids = {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()}
+    return ids
+
+
+def _topic(entry: dict, ids: dict[uuid.UUID, str]) -> str:
+    """A request entry's topic name (by its id from Fetch v13 on)."""
+    return ids[entry["topic_id"]] if "topic_id" in entry and entry["topic_id"] in ids else entry["topic"]
+
+
+def _unknown_topic_ids(unknown: list[tuple[uuid.UUID, dict]]) -> list[dict]:
+    """UNKNOWN_TOPIC_ID for each partition asked of a topic id no topic has (KIP-516)."""
+    by_topic: dict[uuid.UUID, list] = {}
+    for topic_id, p in unknown:
+        by_topic.setdefault(topic_id, []).append(
+            {"partition_index": p["partition"], "error_code": UnknownTopicIdError.code, "high_watermark": -1}
+        )
+    return [{"topic_id": topic_id, "partitions": parts} for topic_id, parts in by_topic.items()]
 
 
 def _poll(

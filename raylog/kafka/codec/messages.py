@@ -73,7 +73,7 @@ class ApiKey(enum.IntEnum):
 #: The versions of each API raylog answers (what ApiVersions advertises).
 SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
-    ApiKey.FETCH: (4, 12),
+    ApiKey.FETCH: (4, 16),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (2, 8),
@@ -140,7 +140,10 @@ Produce response 0 flexible 9+
 
 Fetch request 1 flexible 12+
   cluster_id string 12+ null 12+ default null tag 0
-  replica_id int32 0+ default -1
+  replica_id int32 0-14 default -1
+  replica_state {} 15+ tag 1
+    replica_id int32 15+ default -1
+    replica_epoch int64 15+ default -1
   max_wait_ms int32 0+
   min_bytes int32 0+
   max_bytes int32 3+ default 2147483647
@@ -148,7 +151,8 @@ Fetch request 1 flexible 12+
   session_id int32 7+
   session_epoch int32 7+ default -1
   topics [] 0+
-    topic string 0+
+    topic string 0-12
+    topic_id uuid 13+
     partitions [] 0+
       partition int32 0+
       current_leader_epoch int32 9+ default -1
@@ -157,7 +161,8 @@ Fetch request 1 flexible 12+
       log_start_offset int64 5+ default -1
       partition_max_bytes int32 0+
   forgotten_topics_data [] 7+
-    topic string 7+
+    topic string 7-12
+    topic_id uuid 13+
     partitions []int32 7+
   rack_id string 11+ default ""
 Fetch response 1 flexible 12+
@@ -165,7 +170,8 @@ Fetch response 1 flexible 12+
   error_code int16 7+
   session_id int32 7+
   responses [] 0+
-    topic string 0+
+    topic string 0-12
+    topic_id uuid 13+
     partitions [] 0+
       partition_index int32 0+
       error_code int16 0+
@@ -186,6 +192,11 @@ Fetch response 1 flexible 12+
         first_offset int64 4+
       preferred_read_replica int32 11+ default -1
       records records 0+ null 0+ default ""
+  node_endpoints [] 16+ tag 0
+    node_id int32 16+
+    host string 16+
+    port int32 16+
+    rack string 16+ null 16+ default null
 
 ListOffsets request 2 flexible 6+
   replica_id int32 0+

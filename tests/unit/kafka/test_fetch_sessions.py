@@ -4,6 +4,8 @@ rules (no Ray), then a Fetch handler answering a session's fetches from fake lea
 from __future__ import annotations
 
 import asyncio
+import types
+import uuid
 
 import pytest
 
@@ -144,3 +146,52 @@ def test_the_fetch_handler_serves_a_session(monkeypatch):
     assert set(named) == {1} and named[1]["high_watermark"] == 1 and named[1]["records"]
     stale, named = fetch(sid, 2, [])
     assert stale["error_code"] == InvalidFetchSessionEpochError.code and named == {}
+
+
+def test_fetch_v13_names_topics_by_id_and_answers_unknown_ids(monkeypatch):
+    """KIP-516: from Fetch v13 a request names each topic by its id, and the answer too; an
+    id no topic has is UNKNOWN_TOPIC_ID for each of its partitions."""
+    stored = rb.stamp(rb.read_header(rb.build([b"value"])), 0, 0) + rb.build([b"value"])[rb.STAMP.size :]
+    leaders = _Leaders({0: (stored, 1)})
+
+    async def leader(ctx, topic, partition):
+        assert topic == "t"
+        leaders.partition = partition
+        return leaders
+
+    monkeypatch.setattr(data, "_leader", leader)
+    topic_id, stranger = uuid.uuid4(), uuid.uuid4()
+
+    class _ById(_Context):
+        async def metadata(self, refresh=False):
+            return {"topics": {"t": types.SimpleNamespace(topic_id=topic_id.hex)}}
+
+    ctx = _ById("c", 0, None)
+    for version in (13, 15, 16):
+        header = codec.RequestHeader(codec.ApiKey.FETCH, version, 1, "test")
+        body = {
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": NO_SESSION_ID,
+            "session_epoch": FINAL_EPOCH,
+            "topics": [
+                {"topic_id": topic_id, "partitions": [part(0)]},
+                {"topic_id": stranger, "partitions": [part(3)]},
+            ],
+            "forgotten_topics_data": [],
+        }
+        frame = b"".join(bytes(b) for b in codec.encode_request(header, body))  # in that version's format
+
+        async def run(frame=frame):
+            CONNECTION.set({})
+            decoded_header, decoded = codec.decode_request(frame[4:])
+            return decoded_header, await data.fetch(ctx, decoded_header, decoded)
+
+        decoded_header, answer = asyncio.run(run())
+        wire = b"".join(bytes(b) for b in codec.encode_response(decoded_header, answer))
+        _, answer = codec.decode_response(codec.ApiKey.FETCH, version, wire[4:])
+        by_id = {r["topic_id"]: r["partitions"] for r in answer["responses"]}
+        assert by_id[topic_id][0]["records"] and by_id[topic_id][0]["error_code"] == 0
+        assert [(p["partition_index"], p["error_code"]) for p in by_id[stranger]] == [(3, 100)]
