@@ -39,6 +39,14 @@ def test_kafka_python_reads_through_an_incremental_fetch_session(kafka_cluster, 
                     return len(read[partition]) == PER_ROUND * (1 + round_ // PARTITIONS)
 
                 wait_until(caught_up, timeout_s=60, message=f"round {round_}'s records read")
+        # Fetching on with nothing new: every node answers the session's fetches by difference.
+        wait_until(
+            lambda: (
+                not consumer.poll(timeout_ms=200) and caplog.text.count("incremental fetch response for session") >= 6
+            ),
+            timeout_s=60,
+            message="incremental fetch answers from every node",
+        )
     finally:
         consumer.close()
     assert read == {p: list(range(PER_ROUND)) if p < ROUNDS else [] for p in range(PARTITIONS)}
