@@ -12,6 +12,12 @@ ever higher generations; over the whole run a partition has at most one owner pe
 generation; at any moment the clients the coordinator counts as members hold disjoint
 partitions. Once quiet, every partition has one owner and the load is balanced.
 
+With :data:`LEADER_ASSIGNED`, a protocol the coordinator does not run, the group's leader
+member assigns (eagerly, round-robin over the members it is told) and sends the assignments
+with its sync; the other members' syncs wait for it. Also checked then: a sync is answered
+only with the assignment the leader made for that member in that generation, once it is in
+the log.
+
 A failure names its seed and assignor; ``RAYLOG_GROUP_SIM_SEEDS`` sets how many seeds run
 per assignor (the default keeps the suite fast).
 """
@@ -36,7 +42,7 @@ from raylog.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from raylog.protocol import JoinGroupRequest, JoinGroupResponse, error_fields, error_of
+from raylog.protocol import JoinGroupRequest, JoinGroupResponse, SyncGroupResponse, error_fields, error_of
 from raylog.types import TopicPartition
 
 GROUP = "g"
@@ -48,6 +54,8 @@ SEEDS = int(os.environ.get("RAYLOG_GROUP_SIM_SEEDS", "1000"))
 #: Random steps per schedule, then at most this many quiet rounds to settle.
 STEPS, QUIET_ROUNDS = 150, 100
 EVERYTHING = frozenset(TopicPartition("t", p) for p in range(PARTITIONS))
+#: A protocol the coordinator does not run: the group's leader member assigns.
+LEADER_ASSIGNED = "sim-leader-assigned"
 #: What a step does, and how often.
 ACTIONS = {
     "start": 8,
@@ -76,14 +84,22 @@ class Shell:
         self.log: list[tuple[bytes, bytes | None]] = []
         self.durable = GroupCoordinator()  # the log as a new coordinator would load it
         self.in_flight: list[Outcome] = []
-        self.replies: dict[object, JoinGroupResponse] = {}
+        self.replies: dict[object, JoinGroupResponse | SyncGroupResponse] = {}
         self.waiting: set[object] = set()
+        self.syncs: dict[object, tuple[str, int]] = {}  # a sync's waiter -> (member id, generation)
         self.told = -1  # the highest generation any member was told
 
     def join(self, waiter: object, request: JoinGroupRequest, now_ms: int) -> None:
         """Raises: the join's typed error when it is refused at once."""
         outcome = self.groups.join(request, waiter, now_ms)
         self.waiting.add(waiter)
+        self.deliver(outcome)
+
+    def sync(self, waiter: object, member_id: str, generation: int, assignments, now_ms: int) -> None:
+        """Raises: the sync's typed error when it is refused at once."""
+        outcome = self.groups.sync(GROUP, member_id, generation, None, waiter, now_ms, assignments)
+        self.waiting.add(waiter)
+        self.syncs[waiter] = (member_id, generation)
         self.deliver(outcome)
 
     def deliver(self, outcome: Outcome) -> None:
@@ -95,7 +111,13 @@ class Shell:
         for waiter, response in replies:
             assert waiter in self.waiting, f"{waiter} answered twice"
             self.waiting.discard(waiter)
-            if response.error_code == 0:
+            if response.error_code == 0 and isinstance(response, SyncGroupResponse):
+                member_id, generation = self.syncs.pop(waiter)
+                durable = self.durable.groups.get(GROUP)
+                assert durable is not None and durable.generation == generation, "a sync answered out of its generation"
+                if response.assigned is not None:  # the leader's assignment, as the log has it
+                    assert durable.members[member_id].assigned == response.assigned, "an assignment not (yet) durable"
+            elif response.error_code == 0:
                 durable = self.durable.groups.get(GROUP)
                 assert durable is not None and response.member_id in durable.members, "told before durable"
                 assert durable.generation >= response.generation, "a generation told before it was durable"
@@ -115,7 +137,10 @@ class Shell:
         for outcome in self.in_flight[: self.rng.randrange(len(self.in_flight) + 1)]:
             self._append(outcome, now_ms)  # replicated, but the old coordinator died first
         self.in_flight.clear()
-        self.release([(w, JoinGroupResponse(**error_fields(NotCoordinatorError("moved")))) for w in self.waiting])
+        moved = error_fields(NotCoordinatorError("moved"))
+        self.release(
+            [(w, SyncGroupResponse(**moved) if w in self.syncs else JoinGroupResponse(**moved)) for w in self.waiting]
+        )
         self.groups = GroupCoordinator()
         self.groups.load(list(self.log), now_ms)
         loaded = self.groups.groups.get(GROUP)
@@ -138,6 +163,7 @@ class SimClient:
         self.state = MemberState()
         self.held: set[TopicPartition] = set()
         self.waiter: object | None = None
+        self.sync_waiter: object | None = None  # a sync waiting for the leader's assignment
         self.sent_as: tuple[str, int] = ("", NO_GENERATION)
         self.rejoin = True
         self.paused = False
@@ -158,6 +184,11 @@ class SimClient:
             if response is not None:
                 self.waiter = None
                 self.finish_join(shell, response, now_ms)
+        elif self.sync_waiter is not None:
+            response = shell.replies.pop(self.sync_waiter, None)
+            if response is not None:
+                self.sync_waiter = None
+                self.finish_sync(response, self.sent_as)
         elif self.rejoin:
             self.start_join(shell, now_ms)
         elif self.state.generation != NO_GENERATION:
@@ -178,6 +209,7 @@ class SimClient:
             topics=("t",),
             partition_counts={"t": PARTITIONS},
             strategies=(self.strategy,),
+            metadata=(self.name.encode(),) if self.strategy == LEADER_ASSIGNED else (),
             owned=plan.owned,
             owned_generation=plan.generation,
             client_id=self.name,
@@ -197,12 +229,32 @@ class SimClient:
         assert not self.told or response.generation > self.told[-1], f"{self.name}: generation went back"
         self.told.append(response.generation)
         self.state.joined(response.member_id, response.generation)
+        self.sent_as = (response.member_id, response.generation)
+        assignments = None
+        if response.leader_assigns and response.leader_id == response.member_id and response.members:
+            members = sorted(m.member_id for m in response.members)  # an eager round-robin
+            plan = {m: [p for p in range(PARTITIONS) if p % len(members) == i] for i, m in enumerate(members)}
+            assignments = {m: ",".join(map(str, ps)).encode() for m, ps in plan.items()}
+        self.sync_waiter = (self.name, "sync", next(self.joins))
         try:
-            outcome = shell.groups.sync(GROUP, response.member_id, response.generation, None, self, now_ms)
+            shell.sync(self.sync_waiter, response.member_id, response.generation, assignments, now_ms)
         except RaylogError as exc:
-            return self.failed(exc, (response.member_id, response.generation))
-        ((_, synced),) = outcome.replies  # the coordinator assigns: a sync is answered at once
-        assignment = synced.assignment
+            self.sync_waiter = None
+            return self.failed(exc, self.sent_as)
+        synced = shell.replies.pop(self.sync_waiter, None)  # where the coordinator assigns: at once
+        if synced is not None:
+            self.sync_waiter = None
+            self.finish_sync(synced, self.sent_as)
+        return None
+
+    def finish_sync(self, synced: SyncGroupResponse, sent_as: tuple[str, int]) -> None:
+        error = error_of(synced)
+        if error is not None:
+            return self.failed(error, sent_as)
+        if synced.assigned is not None:
+            assignment = [TopicPartition("t", int(p)) for p in synced.assigned.decode().split(",") if p]
+        else:
+            assignment = list(synced.assignment)
         _, revoked = assignment_change(self.held, assignment)
         self.held = set(assignment)
         if revoked and self.cooperative:
@@ -312,11 +364,11 @@ def settled(shell: Shell, live: list[SimClient]) -> bool:
         and counts[-1] - counts[0] <= 1
         and not shell.in_flight
         and shell.groups.describe(GROUP)["state"] == STABLE
-        and all(c.waiter is None and not c.rejoin for c in live)
+        and all(c.waiter is None and c.sync_waiter is None and not c.rejoin for c in live)
     )
 
 
-@pytest.mark.parametrize("strategy", [COOPERATIVE_STICKY, RANGE, ROUND_ROBIN])
+@pytest.mark.parametrize("strategy", [COOPERATIVE_STICKY, RANGE, ROUND_ROBIN, LEADER_ASSIGNED])
 def test_simulation_one_owner_per_partition_per_generation(strategy):
     """Seeded schedules of joins, leaves, crashes, pauses past the session (ids reset),
     slow and failed group appends and coordinator fail-overs: no generation is told before
