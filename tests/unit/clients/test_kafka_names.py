@@ -76,6 +76,8 @@ KAFKA_PYTHON_NAMES = {
     56: "KafkaStorageError",
     68: "NonEmptyGroupError",
     69: "GroupIdNotFoundError",
+    70: "FetchSessionIdNotFoundError",
+    71: "InvalidFetchSessionEpochError",
     74: "FencedLeaderEpochError",
     75: "UnknownLeaderEpochError",
     76: "UnsupportedCompressionTypeError",
