@@ -149,6 +149,14 @@ def fetch_ask(used: int, fetch_max_bytes: int, partition_max_bytes: int, batch_b
     return ask, expected
 
 
+def _repeated_string(text: str, count: int) -> pa.Array:
+    """``text`` ``count`` times as a string column, made from buffers (not ``pa.repeat``,
+    whose first call in a process imports pandas: see :func:`record_batch.values_of`)."""
+    data = text.encode()
+    offsets = np.arange(count + 1, dtype=np.int32) * len(data)
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data * count)])
+
+
 class Consumer:
     """Reads records from raylog partitions.
 
@@ -614,8 +622,8 @@ class Consumer:
         """Like :meth:`poll`, as one Arrow table: topic, partition, offset, timestamp, key,
         value, headers (keys and values as bytes; deserializers are not applied)."""
         tables = [
-            table.add_column(0, "topic", pa.repeat(tp.topic, table.num_rows)).add_column(
-                1, "partition", pa.repeat(pa.scalar(tp.partition, pa.int32()), table.num_rows)
+            table.add_column(0, "topic", _repeated_string(tp.topic, table.num_rows)).add_column(
+                1, "partition", record_batch.arrow_of(np.full(table.num_rows, tp.partition, dtype=np.int32))
             )
             for tp, table, _ in self._poll_tables(timeout_ms, max_records or 2**62)
         ]

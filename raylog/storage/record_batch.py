@@ -528,12 +528,26 @@ def _check_deltas(batch: pa.RecordBatch, header: BatchHeader) -> None:
 
 
 def _numpy(column: pa.Array, header: BatchHeader) -> np.ndarray:
-    """A delta column's values, read where they lie (``Array.to_numpy`` would import pandas in
-    a process's first call: 0.3-0.7 s in a replica's first batch with deltas)."""
+    """A delta column's values (see :func:`values_of`)."""
     if column.null_count:
         raise CorruptRecordError(f"batch at offset {header.base_offset} has null {column.type} deltas")
+    return values_of(column)
+
+
+def values_of(column: pa.Array) -> np.ndarray:
+    """A fixed-width column without nulls as numpy, read where it lies. Not ``to_numpy``, nor
+    ``pa.array`` / ``pa.scalar`` the other way (:func:`arrow_of`): pyarrow's first such call in
+    a process imports pandas (0.2-0.5 s; it cost a replica its first batch with deltas, and a
+    fresh consumer its first poll: issue 27)."""
     dtype = np.dtype(column.type.to_pandas_dtype())
     return np.frombuffer(column.buffers()[1], dtype=dtype, count=len(column), offset=column.offset * dtype.itemsize)
+
+
+def arrow_of(values: np.ndarray) -> pa.Array:
+    """A 1-D numpy array of a fixed-width type as an Arrow array over the same memory
+    (see :func:`values_of`)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
 def validate(
@@ -636,7 +650,7 @@ def decode_table(
             continue
         batch = _output_batch(header, decode_body(view, pos, header))
         if header.base_offset < min_offset:
-            offsets = batch.column(0).to_numpy()
+            offsets = values_of(batch.column(0))
             batch = batch.slice(int(np.searchsorted(offsets, min_offset)))
         out.append(batch)
     return pa.Table.from_batches(out, schema=OUTPUT_SCHEMA)
@@ -678,14 +692,14 @@ def build_marker(
 def offset_deltas(header: BatchHeader, body: pa.RecordBatch) -> np.ndarray:
     """Each record's offset minus the batch's base offset (int64)."""
     if header.attributes & HAS_OFFSET_DELTA:
-        return body.column("offset_delta").to_numpy().astype(np.int64)
+        return values_of(body.column("offset_delta")).astype(np.int64)
     return np.arange(header.record_count, dtype=np.int64)
 
 
 def _create_timestamps(header: BatchHeader, body: pa.RecordBatch) -> np.ndarray:
     """Each record's timestamp as its producer wrote it (int64 ms)."""
     if header.attributes & HAS_TIMESTAMP_DELTA:
-        return body.column("timestamp_delta").to_numpy().astype(np.int64) + header.base_timestamp
+        return values_of(body.column("timestamp_delta")).astype(np.int64) + header.base_timestamp
     return np.full(header.record_count, header.base_timestamp, dtype=np.int64)
 
 
@@ -700,7 +714,7 @@ def _output_batch(header: BatchHeader, body: pa.RecordBatch) -> pa.RecordBatch:
     keys = body.column("key") if attributes & HAS_KEY else pa.nulls(count, pa.binary())
     headers = body.column("headers") if attributes & HAS_HEADERS else pa.nulls(count, HEADERS_TYPE)
     return pa.RecordBatch.from_arrays(
-        [pa.array(offsets), pa.array(timestamps), keys, body.column("value"), headers], schema=OUTPUT_SCHEMA
+        [arrow_of(offsets), arrow_of(timestamps), keys, body.column("value"), headers], schema=OUTPUT_SCHEMA
     )
 
 

@@ -55,6 +55,34 @@ def test_a_replica_process_imports_no_more_than_it_needs():
     assert result.stdout.decode().strip() == "[]"
 
 
+CONSUMER_PROCESS = """
+import sys
+from raylog.clients import consumer
+from raylog.storage import record_batch
+batch = sys.stdin.buffer.read()
+table = record_batch.decode_table(batch + batch[:0], min_offset=1)
+assert table.num_rows == 1 and table.column("offset").to_pylist() == [1]
+topic = consumer._repeated_string("clicks", 3)
+partition = record_batch.arrow_of(record_batch.values_of(table.column("offset").chunk(0)))
+assert topic.to_pylist() == ["clicks"] * 3 and partition.to_pylist() == [1]
+print(sorted(m for m in ("pandas", "pyspark", "raydp", "torch") if m in sys.modules))
+"""
+
+
+def test_a_consumers_first_read_imports_no_pandas():
+    """A fresh consumer's first poll_arrow paid pyarrow's lazy import of pandas (0.2-0.5 s,
+    issue 27's 10x slower first read): decoding fetched batches and the columns poll_arrow adds
+    are made from buffers, never with to_numpy, pa.array, pa.scalar or pa.repeat."""
+    from raylog.storage import record_batch
+
+    batch = record_batch.build([b"a", b"b"], keys=[b"k", None], headers=[[("h", b"v")], []], timestamps_ms=[5, 9])
+    result = subprocess.run(
+        [sys.executable, "-c", CONSUMER_PROCESS], input=batch, cwd=ROOT, capture_output=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().strip() == "[]"
+
+
 def test_an_idle_replica_process_does_not_import_pyarrow_compute():
     """Every partition replica is a process that imports its modules at start: pyarrow.compute
     (~25 ms) loads only when a batch with headers is checked or a log is compacted."""
