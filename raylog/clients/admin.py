@@ -256,7 +256,7 @@ class Admin:
         entities), all or nothing: per client id (None: the default quota, for every client
         id without one of its own), ``producer_byte_rate`` and ``consumer_byte_rate`` in
         bytes/s; None removes a quota, a quota not named is kept. Leaders apply the change
-        without a restart. Quotas hold per partition leader (see the README's "Quotas").
+        without a restart. Quotas hold per partition leader (see docs/guide.md, "Quotas").
 
         Example:
             >>> admin.alter_client_quotas({"etl": {"producer_byte_rate": 10e6}})  # doctest: +SKIP

@@ -83,7 +83,7 @@ def test_order_is_kept_per_partition(cluster, topic):
 
 
 def test_serializers_and_deserializers(cluster, topic):
-    """The README's producer example with serializers: JSON values in, JSON values out."""
+    """The guide's producer example with serializers: JSON values in, JSON values out."""
     name = topic()
     with Producer(
         cluster, acks="all", linger_ms=5, compression="lz4", value_serializer=lambda v: json.dumps(v).encode()

@@ -181,7 +181,7 @@ def test_the_configs_the_program_set_are_what_raylog_describes(admin, topic):
 
 def test_where_raylog_answers_differently(admin, topic):
     """kafka-python calls the program above leaves out, because raylog answers them in its
-    own shape (the README's "Coming from kafka-python" lists them): describe_topics gives
+    own shape (the guide's "Coming from kafka-python" lists them): describe_topics gives
     TopicDescription objects (kafka-python 3: dicts), describe_configs gives
     ``{topic: {property: ConfigEntry}}`` (kafka-python 3: nested dicts by resource type),
     and create_topics has no validate_only."""
