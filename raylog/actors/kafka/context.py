@@ -2,9 +2,10 @@
 and calls to raylog's actors with Ray's failures as raylog errors.
 
 One :class:`BrokerContext` per listener actor, shared by its connections (one asyncio
-loop, so no locks). Metadata is the controller's ``metadata()`` answer, asked again once it is
-:data:`METADATA_MAX_AGE_S` old (the old answer serves if the new one is slow to come) and at
-once when a handler saw a leader move. Its leader actors are kept one handle per actor
+loop, so no locks). Metadata is the controller's ``metadata()`` answer, asked for in the
+background every :data:`METADATA_MAX_AGE_S` from the listener's start and at once when a
+handler saw a leader move; a request never waits for the controller longer than
+:data:`REFRESH_WAIT_S` once an answer is cached (the old answer serves). Its leader actors are kept one handle per actor
 across refreshes (a Ray actor handle costs ~60 KiB and each answer brings new ones: calls
 that wait long, such as joins, would otherwise keep one each), and a group's or
 transactional id's coordinator is found in it as Kafka's brokers find it in their metadata
@@ -71,6 +72,7 @@ class BrokerContext:
         self._invalidated = False
         self._refreshing: asyncio.Future | None = None
         self._refresh_started = 0.0
+        self._keeper: asyncio.Future | None = None
         self._producer_ids = ProducerIdPool()
         self._producer_id_fetch: asyncio.Future | None = None
         self._handles: dict[Any, Any] = {}  # the leaders' actor handles, each its own key
@@ -94,19 +96,22 @@ class BrokerContext:
     async def metadata(self, refresh: bool = False) -> dict:
         """The controller's ``metadata()`` answer (``brokers``, ``topics``, ``leaders``, ``live``,
         ``listeners`` ...). A cached answer older than :data:`METADATA_MAX_AGE_S` is asked
-        again, and waited for until the call has been under way :data:`REFRESH_WAIT_S`; after
-        that, or when the call fails, the old answer serves, as Kafka's brokers serve from
-        their metadata cache whatever the controller does (a paused or restarting controller
-        would otherwise hold up every request). The answer is awaited in full only when none
-        is cached, when ``refresh``, or after :meth:`invalidate`. Concurrent callers share
-        one controller call.
+        again, as is one a handler asked for afresh (``refresh``: the client may know of a topic
+        or leader newer than the cache) or dropped (:meth:`invalidate`: a leader moved); the new
+        answer is waited for until the call has been under way :data:`REFRESH_WAIT_S`, then, or
+        when the call fails, the cached answer serves, as Kafka's brokers serve from their
+        metadata cache whatever the controller does (a paused or restarting controller would
+        otherwise hold up every request; the client asks again as it would of a Kafka broker
+        whose cache lags). Only a listener with no answer yet waits for the first in full
+        (:meth:`warm` asks for it as the listener starts). Concurrent callers share one
+        controller call.
 
         Raises:
-            RaylogError: no answer to wait for in full (see above) came.
+            RaylogError: no answer is cached and the controller gave none.
         """
-        if self._metadata is None or refresh or self._invalidated:
+        if self._metadata is None:
             return await asyncio.shield(self._refresh())
-        if time.monotonic() - self._metadata_at < METADATA_MAX_AGE_S:
+        if not (refresh or self._invalidated) and time.monotonic() - self._metadata_at < METADATA_MAX_AGE_S:
             return self._metadata
         refreshing = self._refresh()
         patience = REFRESH_WAIT_S - (time.monotonic() - self._refresh_started)
@@ -114,6 +119,30 @@ class BrokerContext:
             return await asyncio.wait_for(asyncio.shield(refreshing), max(0.0, patience))
         except (asyncio.TimeoutError, RaylogError):
             return self._metadata
+
+    def warm(self) -> None:
+        """As the listener starts, fetch a block of producer ids, and the metadata now and
+        then :data:`METADATA_MAX_AGE_S` after each answer, in the background (until :meth:`close`), as
+        Kafka's brokers follow the controller's metadata whether or not a client asks: a client
+        whose first request comes while the controller is paused or restarting is answered
+        from an answer at most that old."""
+        self.fetch_producer_ids()
+        if self._keeper is None:
+            self._keeper = asyncio.ensure_future(self._keep_fresh())
+
+    async def _keep_fresh(self) -> None:
+        while True:
+            try:
+                await asyncio.shield(self._refresh())
+            except RaylogError:
+                pass  # (logged by _refreshed) asked again next round
+            await asyncio.sleep(METADATA_MAX_AGE_S)
+
+    def close(self) -> None:
+        """Stop what :meth:`warm` started."""
+        if self._keeper is not None:
+            self._keeper.cancel()
+            self._keeper = None
 
     def _refresh(self) -> asyncio.Future:
         """The controller call under way, made now if there is none."""
@@ -138,7 +167,7 @@ class BrokerContext:
         return answer
 
     def invalidate(self) -> None:
-        """The next :meth:`metadata` waits for the controller's answer (a leader moved or died)."""
+        """The next :meth:`metadata` asks the controller again (a leader moved or died)."""
         self._invalidated = True
 
     async def new_producer_id(self) -> int:

@@ -156,7 +156,7 @@ class KafkaListenerActor:
                 self._advertised_host,
                 self._port,
             )
-            self.context.fetch_producer_ids()  # a first producer gets its id without asking the controller
+            self.context.warm()
         return self._advertised_host, self._port
 
     async def stop(self) -> None:
@@ -167,6 +167,7 @@ class KafkaListenerActor:
                 task.cancel()
             await asyncio.gather(*self._connections, return_exceptions=True)
             self._server = None
+            self.context.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
