@@ -478,12 +478,19 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
 async def _topic_ids(ctx: BrokerContext, body: dict) -> dict[uuid.UUID, str]:
     """Topic id -> name of every topic (metadata refreshed once if the request names an
     id not known yet: a topic just created)."""
-    md = await ctx.metadata()
-    ids = {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()}
+    ids = _ids_of(await ctx.metadata())
     named = {t["topic_id"] for t in [*body["topics"], *(body.get("forgotten_topics_data") or ())]}
     if not named <= ids.keys():
-        md = await ctx.metadata(refresh=True)
-        ids = {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()}
+        ids = _ids_of(await ctx.metadata(refresh=True))
+    return ids
+
+
+def _ids_of(md: dict) -> dict[uuid.UUID, str]:
+    """Topic id -> name of a metadata answer's topics, made once per answer (kept in it):
+    every Fetch from v13 on names its topics by id."""
+    ids = md.get("topic_ids")
+    if ids is None:
+        ids = md["topic_ids"] = {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()}
     return ids
 
 
