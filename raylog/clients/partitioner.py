@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from raylog.storage import record_batch
+
 #: Keys whose partition is remembered; enough for typical key sets, bounded for memory.
 KEY_CACHE_ENTRIES = 100_000
 
@@ -97,7 +99,7 @@ class DefaultPartitioner:
         by_code = np.array(
             [self._keyed(k, num_partitions) for k in encoded.dictionary.to_pylist()] + [-1], dtype=np.int64
         )
-        codes = pc.fill_null(encoded.indices, len(by_code) - 1).to_numpy()
+        codes = record_batch.values_or(encoded.indices, len(by_code) - 1)
         return by_code[codes]
 
 

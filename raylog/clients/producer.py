@@ -562,9 +562,9 @@ class Producer:
         if bound > capacity:
             self._require_fits_alone(
                 topic,
-                pa.array([value], pa.binary()),
-                keys=None if key is None else pa.array([key], pa.binary()),
-                headers=pa.array([headers], record_batch.HEADERS_TYPE) if headers else None,
+                record_batch.binary_of([value]),
+                keys=None if key is None else record_batch.binary_of([key]),
+                headers=record_batch.headers_of([headers]) if headers else None,
             )
         if size > self._buffer_memory:
             raise RecordTooLargeError(f"record of {size} bytes is larger than buffer_memory={self._buffer_memory}")
@@ -703,7 +703,7 @@ class Producer:
         if unkeyed.any():  # null keys among keyed rows: the sticky partition takes them
             targets[unkeyed] = self._default_partitioner(topic, None, count)
         order = np.argsort(targets, kind="stable")
-        gathered = {k: v.take(pa.array(order)) for k, v in rows.items()}
+        gathered = {k: v.take(record_batch.arrow_of(order)) for k, v in rows.items()}
         bounds = np.searchsorted(targets[order], np.arange(count + 1))
         for part in range(count):
             lo, hi = int(bounds[part]), int(bounds[part + 1])
@@ -715,9 +715,9 @@ class Producer:
         """Slices of ``rows`` of at most ``buffer_memory`` bytes each (at least one row) whose
         records' size bounds add up to at most ``capacity`` (each row fits alone)."""
         values = rows["values"]
-        sizes = pc.binary_length(values).fill_null(0).to_numpy(zero_copy_only=False) + RECORD_OVERHEAD_BYTES
+        sizes = record_batch.values_or(pc.binary_length(values), 0) + RECORD_OVERHEAD_BYTES
         if "keys" in rows:
-            sizes = sizes + pc.binary_length(rows["keys"]).fill_null(0).to_numpy(zero_copy_only=False)
+            sizes = sizes + record_batch.values_or(pc.binary_length(rows["keys"]), 0)
         ends = sizes.cumsum()
         bound_ends = _row_bounds(rows).cumsum()
         start, n = 0, len(values)
@@ -1391,20 +1391,20 @@ def _row_bounds(rows: dict) -> np.ndarray:
     Raises:
         InvalidRecordError: a row with too many headers or too long a header key.
     """
-    payload = pc.binary_length(rows["values"]).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    payload = record_batch.values_or(pc.binary_length(rows["values"]), 0).astype(np.int64)
     if "keys" in rows:
-        payload += pc.binary_length(rows["keys"]).fill_null(0).to_numpy(zero_copy_only=False)
+        payload += record_batch.values_or(pc.binary_length(rows["keys"]), 0)
     counts = np.zeros(len(payload), dtype=np.int64)
     if "headers" in rows:
         headers = rows["headers"]
-        counts = pc.list_value_length(headers).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        counts = record_batch.values_or(pc.list_value_length(headers), 0).astype(np.int64)
         if len(counts) and counts.max() > record_batch.MAX_HEADERS_PER_RECORD:
             raise InvalidRecordError(f"a row has more than {record_batch.MAX_HEADERS_PER_RECORD} headers")
         entries = headers.flatten()
-        key_bytes = pc.binary_length(entries.field("key")).fill_null(0).to_numpy(zero_copy_only=False)
+        key_bytes = record_batch.values_or(pc.binary_length(entries.field("key")), 0)
         if len(key_bytes) and key_bytes.max() > record_batch.MAX_HEADER_KEY_BYTES:
             raise InvalidRecordError(f"a header key is longer than {record_batch.MAX_HEADER_KEY_BYTES} bytes")
-        value_bytes = pc.binary_length(entries.field("value")).fill_null(0).to_numpy(zero_copy_only=False)
+        value_bytes = record_batch.values_or(pc.binary_length(entries.field("value")), 0)
         sums = np.concatenate([[0], np.cumsum(key_bytes + value_bytes, dtype=np.int64)])
         ends = np.cumsum(counts)
         payload += sums[ends] - sums[ends - counts]

@@ -500,11 +500,12 @@ class Log:
                     break
                 if header.max_timestamp >= timestamp_ms and header.next_offset > start_offset:
                     table = record_batch.decode_table(segment.read(position, position + header.size))
-                    timestamps = table.column("timestamp").to_numpy()
-                    found = (timestamps >= timestamp_ms) & (table.column("offset").to_numpy() >= start_offset)
+                    timestamps = record_batch.values_of(table.column("timestamp").combine_chunks())
+                    offsets = record_batch.values_of(table.column("offset").combine_chunks())
+                    found = (timestamps >= timestamp_ms) & (offsets >= start_offset)
                     if found.any():
                         i = int(found.argmax())
-                        return TimestampOffset(int(table.column("offset")[i].as_py()), int(timestamps[i]))
+                        return TimestampOffset(int(offsets[i]), int(timestamps[i]))
         return None
 
     def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:

@@ -249,12 +249,9 @@ def build(
         >>> decode_table(batch).column("value").to_pylist()
         [b'a', b'b']
     """
-    try:
-        value_array = pa.array(values, type=pa.binary())
-        key_array = None if keys is None else pa.array(keys, type=pa.binary())
-        header_array = None if headers is None else pa.array(headers, type=HEADERS_TYPE)
-    except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
-        raise TypeError(f"records must be bytes, str or None: {exc}") from None
+    value_array = binary_of(values)
+    key_array = None if keys is None else binary_of(keys)
+    header_array = None if headers is None else headers_of(headers)
     ts_array = None if timestamps_ms is None else np.asarray(timestamps_ms, dtype=np.int64)
     return build_arrow(value_array, key_array, ts_array, header_array, **options)
 
@@ -317,17 +314,22 @@ def build_arrow(
         base_ts = max_ts = int(now_ms if now_ms is not None else time.time_ns() // 1_000_000)
     else:
         _require_length(timestamps_ms, count, "timestamps_ms")
-        ts = timestamps_ms.to_numpy() if isinstance(timestamps_ms, (pa.Array, pa.ChunkedArray)) else timestamps_ms
-        ts = np.asarray(ts, dtype=np.int64)
+        if isinstance(timestamps_ms, pa.ChunkedArray):
+            timestamps_ms = timestamps_ms.combine_chunks()
+        if isinstance(timestamps_ms, pa.Array):
+            if timestamps_ms.null_count:
+                raise ValueError("timestamps_ms has nulls")
+            timestamps_ms = values_of(timestamps_ms)
+        ts = np.asarray(timestamps_ms, dtype=np.int64)
         base_ts, max_ts = int(ts.min()), int(ts.max())
         if max_ts != base_ts:
             delta = ts - base_ts
             if max_ts - base_ts > _INT32_MAX:
                 attributes |= HAS_TIMESTAMP_DELTA | WIDE_TIMESTAMP_DELTA
-                columns["timestamp_delta"] = pa.array(delta, type=pa.int64())
+                columns["timestamp_delta"] = arrow_of(delta)
             else:
                 attributes |= HAS_TIMESTAMP_DELTA
-                columns["timestamp_delta"] = pa.array(delta.astype(np.int32), type=pa.int32())
+                columns["timestamp_delta"] = arrow_of(delta.astype(np.int32))
 
     if headers is not None and headers.null_count < len(headers):
         _require_length(headers, count, "headers")
@@ -343,7 +345,7 @@ def build_arrow(
             raise ValueError("offset_deltas must rise strictly from 0 or more and fit in an int32")
         # Offset deltas go after the timestamps in the body (see body_schema's order).
         columns = {name: columns[name] for name in ("key", "value", "timestamp_delta") if name in columns} | {
-            "offset_delta": pa.array(deltas.astype(np.int32), type=pa.int32()),
+            "offset_delta": arrow_of(deltas.astype(np.int32)),
             **({"headers": columns["headers"]} if "headers" in columns else {}),
         }
         attributes |= HAS_OFFSET_DELTA
@@ -543,11 +545,93 @@ def values_of(column: pa.Array) -> np.ndarray:
     return np.frombuffer(column.buffers()[1], dtype=dtype, count=len(column), offset=column.offset * dtype.itemsize)
 
 
+def values_or(column: pa.Array, fill: int) -> np.ndarray:
+    """:func:`values_of`, with ``fill`` where the column is null (not ``fill_null``, whose
+    scalar is made with ``pa.scalar``)."""
+    values = values_of(column)
+    if not column.null_count:
+        return values
+    bits = np.frombuffer(column.buffers()[0], dtype=np.uint8)
+    valid = np.unpackbits(bits, count=column.offset + len(column), bitorder="little")[column.offset :]
+    return np.where(valid.astype(bool), values, fill)
+
+
 def arrow_of(values: np.ndarray) -> pa.Array:
     """A 1-D numpy array of a fixed-width type as an Arrow array over the same memory
     (see :func:`values_of`)."""
     values = np.ascontiguousarray(values)
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
+def binary_of(items: Sequence[Any], string: bool = False) -> pa.Array:
+    """bytes, str (UTF-8) or None per item as an Arrow binary (or, ``string``, UTF-8) array made
+    from buffers, not with ``pa.array`` (see :func:`values_of`: it cost a producer's first
+    batch 0.2 s).
+
+    Raises:
+        TypeError: an item of another type (or, for strings, not UTF-8).
+    """
+    n = len(items)
+    try:
+        data = b"".join(items)  # all bytes-like (the usual case): no Python loop
+        lengths = np.fromiter(map(len, items), dtype=np.int64, count=n)
+        exact = int(lengths.sum()) == len(data)  # (len() of a buffer of wider items is not its bytes)
+    except TypeError:  # a None or a str among them
+        exact = False
+    validity = None
+    if not exact:
+        encoded = [_encoded(item) for item in items]
+        present = [item is not None for item in encoded]
+        data = b"".join(item for item in encoded if item is not None)
+        lengths = np.fromiter((0 if item is None else len(item) for item in encoded), dtype=np.int64, count=n)
+        if not all(present):
+            validity = pa.py_buffer(np.packbits(np.array(present, dtype=bool), bitorder="little"))
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise TypeError(f"{offsets[-1]} bytes do not fit one Arrow binary array")
+    type_ = pa.string() if string else pa.binary()
+    array = pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
+    if string:
+        try:
+            array.validate(full=True)
+        except pa.ArrowInvalid as exc:
+            raise TypeError(f"strings must be UTF-8: {exc}") from None
+    return array
+
+
+def _encoded(item: Any) -> bytes | None:
+    if item is None or isinstance(item, bytes):
+        return item
+    if isinstance(item, str):
+        return item.encode()
+    if isinstance(item, (bytearray, memoryview)):
+        return bytes(item)
+    raise TypeError(f"records must be bytes, str or None, got {type(item).__name__}")
+
+
+def headers_of(headers: Sequence[Any]) -> pa.Array:
+    """Per record None or a list of ``(str, bytes or None)`` pairs as a :data:`HEADERS_TYPE`
+    array made from buffers (see :func:`binary_of`).
+
+    Raises:
+        TypeError: a record's headers are not such a list.
+    """
+    try:
+        pairs = [(key, value) for record in headers if record for key, value in record]
+        counts = np.fromiter((len(record) if record else 0 for record in headers), dtype=np.int64, count=len(headers))
+    except (TypeError, ValueError):
+        raise TypeError("headers must be a list of (str, bytes or None) pairs per record") from None
+    entry = HEADERS_TYPE.value_type
+    entries = pa.StructArray.from_arrays(
+        [binary_of([key for key, _ in pairs], string=True), binary_of([value for _, value in pairs])],
+        fields=[entry.field(0), entry.field(1)],
+    )
+    offsets = np.zeros(len(headers) + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:], dtype=np.int32)
+    present = [record is not None for record in headers]
+    validity = None if all(present) else pa.py_buffer(np.packbits(np.array(present, dtype=bool), bitorder="little"))
+    return pa.Array.from_buffers(HEADERS_TYPE, len(headers), [validity, pa.py_buffer(offsets)], children=[entries])
 
 
 def validate(
@@ -656,12 +740,6 @@ def decode_table(
     return pa.Table.from_batches(out, schema=OUTPUT_SCHEMA)
 
 
-def _one_binary(value: bytes) -> pa.Array:
-    """A binary array holding ``value`` alone."""
-    offsets = np.array([0, len(value)], dtype=np.int32)
-    return pa.BinaryArray.from_buffers(pa.binary(), 1, [None, pa.py_buffer(offsets), pa.py_buffer(value)])
-
-
 #: A control record's key: version and type (Kafka's ControlRecordType: 0 abort, 1 commit);
 #: its value: version and the coordinator epoch that wrote the marker.
 CONTROL_KEY = struct.Struct(">hh")
@@ -678,8 +756,8 @@ def build_marker(
     objects imports pandas in the first call of a process, which cost a partition's first
     marker ~180 ms (and each replica process ~30 MB)."""
     return build_arrow(
-        _one_binary(CONTROL_VALUE.pack(0, coordinator_epoch)),
-        _one_binary(CONTROL_KEY.pack(0, 1 if commit else 0)),
+        binary_of([CONTROL_VALUE.pack(0, coordinator_epoch)]),
+        binary_of([CONTROL_KEY.pack(0, 1 if commit else 0)]),
         now_ms=now_ms,
         producer_id=producer_id,
         producer_epoch=producer_epoch,

@@ -83,6 +83,33 @@ def test_a_consumers_first_read_imports_no_pandas():
     assert result.stdout.decode().strip() == "[]"
 
 
+PRODUCER_PROCESS = """
+import sys
+from raylog.clients import producer
+from raylog.storage import record_batch
+values, keys, headers = [b"a", None, "\u00e9"], [b"k", None, b"j"], [[("h", b"v")], None, []]
+batch = record_batch.build(values, keys=keys, headers=headers, timestamps_ms=[5, 9, 9])
+table = record_batch.decode_table(batch)
+assert table.column("value").to_pylist() == [b"a", None, "\u00e9".encode()]
+assert table.column("key").to_pylist() == keys
+rows = {"values": record_batch.binary_of(values), "keys": record_batch.binary_of(keys)}
+rows["headers"] = record_batch.headers_of(headers)
+assert len(producer._row_bounds(rows)) == 3
+order = record_batch.arrow_of(producer.np.array([2, 0, 1]))
+assert rows["keys"].take(order).to_pylist() == [b"j", b"k", None]
+print(sorted(m for m in ("pandas", "pyspark", "raydp", "torch") if m in sys.modules))
+"""
+
+
+def test_a_producers_first_batch_imports_no_pandas():
+    """A fresh producer's first batch paid pyarrow's lazy import of pandas (0.22 s here) in
+    pa.array, and send_arrow's sizing in to_numpy: its arrays are made from buffers
+    (record_batch.binary_of / headers_of / values_of / arrow_of), as a consumer's are."""
+    result = subprocess.run([sys.executable, "-c", PRODUCER_PROCESS], cwd=ROOT, capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().strip() == "[]"
+
+
 def test_an_idle_replica_process_does_not_import_pyarrow_compute():
     """Every partition replica is a process that imports its modules at start: pyarrow.compute
     (~25 ms) loads only when a batch with headers is checked or a log is compacted."""

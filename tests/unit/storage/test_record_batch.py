@@ -229,3 +229,40 @@ def test_records_capacity_is_the_inverse_of_the_bound():
             capacity = rb.records_capacity(limit, cid)
             assert capacity == 0 or rb.batch_size_bound(capacity, cid) <= limit
             assert rb.batch_size_bound(capacity + 1, cid) > limit
+
+
+_ITEM = st.one_of(st.none(), st.binary(max_size=20), st.text(max_size=5))
+_HEADER = st.one_of(
+    st.none(), st.lists(st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=8))), max_size=3)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(_ITEM, max_size=30), headers=st.lists(_HEADER, max_size=30), start=st.integers(0, 5))
+def test_arrays_made_from_buffers_equal_pyarrows_own(items, headers, start):
+    """binary_of / headers_of (a producer's batch, without pa.array's import of pandas) give
+    the arrays pa.array gives, and values_or reads a sliced column with nulls filled."""
+    binary = rb.binary_of(items)
+    binary.validate(full=True)
+    assert binary.equals(pa.array(items, pa.binary()))
+    made = rb.headers_of(headers)
+    made.validate(full=True)
+    assert made.equals(pa.array(headers, rb.HEADERS_TYPE))
+    lengths = pa.array([None if i is None else len(i) for i in items], pa.int32()).slice(min(start, len(items)))
+    expected = [-1 if n is None else n for n in lengths.to_pylist()]
+    assert rb.values_or(lengths, -1).tolist() == expected
+
+
+def test_arrays_made_from_buffers_refuse_what_pa_array_refuses():
+    with pytest.raises(TypeError, match="bytes, str or None, got int"):
+        rb.binary_of([b"a", 1])
+    with pytest.raises(TypeError, match="got ndarray"):
+        rb.binary_of([np.arange(3)])  # a buffer whose len() is not its bytes
+    with pytest.raises(TypeError, match="UTF-8"):
+        rb.binary_of([b"\xff"], string=True)
+    with pytest.raises(TypeError, match="pairs"):
+        rb.headers_of([[("only a key",)]])
+    with pytest.raises(TypeError, match="pairs"):
+        rb.headers_of([5])
+    with pytest.raises(TypeError):
+        rb.build([b"a", object()])
