@@ -59,7 +59,7 @@ from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.config import ControllerConfig
 from raylog.coordination import elections
 from raylog.coordination.group import partition_for
-from raylog.coordination.metadata import MetadataImage, MetadataJournal, partition_record
+from raylog.coordination.metadata import MetadataImage, partition_record
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import (
     CoordinatorNotAvailableError,
@@ -70,6 +70,7 @@ from raylog.errors import (
 )
 from raylog.protocol import error_fields
 from raylog.storage import log_dirs
+from raylog.storage.journal import MetadataJournal
 from raylog.types import BrokerInfo, NewTopic, PartitionInfo, TopicDescription
 
 logger = logging.getLogger(__name__)

@@ -31,8 +31,8 @@ from typing import Any
 import ray
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
+from raylog.actors.producer_ids import SharedProducerIdPool
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
-from raylog.coordination.producer_ids import ProducerIdPool
 from raylog.coordination.transactions import Step, TransactionCoordinator, TxnMetadata
 from raylog.errors import (
     ConcurrentTransactionsError,
@@ -65,7 +65,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
         #: The leader actor each marker last went to (asked of the controller when unknown
         #: or after a failed marker): markers of a steady pipeline cost no controller call.
         self._marker_leaders: dict[TopicPartition, Any] = {}
-        self._producer_ids = ProducerIdPool()
+        self._producer_ids = SharedProducerIdPool()
         super().__init__(*args, **kwargs)
 
     # --- the state ----------------------------------------------------------------------

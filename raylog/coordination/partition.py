@@ -55,7 +55,6 @@ Concurrency: not thread-safe; the replica actor calls it under its lock.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -81,7 +80,6 @@ from ..errors import (
 )
 from ..protocol import MAX_REQUEST_BYTES, FetchRequest, FetchResponse, error_fields
 from ..storage import producer_snapshot, record_batch, txn_index
-from ..storage.files import write_atomically
 from ..storage.leader_epoch import UNDEFINED, LeaderEpochCache
 from ..storage.log import AppendInfo, Log, wall_clock_ms
 from ..types import PartitionInfo
@@ -104,7 +102,6 @@ CONSUMER_REPLICA_ID = -1
 #: FetchRequest.isolation_level values (Kafka's).
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-HIGH_WATERMARK_FILE = "high-watermark"
 
 
 class SequenceGap(Exception):
@@ -164,7 +161,7 @@ class Partition:
         self._resend_isr = False  # the pending proposal's answer never came: send it again
         self.epochs = LeaderEpochCache(log.dir)
         self.epochs.truncate_from_end(log.log_end_offset + 1)  # a crash may have cut the log
-        self._checkpointed_high_watermark = self._read_high_watermark()
+        self._checkpointed_high_watermark = log.checkpointed_high_watermark()
         self.high_watermark = min(self._checkpointed_high_watermark, log.log_end_offset)
         self.producers = ProducerStateManager()
         self.verifications = TxnVerifications()
@@ -928,15 +925,8 @@ class Partition:
         """
         if self.high_watermark == self._checkpointed_high_watermark:
             return
-        write_atomically(os.path.join(self.log.dir, HIGH_WATERMARK_FILE), str(self.high_watermark))
+        self.log.checkpoint_high_watermark(self.high_watermark)
         self._checkpointed_high_watermark = self.high_watermark
-
-    def _read_high_watermark(self) -> int:
-        try:
-            with open(os.path.join(self.log.dir, HIGH_WATERMARK_FILE), encoding="ascii") as f:
-                return max(0, int(f.read().strip() or 0))
-        except (FileNotFoundError, ValueError):
-            return 0
 
     # --- checks -------------------------------------------------------------------------
 

@@ -15,14 +15,15 @@ COORDINATOR_LOAD_IN_PROGRESS (retriable), Kafka's answer while its next block is
 Ids fetched and never used are skipped for good (the controller never hands them out
 again), as Kafka skips the rest of a block its coordinator dropped.
 
-Concurrency: thread-safe (its owner takes ids under its own lock and fetches them on
-another thread or asyncio task, without it).
+Concurrency: not thread-safe (coordination has no threads); a Kafka listener uses it on its
+asyncio loop, and the transaction coordinator's threads through
+:class:`raylog.actors.producer_ids.SharedProducerIdPool`, which locks it and lets a thread wait
+for the round under way.
 """
 
 from __future__ import annotations
 
 import collections
-import threading
 
 from ..errors import CoordinatorLoadInProgressError
 
@@ -43,15 +44,15 @@ class ProducerIdPool:
         assert 0 < low_count <= fetch_count, (low_count, fetch_count)
         self.fetch_count = fetch_count
         self.low_count = low_count
-        self._cond = threading.Condition()
         self._ids: collections.deque[int] = collections.deque()
-        self._fetching = False
-        self._fetches_ended = 0  # rounds that ended, fetched or failed (wakes waiters)
+        #: A round is under way (its owner calls fetched() or fetch_failed() next).
+        self.fetching = False
+        #: Rounds that ended, fetched or failed (what a waiter for the round watches).
+        self.fetches_ended = 0
         self._failures = 0  # rounds failed in a row
 
     def available(self) -> bool:
-        with self._cond:
-            return bool(self._ids)
+        return bool(self._ids)
 
     def take(self) -> int:
         """The next producer id, at once.
@@ -59,44 +60,31 @@ class ProducerIdPool:
         Raises:
             CoordinatorLoadInProgressError: none is held (the next round is not in yet).
         """
-        with self._cond:
-            if not self._ids:
-                raise CoordinatorLoadInProgressError("the coordinator is fetching producer ids: retry")
-            return self._ids.popleft()
+        if not self._ids:
+            raise CoordinatorLoadInProgressError("the coordinator is fetching producer ids: retry")
+        return self._ids.popleft()
 
     def start_fetch(self) -> int:
         """How many ids the owner must fetch now (then it reports :meth:`fetched` or
         :meth:`fetch_failed`): 0 while enough are held or a round is under way."""
-        with self._cond:
-            if self._fetching or len(self._ids) >= self.low_count:
-                return 0
-            self._fetching = True
-            return self.fetch_count
+        if self.fetching or len(self._ids) >= self.low_count:
+            return 0
+        self.fetching = True
+        return self.fetch_count
 
     def fetched(self, ids: list[int]) -> None:
         """The round's ids came."""
-        with self._cond:
-            self._ids.extend(ids)
-            self._failures = 0
-            self._end_fetch()
+        self._ids.extend(ids)
+        self._failures = 0
+        self._end_fetch()
 
     def fetch_failed(self) -> float:
         """The round brought nothing: the seconds after which the owner calls
         :meth:`start_fetch` again (a producer that asks meanwhile may start a round sooner)."""
-        with self._cond:
-            self._failures += 1
-            self._end_fetch()
-            return min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (self._failures - 1))
-
-    def wait(self, timeout_s: float) -> bool:
-        """Wait, up to ``timeout_s``, while no id is held and the round under way (if any)
-        has not ended; whether an id is held."""
-        with self._cond:
-            ended = self._fetches_ended
-            self._cond.wait_for(lambda: self._ids or not self._fetching or self._fetches_ended != ended, timeout_s)
-            return bool(self._ids)
+        self._failures += 1
+        self._end_fetch()
+        return min(RETRY_BACKOFF_MAX_S, RETRY_BACKOFF_S * 2 ** (self._failures - 1))
 
     def _end_fetch(self) -> None:
-        self._fetching = False
-        self._fetches_ended += 1
-        self._cond.notify_all()
+        self.fetching = False
+        self.fetches_ended += 1

@@ -76,6 +76,8 @@ from .throttler import Throttler
 from .txn_index import AbortedTxn
 
 RECOVERY_POINT_FILE = "recovery-point"
+#: The high watermark its partition last checkpointed (a lower bound after a restart).
+HIGH_WATERMARK_FILE = "high-watermark"
 LOG_START_OFFSET_FILE = "log-start-offset"
 #: The most bytes one read returns (beyond its first batch), whatever the fetch asked: a
 #: response is one Ray object, copied whole into the object store (Kafka bounds a fetch
@@ -900,6 +902,22 @@ class Log:
             return 0
         except OSError as exc:
             raise StorageError(f"cannot read {path}: {exc}") from exc
+
+    def checkpointed_high_watermark(self) -> int:
+        """The high watermark :meth:`checkpoint_high_watermark` last wrote (0 without one).
+
+        Raises:
+            StorageError: the file exists but cannot be read.
+        """
+        return self._read_offset(HIGH_WATERMARK_FILE)
+
+    def checkpoint_high_watermark(self, high_watermark: int) -> None:
+        """Persist its partition's high watermark, atomically and durably.
+
+        Raises:
+            StorageError: the write failed; the previous checkpoint is in place.
+        """
+        write_atomically(os.path.join(self.dir, HIGH_WATERMARK_FILE), str(high_watermark))
 
     def _write_recovery_point(self) -> None:
         write_atomically(os.path.join(self.dir, RECOVERY_POINT_FILE), str(self._recovery_point))

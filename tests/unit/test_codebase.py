@@ -20,6 +20,37 @@ def test_storage_and_coordination_do_not_import_ray():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+#: What coordination may not import: it is the rules, run by the actors and by the seeded
+#: simulations alike, so it has no Ray, no threads, no clock and no files of its own.
+COORDINATION_FORBIDS = {"ray", "threading", "time", "os", "shutil", "pathlib", "socket", "subprocess", "asyncio"}
+
+
+def test_coordination_does_no_io_and_has_no_threads_or_clock():
+    """raylog/coordination: no module imports Ray, threading, time, os (or another way to
+    files, sockets or the clock) or calls open(); storage owns every file (the HW checkpoint
+    and the metadata journal were coordination's), the actors own threads and time."""
+    import ast
+
+    broken, forbidden = [], COORDINATION_FORBIDS | {"open()"}
+    directory = os.path.join(ROOT, "raylog", "coordination")
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(directory, name), encoding="utf-8") as f:
+            tree = ast.parse(f.read(), name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module or ""]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open":
+                modules = ["open()"]
+            else:
+                continue
+            broken += [f"{name}:{node.lineno} {m}" for m in modules if m.split(".")[0] in forbidden]
+    assert broken == []
+
+
 def test_ruff_is_clean():
     """ruff finds nothing to complain about in the package, integrations, tests, benchmarks and examples."""
     result = _run("ruff", "check", "raylog", "integrations", "tests", "benchmarks", "examples")

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from raylog.config import TopicConfig
-from raylog.coordination.metadata import MetadataImage, MetadataJournal
+from raylog.coordination.metadata import MetadataImage
 from raylog.coordination.placement import INTERNAL_TOPICS, assign_replicas
 from raylog.errors import (
     InvalidConfigError,
@@ -17,6 +17,7 @@ from raylog.errors import (
     NoReassignmentInProgressError,
     UnknownTopicOrPartitionError,
 )
+from raylog.storage.journal import MetadataJournal
 from raylog.types import ConfigEntry
 
 DEFAULTS = TopicConfig().to_properties()

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from raylog.coordination import producer_ids
 from raylog.coordination.producer_ids import ProducerIdPool
 from raylog.errors import CoordinatorLoadInProgressError
-
-#: A bound on a wait that must end (not a measure).
-WAIT_S = 30.0
 
 
 def test_ids_are_taken_at_once_and_the_next_round_is_asked_for_before_they_run_out():
@@ -30,24 +25,6 @@ def test_ids_are_taken_at_once_and_the_next_round_is_asked_for_before_they_run_o
     assert pool.start_fetch() == 4  # a failed round is tried again
     pool.fetched([20, 21, 22, 23])
     assert [pool.take() for _ in range(5)] == [13, 20, 21, 22, 23]
-
-
-def test_a_waiter_wakes_when_the_round_under_way_ends():
-    pool = ProducerIdPool(fetch_count=2, low_count=1)
-    assert pool.wait(WAIT_S) is False  # no round under way: nothing to wait for
-    assert pool.start_fetch() == 2
-    woke = []
-    waiter = threading.Thread(target=lambda: woke.append(pool.wait(WAIT_S)))
-    waiter.start()
-    pool.fetch_failed()
-    waiter.join(WAIT_S)
-    assert woke == [False]
-    assert pool.start_fetch() == 2
-    waiter = threading.Thread(target=lambda: woke.append(pool.wait(WAIT_S)))
-    waiter.start()
-    pool.fetched([7, 8])
-    waiter.join(WAIT_S)
-    assert woke == [False, True] and pool.available() and pool.take() == 7
 
 
 def test_a_failed_round_is_retried_after_a_backoff_that_doubles_until_a_round_brings_ids(monkeypatch):

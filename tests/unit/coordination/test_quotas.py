@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from raylog.coordination.metadata import MetadataImage, MetadataJournal
+from raylog.coordination.metadata import MetadataImage
 from raylog.coordination.quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -18,6 +18,7 @@ from raylog.coordination.quotas import (
     alter_client_quotas,
 )
 from raylog.errors import InvalidConfigError
+from raylog.storage.journal import MetadataJournal
 
 QUOTA = 100_000.0  # bytes/s
 

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from raylog.config import TopicConfig
-from raylog.coordination.partition import HIGH_WATERMARK_FILE, Partition
-from raylog.storage.log import RECOVERY_POINT_FILE
+from raylog.coordination.partition import Partition
+from raylog.storage.log import HIGH_WATERMARK_FILE, RECOVERY_POINT_FILE
 from tests.unit.storage.test_log import batch
 
 
