@@ -134,8 +134,8 @@ class BrokerContext:
         while True:
             try:
                 await asyncio.shield(self._refresh())
-            except RaylogError:
-                pass  # (logged by _refreshed) asked again next round
+            except Exception:  # noqa: BLE001 — logged by _refreshed; asked again next round
+                pass
             await asyncio.sleep(METADATA_MAX_AGE_S)
 
     def close(self) -> None:

@@ -288,3 +288,32 @@ def test_a_producer_that_finds_no_id_held_is_answered_retriable_at_once_not_afte
 async def _silent(count):
     """A paused controller's call: no answer."""
     await asyncio.Event().wait()
+
+
+def test_the_background_refresh_outlives_a_failed_call(monkeypatch):
+    """The metadata kept fresh in the background is asked again after a call that failed in
+    any way (a listener whose controller handle is not ready raised AttributeError, which
+    ended the loop for good)."""
+    monkeypatch.setattr(context, "METADATA_MAX_AGE_S", 0.01)
+    controller = Controller()
+    real, failures = controller._metadata, []
+
+    def flaky():
+        if len(failures) < 3:
+            failures.append(1)
+            raise ValueError("not ready")
+        return real()
+
+    controller.metadata = controller._method("metadata", flaky)
+
+    async def scenario():
+        ctx = BrokerContext("c", 0, controller)
+        ctx.warm()
+        for _ in range(500):
+            if ctx._metadata is not None:
+                break
+            await asyncio.sleep(0.01)
+        ctx.close()
+        return ctx._metadata
+
+    assert asyncio.run(scenario()) is not None and len(failures) == 3
