@@ -380,6 +380,40 @@ class FencedInstanceIdError(ApiError):
     """Another consumer joined with the same group.instance.id: this one is a zombie."""
 
 
+@_api(81, "GROUP_MAX_SIZE_REACHED")
+class GroupMaxSizeReachedError(ApiError):
+    """The group has group.consumer.max.size members already: this one is not admitted."""
+
+
+@_api(110, "FENCED_MEMBER_EPOCH")
+class FencedMemberEpochError(ApiError):
+    """A consumer group member's epoch is not the coordinator's (KIP-848): it was removed, or
+    its heartbeats were lost past what the coordinator can reconcile. It must give up its
+    partitions and join again with epoch 0."""
+
+
+@_api(111, "UNRELEASED_INSTANCE_ID")
+class UnreleasedInstanceIdError(ApiError):
+    """A static member joined with a group.instance.id that another member still holds
+    (KIP-848): the old one must leave (epoch -2) or expire first."""
+
+
+@_api(112, "UNSUPPORTED_ASSIGNOR")
+class UnsupportedAssignorError(ApiError, ValueError):
+    """A consumer group member asked for a server-side assignor the coordinator does not run."""
+
+
+@_api(113, "STALE_MEMBER_EPOCH")
+class StaleMemberEpochError(ApiError):
+    """An offset commit carries a member epoch older than the member's (KIP-848): the member
+    has moved on since, its commit is refused, and it may commit again with its new epoch."""
+
+
+@_api(128, "INVALID_REGULAR_EXPRESSION")
+class InvalidRegularExpressionError(ApiError, ValueError):
+    """A consumer group member's topic regular expression does not compile."""
+
+
 @_api(100, "UNKNOWN_TOPIC_ID")
 class UnknownTopicIdError(InvalidMetadataError, ApiError):
     """No topic has that topic id (KIP-516)."""

@@ -1,0 +1,360 @@
+"""Kafka 4's consumer group protocol (KIP-848, raylog.coordination.consumer_group): the
+coordinator assigns on the server and reconciles each member one heartbeat at a time; no
+Ray, no clock. The seeded runs at the end drive it with clients that follow the protocol as
+librdkafka does and check that no partition is ever held by two of them."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from raylog.coordination.consumer_group import (
+    ASSIGNING,
+    EMPTY,
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    RANGE,
+    RECONCILING,
+    STABLE_GROUP,
+    STATIC_LEAVE_EPOCH,
+    UNRELEASED_PARTITIONS,
+    UNREVOKED_PARTITIONS,
+    ConsumerGroupConfig,
+    ConsumerGroups,
+    Heartbeat,
+)
+from raylog.errors import (
+    FencedMemberEpochError,
+    GroupMaxSizeReachedError,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+    UnreleasedInstanceIdError,
+    UnsupportedAssignorError,
+)
+from raylog.types import TopicPartition
+
+TOPICS = {"orders": 4, "clicks": 2}
+_ids = (f"generated-{i}" for i in itertools.count())  # (ids of members that send none)
+
+
+def tps(topic: str, *partitions: int) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(topic, p) for p in partitions)
+
+
+def join(member_id: str, topics=("orders",), **fields) -> Heartbeat:
+    fields = {"rebalance_timeout_ms": 60_000, "owned": frozenset(), **fields}
+    return Heartbeat("g", member_id, JOIN_EPOCH, topics=topics, **fields)
+
+
+def beat(groups: ConsumerGroups, request: Heartbeat, now_ms: int = 0, topics=TOPICS):
+    answer, _ = groups.heartbeat(request, topics, now_ms, lambda: next(_ids))
+    return answer
+
+
+def test_a_first_member_gets_every_partition_and_a_second_one_gets_half_once_the_first_revoked_them():
+    groups = ConsumerGroups()
+    a = beat(groups, join("a"))
+    assert (a.member_epoch, a.assignment) == (1, tps("orders", 0, 1, 2, 3))
+    b = beat(groups, join("b"))
+    group = groups.describe("g")
+    assert group.epoch == 2 and b.member_epoch == 2 and b.assignment == frozenset()  # all still held by a
+    assert group.members["b"].state == UNRELEASED_PARTITIONS
+    # a is told to give up half: it stays at epoch 1 until it says it did.
+    a = beat(groups, Heartbeat("g", "a", 1, owned=tps("orders", 0, 1, 2, 3)))
+    assert a.member_epoch == 1 and len(a.assignment) == 2
+    assert groups.describe("g").members["a"].state == UNREVOKED_PARTITIONS
+    kept = a.assignment
+    assert beat(groups, Heartbeat("g", "b", 2, owned=frozenset())).assignment is None  # nothing released yet
+    a = beat(groups, Heartbeat("g", "a", 1, owned=kept))
+    assert a.member_epoch == 2 and a.assignment == kept
+    b = beat(groups, Heartbeat("g", "b", 2, owned=frozenset()))
+    assert b.assignment == tps("orders", 0, 1, 2, 3) - kept
+    assert groups.describe("g").state() == STABLE_GROUP
+
+
+def test_epochs_a_member_may_send():
+    groups = ConsumerGroups()
+    beat(groups, join("a"))
+    beat(groups, join("b"))
+    with pytest.raises(FencedMemberEpochError):
+        beat(groups, Heartbeat("g", "a", 7))
+    with pytest.raises(UnknownMemberIdError):
+        beat(groups, Heartbeat("g", "nobody", 1))
+    with pytest.raises(InvalidRequestError):
+        beat(groups, Heartbeat("g", "", 1))
+    with pytest.raises(InvalidRequestError):
+        beat(groups, Heartbeat("g", "a", -3))
+    # a is told to revoke half, does, and moves to epoch 2; that answer is lost: a sends
+    # epoch 1 again, owning part of its assignment, and is accepted (told epoch 2 again).
+    a = beat(groups, Heartbeat("g", "a", 1, owned=tps("orders", 0, 1, 2, 3)))
+    kept = a.assignment
+    assert beat(groups, Heartbeat("g", "a", 1, owned=kept)).member_epoch == 2
+    assert beat(groups, Heartbeat("g", "a", 1, owned=kept)).member_epoch == 2
+    with pytest.raises(FencedMemberEpochError):  # the epoch before, owning what it was not given
+        beat(groups, Heartbeat("g", "a", 1, owned=tps("orders", 0, 1, 2, 3)))
+
+
+def test_a_joining_member_must_say_what_it_subscribes_to_and_own_nothing():
+    groups = ConsumerGroups()
+    for bad in (
+        Heartbeat("g", "a", JOIN_EPOCH, topics=("orders",)),  # no rebalance timeout
+        Heartbeat("g", "a", JOIN_EPOCH, rebalance_timeout_ms=1000),  # no subscription
+        join("a", owned=tps("orders", 0)),
+        Heartbeat("", "a", JOIN_EPOCH, rebalance_timeout_ms=1000, topics=("orders",)),
+    ):
+        with pytest.raises(InvalidRequestError):
+            beat(groups, bad)
+    with pytest.raises(UnsupportedAssignorError):
+        beat(groups, join("a", assignor="sticky"))
+    with pytest.raises(InvalidRegularExpressionError):
+        beat(groups, Heartbeat("g", "a", JOIN_EPOCH, rebalance_timeout_ms=1000, regex="orders("))
+    assert groups.describe("g") is None, "a refused heartbeat changes nothing"
+    answer, _ = groups.heartbeat(join(""), TOPICS, 0, lambda: "given")  # a v0 client sends none
+    assert answer.member_id == "given" and set(groups.describe("g").members) == {"given"}
+
+
+def test_a_static_member_away_for_a_while_keeps_its_partitions_and_gets_them_back_without_a_rebalance():
+    groups = ConsumerGroups()
+    a = beat(groups, join("a1", instance_id="host-a"))
+    epoch = groups.describe("g").epoch
+    assert beat(groups, Heartbeat("g", "a1", a.member_epoch, owned=a.assignment)).member_epoch == a.member_epoch
+    assert beat(groups, Heartbeat("g", "a1", STATIC_LEAVE_EPOCH)).member_epoch == STATIC_LEAVE_EPOCH
+    with pytest.raises(UnknownMemberIdError):  # gone for now: it comes back with epoch 0
+        beat(groups, Heartbeat("g", "a1", a.member_epoch))
+    back = beat(groups, join("a2", instance_id="host-a"))
+    assert (back.member_epoch, back.assignment) == (a.member_epoch, a.assignment)
+    assert groups.describe("g").epoch == epoch, "no rebalance"
+    with pytest.raises(UnreleasedInstanceIdError):  # held by a2, which did not leave
+        beat(groups, join("a3", instance_id="host-a"))
+
+
+def test_leaving_frees_the_partitions_at_once():
+    groups = ConsumerGroups()
+    beat(groups, join("a"))
+    beat(groups, join("b"))
+    assert beat(groups, Heartbeat("g", "a", LEAVE_EPOCH)).member_epoch == LEAVE_EPOCH
+    b = beat(groups, Heartbeat("g", "b", 2, owned=frozenset()))
+    assert b.assignment == tps("orders", 0, 1, 2, 3)
+
+
+def test_a_member_whose_session_ends_or_that_does_not_revoke_in_time_is_fenced():
+    config = ConsumerGroupConfig(group_consumer_session_timeout_ms=10_000)
+    groups = ConsumerGroups(config)
+    a = beat(groups, join("a", rebalance_timeout_ms=60_000), now_ms=0)
+    beat(groups, join("b"), now_ms=0)
+    beat(groups, Heartbeat("g", "a", a.member_epoch, owned=a.assignment), now_ms=5_000)  # told to revoke
+    assert groups.tick(9_999) == []
+    records = groups.tick(10_000)  # b's session ran out
+    assert len(records) == 1 and set(groups.describe("g").members) == {"a"}
+    groups = ConsumerGroups(config)
+    a = beat(groups, Heartbeat("g", "a", 0, rebalance_timeout_ms=3_000, topics=("orders",), owned=frozenset()))
+    beat(groups, Heartbeat("g", "b", 0, rebalance_timeout_ms=3_000, topics=("orders",), owned=frozenset()))
+    beat(groups, Heartbeat("g", "a", a.member_epoch, owned=a.assignment), now_ms=1_000)
+    beat(groups, Heartbeat("g", "a", a.member_epoch, owned=a.assignment), now_ms=3_000)  # still holds them
+    groups.tick(4_000)
+    assert "a" not in groups.describe("g").members, "fenced 3 s after it was told to revoke"
+
+
+def test_offset_commits_carry_the_members_epoch():
+    groups = ConsumerGroups()
+    a = beat(groups, join("a"))
+    groups.check_commit("g", "a", a.member_epoch)
+    with pytest.raises(StaleMemberEpochError):
+        groups.check_commit("g", "a", a.member_epoch - 1)
+    with pytest.raises(FencedMemberEpochError):
+        groups.check_commit("g", "a", a.member_epoch + 1)
+    with pytest.raises(UnknownMemberIdError):
+        groups.check_commit("g", "z", 1)
+    with pytest.raises(UnknownMemberIdError):  # an admin's commit while the group has members
+        groups.check_commit("g", "", -1)
+    groups.check_commit("empty", "", -1)
+
+
+def test_a_subscribed_topic_that_grows_or_appears_moves_the_group_epoch_on():
+    groups = ConsumerGroups()
+    a = beat(groups, Heartbeat("g", "a", 0, rebalance_timeout_ms=1_000, regex="or.*", owned=frozenset()))
+    assert a.assignment == tps("orders", 0, 1, 2, 3)
+    grown = {**TOPICS, "orders": 6, "orbit": 1}
+    a = beat(groups, Heartbeat("g", "a", a.member_epoch, owned=a.assignment), topics=grown)
+    assert a.member_epoch == 2 and a.assignment == tps("orders", 0, 1, 2, 3, 4, 5) | tps("orbit", 0)
+
+
+def test_the_range_assignor_and_the_groups_vote():
+    groups = ConsumerGroups()
+    a = beat(groups, join("a", topics=("orders", "clicks"), assignor=RANGE))
+    assert groups.describe("g").assignor == RANGE
+    assert a.assignment == tps("orders", 0, 1, 2, 3) | tps("clicks", 0, 1)
+
+
+def test_the_group_size_is_bounded():
+    groups = ConsumerGroups(ConsumerGroupConfig(group_consumer_max_size=1))
+    beat(groups, join("a"))
+    with pytest.raises(GroupMaxSizeReachedError):
+        beat(groups, join("b"))
+
+
+def test_a_new_coordinator_loads_the_epochs_and_assignments_members_were_told():
+    groups = ConsumerGroups()
+    records = []
+    for request in (join("a", instance_id="i"), join("b", topics=("orders", "clicks"))):
+        records.append(groups.heartbeat(request, TOPICS, 0, lambda: "x")[1])
+    a = groups.describe("g").members["a"]
+    records.append(groups.heartbeat(Heartbeat("g", "a", a.epoch, owned=a.assigned), TOPICS, 0, lambda: "x")[1])
+    loaded = ConsumerGroups()
+    for _, value in filter(None, records):
+        loaded.load("g", value, now_ms=100)
+    old, new = groups.describe("g"), loaded.describe("g")
+    assert (new.epoch, new.assignment_epoch, new.assignor, new.counts, new.target) == (
+        old.epoch,
+        old.assignment_epoch,
+        old.assignor,
+        old.counts,
+        old.target,
+    )
+    for member_id, member in old.members.items():
+        again = new.members[member_id]
+        assert (again.epoch, again.assigned, again.revoking, again.state, again.instance_id) == (
+            member.epoch,
+            member.assigned,
+            member.revoking,
+            member.state,
+            member.instance_id,
+        )
+    assert loaded.delete("nope") is None
+    with pytest.raises(InvalidRequestError):
+        loaded.delete("g")
+
+
+class Client:
+    """A consumer as librdkafka runs KIP-848: it owns what its last answer assigned, gives
+    up what an answer took away before its next heartbeat, rejoins with epoch 0 (owning
+    nothing) when fenced."""
+
+    def __init__(self, member_id: str, topics: tuple[str, ...], instance_id: str | None = None):
+        self.member_id, self.topics, self.instance_id = member_id, topics, instance_id
+        self.epoch = JOIN_EPOCH
+        self.owned: frozenset[TopicPartition] = frozenset()
+        self.told: frozenset[TopicPartition] | None = None  # what it last said it owns
+        self.joined = False
+
+    def request(self, rng: random.Random) -> Heartbeat:
+        if not self.joined:
+            return Heartbeat(
+                "g",
+                self.member_id,
+                JOIN_EPOCH,
+                instance_id=self.instance_id,
+                rebalance_timeout_ms=30_000,
+                topics=self.topics,
+                owned=frozenset(),
+            )
+        # What it owns goes with a heartbeat when it changed since it last said (and now
+        # and then anyway, as a full heartbeat).
+        if self.owned != self.told or rng.random() < 0.2:
+            self.told = self.owned
+            return Heartbeat("g", self.member_id, self.epoch, owned=self.owned)
+        return Heartbeat("g", self.member_id, self.epoch)
+
+    def answered(self, answer) -> None:
+        if not self.joined:
+            self.told = frozenset()  # it joined owning nothing
+        self.joined = True
+        self.epoch = answer.member_epoch
+        if answer.assignment is not None:
+            self.owned = answer.assignment
+
+    def fenced(self) -> None:
+        self.joined, self.epoch, self.owned, self.told = False, JOIN_EPOCH, frozenset(), None
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_seeded_heartbeats_never_give_a_partition_to_two_members_and_converge(seed):
+    """Random heartbeats, lost answers, joins, leaves, static restarts and session
+    expiries: at every step each partition is owned by one client at most (the clients'
+    own view, what they would be reading), and once the group is left alone every
+    subscribed partition is owned, each once, within a few rounds of heartbeats."""
+    rng = random.Random(seed)
+    topics = {"orders": rng.randint(1, 8), "clicks": rng.randint(1, 4)}
+    groups = ConsumerGroups(ConsumerGroupConfig(group_consumer_session_timeout_ms=20_000))
+    clients = {}
+    now = 0
+    for step in range(200):
+        now += rng.randint(1, 500)
+        event = rng.random()
+        if event < 0.08 and len(clients) < 6:
+            name = f"m{step}"
+            static = f"i{rng.randint(0, 3)}" if rng.random() < 0.3 else None
+            if static is None or all(c.instance_id != static for c in clients.values()):
+                clients[name] = Client(name, rng.choice([("orders",), ("orders", "clicks"), ("clicks",)]), static)
+        elif event < 0.12 and clients:
+            client = clients.pop(rng.choice(sorted(clients)))
+            if client.joined:
+                epoch = STATIC_LEAVE_EPOCH if client.instance_id and rng.random() < 0.5 else LEAVE_EPOCH
+                groups.heartbeat(Heartbeat("g", client.member_id, epoch), topics, now, lambda: "x")
+        elif event < 0.14:
+            for record in groups.tick(now + 25_000):  # every session runs out
+                assert record
+            for client in clients.values():
+                client.fenced()
+        elif clients:
+            client = clients[rng.choice(sorted(clients))]
+            try:
+                answer, _ = groups.heartbeat(client.request(rng), topics, now, lambda: "x")
+            except (FencedMemberEpochError, UnknownMemberIdError):
+                client.fenced()
+            except UnreleasedInstanceIdError:
+                pass  # the earlier holder of its instance id has not left yet
+            else:
+                if rng.random() < 0.1 and answer.assignment is None:
+                    pass  # an answer with nothing new, lost: nothing to miss
+                else:
+                    client.answered(answer)
+        _check_one_owner(clients)
+    # Left alone: every client heartbeats every 5 s; members no client speaks for (gone
+    # without leaving, or static ones away) run out of session after 20 s.
+    for _ in range(12):
+        now += 5_000
+        groups.tick(now)
+        for client in clients.values():
+            try:
+                answer, _ = groups.heartbeat(client.request(random.Random(0)), topics, now, lambda: "x")
+            except (FencedMemberEpochError, UnknownMemberIdError):
+                client.fenced()
+            except UnreleasedInstanceIdError:
+                continue
+            else:
+                client.answered(answer)
+            _check_one_owner(clients)
+    joined = [c for c in clients.values() if c.joined]
+    group = groups.describe("g")
+    if joined:
+        assert group.state() == STABLE_GROUP, seed
+        wanted = {TopicPartition(t, p) for c in joined for t in c.topics for p in range(topics[t])}
+        assert set().union(*(c.owned for c in joined)) == wanted
+        sizes = [len(c.owned) for c in joined if c.topics == ("orders", "clicks")]
+        assert not sizes or max(sizes) - min(sizes) <= 1
+
+
+def _check_one_owner(clients) -> None:
+    seen: dict[TopicPartition, str] = {}
+    for client in clients.values():
+        for tp in client.owned:
+            assert tp not in seen, f"{tp} owned by {seen[tp]} and {client.member_id}"
+            seen[tp] = client.member_id
+
+
+def test_group_states():
+    groups = ConsumerGroups()
+    beat(groups, join("a"))
+    assert groups.describe("g").state() == STABLE_GROUP
+    beat(groups, join("b"))
+    assert groups.describe("g").state() == RECONCILING
+    groups.describe("g").epoch += 1
+    assert groups.describe("g").state() == ASSIGNING
+    beat(groups, Heartbeat("g", "a", LEAVE_EPOCH))
+    beat(groups, Heartbeat("g", "b", LEAVE_EPOCH))
+    assert groups.describe("g").state() == EMPTY
