@@ -162,6 +162,7 @@ class ConsumerGroups:
     def __init__(self, config: ConsumerGroupConfig | None = None):
         self.config = config or ConsumerGroupConfig()
         self.groups: dict[str, ConsumerGroup] = {}
+        self._persisted: dict[str, bytes | None] = {}  # the last replicated state of each group
 
     # --- requests ---------------------------------------------------------------------
 
@@ -211,10 +212,10 @@ class ConsumerGroups:
         self.groups[group.group_id] = group
         return answer, (group_record(group) if _state(group) != before else None)
 
-    def tick(self, now_ms: int) -> list[tuple]:
+    def tick(self, now_ms: int) -> dict[str, tuple[bytes, bytes]]:
         """Fence the members whose session ran out, or who did not revoke within their
-        rebalance timeout; the records of the groups that changed."""
-        records = []
+        rebalance timeout; group id -> record of each group that changed."""
+        records = {}
         for group in self.groups.values():
             expired = [
                 m
@@ -225,7 +226,7 @@ class ConsumerGroups:
             for member in expired:
                 self._remove(group, member)
             if expired:
-                records.append(group_record(group))
+                records[group.group_id] = group_record(group)
         return records
 
     def check_commit(self, group_id: str, member_id: str, member_epoch: int) -> None:
@@ -270,9 +271,19 @@ class ConsumerGroups:
         del self.groups[group_id]
         return group_key(group_id), None
 
+    def persisted(self, group_id: str, value: bytes | None) -> None:
+        """A record of the group (its value) is replicated: :meth:`revert` comes back to it."""
+        self._persisted[group_id] = value
+
+    def revert(self, group_id: str, now_ms: int) -> None:
+        """A record of the group could not be replicated: back to what the log holds (the
+        members told nothing of the lost steps learn it from their next heartbeat's epoch)."""
+        self.load(group_id, self._persisted.get(group_id), now_ms)
+
     def load(self, group_id: str, value: bytes | None, now_ms: int) -> None:
         """Apply one record of the log: a group's state (:func:`group_record`), or its
         tombstone (None)."""
+        self._persisted[group_id] = value
         if value is None:
             self.groups.pop(group_id, None)
             return

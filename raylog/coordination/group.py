@@ -86,10 +86,18 @@ from ..errors import (
     UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
-from ..protocol import JoinedMember, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse, error_fields
+from ..protocol import (
+    GroupResponse,
+    JoinedMember,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    SyncGroupResponse,
+    error_fields,
+)
 from ..storage import record_batch
 from ..types import OffsetAndMetadata, TopicPartition
 from .assignors import ASSIGNORS, COOPERATIVE, Subscription, assign, choose_strategy, current_claims
+from .consumer_group import CONSUMER_GROUP_KEY, ConsumerGroupConfig, ConsumerGroups, Heartbeat, group_key
 
 EMPTY, PREPARING_REBALANCE, STABLE, DEAD = "Empty", "PreparingRebalance", "Stable", "Dead"
 #: The protocol type of consumers (raylog's and Kafka's): the only one whose protocols this
@@ -209,22 +217,29 @@ class Outcome:
     held: list[tuple[Any, JoinGroupResponse]] = field(default_factory=list)
     #: group id -> the generation its group record in ``records`` persists.
     generations: dict[str, int] = field(default_factory=dict)
+    #: consumer group (KIP-848) id -> the state its record in ``records`` persists.
+    consumer_states: dict[str, bytes | None] = field(default_factory=dict)
 
     def extend(self, other: Outcome) -> None:
         self.replies.extend(other.replies)
         self.records.extend(other.records)
         self.held.extend(other.held)
         self.generations.update(other.generations)
+        self.consumer_states.update(other.consumer_states)
 
 
 class GroupCoordinator:
     """See the module docstring."""
 
-    def __init__(self, initial_rebalance_delay_ms: int = 0) -> None:
+    def __init__(self, initial_rebalance_delay_ms: int = 0, consumer: ConsumerGroupConfig | None = None) -> None:
         #: Kafka's group.initial.rebalance.delay.ms: how long the first rebalance of an empty
         #: group waits for more members, again after each new one, up to the rebalance timeout.
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        #: Classic groups (JoinGroup / SyncGroup), and every group's committed offsets.
         self.groups: dict[str, Group] = {}
+        #: Consumer groups of Kafka 4's protocol (KIP-848, ConsumerGroupHeartbeat); a group
+        #: id is of one kind while it has members.
+        self.consumer = ConsumerGroups(consumer)
         #: Offsets committed in transactions not decided yet: (producer id, epoch of the
         #: transaction) -> group -> offsets. A marker of the producer decides every pending
         #: transaction of that producer up to its own epoch (a commit makes their offsets
@@ -276,6 +291,8 @@ class GroupCoordinator:
             elif kind == _GROUP_KEY and not self.serving:
                 group = self.groups.setdefault(group_id, Group(group_id))
                 self._restore(group, None if value is None else msgpack.unpackb(value), now_ms)
+            elif kind == CONSUMER_GROUP_KEY and not self.serving:
+                self.consumer.load(group_id, value, now_ms)
         if self.serving:
             return
         for group_id in [g for g, group in self.groups.items() if not group.members and not group.offsets]:
@@ -322,6 +339,8 @@ class GroupCoordinator:
         assignment is replicated: the syncs that came meanwhile are answered too), and its
         members' sessions start now (they could not heartbeat a generation they did not know)."""
         released = Outcome(replies=list(outcome.held))
+        for group_id, state in outcome.consumer_states.items():
+            self.consumer.persisted(group_id, state)
         for group in self._groups_of(outcome):
             for member in group.members.values():
                 if member.reply_held:
@@ -342,6 +361,8 @@ class GroupCoordinator:
         memory was told to no one, and the next one is above it)."""
         error = _append_error(exc)
         result = Outcome(replies=[(waiter, _held_error(held, error)) for waiter, held in outcome.held])
+        for group_id in outcome.consumer_states:
+            self.consumer.revert(group_id, now_ms)
         for group in self._groups_of(outcome):
             unknown = [m for m in group.members.values() if m.reply_held and not m.id_known]
             for member in group.members.values():
@@ -377,6 +398,11 @@ class GroupCoordinator:
             )
         if not request.strategies:
             raise InconsistentGroupProtocolError("a member must support at least one partition assignor")
+        consumer_group = self.consumer.describe(request.group_id)
+        if consumer_group is not None and consumer_group.members:
+            raise InconsistentGroupProtocolError(
+                f"group {request.group_id!r} is a consumer group of Kafka's consumer protocol (KIP-848)"
+            )
         if request.member_id and request.group_id not in self.groups:
             # Like Kafka, only a member joining for the first time creates a group.
             raise UnknownMemberIdError(f"member {request.member_id!r} is not in group {request.group_id!r}")
@@ -555,10 +581,33 @@ class GroupCoordinator:
         member = self._member(group, member_id, instance_id)
         return self._remove(group, [member], now_ms, UnknownMemberIdError("the member left the group"))
 
+    def consumer_heartbeat(
+        self, request: Heartbeat, topics: dict[str, int], waiter: Any, now_ms: int, new_member_id
+    ) -> Outcome:
+        """A ConsumerGroupHeartbeat (KIP-848, :mod:`raylog.coordination.consumer_group`): its
+        answer (a :class:`GroupResponse` whose value is the member's
+        :class:`~raylog.coordination.consumer_group.HeartbeatAnswer`) is held until the
+        group's record is replicated when the heartbeat changed the group.
+
+        Raises:
+            GroupIdNotFoundError: the id is a classic group's with members; and what
+                :meth:`ConsumerGroups.heartbeat` raises.
+        """
+        check_group_id(request.group_id)
+        classic = self.groups.get(request.group_id)
+        if classic is not None and classic.members:
+            raise GroupIdNotFoundError(f"group {request.group_id!r} is a classic group, not a consumer group")
+        answer, record = self.consumer.heartbeat(request, topics, now_ms, new_member_id)
+        if record is None:
+            return Outcome(replies=[(waiter, GroupResponse(value=answer))])
+        held = [(waiter, GroupResponse(value=answer))]
+        return Outcome(records=[record], held=held, consumer_states={request.group_id: record[1]})
+
     def tick(self, now_ms: int) -> Outcome:
         """Expire members whose session ran out, and member ids handed out that never came
         back; finish rebalances past their deadline."""
-        outcome = Outcome()
+        fenced = self.consumer.tick(now_ms)
+        outcome = Outcome(records=list(fenced.values()), consumer_states={g: record[1] for g, record in fenced.items()})
         for group in list(self.groups.values()):
             for member_id in [m for m, expires_ms in group.pending_members.items() if now_ms >= expires_ms]:
                 del group.pending_members[member_id]  # never came back with its id
@@ -613,6 +662,9 @@ class GroupCoordinator:
                 raise ValueError(f"cannot commit offset {committed.offset} for {tp}")
             if len(committed.metadata.encode()) > MAX_OFFSET_METADATA_BYTES:
                 raise OffsetMetadataTooLargeError(f"metadata of {tp} is over {MAX_OFFSET_METADATA_BYTES} bytes")
+        if self.consumer.describe(group_id) is not None:
+            self.consumer.check_commit(group_id, member_id, generation)  # a member epoch
+            return [offset_record(group_id, tp, committed, now_ms) for tp, committed in offsets.items()]
         group = self.groups.get(group_id)
         if generation < 0:
             if group is not None and group.members:
@@ -702,11 +754,15 @@ class GroupCoordinator:
 
     def list_groups(self) -> list[tuple[str, str, str, str]]:
         """``(group_id, state, protocol, protocol type)`` of every group (a group that only
-        has committed offsets has the consumers' protocol type)."""
-        return [
-            (g.group_id, g.state, g.protocol, g.protocol_type or CONSUMER_PROTOCOL_TYPE)
-            for g in sorted(self.groups.values(), key=lambda g: g.group_id)
-        ]
+        has committed offsets has the consumers' protocol type; a consumer group of Kafka's
+        consumer protocol names its server assignor as its protocol)."""
+        listed = {
+            g.group_id: (g.group_id, g.state, g.protocol, g.protocol_type or CONSUMER_PROTOCOL_TYPE)
+            for g in self.groups.values()
+        }
+        for group_id, group in self.consumer.groups.items():
+            listed[group_id] = (group_id, group.state(), group.assignor, CONSUMER_PROTOCOL_TYPE)
+        return [listed[g] for g in sorted(listed)]
 
     def describe(self, group_id: str) -> dict:
         """State, generation, assignor, leader and members (with assignments) of a group.
@@ -743,10 +799,20 @@ class GroupCoordinator:
         Raises:
             GroupIdNotFoundError, NonEmptyGroupError.
         """
+        consumer_group = self.consumer.describe(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                raise NonEmptyGroupError(f"group {group_id!r} has {len(consumer_group.members)} active member(s)")
+            self.consumer.delete(group_id)
+            records = [(group_key(group_id), None)]
+            if group_id not in self.groups:
+                return records
+        else:
+            records = []
         group = self._group(group_id, GroupIdNotFoundError)
         if group.members:
             raise NonEmptyGroupError(f"group {group_id!r} has {len(group.members)} active member(s)")
-        records = [offset_record(group_id, tp, None, 0) for tp in group.offsets]
+        records += [offset_record(group_id, tp, None, 0) for tp in group.offsets]
         records.append((msgpack.packb([_GROUP_KEY, group_id]), None))
         group.state = DEAD
         del self.groups[group_id]
@@ -1022,8 +1088,10 @@ def _sync_reply(group: Group, member: Member) -> SyncGroupResponse:
     return SyncGroupResponse(assignment=tuple(member.assignment))
 
 
-def _held_error(held: JoinGroupResponse | SyncGroupResponse, error: ApiError) -> JoinGroupResponse | SyncGroupResponse:
+def _held_error(held: Any, error: ApiError) -> JoinGroupResponse | SyncGroupResponse | GroupResponse:
     """``error`` in place of a held reply, of the reply's kind."""
+    if isinstance(held, GroupResponse):
+        return GroupResponse(**error_fields(error))
     return SyncGroupResponse(**error_fields(error)) if isinstance(held, SyncGroupResponse) else _join_error(error)
 
 

@@ -84,6 +84,7 @@ KAFKA_PYTHON_NAMES = {
     78: "OffsetNotAvailableError",
     79: "MemberIdRequiredError",
     80: "PreferredLeaderNotAvailableError",
+    81: "GroupMaxSizeReachedError",
     82: "FencedInstanceIdError",
     83: "EligibleLeadersNotAvailableError",
     84: "ElectionNotNeededError",
@@ -96,6 +97,11 @@ KAFKA_PYTHON_NAMES = {
     103: "InconsistentTopicIdError",
     104: "InconsistentClusterIdError",
     105: "TransactionalIdNotFoundError",
+    110: "FencedMemberEpochError",
+    111: "UnreleasedInstanceIdError",
+    112: "UnsupportedAssignorError",
+    113: "StaleMemberEpochError",
+    128: "InvalidRegularExpressionError",  # (not in kafka-python 2.2)
 }
 
 

@@ -147,9 +147,9 @@ def test_a_member_whose_session_ends_or_that_does_not_revoke_in_time_is_fenced()
     a = beat(groups, join("a", rebalance_timeout_ms=60_000), now_ms=0)
     beat(groups, join("b"), now_ms=0)
     beat(groups, Heartbeat("g", "a", a.member_epoch, owned=a.assignment), now_ms=5_000)  # told to revoke
-    assert groups.tick(9_999) == []
+    assert groups.tick(9_999) == {}
     records = groups.tick(10_000)  # b's session ran out
-    assert len(records) == 1 and set(groups.describe("g").members) == {"a"}
+    assert list(records) == ["g"] and set(groups.describe("g").members) == {"a"}
     groups = ConsumerGroups(config)
     a = beat(groups, Heartbeat("g", "a", 0, rebalance_timeout_ms=3_000, topics=("orders",), owned=frozenset()))
     beat(groups, Heartbeat("g", "b", 0, rebalance_timeout_ms=3_000, topics=("orders",), owned=frozenset()))
@@ -296,7 +296,7 @@ def test_seeded_heartbeats_never_give_a_partition_to_two_members_and_converge(se
                 epoch = STATIC_LEAVE_EPOCH if client.instance_id and rng.random() < 0.5 else LEAVE_EPOCH
                 groups.heartbeat(Heartbeat("g", client.member_id, epoch), topics, now, lambda: "x")
         elif event < 0.14:
-            for record in groups.tick(now + 25_000):  # every session runs out
+            for record in groups.tick(now + 25_000).values():  # every session runs out
                 assert record
             for client in clients.values():
                 client.fenced()
@@ -358,3 +358,99 @@ def test_group_states():
     beat(groups, Heartbeat("g", "a", LEAVE_EPOCH))
     beat(groups, Heartbeat("g", "b", LEAVE_EPOCH))
     assert groups.describe("g").state() == EMPTY
+
+
+def test_a_step_whose_record_was_not_replicated_is_undone():
+    groups = ConsumerGroups()
+    _, record = groups.heartbeat(join("a"), TOPICS, 0, lambda: "x")
+    groups.persisted("g", record[1])
+    told = groups.describe("g").members["a"].assigned
+    groups.heartbeat(join("b"), TOPICS, 0, lambda: "x")  # its record is lost
+    groups.revert("g", now_ms=5)
+    group = groups.describe("g")
+    assert set(group.members) == {"a"} and group.members["a"].assigned == told and group.epoch == 1
+    groups.heartbeat(Heartbeat("new", "n", 0, rebalance_timeout_ms=1, topics=("orders",)), TOPICS, 0, lambda: "x")
+    groups.revert("new", now_ms=5)  # a group none of whose records was replicated is forgotten
+    assert groups.describe("new") is None
+
+
+# --- in the group coordinator (raylog.coordination.group) ----------------------------------
+
+
+def _coordinator():
+    from raylog.coordination.group import GroupCoordinator
+
+    coordinator = GroupCoordinator()
+    coordinator.serve()
+    return coordinator
+
+
+def test_the_coordinator_answers_a_heartbeat_that_changed_the_group_once_its_record_is_replicated():
+    from raylog.errors import CoordinatorNotAvailableError, NotCoordinatorError, NotLeaderOrFollowerError
+
+    coordinator = _coordinator()
+    outcome = coordinator.consumer_heartbeat(join("a"), TOPICS, "waiter-a", 0, lambda: "x")
+    assert outcome.replies == [] and len(outcome.records) == 1 and outcome.held[0][0] == "waiter-a"
+    released = coordinator.persisted(outcome, 0)
+    [(waiter, response)] = released.replies
+    assert waiter == "waiter-a" and response.value.assignment == tps("orders", 0, 1, 2, 3)
+    # A heartbeat that changes nothing is answered at once, with no record.
+    quiet = coordinator.consumer_heartbeat(Heartbeat("g", "a", 1), TOPICS, "w", 1, lambda: "x")
+    assert quiet.records == [] and quiet.replies[0][1].value.member_epoch == 1
+    # One whose record is lost: its member hears NOT_COORDINATOR, and the step is undone.
+    lost = coordinator.consumer_heartbeat(join("b"), TOPICS, "waiter-b", 2, lambda: "x")
+    failed = coordinator.append_failed(lost, NotLeaderOrFollowerError("moved"), 3)
+    assert failed.replies[0][1].error_code == NotCoordinatorError.code
+    assert set(coordinator.consumer.describe("g").members) == {"a"}
+    lost = coordinator.consumer_heartbeat(join("b"), TOPICS, "waiter-b", 4, lambda: "x")
+    failed = coordinator.append_failed(lost, TimeoutError("slow"), 5)
+    assert failed.replies[0][1].error_code == CoordinatorNotAvailableError.code
+
+
+def test_a_group_id_is_a_classic_group_or_a_consumer_group_while_it_has_members():
+    from raylog.errors import GroupIdNotFoundError, InconsistentGroupProtocolError
+    from raylog.protocol import JoinGroupRequest
+
+    coordinator = _coordinator()
+    coordinator.persisted(coordinator.consumer_heartbeat(join("a"), TOPICS, "w", 0, lambda: "x"), 0)
+    classic = JoinGroupRequest("g", "", ("orders",), dict(TOPICS), ("range",))
+    with pytest.raises(InconsistentGroupProtocolError):
+        coordinator.join(classic, "w", 0)
+    coordinator.join(JoinGroupRequest("c", "", ("orders",), dict(TOPICS), ("range",)), "w", 0)
+    with pytest.raises(GroupIdNotFoundError):
+        coordinator.consumer_heartbeat(
+            Heartbeat("c", "m", 0, rebalance_timeout_ms=1, topics=("x",)), TOPICS, "w", 0, str
+        )
+    assert ("g", STABLE_GROUP, "uniform", "consumer") in coordinator.list_groups()
+
+
+def test_a_consumer_groups_commits_carry_its_members_epoch_and_a_new_coordinator_loads_both():
+    from raylog.coordination.group import GroupCoordinator
+    from raylog.errors import NonEmptyGroupError
+    from raylog.types import OffsetAndMetadata
+
+    coordinator = _coordinator()
+    outcome = coordinator.consumer_heartbeat(join("a"), TOPICS, "w", 0, lambda: "x")
+    coordinator.persisted(outcome, 0)
+    offsets = {TopicPartition("orders", 0): OffsetAndMetadata(42, "")}
+    with pytest.raises(StaleMemberEpochError):
+        coordinator.prepare_commit("g", "a", 0, None, offsets, 1)
+    records = outcome.records + coordinator.prepare_commit("g", "a", 1, None, offsets, 1)
+    loaded = GroupCoordinator()
+    loaded.load(records, now_ms=10)
+    loaded.serve()
+    assert loaded.consumer.describe("g").members["a"].epoch == 1
+    assert loaded.committed("g", [TopicPartition("orders", 0)])[TopicPartition("orders", 0)].offset == 42
+    with pytest.raises(NonEmptyGroupError):
+        loaded.delete("g")
+    loaded.persisted(loaded.consumer_heartbeat(Heartbeat("g", "a", LEAVE_EPOCH), TOPICS, "w", 11, str), 11)
+    tombstones = loaded.delete("g")
+    assert (loaded.consumer.describe("g"), len(tombstones)) == (None, 3)  # the group, its offset, its record
+
+
+def test_the_coordinators_tick_fences_expired_consumer_group_members():
+    coordinator = _coordinator()
+    coordinator.persisted(coordinator.consumer_heartbeat(join("a"), TOPICS, "w", 0, lambda: "x"), 0)
+    outcome = coordinator.tick(10**9)
+    assert len(outcome.records) == 1 and coordinator.consumer.describe("g").members == {}
+    coordinator.persisted(outcome, 10**9)
