@@ -46,11 +46,13 @@ import functools
 import logging
 import threading
 import time
+import uuid
 from typing import Any
 
 import ray
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
+from raylog.coordination.consumer_group import Heartbeat
 from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
 from raylog.coordination.replay import LogReplay
 from raylog.errors import NotCoordinatorError, RaylogError
@@ -227,6 +229,30 @@ class GroupCoordinatorActor(CoordinatorActor):
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()
+
+    @ray.method(concurrency_group="commits")
+    def consumer_heartbeat(self, request: Heartbeat, topics: dict[str, int]) -> GroupResponse:
+        """A ConsumerGroupHeartbeat of Kafka's consumer protocol (KIP-848); ``topics``: the
+        cluster's topics and their partition counts. Its value (a
+        :class:`~raylog.coordination.consumer_group.HeartbeatAnswer`) comes once the group's
+        record is replicated when the heartbeat changed the group, at once otherwise."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            try:
+                outcome = self._coordinator().consumer_heartbeat(
+                    request, topics, future, now_ms(), lambda: str(uuid.uuid4())
+                )
+            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
+                return GroupResponse(**error_fields(exc))
+            self._awaiting_reply[future] = GroupResponse
+            self._deliver(outcome)
+        return self._reply(future)
+
+    def describe_consumer_group(self, group_id: str) -> GroupResponse:
+        """A consumer group of Kafka's consumer protocol as ConsumerGroupDescribe reports it
+        (its :class:`~raylog.coordination.consumer_group.ConsumerGroup`; GROUP_ID_NOT_FOUND
+        when there is none)."""
+        return self._answer(lambda groups: groups.describe_consumer_group(group_id))
 
     def leave_group(self, group_id: str, member_id: str, instance_id: str | None) -> GroupResponse:
         return self._step(lambda groups: groups.leave(group_id, member_id, instance_id, now_ms()))

@@ -97,7 +97,14 @@ from ..protocol import (
 from ..storage import record_batch
 from ..types import OffsetAndMetadata, TopicPartition
 from .assignors import ASSIGNORS, COOPERATIVE, Subscription, assign, choose_strategy, current_claims
-from .consumer_group import CONSUMER_GROUP_KEY, ConsumerGroupConfig, ConsumerGroups, Heartbeat, group_key
+from .consumer_group import (
+    CONSUMER_GROUP_KEY,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroups,
+    Heartbeat,
+    group_key,
+)
 
 EMPTY, PREPARING_REBALANCE, STABLE, DEAD = "Empty", "PreparingRebalance", "Stable", "Dead"
 #: The protocol type of consumers (raylog's and Kafka's): the only one whose protocols this
@@ -792,6 +799,17 @@ class GroupCoordinator:
                 for m in group.members.values()
             ],
         }
+
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroup:
+        """A consumer group of Kafka's consumer protocol (KIP-848).
+
+        Raises:
+            GroupIdNotFoundError: there is none (a classic group is not one).
+        """
+        group = self.consumer.describe(group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"no consumer group {group_id!r}")
+        return group
 
     def delete(self, group_id: str) -> list[tuple[bytes, bytes | None]]:
         """Forget a group with no active members: tombstones for it and its offsets.

@@ -22,6 +22,7 @@ import asyncio
 import contextvars
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -56,6 +57,15 @@ CONVERSION_THREADS = 2
 _T = TypeVar("_T")
 
 logger = logging.getLogger(__name__)
+
+
+def topic_ids(md: dict) -> dict[uuid.UUID, str]:
+    """Topic id -> name of a metadata answer's topics, made once per answer (kept in it):
+    every Fetch from v13 on and every consumer group heartbeat name topics by id."""
+    ids = md.get("topic_ids")
+    if ids is None:
+        ids = md["topic_ids"] = {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()}
+    return ids
 
 
 class BrokerContext:

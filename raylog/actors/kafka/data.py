@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylog.actors.kafka.admin import ask_each
-from raylog.actors.kafka.context import CONNECTION, CONTROL_CALL_TIMEOUT_S, BrokerContext
+from raylog.actors.kafka.context import CONNECTION, CONTROL_CALL_TIMEOUT_S, BrokerContext, topic_ids
 from raylog.actors.kafka.coordinator_errors import code_of
 from raylog.coordination.placement import INTERNAL_TOPICS, validate_topic_name
 from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE
@@ -478,19 +478,10 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
 async def _topic_ids(ctx: BrokerContext, body: dict) -> dict[uuid.UUID, str]:
     """Topic id -> name of every topic (metadata refreshed once if the request names an
     id not known yet: a topic just created)."""
-    ids = _ids_of(await ctx.metadata())
+    ids = topic_ids(await ctx.metadata())
     named = {t["topic_id"] for t in [*body["topics"], *(body.get("forgotten_topics_data") or ())]}
     if not named <= ids.keys():
-        ids = _ids_of(await ctx.metadata(refresh=True))
-    return ids
-
-
-def _ids_of(md: dict) -> dict[uuid.UUID, str]:
-    """Topic id -> name of a metadata answer's topics, made once per answer (kept in it):
-    every Fetch from v13 on names its topics by id."""
-    ids = md.get("topic_ids")
-    if ids is None:
-        ids = md["topic_ids"] = {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()}
+        ids = topic_ids(await ctx.metadata(refresh=True))
     return ids
 
 

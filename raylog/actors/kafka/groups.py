@@ -1,6 +1,9 @@
 """Consumer-group APIs over Kafka's protocol: FindCoordinator, JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups and DeleteGroups, answered by
-raylog's group coordinator actors (:mod:`raylog.actors.group_coordinator`).
+raylog's group coordinator actors (:mod:`raylog.actors.group_coordinator`), and Kafka 4's
+consumer protocol (KIP-848): ConsumerGroupHeartbeat and ConsumerGroupDescribe
+(:mod:`raylog.coordination.consumer_group`; topics go by id on the wire, by name to the
+coordinator, which is given every topic's partition count with each heartbeat).
 
 Membership is Kafka's classic protocol (:mod:`raylog.coordination.group`): the members'
 protocols go to the coordinator with their metadata, and their vote picks the group's. A
@@ -47,11 +50,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from raylog.actors.kafka.context import CONNECTION, CONTROL_CALL_TIMEOUT_S, BrokerContext
+from raylog.actors.kafka.context import CONNECTION, CONTROL_CALL_TIMEOUT_S, BrokerContext, topic_ids
 from raylog.actors.kafka.coordinator_errors import code_of, coordinator_code
 from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
+from raylog.coordination.consumer_group import JOIN_EPOCH, Heartbeat
 from raylog.coordination.group import MAX_OFFSET_METADATA_BYTES
-from raylog.coordination.placement import OFFSETS_TOPIC
+from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC
 from raylog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -601,6 +605,97 @@ async def offset_delete(ctx: BrokerContext, header: codec.RequestHeader, body: d
     }
 
 
+# --- Kafka 4's consumer protocol (KIP-848) ---------------------------------------------
+
+
+async def consumer_group_heartbeat(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    md = await ctx.metadata()
+    by_id = topic_ids(md)
+    ids = {name: topic_id for topic_id, name in by_id.items()}
+    owned = body.get("topic_partitions")
+    if owned is not None:  # (a topic deleted since: nothing of it is owned any more)
+        owned = frozenset(
+            TopicPartition(by_id[t["topic_id"]], p) for t in owned if t["topic_id"] in by_id for p in t["partitions"]
+        )
+    request = Heartbeat(
+        group_id=body["group_id"],
+        member_id=body["member_id"],
+        member_epoch=body["member_epoch"],
+        instance_id=body.get("instance_id"),
+        rack_id=body.get("rack_id"),
+        rebalance_timeout_ms=body.get("rebalance_timeout_ms", -1),
+        topics=None if body.get("subscribed_topic_names") is None else tuple(body["subscribed_topic_names"]),
+        regex=body.get("subscribed_topic_regex"),
+        assignor=body.get("server_assignor"),
+        owned=owned,
+    )
+    failed = {"member_id": None, "member_epoch": -1, "heartbeat_interval_ms": 0, "assignment": None}
+    if header.api_version >= 1 and request.member_epoch == JOIN_EPOCH and not request.member_id:
+        # From v1 the client makes its member id (KIP-1082).
+        return {**failed, "error_code": InvalidRequestError.code, "error_message": "a member id is required"}
+    topics = {name: len(t.partitions) for name, t in md["topics"].items() if name not in INTERNAL_TOPICS}
+    answer, code = await _ask(ctx, request.group_id, "consumer_heartbeat", request, topics)
+    if code:
+        return {**failed, "error_code": code}
+    assignment = None
+    if answer.assignment is not None:
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(answer.assignment):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        assignment = {
+            "topic_partitions": [{"topic_id": ids[t], "partitions": ps} for t, ps in by_topic.items() if t in ids]
+        }
+    return {
+        "error_code": 0,
+        "member_id": answer.member_id,
+        "member_epoch": answer.member_epoch,
+        "heartbeat_interval_ms": answer.heartbeat_interval_ms,
+        "assignment": assignment,
+    }
+
+
+async def consumer_group_describe(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
+    ids = {name: topic_id for topic_id, name in topic_ids(await ctx.metadata()).items()}
+
+    def partitions(assigned) -> dict:
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(assigned):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        return {
+            "topic_partitions": [
+                {"topic_id": ids[t], "topic_name": t, "partitions": ps} for t, ps in by_topic.items() if t in ids
+            ]
+        }
+
+    async def one(group_id: str) -> dict:
+        group, code = await _ask(ctx, group_id, "describe_consumer_group", group_id)
+        if code:
+            return {"group_id": group_id, "error_code": code}
+        return {
+            "group_id": group_id,
+            "error_code": 0,
+            "group_state": group.state(),
+            "group_epoch": group.epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "assignor_name": group.assignor,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "rack_id": m.rack_id,
+                    "member_epoch": m.epoch,
+                    "subscribed_topic_names": list(m.topics),
+                    "subscribed_topic_regex": m.regex,
+                    "assignment": partitions(m.assigned),
+                    "target_assignment": partitions(group.target.get(m.member_id, ())),
+                }
+                for m in group.members.values()
+            ],
+        }
+
+    return {"groups": list(await asyncio.gather(*(one(g) for g in body.get("group_ids") or ())))}
+
+
 HANDLERS: dict[codec.ApiKey, Handler] = {
     codec.ApiKey.FIND_COORDINATOR: find_coordinator,
     codec.ApiKey.JOIN_GROUP: join_group,
@@ -613,4 +708,6 @@ HANDLERS: dict[codec.ApiKey, Handler] = {
     codec.ApiKey.LIST_GROUPS: list_groups,
     codec.ApiKey.DELETE_GROUPS: delete_groups,
     codec.ApiKey.OFFSET_DELETE: offset_delete,
+    codec.ApiKey.CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat,
+    codec.ApiKey.CONSUMER_GROUP_DESCRIBE: consumer_group_describe,
 }

@@ -100,6 +100,8 @@ class _Compiler:
     def _default_expr(self, f: Field) -> str:
         """Source of an expression giving a fresh default of ``f``."""
         value = f.default_value()
+        if f.type == "{}" and f.nullable is not None:
+            return "None"
         if f.type == "{}":
             return "{" + ", ".join(f"{g.name!r}: {self._default_expr(g)}" for g in f.fields) + "}"
         if isinstance(value, list):
@@ -209,7 +211,7 @@ class _Compiler:
             if f.type in prim.FIXED:
                 size += prim.FIXED[f.type][1]
             elif f.type == "{}":
-                size += self._min_size(f.fields)
+                size += 1 if f.nullable_in(self.version) else self._min_size(f.fields)
             else:
                 size += 1 if self.flexible else (2 if f.type == "string" else 4)
         return size
@@ -237,7 +239,19 @@ class _Compiler:
                 "    p = e",
             ]
         if t == "{}":
-            return [f"{var}, p = {self._struct_reader(f.fields)}(b, p, n)"]
+            read = f"{var}, p = {self._struct_reader(f.fields)}(b, p, n)"
+            if not f.nullable_in(self.version):
+                return [read]
+            # A nullable struct: an int8 before it, -1 (null) or 1.
+            return [
+                "if p >= n:",
+                f"    raise _T('{f.name}')",
+                "p += 1",
+                "if b[p - 1] == 255:",
+                f"    {var} = None",
+                "else:",
+                f"    {read}",
+            ]
         # arrays
         lines = [*self._length("x", "int32"), "if x < 0:", *("    " + line for line in self._null(f, var)), "else:"]
         element = f.element
@@ -332,7 +346,10 @@ class _Compiler:
             pack = self._const(struct.Struct(">" + prim.FIXED[t][0]).pack)
             return [f"{out} += {pack}({'_ub(x)' if t == 'uuid' else 'x'})"]
         if t == "{}":
-            return ["if x is None:", "    x = {}", f"{out} = {self._struct_writer(f.fields)}({out}, x, ch)"]
+            write = f"{out} = {self._struct_writer(f.fields)}({out}, x, ch)"
+            if f.nullable_in(self.version):
+                return ["if x is None:", f"    {out} += b'\\xff'", "else:", f"    {out} += b'\\x01'", f"    {write}"]
+            return ["if x is None:", "    x = {}", write]
         lines = ["if x is None:", *("    " + line for line in self._write_null(f, out)), "else:"]
         if t == "string":
             lines += ["    x = x.encode()"]

@@ -115,6 +115,10 @@ def _describe_groups(request: dict, code: int) -> dict:
     return {"groups": [{"group_id": g, "error_code": code} for g in request.get("groups") or ()]}
 
 
+def _consumer_group_describe(request: dict, code: int) -> dict:
+    return {"groups": [{"group_id": g, "error_code": code} for g in request.get("group_ids") or ()]}
+
+
 def _create_topics(request: dict, code: int) -> dict:
     return {"topics": [{"name": t.get("name", ""), "error_code": code} for t in request.get("topics") or ()]}
 
@@ -262,4 +266,6 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.DESCRIBE_PRODUCERS: _describe_producers,
     ApiKey.DESCRIBE_TRANSACTIONS: _describe_transactions,
     ApiKey.LIST_TRANSACTIONS: _code_only,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _code_only,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: _consumer_group_describe,
 }

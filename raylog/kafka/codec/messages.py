@@ -11,7 +11,8 @@ by indentation::
   ``[]<type>`` for an array of a primitive type, ``[]`` for an array of the struct whose fields
   follow (indented), ``{}`` for a single nested struct;
 - versions: ``3+``, ``0-7`` or ``5``; a field is on the wire only in its versions;
-- ``null``: the versions in which the field (a string, bytes, records or array) may be null;
+- ``null``: the versions in which the field (a string, bytes, records, array or struct) may
+  be null (a nullable struct is written after an int8: -1 for null, 1 for a value);
 - ``default``: the value a field takes when absent (``null``, ``true``, ``false``, a number or
   ``""``, the empty string or bytes); otherwise 0, False, "", b"", [] or, for fields nullable in
   some version, None (a Fetch response's records default to empty, not null: kafka-python
@@ -68,6 +69,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 #: The versions of each API raylog answers (what ApiVersions advertises).
@@ -76,8 +79,8 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FETCH: (4, 16),
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
-    ApiKey.OFFSET_COMMIT: (2, 8),
-    ApiKey.OFFSET_FETCH: (1, 8),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.JOIN_GROUP: (0, 7),
     ApiKey.HEARTBEAT: (0, 4),
@@ -111,6 +114,8 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 2),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
 }
 
 TABLE = """
@@ -278,6 +283,8 @@ OffsetFetch request 9 flexible 6+
     partition_indexes []int32 0-7
   groups [] 8+
     group_id string 8+
+    member_id string 9+ null 9+ default null
+    member_epoch int32 9+ default -1
     topics [] 8+ null 8+
       name string 8+
       partition_indexes []int32 8+
@@ -725,6 +732,65 @@ DescribeTransactions response 65 flexible 0+
       topic string 0+
       partitions []int32 0+
 
+ConsumerGroupHeartbeat request 68 flexible 0+
+  group_id string 0+
+  member_id string 0+
+  member_epoch int32 0+
+  instance_id string 0+ null 0+ default null
+  rack_id string 0+ null 0+ default null
+  rebalance_timeout_ms int32 0+ default -1
+  subscribed_topic_names []string 0+ null 0+ default null
+  subscribed_topic_regex string 1+ null 1+ default null
+  server_assignor string 0+ null 0+ default null
+  topic_partitions [] 0+ null 0+ default null
+    topic_id uuid 0+
+    partitions []int32 0+
+ConsumerGroupHeartbeat response 68 flexible 0+
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null 0+ default null
+  member_id string 0+ null 0+ default null
+  member_epoch int32 0+
+  heartbeat_interval_ms int32 0+
+  assignment {} 0+ null 0+ default null
+    topic_partitions [] 0+
+      topic_id uuid 0+
+      partitions []int32 0+
+
+ConsumerGroupDescribe request 69 flexible 0+
+  group_ids []string 0+
+  include_authorized_operations bool 0+
+ConsumerGroupDescribe response 69 flexible 0+
+  throttle_time_ms int32 0+
+  groups [] 0+
+    error_code int16 0+
+    error_message string 0+ null 0+ default null
+    group_id string 0+
+    group_state string 0+
+    group_epoch int32 0+
+    assignment_epoch int32 0+
+    assignor_name string 0+
+    members [] 0+
+      member_id string 0+
+      instance_id string 0+ null 0+ default null
+      rack_id string 0+ null 0+ default null
+      member_epoch int32 0+
+      client_id string 0+
+      client_host string 0+
+      subscribed_topic_names []string 0+
+      subscribed_topic_regex string 0+ null 0+ default null
+      assignment {} 0+
+        topic_partitions [] 0+
+          topic_id uuid 0+
+          topic_name string 0+
+          partitions []int32 0+
+      target_assignment {} 0+
+        topic_partitions [] 0+
+          topic_id uuid 0+
+          topic_name string 0+
+          partitions []int32 0+
+    authorized_operations int32 0+ default -2147483648
+
 ListTransactions request 66 flexible 0+
   state_filters []string 0+
   producer_id_filters []int64 0+
@@ -864,7 +930,7 @@ CreatePartitions response 37 flexible 2+
 PRIMITIVES = frozenset(
     ("int8", "int16", "int32", "int64", "uint16", "bool", "float64", "uuid", "string", "bytes", "records")
 )
-NULLABLE_TYPES = frozenset(("string", "bytes", "records", "[]"))
+NULLABLE_TYPES = frozenset(("string", "bytes", "records", "[]", "{}"))
 
 
 @dataclass(frozen=True)
@@ -906,9 +972,9 @@ class Field:
         return self.nullable is not None and version in self.nullable
 
     def default_value(self):
-        """A fresh default value (a new list or dict each call)."""
+        """A fresh default value (a new list or dict each call; None for a nullable struct)."""
         if self.type == "{}":
-            return {f.name: f.default_value() for f in self.fields}
+            return None if self.nullable is not None else {f.name: f.default_value() for f in self.fields}
         if isinstance(self.default, list):
             return []
         return self.default

@@ -419,7 +419,7 @@ def on_the_wire(fields: list[Field], version: int, body: dict) -> dict:
             value = body[f.name]
             if f.type == "[]" and value is not None:
                 value = [on_the_wire(f.fields, version, e) for e in value]
-            elif f.type == "{}":
+            elif f.type == "{}" and value is not None:
                 value = on_the_wire(f.fields, version, value)
             out[f.name] = value
     return out
@@ -458,6 +458,7 @@ SAMPLE_REQUESTS = {
     ApiKey.FIND_COORDINATOR: {"coordinator_keys": ["g1", "g2"]},
     ApiKey.LEAVE_GROUP: {"members": [{"member_id": "m1"}]},
     ApiKey.DESCRIBE_GROUPS: {"groups": ["g1", "g2"]},
+    ApiKey.CONSUMER_GROUP_DESCRIBE: {"group_ids": ["g1", "g2"]},
     ApiKey.CREATE_TOPICS: {"topics": [{"name": "a"}, {"name": "b"}]},
     ApiKey.DELETE_TOPICS: {"topic_names": ["a", "b"], "topics": [{"name": "a"}, {"name": "b"}]},
     ApiKey.CREATE_PARTITIONS: {"topics": [{"name": "a"}, {"name": "b"}]},

@@ -1,0 +1,83 @@
+"""Kafka 4's consumer group protocol (KIP-848) with librdkafka's own implementation
+(confluent-kafka, ``group.protocol=consumer``, otherwise its defaults): members join by
+heartbeat, the coordinator assigns on the server and hands partitions over only once their
+owner gave them up, commits carry the member epoch, and ConsumerGroupDescribe shows it all."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import Producer as KafkaProducer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
+
+#: Bound on each wait for the group to settle (a few heartbeat intervals of 5 s).
+SETTLE_S = 60
+PARTITIONS = 4
+RECORDS = 40
+
+
+def _member(bootstrap: str, group: str) -> KafkaConsumer:
+    return KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+
+
+def _poll_until(members: list[KafkaConsumer], done, what: str) -> dict[int, list[bytes]]:
+    """Poll every member in turn until ``done(read)``; what each read, by member index."""
+    read: dict[int, list[bytes]] = {i: [] for i in range(len(members))}
+    deadline = time.monotonic() + SETTLE_S
+    while not done(read, members):
+        assert time.monotonic() < deadline, f"{what} not reached in {SETTLE_S} s: {read}"
+        for i, member in enumerate(members):
+            message = member.poll(0.2)
+            if message is not None:
+                assert message.error() is None, message.error()
+                read[i].append(message.value())
+    return read
+
+
+def test_librdkafka_members_of_the_consumer_protocol_share_a_topic_commit_and_hand_partitions_over(
+    bootstrap, kafka_topic
+):
+    topic = kafka_topic(num_partitions=PARTITIONS)
+    group = f"{topic}-848"
+    producer = KafkaProducer({"bootstrap.servers": bootstrap})
+    values = [b"v%d" % i for i in range(RECORDS)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+    members = [_member(bootstrap, group), _member(bootstrap, group)]
+    try:
+        for member in members:
+            member.subscribe([topic])
+
+        def balanced(read, members) -> bool:
+            owned = [{tp.partition for tp in m.assignment()} for m in members]
+            return sum(map(len, read.values())) == RECORDS and all(len(o) == 2 for o in owned)
+
+        read = _poll_until(members, balanced, "every record read and two partitions each")
+        assert sorted(v for vs in read.values() for v in vs) == sorted(values), "each record once"
+        owned = [{tp.partition for tp in m.assignment()} for m in members]
+        assert owned[0].isdisjoint(owned[1]) and owned[0] | owned[1] == set(range(PARTITIONS))
+        for member in members:
+            member.commit(asynchronous=False)
+        committed = members[0].committed([KafkaTopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+        assert sum(c.offset for c in committed) == RECORDS
+
+        described = AdminClient({"bootstrap.servers": bootstrap}).describe_consumer_groups([group])[group].result(30)
+        assert {m.member_id for m in described.members} == {m.memberid() for m in members}
+        assert str(described.state).endswith("STABLE")
+
+        members.pop().close()  # leaves (epoch -1): the other takes every partition
+        _poll_until(members, lambda read, ms: len(ms[0].assignment()) == PARTITIONS, "the survivor owning all")
+    finally:
+        for member in members:
+            member.close()
