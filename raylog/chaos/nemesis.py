@@ -118,6 +118,9 @@ class FaultEvent:
     #: the disk of; ``(None, broker)``: the broker's node (every replica on it). Only these
     #: may lose leadership because of it (:func:`raylog.chaos.leadership.unexplained`).
     disturbed: set[tuple[int | None, int]] = dataclasses.field(default_factory=set)
+    #: What it did lasts until the nemesis heals (a node it removed comes back only then), so
+    #: it ends then, even when another fault's hold ran on after its own.
+    until_healed: bool = False
 
     def __str__(self) -> str:
         detail = f" {self.target}" if self.target else ""
@@ -222,7 +225,11 @@ class Nemesis:
             finally:
                 self._linger_until = None
                 self.heal()
-            events[0].end_s = time.monotonic() - began
+            healed_s = time.monotonic() - began
+            events[0].end_s = healed_s
+            for event in events[1:]:
+                if event.until_healed:
+                    event.end_s = healed_s
             self.events += events
         time.sleep(max(0.0, end - time.monotonic()))  # the workload runs to the end
 
@@ -278,6 +285,7 @@ class Nemesis:
         self._disturb(None, leader)
         self.env.kill_broker(leader)
         self._dead_brokers.add(leader)
+        self._event.until_healed = True
         self._hold(self.rng.uniform(2.0, 5.0))
         return f"b{leader} (led p{partition})"
 
@@ -369,6 +377,7 @@ class Nemesis:
             self._resume(pid)
         self._wait(lambda: self._describe(partition).leader != leader, "another leader (or none)")
         if not replace_disk:
+            self._event.until_healed = True  # its node comes back when the nemesis heals
             return f"p{partition} leader b{leader}"
         self.env.wipe_broker(leader)
         self.env.start_broker(leader)

@@ -89,3 +89,39 @@ def test_the_watch_keeps_each_change_and_skips_samples_that_fail():
     for _ in range(4):
         watch._sample()
     assert [(c.partition, c.before, c.after) for c in watch.changes] == [(1, (2, 0), (3, 1))]
+
+
+def test_a_node_killed_beside_a_lingering_fault_stays_disturbed_until_the_nemesis_brings_it_back(monkeypatch):
+    """Seed 437 of the 64-client soak: calls were delayed (a lingering fault) while kill-node
+    removed p0's leader's node; kill-node's hold ended at 12.3 s but its node came back only
+    when the nemesis healed at 23.3 s, and the controller's election at 20.9 s, with the node
+    still dead, was read as a healthy leader demoted. A fault that lasts until the heal now
+    ends there."""
+    import random
+
+    from raylog.chaos import nemesis as chaos
+
+    clock = [ORIGIN]
+    monkeypatch.setattr(chaos.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(chaos.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    n = chaos.Nemesis.__new__(chaos.Nemesis)
+    n.max_faults, n.overlap, n.events, n._linger_until = 2, 2, [], None
+    n.kinds, n._lingering, n.rng = ["delay-calls", "kill-node"], ["delay-calls"], random.Random(1)
+
+    def inject(event):
+        n._event = event
+        if event.kind == "kill-node":
+            event.disturbed.add((None, 2))
+            event.until_healed = True
+            clock[0] += 11.4  # the node killed, then its hold
+        else:
+            n._hold(22.4)  # calls delayed beside the next fault: noted, held after it
+
+    healed = []
+    n._inject = inject
+    n.heal = lambda: healed.append(clock[0])
+    n.run(duration_s=60.0)
+    delays, kill = n.events
+    assert kill.kind == "kill-node" and kill.end_s == delays.end_s == healed[0] - n.began
+    election = change(kill.start_s + 20.0, 0, (2, 0), (1, 1))  # b2's node still dead
+    assert unexplained([election], n.events, ORIGIN) == []
