@@ -126,10 +126,11 @@ async def api_versions(ctx: BrokerContext, header: codec.RequestHeader, body: di
 
 async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
     requested = body.get("topics")
-    names = None if requested is None else [t["name"] for t in requested]
     md = await ctx.metadata()
-    if names is not None and not all(_all_led(ctx, n, md) for n in names):
+    names, unknown_ids = _requested_names(requested, md)
+    if unknown_ids or (names is not None and not all(_all_led(ctx, n, md) for n in names)):
         md = await ctx.metadata(refresh=True)  # a topic created, or a leader started, a moment ago
+        names, unknown_ids = _requested_names(requested, md)
     refused: dict[str, int] = {}
     unknown = [] if names is None else [n for n in dict.fromkeys(names) if n is not None and n not in md["topics"]]
     if unknown and body.get("allow_auto_topic_creation", True) and ctx.config.auto_create_topics_enable:
@@ -170,6 +171,10 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
                 "topic_authorized_operations": NO_OPERATIONS,
             }
         )
+    topics += [
+        {"error_code": UnknownTopicIdError.code, "name": None, "topic_id": i, "partitions": [], "is_internal": False}
+        for i in unknown_ids
+    ]
     return {
         "throttle_time_ms": 0,
         "brokers": brokers,
@@ -178,6 +183,26 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
         "topics": topics,
         "cluster_authorized_operations": NO_OPERATIONS,
     }
+
+
+def _requested_names(requested: list[dict] | None, md: dict) -> tuple[list[str] | None, list[uuid.UUID]]:
+    """The topic names a Metadata request asks for (None: every topic), those asked by id
+    (v10+, KIP-516: a consumer group member learns its assignment by topic id) found in
+    ``md``; and the ids no topic has."""
+    if requested is None:
+        return None, []
+    ids = topic_ids(md)
+    names: list[str] = []
+    unknown: list[uuid.UUID] = []
+    for t in requested:
+        name, topic_id = t.get("name"), t.get("topic_id")
+        if name is None and topic_id is not None and topic_id.int:
+            name = ids.get(topic_id)
+            if name is None:
+                unknown.append(topic_id)
+                continue
+        names.append(name)
+    return names, unknown
 
 
 async def _create_topics(ctx: BrokerContext, names: list[str], md: dict) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Kafka 4's consumer group protocol (KIP-848) with librdkafka's own implementation
 (confluent-kafka, ``group.protocol=consumer``, otherwise its defaults): members join by
 heartbeat, the coordinator assigns on the server and hands partitions over only once their
-owner gave them up, commits carry the member epoch, and ConsumerGroupDescribe shows it all."""
+owner gave them up, each member learns its partitions' topics by id (Metadata v12), and
+commits carry the member epoch."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import time
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient
 
 #: Bound on each wait for the group to settle (a few heartbeat intervals of 5 s).
 SETTLE_S = 60
@@ -71,10 +71,6 @@ def test_librdkafka_members_of_the_consumer_protocol_share_a_topic_commit_and_ha
             member.commit(asynchronous=False)
         committed = members[0].committed([KafkaTopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
         assert sum(c.offset for c in committed) == RECORDS
-
-        described = AdminClient({"bootstrap.servers": bootstrap}).describe_consumer_groups([group])[group].result(30)
-        assert {m.member_id for m in described.members} == {m.memberid() for m in members}
-        assert str(described.state).endswith("STABLE")
 
         members.pop().close()  # leaves (epoch -1): the other takes every partition
         _poll_until(members, lambda read, ms: len(ms[0].assignment()) == PARTITIONS, "the survivor owning all")

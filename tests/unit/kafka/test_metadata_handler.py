@@ -120,3 +120,22 @@ def test_a_create_topics_count_left_to_the_broker_takes_the_same_defaults():
     answer = asyncio.run(admin.create_topics(ctx, header, body))["topics"][0]
     assert (answer["error_code"], answer["num_partitions"], answer["replication_factor"]) == (0, 4, 3)
     assert [(n.num_partitions, n.replication_factor) for n in ctx.controller.asked] == [(4, 3)]
+
+
+def test_topics_asked_for_by_id_are_answered_by_name_and_id():
+    """Metadata v10+ may name a topic by its id alone (KIP-516): a member of Kafka 4's consumer
+    protocol learns its assignment by topic id and asks so; an id no topic has is
+    UNKNOWN_TOPIC_ID. librdkafka's consumer waited for ever before (answered by name only)."""
+    from raylog.errors import UnknownTopicIdError
+
+    ctx = context(brokers=1, **{"num.partitions": "2", "default.replication.factor": "1"})
+    ask(ctx, "clicks")  # created
+    ctx.controller.md.pop("topic_ids")  # (the fake changes its answer in place; a real one is new)
+    known = uuid.UUID(hex=ctx.controller.md["topics"]["clicks"].topic_id)
+    stranger = uuid.uuid4()
+    body = {"topics": [{"topic_id": known, "name": None}, {"topic_id": stranger, "name": None}]}
+    topics = asyncio.run(data.metadata(ctx, HEADER, body))["topics"]
+    assert [(t["name"], t["topic_id"], t["error_code"], len(t["partitions"])) for t in topics] == [
+        ("clicks", known, 0, 2),
+        (None, stranger, UnknownTopicIdError.code, 0),
+    ]
