@@ -34,6 +34,13 @@ What is measured (wall clock, ``time.time()`` in every process of this one machi
    (in a rotating order), each repeated; the best run of each is shown. Target: group
    settled / manual >= 0.9x.
 
+3. Assignment of a large group, in the coordinator's own code (no process, no call): the
+   server-side ``cooperative-sticky`` assignment of a fresh group and after one member
+   joins a settled one (every member owning its share), against ``range`` for the same
+   group in the same run (the simplest assignor, one pass over the partitions). Groups of
+   100 members on 400 partitions and of 1,000 on 4,000, every member on one topic; p50 of
+   the repeats. Target: one member joining 1,000 costs <= 100 ms.
+
 Ray and raylog are started here and shut down at the end; data lives in a temporary
 directory that is removed.
 
@@ -68,6 +75,7 @@ from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from raylog.bench import nearest_rank
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.group import ConsumerRebalanceListener
+from raylog.coordination import assignors
 from raylog.errors import RaylogError
 
 PARTITIONS = 6
@@ -95,6 +103,9 @@ class Scale:
     timeout_s: float  # bound on any single wait
 
 
+#: (members, partitions) of the groups whose assignment is timed.
+ASSIGNED_GROUPS = ((100, 400), (1_000, 4_000))
+
 FULL = Scale("full", clean_trials=7, crash_trials=5, records=12_000_000, repeats=5, timeout_s=120.0)
 QUICK = Scale("quick", clean_trials=2, crash_trials=2, records=600_000, repeats=1, timeout_s=60.0)
 
@@ -112,7 +123,7 @@ class Target(common.Target):
 class Row(common.Judged):
     """One line of a results table; ``section`` says which table."""
 
-    section: str  # "rebalance" or "throughput"
+    section: str  # "rebalance", "throughput" or "assignment"
     name: str
     trials: int | None = None
     p50_s: float | None = None
@@ -120,7 +131,7 @@ class Row(common.Judged):
     values_s: list[float] = field(default_factory=list)  # per trial
     records_per_s: float | None = None
     mb_per_s: float | None = None
-    ratio: float | None = None  # group over manual
+    ratio: float | None = None  # group over manual; assignment: over range's
     targets: list[Target] = field(default_factory=list)
     note: str = ""
     error: str | None = None
@@ -502,6 +513,34 @@ class Runner(common.Phases):
             row("cold", f"group of {READERS}, read as they join (join included)", []),
         ]
 
+    def assignment(self) -> None:
+        for members, partitions in ASSIGNED_GROUPS:
+            names = [f"member-{i:04d}" for i in range(members)]
+            fresh = {m: assignors.Subscription(("t",)) for m in names}
+            counts = {"t": partitions}
+            settled = assignors.assign(STRATEGY, fresh, counts)
+            joined = {m: assignors.Subscription(("t",), tuple(settled[m]), generation=1) for m in names}
+            joined["member-new"] = assignors.Subscription(("t",), generation=1)
+            runs = max(self.scale.repeats, 3)
+            base = _p50_assign(assignors.RANGE, fresh, counts, runs)
+            group = f"{members:,} members on {partitions:,} partitions"
+            for what, subscriptions, targets in (
+                ("a fresh group", fresh, []),
+                ("one more joins", joined, [Target("p50_s", "<=", 0.1)] if members >= 1_000 else []),
+            ):
+                seconds = _p50_assign(STRATEGY, subscriptions, counts, runs)
+                self.rows.append(
+                    Row(
+                        "assignment",
+                        f"{group}: {what}",
+                        trials=runs,
+                        p50_s=seconds,
+                        ratio=seconds / base,
+                        targets=targets,
+                        note=f"range: {base * 1e3:.1f} ms",
+                    )
+                )
+
     def timed_read(self, readers: list[Any], until_end: bool) -> tuple[float, int]:
         """Start every reader's read at once; (seconds from the first start to the last
         record, rows read)."""
@@ -571,6 +610,15 @@ class Runner(common.Phases):
             raise BenchError(f"{what}: {rows:,} records read, expected {self.scale.records:,}")
 
 
+def _p50_assign(strategy: str, subscriptions: dict, counts: dict[str, int], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        assignors.assign(strategy, subscriptions, counts)
+        times.append(time.perf_counter() - started)
+    return nearest_rank(np.sort(times), 0.5)
+
+
 # ---------------------------------------------------------------------------------------
 # Output
 
@@ -591,6 +639,15 @@ TABLES = {
             ("records/s", 11, lambda r: common.number(r.records_per_s, ",.0f")),
             ("MB/s", 6, lambda r: common.number(r.mb_per_s, ",.1f")),
             ("ratio", 6, lambda r: common.times(r.ratio)),
+        ),
+        22,
+    ),
+    "assignment": (
+        (
+            ("measurement", 58, None),
+            ("runs", 6, lambda r: common.number(r.trials, "d")),
+            ("p50 ms", 8, lambda r: common.number(None if r.p50_s is None else r.p50_s * 1e3, ",.1f")),
+            ("/range", 7, lambda r: common.times(r.ratio)),
         ),
         22,
     ),
@@ -626,6 +683,7 @@ def run(scale: Scale, parent: str | None) -> list[Row]:
         stack.callback(runner.delete_topic)
         runner.phase("rebalance", "rebalance after a member leaves", runner.rebalance)
         runner.phase("throughput", "group vs manual read throughput", runner.throughput)
+        runner.phase("assignment", "assignment of a large group", runner.assignment)
         return runner.rows
 
 
@@ -647,6 +705,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"throughput: {scale.records:,} records of {VALUE_BYTES} B, {READERS} reader processes, poll_arrow;"
         f" best of {scale.repeats} alternating runs; MB = 10^6 bytes of values"
+    )
+    print(
+        f"assignment: {STRATEGY} on the coordinator's code alone, every member on one topic;"
+        " p50 of the runs, and its ratio to range's for the same group"
     )
     print("BELOW: target missed; ERROR: the measurement failed (see stderr)")
     common.print_tables(rows, TABLES)

@@ -22,6 +22,8 @@ claims what it held in an older generation cannot keep a partition given to anot
 
 from __future__ import annotations
 
+import collections
+import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -156,13 +158,18 @@ def _round_robin(subscriptions: Mapping[str, Subscription], partition_counts: Ma
 
 def _sticky(subscriptions: Mapping[str, Subscription], partition_counts: Mapping[str, int]) -> Assignment:
     members = _order(subscriptions)
-    eligible = {
-        m: {TopicPartition(t, p) for t in subscriptions[m].topics for p in range(partition_counts.get(t, 0))}
-        for m in members
+    rank = {m: i for i, m in enumerate(members)}
+    # Members with the same topics share one set of the partitions they could take.
+    topics_of = {m: frozenset(t for t in subscriptions[m].topics if partition_counts.get(t, 0)) for m in members}
+    sets = {
+        topics: frozenset(TopicPartition(t, p) for t in topics for p in range(partition_counts[t]))
+        for topics in set(topics_of.values())
     }
-    everything = sorted(set().union(*eligible.values())) if eligible else []
+    eligible = {m: sets[topics_of[m]] for m in members}
+    everything = sorted(set().union(*sets.values()))
     # A member's fair share: the partitions it could take, spread over everyone who could too.
-    quota = {m: _fair_share(m, eligible) for m in members}
+    shares = _fair_shares(collections.Counter(topics_of.values()), sets)
+    quota = {m: shares[topics_of[m]] for m in members}
     out: Assignment = {m: [] for m in members}
     taken: set[TopicPartition] = set()
     for member in members:  # keep what each member owns, up to its quota
@@ -170,44 +177,69 @@ def _sticky(subscriptions: Mapping[str, Subscription], partition_counts: Mapping
             if tp in eligible[member] and tp not in taken and len(out[member]) < quota[member]:
                 out[member].append(tp)
                 taken.add(tp)
-    for tp in everything:  # the rest to the least loaded member that can take it
+
+    def load(m: str) -> tuple[bool, int, int]:
+        return len(out[m]) >= quota[m], len(out[m]), rank[m]
+
+    # The rest to the least loaded member that can take it: a heap of members per topic,
+    # whose keys only grow (an entry found stale is pushed again with its key of now).
+    heaps = {}
+    for tp in everything:
         if tp in taken:
             continue
-        takers = [m for m in members if tp in eligible[m]]
-        member = min(takers, key=lambda m: (len(out[m]) >= quota[m], len(out[m]), members.index(m)))
+        heap = heaps.get(tp.topic)
+        if heap is None:
+            heap = heaps[tp.topic] = [load(m) + (m,) for m in members if tp.topic in topics_of[m]]
+            heapq.heapify(heap)
+        while (now := load(heap[0][-1])) != heap[0][:-1]:
+            heapq.heapreplace(heap, now + (heap[0][-1],))
+        member = heap[0][-1]
         out[member].append(tp)
         taken.add(tp)
+        heapq.heapreplace(heap, load(member) + (member,))
     _balance(out, eligible, members, {m: set(subscriptions[m].owned) for m in members})
     return out
 
 
-def _fair_share(member: str, eligible: Mapping[str, set[TopicPartition]]) -> int:
-    mine = eligible[member]
-    if not mine:
-        return 0
-    sharers = [m for m, tps in eligible.items() if tps & mine]
-    if any(eligible[m] != mine for m in sharers):
-        # Unequal subscriptions: the ceiling below is no bound on what a member holds in a
-        # balanced assignment (a sharer may be able to take only a few), so capping at it
-        # would move partitions for nothing. Keep all it owns; _balance evens it out.
-        return len(mine)
-    return -(-len(mine) // len(sharers))  # ceiling
+def _fair_shares(
+    counts: Mapping[frozenset[str], int], sets: Mapping[frozenset[str], frozenset[TopicPartition]]
+) -> dict[frozenset[str], int]:
+    """The quota of a member by its topics (with ``counts`` members subscribed to each set
+    of topics): its partitions spread over every member that shares one of them."""
+    shares = {}
+    for topics, mine in sets.items():
+        sharing = [other for other in counts if other & topics]
+        if not mine:
+            shares[topics] = 0
+        elif any(other != topics for other in sharing):
+            # Unequal subscriptions: the ceiling below is no bound on what a member holds in a
+            # balanced assignment (a sharer may be able to take only a few), so capping at it
+            # would move partitions for nothing. Keep all it owns; _balance evens it out.
+            shares[topics] = len(mine)
+        else:
+            shares[topics] = -(-len(mine) // counts[topics])  # ceiling
+    return shares
 
 
 def _balance(
-    out: Assignment, eligible: Mapping[str, set[TopicPartition]], members: list[str], owned: Mapping[str, set]
+    out: Assignment, eligible: Mapping[str, frozenset[TopicPartition]], members: list[str], owned: Mapping[str, set]
 ) -> None:
     """Move partitions from the most to the least loaded member that can take them, until
     no move lowers the spread (each move shrinks the gap, so this ends). Of the moves from
     the most loaded donor that has one, take first a partition the donor did not own, then
     one the taker owned: so no two members trade partitions they could both have kept."""
+    rank = {m: i for i, m in enumerate(members)}
     while True:
+        least = min((len(out[m]) for m in members), default=0)
         for donor in sorted(members, key=lambda m: -len(out[m])):
+            if len(out[donor]) <= least + 1:
+                return  # no member has two fewer than this one or any after it
+            takers = [m for m in members if len(out[m]) + 1 < len(out[donor])]
             moves = [
-                (tp in owned[donor], tp not in owned[taker], len(out[taker]), members.index(taker), tp, taker)
+                (tp in owned[donor], tp not in owned[taker], len(out[taker]), rank[taker], tp, taker)
+                for taker in takers
                 for tp in out[donor]
-                for taker in members
-                if tp in eligible[taker] and len(out[taker]) + 1 < len(out[donor])
+                if tp in eligible[taker]
             ]
             if moves:
                 *_, tp, taker = min(moves)
