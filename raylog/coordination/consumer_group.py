@@ -142,6 +142,9 @@ class ConsumerGroup:
     target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
     #: Partitions of each subscribed topic as the group epoch last saw them.
     counts: dict[str, int] = field(default_factory=dict)
+    #: Partition -> the member that owns it (assigned or revoking): an index of the
+    #: members' own sets, kept by :func:`_hold` (not persisted: rebuilt on load).
+    owners: dict[TopicPartition, str] = field(default_factory=dict, repr=False, compare=False)
 
     def state(self) -> str:
         if not self.members:
@@ -187,7 +190,7 @@ class ConsumerGroups:
         """
         _validate(request, self.config)
         group = self.groups.get(request.group_id) or ConsumerGroup(request.group_id, assignor=self._default_assignor())
-        before = _state(group)
+        before = _outline(group, request.member_id)
         if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             answer = self._leave(group, request)
         else:
@@ -210,7 +213,7 @@ class ConsumerGroups:
                 member.assigned if changed or full or request.member_epoch == JOIN_EPOCH else None,
             )
         self.groups[group.group_id] = group
-        return answer, (group_record(group) if _state(group) != before else None)
+        return answer, (group_record(group) if _outline(group, answer.member_id) != before else None)
 
     def tick(self, now_ms: int) -> dict[str, tuple[bytes, bytes]]:
         """Fence the members whose session ran out, or who did not revoke within their
@@ -350,11 +353,13 @@ class ConsumerGroups:
                 taken = replace(held, member_id=member_id, left=False)
                 group.members[member_id] = taken
                 group.target[member_id] = group.target.pop(held.member_id, frozenset())
+                _hold(group, held, frozenset(), frozenset())
+                _hold(group, taken, taken.assigned, taken.revoking)
                 return taken
         existing = group.members.get(member_id)
         if existing is not None:  # joined again (it gave up what it held): reconciled anew
             existing.epoch, existing.previous_epoch, existing.state = JOIN_EPOCH, -1, STABLE
-            existing.assigned = existing.revoking = frozenset()
+            _hold(group, existing, frozenset(), frozenset())
             existing.revocation_deadline_ms = None
             return existing
         if len(group.members) >= self.config.group_consumer_max_size:
@@ -376,6 +381,7 @@ class ConsumerGroups:
 
     def _remove(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         del group.members[member.member_id]
+        _hold(group, member, frozenset(), frozenset())
         group.target.pop(member.member_id, None)
         group.epoch += 1
         group.assignor = _group_assignor(group, self._default_assignor())
@@ -415,18 +421,33 @@ def _reconcile(
     target = frozenset(tp for tp in group.target.get(member.member_id, ()) if tp.topic in subscribed)
     keep = member.assigned & target
     revoke = member.assigned - keep
-    held_elsewhere = set().union(*(m.owns() for m in group.members.values() if m is not member))
     wanted = target - keep
-    unreleased = frozenset(tp for tp in wanted if tp in held_elsewhere)
+    unreleased = frozenset(tp for tp in wanted if group.owners.get(tp, member.member_id) != member.member_id)
     if revoke and _still_owns(owned, revoke):
-        member.state, member.assigned, member.revoking = UNREVOKED_PARTITIONS, keep, revoke
+        member.state = UNREVOKED_PARTITIONS
+        _hold(group, member, keep, revoke)
         if member.revocation_deadline_ms is None:
             member.revocation_deadline_ms = now_ms + member.rebalance_timeout_ms
         return
     member.previous_epoch, member.epoch = member.epoch, group.assignment_epoch
-    member.assigned, member.revoking = keep | (wanted - unreleased), frozenset()
+    _hold(group, member, keep | (wanted - unreleased), frozenset())
     member.state = UNRELEASED_PARTITIONS if unreleased else STABLE
     member.revocation_deadline_ms = None
+
+
+def _hold(
+    group: ConsumerGroup,
+    member: ConsumerMember,
+    assigned: frozenset[TopicPartition],
+    revoking: frozenset[TopicPartition],
+) -> None:
+    """Give ``member`` what it now owns, keeping the group's index of owners with it."""
+    for tp in member.owns() - assigned - revoking:
+        if group.owners.get(tp) == member.member_id:
+            del group.owners[tp]
+    member.assigned, member.revoking = assigned, revoking
+    for tp in assigned | revoking:
+        group.owners[tp] = member.member_id
 
 
 def _still_owns(owned: frozenset[TopicPartition] | None, revoking: Iterable[TopicPartition]) -> bool:
@@ -495,26 +516,42 @@ def group_record(group: ConsumerGroup) -> tuple[bytes, bytes]:
 
 def _state(group: ConsumerGroup) -> list:
     """What is persisted of a group (sessions are not)."""
-    members = [
-        [
-            m.member_id,
-            m.instance_id,
-            m.rack_id,
-            m.rebalance_timeout_ms,
-            list(m.topics),
-            m.regex,
-            m.assignor,
-            m.epoch,
-            m.previous_epoch,
-            m.state,
-            _pairs(m.assigned),
-            _pairs(m.revoking),
-            m.left,
-        ]
-        for m in sorted(group.members.values(), key=lambda m: m.member_id)
-    ]
+    members = [_row(m) for m in sorted(group.members.values(), key=lambda m: m.member_id)]
     target = {member: _pairs(tps) for member, tps in sorted(group.target.items())}
     return [_RECORD_VERSION, group.epoch, group.assignment_epoch, group.assignor, group.counts, members, target]
+
+
+def _row(m: ConsumerMember) -> list:
+    return [
+        m.member_id,
+        m.instance_id,
+        m.rack_id,
+        m.rebalance_timeout_ms,
+        list(m.topics),
+        m.regex,
+        m.assignor,
+        m.epoch,
+        m.previous_epoch,
+        m.state,
+        _pairs(m.assigned),
+        _pairs(m.revoking),
+        m.left,
+    ]
+
+
+def _outline(group: ConsumerGroup, member_id: str) -> tuple:
+    """What a heartbeat of ``member_id`` can change of the group's :func:`_state`, without
+    serializing the whole group: the epochs (a new target or another member removed moves
+    one of them), assignor, counts, which members there are, and that member's own row."""
+    member = group.members.get(member_id)
+    return (
+        group.epoch,
+        group.assignment_epoch,
+        group.assignor,
+        tuple(group.counts.items()),
+        tuple(group.members),
+        None if member is None else _row(member),
+    )
 
 
 def _from_record(group_id: str, value: bytes) -> ConsumerGroup:
@@ -539,6 +576,8 @@ def _from_record(group_id: str, value: bytes) -> ConsumerGroup:
             left,
         )
     group.target = {member: _partitions(tps) for member, tps in target.items()}
+    for member in group.members.values():
+        _hold(group, member, member.assigned, member.revoking)
     return group
 
 

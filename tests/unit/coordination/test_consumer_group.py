@@ -24,6 +24,7 @@ from raylog.coordination.consumer_group import (
     ConsumerGroupConfig,
     ConsumerGroups,
     Heartbeat,
+    group_record,
 )
 from raylog.errors import (
     FencedMemberEpochError,
@@ -294,7 +295,7 @@ def test_seeded_heartbeats_never_give_a_partition_to_two_members_and_converge(se
             client = clients.pop(rng.choice(sorted(clients)))
             if client.joined:
                 epoch = STATIC_LEAVE_EPOCH if client.instance_id and rng.random() < 0.5 else LEAVE_EPOCH
-                groups.heartbeat(Heartbeat("g", client.member_id, epoch), topics, now, lambda: "x")
+                _checked(groups, Heartbeat("g", client.member_id, epoch), topics, now)
         elif event < 0.14:
             for record in groups.tick(now + 25_000).values():  # every session runs out
                 assert record
@@ -303,7 +304,7 @@ def test_seeded_heartbeats_never_give_a_partition_to_two_members_and_converge(se
         elif clients:
             client = clients[rng.choice(sorted(clients))]
             try:
-                answer, _ = groups.heartbeat(client.request(rng), topics, now, lambda: "x")
+                answer = _checked(groups, client.request(rng), topics, now)
             except (FencedMemberEpochError, UnknownMemberIdError):
                 client.fenced()
             except UnreleasedInstanceIdError:
@@ -321,7 +322,7 @@ def test_seeded_heartbeats_never_give_a_partition_to_two_members_and_converge(se
         groups.tick(now)
         for client in clients.values():
             try:
-                answer, _ = groups.heartbeat(client.request(random.Random(0)), topics, now, lambda: "x")
+                answer = _checked(groups, client.request(random.Random(0)), topics, now)
             except (FencedMemberEpochError, UnknownMemberIdError):
                 client.fenced()
             except UnreleasedInstanceIdError:
@@ -337,6 +338,25 @@ def test_seeded_heartbeats_never_give_a_partition_to_two_members_and_converge(se
         assert set().union(*(c.owned for c in joined)) == wanted
         sizes = [len(c.owned) for c in joined if c.topics == ("orders", "clicks")]
         assert not sizes or max(sizes) - min(sizes) <= 1
+
+
+def _checked(groups: ConsumerGroups, request: Heartbeat, topics: dict, now: int):
+    """One heartbeat, with what the group keeps of itself checked: a record is returned
+    exactly when the persisted state changed, and the index of owners is the members' own
+    sets."""
+    group = groups.describe("g")
+    before = group_record(group)[1] if group is not None else None
+    try:
+        answer, record = groups.heartbeat(request, topics, now, lambda: "x")
+    finally:
+        group = groups.describe("g")
+        if group is not None:
+            owners = {tp: m.member_id for m in group.members.values() for tp in m.owns()}
+            assert group.owners == owners
+    after = group_record(group)[1]
+    assert (record is not None) == (after != before)
+    assert record is None or record[1] == after
+    return answer
 
 
 def _check_one_owner(clients) -> None:
