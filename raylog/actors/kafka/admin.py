@@ -66,7 +66,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raylog.actors.kafka.context import BrokerContext
+from raylog.actors.kafka.context import BrokerContext, topic_ids
 from raylog.actors.kafka.coordinator_errors import code_of
 from raylog.actors.kafka.transactions import metadata_or_none
 from raylog.config import ControllerConfig, TopicConfig
@@ -302,7 +302,7 @@ async def delete_topics(ctx: BrokerContext, header: RequestHeader, body: dict) -
         md = await ctx.metadata(refresh=True)
     except RaylogError as exc:
         return {"responses": [{"name": r["name"], "topic_id": r["topic_id"], **_error(exc)} for r in requested]}
-    ids = {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()}
+    ids = topic_ids(md)
     entries = []  # (name or None, topic id or None, error or None)
     for r in requested:
         name, topic_id = r["name"], r.get("topic_id")

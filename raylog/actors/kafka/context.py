@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from raylog.actors.transport import acall
 from raylog.config import ControllerConfig
 from raylog.coordination.group import partition_for
-from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination.producer_ids import ProducerIdPool
 from raylog.errors import RaylogError
 from raylog.kafka.fetch_sessions import FetchSessionCache
@@ -62,10 +62,29 @@ logger = logging.getLogger(__name__)
 def topic_ids(md: dict) -> dict[uuid.UUID, str]:
     """Topic id -> name of a metadata answer's topics, made once per answer (kept in it):
     every Fetch from v13 on and every consumer group heartbeat name topics by id."""
-    ids = md.get("topic_ids")
-    if ids is None:
-        ids = md["topic_ids"] = {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()}
-    return ids
+    return _kept(md, "topic_ids", lambda: {uuid.UUID(hex=t.topic_id): name for name, t in md["topics"].items()})
+
+
+def topic_names(md: dict) -> dict[str, uuid.UUID]:
+    """Topic name -> id of a metadata answer's topics, made once per answer."""
+    return _kept(md, "topic_names", lambda: {name: topic_id for topic_id, name in topic_ids(md).items()})
+
+
+def subscribable(md: dict) -> dict[str, int]:
+    """Topic -> partition count of the topics a consumer may subscribe to (internal ones
+    left out), made once per answer: a consumer group heartbeat takes it."""
+    return _kept(
+        md,
+        "subscribable",
+        lambda: {name: len(t.partitions) for name, t in md["topics"].items() if name not in INTERNAL_TOPICS},
+    )
+
+
+def _kept(md: dict, key: str, make: Callable[[], Any]) -> Any:
+    made = md.get(key)
+    if made is None:
+        made = md[key] = make()
+    return made
 
 
 class BrokerContext:

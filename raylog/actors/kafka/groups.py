@@ -50,12 +50,19 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from raylog.actors.kafka.context import CONNECTION, CONTROL_CALL_TIMEOUT_S, BrokerContext, topic_ids
+from raylog.actors.kafka.context import (
+    CONNECTION,
+    CONTROL_CALL_TIMEOUT_S,
+    BrokerContext,
+    subscribable,
+    topic_ids,
+    topic_names,
+)
 from raylog.actors.kafka.coordinator_errors import code_of, coordinator_code
 from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
 from raylog.coordination.consumer_group import JOIN_EPOCH, Heartbeat
 from raylog.coordination.group import MAX_OFFSET_METADATA_BYTES
-from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC
+from raylog.coordination.placement import OFFSETS_TOPIC
 from raylog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -610,8 +617,7 @@ async def offset_delete(ctx: BrokerContext, header: codec.RequestHeader, body: d
 
 async def consumer_group_heartbeat(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
     md = await ctx.metadata()
-    by_id = topic_ids(md)
-    ids = {name: topic_id for topic_id, name in by_id.items()}
+    by_id, ids = topic_ids(md), topic_names(md)
     owned = body.get("topic_partitions")
     if owned is not None:  # (a topic deleted since: nothing of it is owned any more)
         owned = frozenset(
@@ -633,8 +639,7 @@ async def consumer_group_heartbeat(ctx: BrokerContext, header: codec.RequestHead
     if header.api_version >= 1 and request.member_epoch == JOIN_EPOCH and not request.member_id:
         # From v1 the client makes its member id (KIP-1082).
         return {**failed, "error_code": InvalidRequestError.code, "error_message": "a member id is required"}
-    topics = {name: len(t.partitions) for name, t in md["topics"].items() if name not in INTERNAL_TOPICS}
-    answer, code = await _ask(ctx, request.group_id, "consumer_heartbeat", request, topics)
+    answer, code = await _ask(ctx, request.group_id, "consumer_heartbeat", request, subscribable(md))
     if code:
         return {**failed, "error_code": code}
     assignment = None
@@ -655,7 +660,7 @@ async def consumer_group_heartbeat(ctx: BrokerContext, header: codec.RequestHead
 
 
 async def consumer_group_describe(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
-    ids = {name: topic_id for topic_id, name in topic_ids(await ctx.metadata()).items()}
+    ids = topic_names(await ctx.metadata())
 
     def partitions(assigned) -> dict:
         by_topic: dict[str, list[int]] = {}
