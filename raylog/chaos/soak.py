@@ -331,7 +331,9 @@ class RunResult:
 
     def line(self) -> str:
         """The one-line summary: seed, configuration, ops, faults, anomalies, verdict."""
-        injected = [f for f in self.faults if f.outcome == "done"]
+        # A fault that failed midway may have done part of its work: it is named, marked.
+        injected = [f for f in self.faults if not f.outcome.startswith("skipped")]
+        named = ", ".join(f.kind + ("" if f.outcome == "done" else "(failed)") for f in injected)
         verdict = "FAIL" if self.failed else "ok"
         healed = "" if self.healed else " NOT-HEALED"
         healed += " in-sync-only-without-load" if self.synced_once_unloaded else ""
@@ -345,7 +347,7 @@ class RunResult:
             f"seed={self.seed} {self.config.describe()} clients={self.config.clients} ops={self.ops} "
             f"acknowledged={self.acknowledged}{transactions} "
             f"({self.throughput_per_s:.0f}/s, p50 {p50:.0f} ms, p99 {p99:.0f} ms) "
-            f"faults={len(injected)}[{', '.join(f.kind for f in injected)}] "
+            f"faults={len(injected)}[{named}] "
             f"anomalies: {self.report.summary(self.config.safe)}{healed} {self.elapsed_s:.1f}s {verdict}"
         )
 

@@ -54,3 +54,18 @@ def test_a_runs_evidence_of_its_violations_is_in_its_details():
     an epoch starting below them."""
     run = result(4, healed=True, synced_once_unloaded=False, evidence="leader changes: [...]; at the end: t-1 ...")
     assert "  evidence: leader changes: [...]; at the end: t-1 ..." in run.details()
+
+
+def test_a_fault_that_failed_midway_is_named_in_the_line_and_a_skipped_one_is_not():
+    """A fault that failed after doing part of its work (seed 458: replace-disk wiped a disk,
+    then its broker took longer than the nemesis waited to come back) is in the line, marked;
+    before, the line showed no fault and the run's offline partition read as unexplained."""
+    from raylog.chaos.nemesis import FaultEvent
+
+    run = result(5, healed=True, synced_once_unloaded=False)
+    run.faults = [
+        FaultEvent("delay-calls"),
+        FaultEvent("replace-disk", outcome="error: RaylogError: the broker back: not within 30.0 s"),
+        FaultEvent("kill-leader", outcome="skipped: no leader"),
+    ]
+    assert " faults=2[delay-calls, replace-disk(failed)] " in run.line()
