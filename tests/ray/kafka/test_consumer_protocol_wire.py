@@ -10,7 +10,9 @@ import time
 
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
 
 #: Bound on each wait for the group to settle (a few heartbeat intervals of 5 s).
 SETTLE_S = 60
@@ -75,6 +77,10 @@ def test_librdkafka_members_of_the_consumer_protocol_share_a_topic_commit_and_ha
             member.commit(asynchronous=False)  # (OffsetCommit v9: with the member's epoch)
         committed = members[0].committed([KafkaTopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
         assert [c.offset for c in committed] == [RECORDS // PARTITIONS] * PARTITIONS
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        described = admin.describe_consumer_groups([group], request_timeout=20)[group].result(timeout=30)
+        assert described.type == ConsumerGroupType.CONSUMER and described.state == ConsumerGroupState.STABLE
+        assert sorted(len(m.assignment.topic_partitions) for m in described.members) == [2, 2]
 
         members.pop().close()  # leaves (epoch -1): the other takes every partition
         _poll_until(members, lambda read, ms: len(ms[0].assignment()) == PARTITIONS, "the survivor owning all")
