@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
