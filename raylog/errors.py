@@ -247,7 +247,17 @@ class StorageError(RetriableError, ApiError):
 
 @_api(87, "INVALID_RECORD")
 class InvalidRecordError(ApiError):
-    """A record the batch format cannot hold (e.g. headers of the wrong type)."""
+    """A record the broker refuses (e.g. no key for a compacted topic, headers of the wrong
+    type); the whole batch is refused. ``record_errors``: the records at fault, as
+    ``(index in the batch, why)`` (KIP-467: Kafka's clients fail only those records with
+    INVALID_RECORD, the batch's others with a retriable error of their own)."""
+
+    def __init__(self, message: str = "", record_errors: tuple[tuple[int, str], ...] = ()):
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
+
+    def __reduce__(self):
+        return type(self), (str(self), self.record_errors)
 
 
 @_api(70, "FETCH_SESSION_ID_NOT_FOUND")

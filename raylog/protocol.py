@@ -60,6 +60,8 @@ class ProduceResponse:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     throttle_time_ms: int = 0  # how long the leader held the response back (quota)
+    #: INVALID_RECORD: the records at fault, ``(index in the batch, why)`` (KIP-467).
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)

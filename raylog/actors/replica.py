@@ -369,7 +369,7 @@ class PartitionReplicaActor:
                         )
                     self._wait("produce", remaining)
                 except Exception as exc:  # noqa: BLE001 — every error travels back as a code
-                    return ProduceResponse(**error_fields(exc))
+                    return ProduceResponse(**error_fields(exc), record_errors=getattr(exc, "record_errors", ()))
             self._notify()
             self._maybe_propose_isr()
             if request.acks == -1:

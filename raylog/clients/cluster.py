@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from functools import cached_property
 from typing import Any
 
 import ray
@@ -24,6 +25,7 @@ from raylog.actors.controller import DEFAULT_DATA_DIR, HEAD_RESOURCE, Controller
 from raylog.actors.kafka.fleet import LISTENER_START_TIMEOUT_S
 from raylog.actors.names import NAMESPACE, controller_name
 from raylog.actors.transport import call
+from raylog.coordination.placement import INTERNAL_TOPICS
 from raylog.errors import InvalidConfigError, LeaderNotAvailableError, UnknownTopicOrPartitionError
 from raylog.types import BrokerInfo, TopicDescription, TopicPartition
 
@@ -60,6 +62,12 @@ class Metadata:
         (wiped or replaced) log directory, so no replica is known to hold their records. They
         stay offline unless unclean leader election is enabled for their topic."""
         return [TopicPartition(t.name, p.partition) for t in self.topics.values() for p in t.partitions if not p.isr]
+
+    @cached_property
+    def partition_counts(self) -> dict[str, int]:
+        """Topic -> partition count of every topic a consumer may subscribe to (internal ones
+        left out)."""
+        return {name: len(t.partitions) for name, t in self.topics.items() if name not in INTERNAL_TOPICS}
 
     def num_partitions(self, topic: str) -> int:
         try:

@@ -44,6 +44,7 @@ from ray.exceptions import RayError
 from raylog.actors import metrics
 from raylog.actors.transport import call, translate
 from raylog.clients.cluster import RaylogCluster, require_cluster
+from raylog.clients.consumer_protocol import ConsumerProtocolMembership
 from raylog.clients.group import (
     ConsumerRebalanceListener,
     CoordinatorClient,
@@ -52,6 +53,7 @@ from raylog.clients.group import (
     offsets_to_commit,
 )
 from raylog.coordination.assignors import ASSIGNORS, COOPERATIVE_STICKY
+from raylog.coordination.consumer_group import SERVER_ASSIGNORS
 from raylog.coordination.group import check_group_id
 from raylog.coordination.partition import (
     EARLIEST_TIMESTAMP,
@@ -88,6 +90,8 @@ log = logging.getLogger(__name__)
 
 #: Decoded responses kept per partition before fetching pauses (bounds memory).
 BUFFERED_FETCHES = 2
+#: The group protocols a consumer may join by (Kafka's group.protocol).
+GROUP_PROTOCOLS = ("classic", "consumer")
 #: Longest a poll sleeps at once while a group member has nothing to wait on.
 GROUP_IDLE_STEP_S = 0.05
 #: Pause before an offset look-up is asked again after a retriable error.
@@ -203,7 +207,16 @@ class Consumer:
         max_poll_interval_ms: longest allowed time between polls before the member gives its
             partitions up; None: no limit (heartbeats alone keep it, e.g. for long training steps).
         partition_assignment_strategy: "cooperative-sticky" (default), "range" or "roundrobin",
-            or a list in order of preference.
+            or a list in order of preference (the classic protocol's).
+        group_protocol: "classic" (the default, as in Kafka 4: JoinGroup and SyncGroup, the
+            coordinator running the assignor named above) or "consumer": Kafka 4's consumer
+            protocol (KIP-848), by heartbeats alone, the same group a librdkafka or Java
+            consumer with ``group.protocol=consumer`` joins. Then the session timeout and the
+            heartbeat interval are the coordinator's (``group.consumer.session.timeout.ms``,
+            ``group.consumer.heartbeat.interval.ms``), and session_timeout_ms,
+            heartbeat_interval_ms and partition_assignment_strategy are not used.
+        group_remote_assignor: with group_protocol "consumer", the server assignor the member
+            asks for: "uniform" or "range" (None: the coordinator's default, uniform).
         metadata_max_age_ms: how often a pattern subscription looks for new matching topics
             (and subscribed topics for new partitions).
         retry_backoff_ms: pause before retrying a failed coordinator call.
@@ -240,6 +253,8 @@ class Consumer:
         partition_assignment_strategy: str | Iterable[str] = COOPERATIVE_STICKY,
         metadata_max_age_ms: int = 30_000,
         retry_backoff_ms: int = 100,
+        group_protocol: str = "classic",
+        group_remote_assignor: str | None = None,
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster", "topics")}
         require_cluster(cluster, "Consumer")
@@ -286,6 +301,12 @@ class Consumer:
             raise InvalidConfigError(
                 f"max_poll_interval_ms must be a positive integer or None, got {max_poll_interval_ms!r}"
             )
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise InvalidConfigError(f"group_protocol must be one of {GROUP_PROTOCOLS}, got {group_protocol!r}")
+        if group_remote_assignor is not None and group_remote_assignor not in SERVER_ASSIGNORS:
+            raise InvalidConfigError(
+                f"group_remote_assignor must be among {sorted(SERVER_ASSIGNORS)} or None, not {group_remote_assignor!r}"
+            )
         if group_id is not None:
             check_group_id(group_id)
         self._strategies = strategies
@@ -330,7 +351,7 @@ class Consumer:
         self._coordinator = (
             None if group_id is None else CoordinatorClient(cluster, group_id, self._timeout_s, retry_backoff_ms / 1000)
         )
-        self._group: GroupMembership | None = None
+        self._group: GroupMembership | ConsumerProtocolMembership | None = None
         self._subscribed: tuple[str, ...] | re.Pattern | None = None
         self._metadata_checked = 0.0
         self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
@@ -379,7 +400,20 @@ class Consumer:
         if self._assignment and self._subscribed is None:
             raise IllegalStateError("partitions were assigned by hand: unsubscribe() first")
         self._subscribed = re.compile(pattern) if pattern is not None else tuple(dict.fromkeys(topics))
-        if self._group is None:
+        if self._group is None and self._config["group_protocol"] == "consumer":
+            cfg = self._config
+            self._group = ConsumerProtocolMembership(
+                self._coordinator,
+                instance_id=cfg["group_instance_id"],
+                assignor=cfg["group_remote_assignor"],
+                max_poll_interval_ms=cfg["max_poll_interval_ms"],
+                retry_backoff_s=cfg["retry_backoff_ms"] / 1000,
+                subscription=self._subscribed_partition_counts,
+                topics=lambda: self._cluster.metadata().partition_counts,
+                apply=self._apply_group_assignment,
+                listener=listener or ConsumerRebalanceListener(),
+            )
+        elif self._group is None:
             cfg = self._config
             self._group = GroupMembership(
                 self._coordinator,

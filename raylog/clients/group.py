@@ -194,9 +194,7 @@ class GroupMembership:
         self._joined_topics: dict[str, int] = {}
         self._last_poll = time.monotonic()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._heartbeat_loop, name=f"raylog-heartbeat-{self.group_id}")
-        self._thread.daemon = True
-        self._thread.start()
+        self._thread = start_heartbeat_thread(self._heartbeat_loop, self.group_id)
 
     # --- driven by poll -----------------------------------------------------------------
 
@@ -419,6 +417,13 @@ class GroupMembership:
         with self._lock:
             if not self._joining and self._state.generation == generation:
                 self._rejoin = True
+
+
+def start_heartbeat_thread(loop: Callable[[], None], group_id: str) -> threading.Thread:
+    """A group member's heartbeat thread, started (a daemon: it never holds a process up)."""
+    thread = threading.Thread(target=loop, name=f"raylog-heartbeat-{group_id}", daemon=True)
+    thread.start()
+    return thread
 
 
 def offsets_to_commit(offsets: Mapping[Any, Any]) -> dict[TopicPartition, OffsetAndMetadata]:

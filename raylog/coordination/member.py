@@ -17,7 +17,12 @@ functions of that state, so that the client and the group simulation run the sam
   with a cooperative assignor a revocation asks for a follow-up join, which hands the
   revoked partitions on.
 
-Concurrency: not thread-safe; the client guards a :class:`MemberState` with its lock.
+A member of Kafka 4's consumer protocol (KIP-848, :class:`ConsumerProtocolMember`) keeps
+less: the coordinator assigns and reconciles, so the member only follows its epoch and the
+assignment of its last answer.
+
+Concurrency: not thread-safe; the client guards a :class:`MemberState` or a
+:class:`ConsumerProtocolMember` with its lock.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..errors import IllegalGenerationError, UnknownMemberIdError
+from ..errors import FencedMemberEpochError, IllegalGenerationError, UnknownMemberIdError
 from ..types import TopicPartition
+from .consumer_group import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, Heartbeat, HeartbeatAnswer
 
 #: The generation of a member that is in none (Kafka's NO_GENERATION).
 NO_GENERATION = -1
@@ -98,3 +104,95 @@ def assignment_change(
     """``(added, revoked)`` going from ``held`` to a sync's ``assignment``."""
     held, assignment = set(held), set(assignment)
     return sorted(assignment - held), sorted(held - assignment)
+
+
+@dataclass
+class ConsumerProtocolMember:
+    """A member of a consumer group of Kafka's consumer protocol (KIP-848), as its client sees
+    it. It makes its own member id (KIP-1082) and keeps it for its life; its epoch is 0 until
+    the coordinator admits it (and again after it was fenced or left); each answer brings its
+    epoch and the assignment it may own now, which the client applies (revoking what is not
+    in it first) and reports back as what it owns. What it owns is lost, not revoked, when
+    the coordinator fenced it (someone else may own it by now)."""
+
+    member_id: str
+    epoch: int = JOIN_EPOCH
+    #: The assignment of the last answer that carried one, until the client takes it.
+    target: frozenset[TopicPartition] | None = None
+    #: The member's partitions are lost: the coordinator fenced it (or it left).
+    lost: bool = False
+
+    def request(
+        self,
+        group_id: str,
+        topics: Iterable[str],
+        owned: Iterable[TopicPartition],
+        *,
+        instance_id: str | None,
+        assignor: str | None,
+        rebalance_timeout_ms: int,
+    ) -> Heartbeat:
+        """The member's next heartbeat. It always carries the member's whole state (its
+        subscription by names, rebalance timeout, assignor and what it owns), so that a lost
+        answer costs nothing: the next one is a full answer again.
+
+        What it owns is what it ``owned`` and the assignment it was given and has not taken
+        yet: the client may start reading those at any moment, so the coordinator must not
+        think them released (it would hand them on while the client starts reading them)."""
+        return Heartbeat(
+            group_id=group_id,
+            member_id=self.member_id,
+            member_epoch=self.epoch,
+            instance_id=instance_id,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            topics=tuple(sorted(topics)),
+            regex="",
+            assignor=assignor,
+            owned=frozenset(owned) | (self.target or frozenset()),
+        )
+
+    def leave_request(self, group_id: str, instance_id: str | None) -> Heartbeat:
+        """The heartbeat that leaves the group: epoch -1, or -2 for a static member (which
+        keeps its assignment for its session timeout, for its instance id to take back)."""
+        epoch = LEAVE_EPOCH if instance_id is None else STATIC_LEAVE_EPOCH
+        return Heartbeat(group_id=group_id, member_id=self.member_id, member_epoch=epoch, instance_id=instance_id)
+
+    def answered(self, answer: HeartbeatAnswer, sent_epoch: int) -> None:
+        """A heartbeat sent at ``sent_epoch`` was answered. An answer to a membership the
+        member has left behind meanwhile (it was fenced or left while the call was out) is
+        no news."""
+        if (sent_epoch > JOIN_EPOCH) != (self.epoch > JOIN_EPOCH):
+            return
+        self.epoch = answer.member_epoch
+        if answer.assignment is not None:
+            self.target = answer.assignment
+
+    def failed(self, exc: Exception, sent_epoch: int) -> bool:
+        """A heartbeat sent at ``sent_epoch`` failed with ``exc``: whether it cost the member
+        its membership (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID): then it joins again with
+        epoch 0 and what it owns is lost."""
+        if not isinstance(exc, (FencedMemberEpochError, UnknownMemberIdError)) or sent_epoch != self.epoch:
+            return False
+        self.left()
+        return True
+
+    def left(self) -> None:
+        """The member is out of the group (fenced, or it left): it joins again with epoch 0,
+        and what it owns is lost."""
+        self.epoch, self.target, self.lost = JOIN_EPOCH, None, True
+
+    def take(self, held: Iterable[TopicPartition]) -> tuple[list[TopicPartition], list[TopicPartition], bool]:
+        """What the client must do now with what it ``held``: ``(added, revoked, lost)``;
+        with ``lost`` every partition held is given up as lost (and nothing added)."""
+        held = set(held)
+        if self.lost:
+            self.lost = False
+            return [], sorted(held), True
+        if self.target is None:
+            return [], [], False
+        target, self.target = self.target, None
+        return sorted(target - held), sorted(held - target), False
+
+    def commit_args(self) -> tuple[str, int]:
+        """``(member id, epoch)`` an offset commit carries: ``("", -1)`` out of the group."""
+        return (self.member_id, self.epoch) if self.epoch > JOIN_EPOCH else ("", -1)

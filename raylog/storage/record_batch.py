@@ -663,10 +663,15 @@ def validate(
             raise RecordTooLargeError(f"batch of {header.size} bytes is above max.message.bytes={max_batch_bytes}")
         check_crc(view, pos, header)
         body = decode_body(view, pos, header)
-        if require_keys and not header.attributes & CONTROL and not _all_keyed(body, header):
-            raise InvalidRecordError(
-                f"Compacted topic cannot accept message without key (batch at offset {header.base_offset})"
-            )
+        if require_keys and not header.attributes & CONTROL:
+            keyless = _keyless(body, header)
+            if keyless:
+                why = "Compacted topic cannot accept message without key"
+                raise InvalidRecordError(
+                    f"{why}: {len(keyless)} of the batch's {body.num_rows} records (batch at offset "
+                    f"{header.base_offset})",
+                    record_errors=tuple((index, why) for index in keyless),
+                )
         if limit_headers and header.attributes & HAS_HEADERS:
             _check_header_limits(body.column("headers"), header)
     return batches
@@ -687,8 +692,16 @@ def _check_header_limits(headers: pa.Array, header: BatchHeader) -> None:
         )
 
 
-def _all_keyed(body: pa.RecordBatch, header: BatchHeader) -> bool:
-    return bool(header.attributes & HAS_KEY) and body.column("key").null_count == 0
+def _keyless(body: pa.RecordBatch, header: BatchHeader) -> list[int]:
+    """The indexes of the batch's records without a key (none: an empty list)."""
+    if not header.attributes & HAS_KEY:
+        return list(range(body.num_rows))
+    keys = body.column("key")
+    if keys.null_count == 0:
+        return []
+    import pyarrow.compute as pc  # here: see _check_header_limits
+
+    return pc.indices_nonzero(keys.is_null()).to_pylist()
 
 
 def decode_table(

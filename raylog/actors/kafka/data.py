@@ -334,6 +334,7 @@ async def _produce_partition(
         log_append_time_ms=response.log_append_time_ms,
         log_start_offset=response.log_start_offset,
         throttle_time_ms=response.throttle_time_ms,
+        record_errors=[{"batch_index": i, "batch_index_error_message": why} for i, why in response.record_errors],
     )
     return answer
 

@@ -619,6 +619,35 @@ def test_confluent_consumes_within_its_fetch_max_bytes(bootstrap, kafka_topic):
     assert sorted(consumed) == [(p, o, len(value)) for p in range(3) for o in range(3)]
 
 
+def test_confluent_keyless_records_on_a_compacted_topic_fail_alone(bootstrap, kafka_topic, read_back):
+    """librdkafka's test 0011 (KIP-467): a batch to a compacted topic with records that have
+    no key is refused whole, and the answer names the records at fault, so that the client
+    fails those with INVALID_RECORD and the batch's others with _INVALID_DIFFERENT_RECORD
+    (raylog named none: every record of the batch failed alike). Sent one per batch, the
+    keyed records are written."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka import Producer as KafkaProducer
+
+    topic = kafka_topic(num_partitions=1, **{"cleanup.policy": "compact"})
+    for linger_ms, batch_size in ((100, 1_000_000), (0, 1)):
+        reports: dict[int, int] = {}
+
+        def delivered(error, message, reports=reports):
+            reports[int(message.value())] = error.code() if error is not None else 0
+
+        producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "batch.size": batch_size})
+        for i in range(10):
+            producer.produce(
+                topic, b"%d" % i, key=None if i % 5 == 0 else b"k%d" % i, partition=0, on_delivery=delivered
+            )
+            if batch_size == 1:
+                producer.flush(DEADLINE_S)  # one record per batch
+        assert producer.flush(DEADLINE_S) == 0
+        others = KafkaError._INVALID_DIFFERENT_RECORD if batch_size > 1 else 0
+        assert reports == {i: KafkaError.INVALID_RECORD if i % 5 == 0 else others for i in range(10)}, batch_size
+    assert sorted(int(r.value) for r in read_back(topic)) == [i for i in range(10) if i % 5]
+
+
 @pytest.mark.parametrize("compression_type", ["zstd", "gzip"])
 def test_confluent_topic_with_a_compression_type_stores_and_serves_its_codec(bootstrap, kafka_admin, compression_type):
     """librdkafka's test 0081 begins by creating a topic with Kafka's standard config

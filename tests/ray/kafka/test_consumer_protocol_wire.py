@@ -32,6 +32,16 @@ def _member(bootstrap: str, group: str) -> KafkaConsumer:
     )
 
 
+def _produce(bootstrap: str, topic: str) -> list[bytes]:
+    """RECORDS values spread over the topic's partitions in turn; the values."""
+    producer = KafkaProducer({"bootstrap.servers": bootstrap})
+    values = [b"v%d" % i for i in range(RECORDS)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+    return values
+
+
 def _poll_until(members: list[KafkaConsumer], done, what: str) -> dict[int, list[bytes]]:
     """Poll every member in turn until ``done(read)``; what each read, by member index."""
     read: dict[int, list[bytes]] = {i: [] for i in range(len(members))}
@@ -51,11 +61,7 @@ def test_librdkafka_members_of_the_consumer_protocol_share_a_topic_commit_and_ha
 ):
     topic = kafka_topic(num_partitions=PARTITIONS)
     group = f"{topic}-848"
-    producer = KafkaProducer({"bootstrap.servers": bootstrap})
-    values = [b"v%d" % i for i in range(RECORDS)]
-    for i, value in enumerate(values):
-        producer.produce(topic, value, partition=i % PARTITIONS)
-    assert producer.flush(30) == 0
+    values = _produce(bootstrap, topic)
     members = [_member(bootstrap, group), _member(bootstrap, group)]
     try:
         for member in members:
@@ -87,3 +93,60 @@ def test_librdkafka_members_of_the_consumer_protocol_share_a_topic_commit_and_ha
     finally:
         for member in members:
             member.close()
+
+
+def test_a_raylog_consumer_of_the_consumer_protocol_shares_a_group_with_a_librdkafka_one(
+    kafka_cluster, bootstrap, kafka_topic
+):
+    """raylog's own Consumer with ``group_protocol="consumer"`` joins the same KIP-848 group
+    as librdkafka's: the coordinator's one implementation splits the partitions between them,
+    each partition is read by one of them, both commit with their member epochs, and when the
+    raylog member closes (epoch -1) librdkafka's takes every partition."""
+    from raylog import Consumer, TopicPartition
+
+    topic = kafka_topic(num_partitions=PARTITIONS)
+    group = f"{topic}-mixed"
+    values = _produce(bootstrap, topic)
+    theirs = _member(bootstrap, group)
+    ours = Consumer(
+        kafka_cluster,
+        group_id=group,
+        group_protocol="consumer",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    try:
+        theirs.subscribe([topic])
+        ours.subscribe([topic])
+        read: dict[str, list[bytes]] = {"theirs": [], "ours": []}
+        deadline = time.monotonic() + SETTLE_S
+
+        def settled() -> bool:
+            if len(theirs.assignment()) != PARTITIONS // 2 or len(ours.assignment()) != PARTITIONS // 2:
+                return False
+            ends = RECORDS // PARTITIONS
+            return all(tp.offset == ends for tp in theirs.position(theirs.assignment())) and all(
+                ours.position(tp) == ends for tp in ours.assignment()
+            )
+
+        while not settled():
+            assert time.monotonic() < deadline, f"two partitions each, read to their end, not reached: {read}"
+            message = theirs.poll(0.2)
+            if message is not None:
+                assert message.error() is None, message.error()
+                read["theirs"].append(message.value())
+            for records in ours.poll(timeout_ms=200).values():
+                read["ours"] += [r.value for r in records]
+        assert set(read["theirs"]) | set(read["ours"]) == set(values)
+        mine = {tp.partition for tp in ours.assignment()}
+        assert mine.isdisjoint({tp.partition for tp in theirs.assignment()})
+        ours.commit()  # (with its member epoch)
+        theirs.commit(asynchronous=False)
+        committed = ours.committed([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        assert [c.offset for c in committed.values()] == [RECORDS // PARTITIONS] * PARTITIONS
+
+        ours.close()  # leaves with epoch -1: librdkafka's member takes every partition
+        _poll_until([theirs], lambda read, ms: len(ms[0].assignment()) == PARTITIONS, "librdkafka's owning all")
+    finally:
+        ours.close()
+        theirs.close()

@@ -26,6 +26,7 @@ from raylog.coordination.consumer_group import (
     Heartbeat,
     group_record,
 )
+from raylog.coordination.member import ConsumerProtocolMember
 from raylog.errors import (
     FencedMemberEpochError,
     GroupMaxSizeReachedError,
@@ -272,28 +273,87 @@ class Client:
         self.joined, self.epoch, self.owned, self.told = False, JOIN_EPOCH, frozenset(), None
 
 
+class RaylogClient:
+    """A raylog Consumer with ``group_protocol="consumer"``: the member rules it runs
+    (:class:`raylog.coordination.member.ConsumerProtocolMember`), its heartbeat thread
+    (:meth:`beat`) and its polls (:meth:`poll`, which apply the last answer), interleaved at
+    random. ``owned`` is what it reads."""
+
+    def __init__(self, member_id: str, topics: tuple[str, ...], instance_id: str | None = None):
+        self.state = ConsumerProtocolMember(member_id)
+        self.member_id, self.topics, self.instance_id = member_id, topics, instance_id
+        self.owned: frozenset[TopicPartition] = frozenset()
+
+    @property
+    def joined(self) -> bool:
+        return self.state.epoch > JOIN_EPOCH
+
+    def beat(self, groups: ConsumerGroups, topics: dict, now: int, lose_answer: bool) -> None:
+        if self.state.lost:
+            return  # it joins again only once a poll gave up what it held
+        request = self.state.request(
+            "g", self.topics, self.owned, instance_id=self.instance_id, assignor=None, rebalance_timeout_ms=30_000
+        )
+        try:
+            answer = _checked(groups, request, topics, now)
+        except (FencedMemberEpochError, UnknownMemberIdError) as exc:
+            assert self.state.failed(exc, request.member_epoch)
+            return
+        except UnreleasedInstanceIdError:
+            return  # the earlier holder of its instance id has not left yet
+        if not lose_answer:
+            self.state.answered(answer, request.member_epoch)
+
+    def poll(self) -> None:
+        added, revoked, lost = self.state.take(self.owned)
+        assert not (lost and added)
+        self.owned = (self.owned | frozenset(added)) - frozenset(revoked)
+
+    def leave(self, groups: ConsumerGroups, topics: dict, now: int) -> None:
+        if self.joined:
+            try:
+                _checked(groups, self.state.leave_request("g", self.instance_id), topics, now)
+            except (FencedMemberEpochError, UnknownMemberIdError):
+                pass  # expired already (the client lets the session timeout remove it)
+        self.state.left()
+        self.poll()
+
+    def fenced(self) -> None:
+        """Its session ran out: it gives up what it reads as lost (a real client learns it
+        from its next heartbeat, and reads on until then: Kafka's zombie, whose commits the
+        member epoch refuses; the other Client here learns it at once too)."""
+        self.state.left()
+        self.poll()
+
+
+@pytest.mark.parametrize("raylog_share", [0.0, 0.6])
 @pytest.mark.parametrize("seed", range(100))
-def test_seeded_heartbeats_never_give_a_partition_to_two_members_and_converge(seed):
+def test_seeded_heartbeats_never_give_a_partition_to_two_members_and_converge(seed, raylog_share):
     """Random heartbeats, lost answers, joins, leaves, static restarts and session
-    expiries: at every step each partition is owned by one client at most (the clients'
-    own view, what they would be reading), and once the group is left alone every
-    subscribed partition is owned, each once, within a few rounds of heartbeats."""
+    expiries, from librdkafka-like clients alone or beside raylog's own member rules (whose
+    polls come in any order with its heartbeats): at every step each partition is owned by
+    one client at most (the clients' own view, what they would be reading), and once the
+    group is left alone every subscribed partition is owned, each once, within a few rounds
+    of heartbeats, balanced among members with the same subscription."""
     rng = random.Random(seed)
     topics = {"orders": rng.randint(1, 8), "clicks": rng.randint(1, 4)}
     groups = ConsumerGroups(ConsumerGroupConfig(group_consumer_session_timeout_ms=20_000))
-    clients = {}
+    clients: dict[str, Client | RaylogClient] = {}
     now = 0
-    for step in range(200):
+    for step in range(300):
         now += rng.randint(1, 500)
         event = rng.random()
         if event < 0.08 and len(clients) < 6:
             name = f"m{step}"
             static = f"i{rng.randint(0, 3)}" if rng.random() < 0.3 else None
             if static is None or all(c.instance_id != static for c in clients.values()):
-                clients[name] = Client(name, rng.choice([("orders",), ("orders", "clicks"), ("clicks",)]), static)
+                kind = RaylogClient if rng.random() < raylog_share else Client
+                clients[name] = kind(name, rng.choice([("orders",), ("orders", "clicks"), ("clicks",)]), static)
         elif event < 0.12 and clients:
             client = clients.pop(rng.choice(sorted(clients)))
-            if client.joined:
+            if isinstance(client, RaylogClient):
+                client.leave(groups, topics, now)
+            elif client.joined:
                 epoch = STATIC_LEAVE_EPOCH if client.instance_id and rng.random() < 0.5 else LEAVE_EPOCH
                 _checked(groups, Heartbeat("g", client.member_id, epoch), topics, now)
         elif event < 0.14:
@@ -303,41 +363,45 @@ def test_seeded_heartbeats_never_give_a_partition_to_two_members_and_converge(se
                 client.fenced()
         elif clients:
             client = clients[rng.choice(sorted(clients))]
-            try:
-                answer = _checked(groups, client.request(rng), topics, now)
-            except (FencedMemberEpochError, UnknownMemberIdError):
-                client.fenced()
-            except UnreleasedInstanceIdError:
-                pass  # the earlier holder of its instance id has not left yet
+            if isinstance(client, RaylogClient) and rng.random() < 0.5:
+                client.poll()
+            elif isinstance(client, RaylogClient):
+                client.beat(groups, topics, now, lose_answer=rng.random() < 0.1)
             else:
-                if rng.random() < 0.1 and answer.assignment is None:
-                    pass  # an answer with nothing new, lost: nothing to miss
-                else:
-                    client.answered(answer)
+                _librdkafka_beat(groups, client, topics, now, rng, lose_answer=rng.random() < 0.1)
         _check_one_owner(clients)
-    # Left alone: every client heartbeats every 5 s; members no client speaks for (gone
-    # without leaving, or static ones away) run out of session after 20 s.
-    for _ in range(12):
+    # Left alone: every client heartbeats (and polls) every 5 s; members no client speaks
+    # for (gone without leaving, or static ones away) run out of session after 20 s.
+    for _ in range(16):
         now += 5_000
         groups.tick(now)
         for client in clients.values():
-            try:
-                answer = _checked(groups, client.request(random.Random(0)), topics, now)
-            except (FencedMemberEpochError, UnknownMemberIdError):
-                client.fenced()
-            except UnreleasedInstanceIdError:
-                continue
+            if isinstance(client, RaylogClient):
+                client.beat(groups, topics, now, lose_answer=False)
+                client.poll()
             else:
-                client.answered(answer)
+                _librdkafka_beat(groups, client, topics, now, random.Random(0), lose_answer=False)
             _check_one_owner(clients)
     joined = [c for c in clients.values() if c.joined]
-    group = groups.describe("g")
+    assert all(not c.owned for c in clients.values() if not c.joined)
     if joined:
-        assert group.state() == STABLE_GROUP, seed
+        assert groups.describe("g").state() == STABLE_GROUP, seed
         wanted = {TopicPartition(t, p) for c in joined for t in c.topics for p in range(topics[t])}
         assert set().union(*(c.owned for c in joined)) == wanted
         sizes = [len(c.owned) for c in joined if c.topics == ("orders", "clicks")]
         assert not sizes or max(sizes) - min(sizes) <= 1
+
+
+def _librdkafka_beat(groups, client: Client, topics: dict, now: int, rng: random.Random, lose_answer: bool) -> None:
+    try:
+        answer = _checked(groups, client.request(rng), topics, now)
+    except (FencedMemberEpochError, UnknownMemberIdError):
+        client.fenced()
+    except UnreleasedInstanceIdError:
+        pass  # the earlier holder of its instance id has not left yet
+    else:
+        if not (lose_answer and answer.assignment is None):  # (a lost answer with nothing new: nothing to miss)
+            client.answered(answer)
 
 
 def _checked(groups: ConsumerGroups, request: Heartbeat, topics: dict, now: int):

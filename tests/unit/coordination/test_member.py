@@ -1,13 +1,17 @@
 """A consumer's membership rules (MemberState): what it gives up before joining, what it
-claims, and which errors cost it its generation (no Ray)."""
+claims, and which errors cost it its generation; and a member's of Kafka's consumer protocol
+(ConsumerProtocolMember, driven against the coordinator at random in test_consumer_group)
+(no Ray)."""
 
 from __future__ import annotations
 
 import pytest
 
-from raylog.coordination.member import NO_GENERATION, MemberState, assignment_change
+from raylog.coordination.consumer_group import HeartbeatAnswer
+from raylog.coordination.member import NO_GENERATION, ConsumerProtocolMember, MemberState, assignment_change
 from raylog.errors import (
     CoordinatorNotAvailableError,
+    FencedMemberEpochError,
     IllegalGenerationError,
     RebalanceInProgressError,
     UnknownMemberIdError,
@@ -75,3 +79,51 @@ def test_assignment_change():
     """A sync's assignment against what the member holds: added and revoked, sorted."""
     t = [TopicPartition("t", p) for p in range(4)]
     assert assignment_change([t[0], t[1]], [t[3], t[1], t[2]]) == ([t[2], t[3]], [t[0]])
+
+
+def _answer(epoch: int, *partitions: int) -> HeartbeatAnswer:
+    return HeartbeatAnswer("m-1", epoch, 5_000, frozenset(TopicPartition("t", p) for p in partitions))
+
+
+def test_a_consumer_protocol_member_takes_its_assignment_and_reports_it_owned_from_the_answer_on():
+    """Joining: epoch 0, owning nothing, no commits. An answer's assignment is what it reads
+    from its next poll; its heartbeats report it owned from the answer on (the client may
+    start reading it any time), and with what it held until a poll gave that up."""
+    state = ConsumerProtocolMember("m-1")
+    request = state.request("g", ["t"], [], instance_id=None, assignor="range", rebalance_timeout_ms=300_000)
+    assert (request.member_epoch, request.owned, request.topics, request.regex) == (0, frozenset(), ("t",), "")
+    assert state.commit_args() == ("", -1)
+    state.answered(_answer(3, 0, 1), sent_epoch=0)
+    assert state.request("g", ["t"], [], instance_id=None, assignor=None, rebalance_timeout_ms=1).owned == {
+        TopicPartition("t", 0),
+        TopicPartition("t", 1),
+    }
+    assert state.take([]) == ([TopicPartition("t", 0), TopicPartition("t", 1)], [], False)
+    assert state.take(HELD) == ([], [], False)  # nothing new
+    assert state.commit_args() == ("m-1", 3)
+    state.answered(_answer(4, 1), sent_epoch=3)
+    held = [TopicPartition("t", 0), TopicPartition("t", 1)]
+    assert state.request("g", ["t"], held, instance_id=None, assignor=None, rebalance_timeout_ms=1).owned == set(held)
+    assert state.take(held) == ([], [TopicPartition("t", 0)], False)
+
+
+def test_a_fenced_consumer_protocol_member_loses_what_it_holds_before_it_joins_again():
+    state = ConsumerProtocolMember("m-1")
+    state.answered(_answer(3, 0), sent_epoch=0)
+    assert not state.failed(CoordinatorNotAvailableError("moved"), sent_epoch=3)  # retried: no news
+    assert not state.failed(FencedMemberEpochError("x"), sent_epoch=2)  # about an epoch left behind
+    assert state.failed(FencedMemberEpochError("x"), sent_epoch=3)
+    assert state.epoch == 0 and state.commit_args() == ("", -1)
+    state.answered(_answer(9, 0), sent_epoch=3)  # a late answer to a heartbeat before the fence
+    assert state.epoch == 0
+    assert state.take([TopicPartition("t", 0)]) == ([], [TopicPartition("t", 0)], True)  # lost, not revoked
+    assert state.take([]) == ([], [], False)
+
+
+def test_a_consumer_protocol_member_leaves_with_epoch_minus_one_or_minus_two_when_static():
+    state = ConsumerProtocolMember("m-1")
+    assert state.leave_request("g", None).member_epoch == -1
+    assert state.leave_request("g", "i-1").member_epoch == -2
+    state.answered(_answer(3, 0), sent_epoch=0)
+    state.left()
+    assert state.epoch == 0 and state.take([TopicPartition("t", 0)])[2]

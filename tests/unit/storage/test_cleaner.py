@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 
 import numpy as np
@@ -432,14 +433,17 @@ def test_a_compacted_log_refuses_records_without_a_key(open_log, clock):
     """INVALID_RECORD (87) for a keyless record; nothing of the request is appended; keyed appends go on."""
     log = open_log(**COMPACT)
     log.append_as_leader(keyed([(b"a", b"1")], clock.now_ms), 0)
-    for bad in (
-        rb.build([b"v"], now_ms=clock.now_ms),
-        rb.build([b"v", b"w"], keys=[b"k", None], now_ms=clock.now_ms),
-        keyed([(b"b", b"1")], clock.now_ms) + rb.build([b"v"], now_ms=clock.now_ms),
+    for bad, at_fault in (
+        (rb.build([b"v"], now_ms=clock.now_ms), [0]),
+        (rb.build([b"v", b"w", b"x", b"y"], keys=[b"k", None, b"k", None], now_ms=clock.now_ms), [1, 3]),
+        (keyed([(b"b", b"1")], clock.now_ms) + rb.build([b"v"], now_ms=clock.now_ms), [0]),
     ):
         with pytest.raises(errors.InvalidRecordError, match="without key") as raised:
             log.append_as_leader(bad, 0)
         assert raised.value.code == 87 and raised.value.name == "INVALID_RECORD"
+        # KIP-467: the records at fault by their index in the batch, also across processes.
+        again = pickle.loads(pickle.dumps(raised.value))
+        assert [i for i, _ in again.record_errors] == at_fault and str(again) == str(raised.value)
     assert log.log_end_offset == 1
     log.append_as_leader(keyed([(b"a", None)], clock.now_ms), 0)  # a tombstone has a key
     assert records(log) == [(0, b"a", b"1"), (1, b"a", None)]
