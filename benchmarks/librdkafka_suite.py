@@ -1,0 +1,318 @@
+"""librdkafka's own test suite against raylog: the yardstick of Kafka conformance.
+
+Builds librdkafka and its ``tests/test-runner`` from a librdkafka source release, starts an
+embedded raylog cluster (a local Ray, three brokers, a Kafka listener each, configured as the
+suite's own clusters are where raylog's defaults differ: topics created automatically with 4
+partitions, groups waiting 3 s before their first rebalance), and runs every broker test of
+the suite against it, one test-runner per test (``TEST_KAFKA_VERSION`` 3.0.0: the broker
+version the tests are told, which sets the features they expect), deleting the topics each
+test made before the next one starts. Local-only tests (no broker), the sockem tests (a
+socket emulator raylog has nothing to do with) and manual ones are left out; tests that
+cannot apply to raylog are named in :data:`NOT_APPLICABLE` with the reason. It prints a
+table of every test's outcome and, with ``--docs``, writes it into ``docs/kafka.md``
+between the markers there.
+
+One difference from the suite's clusters: topics created automatically get one replica,
+not three. Each partition replica is a process of its own here, and test 0042 alone creates
+20 topics automatically (240 processes at three replicas, beyond a 24 GiB machine); tests
+that create topics by request name their own replication factor.
+
+librdkafka's source: ``--source`` names a source tree or release tarball. Its GitHub
+releases are the upstream; machines that reach only package registries can take the same
+release as node-rdkafka bundles it on npm (``npm pack node-rdkafka@3.6.1`` carries librdkafka
+v2.12.0 under ``package/deps/librdkafka``). The build is kept under ``--build-dir`` and
+reused. Building needs a C toolchain and zlib; SSL, SASL and curl are left out.
+
+Not in the default test command: a full run takes tens of minutes, and the machine should
+be otherwise idle (several tests measure timings). ``--tests`` runs a subset.
+
+Usage::
+
+    python -m benchmarks.librdkafka_suite --source ~/librdkafka-2.12.0 [--tests 0001,0012] [--docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import raylog
+from benchmarks import common
+
+#: The broker version the tests are told (``TEST_KAFKA_VERSION``): the features they expect.
+KAFKA_VERSION = "3.0.0"
+#: Where every broker listens (port 0: any free port of the loopback address).
+LISTENERS = "PLAINTEXT://127.0.0.1:0"
+#: Kafka's broker defaults where raylog's differ (as the suite's own clusters run them).
+CLUSTER_CONFIG = {
+    "listeners": LISTENERS,
+    "auto.create.topics.enable": "true",
+    "num.partitions": "4",
+    "group.initial.rebalance.delay.ms": "3000",
+}
+#: One test's bound (the runner has its own timeout per test as well).
+TEST_TIMEOUT_S = 1800
+#: Flags of tests that need no broker, a socket emulator, or a person.
+_NOT_BROKER_FLAGS = ("TEST_F_LOCAL", "TEST_F_SOCKEM", "TEST_F_MANUAL")
+_TEST_ENTRY = re.compile(r"_TEST\(\s*(\w+),\s*([^,)]*)")
+#: Tests that cannot apply to raylog (by number), and why: none is known so far.
+NOT_APPLICABLE: dict[str, str] = {}
+#: A summary line of the test-runner: ``| name | state | seconds s | why``, colors removed.
+_SUMMARY = re.compile(r"^\|\s*(\d{4}\S*)\s*\|\s*([A-Z]+)\s*\|\s*[\d.]+s\s*\|\s*(.*)$")
+_COLOR = re.compile(r"\x1b\[[0-9;]*m")
+#: A failed assertion: ``### Test "name (sub test)" failed at file.c:line:function() at date: ###``.
+_FAILED = re.compile(r'^### Test "([^"]+)" failed at (\S+?)\(\) at .*###$')
+#: Markers of the table in docs/kafka.md.
+BEGIN, END = "<!-- librdkafka-suite:begin -->", "<!-- librdkafka-suite:end -->"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "kafka.md"
+
+
+class SuiteError(RuntimeError):
+    """The suite could not be built or run (not a test's failure)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    test: str  # e.g. "0001_multiobj"
+    state: str  # PASSED, FAILED, SKIPPED, NOT APPLICABLE
+    note: str = ""
+
+
+def source_tree(source: str, build_dir: Path) -> Path:
+    """The librdkafka source tree at ``source`` (a directory, or a tarball unpacked under
+    ``build_dir`` once).
+
+    Raises:
+        SuiteError: no librdkafka source there.
+    """
+    path = Path(source).expanduser()
+    if path.is_file():
+        unpacked = build_dir / "source"
+        if not unpacked.exists():
+            with tarfile.open(path) as archive:
+                archive.extractall(unpacked, filter="data")
+        candidates = [p.parent.parent for p in unpacked.glob("**/src/rdkafka.h")]
+        if not candidates:
+            raise SuiteError(f"{source}: no librdkafka source (src/rdkafka.h) in the archive")
+        path = candidates[0]
+    if not (path / "src" / "rdkafka.h").exists() or not (path / "tests" / "test.c").exists():
+        raise SuiteError(f"{source}: not a librdkafka source tree (src/rdkafka.h, tests/test.c)")
+    return path
+
+
+def build(tree: Path) -> Path:
+    """librdkafka and its test-runner, built in ``tree`` unless they are already; the
+    test-runner's path.
+
+    Raises:
+        SuiteError: a build step failed (its output's tail in the message).
+    """
+    runner = tree / "tests" / "test-runner"
+    if runner.exists():
+        return runner
+    if shutil.which("make") is None or shutil.which("cc") is None:
+        raise SuiteError("building librdkafka needs make and a C compiler (cc)")
+    steps = [
+        ["./configure", "--disable-ssl", "--disable-gssapi", "--disable-curl", "--disable-sasl"],
+        ["make", f"-j{os.cpu_count() or 1}", "libs"],
+        ["make", "-C", "tests", f"-j{os.cpu_count() or 1}", "build"],
+    ]
+    for step in steps:
+        done = subprocess.run(step, cwd=tree, capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr)[-2000:]
+            raise SuiteError(f"{' '.join(step)} failed ({done.returncode}):\n{tail}")
+    return runner
+
+
+def broker_tests(tests_dir: Path) -> list[str]:
+    """The names of the suite's broker tests, in its order (from ``tests/test.c``)."""
+    source = (tests_dir / "test.c").read_text()
+    start = source.index("struct test tests[] = {")
+    block = source[start : source.index("\n};", start)]
+    return [name for name, flags in _TEST_ENTRY.findall(block) if not any(flag in flags for flag in _NOT_BROKER_FLAGS)]
+
+
+def run_number(runner: Path, bootstrap: str, number: str, workdir: Path, log: Path) -> str:
+    """Every test of ``number`` against ``bootstrap`` (the runner picks tests by number:
+    0045 is five tests); the runner's output, which is also appended to ``log``."""
+    tests_dir = runner.parent
+    conf = workdir / "test.conf"
+    conf.write_text(f"bootstrap.servers={bootstrap}\n")
+    env = {
+        **os.environ,
+        "RDKAFKA_TEST_CONF": str(conf),
+        "TEST_KAFKA_VERSION": KAFKA_VERSION,
+        "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}",
+        "TESTS": number,
+    }
+    args = [str(runner), "-p1", "-L", "-E", "-V", KAFKA_VERSION]
+    with log.open("a") as out:
+        start = out.tell()
+        try:
+            subprocess.run(args, cwd=workdir, env=env, timeout=TEST_TIMEOUT_S, stdout=out, stderr=subprocess.STDOUT)
+        except subprocess.TimeoutExpired:
+            out.write(
+                f'\n### Test "{number}" failed at the_runners_bound() at now: ###\nno end in {TEST_TIMEOUT_S} s\n'
+            )
+    with log.open(errors="replace") as out:
+        out.seek(start)
+        return out.read()
+
+
+def outcome_of(test: str, output: str) -> Outcome:
+    """A test's outcome from the test-runner's output: its summary line, or, when a failed
+    assertion aborted the runner before it printed one, the failure's place and message."""
+    lines = [_COLOR.sub("", line).strip() for line in output.splitlines()]
+    for line in lines:
+        found = _SUMMARY.match(line)
+        if found and found.group(1) == test:
+            return Outcome(test, found.group(2), found.group(3).strip()[:160])
+    for i, line in enumerate(lines):
+        failed = _FAILED.match(line)
+        if failed and failed.group(1).split(" (")[0] in (test, test[:4]):
+            why = lines[i + 1] if i + 1 < len(lines) else ""
+            return Outcome(test, "FAILED", f"{failed.group(2)}: {why}"[:160])
+    return Outcome(test, "FAILED", "the test-runner printed no outcome (it crashed)")
+
+
+def run_suite(
+    runner: Path, bootstrap: str, tests: list[str], workdir: Path, log: Path, between: Callable[[], None]
+) -> list[Outcome]:
+    """``tests`` one number after another, ``between`` each two (it clears the cluster)."""
+    log.write_text("")
+    outcomes = []
+    for number, names in itertools.groupby(tests, key=lambda name: name[:4]):
+        names = list(names)
+        if number in NOT_APPLICABLE:
+            outcomes += [Outcome(name, "NOT APPLICABLE", NOT_APPLICABLE[number]) for name in names]
+            continue
+        output = run_number(runner, bootstrap, number, workdir, log)
+        for name in names:
+            outcome = outcome_of(name, output)
+            print(f"{outcome.test}: {outcome.state} {outcome.note}", file=sys.stderr, flush=True)
+            outcomes.append(outcome)
+        between()
+    return outcomes
+
+
+def outcomes_from_log(log: Path, tests: list[str]) -> list[Outcome]:
+    """The outcomes of ``tests`` read again from a run's kept output (``--from-log``)."""
+    segments = {}
+    for segment in log.read_text(errors="replace").split("Tests to run     : ")[1:]:
+        segments[segment.split(None, 1)[0]] = segment
+    return [
+        Outcome(t, "NOT APPLICABLE", NOT_APPLICABLE[t[:4]])
+        if t[:4] in NOT_APPLICABLE
+        else outcome_of(t, segments.get(t[:4]) or segments[t])
+        for t in tests
+        if t[:4] in segments or t in segments or t[:4] in NOT_APPLICABLE
+    ]
+
+
+def delete_topics(cluster: raylog.RaylogCluster) -> None:
+    """Delete every topic but the internal ones (what the last test made)."""
+    admin = raylog.Admin(cluster)
+    names = admin.list_topics()
+    if names:
+        admin.delete_topics(names)
+
+
+def table(outcomes: list[Outcome], version: str) -> str:
+    """The outcomes as the Markdown table docs/kafka.md carries."""
+    passed = sum(o.state == "PASSED" for o in outcomes)
+    applicable = sum(o.state not in ("NOT APPLICABLE", "SKIPPED") for o in outcomes)
+    lines = [
+        f"librdkafka {version}'s broker tests against raylog (`python -m benchmarks.librdkafka_suite`): "
+        f"**{passed} of {applicable} applicable tests pass**.",
+        "",
+        "| test | outcome | note |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {o.test} | {o.state} | {o.note.replace('|', '/')} |" for o in outcomes]
+    return "\n".join(lines)
+
+
+def write_docs(text: str, docs: Path = DOCS) -> None:
+    """Put ``text`` between the suite's markers in ``docs`` (appended with them if absent)."""
+    current = docs.read_text()
+    block = f"{BEGIN}\n{text}\n{END}"
+    if BEGIN in current and END in current:
+        before, rest = current.split(BEGIN, 1)
+        _, after = rest.split(END, 1)
+        docs.write_text(before + block + after)
+    else:
+        docs.write_text(current.rstrip("\n") + "\n\n" + block + "\n")
+
+
+def version_of(tree: Path) -> str:
+    for line in (tree / "src" / "rdkafka.h").read_text().splitlines():
+        if line.startswith("#define RD_KAFKA_VERSION "):
+            number = int(line.split()[2], 16)
+            return f"v{number >> 24}.{(number >> 16) & 0xFF}.{(number >> 8) & 0xFF}"
+    return "(unknown version)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--source", required=True, help="a librdkafka source tree or release tarball")
+    parser.add_argument("--build-dir", help="where the build is kept (default: a directory under the system temp)")
+    parser.add_argument("--tests", help="comma-separated test names or numbers (default: every broker test)")
+    parser.add_argument("--docs", action="store_true", help="write the table into docs/kafka.md")
+    parser.add_argument("--log", help="where the test-runner's output is kept (default: in the build directory)")
+    parser.add_argument("--from-log", action="store_true", help="read the outcomes from a run's kept output")
+    args = parser.parse_args(argv)
+    build_dir = Path(args.build_dir or Path(tempfile.gettempdir()) / "raylog-librdkafka")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    log = Path(args.log) if args.log else build_dir / "test-runner.log"
+    try:
+        tree = source_tree(args.source, build_dir)
+        runner = build(tree)
+        every = broker_tests(runner.parent)
+        wanted = [t.strip() for t in args.tests.split(",")] if args.tests else []
+        tests = [t for t in every if not wanted or any(t.startswith(w) for w in wanted)]
+        if args.from_log:
+            outcomes = outcomes_from_log(log, tests)
+        else:
+            outcomes = run_embedded(runner, tests, log)
+    except SuiteError as exc:
+        print(f"librdkafka suite: {exc}", file=sys.stderr)
+        return 2
+    text = table(outcomes, version_of(tree))
+    print(text)
+    if args.docs:
+        write_docs(text)
+    return 0 if all(o.state in ("PASSED", "SKIPPED", "NOT APPLICABLE") for o in outcomes) else 1
+
+
+def run_embedded(runner: Path, tests: list[str], log: Path) -> list[Outcome]:
+    """``tests`` against a new embedded raylog cluster (see the module docstring)."""
+    with contextlib.ExitStack() as stack:
+        workdir = Path(common.temp_workdir(stack, "raylog-librdkafka-run-", None))
+        common.start_local_ray(stack)
+        cluster = raylog.connect(
+            data_dir=str(workdir / "data"),
+            num_brokers=3,
+            cluster_name=f"rdk{uuid.uuid4().hex[:8]}",
+            config=CLUSTER_CONFIG,
+        )
+        stack.callback(cluster.shutdown)
+        outcomes = run_suite(runner, cluster.bootstrap_servers(), tests, workdir, log, lambda: delete_topics(cluster))
+        print(f"the test-runner's output: {log}", file=sys.stderr)
+        return outcomes
+
+
+if __name__ == "__main__":
+    sys.exit(main())
