@@ -1,12 +1,15 @@
 """librdkafka's own test suite against raylog: the yardstick of Kafka conformance.
 
-Builds librdkafka and its ``tests/test-runner`` from a librdkafka source release, starts an
-embedded raylog cluster (a local Ray, three brokers, a Kafka listener each, configured as the
+Builds librdkafka and the test-runner of its tests directory from a librdkafka source
+release, starts an embedded raylog cluster (a local Ray, three brokers, a Kafka listener each, configured as the
 suite's own clusters are where raylog's defaults differ: topics created automatically with 4
 partitions, groups waiting 3 s before their first rebalance), and runs every broker test of
-the suite against it, one test-runner per test (``TEST_KAFKA_VERSION`` 3.0.0: the broker
+the suite against it, one test-runner per test number (``TEST_KAFKA_VERSION`` 3.0.0: the broker
 version the tests are told, which sets the features they expect), deleting the topics each
-test made before the next one starts. Local-only tests (no broker), the sockem tests (a
+test made before the next one starts. A test that needs another of the suite's scenarios
+(``noautocreate``) runs against a cluster of its own set up that way, and the tests that run
+Kafka's ``kafka-topics.sh`` get a stand-in making the same admin requests
+(:func:`kafka_topics`). Local-only tests (no broker), the sockem tests (a
 socket emulator raylog has nothing to do with) and manual ones are left out; tests that
 cannot apply to raylog are named in :data:`NOT_APPLICABLE` with the reason. It prints a
 table of every test's outcome and, with ``--docs``, writes it into ``docs/kafka.md``
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import os
 import re
@@ -62,11 +66,14 @@ CLUSTER_CONFIG = {
     "num.partitions": "4",
     "group.initial.rebalance.delay.ms": "3000",
 }
+#: The suite's scenarios (the JSON files of its tests directory), as raylog settings over
+#: CLUSTER_CONFIG: a test names the one it needs, and each gets a cluster of its own.
+SCENARIOS = {"default": {}, "noautocreate": {"auto.create.topics.enable": "false"}}
 #: One test's bound (the runner has its own timeout per test as well).
 TEST_TIMEOUT_S = 1800
 #: Flags of tests that need no broker, a socket emulator, or a person.
 _NOT_BROKER_FLAGS = ("TEST_F_LOCAL", "TEST_F_SOCKEM", "TEST_F_MANUAL")
-_TEST_ENTRY = re.compile(r"_TEST\(\s*(\w+),\s*([^,)]*)")
+_SCENARIO = re.compile(r'\.scenario\s*=\s*"(\w+)"')
 #: Tests that cannot apply to raylog (by number), and why: none is known so far.
 NOT_APPLICABLE: dict[str, str] = {}
 #: A summary line of the test-runner: ``| name | state | seconds s | why``, colors removed.
@@ -108,7 +115,7 @@ def source_tree(source: str, build_dir: Path) -> Path:
             raise SuiteError(f"{source}: no librdkafka source (src/rdkafka.h) in the archive")
         path = candidates[0]
     if not (path / "src" / "rdkafka.h").exists() or not (path / "tests" / "test.c").exists():
-        raise SuiteError(f"{source}: not a librdkafka source tree (src/rdkafka.h, tests/test.c)")
+        raise SuiteError(f"{source}: not a librdkafka source tree (no rdkafka.h in src, or no test.c in tests)")
     return path
 
 
@@ -137,17 +144,24 @@ def build(tree: Path) -> Path:
     return runner
 
 
-def broker_tests(tests_dir: Path) -> list[str]:
-    """The names of the suite's broker tests, in its order (from ``tests/test.c``)."""
+def broker_tests(tests_dir: Path) -> dict[str, str]:
+    """The suite's broker tests in its order (from the test table of its test.c), each with the scenario
+    it needs."""
     source = (tests_dir / "test.c").read_text()
     start = source.index("struct test tests[] = {")
-    block = source[start : source.index("\n};", start)]
-    return [name for name, flags in _TEST_ENTRY.findall(block) if not any(flag in flags for flag in _NOT_BROKER_FLAGS)]
+    found = {}
+    for entry in source[start : source.index("\n};", start)].split("_TEST(")[1:]:
+        name, flags = (part.strip() for part in entry.split(",")[:2])
+        if not any(flag in flags for flag in _NOT_BROKER_FLAGS):
+            scenario = _SCENARIO.search(entry)
+            found[name] = scenario.group(1) if scenario else "default"
+    return found
 
 
-def run_number(runner: Path, bootstrap: str, number: str, workdir: Path, log: Path) -> str:
-    """Every test of ``number`` against ``bootstrap`` (the runner picks tests by number:
-    0045 is five tests); the runner's output, which is also appended to ``log``."""
+def run_number(runner: Path, bootstrap: str, number: str, scenario: str, workdir: Path, log: Path) -> str:
+    """Every test of ``number`` and ``scenario`` against ``bootstrap`` (the runner picks
+    tests by number: 0045 is five tests); the runner's output, which is also appended to
+    ``log``. Tests that call Kafka's ``kafka-topics.sh`` get :func:`kafka_topics`."""
     tests_dir = runner.parent
     conf = workdir / "test.conf"
     conf.write_text(f"bootstrap.servers={bootstrap}\n")
@@ -157,8 +171,10 @@ def run_number(runner: Path, bootstrap: str, number: str, workdir: Path, log: Pa
         "TEST_KAFKA_VERSION": KAFKA_VERSION,
         "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}",
         "TESTS": number,
+        "KAFKA_PATH": str(_kafka_topics_tool(workdir)),
+        "BROKERS": bootstrap,
     }
-    args = [str(runner), "-p1", "-L", "-E", "-V", KAFKA_VERSION]
+    args = [str(runner), "-p1", "-L", "-E", "-V", KAFKA_VERSION, "-s", scenario]
     with log.open("a") as out:
         start = out.tell()
         try:
@@ -189,17 +205,23 @@ def outcome_of(test: str, output: str) -> Outcome:
 
 
 def run_suite(
-    runner: Path, bootstrap: str, tests: list[str], workdir: Path, log: Path, between: Callable[[], None]
+    runner: Path,
+    bootstrap: str,
+    tests: list[str],
+    scenario: str,
+    workdir: Path,
+    log: Path,
+    between: Callable[[], None],
 ) -> list[Outcome]:
-    """``tests`` one number after another, ``between`` each two (it clears the cluster)."""
-    log.write_text("")
+    """``tests`` (of ``scenario``) one number after another, ``between`` each two (it clears
+    the cluster)."""
     outcomes = []
     for number, names in itertools.groupby(tests, key=lambda name: name[:4]):
         names = list(names)
         if number in NOT_APPLICABLE:
             outcomes += [Outcome(name, "NOT APPLICABLE", NOT_APPLICABLE[number]) for name in names]
             continue
-        output = run_number(runner, bootstrap, number, workdir, log)
+        output = run_number(runner, bootstrap, number, scenario, workdir, log)
         for name in names:
             outcome = outcome_of(name, output)
             print(f"{outcome.test}: {outcome.state} {outcome.note}", file=sys.stderr, flush=True)
@@ -220,6 +242,56 @@ def outcomes_from_log(log: Path, tests: list[str]) -> list[Outcome]:
         for t in tests
         if t[:4] in segments or t in segments or t[:4] in NOT_APPLICABLE
     ]
+
+
+def _kafka_topics_tool(workdir: Path) -> Path:
+    """A directory standing in for a Kafka distribution's (KAFKA_PATH) whose
+    ``bin/kafka-topics.sh`` is :func:`kafka_topics`."""
+    home = workdir / "kafka"
+    script = home / "bin" / "kafka-topics.sh"
+    if not script.exists():
+        script.parent.mkdir(parents=True, exist_ok=True)
+        root = Path(__file__).resolve().parent.parent
+        script.write_text(
+            f'#!/bin/sh\nPYTHONPATH="{root}" exec "{sys.executable}" -m benchmarks.librdkafka_suite kafka-topics "$@"\n'
+        )
+        script.chmod(0o755)
+    return home
+
+
+def kafka_topics(argv: list[str]) -> int:
+    """What the suite's tests ask of Kafka's ``kafka-topics.sh`` (``--create`` with
+    partitions, replication factor and configs, ``--alter --partitions``, ``--delete``),
+    done as that tool does, by CreateTopics, CreatePartitions and DeleteTopics requests,
+    here through confluent-kafka's AdminClient; the exit status is the tool's (1 on an
+    error, printed)."""
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    parser = argparse.ArgumentParser(prog="kafka-topics.sh")
+    parser.add_argument("--bootstrap-server", required=True)
+    action = parser.add_mutually_exclusive_group(required=True)
+    for name in ("--create", "--alter", "--delete"):
+        action.add_argument(name, action="store_true")
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--partitions", type=int, default=-1)
+    parser.add_argument("--replication-factor", type=int, default=-1)
+    parser.add_argument("--config", action="append", default=[])
+    args = parser.parse_args(argv)
+    admin = AdminClient({"bootstrap.servers": args.bootstrap_server})
+    if args.create:
+        config = dict(item.split("=", 1) for item in args.config)
+        futures = admin.create_topics([NewTopic(args.topic, args.partitions, args.replication_factor, config=config)])
+    elif args.alter:
+        futures = admin.create_partitions([NewPartitions(args.topic, args.partitions)])
+    else:
+        futures = admin.delete_topics([args.topic])
+    try:
+        for future in futures.values():
+            future.result(timeout=60)
+    except Exception as exc:  # noqa: BLE001 — the tool prints the error and exits 1
+        print(f"Error while executing topic command : {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def delete_topics(cluster: raylog.RaylogCluster) -> None:
@@ -266,6 +338,9 @@ def version_of(tree: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["kafka-topics"]:
+        return kafka_topics(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", required=True, help="a librdkafka source tree or release tarball")
     parser.add_argument("--build-dir", help="where the build is kept (default: a directory under the system temp)")
@@ -282,9 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         runner = build(tree)
         every = broker_tests(runner.parent)
         wanted = [t.strip() for t in args.tests.split(",")] if args.tests else []
-        tests = [t for t in every if not wanted or any(t.startswith(w) for w in wanted)]
+        tests = {t: s for t, s in every.items() if not wanted or any(t.startswith(w) for w in wanted)}
         if args.from_log:
-            outcomes = outcomes_from_log(log, tests)
+            outcomes = outcomes_from_log(log, list(tests))
         else:
             outcomes = run_embedded(runner, tests, log)
     except SuiteError as exc:
@@ -297,21 +372,42 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(o.state in ("PASSED", "SKIPPED", "NOT APPLICABLE") for o in outcomes) else 1
 
 
-def run_embedded(runner: Path, tests: list[str], log: Path) -> list[Outcome]:
-    """``tests`` against a new embedded raylog cluster (see the module docstring)."""
+def run_embedded(runner: Path, tests: dict[str, str], log: Path) -> list[Outcome]:
+    """``tests`` (name -> scenario) against embedded raylog clusters, a new one for each
+    scenario (see the module docstring), in the suite's order."""
+    log.write_text("")
+    outcomes: dict[str, Outcome] = {}
     with contextlib.ExitStack() as stack:
         workdir = Path(common.temp_workdir(stack, "raylog-librdkafka-run-", None))
         common.start_local_ray(stack)
-        cluster = raylog.connect(
-            data_dir=str(workdir / "data"),
-            num_brokers=3,
-            cluster_name=f"rdk{uuid.uuid4().hex[:8]}",
-            config=CLUSTER_CONFIG,
-        )
-        stack.callback(cluster.shutdown)
-        outcomes = run_suite(runner, cluster.bootstrap_servers(), tests, workdir, log, lambda: delete_topics(cluster))
-        print(f"the test-runner's output: {log}", file=sys.stderr)
-        return outcomes
+        for scenario in dict.fromkeys(tests.values()):
+            names = [t for t, s in tests.items() if s == scenario]
+            if scenario not in SCENARIOS:
+                outcomes.update(
+                    {t: Outcome(t, "NOT APPLICABLE", f"scenario {scenario} is not set up here") for t in names}
+                )
+                continue
+            cluster = raylog.connect(
+                data_dir=str(workdir / scenario),
+                num_brokers=3,
+                cluster_name=f"rdk{uuid.uuid4().hex[:8]}",
+                config={**CLUSTER_CONFIG, **SCENARIOS[scenario]},
+            )
+            try:
+                found = run_suite(
+                    runner,
+                    cluster.bootstrap_servers(),
+                    names,
+                    scenario,
+                    workdir,
+                    log,
+                    functools.partial(delete_topics, cluster),
+                )
+            finally:
+                cluster.shutdown()
+            outcomes.update({o.test: o for o in found})
+    print(f"the test-runner's output: {log}", file=sys.stderr)
+    return [outcomes[t] for t in tests]
 
 
 if __name__ == "__main__":

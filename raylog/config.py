@@ -14,6 +14,7 @@ so what is documented is what is enforced.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -95,6 +96,8 @@ class Valid:
     choices: tuple[str, ...] | None = None
     #: A comma-separated list of these words, each at most once.
     list_of: tuple[str, ...] | None = None
+    #: ``(regular expression the whole value matches, the values in words)``.
+    pattern: tuple[str, str] | None = None
     #: ``(value, meaning)`` of values that mean something special (-1: no limit).
     meanings: tuple[tuple[Any, str], ...] = ()
 
@@ -102,6 +105,8 @@ class Valid:
         """What is wrong with ``value`` in ``config`` (a sentence without the setting's name), or None."""
         if self.choices is not None and value not in self.choices:
             return f"must be one of {', '.join(self.choices)}, got {_quoted(value)}"
+        if self.pattern is not None and not re.fullmatch(self.pattern[0], value):
+            return f"must be {self.pattern[1]}, got {_quoted(value)}"
         if self.list_of is not None:
             words = [w.strip() for w in value.split(",")]
             if len(set(words)) != len(words) or not set(words) <= set(self.list_of):
@@ -123,6 +128,8 @@ class Valid:
         other = other or _kafka_name
         if self.choices is not None:
             return "one of " + ", ".join(self.choices)
+        if self.pattern is not None:
+            return self.pattern[1]
         if self.list_of is not None:
             return "a comma-separated list of " + ", ".join(self.list_of)
         parts = []
@@ -290,6 +297,14 @@ class LogConfig(_Config):
         "Which time records carry: the producer's (CreateTime) or the leader's clock when it "
         "appends the batch (LogAppendTime).",
         choices=("CreateTime", "LogAppendTime"),
+    )
+    message_format_version: str = setting(
+        "3.0-IV1",
+        "Kafka's deprecated record format version, accepted for the clients and tools that "
+        "still set it and then ignored, as Kafka 3.x ignores it (from "
+        "inter.broker.protocol.version 3.0 on): raylog always writes and serves the v2 batch "
+        "format of Kafka 0.11 and later.",
+        pattern=(r"(0\.(8|9|10|11)\.\d+|[1-3]\.\d+)(\.\d+)*(-IV\d+)?", "a Kafka version (0.8.0 to 3.x, e.g. 2.8-IV1)"),
     )
     compression_type: str = setting(
         "producer",
@@ -471,6 +486,27 @@ class ControllerConfig(_Config):
         "one generation instead of one rebalance each. 0 rebalances at the first join. Read by "
         "each group coordinator when it starts.",
         minimum=0,
+    )
+    group_consumer_session_timeout_ms: int = setting(
+        45_000,
+        "How long a member of a consumer group of Kafka's consumer protocol (KIP-848, "
+        "group.protocol=consumer) keeps its partitions without a heartbeat (the coordinator "
+        "decides it in that protocol, not the client). Read by each group coordinator when it "
+        "starts.",
+        minimum=2,
+    )
+    group_consumer_heartbeat_interval_ms: int = setting(
+        5_000,
+        "How often members of a consumer group of Kafka's consumer protocol heartbeat (told to "
+        "them in every answer); below group.consumer.session.timeout.ms. A member learns of a "
+        "rebalance at its next heartbeat, so a lower interval moves partitions sooner.",
+        minimum=1,
+        below="group_consumer_session_timeout_ms",
+    )
+    group_consumer_max_size: int = setting(
+        2**31 - 1,
+        "Most members a consumer group of Kafka's consumer protocol admits (GROUP_MAX_SIZE_REACHED beyond).",
+        minimum=1,
     )
     offsets_topic_replication_factor: int = setting(
         3,

@@ -66,6 +66,8 @@ def cluster(tmp_path_factory):
             "offsets.topic.num.partitions": "2",
             "transaction.state.log.num.partitions": "1",
             "group.initial.rebalance.delay.ms": "0",
+            # Members of Kafka's consumer protocol learn of a rebalance at their next heartbeat.
+            "group.consumer.heartbeat.interval.ms": "500",
         },
     )
     yield handle

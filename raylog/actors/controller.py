@@ -58,6 +58,7 @@ from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.config import ControllerConfig
 from raylog.coordination import elections
+from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, partition_record
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
@@ -1034,6 +1035,11 @@ class ControllerActor:
         kwargs = {}
         if actor_class is GroupCoordinatorActor:
             kwargs["initial_rebalance_delay_ms"] = self.config.group_initial_rebalance_delay_ms
+            kwargs["consumer_groups"] = ConsumerGroupConfig(
+                group_consumer_session_timeout_ms=self.config.group_consumer_session_timeout_ms,
+                group_consumer_heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
+                group_consumer_max_size=self.config.group_consumer_max_size,
+            )
         return actor_class, options, args, kwargs
 
     def _push(self, partitions: list[PartitionInfo], only: int | None = None) -> None:

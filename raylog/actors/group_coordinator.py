@@ -52,7 +52,7 @@ from typing import Any
 import ray
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
-from raylog.coordination.consumer_group import Heartbeat
+from raylog.coordination.consumer_group import ConsumerGroupConfig, Heartbeat
 from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
 from raylog.coordination.replay import LogReplay
 from raylog.errors import NotCoordinatorError, RaylogError
@@ -94,8 +94,15 @@ class GroupCoordinatorActor(CoordinatorActor):
     #: The replica's own groups (its methods name them), and these.
     CONCURRENCY_GROUPS = {**CoordinatorActor.CONCURRENCY_GROUPS, **CONCURRENCY_GROUPS}
 
-    def __init__(self, *args: Any, initial_rebalance_delay_ms: int = 0, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        initial_rebalance_delay_ms: int = 0,
+        consumer_groups: ConsumerGroupConfig | None = None,
+        **kwargs: Any,
+    ):
         self._initial_rebalance_delay_ms = initial_rebalance_delay_ms  # group.initial.rebalance.delay.ms
+        self._consumer_groups = consumer_groups  # group.consumer.* (KIP-848)
         #: Joins and syncs waiting for their reply -> the kind of reply they wait for.
         self._awaiting_reply: dict[concurrent.futures.Future, type] = {}
         self._rebalancing: set[str] = set()  # groups in PreparingRebalance at the last _deliver
@@ -105,7 +112,7 @@ class GroupCoordinatorActor(CoordinatorActor):
     # --- the state ----------------------------------------------------------------------
 
     def _new_state(self) -> GroupCoordinator:
-        return GroupCoordinator(self._initial_rebalance_delay_ms)
+        return GroupCoordinator(self._initial_rebalance_delay_ms, self._consumer_groups)
 
     def _load_batch(self, state: GroupCoordinator, header: record_batch.BatchHeader, records: list) -> None:
         state.apply_batch(header, records, now_ms())

@@ -18,6 +18,7 @@ from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSA
 from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
 from raylog.coordination.txn_verification import HangingTransaction, find_hanging
 from raylog.errors import (
+    GroupIdNotFoundError,
     InvalidConfigError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
@@ -505,7 +506,9 @@ class Admin:
 
     def describe_consumer_groups(self, group_ids: list[str]) -> list[ConsumerGroupDescription]:
         """Members, their assignments, and per partition the committed offset, log end
-        offset and lag of each group.
+        offset and lag of each group: a classic group, or a consumer group of Kafka's consumer
+        protocol (KIP-848), whose generation is its group epoch and protocol its server
+        assignor.
 
         Raises:
             GroupIdNotFoundError: a group with neither members nor committed offsets.
@@ -513,7 +516,7 @@ class Admin:
         out = []
         for group_id in group_ids:
             coordinator = self._coordinator(group_id)
-            described = coordinator.call("describe_group", group_id)
+            described = _described(coordinator, group_id)
             committed = committed_offsets(coordinator, None)
             owners = {TopicPartition(*tp): m["member_id"] for m in described["members"] for tp in m["assignment"]}
             partitions = {}
@@ -632,6 +635,31 @@ class Admin:
 
     def _coordinator(self, group_id: str) -> CoordinatorClient:
         return CoordinatorClient(self._cluster, group_id, self._timeout_s, COORDINATOR_RETRY_BACKOFF_S)
+
+
+def _described(coordinator: CoordinatorClient, group_id: str) -> dict:
+    """A consumer group's description (KIP-848) while it has members, else the classic
+    group's (in the same shape), else the empty consumer group's. (A group id is of one kind
+    while it has members; the classic side keeps an empty entry for a group whose offsets
+    were read or committed.)
+
+    Raises:
+        GroupIdNotFoundError: neither is known.
+    """
+    try:
+        group = coordinator.call("describe_consumer_group", group_id)
+    except GroupIdNotFoundError:
+        return coordinator.call("describe_group", group_id)
+    if not group.members:
+        try:
+            return coordinator.call("describe_group", group_id)
+        except GroupIdNotFoundError:
+            pass
+    members = [
+        {"member_id": m.member_id, "instance_id": m.instance_id, "client_id": "", "assignment": sorted(m.assigned)}
+        for m in group.members.values()
+    ]
+    return {"state": group.state(), "generation": group.epoch, "protocol": group.assignor, "members": members}
 
 
 def _legal_names(items: list, name_of) -> tuple[dict[str, tuple[int, str]], list]:

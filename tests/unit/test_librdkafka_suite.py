@@ -4,6 +4,10 @@ goes in docs/kafka.md."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from benchmarks import librdkafka_suite as suite
 
 TEST_C = """
@@ -15,6 +19,10 @@ struct test tests[] = {
     _TEST(0001_multiobj, 0),
     _TEST(0028_long_topicnames, TEST_F_KNOWN_ISSUE, TEST_BRKVER(0, 9, 0, 0)),
     _TEST(0049_consume_conn_close, TEST_F_SOCKEM, TEST_BRKVER(0, 9, 0, 0)),
+    _TEST(0045_subscribe_update_topic_remove,
+          0,
+          TEST_BRKVER(0, 9, 0, 0),
+          .scenario = "noautocreate"),
     _TEST(0082_fetch_max_bytes, 0, TEST_BRKVER(0, 10, 1, 0)),
     _TEST(8000_idle, TEST_F_MANUAL),
     /* Manual tests */
@@ -35,13 +43,20 @@ OUTPUT = {
 }
 
 
-def test_the_broker_tests_are_read_from_the_suites_table(tmp_path):
+def test_the_broker_tests_are_read_from_the_suites_table_with_their_scenarios(tmp_path):
     (tmp_path / "test.c").write_text(TEST_C)
-    assert suite.broker_tests(tmp_path) == ["0001_multiobj", "0028_long_topicnames", "0082_fetch_max_bytes"]
+    assert suite.broker_tests(tmp_path) == {
+        "0001_multiobj": "default",
+        "0028_long_topicnames": "default",
+        "0045_subscribe_update_topic_remove": "noautocreate",
+        "0082_fetch_max_bytes": "default",
+    }
 
 
 def test_each_tests_outcome_and_why_come_from_its_summary(tmp_path, monkeypatch):
     def run(args, env, stdout, **kwargs):
+        assert args[-2:] == ["-s", "default"] and env["BROKERS"] == "127.0.0.1:9092"
+        assert (Path(env["KAFKA_PATH"]) / "bin" / "kafka-topics.sh").exists()
         stdout.write(f"[<MAIN>   /  0.000s] Tests to run     : {env['TESTS']}\n" + OUTPUT[env["TESTS"]])
 
     monkeypatch.setattr(suite.subprocess, "run", run)
@@ -57,7 +72,7 @@ def test_each_tests_outcome_and_why_come_from_its_summary(tmp_path, monkeypatch)
     ]
     log = tmp_path / "log"
     outcomes = suite.run_suite(
-        tmp_path / "tests" / "test-runner", "127.0.0.1:9092", tests, tmp_path, log, lambda: cleared.append(1)
+        tmp_path / "tests" / "test-runner", "127.0.0.1:9092", tests, "default", tmp_path, log, lambda: cleared.append(1)
     )
     assert [(o.test, o.state) for o in outcomes] == [
         ("0001_multiobj", "PASSED"),
@@ -89,3 +104,53 @@ def test_the_table_replaces_the_one_between_the_markers(tmp_path):
     suite.write_docs("second", docs)
     text = docs.read_text()
     assert text.count(suite.BEGIN) == 1 and "second" in text and "first" not in text and text.startswith("# Kafka")
+
+
+def test_kafka_topics_stand_in_makes_the_tools_requests(monkeypatch):
+    """The tests' calls of Kafka's kafka-topics.sh become CreateTopics (with configs),
+    CreatePartitions and DeleteTopics requests; a refused one exits 1, as the tool does."""
+    from confluent_kafka import admin
+
+    asked = []
+
+    class Done:
+        def __init__(self, error=None):
+            self.error = error
+
+        def result(self, timeout):
+            if self.error:
+                raise RuntimeError(self.error)
+
+    class FakeAdmin:
+        def __init__(self, conf):
+            asked.append(("conf", conf["bootstrap.servers"]))
+
+        def create_topics(self, topics):
+            asked.append(("create", [(t.topic, t.num_partitions, t.replication_factor, t.config) for t in topics]))
+            return {t.topic: Done() for t in topics}
+
+        def create_partitions(self, parts):
+            asked.append(("partitions", [(p.topic, p.new_total_count) for p in parts]))
+            return {p.topic: Done() for p in parts}
+
+        def delete_topics(self, names):
+            asked.append(("delete", names))
+            return {n: Done("UNKNOWN_TOPIC_OR_PART") for n in names}
+
+    monkeypatch.setattr(admin, "AdminClient", FakeAdmin)
+    server = ["--bootstrap-server", "b:1"]
+    create = ["--create", "--topic", "t", "--partitions", "2", "--replication-factor", "1"]
+    configs = ["--config", "cleanup.policy=compact", "--config", "segment.ms=10000"]
+    assert suite.main(["kafka-topics", *server, *create, *configs]) == 0
+    assert suite.main(["kafka-topics", *server, "--alter", "--topic", "t", "--partitions", "4"]) == 0
+    assert suite.main(["kafka-topics", *server, "--delete", "--topic", "t"]) == 1
+    assert asked == [
+        ("conf", "b:1"),
+        ("create", [("t", 2, 1, {"cleanup.policy": "compact", "segment.ms": "10000"})]),
+        ("conf", "b:1"),
+        ("partitions", [("t", 4)]),
+        ("conf", "b:1"),
+        ("delete", ["t"]),
+    ]
+    with pytest.raises(SystemExit):
+        suite.main(["kafka-topics", *server, "--topic", "t"])  # no action

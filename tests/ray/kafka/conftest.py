@@ -7,7 +7,8 @@ port of 127.0.0.1, so that a topic can have three replicas and a client that boo
 one listener finds the others. Package-scoped: it is shut down once this folder's tests are
 done. Its internal topics have one partition and one replica each (every replica is a
 process), and an empty group's first rebalance does not wait for more members
-(``group.initial.rebalance.delay.ms`` 0, as Kafka's own integration tests set it). ``bootstrap``
+(``group.initial.rebalance.delay.ms`` 0, as Kafka's own integration tests set it), and
+members of Kafka's consumer protocol heartbeat every second (not 5 s). ``bootstrap``
 is its listeners as a ``bootstrap.servers`` string.
 
 ``kafka_defaults_cluster`` is one broker with a listener that keeps Kafka's broker defaults
@@ -56,6 +57,7 @@ def kafka_cluster(cluster, tmp_path_factory):
             "transaction.state.log.num.partitions": "1",
             "transaction.state.log.replication.factor": "1",
             "group.initial.rebalance.delay.ms": "0",
+            "group.consumer.heartbeat.interval.ms": "1000",
         },
     )
     yield handle
