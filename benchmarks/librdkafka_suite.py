@@ -74,6 +74,8 @@ TEST_TIMEOUT_S = 1800
 #: Flags of tests that need no broker, a socket emulator, or a person.
 _NOT_BROKER_FLAGS = ("TEST_F_LOCAL", "TEST_F_SOCKEM", "TEST_F_MANUAL")
 _SCENARIO = re.compile(r'\.scenario\s*=\s*"(\w+)"')
+#: The scenario a test-runner ran in, as it prints it.
+_SCENARIO_RUN = re.compile(r"Test scenario: (\w+)")
 #: Tests that cannot apply to raylog or to this machine (by number), and why.
 NOT_APPLICABLE: dict[str, str] = {
     "0052": "its 0.9.0.0 cases make librdkafka send Kafka 0.9's message format (api.version.request=false), "
@@ -238,17 +240,20 @@ def run_suite(
     return outcomes
 
 
-def outcomes_from_log(log: Path, tests: list[str]) -> list[Outcome]:
-    """The outcomes of ``tests`` read again from a run's kept output (``--from-log``)."""
+def outcomes_from_log(log: Path, tests: dict[str, str]) -> list[Outcome]:
+    """The outcomes of ``tests`` (name -> scenario) read again from the kept output of one
+    run or several (``--from-log``; where a number ran more than once in a scenario, the
+    last run counts)."""
     segments = {}
     for segment in log.read_text(errors="replace").split("Tests to run     : ")[1:]:
-        segments[segment.split(None, 1)[0]] = segment
+        scenario = _SCENARIO_RUN.search(segment)
+        segments[segment.split(None, 1)[0], scenario.group(1) if scenario else "default"] = segment
     return [
         Outcome(t, "NOT APPLICABLE", NOT_APPLICABLE[t[:4]])
         if t[:4] in NOT_APPLICABLE
-        else outcome_of(t, segments.get(t[:4]) or segments[t])
-        for t in tests
-        if t[:4] in segments or t in segments or t[:4] in NOT_APPLICABLE
+        else outcome_of(t, segments.get((t[:4], s)) or segments[t, s])
+        for t, s in tests.items()
+        if (t[:4], s) in segments or (t, s) in segments or t[:4] in NOT_APPLICABLE
     ]
 
 
@@ -367,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         wanted = [t.strip() for t in args.tests.split(",")] if args.tests else []
         tests = {t: s for t, s in every.items() if not wanted or any(t.startswith(w) for w in wanted)}
         if args.from_log:
-            outcomes = outcomes_from_log(log, list(tests))
+            outcomes = outcomes_from_log(log, tests)
         else:
             outcomes = run_embedded(runner, tests, log)
     except SuiteError as exc:

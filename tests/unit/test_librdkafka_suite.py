@@ -57,7 +57,8 @@ def test_each_tests_outcome_and_why_come_from_its_summary(tmp_path, monkeypatch)
     def run(args, env, stdout, **kwargs):
         assert args[-2:] == ["-s", "default"] and env["BROKERS"] == "127.0.0.1:9092"
         assert (Path(env["KAFKA_PATH"]) / "bin" / "kafka-topics.sh").exists()
-        stdout.write(f"[<MAIN>   /  0.000s] Tests to run     : {env['TESTS']}\n" + OUTPUT[env["TESTS"]])
+        header = f"[<MAIN>   /  0.000s] Tests to run     : {env['TESTS']}\n[<MAIN>  /  0.000s] Test scenario: default\n"
+        stdout.write(header + OUTPUT[env["TESTS"]])
 
     monkeypatch.setattr(suite.subprocess, "run", run)
     monkeypatch.setitem(suite.NOT_APPLICABLE, "0044", "a reason")
@@ -91,7 +92,8 @@ def test_each_tests_outcome_and_why_come_from_its_summary(tmp_path, monkeypatch)
     numbers = ["0001", "0028", "0045", "0082"]
     assert log.read_text().count("Tests to run") == len(numbers)
     assert all(OUTPUT[n] in log.read_text() for n in numbers)
-    assert suite.outcomes_from_log(log, tests) == outcomes  # (--from-log reads the same again)
+    # --from-log reads the same again (the scenario each number ran in is in its header).
+    assert suite.outcomes_from_log(log, dict.fromkeys(tests, "default")) == outcomes
     assert (tmp_path / "test.conf").read_text() == "bootstrap.servers=127.0.0.1:9092\n"
     text = suite.table(outcomes, "v2.12.0")
     assert "**2 of 5 applicable tests pass**" in text and "Invalid response size / too large" in text
