@@ -64,7 +64,7 @@ class Shell:
         actor._waiting = collections.Counter()
         actor._maybe_propose_isr = lambda: None
         actor._joins, actor._rebalancing = set(), set()
-        actor._initial_rebalance_delay_ms = 0
+        actor._initial_rebalance_delay_ms, actor._consumer_groups = 0, None
         actor.partition, actor._state = self.partition, GroupCoordinator()
         actor._loaded(actor._state)
         self.actor = actor
