@@ -400,34 +400,33 @@ class Consumer:
         if self._assignment and self._subscribed is None:
             raise IllegalStateError("partitions were assigned by hand: unsubscribe() first")
         self._subscribed = re.compile(pattern) if pattern is not None else tuple(dict.fromkeys(topics))
-        if self._group is None and self._config["group_protocol"] == "consumer":
+        if self._group is None:
             cfg = self._config
-            self._group = ConsumerProtocolMembership(
-                self._coordinator,
-                instance_id=cfg["group_instance_id"],
-                assignor=cfg["group_remote_assignor"],
-                max_poll_interval_ms=cfg["max_poll_interval_ms"],
-                retry_backoff_s=cfg["retry_backoff_ms"] / 1000,
-                subscription=self._subscribed_partition_counts,
-                topics=lambda: self._cluster.metadata().partition_counts,
-                apply=self._apply_group_assignment,
-                listener=listener or ConsumerRebalanceListener(),
-            )
-        elif self._group is None:
-            cfg = self._config
-            self._group = GroupMembership(
-                self._coordinator,
-                instance_id=cfg["group_instance_id"],
-                client_id=cfg["client_id"],
-                strategies=self._strategies,
-                session_timeout_ms=cfg["session_timeout_ms"],
-                heartbeat_interval_ms=cfg["heartbeat_interval_ms"],
-                max_poll_interval_ms=cfg["max_poll_interval_ms"],
-                subscription=self._subscribed_partition_counts,
-                owned=lambda: list(self._assignment),
-                apply=self._apply_group_assignment,
-                listener=listener or ConsumerRebalanceListener(),
-            )
+            common = {
+                "instance_id": cfg["group_instance_id"],
+                "max_poll_interval_ms": cfg["max_poll_interval_ms"],
+                "subscription": self._subscribed_partition_counts,
+                "apply": self._apply_group_assignment,
+                "listener": listener or ConsumerRebalanceListener(),
+            }
+            if cfg["group_protocol"] == "consumer":
+                self._group = ConsumerProtocolMembership(
+                    self._coordinator,
+                    assignor=cfg["group_remote_assignor"],
+                    retry_backoff_s=cfg["retry_backoff_ms"] / 1000,
+                    topics=lambda: self._cluster.metadata().partition_counts,
+                    **common,
+                )
+            else:
+                self._group = GroupMembership(
+                    self._coordinator,
+                    client_id=cfg["client_id"],
+                    strategies=self._strategies,
+                    session_timeout_ms=cfg["session_timeout_ms"],
+                    heartbeat_interval_ms=cfg["heartbeat_interval_ms"],
+                    owned=lambda: list(self._assignment),
+                    **common,
+                )
         else:
             if listener is not None:
                 self._group.listener = listener

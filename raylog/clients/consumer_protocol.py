@@ -38,6 +38,7 @@ from raylog.clients.group import (
     CALL_MARGIN_S,
     ConsumerRebalanceListener,
     CoordinatorClient,
+    in_group,
     start_heartbeat_thread,
 )
 from raylog.coordination.member import ConsumerProtocolMember
@@ -111,7 +112,10 @@ class ConsumerProtocolMembership:
             raise self._fatal
         subscribed, cluster_topics = tuple(sorted(self._subscription())), self._topics()
         with self._lock:
-            changed = subscribed != self._subscribed or cluster_topics != self._cluster_topics
+            # (the topics map is one object per metadata snapshot: compared only when it is new)
+            changed = subscribed != self._subscribed or (
+                cluster_topics is not self._cluster_topics and cluster_topics != self._cluster_topics
+            )
             self._subscribed, self._cluster_topics = subscribed, cluster_topics
             added, revoked, lost = self._state.take(self._held)
         if lost:
@@ -153,15 +157,7 @@ class ConsumerProtocolMembership:
             return (*self._state.commit_args(), self.instance_id)
 
     def member_commit_args(self) -> tuple[str, int, str | None]:
-        """``commit_args`` of a member admitted to the group.
-
-        Raises:
-            CommitFailedError: not admitted (joining, or fenced).
-        """
-        member_id, epoch, instance_id = self.commit_args()
-        if epoch < 0:
-            raise CommitFailedError("this member is not in its group now; poll() to rejoin it")
-        return member_id, epoch, instance_id
+        return in_group(self.commit_args())
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
         """Commit synchronously as this member; a commit refused for an epoch the member has

@@ -245,17 +245,7 @@ class GroupMembership:
             return self._state.member_id, self._state.generation, self.instance_id
 
     def member_commit_args(self) -> tuple[str, int, str | None]:
-        """``commit_args`` of a member in a generation.
-
-        Raises:
-            CommitFailedError: not in one (not joined yet, or expired): generation -1 would
-                make it a commit from outside the group, which the coordinator accepts once
-                the group is empty, so a zombie could move offsets back.
-        """
-        member_id, generation, instance_id = self.commit_args()
-        if generation < 0:  # (a join is under way or already requested: no need to ask for one)
-            raise CommitFailedError("this member is in no generation of the group now; poll() to rejoin it")
-        return member_id, generation, instance_id
+        return in_group(self.commit_args())
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
         """Commit synchronously as this member.
@@ -417,6 +407,20 @@ class GroupMembership:
         with self._lock:
             if not self._joining and self._state.generation == generation:
                 self._rejoin = True
+
+
+def in_group(commit_args: tuple[str, int, str | None]) -> tuple[str, int, str | None]:
+    """``commit_args`` (member id, generation or member epoch, instance id) of a member that
+    is in its group now.
+
+    Raises:
+        CommitFailedError: it is not (not joined yet, expired or fenced): generation -1
+            would make it a commit from outside the group, which the coordinator accepts
+            once the group is empty, so a zombie could move offsets back.
+    """
+    if commit_args[1] < 0:  # (a join is under way or already requested: no need to ask for one)
+        raise CommitFailedError("this member is not in its group now; poll() to rejoin it")
+    return commit_args
 
 
 def start_heartbeat_thread(loop: Callable[[], None], group_id: str) -> threading.Thread:

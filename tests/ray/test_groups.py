@@ -540,6 +540,35 @@ def quietly(fn, *args):
         return None
 
 
+def test_consumer_protocol_members_keep_one_owner_per_partition_while_their_coordinator_is_killed(
+    admin, cluster, shared, group, consumers
+):
+    """Members of Kafka's consumer protocol (KIP-848): the coordinator's actor is killed
+    while a second member joins and partitions are being handed over; the restarted
+    coordinator loads the group from its log, the members' heartbeats find it again, and at
+    no poll do two members own a partition; the group settles and nothing is left unread."""
+    config = {"group_protocol": "consumer", "enable_auto_commit": False}
+    first = consumers(shared.name, group_id=group, **config)
+    second = consumers(group_id=group, **config)
+    driver = Driver([first, second])
+    settle(admin, driver, group, shared.partitions, 0)
+    _, coordinator = ray.get(cluster.controller.find_coordinator.remote(group))
+    second.subscribe([shared.name])
+    wait_until(
+        lambda: driver.poll() or second.group_metadata()["generation"] > 0,
+        timeout_s=SETTLE_S,
+        message="the second member admitted",
+    )
+    ray.kill(coordinator, no_restart=False)  # mid hand-over: the first still owns what it must give up
+    wait_until(
+        lambda: driver.poll() or quietly(settled, admin, group, driver.members, shared.partitions),
+        timeout_s=SETTLE_S,
+        message="the group settled after its coordinator restarted",
+    )
+    read_to_end(driver, len(shared.values))
+    assert set(driver.values()) == set(shared.values)
+
+
 def test_static_member_restarts_into_its_place_without_a_rebalance(admin, shared, group, consumers):
     """A static member (group_instance_id) closed and recreated with the same id gets the
     same partitions back in the same generation; the other member is not disturbed."""
