@@ -333,6 +333,15 @@ class LogConfig(_Config):
         "first cleaned the range holding it, so consumers behind by less still see the delete.",
         minimum=0,
     )
+    file_delete_delay_ms: int = setting(
+        0,
+        "How long the files of a segment that retention, compaction, DeleteRecords or a "
+        "truncation removed stay on disk, renamed <name>.deleted, before they are unlinked "
+        "(a restart unlinks them at once). Kafka waits 60 s so that reads under way finish; "
+        "raylog's readers hold a segment's open files, which keep reading after an unlink, so "
+        "it deletes at once unless told to wait.",
+        minimum=0,
+    )
     min_compaction_lag_ms: int = setting(
         0,
         "Records are not compacted until their segment's newest record is this old.",

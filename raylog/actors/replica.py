@@ -698,7 +698,8 @@ class PartitionReplicaActor:
 
     def _housekeep(self) -> None:
         """Each round: ISR proposals, bringing back a log a disk error took offline (once no
-        cleaning round runs), retention (below the HW), the flush.ms policy, the HW
+        cleaning round runs), retention (below the HW), deleting the files of removed
+        segments once file.delete.delay.ms has passed, the flush.ms policy, the HW
         checkpoint, producer expiry and snapshot and, for a compacted topic, a cleaning round
         (below the HW, keeping each producer's last batch) in the cleaner thread; a disk
         error (e.g. a full disk) skips the round instead of ending the loop."""
@@ -722,6 +723,7 @@ class PartitionReplicaActor:
                         self._notify()
                 try:
                     log.apply_retention(p.high_watermark)
+                    log.delete_retired_segments()
                     log.maybe_flush()
                     p.checkpoint_high_watermark()
                     p.checkpoint_producer_state()

@@ -7,6 +7,7 @@ Directory layout::
     log-start-offset                                   the log start offset (DeleteRecords)
     cleaner-offset-checkpoint                          compacted logs: see cleaner.py
     00000000000000000000.snapshot                      producer state: see producer_snapshot.py
+    00000000000000000000.log.deleted (and indexes)     a removed segment: file.delete.delay.ms
 
 Invariants: segments are sorted by base offset and never overlap; the last one (the
 active segment) takes every append; ``log_start_offset`` is the first offset a reader may
@@ -71,7 +72,7 @@ from . import cleaner, compression, record_batch
 from .cleaner import CleanerStats
 from .files import fsync_directory, write_atomically
 from .record_batch import BatchHeader
-from .segment import AppendedBatch, LogSegment
+from .segment import DELETED_SUFFIX, AppendedBatch, LogSegment
 from .throttler import Throttler
 from .txn_index import AbortedTxn
 
@@ -152,6 +153,9 @@ class Log:
         self._offline: StorageError | None = None
         #: ``(floor, end, start_at)``: what :meth:`revive` must find and cut back to.
         self._revive_range: tuple[int, int, int | None] = (0, 0, None)
+        #: Segments out of the log whose ``.deleted`` files wait for ``file.delete.delay.ms``:
+        #: ``(due_ms, segment)``, oldest first.
+        self._retired: list[tuple[int, LogSegment]] = []
 
     # --- opening ----------------------------------------------------------------------
 
@@ -246,7 +250,7 @@ class Log:
         for name in names:
             stem, suffix = os.path.splitext(name)
             orphan_index = suffix in _SEGMENT_SUFFIXES[1:] and not (stem.isdigit() and int(stem) in bases)
-            if orphan_index or name.endswith(".tmp"):
+            if orphan_index or name.endswith((".tmp", DELETED_SUFFIX)):
                 os.unlink(os.path.join(self.dir, name))
         return sorted(bases)
 
@@ -547,8 +551,7 @@ class Log:
             while len(segments) > 1 and segments[-1].base_offset >= offset:
                 doomed.append(segments.pop())
             self._publish(tuple(segments))
-            for segment in doomed:
-                segment.delete()
+            self._retire(doomed)
             fsync_directory(self.dir)  # the deleted segments must not come back after a crash
             segments[-1].truncate_to(offset)
             self._next_offset = segments[-1].next_offset
@@ -566,13 +569,10 @@ class Log:
         self._require_online()
         with self._lock, self._offline_on_error(0, offset, start_at=offset):
             self._bump_layout()
-            kept = None
-            for segment in self._segments:
-                if segment.base_offset == offset:
-                    segment.truncate_to(offset)  # its files have the right name: reuse them emptied
-                    kept = segment
-                else:
-                    segment.delete()
+            kept = next((s for s in self._segments if s.base_offset == offset), None)
+            if kept is not None:
+                kept.truncate_to(offset)  # its files have the right name: reuse them emptied
+            self._retire([s for s in self._segments if s is not kept])
             self._publish((kept or self._new_segment(offset),))
             fsync_directory(self.dir)
             self._next_offset = offset
@@ -619,9 +619,8 @@ class Log:
             doomed,
             offset,
         )
-        for segment in segments[:doomed]:
-            segment.delete()
         if doomed:
+            self._retire(segments[:doomed])
             fsync_directory(self.dir)
         return [s.base_offset for s in segments[:doomed]]
 
@@ -659,10 +658,46 @@ class Log:
             sum(s.size for s in segments[:doomed]),
             segments[doomed].base_offset,
         )
-        for segment in segments[:doomed]:
-            segment.delete()
+        self._retire(segments[:doomed])
         fsync_directory(self.dir)
         return [s.base_offset for s in segments[:doomed]]
+
+    def _retire(self, segments: Iterable[LogSegment]) -> None:
+        """Delete the files of ``segments``, out of the log: at once, or, with a positive
+        ``file.delete.delay.ms``, renamed ``.deleted`` now and unlinked by
+        :meth:`delete_retired_segments` once the delay has passed (as Kafka's broker does).
+        Readers holding one of them finish their reads either way. The caller fsyncs the
+        directory. Called under the lock, or by the writer.
+
+        Raises:
+            StorageError: a file could not be deleted or renamed.
+        """
+        delay_ms = self.config.file_delete_delay_ms
+        for segment in segments:
+            if delay_ms <= 0:
+                segment.delete()
+            else:
+                segment.mark_deleted()
+                self._retired.append((self._clock() + delay_ms, segment))
+
+    def delete_retired_segments(self, force: bool = False) -> int:
+        """Unlink the ``.deleted`` files whose ``file.delete.delay.ms`` has passed (all of them
+        with ``force``); the writer calls it with its other housekeeping.
+
+        Returns:
+            How many segments' files were deleted.
+
+        Raises:
+            StorageError: a file could not be deleted (it is tried again on the next call;
+                a restart deletes every ``.deleted`` file).
+        """
+        with self._lock:
+            now_ms = self._clock()
+            due = [entry for entry in self._retired if force or entry[0] <= now_ms]
+            for entry in due:
+                entry[1].delete()
+                self._retired.remove(entry)
+        return len(due)
 
     def _expired_segments(self, segments: tuple[LogSegment, ...], high_watermark: int) -> list[str]:
         """Why retention deletes each of the oldest ``segments`` it deletes (by time or by size)."""
@@ -751,8 +786,7 @@ class Log:
                 new.delete()
             segments[i : i + len(old)] = [new] if keep else []
             self._publish(tuple(segments))
-            for segment in old:
-                segment.delete()
+            self._retire(old)
             if keep:
                 new.change_suffix(cleaner.SWAP_SUFFIX, "")
             fsync_directory(self.dir)
@@ -808,6 +842,7 @@ class Log:
             finally:
                 for segment in self._segments:
                     segment.close()
+                self.delete_retired_segments(force=True)
 
     # --- disk errors ------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ from .record_batch import HEADER_SIZE
 RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024
 #: Relative offsets are u32 in the index; Kafka keeps them within an int32.
 MAX_RELATIVE_OFFSET = 2**31 - 1
+#: The suffix of a deleted segment's files until ``file.delete.delay.ms`` has passed.
+DELETED_SUFFIX = ".deleted"
 
 
 def file_name(base_offset: int, suffix: str) -> str:
@@ -357,19 +359,38 @@ class LogSegment:
         """
         for file in (self.offset_index, self.time_index, self.records):
             assert file.path.endswith(old), f"{file.path} does not end with {old!r}"
-            path = file.path[: len(file.path) - len(old)] + new
-            try:
-                faults.check_write(path)
-                os.replace(file.path, path)
-            except OSError as exc:
-                raise StorageError(f"cannot rename {file.path} to {path}: {exc}") from exc
-            file.path = path
+            _rename(file, file.path[: len(file.path) - len(old)] + new)
+
+    def mark_deleted(self) -> None:
+        """Rename the three files to ``<name>.deleted`` (Kafka's name for a segment waiting for
+        ``file.delete.delay.ms``), the ``.log`` first: a crash midway leaves no segment that
+        a restart would load (it deletes ``.deleted`` files and indexes without a ``.log``).
+        Readers holding this segment keep reading; :meth:`delete` unlinks the renamed files.
+
+        Raises:
+            StorageError: a rename failed.
+        """
+        for file in (self.records, self.offset_index, self.time_index):
+            _rename(file, file.path + DELETED_SUFFIX, missing_ok=file is not self.records)
 
     def delete(self) -> None:
         """Unlink the files; readers holding this segment can still finish their reads."""
         self.records.delete()
         self.offset_index.delete()
         self.time_index.delete()
+
+
+def _rename(file, path: str, missing_ok: bool = False) -> None:
+    """Rename one of a segment's files (its ``path`` follows)."""
+    try:
+        faults.check_write(path)
+        os.replace(file.path, path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise StorageError(f"cannot rename {file.path} to {path}: it is gone") from None
+    except OSError as exc:
+        raise StorageError(f"cannot rename {file.path} to {path}: {exc}") from exc
+    file.path = path
 
 
 def _appended(header: record_batch.BatchHeader) -> AppendedBatch:

@@ -435,3 +435,87 @@ def test_a_log_start_past_the_end_after_a_crash_is_clamped_and_a_full_truncation
     assert reopened.log_start_offset == reopened.log_end_offset == 2
     reopened.close()
     assert open_log().log_start_offset == 2
+
+
+# ---------------------------------------------------------------------------------------
+# file.delete.delay.ms
+
+
+def _names(log, suffix: str) -> list[str]:
+    return sorted(n for n in os.listdir(log.dir) if n.endswith(suffix))
+
+
+def test_removed_segments_wait_as_deleted_files_for_file_delete_delay_ms(open_log, clock):
+    """With file.delete.delay.ms, retention, DeleteRecords and a truncation rename a removed
+    segment's three files to ``.deleted`` (the log no longer has it: its offsets are out of
+    range) and unlink them once the delay has passed, not before; a reader holding the
+    segment reads it meanwhile and after."""
+    log = open_log(segment_bytes=3_000, retention_ms=60_000, file_delete_delay_ms=30_000)
+    now = clock()
+    for i in range(12):
+        log.append_as_leader(batch(5, i * 5, timestamps=[now - 120_000] * 5), 0)
+    log.append_as_leader(batch(5, 60, timestamps=[now] * 5), 0)
+    held = log._segments[0]
+    deleted = log.apply_retention(log.log_end_offset)
+    assert deleted and log.log_start_offset == log._segments[0].base_offset
+    waiting = _names(log, ".deleted")
+    assert len(waiting) == 3 * len(deleted)
+    assert not {f"{b:020d}.log" for b in deleted} & set(os.listdir(log.dir))
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 100)
+    assert rb.decode_table(held.read(0, 1 << 20), min_offset=0).num_rows > 0  # held: still readable
+
+    clock.advance(29_999)
+    assert log.delete_retired_segments() == 0 and _names(log, ".deleted") == waiting
+    clock.advance(1)
+    assert log.delete_retired_segments() == len(deleted) and _names(log, ".deleted") == []
+    assert rb.decode_table(held.read(0, 1 << 20), min_offset=0).num_rows > 0  # an unlinked file reads on
+
+    for i in range(8):
+        log.append_as_leader(batch(5, 65 + i * 5, timestamps=[clock()] * 5), 0)
+    bases = [s.base_offset for s in log._segments]
+    log.increment_log_start_offset(bases[1])  # DeleteRecords
+    log.truncate_to(bases[-2])  # a follower cutting its divergent tail
+    assert _names(log, ".log.deleted") == [f"{bases[0]:020d}.log.deleted", f"{bases[-1]:020d}.log.deleted"]
+    clock.advance(30_000)
+    assert log.delete_retired_segments() == 2 and _names(log, ".deleted") == []
+
+
+def test_a_restart_deletes_deleted_files_and_never_loads_them(open_log, clock):
+    """A log opened after a crash unlinks every ``.deleted`` file, those whose rename a
+    crash interrupted included (the ``.log`` is renamed first: its indexes are then
+    orphans), and loads none of their records; closing a log unlinks the waiting ones."""
+    log = open_log(segment_bytes=3_000, file_delete_delay_ms=60_000)
+    for i in range(30):
+        log.append_as_leader(batch(5, i * 5), 0)
+    bases = [s.base_offset for s in log._segments]
+    assert len(bases) >= 4
+    log.truncate_to(bases[-2])
+    log.flush()
+    assert _names(log, ".log.deleted") == [f"{bases[-2]:020d}.log.deleted", f"{bases[-1]:020d}.log.deleted"]
+    cut = log._segments[-1].base_offset  # as if a crash came midway through its rename: the .log went first
+    os.replace(log._segments[-1].records.path, log._segments[-1].records.path + ".deleted")
+
+    reopened = open_log(segment_bytes=3_000, file_delete_delay_ms=60_000)  # (the first never closed: a crash)
+    assert _names(reopened, ".deleted") == []
+    assert not [n for n in os.listdir(reopened.dir) if n.startswith(f"{cut:020d}.")]
+    assert reopened.log_end_offset == cut and read_all(reopened).num_rows == cut
+
+    reopened.increment_log_start_offset(bases[1])
+    assert len(_names(reopened, ".deleted")) == 3
+    reopened.close()
+    assert _names(reopened, ".deleted") == []
+
+
+def test_compaction_retires_the_segments_it_replaced(open_log, clock):
+    """The segments a cleaning round swapped out wait as ``.deleted`` files too."""
+    log = open_log(cleanup_policy="compact", segment_bytes=1024, index_interval_bytes=256, file_delete_delay_ms=5_000)
+    for i in range(40):
+        log.append_as_leader(rb.build([b"v%03d" % i] * 3, keys=[b"k1", b"k2", b"k3"], now_ms=clock()), 0)
+    log.roll()
+    before = read_all(log).num_rows
+    log.clean(force=True)
+    assert read_all(log).num_rows < before
+    assert _names(log, ".log.deleted")
+    clock.advance(5_000)
+    assert log.delete_retired_segments() > 0 and _names(log, ".deleted") == []
