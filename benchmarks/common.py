@@ -10,6 +10,7 @@ repository root); each also adds the root to ``sys.path`` when run as a file.
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import hashlib
 import json
@@ -371,10 +372,14 @@ def start_local_ray(stack: contextlib.ExitStack, ship: str | None = None) -> Non
     get by value (they may not be able to import it) unless it is ``__main__``."""
     import ray
 
+    import raylog
     from raylog.clients.cluster import EMBEDDED_OBJECT_STORE_BYTES
 
     if ray.is_initialized():
         raise BenchError("Ray is already initialized in this process; the benchmark starts its own")
+    # raylog's bytecode caches, which each replica's process would otherwise compile for
+    # itself where PYTHONDONTWRITEBYTECODE is set (see tests/conftest.py).
+    compileall.compile_dir(os.path.dirname(raylog.__file__), quiet=1)
     ray.init(
         address="local",
         object_store_memory=EMBEDDED_OBJECT_STORE_BYTES,

@@ -21,6 +21,20 @@ from tests.helpers import topic_factory
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 
 
+def pytest_configure(config):
+    """Write raylog's bytecode caches before any Ray worker starts. Every replica is a process
+    that imports raylog; where PYTHONDONTWRITEBYTECODE is set (as on the machines CI runs on)
+    no import writes them, and each of those processes compiled raylog's sources again: about
+    0.1 s of CPU each: a topic of 10 partitions x 3 replicas took 1.48x as long as 30 bare Ray
+    actors to start with the compiling, 1.35-1.38x without (alternating runs on 2 cores)."""
+    import compileall
+    import os
+
+    import raylog
+
+    compileall.compile_dir(os.path.dirname(raylog.__file__), quiet=1)
+
+
 #: The loggers that raylog.actors.logs.configure() sets up in an actor's process.
 RAYLOG_LOGGERS = ("raylog", "raylog.coordination.group", "raylog.storage.log")
 
