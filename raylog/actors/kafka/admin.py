@@ -61,6 +61,7 @@ import dataclasses
 import functools
 import logging
 import shutil
+import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -88,6 +89,8 @@ logger = logging.getLogger(__name__)
 
 #: How long an admin call to the controller may take when the request gives no timeout.
 DEFAULT_TIMEOUT_MS = 60_000
+#: How often CreatePartitions asks for metadata again until the partitions it created show.
+GROWTH_POLL_S = 0.05
 
 # Kafka's ConfigResource types and ConfigEntry sources and types.
 RESOURCE_TOPIC = 2
@@ -279,7 +282,8 @@ async def _reassign(ctx: BrokerContext, md: dict, assignments: dict[str, dict], 
     for name, by_partition in assignments.items():
         described = md["topics"].get(name)
         for partition, brokers in by_partition.items():
-            if described is None or tuple(brokers) != described.partitions[partition].replicas:
+            known = described is not None and partition < len(described.partitions)
+            if not known or tuple(brokers) != described.partitions[partition].replicas:
                 targets[(name, partition)] = brokers
     if not targets:
         return
@@ -290,6 +294,20 @@ async def _reassign(ctx: BrokerContext, md: dict, assignments: dict[str, dict], 
         if code and name not in results:
             results[name] = {"error_code": code, "error_message": f"partition {partition}: {message}"}
     ctx.invalidate()
+
+
+async def _metadata_showing(ctx: BrokerContext, counts: dict[str, int], timeout_s: float) -> dict:
+    """Metadata in which each topic of ``counts`` has its new partition count: a refresh may
+    serve the cached answer (the controller slower than the listener waits for it), which
+    does not have the partitions just created; asked again until ``timeout_s``, then the
+    last answer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = await ctx.metadata(refresh=True)
+        grown = all(name in md["topics"] and len(md["topics"][name].partitions) >= n for name, n in counts.items())
+        if grown or time.monotonic() >= deadline:
+            return md
+        await asyncio.sleep(GROWTH_POLL_S)
 
 
 # --- DeleteTopics -------------------------------------------------------------------------
@@ -381,7 +399,8 @@ async def create_partitions(ctx: BrokerContext, header: RequestHeader, body: dic
                 results[name] = {"error_code": code, "error_message": message}
         assigned = {name: a for name, (_, a) in growths.items() if a and name not in results}
         if assigned:
-            await _reassign(ctx, await ctx.metadata(refresh=True), assigned, results)
+            grown = {name: counts[name] for name in assigned}
+            await _reassign(ctx, await _metadata_showing(ctx, grown, _timeout_s(body)), assigned, results)
         ctx.invalidate()
     return {
         "results": [
