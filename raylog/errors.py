@@ -146,6 +146,41 @@ class InvalidRequiredAcksError(ApiError, ValueError):
     """acks must be 0, 1 or -1 ("all")."""
 
 
+class AuthorizationError(ApiError):
+    """Base of the errors an authorizer's refusal raises (kafka-python's ``AuthorizationError``;
+    Kafka's ``AuthorizationException``): the principal may not do the operation on the resource.
+    Not retriable: the same request is refused again until an ACL changes."""
+
+
+@_api(29, "TOPIC_AUTHORIZATION_FAILED")
+class TopicAuthorizationFailedError(AuthorizationError):
+    """The principal may not do the operation on the topic (Kafka's TopicAuthorizationException)."""
+
+
+@_api(30, "GROUP_AUTHORIZATION_FAILED")
+class GroupAuthorizationFailedError(AuthorizationError):
+    """The principal may not do the operation on the consumer group (Kafka's
+    GroupAuthorizationException)."""
+
+
+@_api(31, "CLUSTER_AUTHORIZATION_FAILED")
+class ClusterAuthorizationFailedError(AuthorizationError):
+    """The principal may not do the operation on the cluster (e.g. create topics, alter ACLs,
+    or write idempotently without IDEMPOTENT_WRITE; Kafka's ClusterAuthorizationException)."""
+
+
+@_api(53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+class TransactionalIdAuthorizationFailedError(AuthorizationError):
+    """The principal may not use the transactional id (Kafka's
+    TransactionalIdAuthorizationException)."""
+
+
+@_api(54, "SECURITY_DISABLED")
+class SecurityDisabledError(ApiError):
+    """An ACL request reached a cluster with no authorizer configured (Kafka's
+    SecurityDisabledException)."""
+
+
 @_api(35, "UNSUPPORTED_VERSION")
 class UnsupportedVersionError(ApiError):
     """The API or version a Kafka client asked for is not one raylog's Kafka listener serves."""
