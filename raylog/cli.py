@@ -68,6 +68,14 @@ raylog quotas alter (--client-id ID | --default) [--producer-byte-rate R] [--con
         id's byte-rate quotas, or the default ones of every client id without its own;
         leaders apply them at once (each partition leader enforces them on its own)
 raylog quotas describe [--json]               every client quota set
+raylog acls add|remove (--allow-principal P | --deny-principal P)... [--allow-host H]...
+                [--deny-host H]... [--operation OP]... (--topic T | --group G
+                | --transactional-id T | --cluster)... [--resource-pattern-type literal|prefixed]
+        as kafka-acls --add / --remove: an ACL for each resource, principal, host (default
+        *) and operation (default All); remove deletes exactly those
+raylog acls list [--topic T | --group G | --transactional-id T | --cluster]... [--principal P]
+                 [--json]
+        every ACL, or those on the resources or of the principal named
 raylog bench produce|consume|e2e [--topic T] [--num-records N] [--record-size B] [--partitions P]
              [--replication-factor R] [--acks all|1|0] [--batch-size B] [--linger-ms L]
              [--compression C] [--arrow] [--throughput R] [--timeout-ms T] [--json] [--sync]
@@ -137,6 +145,17 @@ from typing import TYPE_CHECKING, Any
 
 import raylog
 from raylog.actors.names import NAMESPACE, controller_name
+from raylog.coordination.acls import (
+    ACL,
+    CLUSTER_NAME,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
 from raylog.coordination.quotas import QUOTA_KEYS
 from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
 from raylog.errors import (
@@ -1150,6 +1169,97 @@ def _add_quotas(commands: Any) -> None:
     describe.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def acls_named(args: argparse.Namespace) -> list[ACL]:
+    """The ACLs ``raylog acls add|remove`` arguments name, as ``kafka-acls.sh`` reads its
+    own: one for each resource, principal (allowed or denied), host of that permission
+    (default ``*``) and operation (default ALL)."""
+    pattern_type = PatternType[args.resource_pattern_type.upper()]
+    grants = [(p, ACLPermissionType.ALLOW, args.allow_host or ["*"]) for p in args.allow_principal]
+    grants += [(p, ACLPermissionType.DENY, args.deny_host or ["*"]) for p in args.deny_principal]
+    operations = [ACLOperation[o.upper()] for o in args.operation] or [ACLOperation.ALL]
+    return [
+        ACL(principal, host, operation, permission, ResourcePattern(resource_type, name, pattern_type))
+        for resource_type, name in _acl_resources(args)
+        for principal, permission, hosts in grants
+        for host in hosts
+        for operation in operations
+    ]
+
+
+def _acl_resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
+    named = [(ResourceType.TOPIC, t) for t in args.topic] + [(ResourceType.GROUP, g) for g in args.group]
+    named += [(ResourceType.TRANSACTIONAL_ID, t) for t in args.transactional_id]
+    return named + ([(ResourceType.CLUSTER, CLUSTER_NAME)] if args.cluster else [])
+
+
+def _acls_change(args: argparse.Namespace) -> int:
+    acls = acls_named(args)
+    if not acls:
+        raise _UsageError("name a resource (--topic, --group, --transactional-id or --cluster) and a principal")
+    with _connected(args) as cluster:
+        admin = raylog.Admin(cluster)
+        if args.action == "add":
+            admin.create_acls(acls)
+        else:
+            admin.delete_acls([ACLFilter.exactly(acl) for acl in acls])
+    verb = "added" if args.action == "add" else "removed"
+    print(f"{verb} {len(acls)} ACL(s); every Kafka listener applies them now")
+    return 0
+
+
+def _acls_list(args: argparse.Namespace) -> int:
+    resources = _acl_resources(args) or [(ResourceType.ANY, None)]
+    with _connected(args) as cluster:
+        admin = raylog.Admin(cluster)
+        filters = [ACLFilter(args.principal, pattern=ResourcePatternFilter(t, name)) for t, name in resources]
+        found = dict.fromkeys(acl for acl_filter in filters for acl in admin.describe_acls(acl_filter))
+    rows = [
+        (a.pattern.resource_type.name, a.pattern.name, a.pattern.pattern_type.name, a.principal, a.host,
+         a.operation.name, a.permission_type.name)
+        for a in found
+    ]  # fmt: skip
+    if args.json:
+        keys = ("resource_type", "name", "pattern_type", "principal", "host", "operation", "permission_type")
+        print(json.dumps([dict(zip(keys, row, strict=True)) for row in rows], indent=2))
+    elif rows:
+        print(_table([("RESOURCE_TYPE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION", "PERMISSION"), *rows]))
+    else:
+        print("no ACLs")
+    return 0
+
+
+def _add_acls(commands: Any) -> None:
+    acls = commands.add_parser("acls", help="add, remove and list Kafka ACLs (as kafka-acls.sh)")
+    actions = acls.add_subparsers(dest="action", required=True)
+    for name, run, summary in (
+        ("add", _acls_change, "add ACLs"),
+        ("remove", _acls_change, "remove exactly the ACLs named"),
+        ("list", _acls_list, "list ACLs"),
+    ):
+        sub = _command(actions, name, run, summary)
+        for flag, what in (("--topic", "a topic"), ("--group", "a group"), ("--transactional-id", "an id")):
+            sub.add_argument(flag, action="append", default=[], help=f"{what} (repeatable)")
+        sub.add_argument("--cluster", action="store_true", help="the cluster resource")
+        if name == "list":
+            sub.add_argument("--principal", help="only this principal's ACLs (e.g. User:alice)")
+            sub.add_argument("--json", action="store_true", help="machine-readable output")
+            continue
+        for flag in ("--allow-principal", "--deny-principal", "--allow-host", "--deny-host"):
+            sub.add_argument(flag, action="append", default=[], help="repeatable")
+        operations = [o.name.title().replace("_", "") for o in ACLOperation if o > ACLOperation.ANY]
+        sub.add_argument("--operation", action="append", default=[], type=_acl_operation, help=", ".join(operations))
+        sub.add_argument("--resource-pattern-type", default="literal", choices=("literal", "prefixed"))
+
+
+def _acl_operation(value: str) -> str:
+    """An operation as kafka-acls.sh names it (Read, DescribeConfigs, ...), as ACLOperation's name."""
+    wanted = value.replace("_", "").replace("-", "").upper()
+    for operation in ACLOperation:
+        if operation > ACLOperation.ANY and operation.name.replace("_", "") == wanted:
+            return operation.name
+    raise argparse.ArgumentTypeError(f"unknown operation {value!r}")
+
+
 def _dash(value: int | None) -> str:
     return "-" if value is None else str(value)
 
@@ -1414,6 +1524,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_groups(commands)
     _add_transactions(commands)
     _add_quotas(commands)
+    _add_acls(commands)
     _add_bench(commands)
     dump = commands.add_parser("dump-log", help="print the segments and batches of a log directory")
     dump.add_argument("dir")

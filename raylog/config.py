@@ -467,7 +467,8 @@ class ControllerConfig(_Config):
         "brokers do: Kafka producers (librdkafka, the Java client) allow it, consumers only with "
         "allow.auto.create.topics. Off by default, unlike Kafka (as on Amazon MSK): each "
         "partition replica is a process here, so a mistyped or hostile topic name would cost "
-        "processes, and no ACL yet says who may create. raylog's own clients never create topics.",
+        "processes. With the authorizer, only a principal with CREATE on the topic or the cluster "
+        "creates it. raylog's own clients never create topics.",
     )
     num_partitions: int = setting(
         1,
@@ -553,6 +554,27 @@ class ControllerConfig(_Config):
         "sharing a node (the embedded mode) listen on port, port + 1, ... in broker order.",
     )
 
+    authorizer: str = setting(
+        "",
+        'Who may do what over the Kafka listeners: "" (no authorizer: every request is allowed, '
+        "and the ACL requests answer SECURITY_DISABLED, as a Kafka broker without "
+        "authorizer.class.name) or \"acl\" (Kafka's ACLs, with the rules of Kafka's "
+        "StandardAuthorizer: created with CreateAcls, Admin.create_acls or kafka-acls.sh, kept in "
+        "the controller's journal, pushed to every listener before a change is answered). A "
+        "client's principal is User:ANONYMOUS until the listeners authenticate clients. raylog's "
+        "own clients, which call actors inside Ray, are not subject to ACLs (docs/security.md).",
+        choices=("", "acl"),
+    )
+    super_users: str = setting(
+        "",
+        "Principals allowed every operation whatever the ACLs say, separated by ';' (e.g. User:admin;User:ops).",
+        pattern=(r"(\s*[^\s;:]+:[^;]+(;\s*[^\s;:]+:[^;]+)*)?", "principals of the form Type:name separated by ';'"),
+    )
+    allow_everyone_if_no_acl_found: bool = setting(
+        False,
+        "With the authorizer, whether a request on a resource that no ACL names (for any "
+        "principal) is allowed; Kafka's default, false, denies it.",
+    )
     max_connections: int = setting(
         2**31 - 1,
         "Connections a broker's Kafka listener holds at once; one more is closed as it is accepted (logged once).",

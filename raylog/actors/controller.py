@@ -67,6 +67,7 @@ from raylog.errors import (
     ElectionNotNeededError,
     InvalidRequestError,
     RaylogError,
+    SecurityDisabledError,
     UnknownTopicOrPartitionError,
 )
 from raylog.protocol import error_fields
@@ -635,6 +636,54 @@ class ControllerActor:
         await self.start()
         return {client_id: dict(quotas) for client_id, quotas in self.image.client_quotas.items()}
 
+    async def create_acls(self, acls: list) -> tuple[int, str]:
+        """Create Kafka ACLs (:class:`~raylog.coordination.acls.ACL`), all or nothing,
+        journaled and pushed to the listeners, answered once they apply them. ``(error_code,
+        message)``: SECURITY_DISABLED without the authorizer, INVALID_REQUEST for an ACL Kafka
+        refuses, code 0 on success."""
+        await self.start()
+        async with self._guard():
+            try:
+                self._require_authorizer()
+                self._commit(self.image.create_acls(acls))
+            except RaylogError as exc:
+                return _error_result(exc)
+        await self._push_acls()
+        return 0, ""
+
+    async def delete_acls(self, filters: list) -> tuple[int, str, list[list]]:
+        """Delete every ACL matching one of ``filters`` (:class:`~raylog.coordination.acls.ACLFilter`),
+        journaled: ``(error_code, message, the ACLs each filter matched)``."""
+        await self.start()
+        async with self._guard():
+            try:
+                self._require_authorizer()
+                records, matched = self.image.delete_acls(filters)
+                self._commit(records)
+            except RaylogError as exc:
+                return (*_error_result(exc), [])
+        await self._push_acls()
+        return 0, "", matched
+
+    async def describe_acls(self, acl_filter) -> tuple[int, str, list]:
+        """``(error_code, message, the ACLs matching acl_filter)``."""
+        await self.start()
+        try:
+            self._require_authorizer()
+            return 0, "", self.image.describe_acls(acl_filter)
+        except RaylogError as exc:
+            return (*_error_result(exc), [])
+
+    async def _push_acls(self) -> None:
+        """The listeners apply the ACLs before a change is answered (a client that changed
+        them and sends its next request finds them in force on every broker)."""
+        if self.listeners is not None:
+            await self.listeners.push_acls(self.image.acls_version, frozenset(self.image.acls))
+
+    def _require_authorizer(self) -> None:
+        if not self.config.authorizer:
+            raise SecurityDisabledError("no authorizer is configured: ACLs need the setting authorizer=acl")
+
     async def create_partitions(self, counts: dict[str, int]) -> dict[str, tuple[int, str]]:
         """Grow each topic to its new partition count: the new partitions are placed,
         journaled and get their replica actors as at topic creation (led by their first
@@ -1096,9 +1145,10 @@ class ControllerActor:
 
     # --- metadata -----------------------------------------------------------------------
 
-    async def metadata(self, topics: list[str] | None = None) -> dict:
+    async def metadata(self, topics: list[str] | None = None, acls_version: int | None = None) -> dict:
         """Brokers, topics (all, or those named that exist) and each online partition
-        leader's actor."""
+        leader's actor; ``acls``: with the authorizer, ``(version, ACLs)``, the ACLs left out
+        (None) when the caller has that version already (None without the authorizer)."""
         await self.start()
         names = list(self.image.topics) if topics is None else [t for t in topics if t in self.image.topics]
         described = {name: self.image.topics[name] for name in names}
@@ -1117,6 +1167,12 @@ class ControllerActor:
             "reassignments": dict(self.image.reassignments),
             "refused_brokers": dict(self.refused),
             "listeners": {} if self.listeners is None else self.listeners.endpoints(self.live),
+            "acls": None
+            if not self.config.authorizer
+            else (
+                self.image.acls_version,
+                None if acls_version == self.image.acls_version else frozenset(self.image.acls),
+            ),
         }
 
     async def broker_replicas(self, broker_id: int) -> dict[tuple[str, int], Any]:

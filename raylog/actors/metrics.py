@@ -145,3 +145,10 @@ def record_throttle(client_type: str, client_id: str, throttle_ms: float) -> Non
     tags = {"client_type": client_type, "client_id": client_id}
     histogram = _histogram("raylog_throttle_time_seconds", "response held back for the client's quota", tuple(tags))
     histogram.observe(throttle_ms / 1000, tags)
+
+
+def record_authorization_denial(operation: str) -> None:
+    """A Kafka request (or a part of one) a listener's authorizer denied (``operation``: the
+    ACL operation's name, e.g. READ)."""
+    tags = {"operation": operation}
+    _counter("raylog_authorization_denials_total", "requests the ACLs denied", tuple(tags)).inc(1, tags)

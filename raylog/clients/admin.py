@@ -1,6 +1,6 @@
 """Admin: create, delete, list and describe topics, alter and describe their configs, add
 partitions, move replicas and leadership; list, describe, reset and delete consumer groups;
-alter and describe client quotas."""
+alter and describe client quotas; create, describe and delete ACLs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from raylog.actors.transport import call
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
+from raylog.coordination.acls import ACL, ACLFilter
 from raylog.coordination.elections import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC, validate_topic_name
@@ -275,6 +276,50 @@ class Admin:
         """Every client quota set: ``{client_id: {"producer_byte_rate": bytes/s, ...}}``, the
         default quota under None."""
         return call(self._cluster.controller.describe_client_quotas.remote(), self._timeout_s)
+
+    def create_acls(self, acls: list[ACL]) -> None:
+        """Create Kafka ACLs (Kafka's CreateAcls), all or nothing; ACLs that exist already
+        are kept; answered once every Kafka listener applies them. They say what Kafka
+        clients may do over the listeners; raylog's own clients inside Ray are not subject
+        to them (see docs/security.md).
+
+        Example:
+            >>> from raylog import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType
+            >>> clicks = ResourcePattern(ResourceType.TOPIC, "clicks")
+            >>> may_write = ACL("User:etl", "*", ACLOperation.WRITE, ACLPermissionType.ALLOW, clicks)
+            >>> admin.create_acls([may_write])  # doctest: +SKIP
+
+        Raises:
+            SecurityDisabledError: the cluster runs without the authorizer (``authorizer=acl``).
+            InvalidRequestError: an ACL Kafka refuses (an ANY or UNKNOWN value, an empty
+                name, a principal not of the form ``Type:name``, a cluster resource not named
+                ``kafka-cluster``); nothing is created.
+        """
+        code, message = call(self._cluster.controller.create_acls.remote(list(acls)), self._timeout_s)
+        _raise_first({"acls": (code, message)})
+
+    def describe_acls(self, acl_filter: ACLFilter | None = None) -> list[ACL]:
+        """The ACLs ``acl_filter`` matches (Kafka's DescribeAcls; default: every ACL).
+
+        Raises:
+            SecurityDisabledError: the cluster runs without the authorizer.
+            InvalidRequestError: a filter with an UNKNOWN value.
+        """
+        described = self._cluster.controller.describe_acls.remote(acl_filter or ACLFilter())
+        code, message, acls = call(described, self._timeout_s)
+        _raise_first({"acls": (code, message)})
+        return acls
+
+    def delete_acls(self, filters: list[ACLFilter]) -> list[ACL]:
+        """Delete every ACL one of ``filters`` matches (Kafka's DeleteAcls); returns those deleted.
+
+        Raises:
+            SecurityDisabledError: the cluster runs without the authorizer.
+            InvalidRequestError: a filter with an UNKNOWN value; nothing is deleted.
+        """
+        code, message, matched = call(self._cluster.controller.delete_acls.remote(list(filters)), self._timeout_s)
+        _raise_first({"acls": (code, message)})
+        return list(dict.fromkeys(acl for found in matched for acl in found))
 
     def delete_records(
         self, records_to_delete: dict[TopicPartition, int], *, timeout_ms: int | None = None

@@ -27,6 +27,10 @@ replaying the journal rebuilds it exactly. Records are msgpack maps with a ``typ
     client_quota  client_id, quotas             a client id's byte-rate quotas altered (the
                                                 whole new set, {} for none; client_id None:
                                                 the default quota)
+    acl       acl, present                      an ACL created (present) or deleted: ``acl`` is
+                                                [principal, host, operation, permission type,
+                                                resource type, resource name, pattern type]
+                                                with Kafka's codes
 
 The journal's file is :class:`raylog.storage.journal.MetadataJournal`'s (coordination does no
 I/O of its own).
@@ -53,6 +57,17 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from ..types import BrokerInfo, ConfigEntry, PartitionInfo, TopicDescription
+from .acls import (
+    ACL,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    validate_acl,
+    validate_filter,
+)
 from .placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
 from .quotas import alter_client_quotas
 
@@ -80,6 +95,10 @@ class MetadataImage:
         self.client_quotas: dict[str | None, dict[str, float]] = {}
         #: How many times quotas were altered: replicas ignore older ones.
         self.client_quotas_version = 0
+        #: Kafka's ACLs (enforced by the listeners when the authorizer is on).
+        self.acls: set[ACL] = set()
+        #: How many times ACLs were created or deleted: listeners rebuild their authorizer when it moves.
+        self.acls_version = 0
 
     # --- records in ---------------------------------------------------------------------
 
@@ -143,6 +162,13 @@ class MetadataImage:
             else:
                 self.client_quotas.pop(record["client_id"], None)
             self.client_quotas_version += 1
+        elif kind == "acl":
+            acl = _acl_of(record["acl"])
+            if record["present"]:
+                self.acls.add(acl)
+            else:
+                self.acls.discard(acl)
+            self.acls_version += 1
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
@@ -265,6 +291,40 @@ class MetadataImage:
         altered = alter_client_quotas(self.client_quotas, changes)
         return [{"type": "client_quota", "client_id": c, "quotas": quotas} for c, quotas in altered.items()]
 
+    def create_acls(self, acls: list[ACL]) -> list[dict[str, Any]]:
+        """The records creating ``acls`` (Kafka's CreateAcls), those that exist already left out.
+
+        Raises:
+            InvalidRequestError: an ACL Kafka would refuse (see :func:`~raylog.coordination.acls.validate_acl`);
+                nothing is created.
+        """
+        for acl in acls:
+            validate_acl(acl)
+        new = [acl for acl in dict.fromkeys(acls) if acl not in self.acls]
+        return [{"type": "acl", "acl": _acl_record(acl), "present": True} for acl in new]
+
+    def delete_acls(self, filters: list[ACLFilter]) -> tuple[list[dict[str, Any]], list[list[ACL]]]:
+        """The records deleting every ACL that matches one of ``filters`` (Kafka's DeleteAcls),
+        and per filter the ACLs it matched.
+
+        Raises:
+            InvalidRequestError: a filter Kafka would refuse; nothing is deleted.
+        """
+        for acl_filter in filters:
+            validate_filter(acl_filter)
+        matched = [sorted((acl for acl in self.acls if f.matches(acl)), key=_acl_record) for f in filters]
+        doomed = dict.fromkeys(acl for found in matched for acl in found)
+        return [{"type": "acl", "acl": _acl_record(acl), "present": False} for acl in doomed], matched
+
+    def describe_acls(self, acl_filter: ACLFilter) -> list[ACL]:
+        """The ACLs matching ``acl_filter`` (Kafka's DescribeAcls), in a stable order.
+
+        Raises:
+            InvalidRequestError: a filter Kafka would refuse.
+        """
+        validate_filter(acl_filter)
+        return sorted((acl for acl in self.acls if acl_filter.matches(acl)), key=_acl_record)
+
     def allocate_producer_ids(self, count: int) -> dict[str, Any]:
         """The record reserving the next ``count`` producer ids."""
         return {"type": "producer_ids", "end": self.producer_id_block_end + count}
@@ -347,6 +407,25 @@ class MetadataImage:
 def _new_partition(topic: str, partition: int, replicas: list[int]) -> PartitionInfo:
     """A partition as created: led by its first replica, every replica in sync."""
     return PartitionInfo(topic, partition, replicas[0], 0, tuple(replicas), tuple(replicas))
+
+
+def _acl_record(acl: ACL) -> list:
+    p = acl.pattern
+    return [
+        acl.principal,
+        acl.host,
+        int(acl.operation),
+        int(acl.permission_type),
+        int(p.resource_type),
+        p.name,
+        int(p.pattern_type),
+    ]
+
+
+def _acl_of(fields: list) -> ACL:
+    principal, host, operation, permission, resource_type, name, pattern_type = fields
+    pattern = ResourcePattern(ResourceType(resource_type), name, PatternType(pattern_type))
+    return ACL(principal, host, ACLOperation(operation), ACLPermissionType(permission), pattern)
 
 
 def partition_record(info: PartitionInfo) -> dict[str, Any]:

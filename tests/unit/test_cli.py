@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from raylog import cli
 from raylog.storage import record_batch
 
@@ -115,3 +117,33 @@ def test_a_soak_runs_replay_flags_choose_its_configuration_again():
     ):
         args = cli._parser().parse_args(["bench", "soak", *config.flags().split()])
         assert cli._soak_config(args) == config
+
+
+def test_acls_arguments_name_the_acls_kafka_acls_would():
+    """``raylog acls add`` reads kafka-acls.sh's options: one ACL per resource, principal,
+    host of its permission (default every host) and operation (default All)."""
+    from raylog.coordination.acls import ACLOperation, ACLPermissionType, PatternType, ResourceType
+
+    argv = ["acls", "add", "--deny-principal", "User:*", "--operation", "Read", "--operation", "DescribeConfigs"]
+    argv += ["--topic", "a", "--group", "g", "--allow-principal", "User:etl", "--allow-host", "10.0.0.1"]
+    acls = cli.acls_named(cli._parser().parse_args(argv))
+    assert len(acls) == 2 * 2 * 2  # resources x grants x operations
+    assert {(a.principal, a.host, a.permission_type) for a in acls} == {
+        ("User:*", "*", ACLPermissionType.DENY),
+        ("User:etl", "10.0.0.1", ACLPermissionType.ALLOW),
+    }
+    assert {a.operation for a in acls} == {ACLOperation.READ, ACLOperation.DESCRIBE_CONFIGS}
+    assert {(a.pattern.resource_type, a.pattern.name) for a in acls} == {
+        (ResourceType.TOPIC, "a"),
+        (ResourceType.GROUP, "g"),
+    }
+    everything = cli.acls_named(
+        cli._parser().parse_args(
+            ["acls", "remove", "--allow-principal", "User:x", "--cluster", "--resource-pattern-type", "prefixed"]
+        )
+    )
+    assert [(a.operation, a.pattern.name, a.pattern.pattern_type) for a in everything] == [
+        (ACLOperation.ALL, "kafka-cluster", PatternType.PREFIXED)
+    ]
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["acls", "add", "--operation", "Fly", "--topic", "a"])

@@ -13,7 +13,10 @@ cache: the internal topic's partition of the key's hash, and its leader (the con
 asked only to create the internal topic the first time). Record batch conversions
 (:mod:`raylog.kafka.records`) run on :data:`CONVERSION_THREADS` threads of its own
 (:meth:`BrokerContext.convert`), never on the loop. Idempotent producers' ids come from a
-block fetched ahead (:meth:`BrokerContext.new_producer_id`).
+block fetched ahead (:meth:`BrokerContext.new_producer_id`). With the authorizer on, the
+controller pushes the cluster's ACLs to every listener when they change (and the metadata
+answers carry them when they changed, for a listener the push missed): the context keeps an
+:class:`~raylog.coordination.acls.Authorizer` of the latest (:meth:`BrokerContext.authorizer`).
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ import contextvars
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from raylog.actors.transport import acall
 from raylog.config import ControllerConfig
+from raylog.coordination.acls import ACL, Authorizer, parse_super_users
 from raylog.coordination.group import partition_for
 from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination.producer_ids import ProducerIdPool
@@ -108,6 +112,34 @@ class BrokerContext:
         self._converter = ThreadPoolExecutor(CONVERSION_THREADS, thread_name_prefix="kafka-records")
         #: The broker's incremental fetch sessions (KIP-227), of every connection.
         self.fetch_sessions = FetchSessionCache()
+        #: The ACLs' authorizer (None until the first metadata answer), and its ACLs' version.
+        self._authorizer: Authorizer | None = None
+        self._acls_version: int | None = None
+        self._super_users = parse_super_users(self.config.super_users)
+
+    def apply_acls(self, version: int, acls: Iterable[ACL]) -> None:
+        """Authorize from ``acls`` (the controller's ACLs at ``version``) unless a newer
+        version is in force already (a push and a metadata answer may cross)."""
+        if self._acls_version is not None and version <= self._acls_version:
+            return
+        acls = frozenset(acls)
+        self._authorizer = Authorizer(acls, self._super_users, self.config.allow_everyone_if_no_acl_found)
+        self._acls_version = version
+        logger.info("broker %d: %d ACL(s) in force (version %d)", self.broker_id, len(acls), version)
+
+    async def authorizer(self) -> Authorizer | None:
+        """The authorizer of the cluster's latest ACLs, or None when the cluster has no
+        authorizer (every request is allowed). Waits for the first metadata answer.
+
+        Raises:
+            RaylogError: no metadata answer yet, and the controller gave none (the request
+                is refused: nothing is allowed before the ACLs are known).
+        """
+        if not self.config.authorizer:
+            return None
+        if self._authorizer is None:
+            await self.metadata()
+        return self._authorizer
 
     async def convert(self, conversion: Callable[[Any], _T], data: Any) -> _T:
         """``conversion(data)`` (a :mod:`raylog.kafka.records` function) on a conversion thread.
@@ -188,7 +220,9 @@ class BrokerContext:
             logger.debug("no metadata from the controller: %r", refreshing.exception())
 
     async def _fetch_metadata(self) -> dict:
-        answer = await self.call(self.controller.metadata.remote())
+        answer = await self.call(self.controller.metadata.remote(None, self._acls_version))
+        if answer["acls"] is not None and answer["acls"][1] is not None:
+            self.apply_acls(*answer["acls"])
         # (Ray's actor handles are equal, and hash alike, when they name the same actor.)
         self._handles = {h: self._handles.get(h, h) for h in answer["leaders"].values()}
         answer["leaders"] = {key: self._handles[h] for key, h in answer["leaders"].items()}

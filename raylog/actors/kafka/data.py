@@ -35,8 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylog.actors.kafka.admin import ask_each
+from raylog.actors.kafka.authorization import CLUSTER, allows, authorized_operations
 from raylog.actors.kafka.context import CONNECTION, CONTROL_CALL_TIMEOUT_S, BrokerContext, topic_ids
 from raylog.actors.kafka.coordinator_errors import code_of
+from raylog.coordination.acls import ACLOperation, ResourceType
 from raylog.coordination.placement import INTERNAL_TOPICS, validate_topic_name
 from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE
 from raylog.errors import (
@@ -50,6 +52,7 @@ from raylog.errors import (
     NotLeaderOrFollowerError,
     RaylogError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
     UnknownLeaderEpochError,
     UnknownServerError,
     UnknownTopicIdError,
@@ -65,8 +68,6 @@ from raylog.types import NewTopic
 logger = logging.getLogger(__name__)
 
 ApiKey = codec.ApiKey
-#: Kafka's "no authorized operations" marker (clients ask for them only with ACLs).
-NO_OPERATIONS = -(2**31)
 #: How long past a fetch's own wait its leader may take to answer before the call is given up.
 FETCH_GRACE_S = 30.0
 #: A produce call's bound beyond the request's own timeout (acks=all waits for the ISR).
@@ -131,16 +132,21 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
     if unknown_ids or (names is not None and not all(_all_led(ctx, n, md) for n in names)):
         md = await ctx.metadata(refresh=True)  # a topic created, or a leader started, a moment ago
         names, unknown_ids = _requested_names(requested, md)
-    refused: dict[str, int] = {}
-    unknown = [] if names is None else [n for n in dict.fromkeys(names) if n is not None and n not in md["topics"]]
+    # The authorizer's: topics the principal may not describe are left out of a listing of
+    # every topic, or answered TOPIC_AUTHORIZATION_FAILED when named; a topic is created
+    # automatically only with CREATE on it or on the cluster.
+    hidden = {n for n in (md["topics"] if names is None else names) if n is not None and not _describable(n)}
+    refused: dict[str, int] = {n: TopicAuthorizationFailedError.code for n in hidden if names is not None}
+    unknown = [] if names is None else [n for n in dict.fromkeys(names) if n not in md["topics"] and n not in hidden]
     if unknown and body.get("allow_auto_topic_creation", True) and ctx.config.auto_create_topics_enable:
-        refused = await _create_topics(ctx, unknown, md)
+        creatable = [n for n in unknown if n is not None and _creatable(n)]
+        refused.update(await _create_topics(ctx, creatable, md) if creatable else {})
         md = await ctx.metadata(refresh=True)
     brokers = [{"node_id": b, **endpoint} for b, endpoint in _live_brokers(md)]
     reachable = {b["node_id"] for b in brokers}
     topics = []
-    for name in sorted(md["topics"]) if names is None else names:
-        described = md["topics"].get(name)
+    for name in sorted(set(md["topics"]) - hidden) if names is None else names:
+        described = None if name in hidden else md["topics"].get(name)
         if described is None:
             code = refused.get(name, UnknownTopicOrPartitionError.code)
             topics.append({"error_code": code, "name": name, "partitions": [], "is_internal": False})
@@ -168,7 +174,9 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
                 "topic_id": uuid.UUID(hex=described.topic_id),
                 "is_internal": name in INTERNAL_TOPICS,
                 "partitions": partitions,
-                "topic_authorized_operations": NO_OPERATIONS,
+                "topic_authorized_operations": authorized_operations(
+                    body.get("include_topic_authorized_operations", False), ResourceType.TOPIC, name
+                ),
             }
         )
     topics += [
@@ -181,8 +189,20 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
         "cluster_id": md["cluster_id"],
         "controller_id": _controller_id(md),
         "topics": topics,
-        "cluster_authorized_operations": NO_OPERATIONS,
+        "cluster_authorized_operations": authorized_operations(
+            body.get("include_cluster_authorized_operations", False), ResourceType.CLUSTER
+        ),
     }
+
+
+def _describable(topic: str) -> bool:
+    return allows(ACLOperation.DESCRIBE, ResourceType.TOPIC, topic)
+
+
+def _creatable(topic: str) -> bool:
+    return allows(ACLOperation.CREATE, ResourceType.CLUSTER, CLUSTER) or allows(
+        ACLOperation.CREATE, ResourceType.TOPIC, topic
+    )
 
 
 def _requested_names(requested: list[dict] | None, md: dict) -> tuple[list[str] | None, list[uuid.UUID]]:
@@ -250,7 +270,9 @@ async def describe_cluster(ctx: BrokerContext, header: codec.RequestHeader, body
         "cluster_id": md["cluster_id"],
         "controller_id": _controller_id(md),
         "brokers": [{"broker_id": b, **endpoint} for b, endpoint in _live_brokers(md)],
-        "cluster_authorized_operations": NO_OPERATIONS,
+        "cluster_authorized_operations": authorized_operations(
+            body.get("include_cluster_authorized_operations", False), ResourceType.CLUSTER
+        ),
     }
 
 
@@ -460,8 +482,15 @@ async def fetch(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> 
     wanted = [(topic, {**p, "partition_max_bytes": min(p["partition_max_bytes"], cap)}) for topic, p in session.wanted]
     results: dict[tuple[str, int], Any] = {}
     now: dict[tuple[str, int], Awaitable] = {}
+    readable = {t: allows(ACLOperation.READ, ResourceType.TOPIC, t) for t in dict.fromkeys(t for t, _ in wanted)}
     for topic, p in wanted:
         key = (topic, p["partition"])
+        if not readable[topic]:  # (also a partition of the fetch session the request does not name)
+            denied = polls.pop(key, None)
+            if denied is not None:
+                denied.task.cancel()
+            results[key] = TopicAuthorizationFailedError(f"not authorized to read topic {topic!r}")
+            continue
         poll = polls.get(key)
         if poll is not None and (poll.offset, poll.isolation_level) == (p["fetch_offset"], isolation):
             if poll.task.done():

@@ -50,6 +50,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from raylog.actors.kafka.authorization import authorized_operations
 from raylog.actors.kafka.context import (
     CONNECTION,
     CONTROL_CALL_TIMEOUT_S,
@@ -59,6 +60,7 @@ from raylog.actors.kafka.context import (
     topic_names,
 )
 from raylog.actors.kafka.coordinator_errors import code_of, coordinator_code
+from raylog.coordination.acls import ResourceType
 from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
 from raylog.coordination.consumer_group import JOIN_EPOCH, Heartbeat
 from raylog.coordination.group import MAX_OFFSET_METADATA_BYTES
@@ -108,10 +110,6 @@ RAYLOG_ASSIGNORS = {RANGE: "range", ROUND_ROBIN: "roundrobin", COOPERATIVE_STICK
 LEADER = "raylog-coordinator"
 #: FindCoordinator's key types.
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-#: DescribeGroups' authorized operations when asked (no ACLs: READ, DELETE and DESCRIBE,
-#: Kafka's bits 3, 6 and 8), and when not asked (Kafka's "not requested").
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-OPERATIONS_NOT_REQUESTED = -(1 << 31)
 #: What a JoinGroup may wait beyond its rebalance timeout (the join completes at that deadline).
 JOIN_MARGIN_S = CONTROL_CALL_TIMEOUT_S
 #: Errors of a coordinator as a whole (rather than of a member or partition).
@@ -502,12 +500,13 @@ async def _fetch_group(ctx: BrokerContext, group_id: str, topics: list[dict] | N
 
 
 async def describe_groups(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
-    operations = GROUP_OPERATIONS if body.get("include_authorized_operations") else OPERATIONS_NOT_REQUESTED
+    asked = body.get("include_authorized_operations", False)
     groups = []
     for group_id in body.get("groups") or []:
         described, code = await _ask(ctx, group_id, "describe_group", group_id)
         if code == GroupIdNotFoundError.code:
             described, code = None, 0  # Kafka describes a group it does not know as Dead
+        operations = authorized_operations(asked, ResourceType.GROUP, group_id)
         groups.append({**_described(group_id, described, code), "authorized_operations": operations})
     return {"throttle_time_ms": 0, "groups": groups}
 
@@ -683,6 +682,9 @@ async def consumer_group_describe(ctx: BrokerContext, header: codec.RequestHeade
             "group_epoch": group.epoch,
             "assignment_epoch": group.assignment_epoch,
             "assignor_name": group.assignor,
+            "authorized_operations": authorized_operations(
+                body.get("include_authorized_operations", False), ResourceType.GROUP, group_id
+            ),
             "members": [
                 {
                     "member_id": m.member_id,

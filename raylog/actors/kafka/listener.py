@@ -56,7 +56,7 @@ from typing import Any
 import ray
 
 from raylog.actors import logs
-from raylog.actors.kafka import admin, client_quotas, data, groups, transactions, txn_admin
+from raylog.actors.kafka import acls, admin, authorization, client_quotas, data, groups, transactions, txn_admin
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
 from raylog.actors.kafka.limits import ConnectionQuotas, RequestMemoryPool
 from raylog.config import ControllerConfig
@@ -93,6 +93,7 @@ READS = frozenset(
         codec.ApiKey.DESCRIBE_GROUPS,
         codec.ApiKey.LIST_GROUPS,
         codec.ApiKey.DESCRIBE_CONFIGS,
+        codec.ApiKey.DESCRIBE_ACLS,
     )
 )
 
@@ -103,6 +104,7 @@ HANDLERS = {
     **txn_admin.HANDLERS,
     **admin.HANDLERS,
     **client_quotas.HANDLERS,
+    **acls.HANDLERS,
 }
 #: The APIs that quotas throttle, and their first version answered at once with the throttle
 #: time (KIP-219); an older version's answer is held back for it.
@@ -138,6 +140,8 @@ class KafkaListenerActor:
         #: Causes already logged (a refused or closed connection's, an answer that did not
         #: encode, by API and version): logged once each, at DEBUG after that.
         self._logged: set[Hashable] = set()
+        #: Authorization denials already logged (see raylog.actors.kafka.authorization).
+        self._denials: set[Hashable] = set()
 
     async def start(self) -> tuple[str, int]:
         """Listen (once) and return the advertised ``(host, port)``.
@@ -158,6 +162,10 @@ class KafkaListenerActor:
             )
             self.context.warm()
         return self._advertised_host, self._port
+
+    async def update_acls(self, version: int, acls: frozenset) -> None:
+        """The controller's ACLs changed: authorize from them from now on (see BrokerContext.apply_acls)."""
+        self.context.apply_acls(version, acls)
 
     async def stop(self) -> None:
         """Stop listening and close every connection."""
@@ -191,7 +199,7 @@ class KafkaListenerActor:
                 await writer.wait_closed()
 
     async def _serve_admitted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
-        CONNECTION.set({})
+        CONNECTION.set({"principal": authorization.ANONYMOUS, "host": peer[0] if peer else ""})
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -299,7 +307,7 @@ class KafkaListenerActor:
             return codec.error_response(exc.header, UnsupportedVersionError.code)
         handler = HANDLERS[header.api_key]
         try:
-            response = await handler(self.context, header, body)
+            response = await authorization.authorized(self.context, header, body, handler, self._denials)
         except Exception:  # noqa: BLE001 — the client gets UNKNOWN_SERVER_ERROR, the log the cause
             logger.exception(
                 "broker %d: %s v%d failed", self.context.broker_id, header.api_key.name, header.api_version

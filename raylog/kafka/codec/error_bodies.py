@@ -184,6 +184,14 @@ def _alter_client_quotas(request: dict, code: int) -> dict:
     return {"entries": [{"error_code": code, "entity": entity} for entity in entities]}
 
 
+def _create_acls(request: dict, code: int) -> dict:
+    return {"results": [{"error_code": code} for _ in request.get("creations") or ()]}
+
+
+def _delete_acls(request: dict, code: int) -> dict:
+    return {"filter_results": [{"error_code": code} for _ in request.get("filters") or ()]}
+
+
 def _describe_producers(request: dict, code: int) -> dict:
     return {"topics": _named(request, code, "partition_indexes", "")}
 
@@ -250,6 +258,9 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: _code_only,
     ApiKey.END_TXN: _code_only,
     ApiKey.TXN_OFFSET_COMMIT: _topics_by_name,
+    ApiKey.DESCRIBE_ACLS: _code_only,
+    ApiKey.CREATE_ACLS: _create_acls,
+    ApiKey.DELETE_ACLS: _delete_acls,
     ApiKey.DESCRIBE_CONFIGS: _describe_configs,
     ApiKey.ALTER_CONFIGS: _alter_configs,
     ApiKey.DESCRIBE_LOG_DIRS: _describe_log_dirs,

@@ -53,6 +53,9 @@ class ApiKey(enum.IntEnum):
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -98,6 +101,9 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 3),
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
@@ -856,6 +862,68 @@ DescribeLogDirs response 35 flexible 2+
     total_bytes int64 4+ default -1
     usable_bytes int64 4+ default -1
     is_cordoned bool 5+
+
+DescribeAcls request 29 flexible 2+
+  resource_type_filter int8 0+
+  resource_name_filter string 0+ null 0+
+  pattern_type_filter int8 1+
+  principal_filter string 0+ null 0+
+  host_filter string 0+ null 0+
+  operation int8 0+
+  permission_type int8 0+
+DescribeAcls response 29 flexible 2+
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null 0+ default null
+  resources [] 0+
+    resource_type int8 0+
+    resource_name string 0+
+    pattern_type int8 1+ default 3
+    acls [] 0+
+      principal string 0+
+      host string 0+
+      operation int8 0+
+      permission_type int8 0+
+
+CreateAcls request 30 flexible 2+
+  creations [] 0+
+    resource_type int8 0+
+    resource_name string 0+
+    resource_pattern_type int8 1+ default 3
+    principal string 0+
+    host string 0+
+    operation int8 0+
+    permission_type int8 0+
+CreateAcls response 30 flexible 2+
+  throttle_time_ms int32 0+
+  results [] 0+
+    error_code int16 0+
+    error_message string 0+ null 0+ default null
+
+DeleteAcls request 31 flexible 2+
+  filters [] 0+
+    resource_type_filter int8 0+
+    resource_name_filter string 0+ null 0+
+    pattern_type_filter int8 1+
+    principal_filter string 0+ null 0+
+    host_filter string 0+ null 0+
+    operation int8 0+
+    permission_type int8 0+
+DeleteAcls response 31 flexible 2+
+  throttle_time_ms int32 0+
+  filter_results [] 0+
+    error_code int16 0+
+    error_message string 0+ null 0+ default null
+    matching_acls [] 0+
+      error_code int16 0+
+      error_message string 0+ null 0+ default null
+      resource_type int8 0+
+      resource_name string 0+
+      pattern_type int8 1+ default 3
+      principal string 0+
+      host string 0+
+      operation int8 0+
+      permission_type int8 0+
 
 DescribeClientQuotas request 48 flexible 1+
   components [] 0+

@@ -8,8 +8,11 @@ one listener finds the others. Package-scoped: it is shut down once this folder'
 done. Its internal topics have one partition and one replica each (every replica is a
 process), and an empty group's first rebalance does not wait for more members
 (``group.initial.rebalance.delay.ms`` 0, as Kafka's own integration tests set it), and
-members of Kafka's consumer protocol heartbeat every second (not 5 s). ``bootstrap``
-is its listeners as a ``bootstrap.servers`` string.
+members of Kafka's consumer protocol heartbeat every second (not 5 s). It runs Kafka's ACLs
+(``authorizer`` acl) with ``allow.everyone.if.no.acl.found``: every request of every test
+here goes through the authorizer, and a resource no ACL names is open, so tests that do not
+set ACLs are served as without them (tests that do set ACLs delete them afterwards: ``acls``).
+``bootstrap`` is its listeners as a ``bootstrap.servers`` string.
 
 ``kafka_defaults_cluster`` is one broker with a listener that keeps Kafka's broker defaults
 where raylog's own differ or tests change them: topics are created automatically (2
@@ -58,6 +61,8 @@ def kafka_cluster(cluster, tmp_path_factory):
             "transaction.state.log.replication.factor": "1",
             "group.initial.rebalance.delay.ms": "0",
             "group.consumer.heartbeat.interval.ms": "1000",
+            "authorizer": "acl",
+            "allow.everyone.if.no.acl.found": "true",
         },
     )
     yield handle

@@ -249,3 +249,39 @@ def test_a_reassignment_that_may_not_change_the_replication_factor_is_refused_wh
         image.reassign("t", 0, [0, 1, 2], allow_replication_factor_change=False)
     controller.commit(image.reassign("t", 0, list(reversed(start)), allow_replication_factor_change=False))
     assert image.reassignments[("t", 0)] == tuple(reversed(start))
+
+
+def test_acls_are_created_and_deleted_by_journal_records_and_survive_replay(controller):
+    """CreateAcls and DeleteAcls as records: creating one twice adds it once, an invalid one
+    refuses the whole creation, a filter deletes every ACL it matches (and says which), the
+    version moves with each change, and a replay rebuilds the same set."""
+    from raylog.coordination.acls import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        PatternType,
+        ResourcePattern,
+        ResourcePatternFilter,
+        ResourceType,
+    )
+    from raylog.errors import InvalidRequestError
+
+    image = controller.image
+    topic = ResourcePattern(ResourceType.TOPIC, "orders-", PatternType.PREFIXED)
+    read = ACL("User:etl", "*", ACLOperation.READ, ACLPermissionType.ALLOW, topic)
+    deny = ACL("User:*", "10.0.0.9", ACLOperation.ALL, ACLPermissionType.DENY, ResourcePattern(ResourceType.GROUP, "g"))
+    controller.commit(image.create_acls([read, deny, read]))
+    assert image.acls == {read, deny} and image.acls_version == 2
+    assert image.create_acls([read]) == []  # there already
+    with pytest.raises(InvalidRequestError):
+        image.create_acls([ACL("etl", "*", ACLOperation.READ, ACLPermissionType.ALLOW, topic)])  # no principal type
+    assert image.describe_acls(
+        ACLFilter(pattern=ResourcePatternFilter(ResourceType.TOPIC, "orders-eu", PatternType.MATCH))
+    ) == [read]
+    records, matched = image.delete_acls([ACLFilter(principal="User:*"), ACLFilter(operation=ACLOperation.ALL)])
+    assert matched == [[deny], [deny]] and len(records) == 1
+    controller.commit(records)
+    assert image.acls == {read} and image.acls_version == 3
+    replayed = controller.replayed()
+    assert replayed.acls == {read} and replayed.acls_version == 3

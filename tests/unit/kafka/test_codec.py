@@ -476,6 +476,8 @@ SAMPLE_REQUESTS = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: {"topics": [{"topic": "a", "partitions": [{"partition": 0}]}]},
     ApiKey.ADD_PARTITIONS_TO_TXN: {"v3_and_below_topics": [{"name": "a", "partitions": [0, 1]}]},
     ApiKey.TXN_OFFSET_COMMIT: {"topics": [{"name": "a", "partitions": [{"partition_index": 1}]}]},
+    ApiKey.CREATE_ACLS: {"creations": [{"resource_type": 2, "resource_name": "a"}, {"resource_type": 3}]},
+    ApiKey.DELETE_ACLS: {"filters": [{"resource_type_filter": 1}]},
 }
 
 

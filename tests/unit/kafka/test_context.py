@@ -54,9 +54,9 @@ class Controller:
         or restarting controller)."""
         gate, real = asyncio.Event(), self._metadata
 
-        async def held():
+        async def held(*args):
             await gate.wait()
-            return real()
+            return real(*args)
 
         self.metadata = SimpleNamespace(remote=held)
         return gate
@@ -77,11 +77,11 @@ class Controller:
         partition = partition_for(key, self.partitions)
         return partition, Handle(f"{topic}-{partition}")
 
-    def _metadata(self):
+    def _metadata(self, topics=None, acls_version=None):
         parts = tuple(SimpleNamespace(partition=p, leader=p % 3) for p in range(self.partitions))
         topics = {name: SimpleNamespace(partitions=parts) for name in self.created}
         leaders = {(name, p): Handle(f"{name}-{p}") for name in self.created for p in range(self.partitions)}
-        return {"topics": topics, "leaders": leaders, "listeners": {}}
+        return {"topics": topics, "leaders": leaders, "listeners": {}, "acls": None}
 
 
 def test_a_coordinator_is_found_in_the_metadata_cache_and_its_handle_kept_across_refreshes():
@@ -127,8 +127,8 @@ def test_a_partition_without_a_running_leader_has_no_coordinator():
     ctx = BrokerContext("c", 0, controller)
     real = controller._metadata
 
-    def leaderless():
-        md = real()
+    def leaderless(*args):
+        md = real(*args)
         md["leaders"] = {}
         return md
 
@@ -298,11 +298,11 @@ def test_the_background_refresh_outlives_a_failed_call(monkeypatch):
     controller = Controller()
     real, failures = controller._metadata, []
 
-    def flaky():
+    def flaky(*args):
         if len(failures) < 3:
             failures.append(1)
             raise ValueError("not ready")
-        return real()
+        return real(*args)
 
     controller.metadata = controller._method("metadata", flaky)
 
