@@ -8,8 +8,11 @@ the suite against it, one test-runner per test number (``TEST_KAFKA_VERSION`` 3.
 version the tests are told, which sets the features they expect), deleting the topics each
 test made before the next one starts. A test that needs another of the suite's scenarios
 (``noautocreate``) runs against a cluster of its own set up that way, and the tests that run
-Kafka's ``kafka-topics.sh`` get a stand-in making the same admin requests
-(:func:`kafka_topics`). Local-only tests (no broker), the sockem tests (a
+Kafka's ``kafka-topics.sh`` or ``kafka-acls.sh`` get stand-ins making the same admin requests
+(:func:`kafka_topics`, :func:`kafka_acls`). The clusters run Kafka's ACLs
+(``authorizer=acl``) allowing every request on a resource no ACL names
+(``allow.everyone.if.no.acl.found``), so the ACLs tests set apply and the rest is open.
+Local-only tests (no broker), the sockem tests (a
 socket emulator raylog has nothing to do with) and manual ones are left out; tests that
 cannot apply to raylog are named in :data:`NOT_APPLICABLE` with the reason. It prints a
 table of every test's outcome and, with ``--docs``, writes it into ``docs/kafka.md``
@@ -62,6 +65,8 @@ LISTENERS = "PLAINTEXT://127.0.0.1:0"
 #: Kafka's broker defaults where raylog's differ (as the suite's own clusters run them).
 CLUSTER_CONFIG = {
     "listeners": LISTENERS,
+    "authorizer": "acl",
+    "allow.everyone.if.no.acl.found": "true",
     "auto.create.topics.enable": "true",
     "num.partitions": "4",
     "group.initial.rebalance.delay.ms": "3000",
@@ -171,7 +176,7 @@ def broker_tests(tests_dir: Path) -> dict[str, str]:
 def run_number(runner: Path, bootstrap: str, number: str, scenario: str, workdir: Path, log: Path) -> str:
     """Every test of ``number`` and ``scenario`` against ``bootstrap`` (the runner picks
     tests by number: 0045 is five tests); the runner's output, which is also appended to
-    ``log``. Tests that call Kafka's ``kafka-topics.sh`` get :func:`kafka_topics`."""
+    ``log``. Tests that call Kafka's ``kafka-topics.sh`` or ``kafka-acls.sh`` get :data:`TOOLS`."""
     tests_dir = runner.parent
     conf = workdir / "test.conf"
     conf.write_text(f"bootstrap.servers={bootstrap}\n")
@@ -181,7 +186,7 @@ def run_number(runner: Path, bootstrap: str, number: str, scenario: str, workdir
         "TEST_KAFKA_VERSION": KAFKA_VERSION,
         "LD_LIBRARY_PATH": f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}",
         "TESTS": number,
-        "KAFKA_PATH": str(_kafka_topics_tool(workdir)),
+        "KAFKA_PATH": str(_kafka_tools(workdir)),
         "BROKERS": bootstrap,
     }
     args = [str(runner), "-p1", "-L", "-E", "-V", KAFKA_VERSION, "-s", scenario]
@@ -257,18 +262,20 @@ def outcomes_from_log(log: Path, tests: dict[str, str]) -> list[Outcome]:
     ]
 
 
-def _kafka_topics_tool(workdir: Path) -> Path:
+def _kafka_tools(workdir: Path) -> Path:
     """A directory standing in for a Kafka distribution's (KAFKA_PATH) whose
-    ``bin/kafka-topics.sh`` is :func:`kafka_topics`."""
+    ``bin/kafka-topics.sh`` and ``bin/kafka-acls.sh`` are :func:`kafka_topics` and
+    :func:`kafka_acls`."""
     home = workdir / "kafka"
-    script = home / "bin" / "kafka-topics.sh"
-    if not script.exists():
-        script.parent.mkdir(parents=True, exist_ok=True)
-        root = Path(__file__).resolve().parent.parent
-        script.write_text(
-            f'#!/bin/sh\nPYTHONPATH="{root}" exec "{sys.executable}" -m benchmarks.librdkafka_suite kafka-topics "$@"\n'
-        )
-        script.chmod(0o755)
+    root = Path(__file__).resolve().parent.parent
+    for tool in TOOLS:
+        script = home / "bin" / f"{tool}.sh"
+        if not script.exists():
+            script.parent.mkdir(parents=True, exist_ok=True)
+            script.write_text(
+                f'#!/bin/sh\nPYTHONPATH="{root}" exec "{sys.executable}" -m benchmarks.librdkafka_suite {tool} "$@"\n'
+            )
+            script.chmod(0o755)
     return home
 
 
@@ -305,6 +312,57 @@ def kafka_topics(argv: list[str]) -> int:
         print(f"Error while executing topic command : {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def kafka_acls(argv: list[str]) -> int:
+    """What the suite's tests ask of Kafka's ``kafka-acls.sh`` (``--add``, ``--remove --force``
+    and ``--list`` of allow or deny ACLs, read as ``raylog acls`` reads them:
+    :func:`raylog.cli.acls_named`), done as that tool does, by CreateAcls, DeleteAcls and
+    DescribeAcls requests, here through confluent-kafka's AdminClient; the exit status is the
+    tool's (1 on an error, printed)."""
+    from confluent_kafka.admin import AclBinding, AclBindingFilter, AdminClient
+
+    from raylog.cli import acls_named
+
+    parser = argparse.ArgumentParser(prog="kafka-acls.sh")
+    parser.add_argument("--bootstrap-server", required=True)
+    action = parser.add_mutually_exclusive_group(required=True)
+    for name in ("--add", "--remove", "--list"):
+        action.add_argument(name, action="store_true")
+    parser.add_argument("--force", action="store_true")
+    for name in ("--allow-principal", "--deny-principal", "--allow-host", "--deny-host", "--operation"):
+        parser.add_argument(name, action="append", default=[])
+    for name in ("--topic", "--group", "--transactional-id"):
+        parser.add_argument(name, action="append", default=[])
+    parser.add_argument("--cluster", action="store_true")
+    parser.add_argument("--resource-pattern-type", default="literal")
+    args = parser.parse_args(argv)
+    # Kafka's codes, which confluent-kafka's types take as they are.
+    specs = [
+        (int(a.pattern.resource_type), a.pattern.name, int(a.pattern.pattern_type), a.principal, a.host)
+        + (int(a.operation), int(a.permission_type))
+        for a in acls_named(args)
+    ]
+    admin = AdminClient({"bootstrap.servers": args.bootstrap_server})
+    try:
+        if args.add:
+            futures = list(admin.create_acls([AclBinding(*spec) for spec in specs]).values())
+        elif args.remove:
+            futures = list(admin.delete_acls([AclBindingFilter(*spec) for spec in specs]).values())
+        else:
+            every = AclBindingFilter(1, None, 1, None, None, 1, 1)  # ANY of each
+            futures = [admin.describe_acls(every)]
+        for future in futures:
+            for acl in future.result(timeout=60) or ():
+                print(acl)
+    except Exception as exc:  # noqa: BLE001 — the tool prints the error and exits 1
+        print(f"Error while executing ACL command: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+#: Kafka's command-line tools the suite's tests run, and their stand-ins.
+TOOLS = {"kafka-topics": kafka_topics, "kafka-acls": kafka_acls}
 
 
 def delete_topics(cluster: raylog.RaylogCluster) -> None:
@@ -352,8 +410,8 @@ def version_of(tree: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["kafka-topics"]:
-        return kafka_topics(argv[1:])
+    if argv[:1] and argv[0] in TOOLS:
+        return TOOLS[argv[0]](argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", required=True, help="a librdkafka source tree or release tarball")
     parser.add_argument("--build-dir", help="where the build is kept (default: a directory under the system temp)")
