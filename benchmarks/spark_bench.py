@@ -84,6 +84,7 @@ class Scale:
     records: int
     repeats: int  # timed runs per measurement; the best is reported
     timeout_s: float  # bound on one read
+    rounds: int = 1  # Spark rows measured this many times in one Spark session (the benchmark history's samples)
 
 
 FULL = Scale("full", records=1_000_000, repeats=3, timeout_s=600.0)
@@ -227,35 +228,38 @@ class Runner(common.Phases):
             for via in raylog_spark.READ_PATHS:
                 topic_run(via)  # warm-up: the first workers and JIT of each read path
             parquet_run()
-            base = common.best(parquet_run, self.scale.repeats)
+            for _ in range(self.scale.rounds):
+                self._spark_rows(parquet_run, topic_run, f"{executors} executor(s) x {cores} core(s)")
+        finally:
+            raydp.stop_spark()
+
+    def _spark_rows(self, parquet_run, topic_run, executors_note: str) -> None:
+        """One round of the Spark rows: the Parquet read (the baseline), then each read path."""
+        import raylog_spark
+
+        base = common.best(parquet_run, self.scale.repeats)
+        self.rows.append(
+            rate_row(
+                "spark", "baseline: spark.read.parquet (local disk)", base, self.scale.records, note=executors_note
+            )
+        )
+        notes = {
+            "executors": "Spark tasks on RayDP's executors, a Consumer each, mapInArrow (default)",
+            "ray_data": "Ray Data read, then the blocks to RayDP's JVM reader",
+        }
+        for via in raylog_spark.READ_PATHS:
+            seconds = common.best(lambda via=via: topic_run(via), self.scale.repeats)
             self.rows.append(
                 rate_row(
                     "spark",
-                    "baseline: spark.read.parquet (local disk)",
-                    base,
+                    f"raylog_spark.read_topic(via={via!r})",
+                    seconds,
                     self.scale.records,
-                    note=f"{executors} executor(s) x {cores} core(s)",
+                    ratio=base / seconds,
+                    targets=[Target("ratio", ">=", 0.5)],
+                    note=notes[via],
                 )
             )
-            notes = {
-                "executors": "Spark tasks on RayDP's executors, a Consumer each, mapInArrow (default)",
-                "ray_data": "Ray Data read, then the blocks to RayDP's JVM reader",
-            }
-            for via in raylog_spark.READ_PATHS:
-                seconds = common.best(lambda via=via: topic_run(via), self.scale.repeats)
-                self.rows.append(
-                    rate_row(
-                        "spark",
-                        f"raylog_spark.read_topic(via={via!r})",
-                        seconds,
-                        self.scale.records,
-                        ratio=base / seconds,
-                        targets=[Target("ratio", ">=", 0.5)],
-                        note=notes[via],
-                    )
-                )
-        finally:
-            raydp.stop_spark()
 
     def timed_aggregate(self, make_df, what: str) -> float:
         start = time.perf_counter()

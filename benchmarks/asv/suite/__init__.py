@@ -1,0 +1,105 @@
+"""raylog's benchmark history: an airspeed velocity (asv) suite over the quick forms of the
+benchmarks in ``benchmarks/``, run by ``python -m benchmarks.history`` (see its docstring and
+docs/performance.md, "Benchmark history").
+
+One class per benchmark module. Its ``setup_cache`` starts one local Ray and one embedded
+raylog cluster, measures every figure of the class :data:`SAMPLES` times in turn with that
+module's own measuring functions, shuts everything down and returns the samples; each
+``track_`` method then hands asv one figure's samples. Every figure is a time or a cost,
+lower is better (asv reads an increase as worse): seconds per million records, seconds of a
+p50 latency, or a ratio of raylog's time over a floor measured in the same process (a bare
+Ray call, a Ray Queue, a Parquet read), which sees through the machine's noise better than
+either time alone.
+
+A track method returns ``{"samples": [...], "number": 1}``: asv 0.6 reads that as a timing
+result, so it stores the samples, shows their median and compares two commits with its
+Mann-Whitney U test (``asv compare`` and ``asv continuous`` call a change significant only
+if the samples differ). Each ``asv run`` gives :data:`SAMPLES` samples per figure; the
+history command runs the base and head commits in alternating rounds and appends them.
+
+The raylog under test is the first one on ``sys.path``: the history command puts the
+commit's sources first (``ASV_PYTHONPATH``); ``benchmarks`` (the measuring code) always comes
+from this checkout, appended last, so every commit is measured by the same code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+if REPO not in sys.path:
+    sys.path.append(REPO)  # after site-packages: raylog itself comes from ASV_PYTHONPATH or the install
+
+#: Samples of each figure per asv run (the history command's --samples).
+SAMPLES = int(os.environ.get("RAYLOG_HISTORY_SAMPLES", "4"))
+#: Samples per run of the classes whose samples take a second or two (client, replication):
+#: more samples let asv's test see a 20% change through this machine's noise (±20-30%
+#: between samples when other work shares the two cores).
+CHEAP_SAMPLES = 3 * SAMPLES
+#: Bound on one class's setup_cache (its cluster start and every measurement).
+TIMEOUT_S = 1800
+MILLION = 1_000_000
+
+#: A class's samples: figure name -> one value per sample.
+Samples = dict[str, list[float]]
+
+
+def check_tree() -> None:
+    """Refuse to measure another raylog than the one the history command put first."""
+    import raylog
+
+    wanted = os.environ.get("RAYLOG_HISTORY_TREE")
+    if wanted and not os.path.abspath(raylog.__file__).startswith(os.path.abspath(wanted) + os.sep):
+        raise RuntimeError(f"raylog imported from {raylog.__file__}, not from the tree under test {wanted}")
+
+
+@contextlib.contextmanager
+def embedded_cluster(prefix: str, ship: tuple[str, ...] = (), **connect: Any) -> Iterator[tuple[Any, str]]:
+    """A local Ray and an embedded raylog cluster in a temporary directory, removed on exit;
+    ``ship``: benchmark modules whose actors Ray workers get by value."""
+    import ray
+
+    import raylog
+    from benchmarks import common
+
+    check_tree()
+    with contextlib.ExitStack() as stack:
+        workdir = common.temp_workdir(stack, prefix, None)
+        common.start_local_ray(stack)
+        for module in ship:
+            ray.cloudpickle.register_pickle_by_value(sys.modules[module])
+        cluster = raylog.connect(
+            data_dir=os.path.join(workdir, "data"), cluster_name=f"hist{uuid.uuid4().hex[:8]}", **connect
+        )
+        stack.callback(cluster.shutdown)
+        yield cluster, workdir
+
+
+def row_named(rows: list[Any], prefix: str) -> Any:
+    """The last row whose name starts with ``prefix``; an error if it failed or is missing."""
+    found = [r for r in rows if r.name.strip().startswith(prefix)]
+    if not found:
+        raise RuntimeError(f"no row named {prefix!r} among {[r.name for r in rows]}")
+    if found[-1].error:
+        raise RuntimeError(f"{found[-1].name}: {found[-1].error}")
+    return found[-1]
+
+
+def add(samples: Samples, name: str, value: float) -> None:
+    samples.setdefault(name, []).append(float(f"{value:.4g}"))
+
+
+def figure(name: str, unit: str = "seconds"):
+    """A track method handing asv the samples of figure ``name``."""
+
+    def track(self, samples: Samples) -> dict[str, Any]:
+        return {"samples": samples[name], "number": 1}
+
+    track.unit = unit
+    track.__name__ = f"track_{name}"
+    return track
