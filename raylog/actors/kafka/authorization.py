@@ -3,7 +3,7 @@
 With the ``authorizer`` setting at ``acl``, every request is authorized for the connection's
 principal (``User:ANONYMOUS`` until the listeners authenticate clients) and host (the
 client's address) against the cluster's ACLs (:class:`~raylog.coordination.acls.Authorizer`,
-kept by the :class:`BrokerContext` from its metadata answers). Each API has a rule in
+kept by the :class:`BrokerContext` from the controller's pushes and metadata answers). Each API has a rule in
 :data:`RULES`, with the checks of Kafka's ``KafkaApis`` and its error codes:
 
 - a request-level resource (a group, a transactional id, the cluster) not authorized answers
@@ -20,7 +20,7 @@ its fetch session that the request does not name. An API without a rule cannot b
 (a test holds :data:`RULES` to every supported API). Every denial is logged once per
 principal, host, operation and resource by the ``raylog.authorizer`` logger (Kafka's
 ``kafka.authorizer.logger``), at INFO, then at DEBUG, as allowed requests are; and counted
-in the ``raylog_authorization_denials`` metric.
+in the ``raylog_authorization_denials_total`` metric.
 """
 
 from __future__ import annotations

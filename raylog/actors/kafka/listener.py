@@ -35,6 +35,8 @@ And:
   is an answer that does not encode (a value too long for its field), logged once per API
   and version: one bad answer never wedges its connection.
 - A Produce with acks=0 gets no answer.
+- With the authorizer (``authorizer=acl``), every request goes through
+  :mod:`raylog.actors.kafka.authorization` first, for the connection's principal and address.
 - A Produce or Fetch over the client's byte-rate quota (its throttle time) holds the
   connection back as Kafka's does: from the versions of KIP-219 on (:data:`THROTTLE_AT_ONCE`)
   it is answered at once and the listener reads nothing more from the connection until the
