@@ -95,27 +95,32 @@ class Access:
 
     def allows(self, operation: ACLOperation, resource_type: ResourceType, name: str) -> bool:
         allowed = self.authorizer.authorize(self.principal, self.host, operation, resource_type, name)
-        self._log(allowed, operation, f"{resource_type.name.title().replace('_', '')}:{name}")
+        self._log(allowed, operation, resource_type, name)
         return allowed
 
     def allows_any(self, operation: ACLOperation, resource_type: ResourceType) -> bool:
         """Whether some resource of the type allows ``operation`` (Kafka's authorizeByResourceType)."""
         allowed = self.authorizer.authorize_any(self.principal, self.host, operation, resource_type)
-        self._log(allowed, operation, f"any {resource_type.name.title().replace('_', '')}")
+        self._log(allowed, operation, resource_type, None)
         return allowed
 
-    def _log(self, allowed: bool, operation: ACLOperation, resource: str) -> None:
+    def _log(self, allowed: bool, operation: ACLOperation, resource_type: ResourceType, name: str | None) -> None:
+        """Each denial at INFO the first time (then DEBUG) and counted; an allowed check at DEBUG.
+        The line is only formatted when it is logged: checks run on every produce and fetch."""
         if allowed:
             if logger.isEnabledFor(logging.DEBUG):
-                logger.debug(self._line(True, operation, resource))
+                logger.debug(self._line(True, operation, resource_type, name))
             return
         metrics.record_authorization_denial(operation.name)
-        key = (self.principal, self.host, operation, resource)
+        key = (self.principal, self.host, operation, resource_type, name)
         level = logging.DEBUG if key in self._logged else logging.INFO
         self._logged.add(key)
-        logger.log(level, self._line(False, operation, resource))
+        if logger.isEnabledFor(level):
+            logger.log(level, self._line(False, operation, resource_type, name))
 
-    def _line(self, allowed: bool, operation: ACLOperation, resource: str) -> str:
+    def _line(self, allowed: bool, operation: ACLOperation, resource_type: ResourceType, name: str | None) -> str:
+        kind = resource_type.name.title().replace("_", "")
+        resource = f"any {kind}" if name is None else f"{kind}:{name}"
         return (
             f"Principal = {self.principal} is {'Allowed' if allowed else 'Denied'} operation = {operation.name} "
             f"from host = {self.host} on resource = {resource}"
