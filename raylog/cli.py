@@ -1564,7 +1564,8 @@ def _add_start_stop_status(commands: Any) -> None:
     start.add_argument(
         "--kafka-host",
         default="",
-        help="the address Kafka listeners bind and advertise (default: all interfaces; the node address is advertised)",
+        help="the address Kafka listeners bind and advertise (default: the loopback, 127.0.0.1; 0.0.0.0: every "
+        "interface, the node's address advertised)",
     )
     stop = _command(commands, "stop", _stop, "stop raylog's actors (data stays on disk)")
     stop.add_argument("--ray", action="store_true", help="also `ray stop` the local head `raylog start` launched")

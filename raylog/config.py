@@ -549,8 +549,9 @@ class ControllerConfig(_Config):
     listeners: str = setting(
         "",
         "Where each broker's Kafka listener accepts Kafka protocol clients, as "
-        "PLAINTEXT://host:port (empty: no listener). An empty host or 0.0.0.0 listens on every "
-        "interface and advertises the broker's node address; port 0 takes a free port; brokers "
+        "PLAINTEXT://host:port (empty: no listener). An empty host listens on the loopback "
+        "address only (127.0.0.1, advertised as such); 0.0.0.0 listens on every interface and "
+        "advertises the broker's node address; port 0 takes a free port; brokers "
         "sharing a node (the embedded mode) listen on port, port + 1, ... in broker order.",
     )
 

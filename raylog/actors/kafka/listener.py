@@ -99,6 +99,9 @@ READS = frozenset(
     )
 )
 
+#: Where a listener whose ``listeners`` entry names no host binds (and what it advertises).
+LOOPBACK = "127.0.0.1"
+
 HANDLERS = {
     **data.HANDLERS,
     **groups.HANDLERS,
@@ -132,8 +135,11 @@ class KafkaListenerActor:
         records.warm_up()  # numba's conversion loops, compiled or loaded from its cache, before any client
         self.config = config or ControllerConfig()
         self.context = BrokerContext(cluster_name, broker_id, controller, self.config)
-        self._bind_host = host or "0.0.0.0"
-        self._advertised_host = host if host not in ("", "0.0.0.0", "::") else ray.util.get_node_ip_address()
+        # No host: the loopback only (clients on this node). Every interface only when the
+        # listener names it (0.0.0.0 or ::), which then advertises the node's address.
+        self._bind_host = host or LOOPBACK
+        everywhere = host in ("0.0.0.0", "::")
+        self._advertised_host = ray.util.get_node_ip_address() if everywhere else self._bind_host
         self._port = port
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()

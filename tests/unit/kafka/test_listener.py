@@ -276,3 +276,13 @@ def test_a_closed_connections_reads_stop_and_its_writes_finish(monkeypatch):
         release.set()
         wait_until(lambda: outcomes.get("write"), timeout_s=READ_TIMEOUT_S, message="the write finished")
     assert outcomes == {"read": "cancelled", "write": "finished"}
+
+
+def test_a_listener_that_names_no_host_binds_the_loopback_only():
+    """``PLAINTEXT://:port`` binds 127.0.0.1 and advertises it (every interface only when the
+    listener names 0.0.0.0); it bound 0.0.0.0, open to every network that reaches the node."""
+    actor = listener.KafkaListenerActor("unit", 0, None, "", 0, ControllerConfig())
+    with running(actor) as port:
+        bound = {sock.getsockname()[0] for sock in actor._server.sockets}
+        assert bound == {"127.0.0.1"} and actor._advertised_host == "127.0.0.1"
+        assert Wire(f"127.0.0.1:{port}").ask(ApiKey.API_VERSIONS, 0, {})["error_code"] == 0
