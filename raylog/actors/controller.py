@@ -620,7 +620,10 @@ class ControllerActor:
     async def alter_client_quotas(self, changes: dict) -> tuple[int, str]:
         """Alter client quotas (all or nothing; see
         :meth:`~raylog.coordination.metadata.MetadataImage.alter_client_quotas`), journaled,
-        then pushed to every live replica; ``(error_code, message)``, code 0 on success."""
+        then pushed to every live replica and answered once they hold them (a client that
+        starts right after finds its quota in force), or after :data:`PEER_CALL_TIMEOUT_S` if
+        a replica does not answer (it gets them when it does); ``(error_code, message)``, code
+        0 on success."""
         await self.start()
         async with self._guard():
             try:
@@ -628,7 +631,15 @@ class ControllerActor:
             except RaylogError as exc:
                 return _error_result(exc)
             keys = [key for key in self.replicas if key[2] in self.live]
-        self._push_quotas(keys)
+        pushes = self._push_quotas(keys)
+        if pushes:
+            _, late = await asyncio.wait(pushes, timeout=PEER_CALL_TIMEOUT_S)
+            if late:
+                logger.info(
+                    "%d replica(s) did not take client quotas version %d at once",
+                    len(late),
+                    self.image.client_quotas_version,
+                )
         return 0, ""
 
     async def describe_client_quotas(self) -> dict[str | None, dict[str, float]]:
@@ -1118,15 +1129,19 @@ class ControllerActor:
         leader = self._cached_replica(key) if info.leader in self.live else None
         return leader, (self.image.config_versions[info.topic], self.image.topics[info.topic].config)
 
-    def _push_quotas(self, keys: list[tuple[str, int, int]]) -> None:
-        """Tell the replicas of ``keys`` the client quotas and their version (as :meth:`_push`)."""
+    def _push_quotas(self, keys: list[tuple[str, int, int]]) -> list[asyncio.Future]:
+        """Tell the replicas of ``keys`` the client quotas and their version (as :meth:`_push`);
+        the pushes, to await."""
         if not self.image.client_quotas_version:
-            return  # never set: replicas start without quotas
+            return []  # never set: replicas start without quotas
         version, quotas = self.image.client_quotas_version, dict(self.image.client_quotas)
+        pushes = []
         for key in keys:
             handle = self._cached_replica(key)
             if handle is not None:
-                self._pushes.push(("quotas", *key), self._still(key, handle), handle.update_quotas, version, quotas)
+                wanted = self._still(key, handle)
+                pushes.append(self._pushes.push(("quotas", *key), wanted, handle.update_quotas, version, quotas))
+        return pushes
 
     def _remove_replicas(self, topic: TopicDescription) -> Awaitable[None]:
         """Forget ``topic``'s replica actors; the removal of their data and processes, to await."""

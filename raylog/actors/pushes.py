@@ -7,7 +7,8 @@ broker and sends each LeaderAndIsr until the broker answers; here each replica's
 each kind is sent again after every failure or timeout, until the actor answers, a newer push of
 the same kind for the same replica replaces it, or the replica is no longer wanted (its broker
 left, its topic was deleted, its actor was replaced). Replicas ignore a push older than what
-they hold, so a push that arrives twice, or late, changes nothing.
+they hold, so a push that arrives twice, or late, changes nothing. A caller that must answer only
+once a push arrived (client quotas an admin just set) awaits the future :meth:`Pushes.push` returns.
 """
 
 from __future__ import annotations
@@ -39,23 +40,35 @@ class Pushes:
         self._latest: dict[Hashable, int] = {}
         self._tickets = itertools.count()
 
-    def push(self, key: Hashable, wanted: Callable[[], bool], method: Any, *args: Any) -> None:
+    def push(self, key: Hashable, wanted: Callable[[], bool], method: Any, *args: Any) -> asyncio.Future:
         """Call ``method.remote(*args)`` (a replica actor's method) until it answers, while
-        ``wanted()`` holds and no later push of ``key`` was made."""
+        ``wanted()`` holds and no later push of ``key`` was made. The future returned is True
+        once the actor answered, False once the push was given up (replaced or not wanted)."""
         ticket = next(self._tickets)
         self._latest[key] = ticket
-        self._spawn(self._deliver(key, ticket, wanted, method, args))
+        delivered = asyncio.get_running_loop().create_future()
+        self._spawn(self._deliver(key, ticket, wanted, method, args, delivered))
+        return delivered
 
     def pending(self) -> int:
         """Pushes not answered yet."""
         return len(self._latest)
 
-    async def _deliver(self, key: Hashable, ticket: int, wanted: Callable[[], bool], method: Any, args: tuple) -> None:
+    async def _deliver(
+        self,
+        key: Hashable,
+        ticket: int,
+        wanted: Callable[[], bool],
+        method: Any,
+        args: tuple,
+        delivered: asyncio.Future,
+    ) -> None:
         attempts = 0
         try:
             while self._latest.get(key) == ticket and wanted():
                 try:
                     await asyncio.wait_for(method.remote(*args), self._timeout_s)
+                    delivered.set_result(True)
                     return
                 except (asyncio.TimeoutError, RayError) as exc:
                     attempts += 1
@@ -63,5 +76,7 @@ class Pushes:
                         logger.info("push %s not answered (attempt %d), sent again: %r", key, attempts, exc)
                     await asyncio.sleep(self._retry_s)
         finally:
+            if not delivered.done():
+                delivered.set_result(False)
             if self._latest.get(key) == ticket:
                 del self._latest[key]

@@ -116,6 +116,18 @@ def test_a_throttled_producer_is_answered_at_once_and_holds_back(cluster, admin,
         assert time.monotonic() - answered >= throttle_s * 0.9, "sent before the throttle time passed"
 
 
+def test_a_quota_is_in_force_on_the_leaders_when_its_change_is_answered(cluster, admin, topic):
+    """AlterClientQuotas answers once the live replicas hold the new quotas: a client that
+    starts right after meets its quota on its first request (the push was in the background
+    before, and a consumer's first fetch could beat it on a loaded machine)."""
+    name = topic(num_partitions=2)
+    leaders = [cluster.metadata(refresh=True).leader(TopicPartition(name, p)) for p in range(2)]
+    before = [ray.get(leader.state.remote())["client_quotas_version"] for leader in leaders]
+    admin.alter_client_quotas({client_id(): {CONSUMER_BYTE_RATE: BIG_RECORD_QUOTA}})
+    after = [ray.get(leader.state.remote())["client_quotas_version"] for leader in leaders]
+    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+
+
 def test_a_throttled_consumer_gets_its_records_at_once_and_holds_back(cluster, admin, topic):
     """KIP-219 for fetches: the records over the consumer's quota come at once with the
     throttle time; the consumer fetches that partition again only once it has passed."""

@@ -98,3 +98,25 @@ def test_a_push_to_a_replica_no_longer_wanted_stops():
 
     run(scenario)
     assert replica.received == [] and 1 < replica.calls < 1000
+
+
+def test_a_push_can_be_awaited_until_it_is_delivered():
+    """A caller that must answer only once the replica holds the push (the client quotas an
+    admin just set) awaits it: True once delivered, False when a newer push replaced it or
+    the replica is no longer wanted."""
+    slow, gone = Replica(hang=2), Replica(fail=1000)
+    wanted = {"gone": True}
+
+    async def scenario(pushes: Pushes) -> None:
+        delivered = pushes.push("p0-b1", lambda: True, slow, "quotas 1")
+        abandoned = pushes.push("p1-b1", lambda: wanted["gone"], gone, "quotas 1")
+        assert not delivered.done()
+        assert await asyncio.wait_for(delivered, 5) is True
+        assert slow.received == [("quotas 1",)]
+        replaced = pushes.push("p0-b2", lambda: True, Replica(hang=1000), "quotas 1")
+        pushes.push("p0-b2", lambda: True, Replica(), "quotas 2")
+        assert await asyncio.wait_for(replaced, 5) is False
+        wanted["gone"] = False
+        assert await asyncio.wait_for(abandoned, 5) is False
+
+    run(scenario)
