@@ -20,13 +20,27 @@ raylog topics describe [NAME ...] [--under-replicated-partitions] [--unavailable
         the topic's config overrides; a filter prints only the partitions it names
 raylog topics describe-configs NAME ... [--all] [--json]
         as kafka-configs --describe: a topic's config overrides (--all: every property),
-        each with its source, "topic" or "default"
+        each with its source: "topic", "dynamic_default_broker" (a cluster-wide broker
+        default, see brokers alter-configs) or "default"
 raylog topics alter NAME [--config k=v ...] [--delete-config k ...]
         set config properties or delete overrides (back to the default); the topic's live
         replicas apply the change without a restart
 raylog topics add-partitions NAME --partitions N
         grow a topic to N partitions (never fewer); keys then hash over N partitions
 raylog topics delete NAME ...
+raylog brokers describe-configs [--broker ID | --cluster-default] [--all] [--json]
+        as kafka-configs --describe --entity-type brokers [--entity-name ID | --entity-default]:
+        the dynamic configs set on a broker or on the cluster default (every broker), of
+        each broker and the cluster default when neither is named; --all: every config, each
+        with its source: "dynamic_broker", "dynamic_default_broker", "static_broker" (given
+        when the cluster started, read-only) or "default". JSON is keyed by the broker id,
+        "" for the cluster default
+raylog brokers alter-configs (--broker ID | --cluster-default) [--add-config k=v,k2=[a,b] ...]
+                             [--delete-config k,k2 ...]
+        as kafka-configs --alter --entity-type brokers: set or delete dynamic broker configs.
+        A topic property's broker name (log.retention.ms for retention.ms) is the default of
+        every topic that does not set it (a broker's own: of its replicas), applied live;
+        raylog's static settings (num.partitions ...) are refused; other names are kept
 raylog reassign-partitions start TOPIC --partitions 0,1 --replicas 2,0,1 [--wait [--timeout-ms T]]
         move partitions to a new replica set (or change their replication factor); with
         --wait, until every moved partition is in sync on its new replicas
@@ -135,12 +149,13 @@ import json
 import logging
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import raylog
@@ -172,7 +187,7 @@ from raylog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raylog.storage import compression, record_batch
-from raylog.types import TopicPartition
+from raylog.types import ConfigResource, ConfigResourceType, TopicPartition
 
 if TYPE_CHECKING:
     from raylog.clients.cluster import RaylogCluster
@@ -644,36 +659,63 @@ def _topics_describe_configs(args: argparse.Namespace) -> int:
     """Like kafka-configs --describe: overrides only unless --all."""
     with _connected(args) as cluster:
         described = raylog.Admin(cluster).describe_configs(args.names)
-    shown = {
-        name: {k: e for k, e in entries.items() if args.all or e.source == "topic"}
-        for name, entries in described.items()
-    }
-    if args.json:
+    shown = {name: _shown(entries, args.all, "topic") for name, entries in described.items()}
+    _print_configs(shown, args.json, lambda name: f"topic {name}", "no overrides: every property has its default")
+    return 0
+
+
+def _shown(entries: dict[str, Any], every: bool, source: str) -> dict[str, Any]:
+    """The described configs a describe-configs prints: those of ``source`` unless ``every``."""
+    return {k: e for k, e in entries.items() if every or e.source == source}
+
+
+def _print_configs(
+    shown: dict[str, dict[str, Any]], as_json: bool, entity: Callable[[str], str], none_shown: str
+) -> None:
+    """Described configs per resource name: as JSON ``{name: {config: {"value", "source"}}}``,
+    or a NAME VALUE SOURCE table under "Configs for <entity(name)>:" (``none_shown`` when
+    empty)."""
+    if as_json:
         print(json.dumps({n: {k: e._asdict() for k, e in es.items()} for n, es in shown.items()}, indent=2))
-        return 0
+        return
     for name, entries in shown.items():
-        print(f"Configs for topic {name}:")
+        print(f"Configs for {entity(name)}:")
         if entries:
             rows = [("NAME", "VALUE", "SOURCE"), *((k, e.value, e.source) for k, e in entries.items())]
             print("\n".join(f"  {line}" for line in _table(rows).splitlines()))
         else:
-            print("  no overrides: every property has its default (--all lists them)")
-    return 0
+            print(f"  {none_shown} (--all lists them)")
 
 
 def _topics_alter(args: argparse.Namespace) -> int:
     set_keys = dict(args.config)
-    both = sorted(set(set_keys) & set(args.delete_config))
-    if not set_keys and not args.delete_config:
-        raise _UsageError("nothing to alter: give --config K=V and/or --delete-config K")
+    changes = _alter_changes(set_keys, args.delete_config, "--config")
+    with _connected(args) as cluster:
+        raylog.Admin(cluster).incremental_alter_configs({args.name: changes})
+    done = _altered(set_keys, args.delete_config, "the default")
+    print(f"altered topic {args.name!r}: {done}; its replicas apply it now")
+    return 0
+
+
+def _alter_changes(set_keys: dict[str, str], deleted: list[str], set_flag: str) -> dict[str, str | None]:
+    """An alter's changes: each K=V set, each deleted K None.
+
+    Raises:
+        _UsageError: nothing to alter, or a config both set and deleted.
+    """
+    if not set_keys and not deleted:
+        raise _UsageError(f"nothing to alter: give {set_flag} K=V and/or --delete-config K")
+    both = sorted(set(set_keys) & set(deleted))
     if both:
         raise _UsageError(f"{', '.join(both)}: both set and deleted")
-    with _connected(args) as cluster:
-        raylog.Admin(cluster).incremental_alter_configs({args.name: {**set_keys, **dict.fromkeys(args.delete_config)}})
+    return {**set_keys, **dict.fromkeys(deleted)}
+
+
+def _altered(set_keys: dict[str, str], deleted: list[str], back_to: str) -> str:
+    """What an alter did, for its output line."""
     done = [f"set {', '.join(f'{k}={v}' for k, v in set_keys.items())}"] if set_keys else []
-    done += [f"deleted {', '.join(args.delete_config)} (back to the default)"] if args.delete_config else []
-    print(f"altered topic {args.name!r}: {'; '.join(done)}; its replicas apply it now")
-    return 0
+    done += [f"deleted {', '.join(deleted)} (back to {back_to})"] if deleted else []
+    return "; ".join(done)
 
 
 def _topics_add_partitions(args: argparse.Namespace) -> int:
@@ -696,6 +738,94 @@ def _topics_delete(args: argparse.Namespace) -> int:
         raylog.Admin(cluster).delete_topics(args.names)
     print(f"deleted {', '.join(map(repr, args.names))}")
     return 0
+
+
+# --- brokers -------------------------------------------------------------------------------
+
+
+def _brokers_describe_configs(args: argparse.Namespace) -> int:
+    """Like kafka-configs --describe --entity-type brokers: the configs set on each resource
+    itself (a broker's, or the cluster default's) unless --all."""
+    with _connected(args) as cluster:
+        names = _broker_resources(args, cluster)
+        described = raylog.Admin(cluster).describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, n) for n in names]
+        )
+    shown = {
+        name: _shown(entries, args.all, "dynamic_broker" if name else "dynamic_default_broker")
+        for (_, name), entries in described.items()
+    }
+    none_shown = "no dynamic configs: every config has its static or default value"
+    _print_configs(shown, args.json, _broker_entity, none_shown)
+    return 0
+
+
+def _broker_resources(args: argparse.Namespace, cluster: RaylogCluster) -> list[str]:
+    """The broker resources named (--broker, --cluster-default), else the cluster default and
+    every broker."""
+    if args.cluster_default or args.broker is not None:
+        return [_broker_resource(args)]
+    return ["", *(str(b) for b in sorted(cluster.metadata(refresh=True).brokers))]
+
+
+def _broker_resource(args: argparse.Namespace) -> str:
+    """The broker resource's name: the broker id, or "" for the cluster default."""
+    return "" if args.cluster_default else str(args.broker)
+
+
+def _broker_entity(name: str) -> str:
+    return f"broker {name}" if name else "the cluster default (every broker)"
+
+
+def _brokers_alter_configs(args: argparse.Namespace) -> int:
+    set_keys = dict(pair for pairs in args.add_config for pair in pairs)
+    deleted = [key for keys in args.delete_config for key in keys]
+    changes = _alter_changes(set_keys, deleted, "--add-config")
+    name = _broker_resource(args)
+    with _connected(args) as cluster:
+        raylog.Admin(cluster).incremental_alter_configs([ConfigResource(ConfigResourceType.BROKER, name, changes)])
+    back_to = "the cluster default, else the static or built-in value" if name else "the static or built-in value"
+    print(f"altered {_broker_entity(name)}: {_altered(set_keys, deleted, back_to)}; live replicas apply it now")
+    return 0
+
+
+def _add_brokers(commands: Any) -> None:
+    brokers = commands.add_parser(
+        "brokers", help="describe and alter dynamic broker configs (kafka-configs.sh --entity-type brokers)"
+    )
+    actions = brokers.add_subparsers(dest="action", required=True)
+    describe = _command(actions, "describe-configs", _brokers_describe_configs, "broker configs and their sources")
+    _broker_entity_arguments(describe, required=False)
+    describe.add_argument("--all", action="store_true", help="every config, static and defaults too (default: dynamic)")
+    describe.add_argument("--json", action="store_true", help="machine-readable output")
+    alter = _command(actions, "alter-configs", _brokers_alter_configs, "set or delete dynamic broker configs (live)")
+    _broker_entity_arguments(alter, required=True)
+    alter.add_argument(
+        "--add-config",
+        type=_config_pairs,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="K=V,...",
+        help="set these, e.g. log.retention.ms=86400000,log.cleanup.policy=[delete,compact]",
+    )
+    alter.add_argument(
+        "--delete-config",
+        type=_config_names,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="K,...",
+        help="delete these (back to the cluster default, static or built-in value)",
+    )
+
+
+def _broker_entity_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+    entity = parser.add_mutually_exclusive_group(required=required)
+    entity.add_argument("--broker", type=_non_negative_int, metavar="ID", help="this broker's own configs")
+    entity.add_argument(
+        "--cluster-default", action="store_true", help="the cluster-wide default of every broker (Kafka's <default>)"
+    )
 
 
 # --- produce and consume ---------------------------------------------------------------------
@@ -1519,6 +1649,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_start_stop_status(commands)
     _add_topics(commands)
+    _add_brokers(commands)
     _add_replica_management(commands)
     _add_produce_consume(commands)
     _add_groups(commands)
@@ -1869,6 +2000,21 @@ def _config_pair(text: str) -> tuple[str, str]:
     if not found or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key, value
+
+
+def _config_pairs(text: str) -> list[tuple[str, str]]:
+    """Comma-separated K=V pairs, as kafka-configs --add-config reads them: a list value in
+    brackets (``log.cleanup.policy=[delete,compact]``) keeps its commas, without brackets."""
+    pairs = [_config_pair(part) for part in re.split(r",(?![^\[]*\])", text)]
+    return [(key, value[1:-1] if value.startswith("[") and value.endswith("]") else value) for key, value in pairs]
+
+
+def _config_names(text: str) -> list[str]:
+    """Comma-separated config names."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected config names, got {text!r}")
+    return names
 
 
 def _non_negative_int(text: str) -> int:

@@ -645,3 +645,32 @@ def listener_address(value: str) -> tuple[str, int]:
             f"listeners must be PLAINTEXT://host:port (one listener; SSL and SASL are not served), got {_quoted(value)}"
         )
     return host.strip("[]"), int(port)
+
+
+#: Topic properties whose value is a comma-separated list (AlterConfigOp APPEND / SUBTRACT).
+LIST_PROPERTIES = frozenset({"cleanup.policy"})
+
+
+def list_operation(name: str, current: str, operation: tuple, incremental: bool, lists: frozenset) -> str:
+    """The new value of list config ``name`` (one of ``lists``) after ``(op, items)``:
+    "append" adds the comma-separated items not there yet, "subtract" removes those that are.
+
+    Raises:
+        InvalidConfigError: not an ``("append" | "subtract", items)`` of an incremental alter,
+            or ``name`` is not a list config.
+    """
+    op, items = operation if len(operation) == 2 else (None, None)
+    if not incremental or op not in ("append", "subtract") or not isinstance(items, str):
+        raise InvalidConfigError(
+            f'{name}: {operation!r} is not a change: give a value, None, or ("append" | "subtract", items) '
+            "in an incremental alter"
+        )
+    if name not in lists:
+        raise InvalidConfigError(f"{name} is not a list config: only {', '.join(sorted(lists))} can {op}")
+    values = [v.strip() for v in current.split(",") if v.strip()]
+    given = [v.strip() for v in items.split(",") if v.strip()]
+    if op == "append":
+        values += [v for v in given if v not in values]
+    else:
+        values = [v for v in values if v not in given]
+    return ",".join(values)

@@ -84,8 +84,11 @@ accepted range is refused with `InvalidConfigError`, which names the setting.
 TOPIC_INTRO = """Set per topic when it is created (`NewTopic("clicks", 6, config={"retention.ms": "3600000"})`,
 `raylog topics create clicks --config retention.ms=3600000`) and changed while it is in use
 (`raylog topics alter`, or the Admin's config calls): the topic's live replicas apply a change
-without a restart. `raylog topics describe-configs NAME --all` shows every value and whether it
-was set on the topic or is the default. The storage engine alone (`raylog.storage.log.Log`)
+without a restart. A topic that does not set a property takes its default from the dynamic
+broker config of Kafka's broker name for it (`log.retention.ms` for `retention.ms`, set with
+`raylog brokers alter-configs --cluster-default`, or for one broker's replicas `--broker ID`),
+else the default below. `raylog topics describe-configs NAME --all` shows every value and
+where it comes from. The storage engine alone (`raylog.storage.log.Log`)
 takes the `LogConfig` part: every setting from `segment.bytes` to
 `log.cleaner.io.max.bytes.per.second`."""
 

@@ -121,17 +121,22 @@ class NewPartitions:
 
 
 class ConfigResourceType(enum.IntEnum):
-    """What a :class:`ConfigResource` names (Kafka's codes). raylog's configs are per topic:
-    brokers take theirs from ``raylog.connect(config=...)``."""
+    """What a :class:`ConfigResource` names (Kafka's codes): a topic, or a broker resource
+    holding Kafka's dynamic broker configs, named by a broker id (``"0"``) or ``""`` (the
+    cluster default, every broker). A broker config named after a topic property
+    (``log.retention.ms``) is the default of topics that do not set it; raylog's static
+    settings, given to ``raylog.connect(config=...)`` when the cluster starts, are read-only
+    (see :mod:`raylog.coordination.broker_configs`)."""
 
     TOPIC = 2
     BROKER = 4
 
 
 class AlterConfigOp(enum.IntEnum):
-    """How ``Admin.incremental_alter_configs`` changes a property given as ``(op, value)``:
+    """How ``Admin.incremental_alter_configs`` changes a config given as ``(op, value)``:
     set it, delete its override (back to the default), or append to / subtract from a list
-    property such as ``cleanup.policy`` (Kafka's codes)."""
+    config such as a topic's ``cleanup.policy`` or a broker's ``log.cleanup.policy``
+    (Kafka's codes)."""
 
     SET = 0
     DELETE = 1
@@ -143,7 +148,9 @@ class AlterConfigOp(enum.IntEnum):
 class ConfigResource:
     """A resource and its configs, as kafka-python's and confluent-kafka's admin clients
     take them: ``ConfigResource(ConfigResourceType.TOPIC, "clicks", {"retention.ms":
-    "3600000"})``. ``resource_type`` may also be its name (``"topic"``) or code."""
+    "3600000"})``, ``ConfigResource(ConfigResourceType.BROKER, "", {"log.retention.ms":
+    "3600000"})`` (a broker id, or "" for the cluster default). ``resource_type`` may also be
+    its name (``"topic"``, ``"broker"``) or code."""
 
     resource_type: ConfigResourceType | str | int
     name: str
@@ -172,8 +179,10 @@ class TopicDescription:
 
 
 class ConfigEntry(NamedTuple):
-    """One topic config property as described: its value and where it comes from,
-    ``"topic"`` (set on the topic) or ``"default"``."""
+    """One config as described: its value and where it comes from, ``"topic"`` (set on the
+    topic), ``"dynamic_broker"`` (set for the broker), ``"dynamic_default_broker"`` (set on
+    the cluster default), ``"static_broker"`` (a setting given when the cluster started) or
+    ``"default"``."""
 
     value: str
     source: str

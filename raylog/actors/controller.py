@@ -57,7 +57,7 @@ from raylog.actors.pushes import Pushes
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.config import ControllerConfig
-from raylog.coordination import elections
+from raylog.coordination import broker_configs, elections
 from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, partition_record
@@ -512,7 +512,7 @@ class ControllerActor:
                 info = self.image.partition(topic, partition)
             except RaylogError:
                 return None
-            leader, config = self._role(info)
+            leader, config = self._role(info, broker_id)
             if self._cached_replica((topic, partition, broker_id)) is not None:
                 self._ready.add((topic, partition, broker_id))  # it answers: it runs
                 self._notify_leaders()
@@ -605,6 +605,39 @@ class ControllerActor:
                 self._push(list(self.image.topics[name].partitions))
 
         return await self._each({name: (name, change) for name, change in changes.items()}, alter)
+
+    async def alter_broker_configs(
+        self, changes: dict[str, dict[str, Any]], incremental: bool = True, validate_only: bool = False
+    ) -> dict[str, tuple[int, str]]:
+        """Alter broker resources' dynamic configs (resource "" the cluster default, else a
+        broker id; see :meth:`~raylog.coordination.metadata.MetadataImage.alter_broker_config`),
+        one journal record each; topics' new defaults are pushed to their live replicas (a
+        broker's own to its replicas). Per resource ``(error_code, message)``; a refused one is
+        unchanged; ``validate_only`` checks each change and makes none."""
+
+        def alter(item: tuple[str, dict[str, Any]]) -> None:
+            resource, change = item
+            record = self.image.alter_broker_config(resource, change, incremental=incremental)
+            if validate_only:
+                return
+            self._commit([record])
+            logger.info("dynamic broker configs of %s set: %s", resource or "the cluster default", record["configs"])
+            only = None if resource == "" else int(resource)
+            self._push([p for topic in self.image.topics.values() for p in topic.partitions], only=only)
+
+        return await self._each({resource: (resource, change) for resource, change in changes.items()}, alter)
+
+    async def describe_broker_configs(self, resources: list[str]) -> dict[str, tuple[int, str, dict]]:
+        """Per broker resource ("" or a broker id) ``(error_code, message, {config: ConfigEntry})``."""
+        await self.start()
+        results = {}
+        for resource in resources:
+            try:
+                static = broker_configs.static_configs(self.config, broker_configs.broker_id_of(resource))
+                results[resource] = (0, "", self.image.describe_broker_config(resource, static))
+            except RaylogError as exc:
+                results[resource] = (*_error_result(exc), {})
+        return results
 
     async def describe_configs(self, names: list[str]) -> dict[str, tuple[int, str, dict]]:
         """Per topic ``(error_code, message, {property: ConfigEntry})``."""
@@ -1084,7 +1117,7 @@ class ControllerActor:
             partition,
             broker_id,
             broker.data_dir,
-            topic.config,
+            self.image.replica_config(topic.name, broker_id),
             state,
             leader,
         )
@@ -1107,11 +1140,11 @@ class ControllerActor:
         its topic's config, in the background until it answers (see :class:`Pushes`). A
         replica not started yet gets the state it will start with, or is told once it answers."""
         for info in partitions:
-            leader, config = self._role(info)
             for broker_id in info.replicas:
                 key = (info.topic, info.partition, broker_id)
                 handle = self._cached_replica(key)
                 if broker_id in self.live and handle is not None and only in (None, broker_id):
+                    leader, config = self._role(info, broker_id)
                     self._pushes.push(
                         ("state", *key), self._still(key, handle), handle.update_state, info, leader, config
                     )
@@ -1121,13 +1154,14 @@ class ControllerActor:
         the replica's actor (not deleted with its topic, nor replaced on a new node)."""
         return lambda: key[2] in self.live and self._cached_replica(key) is handle
 
-    def _role(self, info: PartitionInfo) -> tuple[Any, tuple[int, dict]]:
-        """What a replica of ``info``'s partition is told with its state: the leader's actor
-        (None when the leader is not live or its actor not created yet: it is told when the
-        leader answers) and the topic's ``(config version, config)``."""
+    def _role(self, info: PartitionInfo, broker_id: int) -> tuple[Any, tuple[int, dict]]:
+        """What broker ``broker_id``'s replica of ``info``'s partition is told with its state:
+        the leader's actor (None when the leader is not live or its actor not created yet: it
+        is told when the leader answers) and ``(config version, config)``, the topic's under
+        the broker's own dynamic defaults."""
         key = (info.topic, info.partition, info.leader)
         leader = self._cached_replica(key) if info.leader in self.live else None
-        return leader, (self.image.config_versions[info.topic], self.image.topics[info.topic].config)
+        return leader, (self.image.config_versions[info.topic], self.image.replica_config(info.topic, broker_id))
 
     def _push_quotas(self, keys: list[tuple[str, int, int]]) -> list[asyncio.Future]:
         """Tell the replicas of ``keys`` the client quotas and their version (as :meth:`_push`);

@@ -1,6 +1,6 @@
-"""Admin: create, delete, list and describe topics, alter and describe their configs, add
-partitions, move replicas and leadership; list, describe, reset and delete consumer groups;
-alter and describe client quotas; create, describe and delete ACLs."""
+"""Admin: create, delete, list and describe topics, alter and describe topic and dynamic
+broker configs, add partitions, move replicas and leadership; list, describe, reset and
+delete consumer groups; alter and describe client quotas; create, describe and delete ACLs."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from raylog.actors.transport import call
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
+from raylog.coordination import broker_configs
 from raylog.coordination.acls import ACL, ACLFilter
 from raylog.coordination.elections import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -178,16 +179,24 @@ class Admin:
         return [known[n] for n in wanted]
 
     def alter_configs(self, resources: ConfigResources, *, incremental: bool = False) -> None:
-        """Replace topics' configs (Kafka's AlterConfigs, confluent-kafka's and kafka-python
-        2.x's ``alter_configs``): each topic's overrides become exactly the properties given,
-        and every property not given (or given None) goes back to its default. To change
-        some properties and keep the others, use :meth:`incremental_alter_configs`. Each
-        topic is altered or refused as a whole, atomically; the change reaches the topic's
-        live replicas without a restart (segment settings apply from the next segment on).
+        """Replace the configs of topics and broker resources (Kafka's AlterConfigs,
+        confluent-kafka's and kafka-python 2.x's ``alter_configs``): each resource's configs
+        set become exactly those given, and every config not given (or given None) goes back
+        to its default. To change some configs and keep the others, use
+        :meth:`incremental_alter_configs`. Each resource is altered or refused as a whole,
+        atomically; the change reaches the live replicas without a restart (segment settings
+        apply from the next segment on).
+
+        A broker resource, ``ConfigResource(ConfigResourceType.BROKER, "0")`` (a broker id)
+        or ``""`` (the cluster default, every broker), holds Kafka's dynamic broker configs
+        (see :mod:`raylog.coordination.broker_configs`): a topic property's broker name
+        (``log.retention.ms``) is the default of every topic that does not set it itself, on
+        that broker's replicas or everywhere; raylog's static settings (the controller's,
+        ``num.partitions`` ...) are read-only; other names are kept.
 
         Args:
             resources: ``{topic: {property: value}}``, or a list of
-                :class:`~raylog.types.ConfigResource` (topic resources).
+                :class:`~raylog.types.ConfigResource` (topic or broker resources).
             incremental: True makes this :meth:`incremental_alter_configs` (kafka-python
                 3's ``alter_configs(..., incremental=True)``). Note that kafka-python 3
                 alters incrementally by default where raylog, as Kafka's AlterConfigs,
@@ -198,60 +207,106 @@ class Admin:
 
         Raises:
             The first refusal's typed error (UnknownTopicOrPartitionError, InvalidConfigError
-            naming the property), after every other topic was handled.
+            naming the config, InvalidRequestError for a read-only broker config or a broker
+            id that is not registered), after every other resource was handled.
             InvalidConfigError: an ``(op, value)`` change (incremental only).
-            InvalidRequestError: a resource that is not a topic, or a topic named twice.
-            TypeError: resources or configs of the wrong shape.
+            InvalidRequestError: a resource neither a topic nor a broker, a broker resource
+                named neither by a broker id nor "", or a resource named twice.
+            TypeError: resources, names or configs of the wrong shape.
         """
         if not isinstance(incremental, bool):
             raise TypeError(f"incremental must be True or False, got {incremental!r}")
         self._alter_configs(_config_changes(resources, incremental=incremental), incremental=incremental)
 
     def incremental_alter_configs(self, resources: ConfigResources) -> None:
-        """Change some properties of topics' configs and keep the others (Kafka's
+        """Change some configs of topics and broker resources and keep the others (Kafka's
         IncrementalAlterConfigs; confluent-kafka's ``incremental_alter_configs``): a value
-        sets a property, None deletes its override (back to the default), and
-        ``(AlterConfigOp, value)`` names the operation: SET, DELETE, or APPEND / SUBTRACT
-        comma-separated items of a list property (``cleanup.policy``). Each topic is altered
-        or refused as a whole, atomically, and the change reaches its live replicas.
+        sets a config, None deletes it (back to the default), and ``(AlterConfigOp, value)``
+        names the operation: SET, DELETE, or APPEND / SUBTRACT comma-separated items of a
+        list config (a topic's ``cleanup.policy``, a broker's ``log.cleanup.policy``). Each
+        resource is altered or refused as a whole, atomically, and the change reaches the
+        live replicas. Broker resources are as at :meth:`alter_configs`.
 
         Args:
             resources: ``{topic: {property: change}}``, or a list of
-                :class:`~raylog.types.ConfigResource` (topic resources).
+                :class:`~raylog.types.ConfigResource` (topic or broker resources).
 
         Example:
             >>> admin.incremental_alter_configs(                                 # doctest: +SKIP
             ...     {"clicks": {"retention.ms": "3600000", "segment.bytes": None}})
+            >>> admin.incremental_alter_configs(                                 # doctest: +SKIP
+            ...     [ConfigResource(ConfigResourceType.BROKER, "", {"log.retention.ms": "3600000"})])
 
         Raises:
             The first refusal's typed error (UnknownTopicOrPartitionError, InvalidConfigError
-            naming the property, or for an APPEND / SUBTRACT of a property that is not a
-            list), after every other topic was handled.
-            InvalidRequestError: a resource that is not a topic, or a topic named twice.
-            TypeError: resources, configs or an operation of the wrong shape.
+            naming the config, or for an APPEND / SUBTRACT of a config that is not a list,
+            InvalidRequestError for a read-only broker config or a broker id that is not
+            registered), after every other resource was handled.
+            InvalidRequestError: a resource neither a topic nor a broker, a broker resource
+                named neither by a broker id nor "", or a resource named twice.
+            TypeError: resources, names, configs or an operation of the wrong shape.
         """
         self._alter_configs(_config_changes(resources, incremental=True), incremental=True)
 
-    def _alter_configs(self, changes: dict[str, dict[str, Any]], incremental: bool) -> None:
-        results = call(self._cluster.controller.alter_configs.remote(changes, incremental), self._timeout_s)
+    def _alter_configs(self, changes: dict[ResourceKey, dict[str, Any]], incremental: bool) -> None:
+        controller = self._cluster.controller
+        results = self._per_resource(
+            changes,
+            lambda topics: controller.alter_configs.remote(topics, incremental),
+            lambda brokers: controller.alter_broker_configs.remote(brokers, incremental),
+        )
         self._cluster.metadata(refresh=True)
         _raise_first(results)
 
-    def describe_configs(self, resources: list[str | ConfigResource]) -> dict[str, dict[str, ConfigEntry]]:
-        """Every config property of each topic: ``{topic: {property: ConfigEntry(value,
-        source)}}``, source ``"topic"`` for a property set on the topic, else ``"default"``.
+    def describe_configs(
+        self, resources: list[str | ConfigResource]
+    ) -> dict[str | tuple[ConfigResourceType, str], dict[str, ConfigEntry]]:
+        """Every config of each resource, ``{config: ConfigEntry(value, source)}``, keyed by
+        the topic's name for a topic and by ``(ConfigResourceType.BROKER, name)`` for a broker
+        resource (``name`` a broker id, or "" for the cluster default), in the order asked.
+
+        A topic's sources: ``"topic"`` (set on the topic), ``"dynamic_default_broker"`` (the
+        cluster default's broker config, ``log.retention.ms`` ...), else ``"default"``. A
+        broker resource's: ``"dynamic_broker"`` (set for that broker),
+        ``"dynamic_default_broker"``, ``"static_broker"`` (raylog's settings given when the
+        cluster started; read-only), else ``"default"`` (a topic property's built-in default).
 
         Args:
-            resources: topic names, or :class:`~raylog.types.ConfigResource` (topic resources).
+            resources: topic names, or :class:`~raylog.types.ConfigResource` (topic or broker
+                resources; their configs are not looked at).
+
+        Example:
+            >>> admin.describe_configs(["clicks", ConfigResource("broker", "0")])  # doctest: +SKIP
+            {'clicks': {...}, (<ConfigResourceType.BROKER: 4>, '0'): {...}}
 
         Raises:
             UnknownTopicOrPartitionError: a name that is not a topic.
-            InvalidRequestError: a resource that is not a topic.
+            InvalidRequestError: a resource neither a topic nor a broker, or a broker resource
+                that is not "" nor a registered broker's id.
         """
-        names = [r if isinstance(r, str) else _topic_resource(r)[0] for r in _names(resources)]
-        results = call(self._cluster.controller.describe_configs.remote(names), self._timeout_s)
-        _raise_first({name: (code, message) for name, (code, message, _) in results.items()})
-        return {name: entries for name, (_, _, entries) in results.items()}
+        keys = [r if isinstance(r, str) else _resource_key(*_resource(r)[:2]) for r in _names(resources)]
+        controller = self._cluster.controller
+        results = self._per_resource(
+            dict.fromkeys(keys),
+            lambda topics: controller.describe_configs.remote(list(topics)),
+            lambda brokers: controller.describe_broker_configs.remote(list(brokers)),
+        )
+        _raise_first({key: (code, message) for key, (code, message, _) in results.items()})
+        return {key: entries for key, (_, _, entries) in results.items()}
+
+    def _per_resource(
+        self, asked: dict[ResourceKey, Any], for_topics: Callable[[dict], Any], for_brokers: Callable[[dict], Any]
+    ) -> dict[ResourceKey, tuple]:
+        """The controller's answer for each resource of ``asked`` (keyed as
+        :func:`_resource_key`), in its order: the topics' from ``for_topics({topic: item})``,
+        the broker resources' from ``for_brokers({resource name: item})``."""
+        topics = {key: item for key, item in asked.items() if isinstance(key, str)}
+        brokers = {key[1]: item for key, item in asked.items() if not isinstance(key, str)}
+        answers = call(for_topics(topics), self._timeout_s) if topics else {}
+        if brokers:
+            answered = call(for_brokers(brokers), self._timeout_s)
+            answers.update({_resource_key(ConfigResourceType.BROKER, name): a for name, a in answered.items()})
+        return {key: answers[key] for key in asked}
 
     def alter_client_quotas(self, quotas: dict[str | None, dict[str, float | None]]) -> None:
         """Set or remove client byte-rate quotas (Kafka's AlterClientQuotas for client-id
@@ -721,7 +776,7 @@ def _legal_names(items: list, name_of) -> tuple[dict[str, tuple[int, str]], list
     return refused, legal
 
 
-def _raise_first(results: dict[str, tuple[int, str]]) -> None:
+def _raise_first(results: Mapping[Any, tuple[int, str]]) -> None:
     for code, message in results.values():
         if code:
             raise for_code(code)(message)
@@ -742,6 +797,9 @@ def _transaction(described: dict, coordinator_partition: int) -> TransactionDesc
 
 #: What :meth:`Admin.alter_configs` and :meth:`Admin.incremental_alter_configs` take.
 ConfigResources = Mapping[str, Mapping[str, Any] | None] | Iterable[ConfigResource]
+#: A config resource as the Admin keys it: a topic's name, or ``(ConfigResourceType.BROKER,
+#: name)`` for a broker resource (``name`` a broker id, or "" for the cluster default).
+ResourceKey = str | tuple[ConfigResourceType, str]
 
 
 def _names(names: Iterable[str]) -> list[str]:
@@ -751,12 +809,13 @@ def _names(names: Iterable[str]) -> list[str]:
     return list(names)
 
 
-def _topic_resource(resource: Any) -> tuple[str, Mapping[str, Any] | None]:
-    """``(topic, configs)`` of a ConfigResource (or an object shaped like kafka-python's).
+def _resource(resource: Any) -> tuple[ConfigResourceType, str, Mapping[str, Any] | None]:
+    """``(type, name, configs)`` of a ConfigResource (or an object shaped like kafka-python's).
 
     Raises:
-        InvalidRequestError: a resource type other than TOPIC.
-        TypeError: not a ConfigResource.
+        InvalidRequestError: a resource type other than TOPIC or BROKER, or a broker resource
+            named neither by a broker id (digits, as ``str(broker_id)`` writes it) nor "".
+        TypeError: not a ConfigResource, or a name that is not a string.
     """
     try:
         kind, name, configs = resource.resource_type, resource.name, resource.configs
@@ -765,57 +824,74 @@ def _topic_resource(resource: Any) -> tuple[str, Mapping[str, Any] | None]:
     try:
         kind = ConfigResourceType[kind.upper()] if isinstance(kind, str) else ConfigResourceType(kind)
     except (KeyError, ValueError):
-        raise InvalidRequestError(f"unknown resource type {resource.resource_type!r}") from None
-    if kind != ConfigResourceType.TOPIC:
-        raise InvalidRequestError(
-            f"{kind.name} resources have no configs here: raylog's configs are per topic "
-            "(broker settings come from raylog.connect(config=...))"
-        )
+        raise InvalidRequestError(f"unknown resource type {resource.resource_type!r} (TOPIC or BROKER)") from None
     if not isinstance(name, str):
-        raise TypeError(f"a topic resource's name must be a string, got {name!r}")
-    return name, configs
+        raise TypeError(f"a {kind.name.lower()} resource's name must be a string, got {name!r}")
+    if kind == ConfigResourceType.BROKER:
+        broker_configs.broker_id_of(name)
+    return kind, name, configs
 
 
-def _config_changes(resources: ConfigResources, incremental: bool) -> dict[str, dict[str, Any]]:
-    """``{topic: {property: change}}`` for the controller from the dict or ConfigResource
-    forms: a change is a value, None, or (incremental only) ``("append" | "subtract", items)``.
+def _resource_key(kind: ConfigResourceType, name: str) -> ResourceKey:
+    """How the Admin keys a resource: a topic by its name, a broker resource by ``(BROKER, name)``."""
+    return name if kind == ConfigResourceType.TOPIC else (ConfigResourceType.BROKER, name)
+
+
+def _resource_label(key: ResourceKey) -> str:
+    """A resource as messages name it: ``topic 'clicks'``, ``broker 0``, ``the cluster default``."""
+    if isinstance(key, str):
+        return f"topic {key!r}"
+    return f"broker {key[1]}" if key[1] else 'the cluster default (broker resource "")'
+
+
+def _config_changes(resources: ConfigResources, incremental: bool) -> dict[ResourceKey, dict[str, Any]]:
+    """``{resource: {config: change}}`` for the controller from the dict or ConfigResource
+    forms, keyed as :func:`_resource_key` (the dict form names topics only), in order: a
+    change is a value, None, or (incremental only) ``("append" | "subtract", items)``.
 
     Raises:
-        InvalidRequestError: a resource that is not a topic, or a topic named twice.
+        InvalidRequestError: a resource neither a topic nor a broker, a broker resource's
+            name that is not one, or a resource named twice.
         InvalidConfigError: an ``(op, value)`` change outside an incremental alter.
-        TypeError: a shape that is neither form, or an unknown operation.
+        TypeError: a shape that is neither form, a name that is not a string, or an unknown
+            operation.
     """
     if isinstance(resources, Mapping):
-        pairs = list(resources.items())
+        triples = [(ConfigResourceType.TOPIC, name, configs) for name, configs in resources.items()]
     elif isinstance(resources, (str, bytes)) or not isinstance(resources, Iterable):
         raise TypeError(f"expected {{topic: {{property: value}}}} or a list of ConfigResource, got {resources!r}")
     else:
-        pairs = [_topic_resource(resource) for resource in resources]
-    changes: dict[str, dict[str, Any]] = {}
-    for name, configs in pairs:
-        if name in changes:
-            raise InvalidRequestError(f"topic {name!r} is named twice")
+        triples = [_resource(resource) for resource in resources]
+    changes: dict[ResourceKey, dict[str, Any]] = {}
+    for kind, name, configs in triples:
+        if not isinstance(name, str):
+            raise TypeError(f"a topic's name must be a string, got {name!r}")
+        key = _resource_key(kind, name)
+        label = _resource_label(key)
+        if key in changes:
+            raise InvalidRequestError(f"{label} is named twice")
         if configs is not None and not isinstance(configs, Mapping):
-            raise TypeError(f"the configs of {name!r} must be a dict of property -> value, got {configs!r}")
-        changes[name] = {key: _change(name, key, value, incremental) for key, value in (configs or {}).items()}
+            raise TypeError(f"the configs of {label} must be a dict of config -> value, got {configs!r}")
+        changes[key] = {config: _change(label, config, value, incremental) for config, value in (configs or {}).items()}
     return changes
 
 
-def _change(topic: str, key: Any, value: Any, incremental: bool) -> Any:
+def _change(resource: str, key: Any, value: Any, incremental: bool) -> Any:
+    """One config's change for the controller (``resource`` names its resource in messages)."""
     if not isinstance(key, str):
-        raise TypeError(f"a config property of {topic!r} must be named by a string, got {key!r}")
+        raise TypeError(f"a config of {resource} must be named by a string, got {key!r}")
     if not isinstance(value, tuple):
         return value
     if len(value) != 2:
-        raise TypeError(f"{topic!r} {key}: a change is a value, None or (AlterConfigOp, value), got {value!r}")
+        raise TypeError(f"{resource} {key}: a change is a value, None or (AlterConfigOp, value), got {value!r}")
     op, operand = value
     try:
         op = AlterConfigOp[op.upper()] if isinstance(op, str) else AlterConfigOp(op)
     except (KeyError, ValueError):
-        raise TypeError(f"{topic!r} {key}: unknown operation {value[0]!r} (SET, DELETE, APPEND or SUBTRACT)") from None
+        raise TypeError(f"{resource} {key}: unknown operation {value[0]!r} (SET, DELETE, APPEND or SUBTRACT)") from None
     if not incremental and op != AlterConfigOp.SET:
         raise InvalidConfigError(
-            f"{topic!r} {key}: alter_configs replaces the topic's configs and only sets values; "
+            f"{resource} {key}: alter_configs replaces the resource's configs and only sets values; "
             f"{op.name} is for incremental_alter_configs"
         )
     if op == AlterConfigOp.SET:

@@ -31,6 +31,10 @@ replaying the journal rebuilds it exactly. Records are msgpack maps with a ``typ
                                                 [principal, host, operation, permission type,
                                                 resource type, resource name, pattern type]
                                                 with Kafka's codes
+    broker_config  resource, configs            a broker resource's dynamic configs altered
+                                                (the whole new set; resource "" is the
+                                                cluster default, else a broker id): topics'
+                                                configs take the new defaults
 
 The journal's file is :class:`raylog.storage.journal.MetadataJournal`'s (coordination does no
 I/O of its own).
@@ -46,17 +50,19 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..config import TopicConfig
+from ..config import LIST_PROPERTIES, TopicConfig, list_operation
 from ..errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
+    InvalidRequestError,
     NoReassignmentInProgressError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from ..types import BrokerInfo, ConfigEntry, PartitionInfo, TopicDescription
+from . import broker_configs
 from .acls import (
     ACL,
     ACLFilter,
@@ -70,6 +76,9 @@ from .acls import (
 )
 from .placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
 from .quotas import alter_client_quotas
+
+#: Every topic property's built-in default.
+_TOPIC_DEFAULTS = TopicConfig().to_properties()
 
 
 class MetadataImage:
@@ -99,6 +108,9 @@ class MetadataImage:
         self.acls: set[ACL] = set()
         #: How many times ACLs were created or deleted: listeners rebuild their authorizer when it moves.
         self.acls_version = 0
+        #: Dynamic broker configs: "" (the cluster default) or a broker id -> {config: value}
+        #: (see :mod:`~raylog.coordination.broker_configs`).
+        self.broker_configs: dict[str, dict[str, str]] = {}
 
     # --- records in ---------------------------------------------------------------------
 
@@ -169,8 +181,53 @@ class MetadataImage:
             else:
                 self.acls.discard(acl)
             self.acls_version += 1
+        elif kind == "broker_config":
+            resource = record["resource"]
+            before = broker_configs.topic_defaults(self.broker_configs.get(resource, {}))
+            if record["configs"]:
+                self.broker_configs[resource] = dict(record["configs"])
+            else:
+                self.broker_configs.pop(resource, None)
+            after = broker_configs.topic_defaults(self.broker_configs.get(resource, {}))
+            if resource == broker_configs.CLUSTER_DEFAULT:
+                self._take_topic_defaults(before, after)
+            elif before != after:
+                for name in self.config_versions:  # the broker's replicas take its new defaults
+                    self.config_versions[name] += 1
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
+
+    def _take_topic_defaults(self, before: Mapping[str, str], after: Mapping[str, str]) -> None:
+        """Every topic's properties that it does not set itself and whose cluster default
+        moved from ``before`` to ``after`` take the new default (the built-in one when it is
+        no longer set); a topic whose config changed moves its version."""
+        moved = {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)}
+        for name, topic in self.topics.items():
+            keys = moved.difference(self.config_overrides[name])
+            if keys:
+                config = {**topic.config, **{key: after.get(key, _TOPIC_DEFAULTS[key]) for key in keys}}
+                self.topics[name] = replace(topic, config=config)
+                self.config_versions[name] += 1
+
+    def _with_defaults(self, name: str, defaults: Mapping[str, str]) -> dict[str, str]:
+        """Topic ``name``'s config with ``defaults`` (topic properties) for what it does not set.
+
+        Raises:
+            InvalidConfigError: they do not fit together (the message names the topic).
+        """
+        topic = self.topics[name]
+        overrides = set(self.config_overrides[name])
+        config = {**topic.config, **{key: value for key, value in defaults.items() if key not in overrides}}
+        try:
+            return TopicConfig.from_properties(config).to_properties()
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(f"topic {name!r} would be refused with these defaults: {exc}") from None
+
+    def replica_config(self, name: str, broker_id: int) -> dict[str, str]:
+        """The config of topic ``name``'s replica on broker ``broker_id``: the topic's, under
+        that broker's own dynamic defaults if it has any."""
+        own = broker_configs.topic_defaults(self.broker_configs.get(str(broker_id), {}))
+        return self._with_defaults(name, own) if own else self.topics[name].config
 
     # --- commands out: validate, then return the records that carry them out -----------
 
@@ -193,7 +250,7 @@ class MetadataImage:
         validate_topic_name(name, existing=self.topics)
         if name in self.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        properties = TopicConfig.from_properties(config or {}).to_properties()
+        properties = TopicConfig.from_properties({**self._cluster_topic_defaults(), **(config or {})}).to_properties()
         brokers = sorted(self.brokers if live is None else live)
         replicas = assign_replicas(num_partitions, replication_factor, brokers, rng)
         return {
@@ -227,26 +284,87 @@ class MetadataImage:
         for key, value in changes.items():
             prop = TopicConfig.property_name(key)
             if isinstance(value, tuple):
-                value = _list_operation(prop, topic.config[prop], value, incremental)
+                value = list_operation(prop, topic.config[prop], value, incremental, LIST_PROPERTIES)
             if value is None:
                 overrides.pop(prop, None)
             else:
                 overrides[prop] = value
-        properties = TopicConfig.from_properties(overrides).to_properties()
+        properties = TopicConfig.from_properties({**self._cluster_topic_defaults(), **overrides}).to_properties()
         return {"type": "config", "name": name, "config": properties, "overrides": sorted(overrides)}
 
     def describe_config(self, name: str) -> dict[str, ConfigEntry]:
         """Every config property of a topic with its value and source ("topic" when set
-        explicitly, else "default"), by name.
+        explicitly, "dynamic_default_broker" when a cluster-wide dynamic broker config gives
+        it, else "default"), by name.
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.
         """
         config = self.topic(name).config
         overrides = set(self.config_overrides[name])
-        return {
-            key: ConfigEntry(value, "topic" if key in overrides else "default") for key, value in sorted(config.items())
-        }
+        cluster = self._cluster_topic_defaults()
+
+        def source(key: str) -> str:
+            return "topic" if key in overrides else "dynamic_default_broker" if key in cluster else "default"
+
+        return {key: ConfigEntry(value, source(key)) for key, value in sorted(config.items())}
+
+    def _cluster_topic_defaults(self) -> dict[str, str]:
+        return broker_configs.topic_defaults(self.broker_configs.get(broker_configs.CLUSTER_DEFAULT, {}))
+
+    def alter_broker_config(self, resource: str, changes: Mapping[str, Any], *, incremental: bool) -> dict[str, Any]:
+        """The record altering a broker resource's dynamic configs (Kafka's AlterConfigs and
+        IncrementalAlterConfigs of a broker; changes shaped as :meth:`alter_config`'s, see
+        :func:`~raylog.coordination.broker_configs.alter`). ``resource`` is "" (the cluster
+        default, every broker) or a registered broker's id. Every topic must still take its
+        new defaults, so a refused change alters nothing.
+
+        Raises:
+            InvalidRequestError: not a broker resource, or a read-only config.
+            InvalidConfigError: a value refused, or a topic that would not take it (named).
+        """
+        self._require_broker_resource(resource)
+        configs = broker_configs.alter(self.broker_configs.get(resource, {}), changes, incremental=incremental)
+        defaults = broker_configs.topic_defaults(configs)
+        if resource == broker_configs.CLUSTER_DEFAULT:
+            for name in self.topics:
+                self._with_defaults(name, defaults)
+                for broker_id in {b for p in self.topics[name].partitions for b in p.replicas}:
+                    own = broker_configs.topic_defaults(self.broker_configs.get(str(broker_id), {}))
+                    self._with_defaults(name, {**defaults, **own})
+        else:
+            cluster = self._cluster_topic_defaults()
+            for name, topic in self.topics.items():
+                if any(int(resource) in p.replicas for p in topic.partitions):
+                    self._with_defaults(name, {**cluster, **defaults})
+        return {"type": "broker_config", "resource": resource, "configs": configs}
+
+    def describe_broker_config(self, resource: str, static: Mapping[str, str]) -> dict[str, ConfigEntry]:
+        """Every config of a broker resource with its value and source: "dynamic_broker" (set
+        for this broker), "dynamic_default_broker" (the cluster default), "static_broker"
+        (``static``: raylog's settings given at start) or "default" (a topic default's
+        built-in value).
+
+        Raises:
+            InvalidRequestError: not "" nor a registered broker's id.
+        """
+        self._require_broker_resource(resource)
+        layers = [
+            (self.broker_configs.get(resource, {}) if resource else {}, "dynamic_broker"),
+            (self.broker_configs.get(broker_configs.CLUSTER_DEFAULT, {}), "dynamic_default_broker"),
+            (static, "static_broker"),
+            ({broker: _TOPIC_DEFAULTS[topic] for topic, broker in broker_configs.TOPIC_SYNONYMS.items()}, "default"),
+        ]
+        described = {}
+        for configs, source in layers:
+            for name, value in configs.items():
+                described.setdefault(name, ConfigEntry(value, source))
+        return dict(sorted(described.items()))
+
+    def _require_broker_resource(self, resource: str) -> None:
+        broker_id = broker_configs.broker_id_of(resource)
+        if broker_id is not None and broker_id not in self.brokers:
+            raise InvalidRequestError(f"no broker {broker_id} (brokers: {sorted(self.brokers)})")
 
     def add_partitions(
         self, name: str, total_count: int, rng: random.Random | None = None, live: set[int] | None = None
@@ -440,27 +558,3 @@ def partition_record(info: PartitionInfo) -> dict[str, Any]:
         "replicas": list(info.replicas),
         "partition_epoch": info.partition_epoch,
     }
-
-
-#: Topic properties whose value is a comma-separated list (AlterConfigOp APPEND / SUBTRACT).
-LIST_PROPERTIES = frozenset({"cleanup.policy"})
-
-
-def _list_operation(prop: str, current: str, operation: tuple, incremental: bool) -> str:
-    """The new value of list property ``prop`` after ``(op, items)``: "append" adds the
-    comma-separated items not there yet, "subtract" removes those that are."""
-    op, items = operation if len(operation) == 2 else (None, None)
-    if not incremental or op not in ("append", "subtract") or not isinstance(items, str):
-        raise InvalidConfigError(
-            f'{prop}: {operation!r} is not a change: give a value, None, or ("append" | "subtract", items) '
-            "in an incremental alter"
-        )
-    if prop not in LIST_PROPERTIES:
-        raise InvalidConfigError(f"{prop} is not a list property: only {', '.join(sorted(LIST_PROPERTIES))} can {op}")
-    values = [v.strip() for v in current.split(",") if v.strip()]
-    given = [v.strip() for v in items.split(",") if v.strip()]
-    if op == "append":
-        values += [v for v in given if v not in values]
-    else:
-        values = [v for v in values if v not in given]
-    return ",".join(values)

@@ -1,7 +1,7 @@
 """Admin.alter_configs / incremental_alter_configs / describe_configs / create_partitions
 against the session's cluster: configs reach the live replicas, alter_configs replaces a
-topic's overrides where incremental_alter_configs changes only the properties named, and
-new partitions take records from producers."""
+topic's overrides where incremental_alter_configs changes only the properties named, dynamic
+broker configs default topics' properties, and new partitions take records from producers."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from raylog.errors import (
 from tests.helpers import wait_until
 
 HOUR_MS = 3_600_000
+DEFAULTS = TopicConfig().to_properties()
 
 
 def _leader_state(cluster, name: str, partition: int = 0) -> dict:
@@ -106,12 +107,12 @@ def test_a_refused_alter_changes_nothing(admin, topic, method):
         alter({name: {"retention.hours": "1"}})
     with pytest.raises(UnknownTopicOrPartitionError):
         alter({"no-such-topic": {"retention.ms": "1000"}})
-    with pytest.raises(InvalidConfigError, match="retention.ms is not a list property"):
+    with pytest.raises(InvalidConfigError, match="retention.ms is not a list config"):
         admin.incremental_alter_configs({name: {"retention.ms": (AlterConfigOp.APPEND, "1000")}})
     with pytest.raises(InvalidConfigError, match="only sets values"):
         admin.alter_configs({name: {"retention.ms": (AlterConfigOp.DELETE, None)}})
-    with pytest.raises(InvalidRequestError, match="per topic"):
-        alter([ConfigResource(ConfigResourceType.BROKER, "0", {"retention.ms": "1000"})])
+    with pytest.raises(InvalidRequestError, match="is not a broker id"):
+        alter([ConfigResource(ConfigResourceType.BROKER, "broker-0", {"log.retention.ms": "1000"})])
     with pytest.raises(InvalidRequestError, match="named twice"):
         alter([ConfigResource("topic", name, {}), ConfigResource("topic", name, {})])
     with pytest.raises(TypeError, match="ConfigResource"):
@@ -119,6 +120,59 @@ def test_a_refused_alter_changes_nothing(admin, topic, method):
     with pytest.raises(UnknownTopicOrPartitionError):
         admin.describe_configs([name, "no-such-topic"])
     assert admin.describe_configs([name]) == before
+
+
+#: Longer than retention.ms's default: a cluster default that deletes nothing the session keeps.
+TWO_WEEKS_MS = 14 * 24 * HOUR_MS
+
+
+def test_broker_configs_default_topics_and_are_described(admin, topic, cluster):
+    """Dynamic broker configs through the Admin, as kafka-configs.sh --entity-type brokers:
+    log.retention.ms on the cluster default becomes retention.ms of a topic that sets none
+    (source "dynamic_default_broker") while a topic's own wins; log.cleanup.policy APPEND
+    compact on a broker is its own ("dynamic_broker"); a read-only static setting and an
+    unknown broker are refused (the first refusal raised once the other resources were
+    altered); every broker config set is removed again (the cluster is the session's)."""
+    plain, own = topic(1), topic(1, **{"retention.ms": "60000"})
+    broker = str(min(cluster.metadata(refresh=True).brokers))
+    default_key, broker_key = (ConfigResourceType.BROKER, ""), (ConfigResourceType.BROKER, broker)
+    try:
+        admin.incremental_alter_configs([ConfigResource("broker", "", {"log.retention.ms": str(TWO_WEEKS_MS)})])
+        described = admin.describe_configs([plain, ConfigResource(ConfigResourceType.BROKER, ""), own])
+        assert list(described) == [plain, default_key, own]
+        assert described[plain]["retention.ms"] == ConfigEntry(str(TWO_WEEKS_MS), "dynamic_default_broker")
+        assert described[own]["retention.ms"] == ConfigEntry("60000", "topic")
+        assert described[default_key]["log.retention.ms"] == ConfigEntry(str(TWO_WEEKS_MS), "dynamic_default_broker")
+        assert admin.describe_topics([plain])[0].config["retention.ms"] == str(TWO_WEEKS_MS)
+        admin.incremental_alter_configs(
+            [ConfigResource(4, broker, {"log.cleanup.policy": (AlterConfigOp.APPEND, "compact")})]
+        )
+        mine = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, broker)])[broker_key]
+        assert mine["log.cleanup.policy"] == ConfigEntry("delete,compact", "dynamic_broker")
+        assert mine["log.retention.ms"] == ConfigEntry(str(TWO_WEEKS_MS), "dynamic_default_broker")
+        assert mine["num.partitions"].source == "static_broker"
+        assert admin.describe_configs([plain])[plain]["cleanup.policy"] == ConfigEntry("delete", "default")
+        with pytest.raises(InvalidRequestError, match=r"dynamically: \['num\.partitions'\]"):
+            admin.incremental_alter_configs([ConfigResource("broker", broker, {"num.partitions": "3"})])
+        with pytest.raises(InvalidRequestError, match="no broker 999"):
+            admin.incremental_alter_configs(
+                [
+                    ConfigResource("broker", "999", {"log.retention.ms": "1000"}),
+                    ConfigResource("topic", own, {"flush.ms": "500"}),
+                ]
+            )
+        assert admin.describe_configs([own])[own]["flush.ms"] == ConfigEntry("500", "topic")
+    finally:
+        admin.incremental_alter_configs(
+            [
+                ConfigResource("broker", "", {"log.retention.ms": None}),
+                ConfigResource("broker", broker, {"log.cleanup.policy": None}),
+            ]
+        )
+    left = admin.describe_configs([ConfigResource("broker", ""), ConfigResource("broker", broker)])
+    assert left[default_key]["log.retention.ms"].source == "default"
+    assert left[broker_key]["log.cleanup.policy"] == ConfigEntry("delete", "default")
+    assert admin.describe_configs([plain])[plain]["retention.ms"] == ConfigEntry(DEFAULTS["retention.ms"], "default")
 
 
 def test_lowered_retention_deletes_old_segments_on_the_live_replica(admin, topic, cluster):

@@ -1,6 +1,7 @@
-"""``raylog topics`` alter / describe-configs / add-partitions / describe filters, ``status``
-health and exit codes, and the console producer's and consumer's formats, called in-process
-(the ``run`` fixture) against the session's raylog cluster.
+"""``raylog topics`` alter / describe-configs / add-partitions / describe filters, ``raylog
+brokers`` alter-configs / describe-configs, ``status`` health and exit codes, and the console
+producer's and consumer's formats, called in-process (the ``run`` fixture) against the
+session's raylog cluster.
 
 A single embedded broker is never degraded, so the unhealthy cases run on a stand-in
 cluster handle whose metadata has an under-replicated and an offline partition.
@@ -61,6 +62,81 @@ def test_describe_configs_of_a_topic_without_overrides(run, topic):
     assert json.loads(run("topics", "describe-configs", name, "--json")[1]) == {name: {}}
 
 
+def test_brokers_alter_then_describe_configs(run, topic, cluster):
+    """brokers alter-configs sets and deletes dynamic broker configs as kafka-configs.sh
+    --entity-type brokers does (comma-separated, a bracketed list value); describe-configs
+    shows what is set on the resource itself (--all: every config with its source, as text
+    and JSON keyed by broker id, "" for the cluster default), a topic without its own
+    retention.ms takes the cluster default's; everything set is deleted again."""
+    name = topic(1)
+    broker = str(min(cluster.metadata(refresh=True).brokers))
+    retention = str(14 * 24 * 3_600_000)
+    try:
+        code, out, _ = run(
+            "brokers", "alter-configs", "--cluster-default", "--add-config", f"log.retention.ms={retention}"
+        )
+        assert code == 0 and f"altered the cluster default (every broker): set log.retention.ms={retention}" in out
+        argv = ["--add-config", "log.cleanup.policy=[delete,compact],background.threads=9"]
+        code, out, _ = run("brokers", "alter-configs", "--broker", broker, *argv)
+        assert (
+            code == 0 and f"altered broker {broker}: set log.cleanup.policy=delete,compact, background.threads=9" in out
+        )
+        code, out, _ = run("brokers", "describe-configs", "--broker", broker)
+        assert code == 0
+        assert _rows(out) == [
+            ["Configs", "for", "broker", f"{broker}:"],
+            ["NAME", "VALUE", "SOURCE"],
+            ["background.threads", "9", "dynamic_broker"],
+            ["log.cleanup.policy", "delete,compact", "dynamic_broker"],
+        ]
+        described = json.loads(run("brokers", "describe-configs", "--json")[1])
+        assert list(described) == ["", broker]
+        assert described[""] == {"log.retention.ms": {"value": retention, "source": "dynamic_default_broker"}}
+        every = json.loads(run("brokers", "describe-configs", "--broker", broker, "--all", "--json")[1])[broker]
+        assert every["log.retention.ms"] == {"value": retention, "source": "dynamic_default_broker"}
+        assert every["num.partitions"]["source"] == "static_broker"
+        assert every["log.segment.bytes"] == {"value": DEFAULTS["segment.bytes"], "source": "default"}
+        topic_configs = json.loads(run("topics", "describe-configs", name, "--all", "--json")[1])[name]
+        assert topic_configs["retention.ms"] == {"value": retention, "source": "dynamic_default_broker"}
+    finally:
+        deleted = [
+            run(
+                "brokers",
+                "alter-configs",
+                "--broker",
+                broker,
+                "--delete-config",
+                "log.cleanup.policy,background.threads",
+            ),
+            run("brokers", "alter-configs", "--cluster-default", "--delete-config", "log.retention.ms"),
+        ]
+    assert [code for code, _, _ in deleted] == [0, 0]
+    assert "deleted log.cleanup.policy, background.threads (back to the cluster default" in deleted[0][1]
+    assert "deleted log.retention.ms (back to the static or built-in value)" in deleted[1][1]
+    code, out, _ = run("brokers", "describe-configs", "--cluster-default")
+    assert code == 0 and out.splitlines() == [
+        "Configs for the cluster default (every broker):",
+        "  no dynamic configs: every config has its static or default value (--all lists them)",
+    ]
+    assert json.loads(run("brokers", "describe-configs", "--broker", broker, "--json")[1]) == {broker: {}}
+
+
+def test_a_refused_broker_alter_exits_1_and_changes_nothing(run, cluster):
+    """A static setting, a bad topic default's value and an unknown broker exit 1 with one
+    error line naming why; no broker config is set."""
+    broker = str(min(cluster.metadata(refresh=True).brokers))
+    before = run("brokers", "describe-configs", "--all", "--json")[1]
+    for argv, error, says in (
+        (["--broker", broker, "--add-config", "num.partitions=3"], "InvalidRequestError", "dynamically"),
+        (["--cluster-default", "--add-config", "log.retention.ms=soon"], "InvalidConfigError", "log.retention.ms"),
+        (["--broker", "999", "--add-config", "log.retention.ms=1000"], "InvalidRequestError", "no broker 999"),
+    ):
+        code, _, err = run("brokers", "alter-configs", *argv)
+        assert code == 1 and err.startswith(f"raylog: {error}: ") and len(err.splitlines()) == 1, err
+        assert says in err
+    assert run("brokers", "describe-configs", "--all", "--json")[1] == before
+
+
 #: ``topics alter`` arguments refused, and what the error line says.
 REFUSED_ALTERS = [
     (["--config", "min.insync.replicas=0"], "min.insync.replicas must be >= 1"),
@@ -101,6 +177,12 @@ def test_errors_say_what_to_do(run):
         ["topics", "add-partitions", "t"],
         ["topics", "add-partitions", "t", "--partitions", "0"],
         ["topics", "describe-configs"],
+        ["brokers", "alter-configs", "--add-config", "log.retention.ms=1"],
+        ["brokers", "alter-configs", "--broker", "0"],
+        ["brokers", "alter-configs", "--broker", "0", "--cluster-default", "--add-config", "a=1"],
+        ["brokers", "alter-configs", "--broker", "0", "--add-config", "a=1", "--delete-config", "b,a"],
+        ["brokers", "alter-configs", "--broker", "0", "--add-config", "a"],
+        ["brokers", "describe-configs", "--broker", "-1"],
         ["produce", "t", "--format", "json", "--key-separator", ":"],
         ["produce", "t", "--format", "xml"],
         ["consume", "t", "--format", "json", "--print-key"],

@@ -17,19 +17,21 @@ DescribeLogDirs v1-5.
 - CreatePartitions: assignments of the new partitions are honoured as CreateTopics' are
   (raylog places them, then reassigns); ``validate_only`` adds nothing.
 - DescribeConfigs: a topic (resource type 2) lists every property with its value, its
-  source (DYNAMIC_TOPIC_CONFIG when set on the topic, DEFAULT_CONFIG otherwise), not read
-  only, its synonyms when asked (the topic's value, then the default) and its
-  documentation when asked (raylog's description of the setting). A broker (type 4, the
-  broker id or "" for the cluster's default) answers an empty list: raylog's broker
-  settings are the controller's, given to ``raylog.connect(config=...)``, and not readable
-  over the protocol.
-- AlterConfigs replaces a topic's overrides with the configs given (the rest go back to their
-  defaults), IncrementalAlterConfigs changes only those named (SET, DELETE, APPEND and
-  SUBTRACT of a list property), each topic as a whole, atomically, as raylog's
-  ``Admin.alter_configs`` / ``incremental_alter_configs`` do; ``validate_only`` checks and
-  changes nothing. A broker resource is refused (INVALID_REQUEST): raylog's broker settings
-  are given when the cluster starts. A config named twice in a resource, an unknown
-  operation, or a null value to set, append or subtract is INVALID_REQUEST, as in Kafka.
+  source (DYNAMIC_TOPIC_CONFIG when set on the topic, DYNAMIC_DEFAULT_BROKER_CONFIG when a
+  cluster-wide dynamic broker config gives it, DEFAULT_CONFIG otherwise), not read only, its
+  synonyms when asked (the topic's value, then the broker config's by its broker name, as
+  Kafka names them: ``log.retention.ms``) and its documentation when asked (raylog's
+  description of the setting). A broker (type 4, the broker id or "" for the cluster default)
+  lists its dynamic configs, raylog's static settings (read only, STATIC_BROKER_CONFIG) and
+  the topic defaults' broker names (see :mod:`raylog.coordination.broker_configs`).
+- AlterConfigs replaces a resource's configs with those given (a topic's overrides: the rest
+  go back to their defaults), IncrementalAlterConfigs changes only those named (SET, DELETE,
+  APPEND and SUBTRACT of a list config), each topic or broker resource as a whole,
+  atomically, as raylog's ``Admin.alter_configs`` / ``incremental_alter_configs`` do;
+  ``validate_only`` checks and changes nothing. A broker's static setting is refused
+  (INVALID_REQUEST, Kafka's "Cannot update these configs dynamically"). A config named twice
+  in a resource, an unknown operation, or a null value to set, append or subtract is
+  INVALID_REQUEST, as in Kafka.
 - ElectLeaders: a preferred (v0, or election type 0) or unclean (type 1) election in each
   partition named, or in every partition when none is named (then only the partitions where
   an election was needed are answered, as Kafka does): ELECTION_NOT_NEEDED where the replica
@@ -69,8 +71,8 @@ from typing import Any
 
 from raylog.actors.kafka.context import BrokerContext, topic_ids
 from raylog.actors.kafka.coordinator_errors import code_of
-from raylog.actors.kafka.transactions import metadata_or_none
-from raylog.config import ControllerConfig, TopicConfig
+from raylog.config import LIST_PROPERTIES, ControllerConfig, TopicConfig
+from raylog.coordination import broker_configs
 from raylog.coordination.elections import PREFERRED_ELECTION
 from raylog.coordination.placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
 from raylog.errors import (
@@ -95,13 +97,17 @@ GROWTH_POLL_S = 0.05
 # Kafka's ConfigResource types and ConfigEntry sources and types.
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
-SOURCE_DYNAMIC_TOPIC_CONFIG = 1
-SOURCE_DEFAULT_CONFIG = 5
+#: raylog's config sources (ConfigEntry.source) as Kafka's ConfigSource codes.
+SOURCES = {"topic": 1, "dynamic_broker": 2, "dynamic_default_broker": 3, "static_broker": 4, "default": 5}
+SOURCE_DEFAULT_CONFIG = SOURCES["default"]
 TYPE_BOOLEAN, TYPE_STRING, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 5, 6, 7
-#: Topic properties whose values are comma-separated lists.
-LIST_PROPERTIES = frozenset({"cleanup.policy"})
 
 _FIELDS = {f.name.replace("_", "."): f for f in dataclasses.fields(TopicConfig)}
+#: A broker config's field: a topic default's topic property, or a static setting's.
+_BROKER_FIELDS = {
+    **{broker: _FIELDS[topic] for topic, broker in broker_configs.TOPIC_SYNONYMS.items()},
+    **{f.name.replace("_", "."): f for f in dataclasses.fields(ControllerConfig)},
+}
 _DEFAULTS = TopicConfig().to_properties()
 
 
@@ -229,7 +235,7 @@ def _configs(properties: dict[str, str], overrides: set) -> list[dict]:
             "name": key,
             "value": value,
             "read_only": False,
-            "config_source": SOURCE_DYNAMIC_TOPIC_CONFIG if key in overrides else SOURCE_DEFAULT_CONFIG,
+            "config_source": SOURCES["topic"] if key in overrides else SOURCE_DEFAULT_CONFIG,
             "is_sensitive": False,
         }
         for key, value in sorted(properties.items())
@@ -269,7 +275,13 @@ async def create_topics(ctx: BrokerContext, header: RequestHeader, body: dict) -
                 "error_message": None,
                 "num_partitions": created.new.num_partitions,
                 "replication_factor": created.new.replication_factor,
-                "configs": _configs(TopicConfig.from_properties(created.new.config).to_properties(), created.overrides),
+                "configs": _configs(
+                    # as created (under the cluster's dynamic defaults), or as it would be
+                    described.config
+                    if described is not None
+                    else TopicConfig.from_properties(created.new.config).to_properties(),
+                    created.overrides,
+                ),
             }
         )
     return {"topics": answer}
@@ -412,64 +424,76 @@ async def create_partitions(ctx: BrokerContext, header: RequestHeader, body: dic
 # --- DescribeConfigs ----------------------------------------------------------------------
 
 
-def _config_type(key: str) -> int:
-    default = _FIELDS[key].default
+def _config_type(field: dataclasses.Field | None, is_list: bool) -> int:
+    """Kafka's type of a config whose raylog setting is ``field`` (None: unknown, a string)."""
+    default = field.default if field is not None else ""
     if isinstance(default, bool):
         return TYPE_BOOLEAN
     if isinstance(default, int):
         return TYPE_LONG
     if isinstance(default, float):
         return TYPE_DOUBLE
-    return TYPE_LIST if key in LIST_PROPERTIES else TYPE_STRING
+    return TYPE_LIST if is_list else TYPE_STRING
 
 
-def _described_config(key: str, entry: Any, synonyms: bool, documentation: bool) -> dict:
-    """One DescribeConfigs entry from the controller's ``ConfigEntry(value, source)``."""
-    set_on_topic = entry.source == "topic"
-    source = SOURCE_DYNAMIC_TOPIC_CONFIG if set_on_topic else SOURCE_DEFAULT_CONFIG
+def _described_config(key: str, entry: Any, synonyms: bool, documentation: bool, broker: bool = False) -> dict:
+    """One DescribeConfigs entry from the controller's ``ConfigEntry(value, source)`` of a
+    topic's property or (``broker``) a broker's config."""
+    field = (_BROKER_FIELDS if broker else _FIELDS).get(key)
+    is_list = key in (broker_configs.LIST_CONFIGS if broker else LIST_PROPERTIES)
     described = {
         "name": key,
         "value": entry.value,
-        "read_only": False,
-        "is_default": not set_on_topic,
-        "config_source": source,
+        "read_only": broker and key in broker_configs.READ_ONLY,
+        "is_default": entry.source == "default",
+        "config_source": SOURCES[entry.source],
         "is_sensitive": False,
         "synonyms": [],
-        "config_type": _config_type(key) if key in _FIELDS else 0,
-        "documentation": _FIELDS[key].metadata["doc"] if documentation and key in _FIELDS else None,
+        "config_type": _config_type(field, is_list) if field is not None or broker else 0,
+        "documentation": field.metadata["doc"] if documentation and field is not None else None,
     }
     if synonyms:
-        if set_on_topic:
-            described["synonyms"].append({"name": key, "value": entry.value, "source": SOURCE_DYNAMIC_TOPIC_CONFIG})
-        if key in _DEFAULTS:
-            described["synonyms"].append({"name": key, "value": _DEFAULTS[key], "source": SOURCE_DEFAULT_CONFIG})
+        described["synonyms"] = _synonyms(key, entry, broker)
     return described
+
+
+def _synonyms(key: str, entry: Any, broker: bool) -> list[dict]:
+    """Where a value could come from, the one in force first (Kafka's ConfigSynonyms): the
+    topic's own, the broker default set dynamically, the built-in default."""
+    synonyms = (
+        [] if entry.source == "default" else [{"name": key, "value": entry.value, "source": SOURCES[entry.source]}]
+    )
+    topic_property = broker_configs.TOPIC_DEFAULTS.get(key) if broker else key
+    if topic_property in _DEFAULTS:
+        name = broker_configs.TOPIC_SYNONYMS[topic_property]
+        if not broker and entry.source == "dynamic_default_broker":
+            synonyms = [{"name": name, "value": entry.value, "source": SOURCES["dynamic_default_broker"]}]
+        synonyms.append({"name": name, "value": _DEFAULTS[topic_property], "source": SOURCE_DEFAULT_CONFIG})
+    return synonyms
 
 
 async def describe_configs(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     resources = body["resources"]
     synonyms, documentation = body.get("include_synonyms", False), body.get("include_documentation", False)
     topics = sorted({r["resource_name"] for r in resources if r["resource_type"] == RESOURCE_TOPIC})
+    brokers = sorted({r["resource_name"] for r in resources if r["resource_type"] == RESOURCE_BROKER})
     answers = await ask_each(ctx, ctx.controller.describe_configs.remote(topics), topics, None) if topics else {}
-    md = None
+    if brokers:
+        ref = ctx.controller.describe_broker_configs.remote(brokers)
+        answers.update({(RESOURCE_BROKER, name): a for name, a in (await ask_each(ctx, ref, brokers, None)).items()})
     results = []
     for resource in resources:
         kind, name, keys = resource["resource_type"], resource["resource_name"], resource.get("configuration_keys")
         result = {"resource_type": kind, "resource_name": name, "error_code": 0, "error_message": None, "configs": []}
-        if kind == RESOURCE_TOPIC:
-            code, message, *rest = answers[name]
+        if kind in (RESOURCE_TOPIC, RESOURCE_BROKER):
+            code, message, *rest = answers[name if kind == RESOURCE_TOPIC else (kind, name)]
             if code:
                 result.update(error_code=code, error_message=message)
             else:
                 entries = rest[0]
                 wanted = sorted(entries) if keys is None else [k for k in keys if k in entries]
-                result["configs"] = [_described_config(k, entries[k], synonyms, documentation) for k in wanted]
-        elif kind == RESOURCE_BROKER:
-            if md is None:
-                md = await metadata_or_none(ctx, "a broker resource")
-            error = _broker_resource_error(name, md)
-            if error is not None:
-                result.update(_error(error))
+                broker = kind == RESOURCE_BROKER
+                result["configs"] = [_described_config(k, entries[k], synonyms, documentation, broker) for k in wanted]
         else:
             result.update(_error(InvalidRequestError(f"resource type {kind} is not described (2: topic, 4: broker)")))
         results.append(result)
@@ -491,37 +515,38 @@ async def incremental_alter_configs(ctx: BrokerContext, header: RequestHeader, b
 
 
 async def _alter(ctx: BrokerContext, body: dict, incremental: bool) -> dict:
-    """Each topic resource altered (or, ``validate_only``, checked) by the controller as a
-    whole, as raylog's ``Admin.alter_configs`` / ``incremental_alter_configs`` do; a resource
-    refused here (named twice, a broker, a config given twice, an operation that is not one)
-    alters nothing."""
+    """Each topic or broker resource altered (or, ``validate_only``, checked) by the
+    controller as a whole, as raylog's ``Admin.alter_configs`` / ``incremental_alter_configs``
+    do; a resource refused here (named twice, not a topic or broker, a config given twice, an
+    operation that is not one) alters nothing."""
     resources = body["resources"]
     duplicated = _duplicates([(r["resource_type"], r["resource_name"]) for r in resources])
-    changes: dict[str, dict] = {}
+    changes: dict[int, dict[str, dict]] = {RESOURCE_TOPIC: {}, RESOURCE_BROKER: {}}
     refused: dict[tuple, dict] = {}
     for resource in resources:
         key = (resource["resource_type"], resource["resource_name"])
         try:
             if key in duplicated:
                 raise InvalidRequestError(f"resource {key[1]!r} is named more than once in the request")
-            if key[0] == RESOURCE_BROKER:
-                raise InvalidRequestError(
-                    "raylog's broker settings are the controller's, given when the cluster starts: "
-                    "they are not altered over the protocol"
-                )
-            if key[0] != RESOURCE_TOPIC:
-                raise InvalidRequestError(f"resource type {key[0]} is not altered (2: topic)")
-            changes[key[1]] = _changes(resource["configs"], incremental)
+            if key[0] not in changes:
+                raise InvalidRequestError(f"resource type {key[0]} is not altered (2: topic, 4: broker)")
+            changes[key[0]][key[1]] = _changes(resource["configs"], incremental)
         except RaylogError as exc:
             refused[key] = _error(exc)
-    names = list(changes)
-    ref = ctx.controller.alter_configs.remote(changes, incremental, validate_only=body["validate_only"])
-    answers = await ask_each(ctx, ref, names, DEFAULT_TIMEOUT_MS / 1000) if names else {}
+    answers: dict[tuple, tuple] = {}
+    for kind, alter in (
+        (RESOURCE_TOPIC, ctx.controller.alter_configs),
+        (RESOURCE_BROKER, ctx.controller.alter_broker_configs),
+    ):
+        if changes[kind]:
+            ref = alter.remote(changes[kind], incremental, validate_only=body["validate_only"])
+            answered = await ask_each(ctx, ref, list(changes[kind]), DEFAULT_TIMEOUT_MS / 1000)
+            answers.update({(kind, name): answer for name, answer in answered.items()})
     responses = []
     for resource in resources:
         key = (resource["resource_type"], resource["resource_name"])
         response = {"resource_type": key[0], "resource_name": key[1], "error_code": 0, "error_message": None}
-        code, message = answers[key[1]][:2] if key not in refused else (0, None)
+        code, message = answers[key][:2] if key not in refused else (0, None)
         response.update(refused.get(key) or ({"error_code": code, "error_message": message} if code else {}))
         responses.append(response)
     return {"responses": responses}
@@ -550,19 +575,6 @@ def _changes(configs: list[dict], incremental: bool) -> dict:
         else:
             changes[name] = ("append" if operation == _APPEND else "subtract", value)
     return changes
-
-
-def _broker_resource_error(name: str, md: dict | None) -> RaylogError | None:
-    """Why a broker resource name is refused: not "" (the cluster default) or a broker id."""
-    if name == "":
-        return None
-    try:
-        broker_id = int(name)
-    except ValueError:
-        return InvalidRequestError(f"broker resource name {name!r} is not a broker id")
-    if md is not None and broker_id not in md["brokers"]:
-        return InvalidRequestError(f"no broker {broker_id} (brokers: {sorted(md['brokers'])})")
-    return None
 
 
 # --- ElectLeaders -------------------------------------------------------------------------

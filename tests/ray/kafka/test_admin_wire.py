@@ -231,7 +231,7 @@ def test_kafka_python_admin_creates_describes_grows_and_deletes(bootstrap, kafka
         )
         assert [(s["name"], s["value"], s["source"]) for s in cleanup["synonyms"]] == [
             ("cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"),
-            ("cleanup.policy", "delete", "DEFAULT_CONFIG"),
+            ("log.cleanup.policy", "delete", "DEFAULT_CONFIG"),  # the default by its broker name, as Kafka
         ]
         every = client.describe_configs([resource], config_filter="all")["topic"][name]
         ours = kafka_admin.describe_configs([name])[name]
@@ -239,7 +239,16 @@ def test_kafka_python_admin_creates_describes_grows_and_deletes(bootstrap, kafka
 
         broker_id = str(min(kafka_cluster.metadata().brokers))
         broker = client.describe_configs([ConfigResource(ConfigResourceType.BROKER, broker_id)], config_filter="all")
-        assert broker == {"broker": {broker_id: {}}}
+        described = broker["broker"][broker_id]
+        retention = described["log.retention.ms"]
+        assert (retention["value"], retention["config_source"], retention["read_only"]) == (
+            every["retention.ms"]["value"],
+            "DEFAULT_CONFIG",
+            False,
+        )
+        static = described["num.partitions"]
+        assert (static["config_source"], static["read_only"]) == ("STATIC_BROKER_CONFIG", True)
+        assert described["broker.id"]["value"] == broker_id
 
         client.delete_topics([name])
         assert name not in kafka_admin.list_topics()
@@ -362,10 +371,70 @@ def test_confluent_admin_alters_configs_incrementally_and_whole(confluent_admin,
         result_of(confluent_admin.alter_configs([bad]), bad)
     assert raised.value.args[0].code() == KafkaError.INVALID_CONFIG
     assert configs()["max.message.bytes"] == ("65536", "topic")  # the refused change altered nothing
-    broker = ConfigResource("broker", "0", set_config={"log.retention.ms": "1"})
+    broker = ConfigResource("broker", "0", set_config={"num.partitions": "7"})
     with pytest.raises(KafkaException) as raised:
         result_of(confluent_admin.alter_configs([broker]), broker)
-    assert raised.value.args[0].code() == KafkaError.INVALID_REQUEST
+    assert raised.value.args[0].code() == KafkaError.INVALID_REQUEST  # a static setting
+    assert "dynamically" in raised.value.args[0].str()
+
+
+def test_dynamic_broker_configs_over_the_wire_default_topics_and_replicas(
+    bootstrap, confluent_admin, kafka_admin, kafka_topic
+):
+    """confluent-kafka sets broker configs as kafka-configs.sh does (the cluster default, a
+    resource librdkafka will not name, as a raw request): the cluster default's
+    log.retention.ms becomes the retention of a topic that sets none (described with Kafka's
+    source and synonyms), a topic's own value wins, a broker's own log.cleanup.policy (APPEND,
+    as librdkafka's admin test) is its own, configs Kafka has and raylog does not act on are
+    kept and described, and DELETE / SUBTRACT take them all back."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+
+    plain, own = kafka_topic(1), kafka_topic(1, **{"retention.ms": "5000"})
+
+    def alter(name: str, *entries: tuple[str, str | None, AlterConfigOpType]) -> None:
+        if name:
+            configs = [ConfigEntry(k, v, incremental_operation=op) for k, v, op in entries]
+            resource = ConfigResource("broker", name, incremental_configs=configs)
+            result_of(confluent_admin.incremental_alter_configs([resource]), resource)
+            return
+        configs = [{"name": k, "config_operation": op.value, "value": v} for k, v, op in entries]
+        body = {"resources": [{"resource_type": 4, "resource_name": "", "configs": configs}], "validate_only": False}
+        (answer,) = wire(bootstrap, codec.ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"]
+        assert answer["error_code"] == 0, answer
+
+    def described(kind: str, name: str) -> dict:
+        resource = ConfigResource(kind, name)
+        return result_of(confluent_admin.describe_configs([resource]), resource)
+
+    broker = str(min(kafka_admin.describe_cluster()))
+    try:
+        alter("", ("log.retention.ms", "86400000", AlterConfigOpType.SET))
+        retention = described("topic", plain)["retention.ms"]
+        assert (retention.value, retention.source) == ("86400000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+        assert "log.retention.ms" in retention.synonyms  # (confluent-kafka keeps one synonym per name)
+        assert described("topic", own)["retention.ms"].value == "5000"
+        alter(
+            broker,
+            ("log.cleanup.policy", "compact", AlterConfigOpType.APPEND),
+            ("background.threads", "9", AlterConfigOpType.SET),
+        )
+        mine = described("broker", broker)
+        assert (mine["log.cleanup.policy"].value, mine["log.cleanup.policy"].source) == (
+            "delete,compact",
+            ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+        )
+        assert mine["background.threads"].value == "9"
+        assert mine["log.retention.ms"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+        assert kafka_admin.describe_configs([plain])[plain]["cleanup.policy"].value == "delete"  # the topic's
+    finally:
+        alter("", ("log.retention.ms", None, AlterConfigOpType.DELETE))
+        alter(
+            broker,
+            ("log.cleanup.policy", "compact", AlterConfigOpType.SUBTRACT),
+            ("background.threads", None, AlterConfigOpType.DELETE),
+        )
+    assert described("topic", plain)["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert described("broker", broker)["log.cleanup.policy"].value == "delete"
 
 
 def test_kafka_python_admin_alters_configs_both_ways(bootstrap, kafka_admin, kafka_topic):

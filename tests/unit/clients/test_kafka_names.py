@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import types
 
 import pytest
 
 import raylog
 import raylog.errors as errors
+from raylog.clients import admin as admin_module
 from raylog.clients import consumer as consumer_module
 from raylog.clients.admin import _config_changes, _total_count
 from raylog.clients.consumer import log_append_time_ranges, timestamp_types
@@ -21,6 +23,7 @@ from raylog.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     AlterConfigOp,
+    ConfigEntry,
     ConfigResource,
     ConfigResourceType,
     NewPartitions,
@@ -249,15 +252,126 @@ def test_config_changes_accept_the_dict_form_and_config_resources():
         ({"t": {"a": ("set",)}}, TypeError, "a change is a value"),
         ({"t": {"a": ("multiply", "2")}}, TypeError, "unknown operation"),
         ({"t": {"a": (AlterConfigOp.DELETE, None)}}, errors.InvalidConfigError, "only sets values"),
-        ([ConfigResource(ConfigResourceType.BROKER, "0", {})], errors.InvalidRequestError, "per topic"),
         ([ConfigResource("cluster", "x", {})], errors.InvalidRequestError, "unknown resource type"),
+        ([ConfigResource(8, "x", {})], errors.InvalidRequestError, "unknown resource type"),
         ([ConfigResource("topic", 7, {})], TypeError, "must be a string"),
+        ({7: {"retention.ms": "1"}}, TypeError, "must be a string"),
+        ({(ConfigResourceType.BROKER, "0"): {}}, TypeError, "must be a string"),
         ([ConfigResource("topic", "t"), ConfigResource("topic", "t")], errors.InvalidRequestError, "named twice"),
+        ([ConfigResource("broker", 0, {})], TypeError, "broker resource's name must be a string"),
+        ([ConfigResource("broker", "0"), ConfigResource(4, "0")], errors.InvalidRequestError, "broker 0 is named"),
+        ([ConfigResource("broker", ""), ConfigResource(4, "")], errors.InvalidRequestError, "cluster default.*twice"),
+        (
+            [ConfigResource("broker", "0", {"log.cleanup.policy": (AlterConfigOp.SUBTRACT, "compact")})],
+            errors.InvalidConfigError,
+            "broker 0 log.cleanup.policy: alter_configs .* only sets values",
+        ),
+        ([ConfigResource("broker", "0", {"a": ("multiply", "2")})], TypeError, "broker 0 a: unknown operation"),
     ],
 )
 def test_config_changes_refuse_bad_shapes(resources, error, match):
     with pytest.raises(error, match=match):
         _config_changes(resources, incremental="only sets values" not in match)
+
+
+@pytest.mark.parametrize("name", ["broker-0", "00", "-1", "+1", " 1", "1 ", "1.0", "\u0661", "\u00b2", "0x1"])
+def test_a_broker_resource_is_named_by_a_broker_id_or_the_empty_string(name):
+    """A broker id as str(id) writes it, or "" (the cluster default): a name the controller
+    would read as another broker's, or as none, is refused before anything is sent."""
+    with pytest.raises(errors.InvalidRequestError, match="is not a broker id"):
+        _config_changes([ConfigResource(ConfigResourceType.BROKER, name, {"log.retention.ms": "1"})], incremental=True)
+
+
+def test_config_changes_key_broker_resources_apart_from_topics_in_order():
+    """Broker resources (by enum, name or code) are keyed (BROKER, name), topics by their
+    name, in the order given: a topic named "0" is not broker 0; operations map as topics'."""
+    resources = [
+        ConfigResource(ConfigResourceType.BROKER, "0", {"log.cleanup.policy": (AlterConfigOp.APPEND, "compact")}),
+        ConfigResource("topic", "0", {"retention.ms": "1"}),
+        ConfigResource("BROKER", "", {"log.retention.ms": "5", "background.threads": (AlterConfigOp.DELETE, None)}),
+        ConfigResource(4, "12"),
+    ]
+    changes = _config_changes(resources, incremental=True)
+    assert list(changes.items()) == [
+        ((ConfigResourceType.BROKER, "0"), {"log.cleanup.policy": ("append", "compact")}),
+        ("0", {"retention.ms": "1"}),
+        ((ConfigResourceType.BROKER, ""), {"log.retention.ms": "5", "background.threads": None}),
+        ((ConfigResourceType.BROKER, "12"), {}),
+    ]
+
+
+class _ConfigController:
+    """A controller stand-in for the Admin's config calls (``call`` made the identity):
+    records each call, answers each resource at once, refusing those in ``refused``
+    ({name: code})."""
+
+    def __init__(self, refused: dict[str, int] | None = None):
+        self.calls: list[tuple] = []
+        self.refused = refused or {}
+
+    def __getattr__(self, method: str):
+        def remote(resources, *args):
+            self.calls.append((method, resources, *args))
+            answers = {r: (self.refused.get(r, 0), f"{method} refused {r!r}") for r in resources}
+            if method.startswith("describe"):
+                return {r: (*answer, {"k": ConfigEntry(r, method)}) for r, answer in answers.items()}
+            return answers
+
+        return types.SimpleNamespace(remote=remote)
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """``stand_in(refused=None)``: an Admin on a stand-in cluster, and its controller."""
+    monkeypatch.setattr(admin_module, "call", lambda ref, timeout_s: ref)
+
+    def make(refused: dict[str, int] | None = None) -> tuple[raylog.Admin, _ConfigController]:
+        controller = _ConfigController(refused)
+        cluster = types.SimpleNamespace(controller=controller, metadata=lambda refresh=False: None)
+        return raylog.Admin(cluster), controller
+
+    return make
+
+
+def test_describe_configs_asks_topics_and_brokers_apart_and_keys_them_as_asked(stand_in):
+    """Topics go to describe_configs, broker resources to describe_broker_configs (one call
+    each, only when named); the result keeps the order asked, a topic by its name, a broker
+    resource by (BROKER, name)."""
+    admin, controller = stand_in()
+    described = admin.describe_configs(["b", ConfigResource("broker", "0"), ConfigResource(4, ""), "a"])
+    assert controller.calls == [("describe_configs", ["b", "a"]), ("describe_broker_configs", ["0", ""])]
+    assert list(described) == ["b", (ConfigResourceType.BROKER, "0"), (ConfigResourceType.BROKER, ""), "a"]
+    assert described[(ConfigResourceType.BROKER, "0")] == {"k": ConfigEntry("0", "describe_broker_configs")}
+    assert described["a"] == {"k": ConfigEntry("a", "describe_configs")}
+    admin, controller = stand_in()
+    assert list(admin.describe_configs([ConfigResource("broker", "")])) == [(ConfigResourceType.BROKER, "")]
+    assert controller.calls == [("describe_broker_configs", [""])]
+
+
+def test_alter_configs_sends_each_kind_to_its_call_and_raises_the_first_refusal_after_all(stand_in):
+    """Topic changes go to alter_configs, broker changes to alter_broker_configs, both sent
+    with the same incremental flag even when one of them is refused; the first refusal in
+    the order given is raised."""
+    admin, controller = stand_in(refused={"9": errors.InvalidRequestError.code, "t": 3})
+    resources = [
+        ConfigResource("broker", "9", {"log.retention.ms": "5"}),
+        ConfigResource("topic", "t", {"retention.ms": "5"}),
+        ConfigResource("broker", "", {"log.retention.ms": None}),
+    ]
+    with pytest.raises(errors.InvalidRequestError, match="alter_broker_configs refused '9'"):
+        admin.incremental_alter_configs(resources)
+    assert controller.calls == [
+        ("alter_configs", {"t": {"retention.ms": "5"}}, True),
+        ("alter_broker_configs", {"9": {"log.retention.ms": "5"}, "": {"log.retention.ms": None}}, True),
+    ]
+    admin, controller = stand_in(refused={"t": 3})
+    with pytest.raises(errors.UnknownTopicOrPartitionError):
+        admin.alter_configs(resources[1:])
+    assert [call[0] for call in controller.calls] == ["alter_configs", "alter_broker_configs"]
+    assert controller.calls[1][2] is False
+    admin, controller = stand_in()
+    admin.alter_configs([ConfigResource("broker", "0", {"background.threads": "9"})])
+    assert controller.calls == [("alter_broker_configs", {"0": {"background.threads": "9"}}, False)]
 
 
 def _image_with_topic(**config) -> MetadataImage:
@@ -287,7 +401,7 @@ def test_a_replacing_alter_resets_what_it_does_not_name_and_an_incremental_one_k
 @pytest.mark.parametrize(
     ("change", "incremental", "match"),
     [
-        ({"retention.ms": ("append", "5")}, True, "not a list property"),
+        ({"retention.ms": ("append", "5")}, True, "not a list config"),
         ({"cleanup.policy": ("append", "compact")}, False, "not a change"),
         ({"cleanup.policy": ("subtract", "delete")}, True, "cleanup.policy must be"),
         ({"cleanup.policy": ("append", 5)}, True, "not a change"),
