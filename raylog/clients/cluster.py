@@ -25,6 +25,7 @@ from raylog.actors.controller import DEFAULT_DATA_DIR, HEAD_RESOURCE, Controller
 from raylog.actors.kafka.fleet import LISTENER_START_TIMEOUT_S
 from raylog.actors.names import NAMESPACE, controller_name
 from raylog.actors.transport import call
+from raylog.config import ControllerConfig
 from raylog.coordination.placement import INTERNAL_TOPICS
 from raylog.errors import InvalidConfigError, LeaderNotAvailableError, UnknownTopicOrPartitionError
 from raylog.types import BrokerInfo, TopicDescription, TopicPartition
@@ -213,6 +214,9 @@ def connect(
         config: controller settings by Kafka name (see :class:`raylog.config.ControllerConfig`),
             used when this call starts the cluster.
 
+    Raises:
+        InvalidConfigError: a setting refused (before anything starts).
+
     Returns:
         A :class:`RaylogCluster`; pass it to Producer, Consumer and Admin.
 
@@ -223,6 +227,9 @@ def connect(
     embedded = address is None
     if num_brokers is not None and (not embedded or num_brokers < 1):
         raise InvalidConfigError("num_brokers is for the embedded mode and must be >= 1")
+    # A refused setting is the caller's typed error here: in the controller's creation it
+    # would fail a detached actor that Ray restarts again and again.
+    ControllerConfig.from_properties(config or {})
     started_ray = False
     if not ray.is_initialized():
         # The process's logging stays the application's (Ray's warnings and errors still reach
