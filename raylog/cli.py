@@ -2,10 +2,13 @@
 
 raylog start [--address A] [--data-dir D] [--num-brokers N]
              [--num-cpus C] [--object-store-memory B] [--ray-port P]
+             [--kafka-port P] [--kafka-host H] [--config K=V ...]
         start raylog. With an address ("auto" or a Ray address) it joins that Ray cluster
         (brokers are its nodes); without one it reuses the local Ray head an earlier
         ``raylog start`` launched, or launches one (``ray start --head``), and puts
         N brokers on it with data under D. raylog's actors are detached: they outlive it.
+        --kafka-port runs a PLAINTEXT Kafka listener on each broker; --config gives any
+        cluster setting (listeners=SSL://:9093 ssl.keystore.location=... authorizer=acl)
 raylog stop [--ray]
         stop raylog's actors (data stays on disk); ``--ray`` also runs ``ray stop`` for
         the local Ray head ``raylog start`` launched (never for any other Ray cluster)
@@ -297,7 +300,11 @@ def _create(args: argparse.Namespace) -> RaylogCluster:
     it is embedded: --num-brokers brokers on that node, logs under --data-dir."""
     address = args.address or ("auto" if os.environ.get("RAY_ADDRESS") else None)
     kafka_port = getattr(args, "kafka_port", None)
-    config = None if kafka_port is None else {"listeners": f"PLAINTEXT://{args.kafka_host}:{kafka_port}"}
+    config = dict(getattr(args, "config", None) or [])
+    if kafka_port is not None:
+        if "listeners" in config:
+            raise _UsageError("give the listener either as --kafka-port / --kafka-host or as --config listeners=...")
+        config["listeners"] = f"PLAINTEXT://{args.kafka_host}:{kafka_port}"
     return raylog.connect(
         address, data_dir=args.data_dir, num_brokers=args.num_brokers, cluster_name=args.cluster_name, config=config
     )
@@ -1698,6 +1705,12 @@ def _add_start_stop_status(commands: Any) -> None:
         help="the address Kafka listeners bind and advertise (default: the loopback, 127.0.0.1; 0.0.0.0: every "
         "interface, the node's address advertised)",
     )
+    _pairs_argument(
+        start,
+        "--config",
+        "cluster settings by Kafka name (docs/configuration.md), e.g. listeners=SSL://:9093 "
+        "ssl.keystore.location=/etc/raylog/broker.pem authorizer=acl",
+    )
     stop = _command(commands, "stop", _stop, "stop raylog's actors (data stays on disk)")
     stop.add_argument("--ray", action="store_true", help="also `ray stop` the local head `raylog start` launched")
     status = _command(commands, "status", _status, "brokers, controller, topics, leaders and ISR")
@@ -1717,15 +1730,7 @@ def _add_topics(commands: Any) -> None:
         default=300_000,
         help="wait this long for every partition to have a leader, showing progress (0: return once created)",
     )
-    create.add_argument(
-        "--config",
-        type=_config_pair,
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="K=V",
-        help="topic configs by Kafka name, e.g. retention.ms=60000",
-    )
+    _pairs_argument(create, "--config", "topic configs by Kafka name, e.g. retention.ms=60000")
     listing = _command(actions, "list", _topics_list, "list topic names")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     describe = _command(actions, "describe", _topics_describe, "partitions (leader, epoch, replicas, ISR), config")
@@ -1741,15 +1746,7 @@ def _add_topics(commands: Any) -> None:
     configs.add_argument("--json", action="store_true", help="machine-readable output")
     alter = _command(actions, "alter", _topics_alter, "set or delete topic configs (applied live)")
     alter.add_argument("name")
-    alter.add_argument(
-        "--config",
-        type=_config_pair,
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="K=V",
-        help="set these, e.g. retention.ms=60000",
-    )
+    _pairs_argument(alter, "--config", "set these, e.g. retention.ms=60000")
     alter.add_argument(
         "--delete-config", nargs="+", action="extend", default=[], metavar="K", help="back to the default"
     )
@@ -1993,6 +1990,11 @@ def _add_bench(commands: Any) -> None:
         action="store_true",
         help="add a transactional producer and kill-txn-coordinator faults (read_committed consumers)",
     )
+
+
+def _pairs_argument(parser: argparse.ArgumentParser, flag: str, help_text: str) -> None:
+    """A repeatable ``flag K=V ...`` option gathering ``(K, V)`` pairs."""
+    parser.add_argument(flag, type=_config_pair, nargs="+", action="extend", default=[], metavar="K=V", help=help_text)
 
 
 def _config_pair(text: str) -> tuple[str, str]:

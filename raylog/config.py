@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylog.errors import InvalidConfigError
+from raylog.principals import PrincipalMapper
 from raylog.protocol import MAX_REQUEST_BYTES
 
 #: Kafka writes "never" as Long.MAX_VALUE; so do we, for flush and retention limits.
@@ -549,7 +550,8 @@ class ControllerConfig(_Config):
     listeners: str = setting(
         "",
         "Where each broker's Kafka listener accepts Kafka protocol clients, as "
-        "PLAINTEXT://host:port (empty: no listener). An empty host listens on the loopback "
+        "PLAINTEXT://host:port or SSL://host:port (TLS, see ssl.keystore.location; empty: no "
+        "listener). An empty host listens on the loopback "
         "address only (127.0.0.1, advertised as such); 0.0.0.0 listens on every interface and "
         "advertises the broker's node address; port 0 takes a free port; brokers "
         "sharing a node (the embedded mode) listen on port, port + 1, ... in broker order.",
@@ -614,11 +616,48 @@ class ControllerConfig(_Config):
         "A Kafka listener closes a connection that sent nothing and has no request left to answer for this long.",
         minimum=1,
     )
+    ssl_keystore_location: str = setting(
+        "",
+        "An SSL listener's certificate chain and private key: a PEM file (Kafka's "
+        "ssl.keystore.location with ssl.keystore.type=PEM), at this path on every node that runs "
+        "a broker. Required by an SSL listener.",
+    )
+    ssl_key_password: str = setting(
+        "",
+        "The password of the keystore's private key when it is encrypted. Never shown: "
+        "DescribeConfigs answers it as sensitive, with no value.",
+    )
+    ssl_truststore_location: str = setting(
+        "",
+        "The CA certificates (a PEM file, on every node) that client certificates must be signed "
+        "by when ssl.client.auth asks for them (empty: the system's CAs, as Kafka falls back "
+        "to the JVM's truststore).",
+    )
+    ssl_client_auth: str = setting(
+        "none",
+        "Whether an SSL listener asks clients for a certificate: none, requested (a client "
+        "without one is User:ANONYMOUS) or required (a client without a valid one is refused "
+        "in the handshake). A client certificate's subject is the connection's principal for "
+        "the authorizer: User:CN=alice,OU=eng,... after ssl.principal.mapping.rules.",
+        choices=("none", "requested", "required"),
+    )
+    ssl_principal_mapping_rules: str = setting(
+        "DEFAULT",
+        "Kafka's rules rewriting a client certificate's subject into its principal's name: "
+        "comma-separated RULE:pattern/replacement/[LU] tried in order ($1 a group of the "
+        "pattern; L or U lower- or upper-cases the result), DEFAULT keeping the subject as is. "
+        "E.g. RULE:^CN=(.*?),OU=eng.*$/$1/L,DEFAULT",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.listeners:
-            listener_address(self.listeners)
+            protocol, _, _ = listener_address(self.listeners)
+            self._require(
+                protocol != "SSL" or bool(self.ssl_keystore_location),
+                "an SSL listener needs ssl.keystore.location (a PEM file of its certificate and key)",
+            )
+        PrincipalMapper(self.ssl_principal_mapping_rules)  # bad rules are refused here
         pool = self.queued_max_request_bytes
         self._require(
             pool == -1 or pool >= self.socket_request_max_bytes,
@@ -628,23 +667,35 @@ class ControllerConfig(_Config):
 
     def listener_addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
         """``broker id -> (host, port)`` for brokers sharing a node (sorted ids), per ``listeners``."""
-        host, port = listener_address(self.listeners)
+        _, host, port = listener_address(self.listeners)
         return {b: (host, port + i if port else 0) for i, b in enumerate(sorted(broker_ids))}
 
+    @property
+    def listener_protocol(self) -> str:
+        """The security protocol of ``listeners``: PLAINTEXT or SSL ("" without a listener)."""
+        return listener_address(self.listeners)[0] if self.listeners else ""
 
-def listener_address(value: str) -> tuple[str, int]:
-    """``(host, port)`` of a ``PLAINTEXT://host:port`` listener (host may be empty).
+
+def listener_address(value: str) -> tuple[str, str, int]:
+    """``(security protocol, host, port)`` of a ``PLAINTEXT://host:port`` or ``SSL://host:port``
+    listener (host may be empty; the protocol upper-cased).
 
     Raises:
         InvalidConfigError: another form, security protocol, or a port outside [0, 65535].
     """
     scheme, sep, rest = value.partition("://")
     host, colon, port = rest.rpartition(":")
-    if sep != "://" or scheme.upper() != "PLAINTEXT" or not colon or not port.isdigit() or int(port) > 65535:
+    protocol = scheme.strip().upper()
+    if sep != "://" or protocol not in LISTENER_PROTOCOLS or not colon or not port.isdigit() or int(port) > 65535:
         raise InvalidConfigError(
-            f"listeners must be PLAINTEXT://host:port (one listener; SSL and SASL are not served), got {_quoted(value)}"
+            "listeners must be PLAINTEXT://host:port or SSL://host:port (one listener; SASL is not "
+            f"served yet), got {_quoted(value)}"
         )
-    return host.strip("[]"), int(port)
+    return protocol, host.strip("[]"), int(port)
+
+
+#: The security protocols a listener speaks.
+LISTENER_PROTOCOLS = ("PLAINTEXT", "SSL")
 
 
 #: Topic properties whose value is a comma-separated list (AlterConfigOp APPEND / SUBTRACT).

@@ -182,9 +182,9 @@ class ConfigEntry(NamedTuple):
     """One config as described: its value and where it comes from, ``"topic"`` (set on the
     topic), ``"dynamic_broker"`` (set for the broker), ``"dynamic_default_broker"`` (set on
     the cluster default), ``"static_broker"`` (a setting given when the cluster started) or
-    ``"default"``."""
+    ``"default"``. A secret's value (``ssl.key.password``) is None, as Kafka describes it."""
 
-    value: str
+    value: str | None
     source: str
 
 

@@ -621,7 +621,11 @@ class ControllerActor:
             if validate_only:
                 return
             self._commit([record])
-            logger.info("dynamic broker configs of %s set: %s", resource or "the cluster default", record["configs"])
+            logger.info(
+                "dynamic broker configs of %s set: %s",
+                resource or "the cluster default",
+                broker_configs.masked(record["configs"]),
+            )
             only = None if resource == "" else int(resource)
             self._push([p for topic in self.image.topics.values() for p in topic.partitions], only=only)
 

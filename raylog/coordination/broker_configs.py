@@ -64,6 +64,10 @@ TOPIC_DEFAULTS: dict[str, str] = {broker: topic for topic, broker in TOPIC_SYNON
 READ_ONLY = frozenset(ControllerConfig().to_properties()) | {"broker.id", "node.id", "log.dir", "log.dirs"}
 #: Broker configs whose values are comma-separated lists.
 LIST_CONFIGS = frozenset({"log.cleanup.policy"})
+#: Configs whose values are secrets: described without their value (Kafka's PASSWORD type) and
+#: not logged.
+_SENSITIVE_SUFFIXES = (".password", "sasl.jaas.config")
+
 #: The resource name of the cluster-wide default.
 CLUSTER_DEFAULT = ""
 
@@ -98,6 +102,16 @@ def alter(current: Mapping[str, str], changes: Mapping[str, Any], *, incremental
         else:
             configs[name] = _validated(name, str(change))
     return configs
+
+
+def is_sensitive(name: str) -> bool:
+    """Whether config ``name`` holds a secret (a password, a JAAS config)."""
+    return name.endswith(_SENSITIVE_SUFFIXES)
+
+
+def masked(configs: Mapping[str, str]) -> dict[str, str]:
+    """``configs`` fit for a log line: secrets replaced."""
+    return {name: "[hidden]" if is_sensitive(name) else value for name, value in configs.items()}
 
 
 def topic_defaults(*layers: Mapping[str, str]) -> dict[str, str]:

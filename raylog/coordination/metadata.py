@@ -343,7 +343,7 @@ class MetadataImage:
         """Every config of a broker resource with its value and source: "dynamic_broker" (set
         for this broker), "dynamic_default_broker" (the cluster default), "static_broker"
         (``static``: raylog's settings given at start) or "default" (a topic default's
-        built-in value).
+        built-in value). A secret's value (``ssl.key.password``) is None.
 
         Raises:
             InvalidRequestError: not "" nor a registered broker's id.
@@ -358,7 +358,7 @@ class MetadataImage:
         described = {}
         for configs, source in layers:
             for name, value in configs.items():
-                described.setdefault(name, ConfigEntry(value, source))
+                described.setdefault(name, ConfigEntry(None if broker_configs.is_sensitive(name) else value, source))
         return dict(sorted(described.items()))
 
     def _require_broker_resource(self, resource: str) -> None:

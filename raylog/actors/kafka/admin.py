@@ -100,7 +100,7 @@ RESOURCE_BROKER = 4
 #: raylog's config sources (ConfigEntry.source) as Kafka's ConfigSource codes.
 SOURCES = {"topic": 1, "dynamic_broker": 2, "dynamic_default_broker": 3, "static_broker": 4, "default": 5}
 SOURCE_DEFAULT_CONFIG = SOURCES["default"]
-TYPE_BOOLEAN, TYPE_STRING, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 2, 5, 6, 7
+TYPE_BOOLEAN, TYPE_STRING, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST, TYPE_PASSWORD = 1, 2, 5, 6, 7, 9
 
 _FIELDS = {f.name.replace("_", "."): f for f in dataclasses.fields(TopicConfig)}
 #: A broker config's field: a topic default's topic property, or a static setting's.
@@ -447,9 +447,11 @@ def _described_config(key: str, entry: Any, synonyms: bool, documentation: bool,
         "read_only": broker and key in broker_configs.READ_ONLY,
         "is_default": entry.source == "default",
         "config_source": SOURCES[entry.source],
-        "is_sensitive": False,
+        "is_sensitive": broker and broker_configs.is_sensitive(key),
         "synonyms": [],
-        "config_type": _config_type(field, is_list) if field is not None or broker else 0,
+        "config_type": (TYPE_PASSWORD if broker and broker_configs.is_sensitive(key) else _config_type(field, is_list))
+        if field is not None or broker
+        else 0,
         "documentation": field.metadata["doc"] if documentation and field is not None else None,
     }
     if synonyms:

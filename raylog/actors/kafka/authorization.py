@@ -1,7 +1,8 @@
 """Kafka's ACLs on the listener's requests: who may send what, checked before a handler runs.
 
 With the ``authorizer`` setting at ``acl``, every request is authorized for the connection's
-principal (``User:ANONYMOUS`` until the listeners authenticate clients) and host (the
+principal (from its TLS client certificate, see :mod:`raylog.principals`; else
+``User:ANONYMOUS``) and host (the
 client's address) against the cluster's ACLs (:class:`~raylog.coordination.acls.Authorizer`,
 kept by the :class:`BrokerContext` from the controller's pushes and metadata answers). Each API has a rule in
 :data:`RULES`, with the checks of Kafka's ``KafkaApis`` and its error codes:
@@ -41,9 +42,8 @@ from raylog.errors import (
 )
 from raylog.kafka import codec
 from raylog.kafka.codec.error_bodies import BUILDERS
+from raylog.principals import ANONYMOUS
 
-#: The principal of a connection that did not authenticate (Kafka's).
-ANONYMOUS = "User:ANONYMOUS"
 #: The name of the cluster resource (Kafka's).
 CLUSTER = "kafka-cluster"
 

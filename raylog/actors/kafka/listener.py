@@ -63,7 +63,8 @@ from raylog.actors.kafka.context import CONNECTION, BrokerContext
 from raylog.actors.kafka.limits import ConnectionQuotas, RequestMemoryPool
 from raylog.config import ControllerConfig
 from raylog.errors import UnknownServerError, UnsupportedVersionError
-from raylog.kafka import codec, records
+from raylog.kafka import codec, records, tls
+from raylog.principals import PrincipalMapper
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,9 @@ READS = frozenset(
 
 #: Where a listener whose ``listeners`` entry names no host binds (and what it advertises).
 LOOPBACK = "127.0.0.1"
+#: How long an SSL listener waits for a client's TLS handshake (a client that connects and
+#: stays silent holds no more than this).
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 HANDLERS = {
     **data.HANDLERS,
@@ -141,6 +145,7 @@ class KafkaListenerActor:
         everywhere = host in ("0.0.0.0", "::")
         self._advertised_host = ray.util.get_node_ip_address() if everywhere else self._bind_host
         self._port = port
+        self._principals = PrincipalMapper(self.config.ssl_principal_mapping_rules)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self._quotas = ConnectionQuotas(self.config.max_connections, self.config.max_connections_per_ip)
@@ -156,13 +161,28 @@ class KafkaListenerActor:
 
         Raises:
             OSError: the port is taken (the controller logs it and tries again later).
+            InvalidConfigError: an SSL listener's keystore or truststore cannot be read here.
         """
         if self._server is None:
-            self._server = await asyncio.start_server(self._serve, self._bind_host, self._port, reuse_address=True)
+            c = self.config
+            tls_context = None
+            if c.listener_protocol == "SSL":
+                tls_context = tls.server_context(
+                    c.ssl_keystore_location, c.ssl_key_password, c.ssl_truststore_location, c.ssl_client_auth
+                )
+            self._server = await asyncio.start_server(
+                self._serve,
+                self._bind_host,
+                self._port,
+                reuse_address=True,
+                ssl=tls_context,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls_context else None,
+            )
             self._port = self._server.sockets[0].getsockname()[1]
             logger.info(
-                "broker %d: Kafka listener on %s:%d (advertised %s:%d)",
+                "broker %d: Kafka listener %s on %s:%d (advertised %s:%d)",
                 self.context.broker_id,
+                c.listener_protocol,
                 self._bind_host,
                 self._port,
                 self._advertised_host,
@@ -207,7 +227,8 @@ class KafkaListenerActor:
                 await writer.wait_closed()
 
     async def _serve_admitted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
-        CONNECTION.set({"principal": authorization.ANONYMOUS, "host": peer[0] if peer else ""})
+        principal = self._principals.principal(writer.get_extra_info("peercert"))
+        CONNECTION.set({"principal": principal, "host": peer[0] if peer else ""})
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -1,0 +1,209 @@
+"""TLS on a Kafka listener (``listeners=SSL://...``) with clients nobody here wrote: confluent-kafka
+and kafka-python produce and consume over TLS, the principal of a client certificate (after
+``ssl.principal.mapping.rules``) is what Kafka's ACLs decide on, a client that shows no
+certificate is User:ANONYMOUS, and a plaintext client on the TLS port is refused and writes
+nothing. Certificates come from a test CA (trustme).
+
+``tls_cluster`` is a raylog cluster of one broker on the session's Ray whose listener speaks
+TLS and asks clients for certificates (``ssl.client.auth=requested``), with the authorizer on
+and nothing allowed that no ACL allows.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from raylog import (
+    ACL,
+    ACLOperation,
+    ACLPermissionType,
+    Admin,
+    Consumer,
+    NewTopic,
+    ResourcePattern,
+    ResourceType,
+    TopicPartition,
+)
+from tests.helpers import wait_until
+
+#: A bound on one client call (not a measure).
+TIMEOUT_S = 30.0
+#: ssl.principal.mapping.rules of the cluster: a certificate's common name is the user.
+RULES = r"RULE:^CN=([^,]*),.*$/$1/,DEFAULT"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """The CA's PEM, the broker's keystore, and alice's and bob's key-and-chain PEMs."""
+    import trustme
+
+    ca = trustme.CA()
+    folder = tmp_path_factory.mktemp("tls")
+    files = {"ca": folder / "ca.pem", "broker": folder / "broker.pem"}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(files["broker"]))
+    for user in ("alice", "bob"):
+        files[user] = folder / f"{user}.pem"
+        leaf = ca.issue_cert(f"{user}@example.org", common_name=user, organization_name="acme")
+        leaf.private_key_and_cert_chain_pem.write_to_path(str(files[user]))
+    return {name: str(path) for name, path in files.items()}
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(cluster, pki, tmp_path_factory):
+    import raylog
+
+    handle = raylog.connect(
+        data_dir=str(tmp_path_factory.mktemp("raylog-tls")),
+        num_brokers=1,
+        cluster_name=f"t{uuid.uuid4().hex[:8]}",
+        config={
+            "listeners": "SSL://127.0.0.1:0",
+            "ssl.keystore.location": pki["broker"],
+            "ssl.truststore.location": pki["ca"],
+            "ssl.client.auth": "requested",
+            "ssl.principal.mapping.rules": RULES,
+            "authorizer": "acl",
+            "offsets.topic.num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "group.initial.rebalance.delay.ms": "0",
+        },
+    )
+    yield handle
+    handle.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tls_bootstrap(tls_cluster) -> str:
+    return wait_until(lambda: tls_cluster.bootstrap_servers() or None, timeout_s=60, message="the TLS listener")
+
+
+@pytest.fixture(scope="module")
+def granted_topic(tls_cluster):
+    """A topic alice may write, read and describe, and read as the group ``readers``."""
+    admin = Admin(tls_cluster)
+    name = f"tls-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 1, 1)])
+
+    def allow(operation: ACLOperation, kind: ResourceType, resource: str) -> ACL:
+        return ACL("User:alice", "*", operation, ACLPermissionType.ALLOW, ResourcePattern(kind, resource))
+
+    admin.create_acls(
+        [
+            allow(ACLOperation.WRITE, ResourceType.TOPIC, name),
+            allow(ACLOperation.READ, ResourceType.TOPIC, name),
+            allow(ACLOperation.READ, ResourceType.GROUP, "readers"),
+        ]
+    )
+    return name
+
+
+def ssl_config(pki: dict, user: str | None) -> dict:
+    """confluent-kafka's settings for a TLS client that trusts the CA and shows ``user``'s
+    certificate (None: none)."""
+    config = {"security.protocol": "SSL", "ssl.ca.location": pki["ca"]}
+    if user:
+        config.update({"ssl.certificate.location": pki[user], "ssl.key.location": pki[user]})
+    return config
+
+
+def deliver(bootstrap: str, topic: str, value: bytes, **config) -> str | None:
+    """One record sent by a fresh confluent-kafka producer: its delivery error's name, or None."""
+    from confluent_kafka import Producer
+
+    outcome: list = []
+    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 10_000, **config})
+    producer.produce(topic, value, on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(TIMEOUT_S)
+    assert outcome, "no delivery report"
+    return None if outcome[0] is None else outcome[0].name()
+
+
+def records_of(tls_cluster, topic: str) -> list[bytes]:
+    """Every record of ``topic``'s partition 0, read by raylog's own Consumer."""
+    with Consumer(tls_cluster, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        out: list[bytes] = []
+        while batch := consumer.poll(timeout_ms=1000).get(TopicPartition(topic, 0)):
+            out += [r.value for r in batch]
+        return out
+
+
+def test_a_certificates_principal_produces_and_consumes_what_the_acls_allow(tls_bootstrap, pki, granted_topic):
+    """alice (her certificate's CN, by the mapping rules) writes and reads in group readers
+    over TLS with confluent-kafka; bob, with a certificate of the same CA, may not read."""
+    from confluent_kafka import Consumer as CkConsumer
+    from confluent_kafka import KafkaError
+
+    assert deliver(tls_bootstrap, granted_topic, b"from alice", **ssl_config(pki, "alice")) is None
+
+    def first_message(user: str):
+        consumer = CkConsumer(
+            {
+                "bootstrap.servers": tls_bootstrap,
+                "group.id": "readers",
+                "auto.offset.reset": "earliest",
+                **ssl_config(pki, user),
+            }
+        )
+        try:
+            consumer.subscribe([granted_topic])
+            return wait_until(lambda: consumer.poll(1.0), timeout_s=TIMEOUT_S, message=f"{user}'s first message")
+        finally:
+            consumer.close()
+
+    message = first_message("alice")
+    assert message.error() is None and message.value() == b"from alice"
+    refused = first_message("bob")
+    assert refused.error() is not None
+    assert refused.error().code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+
+
+def test_a_client_without_a_certificate_is_anonymous_and_refused(tls_bootstrap, tls_cluster, pki, granted_topic):
+    """A TLS client that shows no certificate is User:ANONYMOUS: no ACL allows it to write."""
+    before = records_of(tls_cluster, granted_topic)
+    assert deliver(tls_bootstrap, granted_topic, b"anonymous", **ssl_config(pki, None)) == "TOPIC_AUTHORIZATION_FAILED"
+    assert records_of(tls_cluster, granted_topic) == before
+
+
+def test_a_plaintext_client_on_the_tls_port_is_refused_and_writes_nothing(tls_bootstrap, tls_cluster, granted_topic):
+    """A client in its default settings (PLAINTEXT) gets no Kafka answer from a TLS port: its
+    record is not delivered, and nothing reaches the log."""
+    before = records_of(tls_cluster, granted_topic)
+    error = deliver(tls_bootstrap, granted_topic, b"plaintext", **{"message.timeout.ms": 5_000})
+    assert error in ("_MSG_TIMED_OUT", "_TRANSPORT", "_TIMED_OUT"), error
+    assert records_of(tls_cluster, granted_topic) == before
+
+
+def test_kafka_python_over_tls_with_a_client_certificate(tls_bootstrap, tls_cluster, pki, granted_topic):
+    """kafka-python's producer over TLS as alice (ssl_cafile, ssl_certfile, ssl_keyfile)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=tls_bootstrap,
+        security_protocol="SSL",
+        ssl_cafile=pki["ca"],
+        ssl_certfile=pki["alice"],
+        ssl_keyfile=pki["alice"],
+        ssl_check_hostname=True,
+    )
+    try:
+        producer.send(granted_topic, b"kafka-python over tls").get(timeout=TIMEOUT_S)
+    finally:
+        producer.close()
+    assert b"kafka-python over tls" in records_of(tls_cluster, granted_topic)
+
+
+def test_raylog_start_takes_the_tls_settings(run, tls_cluster, tls_bootstrap, pki):
+    """``raylog start --config`` passes cluster settings: an SSL listener without its keystore
+    is refused before anything starts, a listener given twice is a usage error, and the TLS
+    cluster's own settings start (join) it and print its bootstrap servers."""
+    code, _, err = run("start", "--config", "listeners=SSL://127.0.0.1:0", cluster_name=f"t{uuid.uuid4().hex[:8]}")
+    assert code == 1 and "ssl.keystore.location" in err, err
+    code, _, err = run("start", "--kafka-port", "0", "--config", "listeners=SSL://127.0.0.1:0")
+    assert code == 2 and "either as --kafka-port" in err, err
+    settings = ["listeners=SSL://127.0.0.1:0", f"ssl.keystore.location={pki['broker']}"]
+    code, out, err = run("start", "--config", *settings, cluster_name=tls_cluster.cluster_name)
+    assert code == 0 and f"bootstrap.servers={tls_bootstrap}" in out, err
