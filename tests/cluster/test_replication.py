@@ -126,6 +126,10 @@ def test_a_leader_back_on_a_new_node_before_its_death_was_seen_hands_over_and_wr
     topic = replicated_topic(**SAFE)
     with Producer(cluster, acks="all") as producer:
         producer.send(topic, b"before").result(timeout=30)
+    # Another leader needs another ISR member: on a loaded machine the followers' processes
+    # can start after replica.lag.time.max.ms, and the ISR is the leader alone until they
+    # catch up (the broker then rightly leads again from its disk, as the suite saw once).
+    wait_until(lambda: len(describe(cluster, topic).isr) == 3, timeout_s=60, message="every replica in sync")
     old = describe(cluster, topic).leader
     brokers.kill(old)
     brokers.start(old)
