@@ -9,7 +9,9 @@ version the tests are told, which sets the features they expect), deleting the t
 test made before the next one starts. A test that needs another of the suite's scenarios
 (``noautocreate``) runs against a cluster of its own set up that way, and the tests that run
 Kafka's ``kafka-topics.sh`` or ``kafka-acls.sh`` get stand-ins making the same admin requests
-(:func:`kafka_topics`, :func:`kafka_acls`). The clusters run Kafka's ACLs
+(:func:`kafka_topics`, :func:`kafka_acls`). The tests of SASL (:data:`SASL_TESTS`) run
+against a cluster whose listeners speak SASL_PLAINTEXT, as a user made for them. The
+clusters run Kafka's ACLs
 (``authorizer=acl``) allowing every request on a resource no ACL names
 (``allow.everyone.if.no.acl.found``), so the ACLs tests set apply and the rest is open.
 Local-only tests (no broker), the sockem tests (a
@@ -74,6 +76,22 @@ CLUSTER_CONFIG = {
 #: The suite's scenarios (the JSON files of its tests directory), as raylog settings over
 #: CLUSTER_CONFIG: a test names the one it needs, and each gets a cluster of its own.
 SCENARIOS = {"default": {}, "noautocreate": {"auto.create.topics.enable": "false"}}
+#: Tests that authenticate with SASL (they skip themselves on a plaintext client): they run
+#: against a SASL_PLAINTEXT cluster, as the user SASL_USER, with the client's SASL settings in
+#: their test.conf (PLAIN: this librdkafka is built without SSL, which SCRAM needs).
+SASL_TESTS = ("0135", "0142")
+SASL_USER = ("rdkafka", "rdkafka-secret")
+SASL_CONFIG = {
+    "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    "super.users": f"User:{SASL_USER[0]}",
+}
+SASL_CLIENT = {
+    "security.protocol": "SASL_PLAINTEXT",
+    "sasl.mechanism": "PLAIN",
+    "sasl.username": SASL_USER[0],
+    "sasl.password": SASL_USER[1],
+}
 #: One test's bound (the runner has its own timeout per test as well).
 TEST_TIMEOUT_S = 1800
 #: Flags of tests that need no broker, a socket emulator, or a person.
@@ -173,13 +191,16 @@ def broker_tests(tests_dir: Path) -> dict[str, str]:
     return found
 
 
-def run_number(runner: Path, bootstrap: str, number: str, scenario: str, workdir: Path, log: Path) -> str:
+def run_number(
+    runner: Path, bootstrap: str, number: str, scenario: str, workdir: Path, log: Path, client: dict | None = None
+) -> str:
     """Every test of ``number`` and ``scenario`` against ``bootstrap`` (the runner picks
-    tests by number: 0045 is five tests); the runner's output, which is also appended to
-    ``log``. Tests that call Kafka's ``kafka-topics.sh`` or ``kafka-acls.sh`` get :data:`TOOLS`."""
+    tests by number: 0045 is five tests) with the ``client`` settings in its test.conf; the
+    runner's output, which is also appended to ``log``. Tests that call Kafka's
+    ``kafka-topics.sh`` or ``kafka-acls.sh`` get :data:`TOOLS`."""
     tests_dir = runner.parent
     conf = workdir / "test.conf"
-    conf.write_text(f"bootstrap.servers={bootstrap}\n")
+    conf.write_text("".join(f"{k}={v}\n" for k, v in {"bootstrap.servers": bootstrap, **(client or {})}.items()))
     env = {
         **os.environ,
         "RDKAFKA_TEST_CONF": str(conf),
@@ -227,16 +248,17 @@ def run_suite(
     workdir: Path,
     log: Path,
     between: Callable[[], None],
+    client: dict | None = None,
 ) -> list[Outcome]:
-    """``tests`` (of ``scenario``) one number after another, ``between`` each two (it clears
-    the cluster)."""
+    """``tests`` (of ``scenario``) one number after another with the ``client`` settings,
+    ``between`` each two (it clears the cluster)."""
     outcomes = []
     for number, names in itertools.groupby(tests, key=lambda name: name[:4]):
         names = list(names)
         if number in NOT_APPLICABLE:
             outcomes += [Outcome(name, "NOT APPLICABLE", NOT_APPLICABLE[number]) for name in names]
             continue
-        output = run_number(runner, bootstrap, number, scenario, workdir, log)
+        output = run_number(runner, bootstrap, number, scenario, workdir, log, client)
         for name in names:
             outcome = outcome_of(name, output)
             print(f"{outcome.test}: {outcome.state} {outcome.note}", file=sys.stderr, flush=True)
@@ -445,26 +467,33 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_embedded(runner: Path, tests: dict[str, str], log: Path) -> list[Outcome]:
     """``tests`` (name -> scenario) against embedded raylog clusters, a new one for each
-    scenario (see the module docstring), in the suite's order."""
+    scenario, and one with a SASL listener for :data:`SASL_TESTS` (see the module
+    docstring), in the suite's order."""
     log.write_text("")
     outcomes: dict[str, Outcome] = {}
+    passes = [(scenario, False) for scenario in dict.fromkeys(tests.values())]
+    passes += [(s, True) for s in dict.fromkeys(s for t, s in tests.items() if t[:4] in SASL_TESTS)]
     with contextlib.ExitStack() as stack:
         workdir = Path(common.temp_workdir(stack, "raylog-librdkafka-run-", None))
         common.start_local_ray(stack)
-        for scenario in dict.fromkeys(tests.values()):
-            names = [t for t, s in tests.items() if s == scenario]
+        for scenario, with_sasl in passes:
+            names = [t for t, s in tests.items() if s == scenario and (t[:4] in SASL_TESTS) == with_sasl]
+            if not names:
+                continue
             if scenario not in SCENARIOS:
                 outcomes.update(
                     {t: Outcome(t, "NOT APPLICABLE", f"scenario {scenario} is not set up here") for t in names}
                 )
                 continue
             cluster = raylog.connect(
-                data_dir=str(workdir / scenario),
+                data_dir=str(workdir / f"{scenario}{'-sasl' if with_sasl else ''}"),
                 num_brokers=3,
                 cluster_name=f"rdk{uuid.uuid4().hex[:8]}",
-                config={**CLUSTER_CONFIG, **SCENARIOS[scenario]},
+                config={**CLUSTER_CONFIG, **SCENARIOS[scenario], **(SASL_CONFIG if with_sasl else {})},
             )
             try:
+                if with_sasl:
+                    raylog.Admin(cluster).alter_user_scram_credentials({SASL_USER[0]: SASL_USER[1]})
                 found = run_suite(
                     runner,
                     cluster.bootstrap_servers(),
@@ -473,6 +502,7 @@ def run_embedded(runner: Path, tests: dict[str, str], log: Path) -> list[Outcome
                     workdir,
                     log,
                     functools.partial(delete_topics, cluster),
+                    SASL_CLIENT if with_sasl else None,
                 )
             finally:
                 cluster.shutdown()

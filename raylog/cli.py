@@ -93,6 +93,15 @@ raylog acls add|remove (--allow-principal P | --deny-principal P)... [--allow-ho
 raylog acls list [--topic T | --group G | --transactional-id T | --cluster]... [--principal P]
                  [--json]
         every ACL, or those on the resources or of the principal named
+raylog users add NAME [--mechanism M]... [--iterations N]
+        as kafka-configs --alter --add-config 'SCRAM-SHA-512=[password=...]' --entity-type
+        users: the password read from stdin (never from the command line), salted here; a
+        SCRAM credential per mechanism (default SCRAM-SHA-256 and SCRAM-SHA-512) with which
+        Kafka clients authenticate on SASL listeners
+raylog users remove NAME [--mechanism M]...
+        delete the user's credentials (default: both mechanisms)
+raylog users list [NAME]... [--json]
+        each user's mechanisms and iterations (never a key)
 raylog bench produce|consume|e2e [--topic T] [--num-records N] [--record-size B] [--partitions P]
              [--replication-factor R] [--acks all|1|0] [--batch-size B] [--linger-ms L]
              [--compression C] [--arrow] [--throughput R] [--timeout-ms T] [--json] [--sync]
@@ -163,6 +172,7 @@ from typing import TYPE_CHECKING, Any
 
 import raylog
 from raylog.actors.names import NAMESPACE, controller_name
+from raylog.clients.admin import DEFAULT_SCRAM_ITERATIONS
 from raylog.coordination.acls import (
     ACL,
     CLUSTER_NAME,
@@ -175,6 +185,7 @@ from raylog.coordination.acls import (
     ResourceType,
 )
 from raylog.coordination.quotas import QUOTA_KEYS
+from raylog.coordination.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
 from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
 from raylog.errors import (
     GroupIdNotFoundError,
@@ -1365,6 +1376,65 @@ def _acls_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- users (SCRAM credentials) ------------------------------------------------------------
+
+
+SCRAM_MECHANISMS = tuple(MECHANISMS.values())
+
+
+def _users_add(args: argparse.Namespace) -> int:
+    password = sys.stdin.readline().rstrip("\n")
+    if not password:
+        raise _UsageError("give the password on stdin (e.g. `printf '%s' \"$PW\" | raylog users add alice`)")
+    with _connected(args) as cluster:
+        raylog.Admin(cluster).alter_user_scram_credentials(
+            {args.name: password}, mechanisms=args.mechanism or SCRAM_MECHANISMS, iterations=args.iterations
+        )
+    print(f"user {args.name!r}: {', '.join(args.mechanism or SCRAM_MECHANISMS)} credentials set")
+    return 0
+
+
+def _users_remove(args: argparse.Namespace) -> int:
+    mechanisms = args.mechanism or SCRAM_MECHANISMS
+    with _connected(args) as cluster:
+        admin = raylog.Admin(cluster)
+        held = [m for m, _ in admin.describe_user_scram_credentials([args.name])[args.name] if m in mechanisms]
+        admin.alter_user_scram_credentials(deletions=[(args.name, m) for m in held])
+    print(f"user {args.name!r}: {', '.join(held)} credentials deleted")
+    return 0
+
+
+def _users_list(args: argparse.Namespace) -> int:
+    with _connected(args) as cluster:
+        described = raylog.Admin(cluster).describe_user_scram_credentials(args.names or None)
+    if args.json:
+        print(json.dumps({u: [{"mechanism": m, "iterations": i} for m, i in c] for u, c in described.items()}))
+    elif described:
+        print(_table([("USER", "MECHANISM", "ITERATIONS"), *((u, m, i) for u, c in described.items() for m, i in c)]))
+    else:
+        print("no users")
+    return 0
+
+
+def _add_users(commands: Any) -> None:
+    users = commands.add_parser("users", help="SCRAM credentials of Kafka users (kafka-configs.sh --entity-type users)")
+    actions = users.add_subparsers(dest="action", required=True)
+    add = _command(actions, "add", _users_add, "set a user's SCRAM credentials (password on stdin)")
+    remove = _command(actions, "remove", _users_remove, "delete a user's SCRAM credentials")
+    for sub in (add, remove):
+        sub.add_argument("name")
+        sub.add_argument("--mechanism", action="append", choices=SCRAM_MECHANISMS, help="repeatable (default: both)")
+    add.add_argument(
+        "--iterations",
+        type=_positive_int,
+        default=DEFAULT_SCRAM_ITERATIONS,
+        help=f"{MIN_ITERATIONS} to {MAX_ITERATIONS} (default {DEFAULT_SCRAM_ITERATIONS})",
+    )
+    listing = _command(actions, "list", _users_list, "users and their mechanisms")
+    listing.add_argument("names", nargs="*", metavar="NAME", help="default: every user")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+
+
 def _add_acls(commands: Any) -> None:
     acls = commands.add_parser("acls", help="add, remove and list Kafka ACLs (as kafka-acls.sh)")
     actions = acls.add_subparsers(dest="action", required=True)
@@ -1663,6 +1733,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_transactions(commands)
     _add_quotas(commands)
     _add_acls(commands)
+    _add_users(commands)
     _add_bench(commands)
     dump = commands.add_parser("dump-log", help="print the segments and batches of a log directory")
     dump.add_argument("dir")

@@ -24,6 +24,9 @@ from raylog.errors import InvalidConfigError
 from raylog.principals import PrincipalMapper
 from raylog.protocol import MAX_REQUEST_BYTES
 
+#: The SASL mechanisms a listener can accept.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
 #: Kafka writes "never" as Long.MAX_VALUE; so do we, for flush and retention limits.
 NEVER = 2**63 - 1
 #: Kafka writes "no limit" on a rate as Double.MAX_VALUE.
@@ -550,7 +553,8 @@ class ControllerConfig(_Config):
     listeners: str = setting(
         "",
         "Where each broker's Kafka listener accepts Kafka protocol clients, as "
-        "PLAINTEXT://host:port or SSL://host:port (TLS, see ssl.keystore.location; empty: no "
+        "PROTOCOL://host:port: PLAINTEXT, SSL (TLS, see ssl.keystore.location), SASL_PLAINTEXT "
+        "or SASL_SSL (clients authenticate, see sasl.enabled.mechanisms; empty: no "
         "listener). An empty host listens on the loopback "
         "address only (127.0.0.1, advertised as such); 0.0.0.0 listens on every interface and "
         "advertises the broker's node address; port 0 takes a free port; brokers "
@@ -616,6 +620,15 @@ class ControllerConfig(_Config):
         "A Kafka listener closes a connection that sent nothing and has no request left to answer for this long.",
         minimum=1,
     )
+    sasl_enabled_mechanisms: str = setting(
+        "SCRAM-SHA-256,SCRAM-SHA-512",
+        "The SASL mechanisms a SASL_PLAINTEXT or SASL_SSL listener accepts, comma-separated, of "
+        "PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512. Users and their SCRAM credentials are made "
+        "with AlterUserScramCredentials (kafka-configs.sh --entity-type users, Admin."
+        "alter_user_scram_credentials, raylog users); PLAIN checks a password against them "
+        "and sends it in clear on SASL_PLAINTEXT.",
+        list_of=SASL_MECHANISMS,
+    )
     ssl_keystore_location: str = setting(
         "",
         "An SSL listener's certificate chain and private key: a PEM file (Kafka's "
@@ -654,8 +667,12 @@ class ControllerConfig(_Config):
         if self.listeners:
             protocol, _, _ = listener_address(self.listeners)
             self._require(
-                protocol != "SSL" or bool(self.ssl_keystore_location),
-                "an SSL listener needs ssl.keystore.location (a PEM file of its certificate and key)",
+                protocol not in TLS_PROTOCOLS or bool(self.ssl_keystore_location),
+                f"an {protocol} listener needs ssl.keystore.location (a PEM file of its certificate and key)",
+            )
+            self._require(
+                not protocol.startswith("SASL_") or bool(self.sasl_enabled_mechanisms.strip()),
+                f"an {protocol} listener needs sasl.enabled.mechanisms",
             )
         PrincipalMapper(self.ssl_principal_mapping_rules)  # bad rules are refused here
         pool = self.queued_max_request_bytes
@@ -672,13 +689,14 @@ class ControllerConfig(_Config):
 
     @property
     def listener_protocol(self) -> str:
-        """The security protocol of ``listeners``: PLAINTEXT or SSL ("" without a listener)."""
+        """The security protocol of ``listeners`` (one of :data:`LISTENER_PROTOCOLS`; "" without
+        a listener)."""
         return listener_address(self.listeners)[0] if self.listeners else ""
 
 
 def listener_address(value: str) -> tuple[str, str, int]:
-    """``(security protocol, host, port)`` of a ``PLAINTEXT://host:port`` or ``SSL://host:port``
-    listener (host may be empty; the protocol upper-cased).
+    """``(security protocol, host, port)`` of a ``PROTOCOL://host:port`` listener (host may be
+    empty; the protocol upper-cased, one of :data:`LISTENER_PROTOCOLS`).
 
     Raises:
         InvalidConfigError: another form, security protocol, or a port outside [0, 65535].
@@ -688,14 +706,15 @@ def listener_address(value: str) -> tuple[str, str, int]:
     protocol = scheme.strip().upper()
     if sep != "://" or protocol not in LISTENER_PROTOCOLS or not colon or not port.isdigit() or int(port) > 65535:
         raise InvalidConfigError(
-            "listeners must be PLAINTEXT://host:port or SSL://host:port (one listener; SASL is not "
-            f"served yet), got {_quoted(value)}"
+            f"listeners must be PROTOCOL://host:port, PROTOCOL one of {', '.join(LISTENER_PROTOCOLS)} "
+            f"(one listener), got {_quoted(value)}"
         )
     return protocol, host.strip("[]"), int(port)
 
 
-#: The security protocols a listener speaks.
-LISTENER_PROTOCOLS = ("PLAINTEXT", "SSL")
+#: The security protocols a listener speaks, and those of them over TLS.
+LISTENER_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 
 
 #: Topic properties whose value is a comma-separated list (AlterConfigOp APPEND / SUBTRACT).

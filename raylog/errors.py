@@ -181,6 +181,40 @@ class SecurityDisabledError(ApiError):
     SecurityDisabledException)."""
 
 
+@_api(33, "UNSUPPORTED_SASL_MECHANISM")
+class UnsupportedSaslMechanismError(ApiError):
+    """The SASL mechanism a client asked for is not one the listener has enabled
+    (``sasl.enabled.mechanisms``), or a SCRAM credential names a mechanism Kafka does not have."""
+
+
+@_api(34, "ILLEGAL_SASL_STATE")
+class IllegalSaslStateError(ApiError):
+    """A SASL request out of turn (SaslAuthenticate before SaslHandshake, a second handshake)."""
+
+
+@_api(58, "SASL_AUTHENTICATION_FAILED")
+class SaslAuthenticationError(ApiError):
+    """Authentication failed: an unknown user, a wrong password, or a malformed exchange (Kafka's
+    SaslAuthenticationException; the listener closes the connection after answering it)."""
+
+
+@_api(91, "RESOURCE_NOT_FOUND")
+class ResourceNotFoundError(ApiError):
+    """The resource a request names does not exist (a user without SCRAM credentials)."""
+
+
+@_api(92, "DUPLICATE_RESOURCE")
+class DuplicateResourceError(ApiError):
+    """A request names the same resource twice (a user and mechanism in one
+    AlterUserScramCredentials)."""
+
+
+@_api(93, "UNACCEPTABLE_CREDENTIAL")
+class UnacceptableCredentialError(ApiError, ValueError):
+    """A SCRAM credential Kafka refuses: an empty user name, iterations outside [4096, 16384],
+    an empty salt or salted password."""
+
+
 @_api(35, "UNSUPPORTED_VERSION")
 class UnsupportedVersionError(ApiError):
     """The API or version a Kafka client asked for is not one raylog's Kafka listener serves."""
@@ -517,3 +551,4 @@ InvalidConfigurationError = InvalidConfigError
 KafkaConfigurationError = InvalidConfigError
 OutOfOrderSequenceNumberError = OutOfOrderSequenceError
 KafkaStorageError = StorageError
+SaslAuthenticationFailedError = SaslAuthenticationError

@@ -57,7 +57,7 @@ from raylog.actors.pushes import Pushes
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.config import ControllerConfig
-from raylog.coordination import broker_configs, elections
+from raylog.coordination import broker_configs, elections, scram
 from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, partition_record
@@ -726,7 +726,40 @@ class ControllerActor:
         """The listeners apply the ACLs before a change is answered (a client that changed
         them and sends its next request finds them in force on every broker)."""
         if self.listeners is not None:
-            await self.listeners.push_acls(self.image.acls_version, frozenset(self.image.acls))
+            await self.listeners.push("update_acls", self.image.acls_version, frozenset(self.image.acls))
+
+    async def alter_user_scram_credentials(
+        self, deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
+    ) -> dict[str, tuple[int, str]]:
+        """Kafka's AlterUserScramCredentials (see
+        :func:`~raylog.coordination.scram.alter`): the accepted users' changes journaled and
+        pushed to the listeners before the answer; per user ``(error_code, message)``."""
+        await self.start()
+        async with self._guard():
+            records, results = self.image.alter_scram_credentials(deletions, upsertions)
+            self._commit(records)
+        if records:
+            logger.info("SCRAM credentials altered: %s", sorted({r["user"] for r in records}))
+            await self._push_credentials()
+        return {user: (0, "") if refusal is None else _error_result(refusal) for user, refusal in results.items()}
+
+    async def describe_user_scram_credentials(self, users: list[str] | None) -> dict[str, tuple[int, str, list]]:
+        """Kafka's DescribeUserScramCredentials: per user ``(error_code, message, [(mechanism
+        code, iterations)])``; ``users`` None: every user with a credential."""
+        await self.start()
+        described = scram.describe(self.image.scram_credentials, users)
+        return {
+            user: ((0, "") if refusal is None else _error_result(refusal)) + (infos,)
+            for user, (refusal, infos) in described.items()
+        }
+
+    async def _push_credentials(self) -> None:
+        """The listeners authenticate with the new credentials before a change is answered."""
+        if self.listeners is not None:
+            await self.listeners.push("update_credentials", self.image.scram_version, self._credentials())
+
+    def _credentials(self) -> dict:
+        return {user: dict(by_mechanism) for user, by_mechanism in self.image.scram_credentials.items()}
 
     def _require_authorizer(self) -> None:
         if not self.config.authorizer:
@@ -1198,10 +1231,13 @@ class ControllerActor:
 
     # --- metadata -----------------------------------------------------------------------
 
-    async def metadata(self, topics: list[str] | None = None, acls_version: int | None = None) -> dict:
+    async def metadata(
+        self, topics: list[str] | None = None, acls_version: int | None = None, credentials_version: int | None = None
+    ) -> dict:
         """Brokers, topics (all, or those named that exist) and each online partition
         leader's actor; ``acls``: with the authorizer, ``(version, ACLs)``, the ACLs left out
-        (None) when the caller has that version already (None without the authorizer)."""
+        (None) when the caller has that version already (None without the authorizer);
+        ``credentials``: for SASL listeners, ``(version, SCRAM credentials)`` likewise."""
         await self.start()
         names = list(self.image.topics) if topics is None else [t for t in topics if t in self.image.topics]
         described = {name: self.image.topics[name] for name in names}
@@ -1225,6 +1261,12 @@ class ControllerActor:
             else (
                 self.image.acls_version,
                 None if acls_version == self.image.acls_version else frozenset(self.image.acls),
+            ),
+            "credentials": None
+            if not self.config.listener_protocol.startswith("SASL_")
+            else (
+                self.image.scram_version,
+                None if credentials_version == self.image.scram_version else self._credentials(),
             ),
         }
 

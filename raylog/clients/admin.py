@@ -4,6 +4,7 @@ delete consumer groups; alter and describe client quotas; create, describe and d
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -12,7 +13,7 @@ from raylog.actors.transport import call
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
-from raylog.coordination import broker_configs
+from raylog.coordination import broker_configs, scram
 from raylog.coordination.acls import ACL, ACLFilter
 from raylog.coordination.elections import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -29,8 +30,10 @@ from raylog.errors import (
     NonEmptyGroupError,
     RequestTimedOutError,
     TransactionalIdNotFoundError,
+    UnacceptableCredentialError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
+    UnsupportedSaslMechanismError,
     for_code,
 )
 from raylog.protocol import error_of
@@ -56,6 +59,9 @@ from raylog.types import (
 COORDINATOR_RETRY_BACKOFF_S = 0.1
 #: How often :meth:`Admin.await_leaders` reports progress.
 PROGRESS_STEP_MS = 500
+#: The iterations and salt length of the SCRAM credentials Admin makes.
+DEFAULT_SCRAM_ITERATIONS = 8192
+SCRAM_SALT_BYTES = 24
 #: How much longer than its own timeout a leader's DeleteRecords answer is waited for.
 DELETE_RECORDS_MARGIN_S = 10.0
 
@@ -331,6 +337,71 @@ class Admin:
         """Every client quota set: ``{client_id: {"producer_byte_rate": bytes/s, ...}}``, the
         default quota under None."""
         return call(self._cluster.controller.describe_client_quotas.remote(), self._timeout_s)
+
+    def alter_user_scram_credentials(
+        self,
+        upsertions: Mapping[str, str] | None = None,
+        deletions: Iterable[tuple[str, str]] = (),
+        *,
+        mechanisms: Iterable[str] = ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+        iterations: int = DEFAULT_SCRAM_ITERATIONS,
+    ) -> None:
+        """Set or delete users' SCRAM credentials (Kafka's AlterUserScramCredentials), with
+        which Kafka clients authenticate on SASL listeners (SCRAM-SHA-256/512, and PLAIN
+        against them). The password is salted and hashed here; the controller keeps only the
+        salt and the keys derived from it, and the listeners take the change before this
+        returns. Each user's change is accepted or refused whole.
+
+        Args:
+            upsertions: ``{user: password}``: a credential per mechanism of ``mechanisms``.
+            deletions: ``(user, mechanism)`` credentials to delete.
+            mechanisms: ``SCRAM-SHA-256`` and/or ``SCRAM-SHA-512``.
+            iterations: the salting's iterations, 4096 to 16384.
+
+        Example:
+            >>> admin.alter_user_scram_credentials({"alice": "alice-secret"})  # doctest: +SKIP
+
+        Raises:
+            The first refusal's typed error, after every other user was handled:
+            UnacceptableCredentialError (an empty user or password, iterations out of range),
+            UnsupportedSaslMechanismError, DuplicateResourceError (a user and mechanism named
+            twice), ResourceNotFoundError (a deletion of a credential that does not exist).
+        """
+        codes = {name: code for code, name in scram.MECHANISMS.items()}
+        try:
+            by_code = [codes[m] for m in mechanisms]
+            gone = [(user, codes[m]) for user, m in deletions]
+        except KeyError as exc:
+            raise UnsupportedSaslMechanismError(f"unknown SCRAM mechanism {exc} ({', '.join(codes)})") from None
+        made = []
+        for user, password in (upsertions or {}).items():
+            if not isinstance(password, str) or not password:
+                raise UnacceptableCredentialError(f"{user}: a password must be a non-empty string")
+            for code in by_code:
+                salt = os.urandom(SCRAM_SALT_BYTES)
+                made.append(
+                    (
+                        user,
+                        code,
+                        iterations,
+                        salt,
+                        scram.salted_password(scram.MECHANISMS[code], password, salt, iterations),
+                    )
+                )
+        ref = self._cluster.controller.alter_user_scram_credentials.remote(gone, made)
+        _raise_first(call(ref, self._timeout_s))
+
+    def describe_user_scram_credentials(self, users: list[str] | None = None) -> dict[str, list[tuple[str, int]]]:
+        """Each user's SCRAM credentials as ``[(mechanism, iterations)]`` (Kafka's
+        DescribeUserScramCredentials; never a key); ``users`` None: every user with one.
+
+        Raises:
+            ResourceNotFoundError: a user named without a credential.
+            DuplicateResourceError: a user named twice.
+        """
+        described = call(self._cluster.controller.describe_user_scram_credentials.remote(users), self._timeout_s)
+        _raise_first({user: (code, message) for user, (code, message, _) in described.items()})
+        return {user: [(scram.MECHANISMS[m], i) for m, i in infos] for user, (_, _, infos) in described.items()}
 
     def create_acls(self, acls: list[ACL]) -> None:
         """Create Kafka ACLs (Kafka's CreateAcls), all or nothing; ACLs that exist already

@@ -31,6 +31,9 @@ replaying the journal rebuilds it exactly. Records are msgpack maps with a ``typ
                                                 [principal, host, operation, permission type,
                                                 resource type, resource name, pattern type]
                                                 with Kafka's codes
+    scram     user, mechanism, salt, stored_key, server_key, iterations
+                                                a user's SCRAM credential for a mechanism set
+                                                (no salt: deleted)
     broker_config  resource, configs            a broker resource's dynamic configs altered
                                                 (the whole new set; resource "" is the
                                                 cluster default, else a broker id): topics'
@@ -62,7 +65,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from ..types import BrokerInfo, ConfigEntry, PartitionInfo, TopicDescription
-from . import broker_configs
+from . import broker_configs, scram
 from .acls import (
     ACL,
     ACLFilter,
@@ -108,6 +111,10 @@ class MetadataImage:
         self.acls: set[ACL] = set()
         #: How many times ACLs were created or deleted: listeners rebuild their authorizer when it moves.
         self.acls_version = 0
+        #: SCRAM credentials: user -> mechanism -> credential (see :mod:`~raylog.coordination.scram`).
+        self.scram_credentials: dict[str, scram.Credentials] = {}
+        #: How many times credentials changed: listeners take them again when it moves.
+        self.scram_version = 0
         #: Dynamic broker configs: "" (the cluster default) or a broker id -> {config: value}
         #: (see :mod:`~raylog.coordination.broker_configs`).
         self.broker_configs: dict[str, dict[str, str]] = {}
@@ -181,6 +188,17 @@ class MetadataImage:
             else:
                 self.acls.discard(acl)
             self.acls_version += 1
+        elif kind == "scram":
+            user, mechanism = record["user"], record["mechanism"]
+            if record.get("salt"):
+                fields = ("salt", "stored_key", "server_key", "iterations")
+                made = scram.ScramCredential(mechanism, *(record[f] for f in fields))
+                self.scram_credentials.setdefault(user, {})[mechanism] = made
+            else:
+                self.scram_credentials.get(user, {}).pop(mechanism, None)
+                if not self.scram_credentials.get(user):
+                    self.scram_credentials.pop(user, None)
+            self.scram_version += 1
         elif kind == "broker_config":
             resource = record["resource"]
             before = broker_configs.topic_defaults(self.broker_configs.get(resource, {}))
@@ -442,6 +460,21 @@ class MetadataImage:
         """
         validate_filter(acl_filter)
         return sorted((acl for acl in self.acls if acl_filter.matches(acl)), key=_acl_record)
+
+    def alter_scram_credentials(
+        self, deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The records of Kafka's AlterUserScramCredentials and per user its refusal (None:
+        accepted; see :func:`~raylog.coordination.scram.alter`)."""
+        changes, results = scram.alter(self.scram_credentials, deletions, upsertions)
+        records = []
+        for user, mechanism, made in changes:
+            record = {"type": "scram", "user": user, "mechanism": mechanism}
+            if made is not None:
+                record.update(salt=made.salt, stored_key=made.stored_key, server_key=made.server_key)
+                record["iterations"] = made.iterations
+            records.append(record)
+        return records, results
 
     def allocate_producer_ids(self, count: int) -> dict[str, Any]:
         """The record reserving the next ``count`` producer ids."""

@@ -393,6 +393,10 @@ _TXN_WRITE_V3 = Check(TXN, Op.WRITE, _field("v3_and_below_transactional_id"))
 #: Each supported API's rule (see the module docstring).
 RULES: dict[codec.ApiKey, Callable] = {
     codec.ApiKey.API_VERSIONS: _open,
+    codec.ApiKey.SASL_HANDSHAKE: _open,
+    codec.ApiKey.SASL_AUTHENTICATE: _open,
+    codec.ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(Op.DESCRIBE),
+    codec.ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster(Op.ALTER),
     codec.ApiKey.DESCRIBE_CLUSTER: _open,
     # Checked in their handlers (with allows()).
     codec.ApiKey.METADATA: _open,

@@ -36,6 +36,7 @@ from raylog.coordination.acls import ACL, Authorizer, parse_super_users
 from raylog.coordination.group import partition_for
 from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination.producer_ids import ProducerIdPool
+from raylog.coordination.scram import Credentials
 from raylog.errors import RaylogError
 from raylog.kafka.fetch_sessions import FetchSessionCache
 
@@ -116,6 +117,9 @@ class BrokerContext:
         self._authorizer: Authorizer | None = None
         self._acls_version: int | None = None
         self._super_users = parse_super_users(self.config.super_users)
+        #: SCRAM credentials (user -> mechanism -> credential) for SASL, and their version.
+        self._credentials: dict[str, Credentials] = {}
+        self._credentials_version: int | None = None
 
     def apply_acls(self, version: int, acls: Iterable[ACL]) -> None:
         """Authorize from ``acls`` (the controller's ACLs at ``version``) unless a newer
@@ -126,6 +130,29 @@ class BrokerContext:
         self._authorizer = Authorizer(acls, self._super_users, self.config.allow_everyone_if_no_acl_found)
         self._acls_version = version
         logger.info("broker %d: %d ACL(s) in force (version %d)", self.broker_id, len(acls), version)
+
+    def apply_credentials(self, version: int, credentials: dict[str, Credentials]) -> None:
+        """Authenticate SASL clients with ``credentials`` (the controller's at ``version``)
+        unless a newer version is in force already."""
+        if self._credentials_version is not None and version <= self._credentials_version:
+            return
+        self._credentials, self._credentials_version = credentials, version
+        logger.info(
+            "broker %d: SCRAM credentials of %d user(s) (version %d)", self.broker_id, len(credentials), version
+        )
+
+    def credentials(self, user: str) -> Credentials | None:
+        """``user``'s SCRAM credentials by mechanism, as last known (None: no such user)."""
+        return self._credentials.get(user)
+
+    async def credentials_known(self) -> None:
+        """Return once the cluster's credentials are known (the first metadata answer).
+
+        Raises:
+            RaylogError: none known yet, and the controller gave no answer.
+        """
+        if self._credentials_version is None:
+            await self.metadata(refresh=True)
 
     async def authorizer(self) -> Authorizer | None:
         """The authorizer of the cluster's latest ACLs, or None when the cluster has no
@@ -220,9 +247,11 @@ class BrokerContext:
             logger.debug("no metadata from the controller: %r", refreshing.exception())
 
     async def _fetch_metadata(self) -> dict:
-        answer = await self.call(self.controller.metadata.remote(None, self._acls_version))
+        answer = await self.call(self.controller.metadata.remote(None, self._acls_version, self._credentials_version))
         if answer["acls"] is not None and answer["acls"][1] is not None:
             self.apply_acls(*answer["acls"])
+        if answer.get("credentials") is not None and answer["credentials"][1] is not None:
+            self.apply_credentials(*answer["credentials"])
         # (Ray's actor handles are equal, and hash alike, when they name the same actor.)
         self._handles = {h: self._handles.get(h, h) for h in answer["leaders"].values()}
         answer["leaders"] = {key: self._handles[h] for key, h in answer["leaders"].items()}

@@ -117,17 +117,21 @@ class ListenerFleet:
         self._endpoints[broker_id] = tuple(endpoint)
         self._ports[broker_id] = endpoint[1]
 
-    async def push_acls(self, version: int, acls: frozenset) -> None:
-        """Tell every listener the cluster's ACLs at ``version`` and wait until each applied
-        them (at most :data:`LISTENER_CHECK_TIMEOUT_S`; one that does not answer takes them
-        from its next metadata answer, within a second)."""
-        calls = [asyncio.ensure_future(_awaited(h.update_acls.remote(version, acls))) for _, h in self._actors.values()]
+    async def push(self, update: str, version: int, payload: Any) -> None:
+        """Call every listener's ``update`` (``update_acls``, ``update_credentials``) with the
+        cluster's ``payload`` at ``version`` and wait until each applied it (at most
+        :data:`LISTENER_CHECK_TIMEOUT_S`; one that does not answer takes it from its next
+        metadata answer, within a second)."""
+        calls = [
+            asyncio.ensure_future(_awaited(getattr(h, update).remote(version, payload)))
+            for _, h in self._actors.values()
+        ]
         if not calls:
             return
         done, late = await asyncio.wait(calls, timeout=LISTENER_CHECK_TIMEOUT_S)
         missed = len(late) + sum(1 for call in done if call.exception() is not None)
         if missed:
-            logger.info("%d Kafka listener(s) did not take ACL version %d at once", missed, version)
+            logger.info("%d Kafka listener(s) did not take %s version %d at once", missed, update, version)
         for call in late:
             call.cancel()
 

@@ -58,12 +58,23 @@ from typing import Any
 import ray
 
 from raylog.actors import logs
-from raylog.actors.kafka import acls, admin, authorization, client_quotas, data, groups, transactions, txn_admin
+from raylog.actors.kafka import (
+    acls,
+    admin,
+    authentication,
+    authorization,
+    client_quotas,
+    data,
+    groups,
+    transactions,
+    txn_admin,
+)
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
 from raylog.actors.kafka.limits import ConnectionQuotas, RequestMemoryPool
-from raylog.config import ControllerConfig
+from raylog.config import TLS_PROTOCOLS, ControllerConfig
 from raylog.errors import UnknownServerError, UnsupportedVersionError
 from raylog.kafka import codec, records, tls
+from raylog.kafka.sasl import SaslExchange
 from raylog.principals import PrincipalMapper
 
 logger = logging.getLogger(__name__)
@@ -79,6 +90,7 @@ UNSENT_ANSWER_BYTES_MAX = 16 << 20
 IDLE = "connections.max.idle.ms"
 TOO_LARGE = "socket.request.max.bytes"
 INVALID = "invalid request"
+UNAUTHENTICATED = "request before SASL authentication"
 #: Requests that change nothing: they run beside each other, after every earlier request
 #: that changes something; a request that changes something (every other one: Produce,
 #: commits, joins, ...) runs after every earlier request. So a connection's answers are
@@ -114,7 +126,12 @@ HANDLERS = {
     **admin.HANDLERS,
     **client_quotas.HANDLERS,
     **acls.HANDLERS,
+    **authentication.HANDLERS,
 }
+#: What a SASL listener reads from a connection that has not authenticated yet.
+BEFORE_AUTHENTICATION = frozenset(
+    {int(codec.ApiKey.API_VERSIONS), int(codec.ApiKey.SASL_HANDSHAKE), int(codec.ApiKey.SASL_AUTHENTICATE)}
+)
 #: The APIs that quotas throttle, and their first version answered at once with the throttle
 #: time (KIP-219); an older version's answer is held back for it.
 THROTTLE_AT_ONCE = {int(codec.ApiKey.PRODUCE): 6, int(codec.ApiKey.FETCH): 8}
@@ -146,6 +163,7 @@ class KafkaListenerActor:
         self._advertised_host = ray.util.get_node_ip_address() if everywhere else self._bind_host
         self._port = port
         self._principals = PrincipalMapper(self.config.ssl_principal_mapping_rules)
+        self._sasl_mechanisms = tuple(m.strip() for m in self.config.sasl_enabled_mechanisms.split(",") if m.strip())
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self._quotas = ConnectionQuotas(self.config.max_connections, self.config.max_connections_per_ip)
@@ -166,7 +184,7 @@ class KafkaListenerActor:
         if self._server is None:
             c = self.config
             tls_context = None
-            if c.listener_protocol == "SSL":
+            if c.listener_protocol in TLS_PROTOCOLS:
                 tls_context = tls.server_context(
                     c.ssl_keystore_location, c.ssl_key_password, c.ssl_truststore_location, c.ssl_client_auth
                 )
@@ -190,6 +208,10 @@ class KafkaListenerActor:
             )
             self.context.warm()
         return self._advertised_host, self._port
+
+    async def update_credentials(self, version: int, credentials: dict) -> None:
+        """The controller's SCRAM credentials changed: authenticate with them from now on."""
+        self.context.apply_credentials(version, credentials)
 
     async def update_acls(self, version: int, acls: frozenset) -> None:
         """The controller's ACLs changed: authorize from them from now on (see BrokerContext.apply_acls)."""
@@ -228,7 +250,10 @@ class KafkaListenerActor:
 
     async def _serve_admitted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
         principal = self._principals.principal(writer.get_extra_info("peercert"))
-        CONNECTION.set({"principal": principal, "host": peer[0] if peer else ""})
+        connection = {"principal": principal, "host": peer[0] if peer else ""}
+        if self.config.listener_protocol.startswith("SASL_"):
+            connection["sasl"] = SaslExchange(self._sasl_mechanisms, self.context.credentials)
+        CONNECTION.set(connection)
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -251,6 +276,9 @@ class KafkaListenerActor:
                 except BaseException:
                     self._pool.release(size)
                     raise
+                if not self._may_read(frame, peer):
+                    self._pool.release(size)
+                    return
                 if size >= _API_KEY.size and _API_KEY.unpack_from(frame)[0] in READS:
                     answer = asyncio.ensure_future(self._answer_after([change], frame, peer))
                     reads = [r for r in reads if not r.done()] + [answer]
@@ -270,6 +298,21 @@ class KafkaListenerActor:
             for read in unanswered_reads:
                 read.cancel()
             data.forget_connection(CONNECTION.get())
+
+    def _may_read(self, frame: bytes, peer: Any) -> bool:
+        """Whether the connection may send ``frame`` now: on a SASL listener, a connection that
+        has not authenticated sends only ApiVersions, SaslHandshake and SaslAuthenticate (else
+        it is closed, as Kafka closes it)."""
+        exchange = CONNECTION.get().get("sasl")
+        if exchange is None or exchange.complete:
+            return True
+        api_key = _API_KEY.unpack_from(frame)[0] if len(frame) >= _API_KEY.size else -1
+        if api_key in BEFORE_AUTHENTICATION:
+            return True
+        self._log_once(
+            UNAUTHENTICATED, "closing Kafka connections sending API %d before SASL (%s first)", api_key, peer
+        )
+        return False
 
     async def _next_size(self, reader: asyncio.StreamReader, backlog: _Backlog, peer: Any) -> int | None:
         """The size of the connection's next request frame, or None when the connection is to
@@ -315,6 +358,9 @@ class KafkaListenerActor:
                 writer.writelines(buffers)
                 await writer.drain()
             backlog.sent(answer)
+            if CONNECTION.get().get("close_after_answer"):  # a failed authentication
+                writer.close()
+                return
 
     async def _answer_after(self, earlier: list, frame: bytes, peer: Any) -> list | None:
         """:meth:`_answer` once the requests ``earlier`` (None for none) are answered."""

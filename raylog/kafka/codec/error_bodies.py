@@ -184,6 +184,11 @@ def _alter_client_quotas(request: dict, code: int) -> dict:
     return {"entries": [{"error_code": code, "entity": entity} for entity in entities]}
 
 
+def _alter_user_scram_credentials(request: dict, code: int) -> dict:
+    users = dict.fromkeys(c["name"] for part in ("deletions", "upsertions") for c in request.get(part) or ())
+    return {"results": [{"user": user, "error_code": code} for user in users]}
+
+
 def _create_acls(request: dict, code: int) -> dict:
     return {"results": [{"error_code": code} for _ in request.get("creations") or ()]}
 
@@ -248,6 +253,7 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.SYNC_GROUP: _code_only,
     ApiKey.DESCRIBE_GROUPS: _describe_groups,
     ApiKey.LIST_GROUPS: _code_only,
+    ApiKey.SASL_HANDSHAKE: _code_only,
     ApiKey.API_VERSIONS: _api_versions,
     ApiKey.CREATE_TOPICS: _create_topics,
     ApiKey.DELETE_TOPICS: _delete_topics,
@@ -264,6 +270,7 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.DESCRIBE_CONFIGS: _describe_configs,
     ApiKey.ALTER_CONFIGS: _alter_configs,
     ApiKey.DESCRIBE_LOG_DIRS: _describe_log_dirs,
+    ApiKey.SASL_AUTHENTICATE: _code_only,
     ApiKey.CREATE_PARTITIONS: _create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _alter_configs,
     ApiKey.DELETE_GROUPS: _delete_groups,
@@ -273,6 +280,8 @@ BUILDERS: dict[ApiKey, Callable[[dict, int], dict]] = {
     ApiKey.OFFSET_DELETE: _offset_delete,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: _code_only,
     ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _code_only,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _alter_user_scram_credentials,
     ApiKey.DESCRIBE_CLUSTER: _code_only,
     ApiKey.DESCRIBE_PRODUCERS: _describe_producers,
     ApiKey.DESCRIBE_TRANSACTIONS: _describe_transactions,

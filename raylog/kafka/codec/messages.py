@@ -43,6 +43,7 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -59,6 +60,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
@@ -68,6 +70,8 @@ class ApiKey(enum.IntEnum):
     OFFSET_DELETE = 47
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -91,6 +95,7 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.SASL_HANDSHAKE: (1, 1),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
@@ -107,6 +112,7 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.ELECT_LEADERS: (0, 2),
@@ -116,6 +122,8 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
@@ -429,6 +437,12 @@ ListGroups response 16 flexible 3+
     group_id string 0+
     protocol_type string 0+
     group_state string 4+
+
+SaslHandshake request 17 flexible -
+  mechanism string 0+
+SaslHandshake response 17 flexible -
+  error_code int16 0+
+  mechanisms []string 0+
 
 ApiVersions request 18 flexible 3+
   client_software_name string 3+
@@ -863,6 +877,14 @@ DescribeLogDirs response 35 flexible 2+
     usable_bytes int64 4+ default -1
     is_cordoned bool 5+
 
+SaslAuthenticate request 36 flexible 2+
+  auth_bytes bytes 0+
+SaslAuthenticate response 36 flexible 2+
+  error_code int16 0+
+  error_message string 0+ null 0+ default null
+  auth_bytes bytes 0+
+  session_lifetime_ms int64 1+
+
 DescribeAcls request 29 flexible 2+
   resource_type_filter int8 0+
   resource_name_filter string 0+ null 0+
@@ -961,6 +983,38 @@ AlterClientQuotas response 49 flexible 1+
     entity [] 0+
       entity_type string 0+
       entity_name string 0+ null 0+
+
+DescribeUserScramCredentials request 50 flexible 0+
+  users [] 0+ null 0+
+    name string 0+
+DescribeUserScramCredentials response 50 flexible 0+
+  throttle_time_ms int32 0+
+  error_code int16 0+
+  error_message string 0+ null 0+ default null
+  results [] 0+
+    user string 0+
+    error_code int16 0+
+    error_message string 0+ null 0+ default null
+    credential_infos [] 0+
+      mechanism int8 0+
+      iterations int32 0+
+
+AlterUserScramCredentials request 51 flexible 0+
+  deletions [] 0+
+    name string 0+
+    mechanism int8 0+
+  upsertions [] 0+
+    name string 0+
+    mechanism int8 0+
+    iterations int32 0+
+    salt bytes 0+
+    salted_password bytes 0+
+AlterUserScramCredentials response 51 flexible 0+
+  throttle_time_ms int32 0+
+  results [] 0+
+    user string 0+
+    error_code int16 0+
+    error_message string 0+ null 0+ default null
 
 DescribeCluster request 60 flexible 0+
   include_cluster_authorized_operations bool 0+

@@ -217,7 +217,7 @@ class AclController:
     def __init__(self):
         self.version, self.acls, self.asked = 1, {acl(Op.READ, ResourceType.TOPIC, "a")}, []
 
-    def _remote(self, topics=None, acls_version=None):
+    def _remote(self, topics=None, acls_version=None, credentials_version=None):
         self.asked.append(acls_version)
 
         async def answer():

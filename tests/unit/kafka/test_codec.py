@@ -471,6 +471,7 @@ SAMPLE_REQUESTS = {
     ApiKey.DELETE_RECORDS: {"topics": [{"name": "a", "partitions": [{"partition_index": 1, "offset": 4}]}]},
     ApiKey.OFFSET_DELETE: {"group_id": "g", "topics": [{"name": "a", "partitions": [{"partition_index": 1}]}]},
     ApiKey.ALTER_CLIENT_QUOTAS: {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "etl"}]}]},
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {"deletions": [{"name": "bob"}], "upsertions": [{"name": "alice"}]},
     ApiKey.DESCRIBE_PRODUCERS: {"topics": [{"name": "a", "partition_indexes": [0, 1]}]},
     ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": ["t1", "t2"]},
     ApiKey.OFFSET_FOR_LEADER_EPOCH: {"topics": [{"topic": "a", "partitions": [{"partition": 0}]}]},

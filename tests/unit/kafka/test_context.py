@@ -77,7 +77,7 @@ class Controller:
         partition = partition_for(key, self.partitions)
         return partition, Handle(f"{topic}-{partition}")
 
-    def _metadata(self, topics=None, acls_version=None):
+    def _metadata(self, topics=None, acls_version=None, credentials_version=None):
         parts = tuple(SimpleNamespace(partition=p, leader=p % 3) for p in range(self.partitions))
         topics = {name: SimpleNamespace(partitions=parts) for name in self.created}
         leaders = {(name, p): Handle(f"{name}-{p}") for name in self.created for p in range(self.partitions)}

@@ -1,0 +1,106 @@
+"""Kafka's SASL authentication and SCRAM credential APIs on a listener: SaslHandshake v1,
+SaslAuthenticate v0-2, DescribeUserScramCredentials v0 and AlterUserScramCredentials v0.
+
+On a SASL_PLAINTEXT or SASL_SSL listener every connection starts with a
+:class:`~raylog.kafka.sasl.SaslExchange` in its state (:data:`CONNECTION`): until it completes,
+the listener reads nothing but ApiVersions, SaslHandshake and SaslAuthenticate (another request
+closes the connection, as Kafka's SaslServerAuthenticator does), and a failed authentication is
+answered SASL_AUTHENTICATION_FAILED and the connection closed. The principal it authenticated
+is the connection's for the authorizer. SaslHandshake v0 (raw SASL tokens after the handshake,
+before KIP-152) is not served: every client that speaks SASL sends v1. On a listener without
+SASL, both answer ILLEGAL_SASL_STATE. The credential APIs go to the controller (which needs
+DESCRIBE or ALTER on the cluster: :mod:`raylog.actors.kafka.authorization`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from raylog.actors.kafka.admin import ask_each
+from raylog.actors.kafka.context import CONNECTION, BrokerContext
+from raylog.actors.kafka.coordinator_errors import code_of
+from raylog.errors import IllegalSaslStateError, RaylogError, SaslAuthenticationError
+from raylog.kafka.codec import ApiKey, RequestHeader
+from raylog.kafka.sasl import SaslExchange
+
+logger = logging.getLogger(__name__)
+
+
+def _exchange() -> SaslExchange:
+    """The connection's SASL exchange.
+
+    Raises:
+        IllegalSaslStateError: the listener does not authenticate with SASL.
+    """
+    exchange = CONNECTION.get({}).get("sasl")
+    if exchange is None:
+        raise IllegalSaslStateError("this listener does not authenticate with SASL (its protocol has no SASL_)")
+    return exchange
+
+
+async def sasl_handshake(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    enabled = [m.strip() for m in ctx.config.sasl_enabled_mechanisms.split(",") if m.strip()]
+    try:
+        _exchange().handshake(body["mechanism"])
+    except RaylogError as exc:
+        return {"error_code": code_of(exc), "mechanisms": enabled}
+    return {"error_code": 0, "mechanisms": enabled}
+
+
+async def sasl_authenticate(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    connection = CONNECTION.get({})
+    try:
+        exchange = _exchange()
+        await ctx.credentials_known()
+        answer = exchange.authenticate(body["auth_bytes"])
+    except SaslAuthenticationError as exc:
+        connection["close_after_answer"] = True
+        # (each failure, as Kafka's authenticator logs it: a failed connection is closed)
+        logger.info("broker %d: failed authentication with %s (%s)", ctx.broker_id, connection.get("host"), exc)
+        return {"error_code": exc.code, "error_message": str(exc), "auth_bytes": b""}
+    except RaylogError as exc:
+        return {"error_code": code_of(exc), "error_message": str(exc), "auth_bytes": b""}
+    if exchange.complete:
+        connection["principal"] = exchange.principal
+    return {"error_code": 0, "error_message": None, "auth_bytes": answer, "session_lifetime_ms": 0}
+
+
+async def describe_user_scram_credentials(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    users = None if body.get("users") is None else [u["name"] for u in body["users"]]
+    try:
+        described = await ctx.call(ctx.controller.describe_user_scram_credentials.remote(users))
+    except RaylogError as exc:
+        return {"throttle_time_ms": 0, "error_code": code_of(exc), "error_message": str(exc), "results": []}
+    results = [
+        {
+            "user": user,
+            "error_code": code,
+            "error_message": message or None,
+            "credential_infos": [{"mechanism": m, "iterations": i} for m, i in infos],
+        }
+        for user, (code, message, infos) in described.items()
+    ]
+    return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "results": results}
+
+
+async def alter_user_scram_credentials(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
+    deletions = [(d["name"], d["mechanism"]) for d in body["deletions"]]
+    upsertions = [
+        (u["name"], u["mechanism"], u["iterations"], u["salt"], u["salted_password"]) for u in body["upsertions"]
+    ]
+    users = list(dict.fromkeys([user for user, *_ in deletions + upsertions]))
+    ref = ctx.controller.alter_user_scram_credentials.remote(deletions, upsertions)
+    answers = await ask_each(ctx, ref, users, None) if users else {}
+    results = [
+        {"user": user, "error_code": answers[user][0], "error_message": answers[user][1] or None} for user in users
+    ]
+    return {"throttle_time_ms": 0, "results": results}
+
+
+HANDLERS: dict[ApiKey, Callable[[BrokerContext, RequestHeader, dict], Awaitable[dict]]] = {
+    ApiKey.SASL_HANDSHAKE: sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: sasl_authenticate,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
+}

@@ -1,0 +1,304 @@
+"""SASL on a Kafka listener (``listeners=SASL_PLAINTEXT://...`` and ``SASL_SSL``) with clients
+nobody here wrote, in their default settings but for the credentials: users are made over
+the wire with AlterUserScramCredentials (confluent-kafka's admin client), confluent-kafka and
+kafka-python authenticate with SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN and produce and consume
+what their ACLs allow; a wrong password and an unknown user are refused with
+SASL_AUTHENTICATION_FAILED, a client that speaks no SASL and raw requests sent before or out
+of the exchange are closed out, and nothing unauthenticated reaches the log.
+
+``sasl_cluster`` is one broker whose listener speaks SASL_PLAINTEXT with every mechanism
+enabled, the authorizer on and ``User:admin`` a super user; ``sasl_ssl_cluster`` the same over
+TLS (SCRAM only).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import uuid
+
+import pytest
+
+from raylog import (
+    Admin,
+    NewTopic,
+)
+from raylog.kafka import codec
+from tests.helpers import wait_until
+from tests.ray.kafka import clients
+from tests.ray.kafka.clients import deliver, first_message, records_of
+
+#: A bound on one client call (not a measure).
+TIMEOUT_S = 30.0
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+
+
+def start_cluster(tmp_path_factory, listener: str, **extra: str):
+    import raylog
+
+    return raylog.connect(
+        data_dir=str(tmp_path_factory.mktemp("raylog-sasl")),
+        num_brokers=1,
+        cluster_name=f"s{uuid.uuid4().hex[:8]}",
+        config={
+            "listeners": listener,
+            "authorizer": "acl",
+            "super.users": "User:admin",
+            "offsets.topic.num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            **extra,
+        },
+    )
+
+
+def make_users(bootstrap: str, security: dict, mechanisms=("SCRAM-SHA-256", "SCRAM-SHA-512")) -> None:
+    """Every user of PASSWORDS gets a credential per mechanism over the wire (confluent-kafka's
+    AlterUserScramCredentials: the client salts the password)."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **security})
+    upsertions = [
+        UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(getattr(ScramMechanism, m.replace("-", "_")), 4096), pw.encode()
+        )
+        for user, pw in PASSWORDS.items()
+        for m in mechanisms
+    ]
+    for future in admin.alter_user_scram_credentials(upsertions).values():
+        future.result(timeout=TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def sasl_cluster(cluster, tmp_path_factory):
+    handle = start_cluster(tmp_path_factory, "SASL_PLAINTEXT://127.0.0.1:0", **{"sasl.enabled.mechanisms": MECHANISMS})
+    yield handle
+    handle.shutdown()
+
+
+@pytest.fixture(scope="module")
+def sasl_bootstrap(sasl_cluster) -> str:
+    servers = wait_until(lambda: sasl_cluster.bootstrap_servers() or None, timeout_s=60, message="the SASL listener")
+    # The first user is made with raylog's own Admin (inside Ray: not subject to SASL), the
+    # rest over the wire by that user.
+    Admin(sasl_cluster).alter_user_scram_credentials({"admin": PASSWORDS["admin"]})
+    make_users(servers, sasl("SCRAM-SHA-512", "admin"))
+    return servers
+
+
+@pytest.fixture(scope="module")
+def granted_topic(sasl_cluster, sasl_bootstrap):
+    """A topic alice may write and read (group ``readers``)."""
+    return clients.granted_topic(sasl_cluster, "User:alice", "readers")
+
+
+def sasl(mechanism: str, user: str, password: str | None = None, protocol: str = "SASL_PLAINTEXT") -> dict:
+    """confluent-kafka's settings of a SASL client."""
+    return {
+        "security.protocol": protocol,
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": PASSWORDS.get(user, "") if password is None else password,
+    }
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
+def test_confluent_kafka_authenticates_and_produces_and_consumes_as_the_acls_allow(
+    sasl_bootstrap, granted_topic, mechanism
+):
+    """alice, authenticated by each mechanism, writes and reads in group readers; bob,
+    authenticated as well, may not read."""
+    from confluent_kafka import KafkaError
+
+    value = f"alice by {mechanism}".encode()
+    assert deliver(sasl_bootstrap, granted_topic, value, **sasl(mechanism, "alice")) is None
+
+    def read_as(user: str):
+        return first_message(sasl_bootstrap, granted_topic, "readers", **sasl(mechanism, user))
+
+    message = read_as("alice")
+    assert message.error() is None and message.value().startswith(b"alice by")
+    refused = read_as("bob")
+    assert refused.error() is not None
+    assert refused.error().code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "user", "password"),
+    [("SCRAM-SHA-512", "alice", "wrong"), ("SCRAM-SHA-256", "mallory", "x"), ("PLAIN", "alice", "wrong")],
+)
+def test_wrong_passwords_and_unknown_users_are_refused_and_write_nothing(
+    sasl_cluster, sasl_bootstrap, granted_topic, mechanism, user, password
+):
+    before = records_of(sasl_cluster, granted_topic)
+    error = deliver(sasl_bootstrap, granted_topic, b"intruder", **sasl(mechanism, user, password))
+    assert error in ("SASL_AUTHENTICATION_FAILED", "_AUTHENTICATION"), error
+    assert records_of(sasl_cluster, granted_topic) == before
+
+
+def test_a_client_without_sasl_is_closed_out_and_writes_nothing(sasl_cluster, sasl_bootstrap, granted_topic):
+    """A client in its default settings (PLAINTEXT) sends Metadata before any SASL: the
+    listener closes its connections; its record is not delivered."""
+    before = records_of(sasl_cluster, granted_topic)
+    error = deliver(sasl_bootstrap, granted_topic, b"plaintext", **{"message.timeout.ms": 5_000})
+    assert error is not None
+    assert records_of(sasl_cluster, granted_topic) == before
+
+
+def test_kafka_python_authenticates_with_scram(sasl_cluster, sasl_bootstrap, granted_topic):
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=sasl_bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="alice",
+        sasl_plain_password=PASSWORDS["alice"],
+    )
+    try:
+        producer.send(granted_topic, b"kafka-python by scram").get(timeout=TIMEOUT_S)
+    finally:
+        producer.close()
+    assert b"kafka-python by scram" in records_of(sasl_cluster, granted_topic)
+
+
+def test_credentials_are_described_and_deleted_over_the_wire(sasl_bootstrap):
+    """DescribeUserScramCredentials tells mechanisms and iterations (never keys); a deleted
+    credential no longer authenticates."""
+    from confluent_kafka.admin import AdminClient, ScramMechanism, UserScramCredentialDeletion
+
+    admin = AdminClient({"bootstrap.servers": sasl_bootstrap, **sasl("SCRAM-SHA-512", "admin")})
+    described = admin.describe_user_scram_credentials(["bob"])["bob"].result(timeout=TIMEOUT_S)
+    infos = sorted((i.mechanism, i.iterations) for i in described.scram_credential_infos)
+    assert infos == [(ScramMechanism.SCRAM_SHA_256, 4096), (ScramMechanism.SCRAM_SHA_512, 4096)]
+    deletion = UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_256)
+    admin.alter_user_scram_credentials([deletion])["bob"].result(timeout=TIMEOUT_S)
+    topic = f"nothing-{uuid.uuid4().hex[:6]}"
+    assert deliver(sasl_bootstrap, topic, b"x", **sasl("SCRAM-SHA-256", "bob")) in (
+        "SASL_AUTHENTICATION_FAILED",
+        "_AUTHENTICATION",
+    )
+    make_users(sasl_bootstrap, sasl("SCRAM-SHA-512", "admin"))
+
+
+class Raw:
+    """A raw Kafka connection (raylog's codec encodes and decodes)."""
+
+    def __init__(self, bootstrap: str):
+        host, port = bootstrap.split(",")[0].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+        self.correlation = 0
+
+    def send(self, api_key: codec.ApiKey, version: int, body: dict) -> None:
+        self.correlation += 1
+        header = codec.RequestHeader(api_key, version, self.correlation, "raw")
+        self.sock.sendall(b"".join(bytes(b) for b in codec.encode_request(header, body)))
+
+    def answer(self, api_key: codec.ApiKey, version: int) -> dict | None:
+        """The next response's body, or None when the listener closed the connection."""
+        size = self._read(4)
+        if size is None:
+            return None
+        body = self._read(struct.unpack(">i", size)[0])
+        return None if body is None else codec.decode_response(api_key, version, body)[1]
+
+    def _read(self, n: int) -> bytes | None:
+        data = bytearray()
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return bytes(data)
+
+
+def test_requests_out_of_the_exchange_close_the_connection(sasl_bootstrap):
+    """Before authenticating: Metadata closes the connection; SaslAuthenticate before the
+    handshake is ILLEGAL_SASL_STATE; an unknown mechanism is refused with the list of enabled
+    ones; garbage SCRAM and a failed PLAIN are answered SASL_AUTHENTICATION_FAILED and the
+    connection closed; a second handshake after authenticating is ILLEGAL_SASL_STATE."""
+    early = Raw(sasl_bootstrap)
+    early.send(codec.ApiKey.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False})
+    assert early.answer(codec.ApiKey.METADATA, 9) is None
+
+    out_of_turn = Raw(sasl_bootstrap)
+    out_of_turn.send(codec.ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+    assert out_of_turn.answer(codec.ApiKey.SASL_AUTHENTICATE, 2)["error_code"] == 34
+    out_of_turn.send(codec.ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "GSSAPI"})
+    answer = out_of_turn.answer(codec.ApiKey.SASL_HANDSHAKE, 1)
+    assert answer["error_code"] == 33 and set(answer["mechanisms"]) == set(MECHANISMS.split(","))
+
+    for mechanism, message in [("SCRAM-SHA-256", b"\xff garbage"), ("PLAIN", b"\0alice\0wrong")]:
+        bad = Raw(sasl_bootstrap)
+        bad.send(codec.ApiKey.SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        assert bad.answer(codec.ApiKey.SASL_HANDSHAKE, 1)["error_code"] == 0
+        bad.send(codec.ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": message})
+        assert bad.answer(codec.ApiKey.SASL_AUTHENTICATE, 2)["error_code"] == 58
+        assert bad.answer(codec.ApiKey.SASL_AUTHENTICATE, 2) is None  # closed
+
+    good = Raw(sasl_bootstrap)
+    good.send(codec.ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+    good.answer(codec.ApiKey.SASL_HANDSHAKE, 1)
+    good.send(codec.ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+    assert good.answer(codec.ApiKey.SASL_AUTHENTICATE, 2)["error_code"] == 0
+    good.send(codec.ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+    assert good.answer(codec.ApiKey.SASL_HANDSHAKE, 1)["error_code"] == 34
+    good.send(codec.ApiKey.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False})
+    assert good.answer(codec.ApiKey.METADATA, 9)["brokers"]
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl_cluster(cluster, tmp_path_factory):
+    import trustme
+
+    ca = trustme.CA()
+    folder = tmp_path_factory.mktemp("sasl-ssl")
+    ca.cert_pem.write_to_path(str(folder / "ca.pem"))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(folder / "broker.pem"))
+    handle = start_cluster(
+        tmp_path_factory, "SASL_SSL://127.0.0.1:0", **{"ssl.keystore.location": str(folder / "broker.pem")}
+    )
+    yield handle, str(folder / "ca.pem")
+    handle.shutdown()
+
+
+def test_scram_over_tls(sasl_ssl_cluster):
+    """SASL_SSL: a SCRAM user made through raylog's Admin writes over TLS; PLAIN is not enabled
+    there (the default sasl.enabled.mechanisms: SCRAM only)."""
+    cluster, ca = sasl_ssl_cluster
+    bootstrap = wait_until(lambda: cluster.bootstrap_servers() or None, timeout_s=60, message="listener")
+    admin = Admin(cluster)
+    admin.alter_user_scram_credentials({"admin": PASSWORDS["admin"]})
+    topic = f"tls-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    tls = {"ssl.ca.location": ca}
+    assert deliver(bootstrap, topic, b"over tls", **sasl("SCRAM-SHA-256", "admin", protocol="SASL_SSL"), **tls) is None
+    assert records_of(cluster, topic) == [b"over tls"]
+    refused = deliver(bootstrap, topic, b"plain", **sasl("PLAIN", "admin", protocol="SASL_SSL"), **tls)
+    assert refused is not None
+
+
+def test_raylog_users_adds_lists_and_removes_credentials(run, sasl_cluster, sasl_bootstrap, granted_topic):
+    """``raylog users``: the password from stdin (never argv), the credential then
+    authenticates a Kafka client; listing tells mechanisms and iterations; remove deletes."""
+    name = cluster_name = sasl_cluster.cluster_name
+    code, out, err = run("users", "add", "carol", "--mechanism", "SCRAM-SHA-512", stdin="carol-pw\n", cluster_name=name)
+    assert code == 0 and "SCRAM-SHA-512" in out, err
+    PASSWORDS["carol"] = "carol-pw"
+    try:
+        # authenticated (not SASL_AUTHENTICATION_FAILED), and no ACL lets her write
+        assert deliver(sasl_bootstrap, granted_topic, b"x", **sasl("SCRAM-SHA-512", "carol")) == (
+            "TOPIC_AUTHORIZATION_FAILED"
+        )
+        code, out, err = run("users", "list", "carol", "--json", cluster_name=cluster_name)
+        assert code == 0 and json.loads(out) == {"carol": [{"mechanism": "SCRAM-SHA-512", "iterations": 8192}]}, err
+        code, out, err = run("users", "remove", "carol", cluster_name=cluster_name)
+        assert code == 0, err
+        code, out, err = run("users", "list", "carol", cluster_name=cluster_name)
+        assert code == 1 and "ResourceNotFoundError" in err
+        code, _, err = run("users", "add", "dave", stdin="\n", cluster_name=cluster_name)
+        assert code == 2 and "stdin" in err
+    finally:
+        PASSWORDS.pop("carol")
