@@ -671,7 +671,7 @@ class ControllerConfig(_Config):
                 f"an {protocol} listener needs ssl.keystore.location (a PEM file of its certificate and key)",
             )
             self._require(
-                not protocol.startswith("SASL_") or bool(self.sasl_enabled_mechanisms.strip()),
+                not protocol.startswith("SASL_") or bool(self.sasl_mechanisms),
                 f"an {protocol} listener needs sasl.enabled.mechanisms",
             )
         PrincipalMapper(self.ssl_principal_mapping_rules)  # bad rules are refused here
@@ -686,6 +686,11 @@ class ControllerConfig(_Config):
         """``broker id -> (host, port)`` for brokers sharing a node (sorted ids), per ``listeners``."""
         _, host, port = listener_address(self.listeners)
         return {b: (host, port + i if port else 0) for i, b in enumerate(sorted(broker_ids))}
+
+    @property
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        """The mechanisms of ``sasl.enabled.mechanisms``, in order."""
+        return tuple(m.strip() for m in self.sasl_enabled_mechanisms.split(",") if m.strip())
 
     @property
     def listener_protocol(self) -> str:

@@ -22,7 +22,7 @@ the configs in its journal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ..config import ControllerConfig, TopicConfig, list_operation
@@ -141,14 +141,6 @@ def static_configs(controller_config: ControllerConfig, broker_id: int | None) -
     if broker_id is not None:
         configs["broker.id"] = configs["node.id"] = str(broker_id)
     return configs
-
-
-def config_names(configs: Iterable[Mapping[str, str]]) -> set[str]:
-    """Every config name in ``configs`` and every topic default's."""
-    names = set(TOPIC_DEFAULTS)
-    for layer in configs:
-        names.update(layer)
-    return names
 
 
 def _default(name: str) -> str:

@@ -441,17 +441,22 @@ def _described_config(key: str, entry: Any, synonyms: bool, documentation: bool,
     topic's property or (``broker``) a broker's config."""
     field = (_BROKER_FIELDS if broker else _FIELDS).get(key)
     is_list = key in (broker_configs.LIST_CONFIGS if broker else LIST_PROPERTIES)
+    sensitive = broker and broker_configs.is_sensitive(key)
+    if sensitive:
+        config_type = TYPE_PASSWORD
+    elif field is None and not broker:
+        config_type = 0  # (a name no topic has: Kafka's UNKNOWN)
+    else:
+        config_type = _config_type(field, is_list)
     described = {
         "name": key,
         "value": entry.value,
         "read_only": broker and key in broker_configs.READ_ONLY,
         "is_default": entry.source == "default",
         "config_source": SOURCES[entry.source],
-        "is_sensitive": broker and broker_configs.is_sensitive(key),
+        "is_sensitive": sensitive,
         "synonyms": [],
-        "config_type": (TYPE_PASSWORD if broker and broker_configs.is_sensitive(key) else _config_type(field, is_list))
-        if field is not None or broker
-        else 0,
+        "config_type": config_type,
         "documentation": field.metadata["doc"] if documentation and field is not None else None,
     }
     if synonyms:

@@ -40,7 +40,7 @@ def _exchange() -> SaslExchange:
 
 
 async def sasl_handshake(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
-    enabled = [m.strip() for m in ctx.config.sasl_enabled_mechanisms.split(",") if m.strip()]
+    enabled = list(ctx.config.sasl_mechanisms)
     try:
         _exchange().handshake(body["mechanism"])
     except RaylogError as exc:

@@ -163,7 +163,6 @@ class KafkaListenerActor:
         self._advertised_host = ray.util.get_node_ip_address() if everywhere else self._bind_host
         self._port = port
         self._principals = PrincipalMapper(self.config.ssl_principal_mapping_rules)
-        self._sasl_mechanisms = tuple(m.strip() for m in self.config.sasl_enabled_mechanisms.split(",") if m.strip())
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self._quotas = ConnectionQuotas(self.config.max_connections, self.config.max_connections_per_ip)
@@ -252,7 +251,7 @@ class KafkaListenerActor:
         principal = self._principals.principal(writer.get_extra_info("peercert"))
         connection = {"principal": principal, "host": peer[0] if peer else ""}
         if self.config.listener_protocol.startswith("SASL_"):
-            connection["sasl"] = SaslExchange(self._sasl_mechanisms, self.context.credentials)
+            connection["sasl"] = SaslExchange(self.config.sasl_mechanisms, self.context.credentials)
         CONNECTION.set(connection)
         sock = writer.get_extra_info("socket")
         if sock is not None:
