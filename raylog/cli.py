@@ -143,7 +143,11 @@ raylog dump-log DIR [--records] [--json]   print a log directory's segments and 
 Every command but dump-log takes ``--address`` (default: "auto" when RAY_ADDRESS is set,
 else the local head ``raylog start`` launched, else an error asking to run ``raylog start``)
 and ``--cluster-name`` (default "default"); only ``start`` creates a raylog cluster. In a
-process already connected to Ray (``ray.is_initialized()``), commands use that Ray.
+process already connected to Ray (``ray.is_initialized()``), commands use that Ray. They act
+as ``User:ANONYMOUS`` unless ``--command-config FILE`` names a user (a properties file as
+Kafka's tools take: ``security.protocol=SASL_PLAINTEXT``, ``sasl.mechanism``,
+``sasl.username``, ``sasl.password``); ``start --command-config`` creates that user with the
+cluster, the way to make the first super user of a cluster with ACLs.
 
 Exit codes: 0 success; 1 a raylog error, printed as ``raylog: <ErrorName>: <message>``
 (with what to do next, where there is something to say); 2 a usage error; 3 (``status``)
@@ -172,7 +176,6 @@ from typing import TYPE_CHECKING, Any
 
 import raylog
 from raylog.actors.names import NAMESPACE, controller_name
-from raylog.clients.admin import DEFAULT_SCRAM_ITERATIONS
 from raylog.coordination.acls import (
     ACL,
     CLUSTER_NAME,
@@ -185,7 +188,7 @@ from raylog.coordination.acls import (
     ResourceType,
 )
 from raylog.coordination.quotas import QUOTA_KEYS
-from raylog.coordination.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
+from raylog.coordination.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
 from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
 from raylog.errors import (
     GroupIdNotFoundError,
@@ -247,7 +250,7 @@ def _connected(args: argparse.Namespace, create: bool = False) -> Iterator[Raylo
     if joined:
         _join_ray(_address(args))
     try:
-        yield _create(args) if create else _attach(args.cluster_name)
+        yield _create(args) if create else _attach(args.cluster_name, _credentials(args))
     finally:
         if joined:
             ray.shutdown()
@@ -291,7 +294,50 @@ def _reachable(address: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def _attach(cluster_name: str) -> RaylogCluster:
+#: The settings of a --command-config file (librdkafka's names) and the client settings they are.
+_COMMAND_CONFIG = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+}
+#: The user name and password of a ``sasl.jaas.config`` (the form Kafka's Java tools take).
+_JAAS = re.compile(r'(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _credentials(args: argparse.Namespace) -> dict[str, str]:
+    """Who the command acts as: the client settings of ``--command-config`` (a properties file,
+    as Kafka's tools take: security.protocol, sasl.mechanism and sasl.username / sasl.password
+    or a sasl.jaas.config); none without it (User:ANONYMOUS)."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise _UsageError(f"--command-config: {exc}") from None
+    settings: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:]\s*(.*)$", line)
+        if match is None:
+            raise _UsageError(f"--command-config {path}:{number}: not a key=value line")
+        key, value = match.groups()
+        if key == "sasl.jaas.config":
+            found = dict(_JAAS.findall(value))
+            settings.update({_COMMAND_CONFIG[f"sasl.{k}"]: v for k, v in found.items()})
+        elif key in _COMMAND_CONFIG:
+            settings[_COMMAND_CONFIG[key]] = value
+        else:
+            known = ", ".join([*_COMMAND_CONFIG, "sasl.jaas.config"])
+            raise _UsageError(f"--command-config {path}:{number}: unknown setting {key!r} (known: {known})")
+    return settings
+
+
+def _attach(cluster_name: str, credentials: dict[str, str]) -> RaylogCluster:
     import ray
 
     from raylog.clients.cluster import RaylogCluster
@@ -302,7 +348,9 @@ def _attach(cluster_name: str) -> RaylogCluster:
         raise ClusterNotRunningError(
             f"no raylog cluster {cluster_name!r} on this Ray cluster: run `raylog start --cluster-name {cluster_name}`"
         ) from None
-    return RaylogCluster(cluster_name, controller)
+    cluster = RaylogCluster(cluster_name, controller, credentials=credentials)
+    cluster.session().token()  # refused credentials fail here
+    return cluster
 
 
 def _create(args: argparse.Namespace) -> RaylogCluster:
@@ -317,7 +365,12 @@ def _create(args: argparse.Namespace) -> RaylogCluster:
             raise _UsageError("give the listener either as --kafka-port / --kafka-host or as --config listeners=...")
         config["listeners"] = f"PLAINTEXT://{args.kafka_host}:{kafka_port}"
     return raylog.connect(
-        address, data_dir=args.data_dir, num_brokers=args.num_brokers, cluster_name=args.cluster_name, config=config
+        address,
+        data_dir=args.data_dir,
+        num_brokers=args.num_brokers,
+        cluster_name=args.cluster_name,
+        config=config,
+        **_credentials(args),
     )
 
 
@@ -1427,8 +1480,8 @@ def _add_users(commands: Any) -> None:
     add.add_argument(
         "--iterations",
         type=_positive_int,
-        default=DEFAULT_SCRAM_ITERATIONS,
-        help=f"{MIN_ITERATIONS} to {MAX_ITERATIONS} (default {DEFAULT_SCRAM_ITERATIONS})",
+        default=DEFAULT_ITERATIONS,
+        help=f"{MIN_ITERATIONS} to {MAX_ITERATIONS} (default {DEFAULT_ITERATIONS})",
     )
     listing = _command(actions, "list", _users_list, "users and their mechanisms")
     listing.add_argument("names", nargs="*", metavar="NAME", help="default: every user")
@@ -1748,6 +1801,13 @@ def _command(commands: Any, name: str, run: Any, summary: str) -> argparse.Argum
     sub = commands.add_parser(name, help=summary, description=summary)
     sub.add_argument("--address", help='"auto" or a Ray address (default: RAY_ADDRESS, else `raylog start`\'s head)')
     sub.add_argument("--cluster-name", default="default", help="raylog clusters share Ray by name")
+    sub.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="who to act as: a properties file of security.protocol, sasl.mechanism, sasl.username and "
+        "sasl.password (or sasl.jaas.config), as Kafka's tools take; with start, that user is created "
+        "with the cluster",
+    )
     sub.set_defaults(run=run)
     return sub
 

@@ -563,13 +563,13 @@ class ControllerConfig(_Config):
 
     authorizer: str = setting(
         "",
-        'Who may do what over the Kafka listeners: "" (no authorizer: every request is allowed, '
+        'Who may do what: "" (no authorizer: every request is allowed, '
         "and the ACL requests answer SECURITY_DISABLED, as a Kafka broker without "
         "authorizer.class.name) or \"acl\" (Kafka's ACLs, with the rules of Kafka's "
         "StandardAuthorizer: created with CreateAcls, Admin.create_acls or kafka-acls.sh, kept in "
-        "the controller's journal, pushed to every listener before a change is answered). A "
-        "client's principal is User:ANONYMOUS until the listeners authenticate clients. raylog's "
-        "own clients, which call actors inside Ray, are not subject to ACLs (docs/security.md).",
+        "the controller's journal, pushed to every listener and replica before a change is "
+        "answered). They hold for Kafka clients of the listeners and for raylog's own clients "
+        "alike; a client that did not authenticate is User:ANONYMOUS (docs/security.md).",
         choices=("", "acl"),
     )
     super_users: str = setting(
@@ -626,8 +626,16 @@ class ControllerConfig(_Config):
         "PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512. Users and their SCRAM credentials are made "
         "with AlterUserScramCredentials (kafka-configs.sh --entity-type users, Admin."
         "alter_user_scram_credentials, raylog users); PLAIN checks a password against them "
-        "and sends it in clear on SASL_PLAINTEXT.",
+        "and sends it in clear on SASL_PLAINTEXT. raylog's own clients authenticate with the "
+        "controller by the same mechanisms.",
         list_of=SASL_MECHANISMS,
+    )
+    session_token_lifetime_ms: int = setting(
+        3_600_000,
+        "How long the session token the controller gives an authenticated raylog client "
+        "(Producer, Consumer, Admin with sasl_plain_username) is valid; the client "
+        "authenticates again halfway through.",
+        minimum=10_000,
     )
     ssl_keystore_location: str = setting(
         "",

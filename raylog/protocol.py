@@ -50,6 +50,8 @@ class ProduceRequest:
     #: which the leader verifies a transaction's first batch in the partition with its
     #: coordinator (see raylog.coordination.txn_verification).
     transactional_id: str | None = None
+    #: The caller's session token (raylog.coordination.sessions; None: User:ANONYMOUS).
+    session: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class FetchRequest:
     client_id: str = ""  # whose consumer_byte_rate quota the bytes count against (consumers)
     isolation_level: int = 0  # 0 read_uncommitted (up to the HW), 1 read_committed (up to the LSO)
     log_start_offset: int = -1  # a follower's own log start (the leader's low watermark)
+    #: The caller's session token (raylog.coordination.sessions; None: User:ANONYMOUS).
+    session: str | None = None
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ import collections
 import functools
 import logging
 import os
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -50,6 +51,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.actors import logs, metrics
+from raylog.actors.access import Access
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.kafka.fleet import ListenerFleet
 from raylog.actors.names import NAMESPACE, replica_name
@@ -57,19 +59,24 @@ from raylog.actors.pushes import Pushes
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.config import ControllerConfig
-from raylog.coordination import broker_configs, elections, scram
+from raylog.coordination import broker_configs, elections, scram, sessions
+from raylog.coordination.acls import CLUSTER_NAME, Authorizer, ResourceType, parse_super_users
+from raylog.coordination.acls import ACLOperation as Op
 from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, partition_record
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import (
+    ClusterAuthorizationFailedError,
     CoordinatorNotAvailableError,
     ElectionNotNeededError,
     InvalidRequestError,
     RaylogError,
+    SaslAuthenticationError,
     SecurityDisabledError,
     UnknownTopicOrPartitionError,
 )
+from raylog.kafka.sasl import SaslExchange
 from raylog.protocol import error_fields
 from raylog.storage import log_dirs
 from raylog.storage.journal import MetadataJournal
@@ -78,6 +85,7 @@ from raylog.types import BrokerInfo, NewTopic, PartitionInfo, TopicDescription
 logger = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "/tmp/raylog"
+TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 BROKER_LABEL = "raylog.broker"
 DATA_DIR_LABEL = "raylog.data_dir"
 HEAD_RESOURCE = "node:__internal_head__"
@@ -93,6 +101,10 @@ MAX_STARTING_REPLICAS = 8
 #: The pause before a push to a replica is made again (its actor was unreachable, e.g. Ray
 #: is restarting it or this process has not yet heard where it restarted, or did not answer).
 PUSH_RETRY_S = 0.5
+#: How long a raylog client's SASL exchange may take between its steps, and how many may be
+#: under way at once (a bound on what clients that never finish can leave behind).
+SASL_EXCHANGE_TIMEOUT_S = 30.0
+MAX_SASL_EXCHANGES = 1024
 #: How long a leader reported by a follower has to answer the controller itself.
 LEADER_CHECK_TIMEOUT_S = 2.0
 
@@ -124,7 +136,15 @@ class ControllerActor:
     """See the module docstring. Concurrency: one asyncio loop; metadata changes run one at
     a time under ``_lock``; pushes to replicas run outside it."""
 
-    def __init__(self, cluster_name: str, data_dir: str, num_brokers: int, embedded: bool, config: dict | None = None):
+    def __init__(
+        self,
+        cluster_name: str,
+        data_dir: str,
+        num_brokers: int,
+        embedded: bool,
+        config: dict | None = None,
+        first_users: Sequence[tuple] = (),
+    ):
         logs.configure()
         self.cluster_name = cluster_name
         self.data_dir = data_dir
@@ -166,6 +186,26 @@ class ControllerActor:
         self.listeners: ListenerFleet | None = None
         if self.image.cluster_id is None:
             self._commit([{"type": "cluster", "cluster_id": uuid.uuid4().hex}])
+            self._create_first_users(first_users)
+        if self.image.session_key is None:
+            self._commit([{"type": "session_key", "key": sessions.new_key()}])
+        self._sessions = sessions.SessionKeys(self.image.session_key)
+        #: SASL exchanges of raylog's clients under way: id -> (exchange, when it started).
+        self._exchanges: dict[str, tuple[SaslExchange, float]] = {}
+        #: The ACLs as an authorizer for the replicas, and the ACLs' version it was built at.
+        self._authorizer: tuple[int, Authorizer | None] = (-1, None)
+        self._denials_logged: set = set()  # (each logged at INFO once, see raylog.actors.access)
+
+    def _create_first_users(self, upsertions: Sequence[tuple]) -> None:
+        """The SCRAM credentials a new cluster is made with (Kafka's ``kafka-storage format
+        --add-scram``): the user ``raylog.connect`` was given when it started the cluster."""
+        records, refusals = self.image.alter_scram_credentials([], list(upsertions))
+        self._commit(records)
+        for user, refusal in refusals.items():
+            if refusal is not None:
+                logger.error("user %s not created with the cluster: %s", user, refusal)
+        if records:
+            logger.info("cluster created with the SCRAM credentials of %s", sorted({r["user"] for r in records}))
 
     def _commit(self, records: list[dict[str, Any]]) -> None:
         if records:
@@ -454,7 +494,9 @@ class ControllerActor:
         if not self.config.listeners:
             return
         if self.listeners is None:
-            self.listeners = ListenerFleet(self.cluster_name, self.config, ray.get_runtime_context().current_actor)
+            self.listeners = ListenerFleet(
+                self.cluster_name, self.config, ray.get_runtime_context().current_actor, self.image.session_key
+            )
         await self.listeners.reconcile(dict(self.image.brokers), set(self.live))
 
     def _record_metrics(self) -> None:
@@ -502,8 +544,9 @@ class ControllerActor:
         catches up.
 
         Returns:
-            ``(state, leader handle, (config version, config), (quotas version, quotas))``
-            for the replica to take, or None when its partition is gone.
+            ``(state, leader handle, (config version, config), (quotas version, quotas),
+            (ACLs version, authorizer))`` for the replica to take, or None when its partition
+            is gone.
         """
         await self.start()
         try:
@@ -519,7 +562,8 @@ class ControllerActor:
         except Exception:  # the replica serves nothing until answered: say why it was not
             logger.exception("restart report of %s-%d from broker %d failed", topic, partition, broker_id)
             raise
-        return info, leader, config, (self.image.client_quotas_version, dict(self.image.client_quotas))
+        quotas = (self.image.client_quotas_version, dict(self.image.client_quotas))
+        return info, leader, config, quotas, self._replica_authorizer()
 
     async def leader_unreachable(self, topic: str, partition: int, leader_epoch: int) -> None:
         """A follower found the leader of ``leader_epoch`` dead (Ray said so) or unresponsive:
@@ -562,10 +606,14 @@ class ControllerActor:
 
     # --- admin --------------------------------------------------------------------------
 
-    async def create_topics(self, topics: list[NewTopic]) -> dict[str, tuple[int, str]]:
-        """Create each topic; per topic ``(error_code, message)``, code 0 on success."""
+    async def create_topics(self, topics: list[NewTopic], session: str | None = None) -> dict[str, tuple[int, str]]:
+        """Create each topic (CREATE on the cluster or the topic); per topic ``(error_code,
+        message)``, code 0 on success."""
+        access = self._caller(session)
 
         def create(new: NewTopic) -> None:
+            if access is not None and not access.allows(Op.CREATE, CLUSTER, CLUSTER_NAME):
+                access.require(Op.CREATE, TOPIC, new.name)
             self._commit(
                 [
                     self.image.create_topic(
@@ -577,10 +625,13 @@ class ControllerActor:
 
         return await self._each({new.name: new for new in topics}, create)
 
-    async def delete_topics(self, names: list[str]) -> dict[str, tuple[int, str]]:
-        """Delete each topic and its replicas' data; per topic ``(error_code, message)``."""
+    async def delete_topics(self, names: list[str], session: str | None = None) -> dict[str, tuple[int, str]]:
+        """Delete each topic and its replicas' data (DELETE on the topic); per topic
+        ``(error_code, message)``."""
+        access = self._caller(session)
 
         def delete(name: str) -> Awaitable[None]:
+            _require(access, Op.DELETE, TOPIC, name)
             record = self.image.delete_topic(name)
             topic = self.image.topics[name]
             self._commit([record])
@@ -589,16 +640,22 @@ class ControllerActor:
         return await self._each({name: name for name in names}, delete)
 
     async def alter_configs(
-        self, changes: dict[str, dict[str, Any]], incremental: bool = True, validate_only: bool = False
+        self,
+        changes: dict[str, dict[str, Any]],
+        incremental: bool = True,
+        validate_only: bool = False,
+        session: str | None = None,
     ) -> dict[str, tuple[int, str]]:
         """Alter each topic's config, incrementally or replacing its whole set of overrides
         (see :meth:`~raylog.coordination.metadata.MetadataImage.alter_config`), in one
         journal record per topic, then pushed to its live replicas; per topic
         ``(error_code, message)``. A refused topic is unchanged; ``validate_only`` checks
-        each change and makes none."""
+        each change and makes none. Needs ALTER_CONFIGS on each topic."""
+        access = self._caller(session)
 
         def alter(item: tuple[str, dict[str, Any]]) -> None:
             name, change = item
+            _require(access, Op.ALTER_CONFIGS, TOPIC, name)
             record = self.image.alter_config(name, change, incremental=incremental)
             if not validate_only:
                 self._commit([record])
@@ -607,16 +664,23 @@ class ControllerActor:
         return await self._each({name: (name, change) for name, change in changes.items()}, alter)
 
     async def alter_broker_configs(
-        self, changes: dict[str, dict[str, Any]], incremental: bool = True, validate_only: bool = False
+        self,
+        changes: dict[str, dict[str, Any]],
+        incremental: bool = True,
+        validate_only: bool = False,
+        session: str | None = None,
     ) -> dict[str, tuple[int, str]]:
         """Alter broker resources' dynamic configs (resource "" the cluster default, else a
         broker id; see :meth:`~raylog.coordination.metadata.MetadataImage.alter_broker_config`),
         one journal record each; topics' new defaults are pushed to their live replicas (a
         broker's own to its replicas). Per resource ``(error_code, message)``; a refused one is
-        unchanged; ``validate_only`` checks each change and makes none."""
+        unchanged; ``validate_only`` checks each change and makes none. Needs ALTER_CONFIGS
+        on the cluster."""
+        access = self._caller(session)
 
         def alter(item: tuple[str, dict[str, Any]]) -> None:
             resource, change = item
+            _require(access, Op.ALTER_CONFIGS, CLUSTER)
             record = self.image.alter_broker_config(resource, change, incremental=incremental)
             if validate_only:
                 return
@@ -631,39 +695,49 @@ class ControllerActor:
 
         return await self._each({resource: (resource, change) for resource, change in changes.items()}, alter)
 
-    async def describe_broker_configs(self, resources: list[str]) -> dict[str, tuple[int, str, dict]]:
-        """Per broker resource ("" or a broker id) ``(error_code, message, {config: ConfigEntry})``."""
+    async def describe_broker_configs(
+        self, resources: list[str], session: str | None = None
+    ) -> dict[str, tuple[int, str, dict]]:
+        """Per broker resource ("" or a broker id) ``(error_code, message, {config:
+        ConfigEntry})``; needs DESCRIBE_CONFIGS on the cluster."""
         await self.start()
+        access = self._caller(session)
         results = {}
         for resource in resources:
             try:
+                _require(access, Op.DESCRIBE_CONFIGS, CLUSTER)
                 static = broker_configs.static_configs(self.config, broker_configs.broker_id_of(resource))
                 results[resource] = (0, "", self.image.describe_broker_config(resource, static))
             except RaylogError as exc:
                 results[resource] = (*_error_result(exc), {})
         return results
 
-    async def describe_configs(self, names: list[str]) -> dict[str, tuple[int, str, dict]]:
-        """Per topic ``(error_code, message, {property: ConfigEntry})``."""
+    async def describe_configs(self, names: list[str], session: str | None = None) -> dict[str, tuple[int, str, dict]]:
+        """Per topic ``(error_code, message, {property: ConfigEntry})``; needs DESCRIBE_CONFIGS
+        on each topic."""
         await self.start()
+        access = self._caller(session)
         results = {}
         for name in names:
             try:
+                _require(access, Op.DESCRIBE_CONFIGS, TOPIC, name)
                 results[name] = (0, "", self.image.describe_config(name))
             except RaylogError as exc:
                 results[name] = (*_error_result(exc), {})
         return results
 
-    async def alter_client_quotas(self, changes: dict) -> tuple[int, str]:
+    async def alter_client_quotas(self, changes: dict, session: str | None = None) -> tuple[int, str]:
         """Alter client quotas (all or nothing; see
         :meth:`~raylog.coordination.metadata.MetadataImage.alter_client_quotas`), journaled,
         then pushed to every live replica and answered once they hold them (a client that
         starts right after finds its quota in force), or after :data:`PEER_CALL_TIMEOUT_S` if
         a replica does not answer (it gets them when it does); ``(error_code, message)``, code
-        0 on success."""
+        0 on success. Needs ALTER_CONFIGS on the cluster."""
         await self.start()
+        access = self._caller(session)
         async with self._guard():
             try:
+                _require(access, Op.ALTER_CONFIGS, CLUSTER)
                 self._commit(self.image.alter_client_quotas(changes))
             except RaylogError as exc:
                 return _error_result(exc)
@@ -679,33 +753,42 @@ class ControllerActor:
                 )
         return 0, ""
 
-    async def describe_client_quotas(self) -> dict[str | None, dict[str, float]]:
-        """Every client quota set: client id (None: the default) -> {quota key: bytes/s}."""
+    async def describe_client_quotas(self, session: str | None = None) -> dict[str | None, dict[str, float]]:
+        """Every client quota set: client id (None: the default) -> {quota key: bytes/s}.
+
+        Raises:
+            ClusterAuthorizationFailedError: the caller may not DESCRIBE_CONFIGS the cluster.
+        """
         await self.start()
+        _require(self._caller(session), Op.DESCRIBE_CONFIGS, CLUSTER)
         return {client_id: dict(quotas) for client_id, quotas in self.image.client_quotas.items()}
 
-    async def create_acls(self, acls: list) -> tuple[int, str]:
+    async def create_acls(self, acls: list, session: str | None = None) -> tuple[int, str]:
         """Create Kafka ACLs (:class:`~raylog.coordination.acls.ACL`), all or nothing,
         journaled and pushed to the listeners, answered once they apply them. ``(error_code,
         message)``: SECURITY_DISABLED without the authorizer, INVALID_REQUEST for an ACL Kafka
-        refuses, code 0 on success."""
+        refuses, CLUSTER_AUTHORIZATION_FAILED without ALTER on the cluster, code 0 on success."""
         await self.start()
+        access = self._caller(session)
         async with self._guard():
             try:
                 self._require_authorizer()
+                _require(access, Op.ALTER, CLUSTER)
                 self._commit(self.image.create_acls(acls))
             except RaylogError as exc:
                 return _error_result(exc)
         await self._push_acls()
         return 0, ""
 
-    async def delete_acls(self, filters: list) -> tuple[int, str, list[list]]:
+    async def delete_acls(self, filters: list, session: str | None = None) -> tuple[int, str, list[list]]:
         """Delete every ACL matching one of ``filters`` (:class:`~raylog.coordination.acls.ACLFilter`),
-        journaled: ``(error_code, message, the ACLs each filter matched)``."""
+        journaled: ``(error_code, message, the ACLs each filter matched)``; needs ALTER on the cluster."""
         await self.start()
+        access = self._caller(session)
         async with self._guard():
             try:
                 self._require_authorizer()
+                _require(access, Op.ALTER, CLUSTER)
                 records, matched = self.image.delete_acls(filters)
                 self._commit(records)
             except RaylogError as exc:
@@ -713,28 +796,44 @@ class ControllerActor:
         await self._push_acls()
         return 0, "", matched
 
-    async def describe_acls(self, acl_filter) -> tuple[int, str, list]:
-        """``(error_code, message, the ACLs matching acl_filter)``."""
+    async def describe_acls(self, acl_filter, session: str | None = None) -> tuple[int, str, list]:
+        """``(error_code, message, the ACLs matching acl_filter)``; needs DESCRIBE on the cluster."""
         await self.start()
         try:
             self._require_authorizer()
+            _require(self._caller(session), Op.DESCRIBE, CLUSTER)
             return 0, "", self.image.describe_acls(acl_filter)
         except RaylogError as exc:
             return (*_error_result(exc), [])
 
     async def _push_acls(self) -> None:
-        """The listeners apply the ACLs before a change is answered (a client that changed
-        them and sends its next request finds them in force on every broker)."""
+        """The listeners and the live replicas apply the ACLs before a change is answered (a
+        client that changed them and sends its next request or call finds them in force), or
+        after :data:`PEER_CALL_TIMEOUT_S` for replicas that do not answer (they get them when
+        they do)."""
+        pushes = self._push_acls_to_replicas([key for key in self.replicas if key[2] in self.live])
         if self.listeners is not None:
             await self.listeners.push("update_acls", self.image.acls_version, frozenset(self.image.acls))
+        if pushes:
+            _, late = await asyncio.wait(pushes, timeout=PEER_CALL_TIMEOUT_S)
+            if late:
+                logger.info("%d replica(s) did not take ACLs version %d at once", len(late), self.image.acls_version)
 
     async def alter_user_scram_credentials(
-        self, deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
+        self,
+        deletions: list[tuple[str, int]],
+        upsertions: list[tuple[str, int, int, bytes, bytes]],
+        session: str | None = None,
     ) -> dict[str, tuple[int, str]]:
         """Kafka's AlterUserScramCredentials (see
         :func:`~raylog.coordination.scram.alter`): the accepted users' changes journaled and
-        pushed to the listeners before the answer; per user ``(error_code, message)``."""
+        pushed to the listeners before the answer; per user ``(error_code, message)``. Needs
+        ALTER on the cluster (else every user is answered CLUSTER_AUTHORIZATION_FAILED)."""
         await self.start()
+        try:
+            _require(self._caller(session), Op.ALTER, CLUSTER)
+        except ClusterAuthorizationFailedError as exc:
+            return {user: _error_result(exc) for user, *_ in [*deletions, *upsertions]}
         async with self._guard():
             records, results = self.image.alter_scram_credentials(deletions, upsertions)
             self._commit(records)
@@ -743,10 +842,54 @@ class ControllerActor:
             await self._push_credentials()
         return {user: (0, "") if refusal is None else _error_result(refusal) for user, refusal in results.items()}
 
-    async def describe_user_scram_credentials(self, users: list[str] | None) -> dict[str, tuple[int, str, list]]:
-        """Kafka's DescribeUserScramCredentials: per user ``(error_code, message, [(mechanism
-        code, iterations)])``; ``users`` None: every user with a credential."""
+    async def authenticate(self, exchange_id: str, mechanism: str, message: bytes, host: str) -> tuple:
+        """One step of a raylog client's SASL exchange (``mechanism`` of ``sasl.enabled.mechanisms``
+        against the users' SCRAM credentials, as a SASL listener does; see
+        :class:`~raylog.kafka.sasl.SaslExchange`), named by the client's ``exchange_id``.
+
+        Returns:
+            ``(the server's message, token, its expiry in ms since the epoch)``: the token (see
+            :mod:`~raylog.coordination.sessions`, for ``User:<name>`` on ``host``) once the
+            exchange is complete, else None and -1 (the client sends its next message).
+
+        Raises:
+            SaslAuthenticationError: the credentials are refused (one message for an unknown
+                user and a wrong password) or the exchange is malformed.
+            UnsupportedSaslMechanismError: ``mechanism`` is not enabled.
+        """
         await self.start()
+        now = time.monotonic()
+        for stale in [k for k, (_, started) in self._exchanges.items() if now - started > SASL_EXCHANGE_TIMEOUT_S]:
+            del self._exchanges[stale]
+        exchange, started = self._exchanges.pop(exchange_id, (None, now))
+        try:
+            if exchange is None:
+                if len(self._exchanges) >= MAX_SASL_EXCHANGES:
+                    raise SaslAuthenticationError("too many authentications under way: try again")
+                exchange = SaslExchange(self.config.sasl_mechanisms, self.image.scram_credentials.get)
+                exchange.handshake(mechanism)
+            answer = exchange.authenticate(message)
+        except RaylogError as exc:
+            logger.info("a raylog client on %s failed to authenticate (%s): %s", host, mechanism, exc)
+            raise
+        if not exchange.complete:
+            self._exchanges[exchange_id] = (exchange, started)
+            return answer, None, -1
+        expires_ms = int(time.time() * 1000) + self.config.session_token_lifetime_ms
+        logger.info("%s authenticated (%s) from %s", exchange.principal, mechanism, host)
+        return answer, self._sessions.issue(exchange.principal, host, expires_ms), expires_ms
+
+    async def describe_user_scram_credentials(
+        self, users: list[str] | None, session: str | None = None
+    ) -> dict[str, tuple[int, str, list]]:
+        """Kafka's DescribeUserScramCredentials: per user ``(error_code, message, [(mechanism
+        code, iterations)])``; ``users`` None: every user with a credential.
+
+        Raises:
+            ClusterAuthorizationFailedError: the caller may not DESCRIBE the cluster.
+        """
+        await self.start()
+        _require(self._caller(session), Op.DESCRIBE, CLUSTER)
         described = scram.describe(self.image.scram_credentials, users)
         return {
             user: ((0, "") if refusal is None else _error_result(refusal)) + (infos,)
@@ -761,17 +904,33 @@ class ControllerActor:
     def _credentials(self) -> dict:
         return {user: dict(by_mechanism) for user, by_mechanism in self.image.scram_credentials.items()}
 
+    def _caller(self, session: str | None) -> Access | None:
+        """The caller of a session token before the ACLs (see :class:`~raylog.actors.access.Guard`);
+        None when nothing is to be checked (no authorizer, or one of the cluster's own actors).
+
+        Raises:
+            SaslAuthenticationError: a token the cluster did not sign, or one that expired.
+        """
+        authorizer = self._replica_authorizer()[1]
+        if authorizer is None:
+            return None
+        caller = self._sessions.session(session, time.time() * 1000)
+        return None if caller.broker else Access(authorizer, caller.principal, caller.host, self._denials_logged)
+
     def _require_authorizer(self) -> None:
         if not self.config.authorizer:
             raise SecurityDisabledError("no authorizer is configured: ACLs need the setting authorizer=acl")
 
-    async def create_partitions(self, counts: dict[str, int]) -> dict[str, tuple[int, str]]:
+    async def create_partitions(self, counts: dict[str, int], session: str | None = None) -> dict[str, tuple[int, str]]:
         """Grow each topic to its new partition count: the new partitions are placed,
         journaled and get their replica actors as at topic creation (led by their first
         replica, every replica in sync); per topic ``(error_code, message)``."""
 
+        access = self._caller(session)
+
         def add(item: tuple[str, int]) -> None:
             name, total_count = item
+            _require(access, Op.ALTER, TOPIC, name)
             self._commit([self.image.add_partitions(name, total_count, live=self.live)])
             self._ensure_replicas(name)
 
@@ -801,14 +960,19 @@ class ControllerActor:
         return results
 
     async def elect_leaders(
-        self, election_type: int, partitions: list[tuple[str, int]] | None = None
+        self, election_type: int, partitions: list[tuple[str, int]] | None = None, session: str | None = None
     ) -> dict[tuple[str, int], tuple[int, str]]:
         """Kafka's ElectLeaders: a preferred or unclean election (see
         :func:`~raylog.coordination.elections.requested_election`) in each partition, or in
         every partition when ``partitions`` is None (then those needing none are left out of
         the answer, as Kafka does); all journaled in one batch. Per partition
-        ``(error_code, message)``, code 0 where a leader was elected."""
+        ``(error_code, message)``, code 0 where a leader was elected.
+
+        Raises:
+            ClusterAuthorizationFailedError: the caller may not ALTER the cluster.
+        """
         await self.start()
+        _require(self._caller(session), Op.ALTER, CLUSTER)
         async with self._guard():
             keys = [(p.topic, p.partition) for p in self.image.partitions()] if partitions is None else partitions
             results, elected = {}, []
@@ -827,13 +991,21 @@ class ControllerActor:
             return results
 
     async def alter_partition_reassignments(
-        self, targets: dict[tuple[str, int], list[int] | None], allow_replication_factor_change: bool = True
+        self,
+        targets: dict[tuple[str, int], list[int] | None],
+        allow_replication_factor_change: bool = True,
+        session: str | None = None,
     ) -> dict:
         """Start moving partitions to new replica sets (also raising or lowering the
         replication factor unless not ``allow_replication_factor_change``), or cancel the
         reassignment under way where the target is None (back to the replicas it started
         from); per partition ``(error_code, message)``. New replicas fill by fetching; old
-        ones are removed only once every target replica is in sync."""
+        ones are removed only once every target replica is in sync. Needs ALTER on the cluster.
+
+        Raises:
+            ClusterAuthorizationFailedError: the caller may not ALTER the cluster.
+        """
+        _require(self._caller(session), Op.ALTER, CLUSTER)
 
         def reassign(item: tuple[tuple[str, int], list[int] | None]) -> None:
             (topic, partition), target = item
@@ -845,10 +1017,13 @@ class ControllerActor:
 
         return await self._each({key: (key, target) for key, target in targets.items()}, reassign)
 
-    async def list_partition_reassignments(self) -> dict[tuple[str, int], tuple[tuple[int, ...], ...]]:
+    async def list_partition_reassignments(
+        self, session: str | None = None
+    ) -> dict[tuple[str, int], tuple[tuple[int, ...], ...]]:
         """Per reassignment under way: ``(replicas, adding, removing)`` (see
-        :meth:`MetadataImage.listed_reassignments`)."""
+        :meth:`MetadataImage.listed_reassignments`); needs DESCRIBE on the cluster."""
         await self.start()
+        _require(self._caller(session), Op.DESCRIBE, CLUSTER)
         return self.image.listed_reassignments()
 
     def _start_reassignment(self, topic: str, partition: int) -> None:
@@ -887,14 +1062,21 @@ class ControllerActor:
         self._push(moved)
         return moved
 
-    async def find_coordinator(self, group_id: str) -> tuple[int, Any]:
+    async def find_coordinator(self, group_id: str, session: str | None = None) -> tuple[int, Any]:
         """``(partition, leader actor or None)`` of the ``__consumer_offsets`` partition whose
         leader coordinates ``group_id`` (Kafka's FindCoordinator); creates the topic, compacted
-        and replicated, on the first call."""
+        and replicated, on the first call.
+
+        Raises:
+            GroupAuthorizationFailedError: the caller may not DESCRIBE the group.
+        """
+        _require(self._caller(session), Op.DESCRIBE, ResourceType.GROUP, group_id)
         return await self._coordinator_of(OFFSETS_TOPIC, group_id)
 
-    async def find_transaction_coordinator(self, transactional_id: str) -> tuple[int, Any]:
-        """As :meth:`find_coordinator`, for a transactional id and ``__transaction_state``."""
+    async def find_transaction_coordinator(self, transactional_id: str, session: str | None = None) -> tuple[int, Any]:
+        """As :meth:`find_coordinator`, for a transactional id and ``__transaction_state``
+        (DESCRIBE on the transactional id)."""
+        _require(self._caller(session), Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
         return await self._coordinator_of(TRANSACTION_TOPIC, transactional_id)
 
     async def _coordinator_of(self, name: str, key: str) -> tuple[int, Any]:
@@ -945,8 +1127,16 @@ class ControllerActor:
         self._commit([record])
         self._ensure_replicas(name)
 
-    async def init_producer_id(self) -> int:
-        """A producer id never handed out before (Kafka's InitProducerId)."""
+    async def init_producer_id(self, session: str | None = None) -> int:
+        """A producer id never handed out before (Kafka's InitProducerId of an idempotent
+        producer: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic).
+
+        Raises:
+            ClusterAuthorizationFailedError: the caller may do neither.
+        """
+        access = self._caller(session)
+        if access is not None and not access.allows_any(Op.WRITE, TOPIC):
+            access.require(Op.IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME)
         return (await self.allocate_producer_ids(1))[0]
 
     async def allocate_producer_ids(self, count: int) -> list[int]:
@@ -1119,6 +1309,7 @@ class ControllerActor:
         self.replicas[key] = (self.image.brokers[key[2]].node_id, handle)
         self._ready.discard(key)
         self._push_quotas([key])
+        self._push_acls_to_replicas([key])
         return handle
 
     def _replica_name(self, key: tuple[str, int, int]) -> str:
@@ -1162,7 +1353,7 @@ class ControllerActor:
             topic_name, PartitionReplicaActor
         )
         options["max_concurrency"] = actor_class.MAX_CONCURRENCY
-        kwargs = {}
+        kwargs: dict[str, Any] = {"session_key": self.image.session_key}
         if actor_class is GroupCoordinatorActor:
             kwargs["initial_rebalance_delay_ms"] = self.config.group_initial_rebalance_delay_ms
             kwargs["consumer_groups"] = ConsumerGroupConfig(
@@ -1206,13 +1397,33 @@ class ControllerActor:
         if not self.image.client_quotas_version:
             return []  # never set: replicas start without quotas
         version, quotas = self.image.client_quotas_version, dict(self.image.client_quotas)
+        return self._push_to_replicas(keys, "quotas", "update_quotas", version, quotas)
+
+    def _push_acls_to_replicas(self, keys: list[tuple[str, int, int]]) -> list[asyncio.Future]:
+        """Tell the replicas of ``keys`` the ACLs as an authorizer (as :meth:`_push`); the
+        pushes, to await."""
+        if not self.config.authorizer:
+            return []  # replicas start without an authorizer
+        return self._push_to_replicas(keys, "acls", "update_acls", *self._replica_authorizer())
+
+    def _push_to_replicas(self, keys: list[tuple[str, int, int]], kind: str, method: str, *args) -> list:
         pushes = []
         for key in keys:
             handle = self._cached_replica(key)
             if handle is not None:
-                wanted = self._still(key, handle)
-                pushes.append(self._pushes.push(("quotas", *key), wanted, handle.update_quotas, version, quotas))
+                pushes.append(self._pushes.push((kind, *key), self._still(key, handle), getattr(handle, method), *args))
         return pushes
+
+    def _replica_authorizer(self) -> tuple[int, Authorizer | None]:
+        """``(ACLs version, authorizer)`` for the replicas (None without the authorizer
+        setting), built once per version of the ACLs."""
+        if not self.config.authorizer:
+            return self.image.acls_version, None
+        if self._authorizer[0] != self.image.acls_version:
+            super_users = parse_super_users(self.config.super_users)
+            everyone = self.config.allow_everyone_if_no_acl_found
+            self._authorizer = (self.image.acls_version, Authorizer(self.image.acls, super_users, everyone))
+        return self._authorizer
 
     def _remove_replicas(self, topic: TopicDescription) -> Awaitable[None]:
         """Forget ``topic``'s replica actors; the removal of their data and processes, to await."""
@@ -1350,6 +1561,12 @@ def _running(name: str):
         return ray.get_actor(name, namespace=NAMESPACE)
     except ValueError:
         return None
+
+
+def _require(access: Access | None, operation: Op, resource_type: ResourceType, name: str = CLUSTER_NAME) -> None:
+    """Raise the resource type's authorization error unless ``access`` (None: anyone) may."""
+    if access is not None:
+        access.require(operation, resource_type, name)
 
 
 def _error_result(exc: RaylogError) -> tuple[int, str]:

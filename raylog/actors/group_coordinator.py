@@ -52,6 +52,8 @@ from typing import Any
 import ray
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
+from raylog.coordination.acls import CLUSTER_NAME, ResourceType
+from raylog.coordination.acls import ACLOperation as Op
 from raylog.coordination.consumer_group import ConsumerGroupConfig, Heartbeat
 from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
 from raylog.coordination.replay import LogReplay
@@ -85,6 +87,7 @@ CONCURRENCY_GROUPS = {
 REPLAY_READ_BYTES = 1 << 20
 
 logger = logging.getLogger(__name__)
+GROUP = ResourceType.GROUP
 
 
 class GroupCoordinatorActor(CoordinatorActor):
@@ -173,11 +176,14 @@ class GroupCoordinatorActor(CoordinatorActor):
     # --- membership ---------------------------------------------------------------------
 
     @ray.method(concurrency_group="joins")
-    def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
-        """Join (or rejoin) a group; answers when the join completes."""
+    def join_group(self, request: JoinGroupRequest, session: str | None = None) -> JoinGroupResponse:
+        """Join (or rejoin) a group; answers when the join completes. ``session``: the
+        caller's token (every method here: READ on the group to be a member or commit,
+        DESCRIBE to read it, DELETE to delete it; see :class:`~raylog.actors.access.Guard`)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             try:
+                self._guard.require(session, Op.READ, GROUP, request.group_id)
                 outcome = self._coordinator().join(request, future, now_ms())
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return JoinGroupResponse(**error_fields(exc))
@@ -186,19 +192,27 @@ class GroupCoordinatorActor(CoordinatorActor):
         return self._reply(future)
 
     @ray.method(concurrency_group="syncs")
-    def sync_group(self, group_id: str, member_id: str, generation: int, instance_id: str | None) -> SyncGroupResponse:
+    def sync_group(
+        self, group_id: str, member_id: str, generation: int, instance_id: str | None, session: str | None = None
+    ) -> SyncGroupResponse:
         """The member's assignment; where the group's leader member assigns, answered once
         the leader's assignment (:meth:`assign_group`) is replicated."""
-        return self._sync(group_id, member_id, generation, instance_id, None)
+        return self._sync(group_id, member_id, generation, instance_id, None, session)
 
     @ray.method(concurrency_group="commits")
     def assign_group(
-        self, group_id: str, member_id: str, generation: int, instance_id: str | None, assignments: dict[str, bytes]
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        assignments: dict[str, bytes],
+        session: str | None = None,
     ) -> SyncGroupResponse:
         """The leader member's sync, with every member's assignment (Kafka's SyncGroup from
         the leader); answered, with its own, once they are replicated. It waits in another
         pool than the syncs it releases."""
-        return self._sync(group_id, member_id, generation, instance_id, assignments)
+        return self._sync(group_id, member_id, generation, instance_id, assignments, session)
 
     def _sync(
         self,
@@ -207,10 +221,12 @@ class GroupCoordinatorActor(CoordinatorActor):
         generation: int,
         instance_id: str | None,
         assignments: dict[str, bytes] | None,
+        session: str | None,
     ) -> SyncGroupResponse:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             try:
+                self._guard.require(session, Op.READ, GROUP, group_id)
                 outcome = self._coordinator().sync(
                     group_id, member_id, generation, instance_id, future, now_ms(), assignments
                 )
@@ -222,13 +238,20 @@ class GroupCoordinatorActor(CoordinatorActor):
 
     @ray.method(concurrency_group="heartbeats")
     def heartbeat(
-        self, group_id: str, member_id: str, generation: int, instance_id: str | None, wait_ms: int = 0
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        wait_ms: int = 0,
+        session: str | None = None,
     ) -> GroupResponse:
         """The member is alive; waits up to ``wait_ms`` (a long poll) unless its group
         starts rebalancing, which it reports at once."""
         deadline = time.monotonic() + wait_ms / 1000
         with self._lock:
             try:
+                self._guard.require(session, Op.READ, GROUP, group_id)
                 self._coordinator().heartbeat(group_id, member_id, generation, instance_id, now_ms())
                 while (remaining := deadline - time.monotonic()) > 0:
                     self._group_changed.wait(remaining)
@@ -238,7 +261,9 @@ class GroupCoordinatorActor(CoordinatorActor):
         return GroupResponse()
 
     @ray.method(concurrency_group="commits")
-    def consumer_heartbeat(self, request: Heartbeat, topics: dict[str, int]) -> GroupResponse:
+    def consumer_heartbeat(
+        self, request: Heartbeat, topics: dict[str, int], session: str | None = None
+    ) -> GroupResponse:
         """A ConsumerGroupHeartbeat of Kafka's consumer protocol (KIP-848); ``topics``: the
         cluster's topics and their partition counts. Its value (a
         :class:`~raylog.coordination.consumer_group.HeartbeatAnswer`) comes once the group's
@@ -246,6 +271,7 @@ class GroupCoordinatorActor(CoordinatorActor):
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             try:
+                self._guard.require(session, Op.READ, GROUP, request.group_id)
                 outcome = self._coordinator().consumer_heartbeat(
                     request, topics, future, now_ms(), lambda: str(uuid.uuid4())
                 )
@@ -255,14 +281,16 @@ class GroupCoordinatorActor(CoordinatorActor):
             self._deliver(outcome)
         return self._reply(future)
 
-    def describe_consumer_group(self, group_id: str) -> GroupResponse:
+    def describe_consumer_group(self, group_id: str, session: str | None = None) -> GroupResponse:
         """A consumer group of Kafka's consumer protocol as ConsumerGroupDescribe reports it
         (its :class:`~raylog.coordination.consumer_group.ConsumerGroup`; GROUP_ID_NOT_FOUND
         when there is none)."""
-        return self._answer(lambda groups: groups.describe_consumer_group(group_id))
+        return self._answer(lambda groups: groups.describe_consumer_group(group_id), (session, Op.DESCRIBE, group_id))
 
-    def leave_group(self, group_id: str, member_id: str, instance_id: str | None) -> GroupResponse:
-        return self._step(lambda groups: groups.leave(group_id, member_id, instance_id, now_ms()))
+    def leave_group(
+        self, group_id: str, member_id: str, instance_id: str | None, session: str | None = None
+    ) -> GroupResponse:
+        return self._step(lambda groups: groups.leave(group_id, member_id, instance_id, now_ms()), (session, group_id))
 
     # --- offsets and admin --------------------------------------------------------------
 
@@ -275,16 +303,18 @@ class GroupCoordinatorActor(CoordinatorActor):
         instance_id: str | None,
         offsets: dict[TopicPartition, OffsetAndMetadata],
         after: Any = None,
+        session: str | None = None,
     ) -> GroupResponse:
         """Commit once the ISR has the offsets (generation -1: from outside the group).
 
         ``after``: the caller's previous commit, still unanswered when it sent this one (an
         object reference, not its value): Ray starts this call only once that one answered,
         so one consumer's commits take effect in the order it made them (its value is not
-        used)."""
+        used). Needs READ on the group and on each topic."""
         offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
         with self._lock:
             try:
+                self._require_commit(session, group_id, offsets)
                 records = self._coordinator().prepare_commit(
                     group_id, member_id, generation, instance_id, offsets, now_ms()
                 )
@@ -304,12 +334,14 @@ class GroupCoordinatorActor(CoordinatorActor):
         producer_id: int,
         producer_epoch: int,
         offsets: dict[TopicPartition, OffsetAndMetadata],
+        session: str | None = None,
     ) -> GroupResponse:
         """Offsets committed in the producer's transaction: appended as its transactional
         batch (a fenced producer's is refused), held until its marker comes."""
         offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
         with self._lock:
             try:
+                self._require_commit(session, group_id, offsets)
                 records = self._coordinator().prepare_commit(
                     group_id, member_id, generation, instance_id, offsets, now_ms()
                 )
@@ -321,34 +353,48 @@ class GroupCoordinatorActor(CoordinatorActor):
         return GroupResponse()
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None = None, require_stable: bool = True
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None = None,
+        require_stable: bool = True,
+        session: str | None = None,
     ) -> GroupResponse:
         """Committed offsets; ``require_stable`` False: the last committed ones even where a
         transaction is about to move them (Kafka's OffsetFetch without RequireStable)."""
-        return self._answer(lambda groups: groups.committed(group_id, partitions, require_stable))
+        return self._answer(
+            lambda groups: groups.committed(group_id, partitions, require_stable), (session, Op.DESCRIBE, group_id)
+        )
 
-    def list_groups(self) -> GroupResponse:
-        return self._answer(lambda groups: groups.list_groups())
+    def list_groups(self, session: str | None = None) -> GroupResponse:
+        """Every group here, or those the caller may DESCRIBE unless it may DESCRIBE the cluster."""
+        access = self._guard.access(session)
+        if access is None or access.allows(Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return self._answer(lambda groups: groups.list_groups())
+        return self._answer(lambda groups: [g for g in groups.list_groups() if access.allows(Op.DESCRIBE, GROUP, g[0])])
 
-    def describe_group(self, group_id: str) -> GroupResponse:
-        return self._answer(lambda groups: groups.describe(group_id))
+    def describe_group(self, group_id: str, session: str | None = None) -> GroupResponse:
+        return self._answer(lambda groups: groups.describe(group_id), (session, Op.DESCRIBE, group_id))
 
     @ray.method(concurrency_group="commits")
-    def delete_group(self, group_id: str) -> GroupResponse:
+    def delete_group(self, group_id: str, session: str | None = None) -> GroupResponse:
         with self._lock:
             try:
+                self._guard.require(session, Op.DELETE, GROUP, group_id)
                 self._await_records(self._append_records(self._coordinator().delete(group_id)))
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()
 
     @ray.method(concurrency_group="commits")
-    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> GroupResponse:
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]], session: str | None = None
+    ) -> GroupResponse:
         """Forget the group's committed offsets of ``partitions`` (Kafka's OffsetDelete), once
         their tombstones are replicated; the value is ``{(topic, partition): error code}``
         (GROUP_SUBSCRIBED_TO_TOPIC where a member reads the topic)."""
         with self._lock:
             try:
+                self._guard.require(session, Op.DELETE, GROUP, group_id)
                 records, results = self._coordinator().delete_offsets(group_id, partitions)
                 if records:
                     self._await_records(self._append_records(records))
@@ -358,17 +404,31 @@ class GroupCoordinatorActor(CoordinatorActor):
 
     # --- plumbing -----------------------------------------------------------------------
 
-    def _answer(self, question) -> GroupResponse:
-        """``question(groups)``'s answer as a response's value, or its error."""
+    def _require_commit(self, session: str | None, group_id: str, offsets: dict) -> None:
+        """A commit needs READ on the group and on each topic (Kafka's OffsetCommit)."""
+        access = self._guard.access(session)
+        if access is not None:
+            access.require(Op.READ, GROUP, group_id)
+            for topic in sorted({tp.topic for tp in offsets}):
+                access.require(Op.READ, ResourceType.TOPIC, topic)
+
+    def _answer(self, question, needs: tuple[str | None, Op, str] | None = None) -> GroupResponse:
+        """``question(groups)``'s answer as a response's value, or its error; ``needs``: the
+        caller's session, the operation it needs on the group and the group's id."""
         with self._lock:
             try:
+                if needs is not None:
+                    self._guard.require(needs[0], needs[1], GROUP, needs[2])
                 return GroupResponse(value=question(self._coordinator()))
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))
 
-    def _step(self, step) -> GroupResponse:
+    def _step(self, step, member: tuple[str | None, str]) -> GroupResponse:
+        """``step(groups)``'s outcome delivered; ``member``: the caller's session and the group
+        it needs READ on."""
         with self._lock:
             try:
+                self._guard.require(member[0], Op.READ, GROUP, member[1])
                 outcome: Outcome = step(self._coordinator())
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))

@@ -67,20 +67,24 @@ from typing import Any
 import ray
 
 from raylog.actors import logs, metrics
+from raylog.actors.access import Guard
 from raylog.actors.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig
+from raylog.coordination.acls import CLUSTER_NAME, ACLOperation, Authorizer, ResourceType
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
 from raylog.coordination.partition import Partition, SequenceGap
 from raylog.coordination.placement import validate_client_id
 from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager
 from raylog.coordination.txn_verification import VerificationNeeded, verification_error
 from raylog.errors import (
+    AuthorizationError,
     CoordinatorNotAvailableError,
     InvalidRequestError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceError,
     RaylogError,
     RequestTimedOutError,
+    SaslAuthenticationError,
 )
 from raylog.protocol import (
     DeleteRecordsResponse,
@@ -158,6 +162,8 @@ class PartitionReplicaActor:
         config: dict,
         state: PartitionInfo,
         leader_handle=None,
+        *,
+        session_key: str,
     ):
         logs.configure()
         topic_config = TopicConfig.from_properties(config)
@@ -180,6 +186,8 @@ class PartitionReplicaActor:
         self._produce_quotas = QuotaManager(PRODUCER_BYTE_RATE)
         self._fetch_quotas = QuotaManager(CONSUMER_BYTE_RATE)
         self._quotas_version = -1
+        # Who may call: the cluster's session key and the ACLs pushed (see raylog.actors.access).
+        self._guard = Guard(session_key)
         self._waiting: collections.Counter = collections.Counter()  # pool -> calls parked (under _lock)
         with self._lock:
             if ray.get_runtime_context().was_current_actor_reconstructed:
@@ -226,11 +234,12 @@ class PartitionReplicaActor:
         else:
             return
         if answer is not None:  # None: the partition was deleted meanwhile
-            state, leader_handle, config, quotas = answer
+            state, leader_handle, config, quotas, acls = answer
             with self._lock:
                 self._apply_config(*config)
                 self._apply_state(state, leader_handle)
                 self._apply_quotas(*quotas)
+                self._guard.apply(*acls)
 
     @ray.method(concurrency_group="control")
     def update_state(self, state: PartitionInfo, leader_handle=None, config: tuple[int, dict] | None = None) -> None:
@@ -253,6 +262,12 @@ class PartitionReplicaActor:
         """The controller's client quotas of ``version`` (an older push is ignored)."""
         with self._lock:
             self._apply_quotas(version, quotas)
+
+    @ray.method(concurrency_group="control")
+    def update_acls(self, version: int, authorizer: Authorizer | None) -> None:
+        """The controller's ACLs of ``version`` as an authorizer (None: no authorizer is
+        configured); an older push is ignored."""
+        self._guard.apply(version, authorizer)
 
     def _apply_quotas(self, version: int, quotas: ClientQuotas) -> None:
         if version > self._quotas_version:
@@ -335,7 +350,8 @@ class PartitionReplicaActor:
         (:meth:`_verify_transaction`)."""
         try:
             validate_client_id(request.client_id)
-        except InvalidRequestError as exc:
+            self._guard.require(request.session, ACLOperation.WRITE, ResourceType.TOPIC, self.partition.topic)
+        except (InvalidRequestError, AuthorizationError, SaslAuthenticationError) as exc:
             return _produce_error(exc)
         response = self._append(request)
         with self._lock:
@@ -386,13 +402,15 @@ class PartitionReplicaActor:
         )
 
     @ray.method(concurrency_group="control")
-    def describe_producers(self) -> list[ProducerState]:
+    def describe_producers(self, session: str | None = None) -> list[ProducerState]:
         """The producers this leader knows (Kafka's DescribeProducers), for finding hanging
         transactions (see :mod:`raylog.coordination.txn_verification`).
 
         Raises:
             NotLeaderOrFollowerError: this replica does not lead.
+            TopicAuthorizationFailedError: the caller of ``session`` may not read the topic.
         """
+        self._guard.require(session, ACLOperation.READ, ResourceType.TOPIC, self.partition.topic)
         with self._lock:
             p = self.partition
             if not p.is_leader:
@@ -407,7 +425,9 @@ class PartitionReplicaActor:
         timeout_s = min(PEER_CALL_TIMEOUT_S, max(0.0, deadline - time.monotonic()))
         self._lock.release()
         try:
-            error = _ask_transaction_coordinator(self._controller, needed, p.topic, p.partition, timeout_s)
+            error = _ask_transaction_coordinator(
+                self._controller, needed, p.topic, p.partition, timeout_s, self._guard.broker_token()
+            )
         finally:
             self._lock.acquire()
         p.verification_answered(needed, error is None)
@@ -472,7 +492,8 @@ class PartitionReplicaActor:
         the response says how long to hold back for its consumer quota."""
         try:
             validate_client_id(request.client_id)
-        except InvalidRequestError as exc:
+            self._authorize_fetch(request)
+        except (InvalidRequestError, AuthorizationError, SaslAuthenticationError) as exc:
             return FetchResponse(**error_fields(exc))
         response = self._read(request)
         if request.replica_id >= 0:
@@ -481,15 +502,26 @@ class PartitionReplicaActor:
             throttle_ms = self._fetch_quotas.record(request.client_id, len(response.records), _now_ms())
         return self._throttled(response, throttle_ms, "consumer")
 
-    def delete_records(self, offset: int, timeout_ms: int) -> DeleteRecordsResponse:
+    def _authorize_fetch(self, request: FetchRequest) -> None:
+        """A consumer needs READ on the topic, a follower (a replica id) is the broker."""
+        access = self._guard.access(request.session)
+        if access is None:
+            return
+        if request.replica_id >= 0:
+            access.require(ACLOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        access.require(ACLOperation.READ, ResourceType.TOPIC, self.partition.topic)
+
+    def delete_records(self, offset: int, timeout_ms: int, session: str | None = None) -> DeleteRecordsResponse:
         """Kafka's DeleteRecords on this leader: the records below ``offset`` (-1: the HW) are
         deleted here at once and answered once every ISR member deleted them too (the low
         watermark reached ``offset``), or REQUEST_TIMED_OUT after ``timeout_ms`` (they are
-        deleted all the same, followers on their next fetches)."""
+        deleted all the same, followers on their next fetches). The caller of ``session``
+        needs DELETE on the topic."""
         deadline = time.monotonic() + timeout_ms / 1000
         p = self.partition
         with self._lock:
             try:
+                self._guard.require(session, ACLOperation.DELETE, ResourceType.TOPIC, p.topic)
                 target, epoch = p.delete_records(offset), p.leader_epoch
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return DeleteRecordsResponse(**error_fields(exc))
@@ -544,18 +576,25 @@ class PartitionReplicaActor:
         return response
 
     def list_offsets(
-        self, timestamp_ms: int, current_leader_epoch: int = -1, isolation_level: int = 0
+        self, timestamp_ms: int, current_leader_epoch: int = -1, isolation_level: int = 0, session: str | None = None
     ) -> ListOffsetsResponse:
+        """Kafka's ListOffsets of this partition; the caller of ``session`` needs DESCRIBE on the topic."""
         with self._lock:
             try:
+                self._guard.require(session, ACLOperation.DESCRIBE, ResourceType.TOPIC, self.partition.topic)
                 offset, timestamp = self.partition.list_offset(timestamp_ms, current_leader_epoch, isolation_level)
             except Exception as exc:  # noqa: BLE001
                 return ListOffsetsResponse(**error_fields(exc))
             return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp, leader_epoch=self.partition.leader_epoch)
 
     @ray.method(concurrency_group="replication")
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int, int]:
-        """``(error_code, epoch', end_offset)`` for a follower truncating (KIP-101)."""
+    def end_offset_for_epoch(self, epoch: int, session: str | None = None) -> tuple[int, int, int]:
+        """``(error_code, epoch', end_offset)`` for a follower truncating (KIP-101), or a
+        consumer checking its position (KIP-320; DESCRIBE on the topic)."""
+        try:
+            self._guard.require(session, ACLOperation.DESCRIBE, ResourceType.TOPIC, self.partition.topic)
+        except (AuthorizationError, SaslAuthenticationError) as exc:
+            return exc.code, -1, -1
         with self._lock:
             return self.partition.answer_epoch_query(epoch)
 
@@ -629,6 +668,7 @@ class PartitionReplicaActor:
         p = self.partition
         while True:
             with self._lock:
+                fetcher.session = self._guard.broker_token()
                 request = None if stop.is_set() else fetcher.next_request()
                 if request is None:
                     if self._follower is stop:
@@ -636,7 +676,7 @@ class PartitionReplicaActor:
                     return
             try:
                 if isinstance(request, EpochQuery):
-                    call = leader.end_offset_for_epoch.remote(request.epoch)
+                    call = leader.end_offset_for_epoch.remote(request.epoch, self._guard.broker_token())
                     answer = EpochAnswer(*ray.get(call, timeout=PEER_CALL_TIMEOUT_S))
                 else:
                     call = leader.fetch.options(concurrency_group="replication").remote(request)
@@ -794,15 +834,22 @@ def _now_ms() -> float:
 
 
 def _ask_transaction_coordinator(
-    controller: Callable[[], Any], needed: VerificationNeeded, topic: str, partition: int, timeout_s: float
+    controller: Callable[[], Any],
+    needed: VerificationNeeded,
+    topic: str,
+    partition: int,
+    timeout_s: float,
+    session: str,
 ) -> RaylogError | None:
     """The coordinator's word on ``needed`` within ``timeout_s`` (Kafka's AddPartitionsToTxn
-    with verifyOnly): None if the partition is in the producer's ongoing transaction, else
-    the error to answer the producer (see :func:`verification_error`)."""
+    with verifyOnly), asked as the broker (``session``): None if the partition is in the
+    producer's ongoing transaction, else the error to answer the producer (see
+    :func:`verification_error`)."""
     started = time.monotonic()
     try:
         _, coordinator = ray.get(
-            controller().find_transaction_coordinator.remote(needed.transactional_id), timeout=timeout_s
+            controller().find_transaction_coordinator.remote(needed.transactional_id, session=session),
+            timeout=timeout_s,
         )
         if coordinator is None:
             raise CoordinatorNotAvailableError(f"no coordinator for {needed.transactional_id!r} right now")

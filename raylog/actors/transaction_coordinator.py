@@ -33,10 +33,14 @@ import ray
 from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.actors.producer_ids import SharedProducerIdPool
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
+from raylog.coordination.acls import ACLOperation as Op
+from raylog.coordination.acls import ResourceType
+from raylog.coordination.placement import OFFSETS_TOPIC
 from raylog.coordination.transactions import Step, TransactionCoordinator, TxnMetadata
 from raylog.errors import (
     ConcurrentTransactionsError,
     NotCoordinatorError,
+    RaylogError,
     UnknownTopicOrPartitionError,
 )
 from raylog.protocol import TxnResponse, error_fields, error_of
@@ -52,6 +56,7 @@ MAX_CONCURRENCY = 64
 END_TXN_WAIT_S = 20.0
 
 logger = logging.getLogger(__name__)
+TXN = ResourceType.TRANSACTIONAL_ID
 
 
 class TransactionCoordinatorActor(CoordinatorActor):
@@ -110,11 +115,17 @@ class TransactionCoordinatorActor(CoordinatorActor):
 
     # --- requests -----------------------------------------------------------------------
 
-    def init_producer_id(self, transactional_id: str, timeout_ms: int) -> TxnResponse:
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, session: str | None = None) -> TxnResponse:
         """The producer id and next epoch of a transactional producer instance (fencing every
         older one); an open transaction is aborted first (CONCURRENT_TRANSACTIONS meanwhile).
         With no producer id fetched yet, it waits for one first, without the lock
-        (COORDINATOR_LOAD_IN_PROGRESS if none comes and a new id needs one)."""
+        (COORDINATOR_LOAD_IN_PROGRESS if none comes and a new id needs one). ``session``: the
+        caller's token (every request here needs WRITE on the transactional id, and adding
+        partitions WRITE on their topics; see :class:`~raylog.actors.access.Guard`)."""
+        try:
+            self._guard.require(session, Op.WRITE, TXN, transactional_id)
+        except RaylogError as exc:
+            return TxnResponse(**error_fields(exc))
         if not self._producer_ids.available():
             self._fetch_producer_ids_later()
             self._producer_ids.wait(PEER_CALL_TIMEOUT_S)
@@ -132,11 +143,17 @@ class TransactionCoordinatorActor(CoordinatorActor):
         return _answer(step.metadata)
 
     def add_partitions(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list,
+        session: str | None = None,
     ) -> TxnResponse:
         """Partitions (and group offset partitions) join the producer's transaction."""
         with self._lock:
             try:
+                self._require_partitions(session, transactional_id, partitions)
                 state = self._loaded_state()
                 step = state.add_partitions(transactional_id, producer_id, producer_epoch, partitions, now_ms())
                 if step is not None:
@@ -146,7 +163,13 @@ class TransactionCoordinatorActor(CoordinatorActor):
         return TxnResponse(producer_id=producer_id, producer_epoch=producer_epoch)
 
     def end_txn(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, bump_epoch: bool = True
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        bump_epoch: bool = True,
+        session: str | None = None,
     ) -> TxnResponse:
         """Commit or abort the producer's transaction; answered once every marker is written
         (CONCURRENT_TRANSACTIONS after ``END_TXN_WAIT_S``: ask again), with the producer id
@@ -154,6 +177,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
         Kafka client at EndTxn v0-4, see :mod:`raylog.coordination.transactions`)."""
         with self._lock:
             try:
+                self._guard.require(session, Op.WRITE, TXN, transactional_id)
                 state = self._loaded_state()
                 outcome = state.end(
                     transactional_id, producer_id, producer_epoch, commit, now_ms(), self._new_producer_id, bump_epoch
@@ -188,16 +212,35 @@ class TransactionCoordinatorActor(CoordinatorActor):
                 return TxnResponse(**error_fields(exc))
         return TxnResponse(producer_id=producer_id, producer_epoch=producer_epoch)
 
-    def describe_transactions(self, transactional_ids: list[str] | None = None) -> TxnResponse:
+    def describe_transactions(
+        self, transactional_ids: list[str] | None = None, session: str | None = None
+    ) -> TxnResponse:
         """The state of the ids named (those known), or of every id this coordinator serves,
-        as dicts (Kafka's DescribeTransactions / ListTransactions)."""
+        as dicts (Kafka's DescribeTransactions / ListTransactions); only the ids the caller
+        may DESCRIBE."""
         with self._lock:
             try:
                 state = self._loaded_state()
+                access = self._guard.access(session)
             except Exception as exc:  # noqa: BLE001
                 return TxnResponse(**error_fields(exc))
             found = [state.describe(t) for t in transactional_ids] if transactional_ids else state.transactions.values()
-            return TxnResponse(value=[_described(m) for m in found if m is not None])
+            return TxnResponse(
+                value=[
+                    _described(m)
+                    for m in found
+                    if m is not None and (access is None or access.allows(Op.DESCRIBE, TXN, m.transactional_id))
+                ]
+            )
+
+    def _require_partitions(self, session: str | None, transactional_id: str, partitions: list) -> None:
+        """AddPartitionsToTxn's checks: WRITE on the transactional id and on each topic (a
+        group's offsets partition is the group's, checked where the offsets are committed)."""
+        access = self._guard.access(session)
+        if access is not None:
+            access.require(Op.WRITE, TXN, transactional_id)
+            for topic in sorted({topic for topic, _ in partitions} - {OFFSETS_TOPIC}):
+                access.require(Op.WRITE, ResourceType.TOPIC, topic)
 
     # --- completion ---------------------------------------------------------------------
 

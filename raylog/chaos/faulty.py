@@ -43,9 +43,13 @@ class CallProxy:
         except RayError as exc:
             raise translate(exc) from None
 
-    async def find_coordinator(self, controller: Any, group_id: str, key: str, delay_s: float) -> tuple[int, Any]:
+    async def find_coordinator(
+        self, controller: Any, group_id: str, key: str, delay_s: float, session: str | None = None
+    ) -> tuple[int, Any]:
         """The controller's answer, with the coordinator's handle wrapped for ``key``'s delays."""
-        partition, handle = await self.forward(controller, "find_coordinator", delay_s, (group_id,), {})
+        partition, handle = await self.forward(
+            controller, "find_coordinator", delay_s, (group_id,), {"session": session}
+        )
         return partition, None if handle is None else _DelayedHandle(handle, key)
 
 
@@ -149,9 +153,11 @@ class _FindCoordinator:
     def __init__(self, controller: Any, delays: CallDelays):
         self._controller, self._delays = controller, delays
 
-    def remote(self, group_id: str) -> Any:
+    def remote(self, group_id: str, session: str | None = None) -> Any:
         delay_s = self._delays.next_delay_s() or 0.0
-        return self._delays.proxy.find_coordinator.remote(self._controller, group_id, self._delays.key, delay_s)
+        return self._delays.proxy.find_coordinator.remote(
+            self._controller, group_id, self._delays.key, delay_s, session
+        )
 
 
 class DelayedCluster(RaylogCluster):

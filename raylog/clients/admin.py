@@ -4,7 +4,6 @@ delete consumer groups; alter and describe client quotas; create, describe and d
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -13,6 +12,7 @@ from raylog.actors.transport import call
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
+from raylog.clients.security import ClientSession
 from raylog.coordination import broker_configs, scram
 from raylog.coordination.acls import ACL, ACLFilter
 from raylog.coordination.elections import PREFERRED_ELECTION, UNCLEAN_ELECTION
@@ -30,7 +30,6 @@ from raylog.errors import (
     NonEmptyGroupError,
     RequestTimedOutError,
     TransactionalIdNotFoundError,
-    UnacceptableCredentialError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     UnsupportedSaslMechanismError,
@@ -59,9 +58,6 @@ from raylog.types import (
 COORDINATOR_RETRY_BACKOFF_S = 0.1
 #: How often :meth:`Admin.await_leaders` reports progress.
 PROGRESS_STEP_MS = 500
-#: The iterations and salt length of the SCRAM credentials Admin makes.
-DEFAULT_SCRAM_ITERATIONS = 8192
-SCRAM_SALT_BYTES = 24
 #: How much longer than its own timeout a leader's DeleteRecords answer is waited for.
 DELETE_RECORDS_MARGIN_S = 10.0
 
@@ -73,16 +69,29 @@ class Admin:
         cluster: from :func:`raylog.connect`.
         request_timeout_ms: how long one call to the controller, a coordinator or a partition
             leader may take.
+        security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password: who the
+            client is, as :class:`~raylog.clients.producer.Producer` takes them.
 
     Example:
         >>> admin = Admin(cluster)                                     # doctest: +SKIP
         >>> admin.create_topics([NewTopic("clicks", num_partitions=6)])  # doctest: +SKIP
     """
 
-    def __init__(self, cluster: RaylogCluster, *, request_timeout_ms: int = int(METADATA_TIMEOUT_S * 1000)):
+    def __init__(
+        self,
+        cluster: RaylogCluster,
+        *,
+        request_timeout_ms: int = int(METADATA_TIMEOUT_S * 1000),
+        security_protocol: str | None = None,
+        sasl_mechanism: str | None = None,
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
+    ):
         require_cluster(cluster, "Admin")
         self._cluster = cluster
         self._timeout_s = request_timeout_ms / 1000
+        settings = (security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password)
+        self._session = ClientSession.checked(cluster, self._timeout_s, *settings)
 
     def create_topics(
         self, new_topics: list[NewTopic], *, wait_for_leaders_ms: int | None = None, timeout_ms: int | None = None
@@ -109,7 +118,7 @@ class Admin:
         new_topics = list(new_topics)
         refused, valid = _legal_names(new_topics, lambda new: new.name)
         timeout_s = self._call_timeout_s(timeout_ms)
-        results = call(self._cluster.controller.create_topics.remote(valid), timeout_s) if valid else {}
+        results = call(self._ask("create_topics", valid), timeout_s) if valid else {}
         self._cluster.metadata(refresh=True)
         created = [name for name, (code, _) in results.items() if not code]
         if wait_for_leaders_ms is not None and created:
@@ -162,7 +171,7 @@ class Admin:
         """
         refused, valid = _legal_names(_names(topics), lambda name: name)
         timeout_s = self._call_timeout_s(timeout_ms)
-        results = call(self._cluster.controller.delete_topics.remote(valid), timeout_s) if valid else {}
+        results = call(self._ask("delete_topics", valid), timeout_s) if valid else {}
         self._cluster.metadata(refresh=True)
         _raise_first({**refused, **results})
 
@@ -255,11 +264,10 @@ class Admin:
         self._alter_configs(_config_changes(resources, incremental=True), incremental=True)
 
     def _alter_configs(self, changes: dict[ResourceKey, dict[str, Any]], incremental: bool) -> None:
-        controller = self._cluster.controller
         results = self._per_resource(
             changes,
-            lambda topics: controller.alter_configs.remote(topics, incremental),
-            lambda brokers: controller.alter_broker_configs.remote(brokers, incremental),
+            lambda topics: self._ask("alter_configs", topics, incremental),
+            lambda brokers: self._ask("alter_broker_configs", brokers, incremental),
         )
         self._cluster.metadata(refresh=True)
         _raise_first(results)
@@ -291,11 +299,10 @@ class Admin:
                 that is not "" nor a registered broker's id.
         """
         keys = [r if isinstance(r, str) else _resource_key(*_resource(r)[:2]) for r in _names(resources)]
-        controller = self._cluster.controller
         results = self._per_resource(
             dict.fromkeys(keys),
-            lambda topics: controller.describe_configs.remote(list(topics)),
-            lambda brokers: controller.describe_broker_configs.remote(list(brokers)),
+            lambda topics: self._ask("describe_configs", list(topics)),
+            lambda brokers: self._ask("describe_broker_configs", list(brokers)),
         )
         _raise_first({key: (code, message) for key, (code, message, _) in results.items()})
         return {key: entries for key, (_, _, entries) in results.items()}
@@ -330,13 +337,13 @@ class Admin:
                 quota name, or a rate that is not a positive number.
         """
         changes = {client_id: dict(change) for client_id, change in quotas.items()}
-        code, message = call(self._cluster.controller.alter_client_quotas.remote(changes), self._timeout_s)
+        code, message = call(self._ask("alter_client_quotas", changes), self._timeout_s)
         _raise_first({"quotas": (code, message)})
 
     def describe_client_quotas(self) -> dict[str | None, dict[str, float]]:
         """Every client quota set: ``{client_id: {"producer_byte_rate": bytes/s, ...}}``, the
         default quota under None."""
-        return call(self._cluster.controller.describe_client_quotas.remote(), self._timeout_s)
+        return call(self._ask("describe_client_quotas"), self._timeout_s)
 
     def alter_user_scram_credentials(
         self,
@@ -344,7 +351,7 @@ class Admin:
         deletions: Iterable[tuple[str, str]] = (),
         *,
         mechanisms: Iterable[str] = ("SCRAM-SHA-256", "SCRAM-SHA-512"),
-        iterations: int = DEFAULT_SCRAM_ITERATIONS,
+        iterations: int = scram.DEFAULT_ITERATIONS,
     ) -> None:
         """Set or delete users' SCRAM credentials (Kafka's AlterUserScramCredentials), with
         which Kafka clients authenticate on SASL listeners (SCRAM-SHA-256/512, and PLAIN
@@ -373,22 +380,8 @@ class Admin:
             gone = [(user, codes[m]) for user, m in deletions]
         except KeyError as exc:
             raise UnsupportedSaslMechanismError(f"unknown SCRAM mechanism {exc} ({', '.join(codes)})") from None
-        made = []
-        for user, password in (upsertions or {}).items():
-            if not isinstance(password, str) or not password:
-                raise UnacceptableCredentialError(f"{user}: a password must be a non-empty string")
-            for code in by_code:
-                salt = os.urandom(SCRAM_SALT_BYTES)
-                made.append(
-                    (
-                        user,
-                        code,
-                        iterations,
-                        salt,
-                        scram.salted_password(scram.MECHANISMS[code], password, salt, iterations),
-                    )
-                )
-        ref = self._cluster.controller.alter_user_scram_credentials.remote(gone, made)
+        made = scram.upsertions(upsertions or {}, by_code, iterations)
+        ref = self._ask("alter_user_scram_credentials", gone, made)
         _raise_first(call(ref, self._timeout_s))
 
     def describe_user_scram_credentials(self, users: list[str] | None = None) -> dict[str, list[tuple[str, int]]]:
@@ -399,7 +392,7 @@ class Admin:
             ResourceNotFoundError: a user named without a credential.
             DuplicateResourceError: a user named twice.
         """
-        described = call(self._cluster.controller.describe_user_scram_credentials.remote(users), self._timeout_s)
+        described = call(self._ask("describe_user_scram_credentials", users), self._timeout_s)
         _raise_first({user: (code, message) for user, (code, message, _) in described.items()})
         return {user: [(scram.MECHANISMS[m], i) for m, i in infos] for user, (_, _, infos) in described.items()}
 
@@ -421,7 +414,7 @@ class Admin:
                 name, a principal not of the form ``Type:name``, a cluster resource not named
                 ``kafka-cluster``); nothing is created.
         """
-        code, message = call(self._cluster.controller.create_acls.remote(list(acls)), self._timeout_s)
+        code, message = call(self._ask("create_acls", list(acls)), self._timeout_s)
         _raise_first({"acls": (code, message)})
 
     def describe_acls(self, acl_filter: ACLFilter | None = None) -> list[ACL]:
@@ -431,7 +424,7 @@ class Admin:
             SecurityDisabledError: the cluster runs without the authorizer.
             InvalidRequestError: a filter with an UNKNOWN value.
         """
-        described = self._cluster.controller.describe_acls.remote(acl_filter or ACLFilter())
+        described = self._ask("describe_acls", acl_filter or ACLFilter())
         code, message, acls = call(described, self._timeout_s)
         _raise_first({"acls": (code, message)})
         return acls
@@ -443,7 +436,7 @@ class Admin:
             SecurityDisabledError: the cluster runs without the authorizer.
             InvalidRequestError: a filter with an UNKNOWN value; nothing is deleted.
         """
-        code, message, matched = call(self._cluster.controller.delete_acls.remote(list(filters)), self._timeout_s)
+        code, message, matched = call(self._ask("delete_acls", list(filters)), self._timeout_s)
         _raise_first({"acls": (code, message)})
         return list(dict.fromkeys(acl for found in matched for acl in found))
 
@@ -466,7 +459,7 @@ class Admin:
         timeout_s = self._call_timeout_s(timeout_ms)
         metadata = self._cluster.metadata(refresh=True)
         asked = {
-            tp: metadata.leader(tp).delete_records.remote(offset, int(timeout_s * 1000))
+            tp: metadata.leader(tp).delete_records.remote(offset, int(timeout_s * 1000), self._session.token())
             for tp, offset in records_to_delete.items()
         }
         answers = {tp: call(ref, timeout_s + DELETE_RECORDS_MARGIN_S) for tp, ref in asked.items()}
@@ -505,7 +498,7 @@ class Admin:
             RequestTimedOutError: as :meth:`create_topics`.
         """
         counts = {name: _total_count(name, wanted) for name, wanted in dict(new_partitions).items()}
-        results = call(self._cluster.controller.create_partitions.remote(counts), self._call_timeout_s(timeout_ms))
+        results = call(self._ask("create_partitions", counts), self._call_timeout_s(timeout_ms))
         self._cluster.metadata(refresh=True)
         grown = [name for name, (code, _) in results.items() if not code]
         if wait_for_leaders_ms is not None and grown:
@@ -526,7 +519,7 @@ class Admin:
             (tp.topic, tp.partition): None if replicas is None else list(replicas)
             for tp, replicas in reassignments.items()
         }
-        results = call(self._cluster.controller.alter_partition_reassignments.remote(targets), self._timeout_s)
+        results = call(self._ask("alter_partition_reassignments", targets), self._timeout_s)
         self._cluster.metadata(refresh=True)
         _raise_first({f"{t}-{p}": r for (t, p), r in results.items()})
 
@@ -555,7 +548,7 @@ class Admin:
         if topics is not None:
             metadata = self._cluster.metadata(refresh=True)
             partitions = [(t, p) for t in topics for p in range(metadata.num_partitions(t))]
-        asked = self._cluster.controller.elect_leaders.remote(types[election_type], partitions)
+        asked = self._ask("elect_leaders", types[election_type], partitions)
         results = call(asked, self._timeout_s)
         self._cluster.metadata(refresh=True)
         return sum(1 for code, _ in results.values() if code == 0)
@@ -581,7 +574,7 @@ class Admin:
         out = []
         for p in range(metadata.num_partitions(TRANSACTION_TOPIC)):
             leader = metadata.leader(TopicPartition(TRANSACTION_TOPIC, p))
-            response = call(leader.describe_transactions.remote(None), self._timeout_s)
+            response = call(leader.describe_transactions.remote(None, session=self._session.token()), self._timeout_s)
             if (error := error_of(response)) is not None:
                 raise error
             out += [_transaction(d, p) for d in response.value]
@@ -596,14 +589,27 @@ class Admin:
         out = []
         for tid in transactional_ids:
             coordinator = CoordinatorClient(
-                self._cluster, tid, self._timeout_s, COORDINATOR_RETRY_BACKOFF_S, find="find_transaction_coordinator"
+                self._cluster,
+                tid,
+                self._timeout_s,
+                COORDINATOR_RETRY_BACKOFF_S,
+                find="find_transaction_coordinator",
+                session=self._session,
             )
             found = coordinator.call("describe_transactions", [tid])
             if not found:
                 raise TransactionalIdNotFoundError(f"no transactional id {tid!r}")
-            partition, _ = call(self._cluster.controller.find_transaction_coordinator.remote(tid), self._timeout_s)
+            partition, _ = call(self._ask("find_transaction_coordinator", tid), self._timeout_s)
             out.append(_transaction(found[0], partition))
         return out
+
+    def _ask(self, method: str, *args: Any) -> Any:
+        """Call the controller's ``method`` with this client's session token; the reference."""
+        return getattr(self._cluster.controller, method).remote(*args, session=self._session.token())
+
+    def _offset(self, tp: TopicPartition, timestamp: int) -> int:
+        """The offset of ``tp`` for ``timestamp`` (see :func:`~raylog.clients.consumer.list_offset`)."""
+        return list_offset(self._cluster, tp, timestamp, self._timeout_s, session=self._session.token()).offset
 
     def describe_producers(self, partitions: list[TopicPartition]) -> dict[TopicPartition, list[ProducerState]]:
         """The producers each partition's leader knows, with the first offset of the
@@ -613,7 +619,8 @@ class Admin:
             UnknownTopicOrPartitionError, NotLeaderOrFollowerError (retriable).
         """
         metadata = self._cluster.metadata(refresh=True)
-        return {tp: call(metadata.leader(tp).describe_producers.remote(), self._timeout_s) for tp in partitions}
+        token = self._session.token()
+        return {tp: call(metadata.leader(tp).describe_producers.remote(token), self._timeout_s) for tp in partitions}
 
     def find_hanging_transactions(
         self, partitions: list[TopicPartition], max_transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS
@@ -668,7 +675,8 @@ class Admin:
             return []
         groups = []
         for p in range(metadata.num_partitions(OFFSETS_TOPIC)):
-            response = call(metadata.leader(TopicPartition(OFFSETS_TOPIC, p)).list_groups.remote(), self._timeout_s)
+            leader = metadata.leader(TopicPartition(OFFSETS_TOPIC, p))
+            response = call(leader.list_groups.remote(session=self._session.token()), self._timeout_s)
             error = error_of(response)
             if error is not None:
                 raise error
@@ -692,7 +700,7 @@ class Admin:
             owners = {TopicPartition(*tp): m["member_id"] for m in described["members"] for tp in m["assignment"]}
             partitions = {}
             for tp in sorted(set(committed) | set(owners)):
-                end = list_offset(self._cluster, tp, LATEST_TIMESTAMP, self._timeout_s).offset
+                end = self._offset(tp, LATEST_TIMESTAMP)
                 offset = committed[tp].offset if tp in committed else None
                 partitions[tp] = PartitionLag(
                     offset, end, None if offset is None else max(0, end - offset), owners.get(tp)
@@ -703,9 +711,7 @@ class Admin:
                     state=described["state"],
                     generation=described["generation"],
                     protocol=described["protocol"],
-                    coordinator_partition=call(
-                        self._cluster.controller.find_coordinator.remote(group_id), self._timeout_s
-                    )[0],
+                    coordinator_partition=call(self._ask("find_coordinator", group_id), self._timeout_s)[0],
                     members=tuple(
                         MemberDescription(
                             m["member_id"],
@@ -764,12 +770,12 @@ class Admin:
         committed = committed_offsets(self._coordinator(group_id), partitions) if shift_by is not None else {}
         new = {}
         for tp in partitions:
-            start = list_offset(self._cluster, tp, EARLIEST_TIMESTAMP, self._timeout_s).offset
-            end = list_offset(self._cluster, tp, LATEST_TIMESTAMP, self._timeout_s).offset
+            start = self._offset(tp, EARLIEST_TIMESTAMP)
+            end = self._offset(tp, LATEST_TIMESTAMP)
             if to is not None:
                 new[tp] = start if to == "earliest" else end
             elif to_timestamp_ms is not None:
-                found = list_offset(self._cluster, tp, to_timestamp_ms, self._timeout_s).offset
+                found = self._offset(tp, to_timestamp_ms)
                 new[tp] = end if found < 0 else found
             else:
                 base = committed[tp].offset if tp in committed else start
@@ -805,7 +811,9 @@ class Admin:
         )
 
     def _coordinator(self, group_id: str) -> CoordinatorClient:
-        return CoordinatorClient(self._cluster, group_id, self._timeout_s, COORDINATOR_RETRY_BACKOFF_S)
+        return CoordinatorClient(
+            self._cluster, group_id, self._timeout_s, COORDINATOR_RETRY_BACKOFF_S, session=self._session
+        )
 
 
 def _described(coordinator: CoordinatorClient, group_id: str) -> dict:

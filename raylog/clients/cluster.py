@@ -25,7 +25,9 @@ from raylog.actors.controller import DEFAULT_DATA_DIR, HEAD_RESOURCE, Controller
 from raylog.actors.kafka.fleet import LISTENER_START_TIMEOUT_S
 from raylog.actors.names import NAMESPACE, controller_name
 from raylog.actors.transport import call
+from raylog.clients.security import ClientSession
 from raylog.config import ControllerConfig
+from raylog.coordination import scram
 from raylog.coordination.placement import INTERNAL_TOPICS
 from raylog.errors import InvalidConfigError, LeaderNotAvailableError, UnknownTopicOrPartitionError
 from raylog.types import BrokerInfo, TopicDescription, TopicPartition
@@ -107,10 +109,16 @@ class RaylogCluster:
     Concurrency: thread-safe (clients refresh metadata from their background threads).
     """
 
-    def __init__(self, cluster_name: str, controller: Any, started_ray: bool = False):
+    def __init__(
+        self, cluster_name: str, controller: Any, started_ray: bool = False, credentials: dict[str, Any] | None = None
+    ):
         self.cluster_name = cluster_name
         self.controller = controller
         self._started_ray = started_ray
+        #: Who the clients made on this handle are unless they say otherwise: kafka-python's
+        #: security settings given to :func:`connect` (see :mod:`raylog.clients.security`).
+        self._credentials = dict(credentials or {})
+        self._session: ClientSession | None = None
         self._lock = threading.Lock()
         self._metadata: Metadata | None = None
         #: A metadata call of refresh_metadata() still on its way, and when it was made.
@@ -119,7 +127,16 @@ class RaylogCluster:
     def __reduce__(self):
         # The Ray address goes along for processes that are not Ray workers (a Spark
         # executor's Python worker under RayDP): unpickling there connects to Ray first.
-        return (_reattach, (self.cluster_name, ray.get_runtime_context().gcs_address))
+        # The credentials go along too: a task's clients are who the driver's are.
+        return (_reattach, (self.cluster_name, ray.get_runtime_context().gcs_address, self._credentials))
+
+    def session(self) -> ClientSession:
+        """The principal of this handle's clients (authenticated once per process and handle,
+        as the first client asks for its token)."""
+        with self._lock:
+            if self._session is None:
+                self._session = ClientSession(self, **{"security_protocol": "PLAINTEXT", **self._credentials})
+            return self._session
 
     def metadata(self, refresh: bool = False) -> Metadata:
         """The cached metadata of every topic (fetched on first use or when ``refresh``)."""
@@ -188,10 +205,11 @@ def require_cluster(cluster: Any, client: str) -> None:
         )
 
 
-def _reattach(cluster_name: str, ray_address: str) -> RaylogCluster:
+def _reattach(cluster_name: str, ray_address: str, credentials: dict[str, Any]) -> RaylogCluster:
     if not ray.is_initialized():
         ray.init(address=ray_address, configure_logging=False, log_to_driver=False)
-    return RaylogCluster(cluster_name, ray.get_actor(controller_name(cluster_name), namespace=NAMESPACE))
+    controller = ray.get_actor(controller_name(cluster_name), namespace=NAMESPACE)
+    return RaylogCluster(cluster_name, controller, credentials=credentials)
 
 
 def connect(
@@ -201,6 +219,10 @@ def connect(
     num_brokers: int | None = None,
     cluster_name: str = "default",
     config: dict[str, Any] | None = None,
+    security_protocol: str | None = None,
+    sasl_mechanism: str | None = None,
+    sasl_plain_username: str | None = None,
+    sasl_plain_password: str | None = None,
 ) -> RaylogCluster:
     """Connect to raylog, starting it (and a local Ray) when needed.
 
@@ -213,9 +235,17 @@ def connect(
         cluster_name: several raylog clusters can share one Ray cluster by name.
         config: controller settings by Kafka name (see :class:`raylog.config.ControllerConfig`),
             used when this call starts the cluster.
+        security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password: who
+            the clients made on the handle are (kafka-python's settings; each client may
+            give its own): with ``SASL_PLAINTEXT`` they authenticate as
+            ``User:<sasl_plain_username>`` (see :mod:`raylog.clients.security`). When this
+            call starts the cluster, that user is created with it (SCRAM-SHA-256 and
+            SCRAM-SHA-512 credentials, as Kafka's ``kafka-storage format --add-scram``): the
+            first user of a cluster whose ACLs admit only its ``super.users``.
 
     Raises:
         InvalidConfigError: a setting refused (before anything starts).
+        SaslAuthenticationError: the cluster refused the credentials.
 
     Returns:
         A :class:`RaylogCluster`; pass it to Producer, Consumer and Admin.
@@ -230,6 +260,17 @@ def connect(
     # A refused setting is the caller's typed error here: in the controller's creation it
     # would fail a detached actor that Ray restarts again and again.
     ControllerConfig.from_properties(config or {})
+    credentials = {
+        key: value
+        for key, value in (
+            ("security_protocol", security_protocol),
+            ("sasl_mechanism", sasl_mechanism),
+            ("sasl_plain_username", sasl_plain_username),
+            ("sasl_plain_password", sasl_plain_password),
+        )
+        if value is not None
+    }
+    ClientSession(None, **credentials)  # refused settings fail here, before anything starts
     started_ray = False
     if not ray.is_initialized():
         # The process's logging stays the application's (Ray's warnings and errors still reach
@@ -260,12 +301,22 @@ def connect(
             num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(_head_node_id(), soft=False),
         )
-        .remote(cluster_name, data_dir, num_brokers or 1, embedded, config)
+        .remote(cluster_name, data_dir, num_brokers or 1, embedded, config, _first_user(credentials))
     )
     call(controller.start.remote(), START_TIMEOUT_S)
-    cluster = RaylogCluster(cluster_name, controller, started_ray)
+    cluster = RaylogCluster(cluster_name, controller, started_ray, credentials)
+    cluster.session().token()  # refused credentials fail here
     _report_identity_problems(cluster_name, cluster.metadata())
     return cluster
+
+
+def _first_user(credentials: dict[str, Any]) -> list[tuple]:
+    """The SCRAM credentials a new cluster is made with: those of the user ``connect`` is
+    given, for both SCRAM mechanisms, salted here."""
+    if credentials.get("security_protocol", "PLAINTEXT") == "PLAINTEXT":
+        return []
+    password = {credentials["sasl_plain_username"]: credentials["sasl_plain_password"]}
+    return scram.upsertions(password, scram.MECHANISMS, scram.DEFAULT_ITERATIONS)
 
 
 def _report_identity_problems(cluster_name: str, metadata: Metadata) -> None:

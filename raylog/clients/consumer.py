@@ -52,6 +52,7 @@ from raylog.clients.group import (
     committed_offsets,
     offsets_to_commit,
 )
+from raylog.clients.security import ClientSession
 from raylog.coordination.assignors import ASSIGNORS, COOPERATIVE_STICKY
 from raylog.coordination.consumer_group import SERVER_ASSIGNORS
 from raylog.coordination.group import check_group_id
@@ -220,6 +221,8 @@ class Consumer:
         metadata_max_age_ms: how often a pattern subscription looks for new matching topics
             (and subscribed topics for new partitions).
         retry_backoff_ms: pause before retrying a failed coordinator call.
+        security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password: who the
+            client is, as :class:`~raylog.clients.producer.Producer` takes them.
 
     Example:
         >>> consumer = Consumer(cluster, "clicks", group_id="ranker", auto_offset_reset="earliest")  # doctest: +SKIP
@@ -255,6 +258,10 @@ class Consumer:
         retry_backoff_ms: int = 100,
         group_protocol: str = "classic",
         group_remote_assignor: str | None = None,
+        security_protocol: str | None = None,
+        sasl_mechanism: str | None = None,
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster", "topics")}
         require_cluster(cluster, "Consumer")
@@ -310,6 +317,8 @@ class Consumer:
         if group_id is not None:
             check_group_id(group_id)
         self._strategies = strategies
+        settings = (security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password)
+        self._session = ClientSession.checked(cluster, request_timeout_ms / 1000, *settings)
         self._cluster = cluster
         self._reset = auto_offset_reset
         self._min_bytes = fetch_min_bytes
@@ -349,7 +358,9 @@ class Consumer:
         #: Partitions whose leader asked this client to hold back, until when (monotonic s).
         self._throttled_until: dict[TopicPartition, float] = {}
         self._coordinator = (
-            None if group_id is None else CoordinatorClient(cluster, group_id, self._timeout_s, retry_backoff_ms / 1000)
+            None
+            if group_id is None
+            else CoordinatorClient(cluster, group_id, self._timeout_s, retry_backoff_ms / 1000, session=self._session)
         )
         self._group: GroupMembership | ConsumerProtocolMembership | None = None
         self._subscribed: tuple[str, ...] | re.Pattern | None = None
@@ -487,8 +498,8 @@ class Consumer:
             previous = self._async_commits[-1][0] if self._async_commits else None
             if previous is not None and ray.wait([previous], timeout=0)[0]:
                 previous = None  # answered already (an error there would fail this call too)
-            ref = coordinator.handle().commit_offsets.remote(
-                coordinator.group_id, member_id, generation, instance_id, committing, after=previous
+            ref = coordinator.remote(
+                "commit_offsets", coordinator.group_id, member_id, generation, instance_id, committing, after=previous
             )
         except RaylogError as exc:
             coordinator.after_error(exc)
@@ -634,7 +645,7 @@ class Consumer:
 
     def _offsets_at(self, partitions: Iterable[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         tps = [TopicPartition(*tp) for tp in partitions]
-        found = list_offsets(self._cluster, tps, timestamp, self._timeout_s, self._isolation)
+        found = list_offsets(self._cluster, tps, timestamp, self._timeout_s, self._isolation, self._session.token())
         return {tp: o.offset for tp, o in found.items()}
 
     # --- polling ------------------------------------------------------------------------
@@ -775,6 +786,7 @@ class Consumer:
                 current_leader_epoch=epoch,
                 client_id=self._client_id,
                 isolation_level=self._isolation,
+                session=self._session.token(),
             )
             ref = leader.fetch.remote(request)
             self._in_flight[ref] = (tp, offset, epoch, expected)
@@ -799,7 +811,7 @@ class Consumer:
         if fetched is None:
             self._validated_epochs[tp] = epoch
             return True
-        code, found, end = call(leader.end_offset_for_epoch.remote(fetched), self._timeout_s)
+        code, found, end = call(leader.end_offset_for_epoch.remote(fetched, self._session.token()), self._timeout_s)
         if code:
             self._cluster.metadata(refresh=True)
             return False
@@ -947,11 +959,12 @@ class Consumer:
         if self._reset == "none":
             raise NoOffsetForPartitionError(f"no position for {tps[0]} and auto_offset_reset is none")
         timestamp = EARLIEST_TIMESTAMP if self._reset == "earliest" else LATEST_TIMESTAMP
-        for tp, found in list_offsets(self._cluster, tps, timestamp, self._timeout_s, self._isolation).items():
+        token = self._session.token()
+        for tp, found in list_offsets(self._cluster, tps, timestamp, self._timeout_s, self._isolation, token).items():
             self._set_position(tp, found.offset)
 
     def _list_offset(self, tp: TopicPartition, timestamp: int) -> OffsetAndTimestamp:
-        return list_offset(self._cluster, tp, timestamp, self._timeout_s, self._isolation)
+        return list_offset(self._cluster, tp, timestamp, self._timeout_s, self._isolation, self._session.token())
 
     def _assigned(self, tp: Any) -> TopicPartition:
         tp = TopicPartition(*tp)
@@ -1103,6 +1116,7 @@ def list_offsets(
     timestamp: int,
     timeout_s: float,
     isolation_level: int = READ_UNCOMMITTED,
+    session: str | None = None,
 ) -> dict[TopicPartition, OffsetAndTimestamp]:
     """:func:`list_offset` of many partitions: their leaders asked at once (a consumer of
     hundreds of partitions must not ask them one after another), any that failed then asked
@@ -1111,7 +1125,8 @@ def list_offsets(
     asked = {}
     for tp in tps:
         try:
-            asked[tp] = metadata.leader(tp).list_offsets.remote(timestamp, metadata.leader_epoch(tp), isolation_level)
+            leader = metadata.leader(tp)
+            asked[tp] = leader.list_offsets.remote(timestamp, metadata.leader_epoch(tp), isolation_level, session)
         except RaylogError:
             pass
     found = {}
@@ -1123,7 +1138,7 @@ def list_offsets(
         if response is not None and error_of(response) is None:
             found[tp] = OffsetAndTimestamp(response.offset, response.timestamp_ms)
         else:
-            found[tp] = list_offset(cluster, tp, timestamp, timeout_s, isolation_level)
+            found[tp] = list_offset(cluster, tp, timestamp, timeout_s, isolation_level, session)
     return found
 
 
@@ -1133,6 +1148,7 @@ def list_offset(
     timestamp: int,
     timeout_s: float,
     isolation_level: int = READ_UNCOMMITTED,
+    session: str | None = None,
 ) -> OffsetAndTimestamp:
     """The offset of ``tp`` for ``timestamp`` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP — the high
     watermark, or the LSO read_committed — or a time), asking its leader with the leader epoch the metadata says (so a
@@ -1151,7 +1167,7 @@ def list_offset(
         refresh = True
         try:
             leader = metadata.leader(tp)
-            ref = leader.list_offsets.remote(timestamp, metadata.leader_epoch(tp), isolation_level)
+            ref = leader.list_offsets.remote(timestamp, metadata.leader_epoch(tp), isolation_level, session)
             response = call(ref, timeout_s)
             error = error_of(response)
         except RaylogError as exc:

@@ -205,7 +205,7 @@ class ConsumerProtocolMembership:
             )
             try:
                 answer = self.coordinator.check(
-                    call(self.coordinator.handle().consumer_heartbeat.remote(request, cluster_topics), CALL_MARGIN_S)
+                    call(self.coordinator.remote("consumer_heartbeat", request, cluster_topics), CALL_MARGIN_S)
                 )
             except RaylogError as exc:
                 with self._lock:

@@ -47,7 +47,8 @@ from raylog.protocol import JoinGroupRequest, error_of
 from raylog.types import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from raylog.clients.cluster import RaylogCluster
+    from raylog.clients.security import ClientSession
+from raylog.clients.cluster import RaylogCluster
 
 #: Extra time a call to the coordinator may take beyond what the call itself waits.
 CALL_MARGIN_S = 30.0
@@ -67,9 +68,11 @@ class CoordinatorClient:
         timeout_s: float,
         retry_backoff_s: float,
         find: str = "find_coordinator",
+        session: ClientSession | None = None,
     ):
         """``find``: the controller's method that finds the coordinator of ``group_id``
-        (``find_transaction_coordinator`` for a transactional id's).
+        (``find_transaction_coordinator`` for a transactional id's); ``session``: the client's
+        principal (None: anonymous).
 
         Raises:
             InvalidGroupIdError: ``group_id`` is not one Kafka would accept.
@@ -83,6 +86,7 @@ class CoordinatorClient:
         self._backoff_s = retry_backoff_s
         self._lock = threading.Lock()
         self._handle: Any = None
+        self._session = session
 
     def handle(self) -> Any:
         """The coordinator's actor (found through the controller when not known).
@@ -93,7 +97,7 @@ class CoordinatorClient:
         with self._lock:
             if self._handle is None:
                 finder = getattr(self._cluster.controller, self._find)
-                _, handle = call(finder.remote(self.group_id), self._timeout_s)
+                _, handle = call(finder.remote(self.group_id, session=self._token()), self._timeout_s)
                 if handle is None:
                     raise CoordinatorNotAvailableError(f"no coordinator for {self.group_id!r} right now")
                 self._handle = handle
@@ -102,6 +106,17 @@ class CoordinatorClient:
     def forget(self) -> None:
         with self._lock:
             self._handle = None
+
+    def _token(self) -> str | None:
+        return None if self._session is None else self._session.token()
+
+    def remote(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``method`` on the coordinator with the client's session token; the reference.
+
+        Raises:
+            CoordinatorNotAvailableError: see :meth:`handle`.
+        """
+        return getattr(self.handle(), method).remote(*args, session=self._token(), **kwargs)
 
     def call(self, method: str, *args: Any, wait_s: float = 0.0) -> Any:
         """Call ``method`` on the coordinator and return the response's value, retrying
@@ -114,7 +129,7 @@ class CoordinatorClient:
         deadline = time.monotonic() + self._timeout_s + wait_s
         while True:
             try:
-                return self.check(call(getattr(self.handle(), method).remote(*args), wait_s + CALL_MARGIN_S))
+                return self.check(call(self.remote(method, *args), wait_s + CALL_MARGIN_S))
             except RaylogError as exc:
                 if not exc.retriable or time.monotonic() + self._backoff_s >= deadline:
                     raise
@@ -289,7 +304,7 @@ class GroupMembership:
             rebalance_timeout_ms=self._max_poll_interval_ms or 300_000,
         )
         try:
-            self._join_ref = self.coordinator.handle().join_group.remote(request)
+            self._join_ref = self.coordinator.remote("join_group", request)
         except RaylogError as exc:
             if not exc.retriable:
                 raise
@@ -361,7 +376,8 @@ class GroupMembership:
             try:
                 self.coordinator.check(
                     call(
-                        self.coordinator.handle().heartbeat.remote(
+                        self.coordinator.remote(
+                            "heartbeat",
                             self.group_id,
                             member_id,
                             generation,

@@ -52,6 +52,7 @@ from raylog.actors.transport import call, translate
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
 from raylog.clients.group import CoordinatorClient, offsets_to_commit
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
+from raylog.clients.security import ClientSession
 from raylog.config import LogConfig
 from raylog.coordination.placement import OFFSETS_TOPIC, validate_client_id, validate_topic_name
 from raylog.coordination.producer_state import NO_SEQUENCE, RETAINED_BATCHES, increment_sequence
@@ -360,6 +361,13 @@ class Producer:
             instance across restarts: a new producer with the same id fences the old one.
         transaction_timeout_ms: how long a transaction may stay open before the coordinator
             aborts it (and fences this producer).
+        security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password: who the
+            client is (kafka-python's settings): with ``SASL_PLAINTEXT`` it authenticates as
+            ``User:<sasl_plain_username>`` with the controller once, here, and its calls carry the
+            session token the controller signs; the cluster's ACLs (``authorizer=acl``) then
+            decide what it may do. None given: who the cluster handle's clients are (the
+            settings given to :func:`raylog.connect`, else ``User:ANONYMOUS``). See
+            :mod:`raylog.clients.security`.
 
     Example:
         >>> with Producer(cluster, linger_ms=5) as producer:           # doctest: +SKIP
@@ -391,6 +399,10 @@ class Producer:
         client_id: str = "",
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
+        security_protocol: str | None = None,
+        sasl_mechanism: str | None = None,
+        sasl_plain_username: str | None = None,
+        sasl_plain_password: str | None = None,
     ):
         self._config = {k: v for k, v in locals().items() if k not in ("self", "cluster")}
         require_cluster(cluster, "Producer")
@@ -425,6 +437,8 @@ class Producer:
             if isinstance(transaction_timeout_ms, bool) or not isinstance(transaction_timeout_ms, int):
                 raise InvalidConfigError(f"transaction_timeout_ms must be an integer, got {transaction_timeout_ms!r}")
         validate_client_id(client_id, InvalidConfigError)
+        settings = (security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password)
+        self._session = ClientSession.checked(cluster, request_timeout_ms / 1000, *settings)
         self._cluster = cluster
         self._acks = _ACKS[acks]
         self._linger_s = linger_ms / 1000
@@ -862,8 +876,13 @@ class Producer:
         try:
             coordinator = self._group_coordinators.get(group_id)
             if coordinator is None:  # kept: the next transactions find it without the controller
-                coordinator = CoordinatorClient(self._cluster, group_id, self._max_block_s, self._backoff_s)
-                partition, _ = call(self._cluster.controller.find_coordinator.remote(group_id), self._max_block_s)
+                coordinator = CoordinatorClient(
+                    self._cluster, group_id, self._max_block_s, self._backoff_s, session=self._session
+                )
+                token = self._session.token()
+                partition, _ = call(
+                    self._cluster.controller.find_coordinator.remote(group_id, session=token), self._max_block_s
+                )
                 self._group_coordinators[group_id] = coordinator
                 self._offsets_partitions[group_id] = TopicPartition(OFFSETS_TOPIC, partition)
             self._txn_groups.add(group_id)
@@ -982,12 +1001,13 @@ class Producer:
                 self._max_block_s,
                 self._backoff_s,
                 find="find_transaction_coordinator",
+                session=self._session,
             )
         coordinator = self._txn_coordinator
         deadline = time.monotonic() + self._txn_timeout_s(timeout)
         while True:
             try:
-                response = call(getattr(coordinator.handle(), method).remote(*args), self._txn_timeout_s(timeout))
+                response = call(coordinator.remote(method, *args), self._txn_timeout_s(timeout))
                 if (error := error_of(response)) is not None:
                     raise error
                 return response
@@ -1194,6 +1214,7 @@ class Producer:
                 self._client_id,
                 self._first_unacked_sequence(batch),
                 transactional_id=self._transactional_id if batch.transactional else None,
+                session=self._session.token(),
             )
             ref = leader.produce.remote(request)
         except RaylogError as exc:
@@ -1219,10 +1240,10 @@ class Producer:
         try:
             self._producer_id = self._producer_id_from_controller()
         except RaylogError as exc:
-            logger.warning("no producer id from the controller yet (taken again at the first send): %s", exc)
+            logger.warning("no producer id from the controller (asked again at the first send): %s", exc)
 
     def _producer_id_from_controller(self) -> int:
-        return call(self._cluster.controller.init_producer_id.remote(), METADATA_TIMEOUT_S)
+        return call(self._cluster.controller.init_producer_id.remote(session=self._session.token()), METADATA_TIMEOUT_S)
 
     def _assign_sequence(self, batch: _Batch) -> None:
         """Number the batch: sequences follow first dispatch order, which is queue order."""

@@ -74,6 +74,8 @@ class FollowerFetcher:
         self.leader = leader
         self.leader_epoch = leader_epoch
         self._clock = clock
+        #: The token the follower's fetches carry (the broker's own; see raylog.coordination.sessions).
+        self.session: str | None = None
         self._reported_ms: int | None = None  # when the leader was last reported
         self.truncated = False
         self.errors = 0  # failed answers and calls since this fetcher started
@@ -99,6 +101,7 @@ class FollowerFetcher:
             replica_id=p.broker_id,
             current_leader_epoch=self.leader_epoch,
             log_start_offset=p.log.log_start_offset,
+            session=self.session,
         )
 
     def on_answer(self, request: EpochQuery | FetchRequest, answer: EpochAnswer | FetchResponse) -> Next:

@@ -5,6 +5,9 @@ leader epoch, ISR). It changes only by :meth:`MetadataImage.apply` of a journal 
 replaying the journal rebuilds it exactly. Records are msgpack maps with a ``type``:
 
     cluster   cluster_id                        the first record of a journal
+    session_key  key                            the key of the clients' session tokens
+                                                (after ``cluster``; made at the first start
+                                                of a journal without one)
     broker    broker_id, node_id, data_dir, directory_id
                                                 a broker registered, moved to a new node or
                                                 back with a new log directory (its meta.json's
@@ -118,6 +121,9 @@ class MetadataImage:
         #: Dynamic broker configs: "" (the cluster default) or a broker id -> {config: value}
         #: (see :mod:`~raylog.coordination.broker_configs`).
         self.broker_configs: dict[str, dict[str, str]] = {}
+        #: The key the cluster signs its clients' session tokens with (hex; see
+        #: :mod:`~raylog.coordination.sessions`), made with the cluster.
+        self.session_key: str | None = None
 
     # --- records in ---------------------------------------------------------------------
 
@@ -125,6 +131,8 @@ class MetadataImage:
         kind = record["type"]
         if kind == "cluster":
             self.cluster_id = record["cluster_id"]
+        elif kind == "session_key":
+            self.session_key = record["key"]
         elif kind == "broker":
             self.brokers[record["broker_id"]] = BrokerInfo(record["broker_id"], record["node_id"], record["data_dir"])
             if record.get("directory_id"):

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import (
@@ -30,6 +32,9 @@ MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 #: The iteration counts Kafka accepts (ScramMechanism's minIterations, and its broker's cap).
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384
+#: The iterations and salt length of the credentials raylog's own tools make.
+DEFAULT_ITERATIONS = 8192
+SALT_BYTES = 24
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,24 @@ def mechanism_code(name: str) -> int:
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
     """RFC 5802's SaltedPassword: Hi(password, salt, i), PBKDF2 with the mechanism's HMAC."""
     return hashlib.pbkdf2_hmac(_HASHES[mechanism], password.encode("utf-8"), salt, iterations)
+
+
+def upsertions(passwords: dict[str, str], codes: Iterable[int], iterations: int) -> list[tuple]:
+    """What an admin client sends to set each user's password for each mechanism code:
+    ``(user, code, iterations, salt, salted password)``, salted here with a random salt (the
+    password itself is never sent nor stored).
+
+    Raises:
+        UnacceptableCredentialError: a password that is not a non-empty string.
+    """
+    made = []
+    for user, password in passwords.items():
+        if not isinstance(password, str) or not password:
+            raise UnacceptableCredentialError(f"{user}: a password must be a non-empty string")
+        for code in codes:
+            salt = secrets.token_bytes(SALT_BYTES)
+            made.append((user, code, iterations, salt, salted_password(MECHANISMS[code], password, salt, iterations)))
+    return made
 
 
 def keys_of(mechanism: str, salted: bytes) -> tuple[bytes, bytes]:

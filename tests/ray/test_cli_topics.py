@@ -18,6 +18,7 @@ import ray
 
 from raylog import cli
 from raylog.clients.cluster import Metadata
+from raylog.clients.security import ClientSession
 from raylog.config import TopicConfig
 from raylog.types import BrokerInfo, ConfigEntry, PartitionInfo, TopicDescription
 
@@ -250,9 +251,10 @@ def degraded(monkeypatch, cluster):
         }
         configs = {"t": (0, "", {k: ConfigEntry(v, "default") for k, v in DEFAULTS.items()})}
         controller = types.SimpleNamespace(
-            describe_configs=types.SimpleNamespace(remote=lambda names: ray.put(configs))
+            describe_configs=types.SimpleNamespace(remote=lambda names, session=None: ray.put(configs))
         )
         stand_in = types.SimpleNamespace(metadata=lambda refresh=False: Metadata(answer), controller=controller)
+        stand_in.session = lambda: ClientSession(stand_in, "PLAINTEXT")  # an anonymous client
         monkeypatch.setattr(cli, "_connected", lambda args, create=False: contextlib.nullcontext(stand_in))
 
     return install

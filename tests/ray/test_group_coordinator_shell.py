@@ -8,10 +8,12 @@ import collections
 import threading
 from collections.abc import Callable
 
+from raylog.actors.access import Guard
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.config import TopicConfig
 from raylog.coordination.group import GroupCoordinator
 from raylog.coordination.partition import Partition
+from raylog.coordination.sessions import new_key
 from raylog.errors import StorageError
 from raylog.protocol import error_of
 from raylog.storage.log import Log
@@ -62,6 +64,7 @@ class Shell:
         actor._lock = threading.RLock()
         actor._changed = self.wakeups = ScriptedWakeups(actor._lock)
         actor._waiting = collections.Counter()
+        actor._guard = Guard(new_key())  # no authorizer: every call is allowed
         actor._maybe_propose_isr = lambda: None
         actor._joins, actor._rebalancing = set(), set()
         actor._initial_rebalance_delay_ms, actor._consumer_groups = 0, None

@@ -9,6 +9,7 @@ import numpy as np
 import ray
 
 from raylog.actors.replica import CONCURRENCY_GROUPS, MAX_CONCURRENCY, PartitionReplicaActor
+from raylog.coordination.sessions import new_key
 from raylog.protocol import FetchResponse
 from raylog.storage import record_batch
 from raylog.types import PartitionInfo
@@ -28,7 +29,7 @@ class GateLeader:
         self._released = 10**9 if open_ else 0
         self._records = np.frombuffer(records, dtype=np.uint8)
 
-    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int, int]:
+    def end_offset_for_epoch(self, epoch: int, session: str | None = None) -> tuple[int, int, int]:
         return 0, -1, -1
 
     def fetch(self, request) -> FetchResponse:
@@ -69,7 +70,7 @@ def test_a_fetch_answered_after_the_leaders_actor_changed_is_dropped(cluster, tm
     replica = (
         ray.remote(concurrency_groups=CONCURRENCY_GROUPS)(PartitionReplicaActor)
         .options(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
-        .remote("no-such-cluster", "shell", "shell-id", 0, 2, str(tmp_path), {}, state, old)
+        .remote("no-such-cluster", "shell", "shell-id", 0, 2, str(tmp_path), {}, state, old, session_key=new_key())
     )
     try:
         assert ray.get(old.wait_fetches.remote(1)) == 1  # the follower's fetch is held there

@@ -12,10 +12,12 @@ import pytest
 import ray
 
 from raylog.actors import transaction_coordinator
+from raylog.actors.access import Guard
 from raylog.actors.replica import PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
+from raylog.coordination.sessions import new_key
 from raylog.coordination.transactions import TransactionCoordinator
 from raylog.errors import ConcurrentTransactionsError
 from raylog.protocol import ProduceResponse, error_of
@@ -102,6 +104,7 @@ def coordinator(peers, tmp_path, monkeypatch):
     part.become_leader(1, replicas=(1,), isr=(1,))
 
     def replica_init(self, *args, **kwargs):
+        self._guard = Guard(new_key())  # no authorizer: every call is allowed
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._stopped = threading.Event()

@@ -74,7 +74,7 @@ def _resource_fields(pattern: ResourcePattern) -> dict:
 async def describe_acls(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     answer = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "resources": []}
     try:
-        code, message, acls = await ctx.call(ctx.controller.describe_acls.remote(_filter(body)))
+        code, message, acls = await ctx.call(ctx.ask("describe_acls", _filter(body)))
     except RaylogError as exc:
         return {**answer, "error_code": code_of(exc), "error_message": str(exc)}
     if code:
@@ -110,7 +110,7 @@ async def create_acls(ctx: BrokerContext, header: RequestHeader, body: dict) -> 
         results.append({"error_code": 0, "error_message": None})
     if valid:
         try:
-            code, message = await ctx.call(ctx.controller.create_acls.remote([acl for _, acl in valid]))
+            code, message = await ctx.call(ctx.ask("create_acls", [acl for _, acl in valid]))
         except RaylogError as exc:
             code, message = code_of(exc), str(exc)
         for i, _ in valid:
@@ -126,7 +126,7 @@ async def delete_acls(ctx: BrokerContext, header: RequestHeader, body: dict) -> 
         refused = {"error_code": code_of(exc), "error_message": str(exc), "matching_acls": []}
         return {**answer, "filter_results": [refused for _ in body["filters"]]}
     try:
-        code, message, matched = await ctx.call(ctx.controller.delete_acls.remote(filters))
+        code, message, matched = await ctx.call(ctx.ask("delete_acls", filters))
     except RaylogError as exc:
         code, message, matched = code_of(exc), str(exc), []
     if code:

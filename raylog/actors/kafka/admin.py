@@ -248,7 +248,7 @@ async def create_topics(ctx: BrokerContext, header: RequestHeader, body: dict) -
     if creations and not body.get("validate_only", False):
         answers = await ask_each(
             ctx,
-            ctx.controller.create_topics.remote([c.new for c in creations.values()]),
+            ctx.ask("create_topics", [c.new for c in creations.values()]),
             list(creations),
             _timeout_s(body),
         )
@@ -300,7 +300,10 @@ async def _reassign(ctx: BrokerContext, md: dict, assignments: dict[str, dict], 
     if not targets:
         return
     answers = await ask_each(
-        ctx, ctx.controller.alter_partition_reassignments.remote(targets), list(targets), DEFAULT_TIMEOUT_MS / 1000
+        ctx,
+        ctx.ask("alter_partition_reassignments", targets),
+        list(targets),
+        DEFAULT_TIMEOUT_MS / 1000,
     )
     for (name, partition), (code, message, *_) in answers.items():
         if code and name not in results:
@@ -348,7 +351,7 @@ async def delete_topics(ctx: BrokerContext, header: RequestHeader, body: dict) -
             entries.append((name, topic_id, None))
     duplicated = _duplicates([name for name, _, error in entries if error is None])
     names = sorted({name for name, _, error in entries if error is None and name not in duplicated})
-    answers = await ask_each(ctx, ctx.controller.delete_topics.remote(names), names, _timeout_s(body)) if names else {}
+    answers = await ask_each(ctx, ctx.ask("delete_topics", names), names, _timeout_s(body)) if names else {}
     responses = []
     for name, topic_id, error in entries:
         if error is None and name in duplicated:
@@ -405,7 +408,12 @@ async def create_partitions(ctx: BrokerContext, header: RequestHeader, body: dic
     results, growths, md = await _check_each(ctx, topics, _growth)
     if growths and not body.get("validate_only", False):
         counts = {name: count for name, (count, _) in growths.items()}
-        answers = await ask_each(ctx, ctx.controller.create_partitions.remote(counts), list(counts), _timeout_s(body))
+        answers = await ask_each(
+            ctx,
+            ctx.ask("create_partitions", counts),
+            list(counts),
+            _timeout_s(body),
+        )
         for name, (code, message, *_) in answers.items():
             if code:
                 results[name] = {"error_code": code, "error_message": message}
@@ -484,9 +492,9 @@ async def describe_configs(ctx: BrokerContext, header: RequestHeader, body: dict
     synonyms, documentation = body.get("include_synonyms", False), body.get("include_documentation", False)
     topics = sorted({r["resource_name"] for r in resources if r["resource_type"] == RESOURCE_TOPIC})
     brokers = sorted({r["resource_name"] for r in resources if r["resource_type"] == RESOURCE_BROKER})
-    answers = await ask_each(ctx, ctx.controller.describe_configs.remote(topics), topics, None) if topics else {}
+    answers = await ask_each(ctx, ctx.ask("describe_configs", topics), topics, None) if topics else {}
     if brokers:
-        ref = ctx.controller.describe_broker_configs.remote(brokers)
+        ref = ctx.ask("describe_broker_configs", brokers)
         answers.update({(RESOURCE_BROKER, name): a for name, a in (await ask_each(ctx, ref, brokers, None)).items()})
     results = []
     for resource in resources:
@@ -541,12 +549,9 @@ async def _alter(ctx: BrokerContext, body: dict, incremental: bool) -> dict:
         except RaylogError as exc:
             refused[key] = _error(exc)
     answers: dict[tuple, tuple] = {}
-    for kind, alter in (
-        (RESOURCE_TOPIC, ctx.controller.alter_configs),
-        (RESOURCE_BROKER, ctx.controller.alter_broker_configs),
-    ):
+    for kind, alter in ((RESOURCE_TOPIC, "alter_configs"), (RESOURCE_BROKER, "alter_broker_configs")):
         if changes[kind]:
-            ref = alter.remote(changes[kind], incremental, validate_only=body["validate_only"])
+            ref = ctx.ask(alter, changes[kind], incremental, validate_only=body["validate_only"])
             answered = await ask_each(ctx, ref, list(changes[kind]), DEFAULT_TIMEOUT_MS / 1000)
             answers.update({(kind, name): answer for name, answer in answered.items()})
     responses = []
@@ -591,7 +596,7 @@ async def elect_leaders(ctx: BrokerContext, header: RequestHeader, body: dict) -
     requested = body.get("topic_partitions")
     partitions = None if requested is None else [(t["topic"], p) for t in requested for p in t["partitions"]]
     election_type = body.get("election_type", PREFERRED_ELECTION) if header.api_version >= 1 else PREFERRED_ELECTION
-    ask = ctx.controller.elect_leaders.remote(election_type, partitions)
+    ask = ctx.ask("elect_leaders", election_type, partitions)
     try:
         results = await ctx.call(ask, _timeout_s(body))
     except RaylogError as exc:
@@ -620,7 +625,7 @@ async def alter_partition_reassignments(ctx: BrokerContext, header: RequestHeade
     if duplicated:
         refusal = InvalidRequestError(f"partitions named more than once: {sorted(duplicated)}")
         return {**answer, **_error(refusal), "responses": []}
-    ask = ctx.controller.alter_partition_reassignments.remote(targets, allow)
+    ask = ctx.ask("alter_partition_reassignments", targets, allow)
     results = await ask_each(ctx, ask, keys, _timeout_s(body))
     ctx.invalidate()
     by_topic: dict[str, list[dict]] = {}
@@ -633,7 +638,7 @@ async def alter_partition_reassignments(ctx: BrokerContext, header: RequestHeade
 async def list_partition_reassignments(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     answer = {"throttle_time_ms": 0, "error_code": 0, "topics": []}
     try:
-        listed = await ctx.call(ctx.controller.list_partition_reassignments.remote(), _timeout_s(body))
+        listed = await ctx.call(ctx.ask("list_partition_reassignments"), _timeout_s(body))
     except RaylogError as exc:
         return {**answer, **_error(exc)}
     asked = body.get("topics")

@@ -69,7 +69,7 @@ async def sasl_authenticate(ctx: BrokerContext, header: RequestHeader, body: dic
 async def describe_user_scram_credentials(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     users = None if body.get("users") is None else [u["name"] for u in body["users"]]
     try:
-        described = await ctx.call(ctx.controller.describe_user_scram_credentials.remote(users))
+        described = await ctx.call(ctx.ask("describe_user_scram_credentials", users))
     except RaylogError as exc:
         return {"throttle_time_ms": 0, "error_code": code_of(exc), "error_message": str(exc), "results": []}
     results = [
@@ -90,7 +90,7 @@ async def alter_user_scram_credentials(ctx: BrokerContext, header: RequestHeader
         (u["name"], u["mechanism"], u["iterations"], u["salt"], u["salted_password"]) for u in body["upsertions"]
     ]
     users = list(dict.fromkeys([user for user, *_ in deletions + upsertions]))
-    ref = ctx.controller.alter_user_scram_credentials.remote(deletions, upsertions)
+    ref = ctx.ask("alter_user_scram_credentials", deletions, upsertions)
     answers = await ask_each(ctx, ref, users, None) if users else {}
     results = [
         {"user": user, "error_code": answers[user][0], "error_message": answers[user][1] or None} for user in users

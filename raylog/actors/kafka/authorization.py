@@ -26,39 +26,28 @@ in the ``raylog_authorization_denials_total`` metric.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from raylog.actors import metrics
+from raylog.actors.access import DENIED as access_errors
+from raylog.actors.access import Access
 from raylog.actors.kafka.context import CONNECTION, BrokerContext, topic_ids
-from raylog.coordination.acls import ACLOperation, Authorizer, ResourceType
-from raylog.errors import (
-    ClusterAuthorizationFailedError,
-    GroupAuthorizationFailedError,
-    TopicAuthorizationFailedError,
-    TransactionalIdAuthorizationFailedError,
-)
+from raylog.coordination.acls import CLUSTER_NAME, ACLOperation, ResourceType
 from raylog.kafka import codec
 from raylog.kafka.codec.error_bodies import BUILDERS
 from raylog.principals import ANONYMOUS
 
 #: The name of the cluster resource (Kafka's).
-CLUSTER = "kafka-cluster"
+CLUSTER = CLUSTER_NAME
 
 TOPIC = ResourceType.TOPIC
 GROUP = ResourceType.GROUP
 TXN = ResourceType.TRANSACTIONAL_ID
 Op = ACLOperation
 
-#: The error of a resource type's denial.
-DENIED = {
-    TOPIC: TopicAuthorizationFailedError.code,
-    GROUP: GroupAuthorizationFailedError.code,
-    ResourceType.CLUSTER: ClusterAuthorizationFailedError.code,
-    TXN: TransactionalIdAuthorizationFailedError.code,
-}
+#: The error code of a resource type's denial.
+DENIED = {resource_type: error.code for resource_type, error in access_errors.items()}
 
 Handler = Callable[[BrokerContext, codec.RequestHeader, dict], Awaitable[Any]]
 
@@ -80,51 +69,6 @@ SUPPORTED_OPERATIONS = {
 }
 #: A response's authorized operations when the request did not ask for them (Kafka's INT32 minimum).
 NOT_REQUESTED = -(2**31)
-
-logger = logging.getLogger("raylog.authorizer")
-
-
-class Access:
-    """One request's principal and host before an authorizer; logs and counts each answer."""
-
-    def __init__(self, authorizer: Authorizer, principal: str, host: str, logged: set):
-        self.authorizer = authorizer
-        self.principal = principal
-        self.host = host
-        self._logged = logged
-
-    def allows(self, operation: ACLOperation, resource_type: ResourceType, name: str) -> bool:
-        allowed = self.authorizer.authorize(self.principal, self.host, operation, resource_type, name)
-        self._log(allowed, operation, resource_type, name)
-        return allowed
-
-    def allows_any(self, operation: ACLOperation, resource_type: ResourceType) -> bool:
-        """Whether some resource of the type allows ``operation`` (Kafka's authorizeByResourceType)."""
-        allowed = self.authorizer.authorize_any(self.principal, self.host, operation, resource_type)
-        self._log(allowed, operation, resource_type, None)
-        return allowed
-
-    def _log(self, allowed: bool, operation: ACLOperation, resource_type: ResourceType, name: str | None) -> None:
-        """Each denial at INFO the first time (then DEBUG) and counted; an allowed check at DEBUG.
-        The line is only formatted when it is logged: checks run on every produce and fetch."""
-        if allowed:
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug(self._line(True, operation, resource_type, name))
-            return
-        metrics.record_authorization_denial(operation.name)
-        key = (self.principal, self.host, operation, resource_type, name)
-        level = logging.DEBUG if key in self._logged else logging.INFO
-        self._logged.add(key)
-        if logger.isEnabledFor(level):
-            logger.log(level, self._line(False, operation, resource_type, name))
-
-    def _line(self, allowed: bool, operation: ACLOperation, resource_type: ResourceType, name: str | None) -> str:
-        kind = resource_type.name.title().replace("_", "")
-        resource = f"any {kind}" if name is None else f"{kind}:{name}"
-        return (
-            f"Principal = {self.principal} is {'Allowed' if allowed else 'Denied'} operation = {operation.name} "
-            f"from host = {self.host} on resource = {resource}"
-        )
 
 
 def access() -> Access | None:
@@ -221,7 +165,7 @@ async def _split(access: Access, ctx: BrokerContext, header, body: dict, handler
         (allowed if ok else denied).append(entry)
     if not denied:
         return await handler(ctx, header, body)
-    refused = BUILDERS[header.api_key]({**body, topics.key: denied}, TopicAuthorizationFailedError.code)
+    refused = BUILDERS[header.api_key]({**body, topics.key: denied}, DENIED[TOPIC])
     if not allowed:
         return refused
     answer = await handler(ctx, header, {**body, topics.key: allowed})
@@ -309,11 +253,11 @@ async def _offset_fetch(access: Access, ctx: BrokerContext, header, body: dict, 
         for group in answer["groups"]:
             group["topics"] = _described_topics(access, group.get("topics") or [], partitions="partitions")
         answer["groups"] = list(answer["groups"]) + [
-            {"group_id": g["group_id"], "topics": [], "error_code": GroupAuthorizationFailedError.code} for g in denied
+            {"group_id": g["group_id"], "topics": [], "error_code": DENIED[GROUP]} for g in denied
         ]
         return answer
     if not access.allows(Op.DESCRIBE, GROUP, body.get("group_id") or ""):
-        return BUILDERS[header.api_key](body, GroupAuthorizationFailedError.code)
+        return BUILDERS[header.api_key](body, DENIED[GROUP])
     answer = await handler(ctx, header, body)
     answer["topics"] = _described_topics(access, answer.get("topics") or [], partitions="partitions")
     return answer
@@ -325,7 +269,7 @@ def _described_topics(access: Access, topics: Iterable[dict], partitions: str) -
     out = []
     for topic in topics:
         if not access.allows(Op.DESCRIBE, TOPIC, topic["name"]):
-            code = TopicAuthorizationFailedError.code
+            code = DENIED[TOPIC]
             topic = {
                 **topic,
                 partitions: [{**p, "committed_offset": -1, "error_code": code} for p in topic[partitions]],
@@ -342,7 +286,7 @@ async def _init_producer_id(access: Access, ctx: BrokerContext, header, body: di
         if not access.allows(Op.WRITE, TXN, transactional_id):
             return BUILDERS[header.api_key](body, DENIED[TXN])
     elif not (access.allows(Op.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER) or access.allows_any(Op.WRITE, TOPIC)):
-        return BUILDERS[header.api_key](body, ClusterAuthorizationFailedError.code)
+        return BUILDERS[header.api_key](body, DENIED[ResourceType.CLUSTER])
     return await handler(ctx, header, body)
 
 
@@ -365,7 +309,7 @@ def _configs(operation: ACLOperation, answer_key: str):
         answer = await handler(ctx, header, {**body, "resources": allowed}) if allowed else {answer_key: []}
         for resource in denied:
             cluster = resource["resource_type"] != 2
-            code = ClusterAuthorizationFailedError.code if cluster else TopicAuthorizationFailedError.code
+            code = DENIED[ResourceType.CLUSTER] if cluster else DENIED[TOPIC]
             refused = BUILDERS[header.api_key]({**body, "resources": [resource]}, code)[answer_key]
             answer[answer_key] = list(answer[answer_key]) + refused
         return answer
@@ -375,10 +319,10 @@ def _configs(operation: ACLOperation, answer_key: str):
 
 async def _consumer_group_heartbeat(access: Access, ctx: BrokerContext, header, body: dict, handler: Handler):
     if not access.allows(Op.READ, GROUP, body.get("group_id") or ""):
-        return BUILDERS[header.api_key](body, GroupAuthorizationFailedError.code)
+        return BUILDERS[header.api_key](body, DENIED[GROUP])
     names = body.get("subscribed_topic_names") or []
     if not all(access.allows(Op.DESCRIBE, TOPIC, n) for n in names):
-        return BUILDERS[header.api_key](body, TopicAuthorizationFailedError.code)
+        return BUILDERS[header.api_key](body, DENIED[TOPIC])
     return await handler(ctx, header, body)
 
 

@@ -41,7 +41,7 @@ async def describe_client_quotas(ctx: BrokerContext, header: RequestHeader, body
     answer = {"throttle_time_ms": 0, "error_code": 0, "error_message": None}
     try:
         matches = _matcher(body["components"], body["strict"])
-        quotas = await ctx.call(ctx.controller.describe_client_quotas.remote())
+        quotas = await ctx.call(ctx.ask("describe_client_quotas"))
     except RaylogError as exc:
         return {**answer, "error_code": code_of(exc), "error_message": str(exc), "entries": None}
     entries = [
@@ -94,9 +94,9 @@ async def alter_client_quotas(ctx: BrokerContext, header: RequestHeader, body: d
     if not refused:
         try:
             if body["validate_only"]:
-                altered(await ctx.call(ctx.controller.describe_client_quotas.remote()), changes)
+                altered(await ctx.call(ctx.ask("describe_client_quotas")), changes)
             else:
-                code, message = await ctx.call(ctx.controller.alter_client_quotas.remote(changes))
+                code, message = await ctx.call(ctx.ask("alter_client_quotas", changes))
                 if code:
                     return _answer(entries, {i: (code, message) for i in range(len(entries))})
         except RaylogError as exc:

@@ -37,6 +37,7 @@ from raylog.coordination.group import partition_for
 from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination.producer_ids import ProducerIdPool
 from raylog.coordination.scram import Credentials
+from raylog.coordination.sessions import SessionKeys, new_key
 from raylog.errors import RaylogError
 from raylog.kafka.fetch_sessions import FetchSessionCache
 
@@ -95,7 +96,14 @@ def _kept(md: dict, key: str, make: Callable[[], Any]) -> Any:
 class BrokerContext:
     """See the module docstring."""
 
-    def __init__(self, cluster_name: str, broker_id: int, controller: Any, config: ControllerConfig | None = None):
+    def __init__(
+        self,
+        cluster_name: str,
+        broker_id: int,
+        controller: Any,
+        config: ControllerConfig | None = None,
+        session_key: str | None = None,
+    ):
         self.cluster_name = cluster_name
         self.broker_id = broker_id
         self.controller = controller
@@ -120,6 +128,19 @@ class BrokerContext:
         #: SCRAM credentials (user -> mechanism -> credential) for SASL, and their version.
         self._credentials: dict[str, Credentials] = {}
         self._credentials_version: int | None = None
+        #: The cluster's session key (a new one when none is given: a context of its own),
+        #: with which the listener signs its calls to replicas as the broker.
+        self._sessions = SessionKeys(session_key or new_key())
+
+    def ask(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the controller's ``method`` as this broker (the request was authorized here);
+        the reference, to await."""
+        return getattr(self.controller, method).remote(*args, session=self.broker_token(), **kwargs)
+
+    def broker_token(self) -> str:
+        """The token of this broker's calls to replicas (see :mod:`raylog.coordination.sessions`):
+        a Kafka request is authorized here, on the listener, before the calls it makes."""
+        return self._sessions.broker_token(time.time() * 1000)
 
     def apply_acls(self, version: int, acls: Iterable[ACL]) -> None:
         """Authorize from ``acls`` (the controller's ACLs at ``version``) unless a newer
@@ -338,9 +359,8 @@ class BrokerContext:
         """
         md = await self.metadata()
         if internal not in md["topics"]:
-            c = self.controller
-            find = c.find_coordinator if internal == OFFSETS_TOPIC else c.find_transaction_coordinator
-            partition, _ = await self.call(find.remote(key))
+            find = "find_coordinator" if internal == OFFSETS_TOPIC else "find_transaction_coordinator"
+            partition, _ = await self.call(self.ask(find, key))
             self.invalidate()
             return partition
         return partition_for(key, len(md["topics"][internal].partitions))

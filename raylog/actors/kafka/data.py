@@ -244,7 +244,10 @@ async def _create_topics(ctx: BrokerContext, names: list[str], md: dict) -> dict
     if not news:
         return refused
     answers = await ask_each(
-        ctx, ctx.controller.create_topics.remote(news), [new.name for new in news], CONTROL_CALL_TIMEOUT_S
+        ctx,
+        ctx.ask("create_topics", news),
+        [new.name for new in news],
+        CONTROL_CALL_TIMEOUT_S,
     )
     for name, (code, message, *_) in answers.items():
         if code and code != TopicAlreadyExistsError.code:  # (another request created it first)
@@ -340,6 +343,7 @@ async def _produce_partition(
             first_unacked_sequence=sequences.first_unacked(topic, p["index"], batch),
             transactional_id=tid,
             in_order=True,
+            session=ctx.broker_token(),
         )
         response = await _guarded(ctx, ctx.call(leader.produce.remote(request), timeout_ms / 1000 + PRODUCE_GRACE_S))
     except RaylogError as exc:
@@ -600,6 +604,7 @@ async def _fetch_partition(
         current_leader_epoch=p.get("current_leader_epoch", -1),
         client_id=client_id,
         isolation_level=isolation,
+        session=ctx.broker_token(),
     )
     response = await _guarded(ctx, ctx.call(leader.fetch.remote(request), max_wait_ms / 1000 + FETCH_GRACE_S))
     if response.error_code and issubclass(codec_error(response.error_code), _MOVED):
@@ -673,7 +678,9 @@ async def list_offsets(ctx: BrokerContext, header: codec.RequestHeader, body: di
         answer = {"partition_index": p["partition_index"], "timestamp": -1, "offset": -1, "leader_epoch": -1}
         try:
             leader = await _leader(ctx, topic, p["partition_index"])
-            ref = leader.list_offsets.remote(p["timestamp"], p.get("current_leader_epoch", -1), isolation)
+            ref = leader.list_offsets.remote(
+                p["timestamp"], p.get("current_leader_epoch", -1), isolation, ctx.broker_token()
+            )
             response = await _guarded(ctx, ctx.call(ref))
         except RaylogError as exc:
             answer["error_code"] = error_fields(exc)["error_code"]
@@ -699,7 +706,7 @@ async def delete_records(ctx: BrokerContext, header: codec.RequestHeader, body: 
         answer = {"partition_index": p["partition_index"], "low_watermark": -1}
         try:
             leader = await _leader(ctx, topic, p["partition_index"])
-            ref = leader.delete_records.remote(p["offset"], timeout_ms)
+            ref = leader.delete_records.remote(p["offset"], timeout_ms, ctx.broker_token())
             response = await _guarded(ctx, ctx.call(ref, timeout_ms / 1000 + CONTROL_CALL_TIMEOUT_S))
         except RaylogError as exc:
             answer["error_code"] = error_fields(exc)["error_code"]
@@ -716,7 +723,8 @@ async def offset_for_leader_epoch(ctx: BrokerContext, header: codec.RequestHeade
         try:
             leader = await _leader(ctx, topic, p["partition"])
             _check_epoch(await ctx.metadata(), topic, p["partition"], p.get("current_leader_epoch", -1))
-            code, epoch, end = await _guarded(ctx, ctx.call(leader.end_offset_for_epoch.remote(p["leader_epoch"])))
+            ref = leader.end_offset_for_epoch.remote(p["leader_epoch"], ctx.broker_token())
+            code, epoch, end = await _guarded(ctx, ctx.call(ref))
         except RaylogError as exc:
             answer["error_code"] = error_fields(exc)["error_code"]
             return answer

@@ -46,8 +46,9 @@ def listener_name(cluster_name: str, broker_id: int, node_id: str) -> str:
 class ListenerFleet:
     """See the module docstring. Used from the controller's asyncio loop only."""
 
-    def __init__(self, cluster_name: str, config: ControllerConfig, controller: Any):
+    def __init__(self, cluster_name: str, config: ControllerConfig, controller: Any, session_key: str):
         self.cluster_name = cluster_name
+        self._session_key = session_key
         self.config = config
         self.controller = controller
         #: broker id -> (node id, actor handle)
@@ -87,7 +88,7 @@ class ListenerFleet:
                     max_concurrency=KafkaListenerActor.MAX_CONCURRENCY,
                     num_cpus=0,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                ).remote(self.cluster_name, b, self.controller, host, port, self.config)
+                ).remote(self.cluster_name, b, self.controller, host, port, self.config, self._session_key)
                 self._actors[b] = (node_id, handle)
         await asyncio.gather(*(self._confirm(b) for b in live))
 

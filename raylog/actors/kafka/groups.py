@@ -152,7 +152,7 @@ async def _call(
     if handle is None:
         raise CoordinatorNotAvailableError(f"no coordinator for group {group_id!r} right now")
     try:
-        return await ctx.call(getattr(handle, method).remote(*args), timeout_s)
+        return await ctx.call(getattr(handle, method).remote(*args, session=ctx.broker_token()), timeout_s)
     except NetworkExceptionError as exc:
         ctx.invalidate()
         raise NotCoordinatorError(f"the coordinator of group {group_id!r} is unreachable: {exc}") from exc
@@ -560,7 +560,7 @@ async def list_groups(ctx: BrokerContext, header: codec.RequestHeader, body: dic
     groups, error = [], 0
     for handle in led:
         try:
-            response = await ctx.call(handle.list_groups.remote())
+            response = await ctx.call(handle.list_groups.remote(session=ctx.broker_token()))
         except RaylogError as exc:
             error = error or code_of(exc)
             continue

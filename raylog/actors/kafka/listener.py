@@ -151,11 +151,12 @@ class KafkaListenerActor:
         host: str,
         port: int,
         config: ControllerConfig | None = None,
+        session_key: str | None = None,
     ):
         logs.configure()
         records.warm_up()  # numba's conversion loops, compiled or loaded from its cache, before any client
         self.config = config or ControllerConfig()
-        self.context = BrokerContext(cluster_name, broker_id, controller, self.config)
+        self.context = BrokerContext(cluster_name, broker_id, controller, self.config, session_key)
         # No host: the loopback only (clients on this node). Every interface only when the
         # listener names it (0.0.0.0 or ::), which then advertises the node's address.
         self._bind_host = host or LOOPBACK

@@ -120,7 +120,12 @@ async def init_producer_id(ctx: BrokerContext, header: RequestHeader, body: dict
         given = (body.get("producer_id", -1), body.get("producer_epoch", -1))
         if given[0] >= 0:
             await _require_current(ctx, coordinator, transactional_id, *given)
-        answer = await _call(ctx, coordinator.init_producer_id.remote(transactional_id, body["transaction_timeout_ms"]))
+        answer = await _call(
+            ctx,
+            coordinator.init_producer_id.remote(
+                transactional_id, body["transaction_timeout_ms"], session=ctx.broker_token()
+            ),
+        )
     except _Refused as refused:
         logger.debug("InitProducerId of %r refused: %s", transactional_id, refused)
         return {"error_code": coordinator_code(refused.error), "producer_id": -1, "producer_epoch": -1}
@@ -141,7 +146,7 @@ async def _require_current(ctx: BrokerContext, coordinator: Any, transactional_i
     Raises:
         _Refused: PRODUCER_FENCED otherwise.
     """
-    answer = await _call(ctx, coordinator.describe_transactions.remote([transactional_id]))
+    answer = await _call(ctx, coordinator.describe_transactions.remote([transactional_id], session=ctx.broker_token()))
     if not answer.value:
         return  # the id is new here: Kafka registers it too
     current = answer.value[0]
@@ -173,7 +178,9 @@ async def _outcome(what: str, steps: Awaitable[Any]) -> int:
 
 async def _add_partitions(ctx: BrokerContext, transactional_id: str, pid: int, epoch: int, partitions: list) -> None:
     coordinator = await _transaction_coordinator(ctx, transactional_id)
-    await _call(ctx, coordinator.add_partitions.remote(transactional_id, pid, epoch, partitions))
+    await _call(
+        ctx, coordinator.add_partitions.remote(transactional_id, pid, epoch, partitions, session=ctx.broker_token())
+    )
 
 
 async def add_partitions_to_txn(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
@@ -250,7 +257,12 @@ async def end_txn(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict
     async def steps() -> None:
         coordinator = await _transaction_coordinator(ctx, transactional_id)
         pid, epoch, commit = body["producer_id"], body["producer_epoch"], body["committed"]
-        await _call(ctx, coordinator.end_txn.remote(transactional_id, pid, epoch, commit, bump_epoch=False))
+        await _call(
+            ctx,
+            coordinator.end_txn.remote(
+                transactional_id, pid, epoch, commit, bump_epoch=False, session=ctx.broker_token()
+            ),
+        )
 
     return {"error_code": await _outcome(f"EndTxn of {transactional_id!r}", steps())}
 
@@ -280,7 +292,10 @@ async def txn_offset_commit(ctx: BrokerContext, header: RequestHeader, body: dic
             raise _Refused(CoordinatorNotAvailableError(f"no coordinator for group {group_id!r} yet"))
         member = (body.get("member_id", ""), body.get("generation_id", -1), body.get("group_instance_id"))
         producer = (body["producer_id"], body["producer_epoch"])
-        await _call(ctx, coordinator.txn_commit_offsets.remote(group_id, *member, *producer, offsets))
+        await _call(
+            ctx,
+            coordinator.txn_commit_offsets.remote(group_id, *member, *producer, offsets, session=ctx.broker_token()),
+        )
 
     code = await _outcome(f"TxnOffsetCommit of group {group_id!r}", steps())
     return {

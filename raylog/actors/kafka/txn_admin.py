@@ -83,7 +83,7 @@ async def _producers(ctx: BrokerContext, topic: str, partition: int) -> list[dic
     if leader is None:
         ctx.invalidate()
         raise NotLeaderOrFollowerError(f"{topic}-{partition} has no running leader")
-    states = await ctx.call(leader.describe_producers.remote())
+    states = await ctx.call(leader.describe_producers.remote(ctx.broker_token()))
     return [
         {
             "producer_id": s.producer_id,
@@ -122,7 +122,9 @@ async def _describe(ctx: BrokerContext, transactional_id: str) -> dict:
     _, coordinator = await ctx.transaction_coordinator(transactional_id)
     if coordinator is None:
         raise CoordinatorNotAvailableError(f"no coordinator for transactional id {transactional_id!r} yet")
-    found = _value(await ctx.call(coordinator.describe_transactions.remote([transactional_id])))
+    found = _value(
+        await ctx.call(coordinator.describe_transactions.remote([transactional_id], session=ctx.broker_token()))
+    )
     if not found:
         raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
     return found[0]
@@ -207,7 +209,7 @@ async def _coordinated_here(ctx: BrokerContext) -> list[dict]:
     for p in described.partitions:
         leader = md["leaders"].get((TRANSACTION_TOPIC, p.partition))
         if p.leader == ctx.broker_id and leader is not None:
-            found += _value(await ctx.call(leader.describe_transactions.remote(None)))
+            found += _value(await ctx.call(leader.describe_transactions.remote(None, session=ctx.broker_token())))
     return found
 
 

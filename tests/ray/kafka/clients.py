@@ -23,7 +23,7 @@ TIMEOUT_S = 30.0
 
 def granted_topic(cluster, principal: str, group: str) -> str:
     """A new 1-partition topic that ``principal`` may write and read, as a member of ``group``
-    (made with raylog's own Admin, which runs inside Ray and needs no credential)."""
+    (made with raylog's own Admin, as the user of the ``cluster`` handle)."""
     admin = Admin(cluster)
     name = f"granted-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(name, 1, 1)])

@@ -12,6 +12,7 @@ members of Kafka's consumer protocol heartbeat every second (not 5 s). It runs K
 (``authorizer`` acl) with ``allow.everyone.if.no.acl.found``: every request of every test
 here goes through the authorizer, and a resource no ACL names is open, so tests that do not
 set ACLs are served as without them (tests that do set ACLs delete them afterwards: ``acls``).
+Its handle's raylog clients are ``User:admin``, a super user made with the cluster.
 ``bootstrap`` is its listeners as a ``bootstrap.servers`` string.
 
 ``kafka_defaults_cluster`` is one broker with a listener that keeps Kafka's broker defaults
@@ -63,7 +64,14 @@ def kafka_cluster(cluster, tmp_path_factory):
             "group.consumer.heartbeat.interval.ms": "1000",
             "authorizer": "acl",
             "allow.everyone.if.no.acl.found": "true",
+            "super.users": "User:admin",
         },
+        # raylog's own clients on this handle are admin (created with the cluster): tests
+        # that deny everyone something still clean up with them.
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="admin",
+        sasl_plain_password="admin-secret",
     )
     yield handle
     handle.shutdown()

@@ -33,6 +33,13 @@ from tests.ray.kafka.clients import deliver, first_message, records_of
 TIMEOUT_S = 30.0
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+#: Who the tests' cluster handles are (raylog.connect creates the user with the cluster).
+ADMIN = {
+    "security_protocol": "SASL_PLAINTEXT",
+    "sasl_mechanism": "SCRAM-SHA-512",
+    "sasl_plain_username": "admin",
+    "sasl_plain_password": PASSWORDS["admin"],
+}
 
 
 def start_cluster(tmp_path_factory, listener: str, **extra: str):
@@ -51,6 +58,7 @@ def start_cluster(tmp_path_factory, listener: str, **extra: str):
             "group.initial.rebalance.delay.ms": "0",
             **extra,
         },
+        **ADMIN,
     )
 
 
@@ -81,9 +89,8 @@ def sasl_cluster(cluster, tmp_path_factory):
 @pytest.fixture(scope="module")
 def sasl_bootstrap(sasl_cluster) -> str:
     servers = wait_until(lambda: sasl_cluster.bootstrap_servers() or None, timeout_s=60, message="the SASL listener")
-    # The first user is made with raylog's own Admin (inside Ray: not subject to SASL), the
-    # rest over the wire by that user.
-    Admin(sasl_cluster).alter_user_scram_credentials({"admin": PASSWORDS["admin"]})
+    # The first user is made with the cluster (raylog.connect as admin), the rest over the
+    # wire by that user.
     make_users(servers, sasl("SCRAM-SHA-512", "admin"))
     return servers
 
@@ -265,12 +272,11 @@ def sasl_ssl_cluster(cluster, tmp_path_factory):
 
 
 def test_scram_over_tls(sasl_ssl_cluster):
-    """SASL_SSL: a SCRAM user made through raylog's Admin writes over TLS; PLAIN is not enabled
+    """SASL_SSL: the SCRAM user the cluster was made with writes over TLS; PLAIN is not enabled
     there (the default sasl.enabled.mechanisms: SCRAM only)."""
     cluster, ca = sasl_ssl_cluster
     bootstrap = wait_until(lambda: cluster.bootstrap_servers() or None, timeout_s=60, message="listener")
     admin = Admin(cluster)
-    admin.alter_user_scram_credentials({"admin": PASSWORDS["admin"]})
     topic = f"tls-{uuid.uuid4().hex[:6]}"
     admin.create_topics([NewTopic(topic, 1, 1)])
     tls = {"ssl.ca.location": ca}
@@ -280,11 +286,24 @@ def test_scram_over_tls(sasl_ssl_cluster):
     assert refused is not None
 
 
-def test_raylog_users_adds_lists_and_removes_credentials(run, sasl_cluster, sasl_bootstrap, granted_topic):
-    """``raylog users``: the password from stdin (never argv), the credential then
-    authenticates a Kafka client; listing tells mechanisms and iterations; remove deletes."""
-    name = cluster_name = sasl_cluster.cluster_name
-    code, out, err = run("users", "add", "carol", "--mechanism", "SCRAM-SHA-512", stdin="carol-pw\n", cluster_name=name)
+def test_raylog_users_adds_lists_and_removes_credentials(run, sasl_cluster, sasl_bootstrap, granted_topic, tmp_path):
+    """``raylog users``, as admin (``--command-config``, as Kafka's tools take it; without it
+    the command is User:ANONYMOUS's, and refused): the password from stdin (never argv), the
+    credential then authenticates a Kafka client; listing tells mechanisms and iterations;
+    remove deletes."""
+    cluster_name = sasl_cluster.cluster_name
+    code, _, err = run("users", "add", "carol", stdin="carol-pw\n", cluster_name=cluster_name)
+    assert code == 1 and "ClusterAuthorizationFailedError" in err
+    config = tmp_path / "admin.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" '
+        f'password="{PASSWORDS["admin"]}";\n'
+    )
+    args = ("--command-config", str(config))
+    code, out, err = run(
+        "users", "add", "carol", "--mechanism", "SCRAM-SHA-512", *args, stdin="carol-pw\n", cluster_name=cluster_name
+    )
     assert code == 0 and "SCRAM-SHA-512" in out, err
     PASSWORDS["carol"] = "carol-pw"
     try:
@@ -292,13 +311,13 @@ def test_raylog_users_adds_lists_and_removes_credentials(run, sasl_cluster, sasl
         assert deliver(sasl_bootstrap, granted_topic, b"x", **sasl("SCRAM-SHA-512", "carol")) == (
             "TOPIC_AUTHORIZATION_FAILED"
         )
-        code, out, err = run("users", "list", "carol", "--json", cluster_name=cluster_name)
+        code, out, err = run("users", "list", "carol", "--json", *args, cluster_name=cluster_name)
         assert code == 0 and json.loads(out) == {"carol": [{"mechanism": "SCRAM-SHA-512", "iterations": 8192}]}, err
-        code, out, err = run("users", "remove", "carol", cluster_name=cluster_name)
+        code, out, err = run("users", "remove", "carol", *args, cluster_name=cluster_name)
         assert code == 0, err
-        code, out, err = run("users", "list", "carol", cluster_name=cluster_name)
+        code, out, err = run("users", "list", "carol", *args, cluster_name=cluster_name)
         assert code == 1 and "ResourceNotFoundError" in err
-        code, _, err = run("users", "add", "dave", stdin="\n", cluster_name=cluster_name)
+        code, _, err = run("users", "add", "dave", *args, stdin="\n", cluster_name=cluster_name)
         assert code == 2 and "stdin" in err
     finally:
         PASSWORDS.pop("carol")

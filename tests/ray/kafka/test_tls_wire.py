@@ -57,10 +57,16 @@ def tls_cluster(cluster, pki, tmp_path_factory):
             "ssl.client.auth": "requested",
             "ssl.principal.mapping.rules": RULES,
             "authorizer": "acl",
+            "super.users": "User:admin",
             "offsets.topic.num.partitions": "1",
             "offsets.topic.replication.factor": "1",
             "group.initial.rebalance.delay.ms": "0",
         },
+        # raylog's own clients on this handle are admin (created with the cluster).
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="admin",
+        sasl_plain_password="admin-secret",
     )
     yield handle
     handle.shutdown()

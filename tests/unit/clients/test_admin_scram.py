@@ -11,6 +11,7 @@ import pytest
 
 import raylog
 from raylog.clients import admin as admin_module
+from raylog.clients.security import ClientSession
 from raylog.coordination import scram
 from raylog.coordination.metadata import MetadataImage
 from raylog.errors import (
@@ -30,7 +31,7 @@ class _ScramController:
 
     @property
     def alter_user_scram_credentials(self):
-        def remote(deletions, upsertions):
+        def remote(deletions, upsertions, session=None):
             self.sent.append((deletions, upsertions))
             records, results = self.image.alter_scram_credentials(deletions, upsertions)
             for record in records:
@@ -41,7 +42,7 @@ class _ScramController:
 
     @property
     def describe_user_scram_credentials(self):
-        def remote(users):
+        def remote(users, session=None):
             described = scram.describe(self.image.scram_credentials, users)
             return {u: ((0, "") if r is None else (r.code, str(r))) + (infos,) for u, (r, infos) in described.items()}
 
@@ -52,7 +53,9 @@ class _ScramController:
 def admin(monkeypatch):
     monkeypatch.setattr(admin_module, "call", lambda ref, timeout_s: ref)
     controller = _ScramController()
-    return raylog.Admin(types.SimpleNamespace(controller=controller)), controller
+    cluster = types.SimpleNamespace(controller=controller)
+    cluster.session = lambda: ClientSession(cluster, "PLAINTEXT")
+    return raylog.Admin(cluster), controller
 
 
 def test_passwords_are_salted_here_and_never_sent(admin):

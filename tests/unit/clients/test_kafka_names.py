@@ -17,6 +17,7 @@ from raylog.clients import consumer as consumer_module
 from raylog.clients.admin import _config_changes, _total_count
 from raylog.clients.consumer import log_append_time_ranges, timestamp_types
 from raylog.clients.group import ConsumerRebalanceListener, offsets_to_commit
+from raylog.clients.security import ClientSession
 from raylog.coordination.metadata import MetadataImage
 from raylog.storage import record_batch
 from raylog.types import (
@@ -316,7 +317,7 @@ class _ConfigController:
         self.refused = refused or {}
 
     def __getattr__(self, method: str):
-        def remote(resources, *args):
+        def remote(resources, *args, session=None):
             self.calls.append((method, resources, *args))
             answers = {r: (self.refused.get(r, 0), f"{method} refused {r!r}") for r in resources}
             if method.startswith("describe"):
@@ -334,6 +335,7 @@ def stand_in(monkeypatch):
     def make(refused: dict[str, int] | None = None) -> tuple[raylog.Admin, _ConfigController]:
         controller = _ConfigController(refused)
         cluster = types.SimpleNamespace(controller=controller, metadata=lambda refresh=False: None)
+        cluster.session = lambda: ClientSession(cluster, "PLAINTEXT")
         return raylog.Admin(cluster), controller
 
     return make

@@ -12,6 +12,7 @@ import pytest
 from raylog.clients import producer as producer_module
 from raylog.clients.cluster import Metadata
 from raylog.clients.producer import Producer
+from raylog.clients.security import ClientSession
 from raylog.coordination.producer_state import SEQUENCE_MODULUS
 from raylog.errors import (
     IllegalStateError,
@@ -79,13 +80,18 @@ class FakeCluster:
                 "reassignments": {},
             }
         )
-        self.controller = SimpleNamespace(init_producer_id=SimpleNamespace(remote=lambda: "init_producer_id"))
+        self.controller = SimpleNamespace(
+            init_producer_id=SimpleNamespace(remote=lambda session=None: "init_producer_id")
+        )
 
     def metadata(self, refresh: bool = False) -> Metadata:
         return self._metadata
 
     def refresh_metadata(self, wait_s: float) -> bool:
         return True
+
+    def session(self) -> ClientSession:
+        return ClientSession(self, "PLAINTEXT")  # an anonymous client
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ import pytest
 
 from raylog.clients.cluster import Metadata
 from raylog.clients.producer import Producer
+from raylog.clients.security import ClientSession
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
 from raylog.errors import InvalidRecordError, InvalidTopicError, RecordTooLargeError
@@ -65,6 +66,9 @@ class InMemoryCluster:
 
     def metadata(self, refresh: bool = False) -> Metadata:
         return self._metadata
+
+    def session(self) -> ClientSession:
+        return ClientSession(self, "PLAINTEXT")  # an anonymous client
 
 
 @pytest.fixture

@@ -26,10 +26,10 @@ def test_create_partitions_with_assignments_waits_for_metadata_showing_the_new_p
     async def metadata(refresh: bool = False) -> dict:
         return next(answers)
 
-    async def created(counts):
+    async def created(counts, session=None):
         return {name: (0, "") for name in counts}
 
-    async def reassign(targets):
+    async def reassign(targets, session=None):
         reassigned.append(dict(targets))
         return {key: (0, "") for key in targets}
 
@@ -40,7 +40,11 @@ def test_create_partitions_with_assignments_waits_for_metadata_showing_the_new_p
         create_partitions=SimpleNamespace(remote=created),
         alter_partition_reassignments=SimpleNamespace(remote=reassign),
     )
-    ctx = SimpleNamespace(metadata=metadata, controller=controller, call=call, invalidate=lambda: None)
+
+    def ask(method, *args, **kwargs):
+        return getattr(controller, method).remote(*args, **kwargs)
+
+    ctx = SimpleNamespace(metadata=metadata, controller=controller, ask=ask, call=call, invalidate=lambda: None)
     body = {"topics": [{"name": "t", "count": 2, "assignments": [{"broker_ids": [1]}]}], "timeout_ms": 5_000}
     header = codec.RequestHeader(codec.ApiKey.CREATE_PARTITIONS, 3, 1, "c")
     answer = asyncio.run(admin.create_partitions(ctx, header, body))

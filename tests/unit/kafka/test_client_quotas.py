@@ -21,10 +21,10 @@ class Controller:
         self.describe_client_quotas = SimpleNamespace(remote=self._describe)
         self.alter_client_quotas = SimpleNamespace(remote=self._alter)
 
-    async def _describe(self):
+    async def _describe(self, session=None):
         return {k: dict(v) for k, v in self.quotas.items()}
 
-    async def _alter(self, changes):
+    async def _alter(self, changes, session=None):
         try:
             new = alter_client_quotas(self.quotas, changes)
         except InvalidConfigError as exc:

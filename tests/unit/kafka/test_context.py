@@ -66,7 +66,7 @@ class Controller:
         return list(range(self.next_producer_id - count, self.next_producer_id))
 
     def _method(self, name, answer):
-        async def call(*args):
+        async def call(*args, session=None):
             self.calls.append(name)
             return answer(*args)
 

@@ -91,6 +91,9 @@ class FakeContext:
     async def metadata(self, refresh: bool = False) -> dict:
         return self.md
 
+    def broker_token(self) -> str:
+        return "broker"
+
     async def call(self, ref: Any, timeout_s: float | None = None) -> Any:
         return ref
 

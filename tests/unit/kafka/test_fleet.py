@@ -10,6 +10,7 @@ import ray
 
 from raylog.actors.kafka import fleet
 from raylog.config import ControllerConfig
+from raylog.coordination.sessions import new_key
 
 
 class Listener:
@@ -32,7 +33,7 @@ class Listener:
 
 
 def fleet_of(listener: Listener) -> fleet.ListenerFleet:
-    listeners = fleet.ListenerFleet("c", ControllerConfig(), controller=None)
+    listeners = fleet.ListenerFleet("c", ControllerConfig(), controller=None, session_key=new_key())
     listeners._actors[0] = ("node0", listener)
     return listeners
 

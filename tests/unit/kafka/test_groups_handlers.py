@@ -39,10 +39,11 @@ TOPIC = "clicks"
 
 
 class Method:
-    """``handle.method.remote(*args)``: runs the fake's method now; the 'ref' is its answer."""
+    """``handle.method.remote(*args, session=...)``: runs the fake's method now (the broker's
+    session token set aside); the 'ref' is its answer."""
 
     def __init__(self, fn):
-        self.remote = fn
+        self.remote = lambda *args, session=None, **kwargs: fn(*args, **kwargs)
 
 
 class FakeCoordinator:
@@ -135,6 +136,9 @@ class FakeContext:
 
     async def metadata(self, refresh: bool = False) -> dict:
         return self.md
+
+    def broker_token(self) -> str:
+        return "broker"
 
     async def call(self, ref: Any, timeout_s: float | None = None) -> Any:
         if self.fail is not None:

@@ -31,7 +31,7 @@ class Controller:
         self.asked: list[NewTopic] = []
         self.create_topics = SimpleNamespace(remote=self._create)
 
-    def _create(self, news: list[NewTopic]) -> dict:
+    def _create(self, news: list[NewTopic], session=None) -> dict:
         answers = {}
         for new in news:
             self.asked.append(new)

@@ -1,0 +1,245 @@
+"""raylog's own clients under Kafka's ACLs: a Producer, Consumer or Admin given kafka-python's
+security settings authenticates with the controller (SCRAM, the password never sent; or PLAIN)
+and every call it makes carries the session token the controller signed; replicas and the
+controller authorize that principal, and a client without credentials is User:ANONYMOUS.
+
+``secured`` is a cluster of two brokers with the authorizer on, ``User:admin`` its only super
+user, made with admin's credentials (``raylog.connect`` as admin creates that user with the
+cluster); alice may write and read ``granted``, bob may read it. Nothing is open by default
+(``allow.everyone.if.no.acl.found`` false).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import ray
+
+from raylog import (
+    ACL,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    Admin,
+    Consumer,
+    NewTopic,
+    Producer,
+    ResourcePattern,
+    ResourceType,
+    TopicPartition,
+)
+from raylog.clients.cluster import RaylogCluster
+from raylog.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    SaslAuthenticationError,
+    TopicAuthorizationFailedError,
+)
+
+#: A bound on one client call (not a measure).
+TIMEOUT_S = 60.0
+PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+GRANTED = "granted"
+
+
+def sasl(user: str, mechanism: str = "SCRAM-SHA-512", password: str | None = None) -> dict:
+    return {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": user,
+        "sasl_plain_password": PASSWORDS[user] if password is None else password,
+    }
+
+
+def allow(user: str, operation: ACLOperation, kind: ResourceType = ResourceType.TOPIC, name: str = GRANTED) -> ACL:
+    return ACL(f"User:{user}", "*", operation, ACLPermissionType.ALLOW, ResourcePattern(kind, name))
+
+
+@pytest.fixture(scope="module")
+def secured(cluster, tmp_path_factory):
+    import raylog
+
+    handle = raylog.connect(
+        data_dir=str(tmp_path_factory.mktemp("raylog-principals")),
+        num_brokers=2,
+        cluster_name=f"p{uuid.uuid4().hex[:8]}",
+        config={
+            "authorizer": "acl",
+            "super.users": "User:admin",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "offsets.topic.num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "group.initial.rebalance.delay.ms": "0",
+        },
+        **sasl("admin"),
+    )
+    admin = Admin(handle)  # admin: the handle's own credentials
+    admin.alter_user_scram_credentials({u: p for u, p in PASSWORDS.items() if u != "admin"})
+    admin.create_topics([NewTopic(GRANTED, 1, 2)], wait_for_leaders_ms=int(TIMEOUT_S * 1000))
+    admin.create_acls(
+        [
+            allow("alice", ACLOperation.WRITE),
+            allow("alice", ACLOperation.READ),
+            allow("bob", ACLOperation.READ),
+            allow("bob", ACLOperation.READ, ResourceType.GROUP, "bobs"),
+        ]
+    )
+    yield handle
+    handle.shutdown()
+
+
+def anonymous(cluster) -> RaylogCluster:
+    """The same cluster, by a handle without credentials (what code that never logs in gets)."""
+    return RaylogCluster(cluster.cluster_name, cluster.controller)
+
+
+def test_a_user_writes_and_reads_what_its_acls_allow_and_replication_is_the_brokers(secured):
+    """alice writes with acks=all to a topic of two replicas (the follower's fetches are the
+    broker's own) and reads it back; bob reads it, with SCRAM-SHA-256 and with PLAIN."""
+    with Producer(secured, acks="all", **sasl("alice")) as producer:
+        assert producer.send(GRANTED, b"from alice").result(timeout=TIMEOUT_S).offset >= 0
+    for user, mechanism in (("alice", "SCRAM-SHA-512"), ("bob", "SCRAM-SHA-256"), ("bob", "PLAIN")):
+        assert b"from alice" in _values(secured, user, mechanism), (user, mechanism)
+
+
+def test_what_the_acls_do_not_allow_is_refused_with_kafkas_errors(secured):
+    """bob may read but not write; without credentials nothing is allowed (no ACL names
+    User:ANONYMOUS): not writing, not reading, not creating a topic, not changing ACLs; bob
+    cannot join a group he has no READ on, nor create ACLs granting himself more. Nothing
+    refused reached the log."""
+    nobody = anonymous(secured)
+    for handle, settings in ((secured, sasl("bob")), (nobody, {})):
+        # An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+        # for its producer id, as in Kafka; one that is not idempotent is refused by the leader.
+        with Producer(handle, retries=0, **settings) as producer:
+            with pytest.raises(ClusterAuthorizationFailedError):
+                producer.send(GRANTED, b"may not").result(timeout=TIMEOUT_S)
+        with Producer(handle, retries=0, enable_idempotence=False, **settings) as producer:
+            with pytest.raises(TopicAuthorizationFailedError):
+                producer.send(GRANTED, b"may not").result(timeout=TIMEOUT_S)
+    consumer = Consumer(nobody, auto_offset_reset="earliest")
+    try:
+        consumer.assign([TopicPartition(GRANTED, 0)])
+        with pytest.raises(TopicAuthorizationFailedError):
+            consumer.poll(timeout_ms=int(TIMEOUT_S * 1000))
+    finally:
+        consumer.close()
+    with pytest.raises(TopicAuthorizationFailedError):
+        Admin(nobody).create_topics([NewTopic("anonymous-topic", 1, 1)])
+    with pytest.raises(ClusterAuthorizationFailedError):
+        Admin(nobody).create_acls([allow("bob", ACLOperation.WRITE)])
+    with pytest.raises(ClusterAuthorizationFailedError):
+        Admin(secured, **sasl("bob")).create_acls([allow("bob", ACLOperation.WRITE)])
+    member = Consumer(secured, GRANTED, group_id="not-bobs", **sasl("bob"))
+    try:
+        with pytest.raises(GroupAuthorizationFailedError):
+            member.poll(timeout_ms=int(TIMEOUT_S * 1000))
+    finally:
+        member.close()
+    assert _values(secured, "alice").count(b"may not") == 0
+
+
+def test_wrong_credentials_are_refused_where_the_client_is_made(secured):
+    for settings in (sasl("alice", password="wrong"), {**sasl("alice"), "sasl_plain_username": "mallory"}):
+        for client in (Producer, Admin):
+            with pytest.raises(SaslAuthenticationError):
+                client(secured, **settings)
+    with pytest.raises(SaslAuthenticationError):
+        Consumer(secured, **sasl("alice", "PLAIN", password="wrong"))
+
+
+def test_deleting_an_acl_takes_effect_on_a_client_already_writing(secured):
+    topic = f"revoked-{uuid.uuid4().hex[:6]}"
+    admin = Admin(secured)
+    admin.create_topics([NewTopic(topic, 1, 1)], wait_for_leaders_ms=int(TIMEOUT_S * 1000))
+    grant = allow("alice", ACLOperation.WRITE, name=topic)
+    admin.create_acls([grant])
+    with Producer(secured, retries=0, **sasl("alice")) as producer:
+        assert producer.send(topic, b"while allowed").result(timeout=TIMEOUT_S).offset == 0
+        admin.delete_acls([ACLFilter.exactly(grant)])  # answered once the replicas hold it
+        with pytest.raises(TopicAuthorizationFailedError):
+            producer.send(topic, b"after the acl went").result(timeout=TIMEOUT_S)
+
+
+def test_a_token_is_checked_by_the_replica_not_trusted(secured):
+    """A call that names a principal without the controller's signature is refused: a forged
+    token, one of another cluster, garbage."""
+    from raylog.coordination.sessions import SessionKeys, new_key
+    from raylog.protocol import FetchRequest
+
+    leader = secured.metadata(refresh=True).leader(TopicPartition(GRANTED, 0))
+    forged = SessionKeys(new_key()).issue("User:admin", "*", expires_ms=2**62)
+    for token in (forged, "garbage", forged.replace(".", "x.", 1)):
+        response = ray.get(leader.fetch.remote(FetchRequest(0, session=token)), timeout=TIMEOUT_S)
+        assert response.error_code == SaslAuthenticationError.code
+        assert len(response.records) == 0
+
+
+def test_groups_and_transactions_need_their_acls_at_the_coordinators(secured):
+    """bob reads in group ``bobs`` (READ on it); the group coordinator itself refuses him any
+    other group even when he calls it directly; alice's transactions need WRITE on her
+    transactional id."""
+    from raylog.errors import TransactionalIdAuthorizationFailedError
+
+    with Producer(secured, **sasl("alice")) as producer:
+        producer.send(GRANTED, b"for the group").result(timeout=TIMEOUT_S)
+    member = Consumer(secured, GRANTED, group_id="bobs", auto_offset_reset="earliest", **sasl("bob"))
+    try:
+        assert b"for the group" in [r.value for batch in _poll_until_records(member) for r in batch]
+        member.commit()
+    finally:
+        member.close()
+    bob = Admin(secured, **sasl("bob"))._session.token()
+    _, coordinator = ray.get(secured.controller.find_coordinator.remote("bobs", session=bob), timeout=TIMEOUT_S)
+    for method, args in (("describe_group", ("other",)), ("fetch_offsets", ("other",)), ("delete_group", ("bobs",))):
+        response = ray.get(getattr(coordinator, method).remote(*args, session=bob), timeout=TIMEOUT_S)
+        assert response.error_code == GroupAuthorizationFailedError.code, method
+    assert ray.get(coordinator.describe_group.remote("bobs", session=bob), timeout=TIMEOUT_S).error_code == 0
+
+    transactional = Producer(secured, transactional_id="alice-tx", **sasl("alice"))
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            transactional.init_transactions()
+    finally:
+        transactional.close()
+    Admin(secured).create_acls([allow("alice", ACLOperation.WRITE, ResourceType.TRANSACTIONAL_ID, "alice-tx")])
+    with Producer(secured, transactional_id="alice-tx", **sasl("alice")) as transactional:
+        transactional.init_transactions()
+        transactional.begin_transaction()
+        transactional.send(GRANTED, b"in a transaction")
+        transactional.commit_transaction()
+    assert b"in a transaction" in _values(secured, "bob")
+
+
+def test_ray_data_reads_as_the_handles_user(secured):
+    """A Ray Data read's tasks carry the handle's credentials: alice's handle reads, a handle
+    without credentials is refused."""
+    import raylog
+    from raylog.data import read_topic
+
+    as_alice = raylog.connect("auto", cluster_name=secured.cluster_name, **sasl("alice"))
+    with Producer(as_alice) as producer:
+        producer.send(GRANTED, b"for ray data").result(timeout=TIMEOUT_S)
+    rows = read_topic(GRANTED, cluster=as_alice, end_offset="latest").take_all()
+    assert b"for ray data" in [row["value"] for row in rows]
+    with pytest.raises(Exception, match="TopicAuthorizationFailed|TOPIC_AUTHORIZATION_FAILED|may not DESCRIBE"):
+        read_topic(GRANTED, cluster=anonymous(secured), end_offset="latest").take_all()
+
+
+def _values(cluster, user: str, mechanism: str = "SCRAM-SHA-512") -> list[bytes]:
+    """Everything in ``granted``, read as ``user``."""
+    consumer = Consumer(cluster, auto_offset_reset="earliest", **sasl(user, mechanism))
+    try:
+        consumer.assign([TopicPartition(GRANTED, 0)])
+        return [r.value for batch in _poll_until_records(consumer) for r in batch]
+    finally:
+        consumer.close()
+
+
+def _poll_until_records(consumer: Consumer) -> list:
+    for _ in range(30):
+        polled = consumer.poll(timeout_ms=1000)
+        if polled:
+            return list(polled.values())
+    raise AssertionError("no records within 30 polls")
