@@ -32,7 +32,9 @@ def translate(exc: BaseException) -> RaylogError:
             # Ray's dual exception then has no method name, and the failure is that call's.
             return translate(raised)
         what = f"{type(raised).__name__}: {raised}" if raised is not None else str(exc).splitlines()[0]
-        return UnknownServerError(f"{exc.function_name} failed: {what}")
+        # (Ray's dual exception of a cause that is not Ray's, RayTaskError(TypeError), may not
+        # have the method's name.)
+        return UnknownServerError(f"{getattr(exc, 'function_name', 'an actor method')} failed: {what}")
     if isinstance(exc, GetTimeoutError):
         return RequestTimedOutError("no reply from the actor in time")
     if isinstance(exc, RayError):

@@ -33,6 +33,10 @@ def test_an_actor_methods_own_failure_says_which_method_and_what_it_raised():
     error = translate(wrapped)
     assert isinstance(error, UnknownServerError)
     assert "ControllerActor.start" in str(error) and "TimeoutError: broker 2 did not answer" in str(error)
+    # What ray.get raises is Ray's dual exception, RayTaskError(TimeoutError), which may not
+    # carry the method's name: still an UnknownServerError saying what was raised.
+    dual = translate(wrapped.as_instanceof_cause())
+    assert isinstance(dual, UnknownServerError) and "TimeoutError: broker 2 did not answer" in str(dual)
 
 
 def test_a_method_that_found_another_actor_unavailable_is_a_broker_to_retry():
