@@ -1353,7 +1353,7 @@ class ControllerActor:
             topic_name, PartitionReplicaActor
         )
         options["max_concurrency"] = actor_class.MAX_CONCURRENCY
-        kwargs: dict[str, Any] = {"session_key": self.image.session_key}
+        kwargs: dict[str, Any] = {"session_key": self.image.session_key, "acls": self._replica_authorizer()}
         if actor_class is GroupCoordinatorActor:
             kwargs["initial_rebalance_delay_ms"] = self.config.group_initial_rebalance_delay_ms
             kwargs["consumer_groups"] = ConsumerGroupConfig(

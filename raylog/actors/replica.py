@@ -164,6 +164,7 @@ class PartitionReplicaActor:
         leader_handle=None,
         *,
         session_key: str,
+        acls: tuple[int, Authorizer | None] = (-1, None),
     ):
         logs.configure()
         topic_config = TopicConfig.from_properties(config)
@@ -186,8 +187,10 @@ class PartitionReplicaActor:
         self._produce_quotas = QuotaManager(PRODUCER_BYTE_RATE)
         self._fetch_quotas = QuotaManager(CONSUMER_BYTE_RATE)
         self._quotas_version = -1
-        # Who may call: the cluster's session key and the ACLs pushed (see raylog.actors.access).
+        # Who may call: the cluster's session key and the ACLs as the replica was created with
+        # them (so that it never serves unchecked), then as pushed (see raylog.actors.access).
         self._guard = Guard(session_key)
+        self._guard.apply(*acls)
         self._waiting: collections.Counter = collections.Counter()  # pool -> calls parked (under _lock)
         with self._lock:
             if ray.get_runtime_context().was_current_actor_reconstructed:

@@ -147,3 +147,29 @@ def test_acls_arguments_name_the_acls_kafka_acls_would():
     ]
     with pytest.raises(SystemExit):
         cli._parser().parse_args(["acls", "add", "--operation", "Fly", "--topic", "a"])
+
+
+def test_command_config_takes_kafka_tools_properties(tmp_path):
+    """--command-config: librdkafka's names or a JAAS line (as Kafka's Java tools take it),
+    comments and blank lines skipped; an unknown setting or a line without = is a usage error."""
+    path = tmp_path / "client.properties"
+    path.write_text(
+        "# who runs the command\n\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism : SCRAM-SHA-512\n"
+        'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="ops" '
+        'password="p=w:d";\n'
+    )
+    args = cli._parser().parse_args(["status", "--command-config", str(path)])
+    assert cli._credentials(args) == {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "ops",
+        "sasl_plain_password": "p=w:d",
+    }
+    assert cli._credentials(cli._parser().parse_args(["status"])) == {}
+    for text, problem in (("ssl.keystore.location=x\n", "unknown setting"), ("just words\n", "not a key=value")):
+        path.write_text(text)
+        with pytest.raises(cli._UsageError, match=problem):
+            cli._credentials(args)
+    args = cli._parser().parse_args(["status", "--command-config", str(tmp_path / "missing")])
+    with pytest.raises(cli._UsageError, match="--command-config"):
+        cli._credentials(args)
