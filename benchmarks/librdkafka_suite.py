@@ -72,6 +72,7 @@ CLUSTER_CONFIG = {
     "auto.create.topics.enable": "true",
     "num.partitions": "4",
     "group.initial.rebalance.delay.ms": "3000",
+    "super.users": "User:rdkafka",  # SASL_USER: raylog's own clients of the run act as it
 }
 #: The suite's scenarios (the JSON files of its tests directory), as raylog settings over
 #: CLUSTER_CONFIG: a test names the one it needs, and each gets a cluster of its own.
@@ -84,7 +85,14 @@ SASL_USER = ("rdkafka", "rdkafka-secret")
 SASL_CONFIG = {
     "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-    "super.users": f"User:{SASL_USER[0]}",
+    "connections.max.reauth.ms": "10000",  # 0142 re-authenticates (KIP-368)
+}
+#: raylog.connect's settings of that user (raylog's clients of the run act as it).
+SASL_CREATOR = {
+    "security_protocol": "SASL_PLAINTEXT",
+    "sasl_mechanism": "PLAIN",
+    "sasl_plain_username": SASL_USER[0],
+    "sasl_plain_password": SASL_USER[1],
 }
 SASL_CLIENT = {
     "security.protocol": "SASL_PLAINTEXT",
@@ -490,10 +498,9 @@ def run_embedded(runner: Path, tests: dict[str, str], log: Path) -> list[Outcome
                 num_brokers=3,
                 cluster_name=f"rdk{uuid.uuid4().hex[:8]}",
                 config={**CLUSTER_CONFIG, **SCENARIOS[scenario], **(SASL_CONFIG if with_sasl else {})},
+                **SASL_CREATOR,  # the suite's user, a super user, is made with the cluster
             )
             try:
-                if with_sasl:
-                    raylog.Admin(cluster).alter_user_scram_credentials({SASL_USER[0]: SASL_USER[1]})
                 found = run_suite(
                     runner,
                     cluster.bootstrap_servers(),

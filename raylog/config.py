@@ -620,6 +620,15 @@ class ControllerConfig(_Config):
         "A Kafka listener closes a connection that sent nothing and has no request left to answer for this long.",
         minimum=1,
     )
+    connections_max_reauth_ms: int = setting(
+        0,
+        "On a SASL listener, how long an authentication holds (KIP-368): a client is told this "
+        "lifetime and authenticates again on its connection before it ends (with the same user; "
+        "a deleted user or a changed password then refuses it), and a connection that sends "
+        "anything else once it ended is closed. 0: never (authenticated connections keep their "
+        "user until they close).",
+        minimum=0,
+    )
     sasl_enabled_mechanisms: str = setting(
         "SCRAM-SHA-256,SCRAM-SHA-512",
         "The SASL mechanisms a SASL_PLAINTEXT or SASL_SSL listener accepts, comma-separated, of "

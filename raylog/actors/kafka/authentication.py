@@ -1,20 +1,26 @@
-"""Kafka's SASL authentication and SCRAM credential APIs on a listener: SaslHandshake v1,
+"""Kafka's SASL authentication and SCRAM credential APIs on a listener: SaslHandshake v0-1,
 SaslAuthenticate v0-2, DescribeUserScramCredentials v0 and AlterUserScramCredentials v0.
 
 On a SASL_PLAINTEXT or SASL_SSL listener every connection starts with a
 :class:`~raylog.kafka.sasl.SaslExchange` in its state (:data:`CONNECTION`): until it completes,
 the listener reads nothing but ApiVersions, SaslHandshake and SaslAuthenticate (another request
 closes the connection, as Kafka's SaslServerAuthenticator does), and a failed authentication is
-answered SASL_AUTHENTICATION_FAILED and the connection closed. The principal it authenticated
-is the connection's for the authorizer. SaslHandshake v0 (raw SASL tokens after the handshake,
-before KIP-152) is not served: every client that speaks SASL sends v1. On a listener without
-SASL, both answer ILLEGAL_SASL_STATE. The credential APIs go to the controller (which needs
-DESCRIBE or ALTER on the cluster: :mod:`raylog.actors.kafka.authorization`).
+answered SASL_AUTHENTICATION_FAILED and the connection closed. With ``connections.max.reauth.ms``
+(KIP-368) SaslAuthenticate tells the client its session's lifetime; the client authenticates
+again on the connection before it ends (a new SaslHandshake, the same user), and a connection
+whose session ended sends nothing else (the listener closes it). The principal it authenticated
+is the connection's for the authorizer. After SaslHandshake v0 (kafka-python's; librdkafka
+needs to see it offered) the SASL tokens come unframed, each length-prefixed, until the
+exchange completes (KIP-43): the listener answers each the same way, and closes the
+connection on a refusal. On a listener without SASL, both answer ILLEGAL_SASL_STATE. The
+credential APIs go to the controller (which needs DESCRIBE or ALTER on the cluster:
+:mod:`raylog.actors.kafka.authorization`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from raylog.actors.kafka.admin import ask_each
@@ -45,15 +51,15 @@ async def sasl_handshake(ctx: BrokerContext, header: RequestHeader, body: dict) 
         _exchange().handshake(body["mechanism"])
     except RaylogError as exc:
         return {"error_code": code_of(exc), "mechanisms": enabled}
+    if header.api_version == 0:  # the SASL tokens follow unframed (see the module docstring)
+        CONNECTION.get({})["sasl_raw"] = True
     return {"error_code": 0, "mechanisms": enabled}
 
 
 async def sasl_authenticate(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     connection = CONNECTION.get({})
     try:
-        exchange = _exchange()
-        await ctx.credentials_known()
-        answer = exchange.authenticate(body["auth_bytes"])
+        answer = await exchange_token(ctx, connection, body["auth_bytes"])
     except SaslAuthenticationError as exc:
         connection["close_after_answer"] = True
         # (each failure, as Kafka's authenticator logs it: a failed connection is closed)
@@ -61,9 +67,29 @@ async def sasl_authenticate(ctx: BrokerContext, header: RequestHeader, body: dic
         return {"error_code": exc.code, "error_message": str(exc), "auth_bytes": b""}
     except RaylogError as exc:
         return {"error_code": code_of(exc), "error_message": str(exc), "auth_bytes": b""}
+    lifetime_ms = ctx.config.connections_max_reauth_ms if _exchange().complete else 0
+    return {"error_code": 0, "error_message": None, "auth_bytes": answer, "session_lifetime_ms": lifetime_ms}
+
+
+async def exchange_token(ctx: BrokerContext, connection: dict, token: bytes) -> bytes:
+    """The server's answer to the client's next SASL ``token`` (from SaslAuthenticate, or
+    unframed after SaslHandshake v0); once authenticated, the connection's principal is the
+    user's and, with ``connections.max.reauth.ms``, its authentication holds that long.
+
+    Raises:
+        SaslAuthenticationError: refused (the connection is to close).
+        IllegalSaslStateError: out of turn, or the listener has no SASL.
+    """
+    exchange = _exchange()
+    await ctx.credentials_known()
+    answer = exchange.authenticate(token)
     if exchange.complete:
         connection["principal"] = exchange.principal
-    return {"error_code": 0, "error_message": None, "auth_bytes": answer, "session_lifetime_ms": 0}
+        connection.pop("sasl_raw", None)
+        lifetime_ms = ctx.config.connections_max_reauth_ms
+        if lifetime_ms:  # KIP-368: the client is to authenticate again before this ends
+            connection["session_expires_s"] = time.monotonic() + lifetime_ms / 1000
+    return answer
 
 
 async def describe_user_scram_credentials(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:

@@ -52,6 +52,7 @@ import contextlib
 import logging
 import socket
 import struct
+import time
 from collections.abc import Hashable
 from typing import Any
 
@@ -72,7 +73,7 @@ from raylog.actors.kafka import (
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
 from raylog.actors.kafka.limits import ConnectionQuotas, RequestMemoryPool
 from raylog.config import TLS_PROTOCOLS, ControllerConfig
-from raylog.errors import UnknownServerError, UnsupportedVersionError
+from raylog.errors import RaylogError, UnknownServerError, UnsupportedVersionError
 from raylog.kafka import codec, records, tls
 from raylog.kafka.sasl import SaslExchange
 from raylog.principals import PrincipalMapper
@@ -91,6 +92,7 @@ IDLE = "connections.max.idle.ms"
 TOO_LARGE = "socket.request.max.bytes"
 INVALID = "invalid request"
 UNAUTHENTICATED = "request before SASL authentication"
+EXPIRED = "connections.max.reauth.ms"
 #: Requests that change nothing: they run beside each other, after every earlier request
 #: that changes something; a request that changes something (every other one: Produce,
 #: commits, joins, ...) runs after every earlier request. So a connection's answers are
@@ -252,7 +254,8 @@ class KafkaListenerActor:
         principal = self._principals.principal(writer.get_extra_info("peercert"))
         connection = {"principal": principal, "host": peer[0] if peer else ""}
         if self.config.listener_protocol.startswith("SASL_"):
-            connection["sasl"] = SaslExchange(self.config.sasl_mechanisms, self.context.credentials)
+            reauthentication = self.config.connections_max_reauth_ms > 0
+            connection["sasl"] = SaslExchange(self.config.sasl_mechanisms, self.context.credentials, reauthentication)
         CONNECTION.set(connection)
         sock = writer.get_extra_info("socket")
         if sock is not None:
@@ -276,6 +279,13 @@ class KafkaListenerActor:
                 except BaseException:
                     self._pool.release(size)
                     raise
+                if connection.get("sasl_raw"):  # a SASL token after SaslHandshake v0, not a request
+                    answer = asyncio.ensure_future(self._raw_sasl_answer(frame, [change, *reads], peer))
+                    answer.add_done_callback(lambda _, n=size: self._pool.release(n))
+                    answer.add_done_callback(backlog.ready)
+                    backlog.requests += 1
+                    answers.put_nowait(answer)
+                    continue
                 if not self._may_read(frame, peer):
                     self._pool.release(size)
                     return
@@ -299,19 +309,43 @@ class KafkaListenerActor:
                 read.cancel()
             data.forget_connection(CONNECTION.get())
 
+    async def _raw_sasl_answer(self, token: bytes, earlier: list, peer: Any) -> list | None:
+        """The answer to a raw SASL token (KIP-43: after SaslHandshake v0, the SASL messages
+        go without Kafka's framing, as kafka-python sends them): the server's token, length
+        prefixed; a refused one is not answered, and the connection closes (as Kafka does)."""
+        waiting = [e for e in earlier if e is not None and not e.done()]
+        if waiting:
+            await asyncio.wait(waiting)
+        connection = CONNECTION.get()
+        try:
+            answer = await authentication.exchange_token(self.context, connection, token)
+        except RaylogError as exc:
+            logger.info("broker %d: failed authentication with %s (%s)", self.context.broker_id, peer, exc)
+            connection["close_after_answer"] = True
+            return None
+        return [_SIZE.pack(len(answer)), answer]
+
     def _may_read(self, frame: bytes, peer: Any) -> bool:
         """Whether the connection may send ``frame`` now: on a SASL listener, a connection that
-        has not authenticated sends only ApiVersions, SaslHandshake and SaslAuthenticate (else
-        it is closed, as Kafka closes it)."""
-        exchange = CONNECTION.get().get("sasl")
-        if exchange is None or exchange.complete:
+        has not authenticated, is authenticating again or whose authentication expired
+        (``connections.max.reauth.ms``, KIP-368) sends only ApiVersions, SaslHandshake and
+        SaslAuthenticate (else it is closed, as Kafka closes it)."""
+        connection = CONNECTION.get()
+        exchange = connection.get("sasl")
+        if exchange is None:
+            return True
+        expired = time.monotonic() >= connection.get("session_expires_s", float("inf"))
+        if exchange.complete and not expired:
             return True
         api_key = _API_KEY.unpack_from(frame)[0] if len(frame) >= _API_KEY.size else -1
         if api_key in BEFORE_AUTHENTICATION:
             return True
-        self._log_once(
-            UNAUTHENTICATED, "closing Kafka connections sending API %d before SASL (%s first)", api_key, peer
-        )
+        if exchange.complete:
+            self._log_once(EXPIRED, "closing Kafka connections whose SASL authentication expired (%s first)", peer)
+        else:
+            self._log_once(
+                UNAUTHENTICATED, "closing Kafka connections sending API %d before SASL (%s first)", api_key, peer
+            )
         return False
 
     async def _next_size(self, reader: asyncio.StreamReader, backlog: _Backlog, peer: Any) -> int | None:

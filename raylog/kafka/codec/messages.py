@@ -95,7 +95,7 @@ SUPPORTED: dict[ApiKey, tuple[int, int]] = {
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.LIST_GROUPS: (0, 4),
-    ApiKey.SASL_HANDSHAKE: (1, 1),
+    ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),

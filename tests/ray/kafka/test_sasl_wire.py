@@ -13,9 +13,11 @@ TLS (SCRAM only).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import struct
+import time
 import uuid
 
 import pytest
@@ -256,6 +258,36 @@ def test_requests_out_of_the_exchange_close_the_connection(sasl_bootstrap):
     assert good.answer(codec.ApiKey.METADATA, 9)["brokers"]
 
 
+def test_sasl_handshake_v0_takes_unframed_tokens(sasl_bootstrap):
+    """After SaslHandshake v0 the SASL messages go without Kafka's framing (KIP-43), each
+    length-prefixed both ways: SCRAM-SHA-256 (scramp's client) and PLAIN authenticate and
+    then serve requests; a refused token gets no answer and the connection closes."""
+    import scramp
+
+    def raw_token(conn: Raw, token: bytes) -> bytes | None:
+        conn.sock.sendall(struct.pack(">i", len(token)) + token)
+        size = conn._read(4)
+        return None if size is None else conn._read(struct.unpack(">i", size)[0])
+
+    def handshake_v0(mechanism: str) -> Raw:
+        conn = Raw(sasl_bootstrap)
+        conn.send(codec.ApiKey.SASL_HANDSHAKE, 0, {"mechanism": mechanism})
+        assert conn.answer(codec.ApiKey.SASL_HANDSHAKE, 0)["error_code"] == 0
+        return conn
+
+    scram_conn = handshake_v0("SCRAM-SHA-256")
+    client = scramp.ScramClient(["SCRAM-SHA-256"], "alice", PASSWORDS["alice"])
+    client.set_server_first(raw_token(scram_conn, client.get_client_first().encode()).decode())
+    client.set_server_final(raw_token(scram_conn, client.get_client_final().encode()).decode())
+    plain_conn = handshake_v0("PLAIN")
+    assert raw_token(plain_conn, b"\0alice\0" + PASSWORDS["alice"].encode()) == b""
+    for conn in (scram_conn, plain_conn):
+        conn.send(codec.ApiKey.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False})
+        assert conn.answer(codec.ApiKey.METADATA, 9)["brokers"]
+    refused = handshake_v0("PLAIN")
+    assert raw_token(refused, b"\0alice\0wrong") is None  # closed without an answer
+
+
 @pytest.fixture(scope="module")
 def sasl_ssl_cluster(cluster, tmp_path_factory):
     import trustme
@@ -284,6 +316,72 @@ def test_scram_over_tls(sasl_ssl_cluster):
     assert records_of(cluster, topic) == [b"over tls"]
     refused = deliver(bootstrap, topic, b"plain", **sasl("PLAIN", "admin", protocol="SASL_SSL"), **tls)
     assert refused is not None
+
+
+def test_aiokafka_and_kcat_over_sasl_ssl_with_scram_sha_512(sasl_ssl_cluster, kcat):
+    """Two more clients nobody here wrote, in their default settings but for TLS and SCRAM:
+    aiokafka (pure Python, its own SCRAM) and kcat (Debian's librdkafka, with OpenSSL) write
+    and read over SASL_SSL; each with a wrong password is refused and writes nothing."""
+    import ssl
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.errors import KafkaError as AioKafkaError
+
+    cluster, ca = sasl_ssl_cluster
+    bootstrap = wait_until(lambda: cluster.bootstrap_servers() or None, timeout_s=60, message="listener")
+    topic = f"aio-{uuid.uuid4().hex[:6]}"
+    Admin(cluster).create_topics([NewTopic(topic, 1, 1)], wait_for_leaders_ms=60_000)
+    context = ssl.create_default_context(cafile=ca)
+
+    def settings(password: str) -> dict:
+        return {
+            "bootstrap_servers": bootstrap,
+            "security_protocol": "SASL_SSL",
+            "ssl_context": context,
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": "admin",
+            "sasl_plain_password": password,
+        }
+
+    async def aiokafka_round_trip() -> list[bytes]:
+        producer = AIOKafkaProducer(**settings(PASSWORDS["admin"]))
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"from aiokafka")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **settings(PASSWORDS["admin"]))
+        await consumer.start()
+        try:
+            return [(await consumer.getone()).value]
+        finally:
+            await consumer.stop()
+
+    async def aiokafka_refused() -> bool:
+        producer = AIOKafkaProducer(**settings("wrong"), request_timeout_ms=10_000)
+        try:
+            await producer.start()
+        except AioKafkaError:
+            return True
+        await producer.stop()
+        return False
+
+    assert asyncio.run(aiokafka_round_trip()) == [b"from aiokafka"]
+    assert asyncio.run(aiokafka_refused())
+
+    def kcat_args(password: str) -> list[str]:
+        return [
+            "-b", bootstrap, "-X", "security.protocol=SASL_SSL", "-X", f"ssl.ca.location={ca}",
+            "-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=admin", "-X", f"sasl.password={password}",
+        ]  # fmt: skip
+
+    done = kcat.run(*kcat_args(PASSWORDS["admin"]), "-P", "-t", topic, stdin="from kcat\n")
+    assert done.returncode == 0, done.stderr
+    done = kcat.run(*kcat_args(PASSWORDS["admin"]), "-C", "-t", topic, "-e", "-q", "-o", "beginning")
+    assert done.stdout.split() == ["from", "aiokafka", "from", "kcat"], done.stderr
+    refused = kcat.run(*kcat_args("wrong"), "-X", "message.timeout.ms=5000", "-P", "-t", topic, stdin="never\n")
+    assert "Authentication failed" in refused.stderr, refused.stderr
+    assert records_of(cluster, topic) == [b"from aiokafka", b"from kcat"]
 
 
 def test_raylog_users_adds_lists_and_removes_credentials(run, sasl_cluster, sasl_bootstrap, granted_topic, tmp_path):
@@ -321,3 +419,78 @@ def test_raylog_users_adds_lists_and_removes_credentials(run, sasl_cluster, sasl
         assert code == 2 and "stdin" in err
     finally:
         PASSWORDS.pop("carol")
+
+
+#: connections.max.reauth.ms of ``reauth_cluster``: short, so that tests cross it.
+REAUTH_MS = 2_000
+
+
+@pytest.fixture(scope="module")
+def reauth_cluster(cluster, tmp_path_factory):
+    """A SASL_PLAINTEXT listener whose authentications hold REAUTH_MS (KIP-368)."""
+    handle = start_cluster(
+        tmp_path_factory,
+        "SASL_PLAINTEXT://127.0.0.1:0",
+        **{"sasl.enabled.mechanisms": MECHANISMS, "connections.max.reauth.ms": str(REAUTH_MS)},
+    )
+    bootstrap = wait_until(lambda: handle.bootstrap_servers() or None, timeout_s=60, message="listener")
+    make_users(bootstrap, sasl("SCRAM-SHA-512", "admin"))
+    yield handle, bootstrap
+    handle.shutdown()
+
+
+def test_clients_reauthenticate_and_a_deleted_user_is_cut_off_within_the_session(reauth_cluster):
+    """KIP-368: confluent-kafka is told the session's lifetime and authenticates again on its
+    connection, so a producer writing across several lifetimes goes on; once its user is
+    deleted, its next re-authentication fails and it writes nothing more. A raw client that
+    does not re-authenticate is closed at its first request after the lifetime, and one that
+    re-authenticates as another user is refused."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    cluster, bootstrap = reauth_cluster
+    topic = clients.granted_topic(cluster, "User:carol", "carols")
+    PASSWORDS["carol"] = "carol-secret"
+    try:
+        Admin(cluster).alter_user_scram_credentials({"carol": PASSWORDS["carol"]})
+        errors: list = []
+        producer = KafkaProducer(
+            {"bootstrap.servers": bootstrap, "message.timeout.ms": 10_000, **sasl("SCRAM-SHA-512", "carol")}
+        )
+        deadline = time.monotonic() + 3 * REAUTH_MS / 1000
+        sent = 0
+        while time.monotonic() < deadline:
+            producer.produce(topic, b"%d" % sent, on_delivery=lambda err, _: err is not None and errors.append(err))
+            sent += 1
+            producer.flush(TIMEOUT_S)
+            time.sleep(0.2)
+        assert not errors and len(records_of(cluster, topic)) == sent
+        Admin(cluster).alter_user_scram_credentials(deletions=[("carol", "SCRAM-SHA-256"), ("carol", "SCRAM-SHA-512")])
+        time.sleep(1.5 * REAUTH_MS / 1000)
+        producer.produce(topic, b"after", on_delivery=lambda err, _: errors.append(err))
+        producer.flush(15)
+        assert errors and errors[-1] is not None, "a deleted user's producer still wrote"
+        assert b"after" not in records_of(cluster, topic)
+    finally:
+        PASSWORDS.pop("carol")
+
+    raw = Raw(bootstrap)
+    raw.send(codec.ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+    raw.answer(codec.ApiKey.SASL_HANDSHAKE, 1)
+    raw.send(codec.ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+    assert raw.answer(codec.ApiKey.SASL_AUTHENTICATE, 2)["session_lifetime_ms"] == REAUTH_MS
+    raw.send(codec.ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})  # re-authenticates as bob
+    assert raw.answer(codec.ApiKey.SASL_HANDSHAKE, 1)["error_code"] == 0
+    raw.send(codec.ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0bob\0bob-secret"})
+    assert raw.answer(codec.ApiKey.SASL_AUTHENTICATE, 2)["error_code"] == 58
+    assert raw.answer(codec.ApiKey.SASL_AUTHENTICATE, 2) is None  # closed
+
+    late = Raw(bootstrap)
+    late.send(codec.ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+    late.answer(codec.ApiKey.SASL_HANDSHAKE, 1)
+    late.send(codec.ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+    late.answer(codec.ApiKey.SASL_AUTHENTICATE, 2)
+    late.send(codec.ApiKey.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False})
+    assert late.answer(codec.ApiKey.METADATA, 9) is not None  # within the session
+    time.sleep(REAUTH_MS / 1000 + 0.5)
+    late.send(codec.ApiKey.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False})
+    assert late.answer(codec.ApiKey.METADATA, 9) is None  # closed: the session ended

@@ -155,3 +155,79 @@ def test_a_connection_gets_one_attempt():
     with pytest.raises(IllegalSaslStateError, match="failed"):
         sasl.authenticate(b"\0alice\0alice-secret")
     assert not sasl.complete
+
+
+def test_reauthentication_starts_the_exchange_again_for_the_same_user_only():
+    """KIP-368: with re-authentication allowed, a handshake on an authenticated connection
+    starts over (nothing else may be sent meanwhile: not complete); the same user with any
+    mechanism succeeds, another user is refused and the connection keeps no principal."""
+    sasl = SaslExchange(MECHANISMS, CREDENTIALS.get, reauthentication=True)
+    sasl.handshake("SCRAM-SHA-512")
+    scram_login(sasl, "SCRAM-SHA-512", "alice", "alice-secret")
+    sasl.handshake("SCRAM-SHA-256")
+    assert not sasl.complete and sasl.principal is None
+    scram_login(sasl, "SCRAM-SHA-256", "alice", "alice-secret")
+    assert sasl.principal == "User:alice"
+    sasl.handshake("PLAIN")
+    with pytest.raises(SaslAuthenticationError, match="re-authentication as User:bob on a connection of User:alice"):
+        sasl.authenticate(b"\0bob\0bob-secret")
+    assert not sasl.complete
+    with pytest.raises(IllegalSaslStateError):
+        sasl.authenticate(b"\0alice\0alice-secret")  # one attempt: the connection is to close
+
+
+def test_a_deleted_user_or_changed_password_fails_the_reauthentication():
+    known = {"alice": dict(CREDENTIALS["alice"])}
+    sasl = SaslExchange(MECHANISMS, known.get, reauthentication=True)
+    sasl.handshake("PLAIN")
+    sasl.authenticate(b"\0alice\0alice-secret")
+    del known["alice"]
+    sasl.handshake("PLAIN")
+    with pytest.raises(SaslAuthenticationError):
+        sasl.authenticate(b"\0alice\0alice-secret")
+
+
+def test_without_reauthentication_a_second_handshake_is_illegal():
+    sasl = exchange("PLAIN")
+    sasl.authenticate(b"\0alice\0alice-secret")
+    with pytest.raises(IllegalSaslStateError):
+        sasl.handshake("PLAIN")
+    assert sasl.principal == "User:alice"
+
+
+def _final_with_nonce(first_bare: str, server_first: str, nonce: str, password: str, salt: bytes, iterations: int):
+    """A SCRAM-SHA-256 client-final message with ``nonce``, its proof computed over the
+    message as sent (as librdkafka 2.0 computes it)."""
+    import base64
+    import hashlib
+    import hmac
+
+    salted = scram.salted_password("SCRAM-SHA-256", password, salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    without_proof = f"c=biws,r={nonce}"
+    auth = f"{first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.new(stored_key, auth, "sha256").digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def test_a_final_nonce_that_ends_with_the_servers_is_taken_as_kafka_takes_it():
+    """librdkafka 2.0 (kcat on Debian 12) sends its part of the nonce twice in its final
+    message; Kafka's server takes a final nonce that ends with the one it sent, and so does
+    raylog's. One that does not end with it (another exchange's) is refused."""
+    credential = CREDENTIALS["alice"]["SCRAM-SHA-256"]
+    for doubled, accepted in ((True, True), (False, False)):
+        sasl = exchange("SCRAM-SHA-256")
+        first_bare = "n=alice,r=clientpart"
+        server_first = sasl.authenticate(f"n,,{first_bare}".encode()).decode()
+        combined = server_first.split(",")[0][2:]
+        nonce = "clientpart" + combined if doubled else "clientpart" + "x" * 24
+        final = _final_with_nonce(
+            first_bare, server_first, nonce, "alice-secret", credential.salt, credential.iterations
+        )
+        if accepted:
+            assert sasl.authenticate(final).startswith(b"v=") and sasl.principal == "User:alice"
+        else:
+            with pytest.raises(SaslAuthenticationError):
+                sasl.authenticate(final)
