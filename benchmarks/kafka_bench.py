@@ -227,18 +227,24 @@ class Deliveries:
 
 
 def confluent_produce(
-    bootstrap: str, topic: str, values: list[bytes], timeout_s: float, every_report: bool
+    bootstrap: str,
+    topic: str,
+    values: list[bytes],
+    timeout_s: float,
+    every_report: bool,
+    client: dict[str, Any] | None = None,
 ) -> tuple[float, float]:
     """Seconds for a fresh confluent-kafka producer (librdkafka's defaults but ``linger.ms=5``
     and ``acks=1``) to send ``values`` to ``topic`` and have every one acknowledged, and the
     seconds until the last ``produce()`` call returned (the client's own share). With
     ``every_report`` a delivery callback counts each record; without, librdkafka reports only
     failures (``delivery.report.only.error``), as raylog's ``send()`` calls nothing per record,
-    and ``flush()`` returning 0 says every record was acknowledged or failed."""
+    and ``flush()`` returning 0 says every record was acknowledged or failed. ``client``: more
+    settings (security)."""
     from confluent_kafka import Producer as KafkaProducer
 
     deliveries = Deliveries()
-    settings = {"linger.ms": 5, "acks": 1, "on_delivery": deliveries}
+    settings = {"linger.ms": 5, "acks": 1, "on_delivery": deliveries, **(client or {})}
     if not every_report:
         settings["delivery.report.only.error"] = True
     producer = KafkaProducer(confluent_config(bootstrap, **settings))
@@ -269,13 +275,13 @@ CONSUMER_SETTINGS = {"enable.auto.commit": False, "fetch.queue.backoff.ms": 0}
 
 
 def confluent_consume(
-    bootstrap: str, topic: str, partitions: int, count: int, timeout_s: float
+    bootstrap: str, topic: str, partitions: int, count: int, timeout_s: float, client: dict[str, Any] | None = None
 ) -> tuple[float, float, int]:
     """Seconds for a fresh confluent-kafka consumer, assigned every partition of ``topic`` at
     the beginning, to receive ``count`` records with ``consume(num_messages=...)``; the
     seconds until the first records came and how many came then (its start-up: connections,
     the offset look-up, librdkafka's own back-offs)."""
-    consumer = _assigned_consumer(bootstrap, topic, partitions, {})
+    consumer = _assigned_consumer(bootstrap, topic, partitions, client or {})
     try:
         consume = consumer.consume
         got = first_count = 0
