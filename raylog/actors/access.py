@@ -30,6 +30,9 @@ from raylog.errors import (
 
 logger = logging.getLogger("raylog.authorizer")
 
+#: Denials remembered as logged once (then logged again: a bound on memory, as a hostile
+#: client may name a new resource in every request).
+DENIALS_REMEMBERED = 10_000
 #: The error of a denial, by the resource's type.
 DENIED: dict[ResourceType, type[AuthorizationError]] = {
     ResourceType.TOPIC: TopicAuthorizationFailedError,
@@ -76,6 +79,8 @@ class Access:
         metrics.record_authorization_denial(operation.name)
         key = (self.principal, self.host, operation, resource_type, name)
         level = logging.DEBUG if key in self._logged else logging.INFO
+        if len(self._logged) >= DENIALS_REMEMBERED:  # a client naming ever new resources
+            self._logged.clear()
         self._logged.add(key)
         if logger.isEnabledFor(level):
             logger.log(level, self._line(False, operation, resource_type, name))

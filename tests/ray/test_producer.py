@@ -121,6 +121,9 @@ class ReorderingCluster:
         metadata.leaders = {**metadata.leaders, (self._topic, 0): self.leader}
         return metadata
 
+    def session(self):
+        return self._cluster.session()
+
 
 def test_a_batch_that_overtakes_its_producers_first_waits_for_it(cluster, topic):
     """Sequence 1 reaching a leader that does not know its producer before sequence 0 (by a

@@ -37,7 +37,7 @@ from raylog.coordination.group import partition_for
 from raylog.coordination.placement import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination.producer_ids import ProducerIdPool
 from raylog.coordination.scram import Credentials
-from raylog.coordination.sessions import SessionKeys, new_key
+from raylog.coordination.sessions import SessionKeys
 from raylog.errors import RaylogError
 from raylog.kafka.fetch_sessions import FetchSessionCache
 
@@ -128,19 +128,20 @@ class BrokerContext:
         #: SCRAM credentials (user -> mechanism -> credential) for SASL, and their version.
         self._credentials: dict[str, Credentials] = {}
         self._credentials_version: int | None = None
-        #: The cluster's session key (a new one when none is given: a context of its own),
-        #: with which the listener signs its calls to replicas as the broker.
-        self._sessions = SessionKeys(session_key or new_key())
+        #: The cluster's session key, with which the listener signs its calls to replicas, the
+        #: coordinators and the controller as the broker. Without one (handlers driven outside
+        #: a listener, as tests do) the calls carry no token: they are User:ANONYMOUS's.
+        self._sessions = SessionKeys(session_key) if session_key else None
 
     def ask(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call the controller's ``method`` as this broker (the request was authorized here);
         the reference, to await."""
         return getattr(self.controller, method).remote(*args, session=self.broker_token(), **kwargs)
 
-    def broker_token(self) -> str:
+    def broker_token(self) -> str | None:
         """The token of this broker's calls to replicas (see :mod:`raylog.coordination.sessions`):
         a Kafka request is authorized here, on the listener, before the calls it makes."""
-        return self._sessions.broker_token(time.time() * 1000)
+        return None if self._sessions is None else self._sessions.broker_token(time.time() * 1000)
 
     def apply_acls(self, version: int, acls: Iterable[ACL]) -> None:
         """Authorize from ``acls`` (the controller's ACLs at ``version``) unless a newer

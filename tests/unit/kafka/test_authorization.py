@@ -210,6 +210,18 @@ def test_denials_are_logged_once_each_then_at_debug(caplog):
     )
 
 
+def test_the_denials_remembered_as_logged_are_bounded():
+    """A client naming a new topic in every request does not grow the broker's memory."""
+    from raylog.actors import access as access_module
+
+    gate = Gate()
+    logged: set = set()
+    access = authorization.Access(gate.authorizer, ANON, "10.0.0.9", logged)
+    for i in range(access_module.DENIALS_REMEMBERED + 10):
+        access.allows(Op.READ, ResourceType.TOPIC, f"t{i}")
+    assert len(logged) <= access_module.DENIALS_REMEMBERED
+
+
 class AclController:
     """A controller whose metadata answers carry ``acls`` as the real one does: the set when
     the caller's version differs, else None."""
