@@ -51,7 +51,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.actors import logs, metrics
-from raylog.actors.access import Access
+from raylog.actors.access import Access, Guard
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.kafka.fleet import ListenerFleet
 from raylog.actors.names import NAMESPACE, replica_name
@@ -189,12 +189,12 @@ class ControllerActor:
             self._create_first_users(first_users)
         if self.image.session_key is None:
             self._commit([{"type": "session_key", "key": sessions.new_key()}])
-        self._sessions = sessions.SessionKeys(self.image.session_key)
+        #: Who calls the admin API: the session key and the ACLs (see raylog.actors.access).
+        self._callers = Guard(self.image.session_key)
         #: SASL exchanges of raylog's clients under way: id -> (exchange, when it started).
         self._exchanges: dict[str, tuple[SaslExchange, float]] = {}
         #: The ACLs as an authorizer for the replicas, and the ACLs' version it was built at.
         self._authorizer: tuple[int, Authorizer | None] = (-1, None)
-        self._denials_logged: set = set()  # (each logged at INFO once, see raylog.actors.access)
 
     def _create_first_users(self, upsertions: Sequence[tuple]) -> None:
         """The SCRAM credentials a new cluster is made with (Kafka's ``kafka-storage format
@@ -877,7 +877,7 @@ class ControllerActor:
             return answer, None, -1
         expires_ms = int(time.time() * 1000) + self.config.session_token_lifetime_ms
         logger.info("%s authenticated (%s) from %s", exchange.principal, mechanism, host)
-        return answer, self._sessions.issue(exchange.principal, host, expires_ms), expires_ms
+        return answer, self._callers.sessions.issue(exchange.principal, host, expires_ms), expires_ms
 
     async def describe_user_scram_credentials(
         self, users: list[str] | None, session: str | None = None
@@ -911,11 +911,8 @@ class ControllerActor:
         Raises:
             SaslAuthenticationError: a token the cluster did not sign, or one that expired.
         """
-        authorizer = self._replica_authorizer()[1]
-        if authorizer is None:
-            return None
-        caller = self._sessions.session(session, time.time() * 1000)
-        return None if caller.broker else Access(authorizer, caller.principal, caller.host, self._denials_logged)
+        self._callers.apply(*self._replica_authorizer())
+        return self._callers.access(session)
 
     def _require_authorizer(self) -> None:
         if not self.config.authorizer:
