@@ -494,7 +494,7 @@ class Runner(common.Phases):
 
     def create_topic(self, partitions: int) -> str:
         name = f"bench-{len(self.topics)}-{partitions}p-{uuid.uuid4().hex[:6]}"
-        self.admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        common.create_started(self.admin, [NewTopic(name, num_partitions=partitions, replication_factor=1)])
         self.topics.append(name)
         return name
 

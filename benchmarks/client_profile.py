@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package 
 
 import raylog
 from benchmarks.client_bench import CountingProducer, make_workload
-from benchmarks.common import make_values, send_at_rate, start_local_ray, temp_workdir
+from benchmarks.common import create_started, make_values, send_at_rate, start_local_ray, temp_workdir
 from raylog import Admin, Consumer, NewTopic
 from raylog.storage import record_batch
 
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(cluster.shutdown)
         admin = Admin(cluster)
         topic, latency_topic = f"prof-{uuid.uuid4().hex[:6]}", f"prof-lat-{uuid.uuid4().hex[:6]}"
-        admin.create_topics([NewTopic(name, 1, replication_factor=1) for name in (topic, latency_topic)])
+        create_started(admin, [NewTopic(name, 1, replication_factor=1) for name in (topic, latency_topic)])
         stack.callback(admin.delete_topics, [topic, latency_topic])
         ray_floor()
         profile_send(cluster, topic, args.records, args.top, args.dump)

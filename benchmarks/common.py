@@ -392,6 +392,19 @@ def start_local_ray(stack: contextlib.ExitStack, ship: str | None = None) -> Non
         ray.cloudpickle.register_pickle_by_value(sys.modules[ship])
 
 
+#: How long a benchmark waits for a new topic's replicas to start.
+TOPIC_START_TIMEOUT_S = 120.0
+
+
+def create_started(admin: Any, topics: list[Any], timeout_s: float = TOPIC_START_TIMEOUT_S) -> None:
+    """``admin.create_topics(topics)``, then wait until every replica of each runs. A topic's
+    replicas start in the background after it is created (a process each, followers after
+    leaders), and all of them are in its ISR from the start: a figure timed from the first
+    send would otherwise count their start, above all with ``acks="all"``."""
+    admin.create_topics(topics)
+    admin.await_leaders([t.name for t in topics], int(timeout_s * 1000), followers=True)
+
+
 def get(ref: Any, timeout_s: float, what: str) -> Any:
     """``ray.get`` with a bound and a clear error."""
     import ray

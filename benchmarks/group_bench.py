@@ -339,7 +339,7 @@ class Runner(common.Phases):
         self.scale = scale
         self.rows: list[Row] = []
         self.topic = f"groups-{uuid.uuid4().hex[:6]}"
-        self.admin.create_topics([NewTopic(self.topic, num_partitions=PARTITIONS, replication_factor=1)])
+        common.create_started(self.admin, [NewTopic(self.topic, num_partitions=PARTITIONS, replication_factor=1)])
 
     def delete_topic(self) -> None:
         self.admin.delete_topics([self.topic])

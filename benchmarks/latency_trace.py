@@ -52,7 +52,7 @@ if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import raylog
-from benchmarks.common import cpu_seconds, send_at_rate, start_local_ray, temp_workdir
+from benchmarks.common import cpu_seconds, create_started, send_at_rate, start_local_ray, temp_workdir
 from raylog import Admin, NewTopic, Producer
 from raylog.actors.replica import MAX_CONCURRENCY
 from raylog.bench import StampReader
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             admin.delete_topics([cpu_topic])
         for rate in args.rate or [100, 1000]:
             topic = f"trace-{uuid.uuid4().hex[:6]}"
-            admin.create_topics([NewTopic(topic, 1, replication_factor=args.rf)], wait_for_leaders_ms=60_000)
+            create_started(admin, [NewTopic(topic, 1, replication_factor=args.rf)])
             try:
                 table = trace(cluster, topic, rate, args.seconds, acks)
             finally:

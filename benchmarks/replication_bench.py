@@ -400,7 +400,8 @@ class Runner(common.Phases):
 
             def create(partitions: int, rf: int, config: dict | None = None) -> str:
                 name = f"repl-{len(topics)}-rf{rf}-{partitions}p-{uuid.uuid4().hex[:6]}"
-                admin.create_topics([NewTopic(name, partitions, replication_factor=rf, config=dict(config or {}))])
+                new = NewTopic(name, partitions, replication_factor=rf, config=dict(config or {}))
+                common.create_started(admin, [new])
                 topics.append(name)
                 return name
 
@@ -793,7 +794,7 @@ class Runner(common.Phases):
             stack.callback(cluster.shutdown)
             topic = f"repl-node-{uuid.uuid4().hex[:6]}"
             stack.callback(self.delete_topics, cluster, [topic], "the node-phase topic", request_timeout_ms=30_000)
-            Admin(cluster).create_topics([NewTopic(topic, 1, replication_factor=3, config=dict(SAFE_TOPIC))])
+            common.create_started(Admin(cluster), [NewTopic(topic, 1, replication_factor=3, config=dict(SAFE_TOPIC))])
             self.seed(cluster, topic)
             self._node_trials(cluster, topic, nodes, ray_cluster, start_broker)
 

@@ -620,6 +620,8 @@ def run(cluster: RaylogCluster, config: BenchConfig, show_progress: Show | None 
     topic = config.topic or f"raylog-bench-{uuid.uuid4().hex[:8]}"
     if config.topic is None:
         admin.create_topics([NewTopic(topic, config.num_partitions, config.replication_factor)])
+        # Untimed: its replicas start in the background (a process each), all in its ISR.
+        admin.await_leaders([topic], int(config.timeout_s * 1000), followers=True)
     try:
         report: dict[str, Any] = dataclasses.asdict(config)
         report.update(

@@ -188,7 +188,7 @@ def run_on_ray(runner: Runner, stack: contextlib.ExitStack, workdir: str) -> Non
     for label, replication, acks in ((RF1, 1, "1"), (RF3, 3, "all")):
         for path, arrow in ((FAST, True), (PER_RECORD, False)):
             topic = f"peers-rf{replication}-{'arrow' if arrow else 'records'}"
-            admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=replication)])
+            common.create_started(admin, [NewTopic(topic, num_partitions=1, replication_factor=replication)])
             spec = {
                 **base,
                 "system": "raylog",
@@ -205,7 +205,7 @@ def run_on_ray(runner: Runner, stack: contextlib.ExitStack, workdir: str) -> Non
                 admin.delete_topics([topic])
     # As many bytes per call as the Queue's batches carry (50,000 x 100 B): raylog's largest batch.
     topic = "peers-rf1-arrow-8mib"
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    common.create_started(admin, [NewTopic(topic, num_partitions=1, replication_factor=1)])
     spec = {
         **base,
         "system": "raylog",

@@ -1287,6 +1287,13 @@ class ControllerActor:
         key = (info.topic, info.partition, info.leader)
         return self._cached_replica(key) if info.leader in self.live and self._is_ready(key) else None
 
+    def _partition_ready(self, info: PartitionInfo, followers: bool) -> bool:
+        """Whether ``info``'s leader runs, and with ``followers`` every replica on a live broker."""
+        if self._live_leader(info) is None:
+            return False
+        live = (b for b in info.replicas if b in self.live)
+        return not followers or all(self._is_ready((info.topic, info.partition, b)) for b in live)
+
     def _replica_actor(self, topic_name: str, partition: int, broker_id: int):
         """The replica actor of ``broker_id`` for the partition on its broker's current node,
         created here if this controller has none (blocking the event loop: only for the
@@ -1498,10 +1505,13 @@ class ControllerActor:
                 return {(k[1], k[2]): h for k in keys if (h := self._cached_replica(k)) is not None}
             await wait_for_event(changed, remaining)
 
-    async def await_leaders(self, topics: list[str], timeout_ms: int) -> dict[str, tuple[int, int, int, str]]:
+    async def await_leaders(
+        self, topics: list[str], timeout_ms: int, followers: bool = False
+    ) -> dict[str, tuple[int, int, int, str]]:
         """Wait until every partition of ``topics`` has a running leader (its replica actor
-        answered), at most ``timeout_ms``. Per topic ``(error_code, message, partitions with
-        a leader, partitions)``: UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist."""
+        answered), and with ``followers`` every replica on a live broker running too, at most
+        ``timeout_ms``. Per topic ``(error_code, message, partitions ready, partitions)``:
+        UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist."""
         await self.start()
         deadline = asyncio.get_running_loop().time() + max(0, timeout_ms) / 1000
         while True:
@@ -1512,7 +1522,7 @@ class ControllerActor:
                 if topic is None:
                     counts[name] = (*_error_result(UnknownTopicOrPartitionError(f"unknown topic {name!r}")), 0, 0)
                 else:
-                    led = sum(self._live_leader(p) is not None for p in topic.partitions)
+                    led = sum(self._partition_ready(p, followers) for p in topic.partitions)
                     counts[name] = (0, "", led, len(topic.partitions))
             remaining = deadline - asyncio.get_running_loop().time()
             if all(led == total for _, _, led, total in counts.values()) or remaining <= 0:

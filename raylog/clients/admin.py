@@ -126,16 +126,24 @@ class Admin:
         _raise_first({**refused, **results})
 
     def await_leaders(
-        self, topics: list[str], timeout_ms: int, progress: Callable[[int, int], None] | None = None
+        self,
+        topics: list[str],
+        timeout_ms: int,
+        progress: Callable[[int, int], None] | None = None,
+        followers: bool = False,
     ) -> None:
         """Wait until every partition of ``topics`` has a running leader.
 
         Args:
             timeout_ms: how long to wait at most.
-            progress: called with ``(partitions with a leader, partitions)`` as they come up.
+            progress: called with ``(partitions ready, partitions)`` as they come up.
+            followers: also wait until every replica on a live broker runs. A new topic's
+                replicas are all in its ISR, so an ``acks="all"`` record waits for followers
+                still starting (each a process: about a second each here); a benchmark or a
+                latency-bound first send waits for them with this instead.
 
         Raises:
-            RequestTimedOutError: some partitions have no leader after ``timeout_ms`` (the
+            RequestTimedOutError: some partitions are not ready after ``timeout_ms`` (the
                 topics exist; their replicas go on starting).
             UnknownTopicOrPartitionError: a name that is not a topic.
         """
@@ -145,7 +153,8 @@ class Admin:
             remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
             step_ms = remaining_ms if progress is None else min(remaining_ms, PROGRESS_STEP_MS)
             answer = call(
-                self._cluster.controller.await_leaders.remote(topics, step_ms), step_ms / 1000 + self._timeout_s
+                self._cluster.controller.await_leaders.remote(topics, step_ms, followers),
+                step_ms / 1000 + self._timeout_s,
             )
             _raise_first({name: (code, message) for name, (code, message, _, _) in answer.items()})
             led = sum(count for _, _, count, _ in answer.values())
@@ -156,8 +165,9 @@ class Admin:
                 self._cluster.metadata(refresh=True)
                 return
             if time.monotonic() >= deadline:
+                missing = "a replica not running" if followers else "no leader"
                 raise RequestTimedOutError(
-                    f"{total - led} of {total} partitions of {', '.join(topics)} have no leader after {timeout_ms} ms "
+                    f"{total - led} of {total} partitions of {', '.join(topics)} have {missing} after {timeout_ms} ms "
                     "(the topics exist: their replicas are still starting)"
                 )
 

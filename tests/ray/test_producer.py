@@ -57,6 +57,7 @@ def test_a_retried_acks_all_batch_is_not_acknowledged_while_only_the_leader_has_
     the record is acknowledged once, at its original offset."""
     name = "acks-all"
     Admin(three_brokers).create_topics([NewTopic(name, 1, replication_factor=3, config={"min.insync.replicas": "2"})])
+    Admin(three_brokers).await_leaders([name], 120_000, followers=True)
     (described,) = Admin(three_brokers).describe_topics([name])
     leader_id = described.partitions[0].leader
     assert len(described.partitions[0].isr) == 3

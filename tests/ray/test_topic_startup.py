@@ -69,8 +69,15 @@ def test_await_leaders_refuses_an_unknown_topic(admin):
 class _StuckController:
     """Answers await_leaders as a controller whose replicas never start."""
 
-    def await_leaders(self, topics: list[str], timeout_ms: int) -> dict:
+    def __init__(self):
+        self.asked: list[bool] = []
+
+    def await_leaders(self, topics: list[str], timeout_ms: int, followers: bool = False) -> dict:
+        self.asked.append(followers)
         return {name: (0, "", 1, 4) for name in topics}
+
+    def followers_asked(self) -> list[bool]:
+        return self.asked
 
 
 def test_await_leaders_times_out_with_a_typed_error_saying_the_topic_exists(cluster):
@@ -79,6 +86,16 @@ def test_await_leaders_times_out_with_a_typed_error_saying_the_topic_exists(clus
     stuck = raylog.RaylogCluster(cluster.cluster_name, _StuckController.remote())
     with pytest.raises(RequestTimedOutError, match=r"3 of 4 partitions of t have no leader.*topics exist"):
         Admin(stuck).await_leaders(["t"], 300)
+
+
+def test_await_leaders_with_followers_asks_the_controller_for_every_replica(cluster):
+    """followers=True goes to the controller, and a timeout then says replicas are not running
+    (a new topic's followers are in its ISR, so an acks=all record waits for their start)."""
+    controller = _StuckController.remote()
+    stuck = raylog.RaylogCluster(cluster.cluster_name, controller)
+    with pytest.raises(RequestTimedOutError, match=r"3 of 4 partitions of t have a replica not running"):
+        Admin(stuck).await_leaders(["t"], 300, followers=True)
+    assert set(ray.get(controller.followers_asked.remote())) == {True}
 
 
 def test_a_controller_killed_while_replicas_start_finishes_starting_them(cluster, admin):
