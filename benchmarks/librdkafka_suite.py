@@ -100,6 +100,10 @@ SASL_CLIENT = {
     "sasl.username": SASL_USER[0],
     "sasl.password": SASL_USER[1],
 }
+#: What librdkafka's own harness writes into every test.conf when it runs the suite against a
+#: Kafka cluster (its tests/LibrdkafkaTestApp.py, through trivup): IPv4 brokers, and each
+#: test's timeout doubled.
+HARNESS_CONF = {"broker.address.family": "v4", "test.timeout.multiplier": "2"}
 #: One test's bound (the runner has its own timeout per test as well).
 TEST_TIMEOUT_S = 1800
 #: Flags of tests that need no broker, a socket emulator, or a person.
@@ -203,12 +207,13 @@ def run_number(
     runner: Path, bootstrap: str, number: str, scenario: str, workdir: Path, log: Path, client: dict | None = None
 ) -> str:
     """Every test of ``number`` and ``scenario`` against ``bootstrap`` (the runner picks
-    tests by number: 0045 is five tests) with the ``client`` settings in its test.conf; the
-    runner's output, which is also appended to ``log``. Tests that call Kafka's
-    ``kafka-topics.sh`` or ``kafka-acls.sh`` get :data:`TOOLS`."""
+    tests by number: 0045 is five tests) with :data:`HARNESS_CONF` and the ``client``
+    settings in its test.conf; the runner's output, which is also appended to ``log``. Tests
+    that call Kafka's ``kafka-topics.sh`` or ``kafka-acls.sh`` get :data:`TOOLS`."""
     tests_dir = runner.parent
     conf = workdir / "test.conf"
-    conf.write_text("".join(f"{k}={v}\n" for k, v in {"bootstrap.servers": bootstrap, **(client or {})}.items()))
+    settings = {"bootstrap.servers": bootstrap, **HARNESS_CONF, **(client or {})}
+    conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     env = {
         **os.environ,
         "RDKAFKA_TEST_CONF": str(conf),
