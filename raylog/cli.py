@@ -443,13 +443,16 @@ def _start(args: argparse.Namespace) -> int:
     with _connected(args, create=True) as cluster:
         metadata = cluster.metadata(refresh=True)
     print(f"raylog cluster {args.cluster_name!r} is running with {len(metadata.brokers)} broker(s):")
+    # A listener's name is shown when there are several (one is simply "kafka host:port").
+    named = len(metadata.listener_names) > 1
     for b in sorted(metadata.brokers.values(), key=lambda b: b.broker_id):
-        kafka = metadata.listeners.get(b.broker_id)
-        listener = f"  kafka {kafka[0]}:{kafka[1]}" if kafka else ""
-        print(f"  broker {b.broker_id}  node {b.node_id}  data {b.data_dir}{listener}")
-    if metadata.listeners:
-        servers = ",".join(f"{h}:{p}" for _, (h, p) in sorted(metadata.listeners.items()))
-        print(f"Kafka clients connect with bootstrap.servers={servers}")
+        endpoints = metadata.listener_endpoints.get(b.broker_id, {}).items()
+        listeners = "".join(f"  kafka {name + ' ' if named else ''}{h}:{p}" for name, (h, p) in endpoints)
+        print(f"  broker {b.broker_id}  node {b.node_id}  data {b.data_dir}{listeners}")
+    if metadata.listener_endpoints:
+        for name in metadata.listener_names:
+            servers = ",".join(f"{h}:{p}" for h, p in metadata.addresses(name).values())
+            print(f"Kafka clients connect with bootstrap.servers={servers}{f' (listener {name})' if named else ''}")
     elif args.kafka_port is not None:
         raise InvalidConfigError(
             f"raylog cluster {args.cluster_name!r} was already running without Kafka listeners: "

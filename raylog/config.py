@@ -24,6 +24,8 @@ from raylog.errors import InvalidConfigError
 from raylog.principals import PrincipalMapper
 from raylog.protocol import MAX_REQUEST_BYTES
 
+#: Kafka's default ``listener.security.protocol.map``: each security protocol is also a name.
+DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 #: The SASL mechanisms a listener can accept.
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -552,13 +554,31 @@ class ControllerConfig(_Config):
     )
     listeners: str = setting(
         "",
-        "Where each broker's Kafka listener accepts Kafka protocol clients, as "
-        "PROTOCOL://host:port: PLAINTEXT, SSL (TLS, see ssl.keystore.location), SASL_PLAINTEXT "
-        "or SASL_SSL (clients authenticate, see sasl.enabled.mechanisms; empty: no "
-        "listener). An empty host listens on the loopback "
-        "address only (127.0.0.1, advertised as such); 0.0.0.0 listens on every interface and "
-        "advertises the broker's node address; port 0 takes a free port; brokers "
-        "sharing a node (the embedded mode) listen on port, port + 1, ... in broker order.",
+        "Where each broker's Kafka listeners accept Kafka protocol clients: a comma-separated "
+        "list of NAME://host:port, each name once and of a security protocol in "
+        "listener.security.protocol.map (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL by the "
+        "names of Kafka's default map; empty: no listener). An empty host listens on the "
+        "loopback address only (127.0.0.1, advertised as such); 0.0.0.0 listens on every "
+        "interface and advertises the broker's node address; port 0 takes a free port; brokers "
+        "sharing a node (the embedded mode) listen on port, port + 1, ... in broker order, so "
+        "give a node's listeners ports at least as many apart as it has brokers.",
+    )
+    listener_security_protocol_map: str = setting(
+        DEFAULT_PROTOCOL_MAP,
+        "The security protocol of each listener name, comma-separated NAME:PROTOCOL, PROTOCOL "
+        "one of PLAINTEXT, SSL (TLS, see ssl.keystore.location), SASL_PLAINTEXT or SASL_SSL "
+        "(clients authenticate, see sasl.enabled.mechanisms); e.g. "
+        "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL with listeners=INTERNAL://10.0.0.5:9092,"
+        "EXTERNAL://0.0.0.0:9094.",
+    )
+    advertised_listeners: str = setting(
+        "",
+        "The address Kafka clients are told to reach each broker at on a listener, where it is "
+        "not the one bound (behind NAT, a DNS name): comma-separated NAME://host:port, each "
+        "name one of listeners and at most once. A listener it does not name advertises its "
+        "bound address (by the host rules of listeners); port 0 advertises the port bound; "
+        "brokers sharing a node advertise port, port + 1, ... as they listen. Metadata answers "
+        "give each broker's address on the listener the request came in on.",
     )
 
     authorizer: str = setting(
@@ -681,15 +701,15 @@ class ControllerConfig(_Config):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.listeners:
-            protocol, _, _ = listener_address(self.listeners)
+        for listener in self.named_listeners:
             self._require(
-                protocol not in TLS_PROTOCOLS or bool(self.ssl_keystore_location),
-                f"an {protocol} listener needs ssl.keystore.location (a PEM file of its certificate and key)",
+                not listener.tls or bool(self.ssl_keystore_location),
+                f"listener {listener.name} ({listener.protocol}) needs ssl.keystore.location "
+                "(a PEM file of its certificate and key)",
             )
             self._require(
-                not protocol.startswith("SASL_") or bool(self.sasl_mechanisms),
-                f"an {protocol} listener needs sasl.enabled.mechanisms",
+                not listener.sasl or bool(self.sasl_mechanisms),
+                f"listener {listener.name} ({listener.protocol}) needs sasl.enabled.mechanisms",
             )
         PrincipalMapper(self.ssl_principal_mapping_rules)  # bad rules are refused here
         pool = self.queued_max_request_bytes
@@ -699,44 +719,151 @@ class ControllerConfig(_Config):
             f"({self.socket_request_max_bytes})",
         )
 
-    def listener_addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
-        """``broker id -> (host, port)`` for brokers sharing a node (sorted ids), per ``listeners``."""
-        _, host, port = listener_address(self.listeners)
-        return {b: (host, port + i if port else 0) for i, b in enumerate(sorted(broker_ids))}
+    @property
+    def named_listeners(self) -> tuple[Listener, ...]:
+        """The listeners of ``listeners``, in order, with their security protocols and what
+        ``advertised.listeners`` says they advertise (none without ``listeners``).
+
+        Raises:
+            InvalidConfigError: what Kafka refuses: a malformed entry, a name twice or not in
+                ``listener.security.protocol.map``, one non-zero port twice, an advertised name
+                that is no listener's or an advertised 0.0.0.0.
+        """
+        protocols = _protocol_map(self.listener_security_protocol_map)
+        bound = _listener_list(self.listeners, "listeners")
+        advertised = {
+            name: (host, port) for name, host, port in _listener_list(self.advertised_listeners, "advertised.listeners")
+        }
+        for name, _, _ in bound:
+            if name not in protocols:
+                raise InvalidConfigError(
+                    f"listeners: the listener name {name} is not in listener.security.protocol.map "
+                    f"({', '.join(protocols)}), got {_quoted(self.listeners)}"
+                )
+        ports = [port for _, _, port in bound if port]
+        if len(set(ports)) != len(ports):
+            raise InvalidConfigError(f"listeners: each listener needs a port of its own, got {_quoted(self.listeners)}")
+        unknown = set(advertised) - {name for name, _, _ in bound}
+        if unknown:
+            raise InvalidConfigError(
+                f"advertised.listeners: {', '.join(sorted(unknown))} is not a name in listeners "
+                f"({_quoted(self.listeners)}), got {_quoted(self.advertised_listeners)}"
+            )
+        if any(host in EVERY_INTERFACE for host, _ in advertised.values()):
+            raise InvalidConfigError(
+                "advertised.listeners cannot advertise 0.0.0.0 or :: (clients cannot connect to "
+                f"them), got {_quoted(self.advertised_listeners)}"
+            )
+        return tuple(
+            Listener(name, protocols[name], host, port, *advertised.get(name, ("", 0))) for name, host, port in bound
+        )
+
+    def listener_addresses(self, broker_ids: list[int]) -> dict[int, tuple[Listener, ...]]:
+        """``broker id -> its listeners`` for brokers sharing a node (sorted ids): the i-th binds
+        and advertises each non-zero port + i."""
+        return {
+            b: tuple(
+                dataclasses.replace(
+                    listener,
+                    port=listener.port + i if listener.port else 0,
+                    advertised_port=listener.advertised_port + i if listener.advertised_port else 0,
+                )
+                for listener in self.named_listeners
+            )
+            for i, b in enumerate(sorted(broker_ids))
+        }
 
     @property
     def sasl_mechanisms(self) -> tuple[str, ...]:
         """The mechanisms of ``sasl.enabled.mechanisms``, in order."""
         return tuple(m.strip() for m in self.sasl_enabled_mechanisms.split(",") if m.strip())
 
+
+@dataclass(frozen=True)
+class Listener:
+    """One of a broker's Kafka listeners: its name, security protocol, the address it binds
+    (host "": the loopback; port 0: a free port) and the one it advertises (host "": by the
+    host rules of ``listeners``; port 0: the port bound)."""
+
+    name: str
+    protocol: str
+    host: str
+    port: int
+    advertised_host: str = ""
+    advertised_port: int = 0
+
     @property
-    def listener_protocol(self) -> str:
-        """The security protocol of ``listeners`` (one of :data:`LISTENER_PROTOCOLS`; "" without
-        a listener)."""
-        return listener_address(self.listeners)[0] if self.listeners else ""
+    def tls(self) -> bool:
+        """Whether its connections are TLS (SSL, SASL_SSL)."""
+        return self.protocol in TLS_PROTOCOLS
+
+    @property
+    def sasl(self) -> bool:
+        """Whether its clients authenticate with SASL (SASL_PLAINTEXT, SASL_SSL)."""
+        return self.protocol.startswith("SASL_")
 
 
 def listener_address(value: str) -> tuple[str, str, int]:
-    """``(security protocol, host, port)`` of a ``PROTOCOL://host:port`` listener (host may be
-    empty; the protocol upper-cased, one of :data:`LISTENER_PROTOCOLS`).
+    """``(name, host, port)`` of one ``NAME://host:port`` listener (the name upper-cased, as
+    Kafka normalises it; the host may be empty, an IPv6 one without its brackets).
 
     Raises:
-        InvalidConfigError: another form, security protocol, or a port outside [0, 65535].
+        InvalidConfigError: another form, or a port outside [0, 65535].
     """
     scheme, sep, rest = value.partition("://")
     host, colon, port = rest.rpartition(":")
-    protocol = scheme.strip().upper()
-    if sep != "://" or protocol not in LISTENER_PROTOCOLS or not colon or not port.isdigit() or int(port) > 65535:
+    name = scheme.strip().upper()
+    if sep != "://" or not _LISTENER_NAME.fullmatch(name) or not colon or not port.isdigit() or int(port) > 65535:
         raise InvalidConfigError(
-            f"listeners must be PROTOCOL://host:port, PROTOCOL one of {', '.join(LISTENER_PROTOCOLS)} "
-            f"(one listener), got {_quoted(value)}"
+            f"a listener must be NAME://host:port (NAME of letters, digits and _), got {_quoted(value)}"
         )
-    return protocol, host.strip("[]"), int(port)
+    return name, host.strip("[]"), int(port)
+
+
+def _listener_list(value: str, key: str) -> list[tuple[str, str, int]]:
+    """The ``(name, host, port)`` of each listener of ``value`` (comma-separated, empty items
+    skipped as Kafka skips them).
+
+    Raises:
+        InvalidConfigError: a malformed entry or a name twice (the message names ``key``).
+    """
+    try:
+        listeners = [listener_address(item.strip()) for item in value.split(",") if item.strip()]
+    except InvalidConfigError as exc:
+        raise InvalidConfigError(f"{key}: {exc}") from None
+    names = [name for name, _, _ in listeners]
+    if len(set(names)) != len(names):
+        raise InvalidConfigError(f"{key}: each listener name may appear once, got {_quoted(value)}")
+    return listeners
+
+
+def _protocol_map(value: str) -> dict[str, str]:
+    """``listener name -> security protocol`` of a ``listener.security.protocol.map``.
+
+    Raises:
+        InvalidConfigError: an entry not NAME:PROTOCOL of a known protocol, or a name twice.
+    """
+    protocols: dict[str, str] = {}
+    for item in (i.strip() for i in value.split(",")):
+        if not item:
+            continue
+        name, colon, protocol = (part.strip().upper() for part in item.partition(":"))
+        if not colon or not _LISTENER_NAME.fullmatch(name) or protocol not in LISTENER_PROTOCOLS or name in protocols:
+            raise InvalidConfigError(
+                f"listener.security.protocol.map must be comma-separated NAME:PROTOCOL, each name "
+                f"once, PROTOCOL one of {', '.join(LISTENER_PROTOCOLS)}, got {_quoted(value)}"
+            )
+        protocols[name] = protocol
+    return protocols
 
 
 #: The security protocols a listener speaks, and those of them over TLS.
 LISTENER_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+#: Hosts that bind every interface (and so advertise the node's address).
+EVERY_INTERFACE = ("0.0.0.0", "::")
+#: A listener name: Kafka's names are case-insensitive (upper-cased here) words.
+_LISTENER_NAME = re.compile(r"[A-Z0-9_]+")
 
 
 #: Topic properties whose value is a comma-separated list (AlterConfigOp APPEND / SUBTRACT).

@@ -1452,7 +1452,10 @@ class ControllerActor:
         """Brokers, topics (all, or those named that exist) and each online partition
         leader's actor; ``acls``: with the authorizer, ``(version, ACLs)``, the ACLs left out
         (None) when the caller has that version already (None without the authorizer);
-        ``credentials``: for SASL listeners, ``(version, SCRAM credentials)`` likewise."""
+        ``credentials``: for SASL listeners, ``(version, SCRAM credentials)`` likewise;
+        ``listeners``: ``broker id -> listener name -> advertised (host, port)`` of the live
+        brokers whose Kafka listeners listen, and ``listener_names``: the names of the
+        ``listeners`` setting, in order."""
         await self.start()
         names = list(self.image.topics) if topics is None else [t for t in topics if t in self.image.topics]
         described = {name: self.image.topics[name] for name in names}
@@ -1471,6 +1474,7 @@ class ControllerActor:
             "reassignments": dict(self.image.reassignments),
             "refused_brokers": dict(self.refused),
             "listeners": {} if self.listeners is None else self.listeners.endpoints(self.live),
+            "listener_names": tuple(listener.name for listener in self.config.named_listeners),
             "acls": None
             if not self.config.authorizer
             else (
@@ -1478,7 +1482,7 @@ class ControllerActor:
                 None if acls_version == self.image.acls_version else frozenset(self.image.acls),
             ),
             "credentials": None
-            if not self.config.listener_protocol.startswith("SASL_")
+            if not any(listener.sasl for listener in self.config.named_listeners)
             else (
                 self.image.scram_version,
                 None if credentials_version == self.image.scram_version else self._credentials(),

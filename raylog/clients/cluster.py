@@ -56,8 +56,30 @@ class Metadata:
         self.reassignments: dict[tuple[str, int], tuple[int, ...]] = answer["reassignments"]
         #: Node id -> why the controller refused it as a broker (e.g. a disk of another cluster).
         self.refused_brokers: dict[str, str] = answer.get("refused_brokers", {})
-        #: Broker id -> ``(host, port)`` of its Kafka listener (live brokers whose listener listens).
-        self.listeners: dict[int, tuple[str, int]] = answer.get("listeners", {})
+        #: The names of the controller's ``listeners`` setting, in order (none without it).
+        self.listener_names: tuple[str, ...] = answer.get("listener_names", ())
+        #: Broker id -> listener name -> advertised ``(host, port)`` (live brokers whose
+        #: Kafka listeners listen).
+        self.listener_endpoints: dict[int, dict[str, tuple[str, int]]] = answer.get("listeners", {})
+        #: Broker id -> advertised ``(host, port)`` of its first Kafka listener (see :meth:`addresses`).
+        self.listeners: dict[int, tuple[str, int]] = self.addresses()
+
+    def addresses(self, listener: str | None = None) -> dict[int, tuple[str, int]]:
+        """Broker id -> advertised ``(host, port)`` on Kafka listener ``listener`` (a name of the
+        ``listeners`` setting, in any case; None: the first), of the live brokers where it listens.
+
+        Raises:
+            InvalidConfigError: the cluster has no listener of that name.
+        """
+        if listener is None:
+            if not self.listener_names:
+                return {}
+            listener = self.listener_names[0]
+        name = listener.upper()
+        if name not in self.listener_names:
+            known = ", ".join(self.listener_names) or "none"
+            raise InvalidConfigError(f"the cluster has no Kafka listener {listener!r} (its listeners: {known})")
+        return {b: by_name[name] for b, by_name in sorted(self.listener_endpoints.items()) if name in by_name}
 
     @property
     def lost_partitions(self) -> list[TopicPartition]:
@@ -173,12 +195,19 @@ class RaylogCluster:
             self._metadata = Metadata(call(ref, None))
         return True
 
-    def bootstrap_servers(self) -> str:
+    def bootstrap_servers(self, listener: str | None = None) -> str:
         """Kafka's ``bootstrap.servers`` for this cluster: ``"host:port,..."`` of every live
-        broker's Kafka listener ("" when the controller's ``listeners`` setting is not set).
-        Asks the controller (listeners start after the brokers)."""
-        listeners = self.metadata(refresh=True).listeners
-        return ",".join(f"{host}:{port}" for _, (host, port) in sorted(listeners.items()))
+        broker's Kafka listener ``listener`` (a name of the controller's ``listeners``
+        setting; None: its first), as advertised ("" when ``listeners`` is not set, or
+        before the listeners start). Asks the controller (listeners start after the brokers).
+
+        Raises:
+            InvalidConfigError: the cluster has no listener of that name.
+
+        Example: ``cluster.bootstrap_servers("EXTERNAL")`` -> ``"broker1.example.com:9094"``.
+        """
+        addresses = self.metadata(refresh=True).addresses(listener)
+        return ",".join(f"{host}:{port}" for host, port in addresses.values())
 
     def shutdown(self) -> None:
         """Stop every raylog actor of this cluster (data stays on disk), and Ray too if

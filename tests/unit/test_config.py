@@ -8,7 +8,7 @@ import re
 import pytest
 
 from raylog import errors
-from raylog.config import LogConfig
+from raylog.config import ControllerConfig, Listener, LogConfig
 
 
 def test_kafka_property_names_and_strings_are_accepted():
@@ -74,3 +74,105 @@ def test_the_request_memory_pool_holds_at_least_one_largest_request():
     with pytest.raises(errors.InvalidConfigError, match="queued.max.request.bytes"):
         ControllerConfig.from_properties({"queued.max.request.bytes": "1000", "socket.request.max.bytes": "1001"})
     assert ControllerConfig.from_properties({"queued.max.request.bytes": "-1"}).queued_max_request_bytes == -1
+
+
+# --- listeners, listener.security.protocol.map, advertised.listeners ------------------------
+
+#: Two listeners of custom names, as Kafka users write them.
+TWO_LISTENERS = {
+    "listeners": "INTERNAL://10.0.0.5:9092,external://0.0.0.0:9094",
+    "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT",
+}
+
+
+def test_listeners_are_a_list_of_named_listeners_each_of_its_mapped_protocol():
+    """Kafka's form: NAME://host:port, comma-separated, the name's protocol from the map
+    (names case-insensitive, upper-cased as Kafka normalises them)."""
+    listeners = ControllerConfig.from_properties(TWO_LISTENERS).named_listeners
+    assert listeners == (
+        Listener("INTERNAL", "PLAINTEXT", "10.0.0.5", 9092),
+        Listener("EXTERNAL", "SASL_PLAINTEXT", "0.0.0.0", 9094),
+    )
+    assert [(x.tls, x.sasl) for x in listeners] == [(False, False), (False, True)]
+
+
+def test_the_default_map_names_each_protocol_after_itself():
+    """Without listener.security.protocol.map, Kafka's default: PLAINTEXT://, SSL://, ... as today."""
+    config = ControllerConfig.from_properties(
+        {"listeners": "PLAINTEXT://:9092,SSL://[::1]:9093", "ssl.keystore.location": "k.pem"}
+    )
+    assert config.named_listeners == (Listener("PLAINTEXT", "PLAINTEXT", "", 9092), Listener("SSL", "SSL", "::1", 9093))
+    assert ControllerConfig().named_listeners == ()
+
+
+@pytest.mark.parametrize(
+    ("properties", "message"),
+    [
+        ({"listeners": "OTHER://:9092"}, "OTHER is not in listener.security.protocol.map"),
+        ({"listeners": "PLAINTEXT://:9092,plaintext://:9093"}, "each listener name may appear once"),
+        ({"listeners": "PLAINTEXT://:9092,SSL://:9092", "ssl.keystore.location": "k.pem"}, "a port of its own"),
+        ({"listeners": "PLAINTEXT://:9092,SSL"}, "must be NAME://host:port"),
+        ({"listeners": "PLAINTEXT://:port"}, "must be NAME://host:port"),
+        ({"listeners": "PLAINTEXT://:70000"}, "must be NAME://host:port"),
+        ({"listeners": "A-B://:9092"}, "must be NAME://host:port"),
+        ({"listener.security.protocol.map": "A:PLAINTEXT,A:SSL"}, "each name once"),
+        ({"listener.security.protocol.map": "A:KERBEROS"}, "PROTOCOL one of"),
+        ({"listener.security.protocol.map": "A"}, "NAME:PROTOCOL"),
+        ({**TWO_LISTENERS, "advertised.listeners": "OTHER://h:1"}, "OTHER is not a name in listeners"),
+        (
+            {**TWO_LISTENERS, "advertised.listeners": "INTERNAL://a:1,INTERNAL://b:2"},
+            "each listener name may appear once",
+        ),
+        ({**TWO_LISTENERS, "advertised.listeners": "EXTERNAL://0.0.0.0:9094"}, "cannot advertise 0.0.0.0"),
+        ({**TWO_LISTENERS, "advertised.listeners": "EXTERNAL://broker"}, "must be NAME://host:port"),
+        (
+            {
+                "listeners": "INTERNAL://:9092,EXTERNAL://:9094",
+                "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SSL",
+            },
+            r"listener EXTERNAL \(SSL\) needs ssl.keystore.location",
+        ),
+    ],
+)
+def test_what_kafka_refuses_in_listeners_is_refused_naming_the_value(properties, message):
+    """A name not in the map or twice, one non-zero port twice, a malformed entry, an
+    advertised name that is no listener's: InvalidConfigError naming the setting's value."""
+    with pytest.raises(errors.InvalidConfigError, match=message):
+        ControllerConfig.from_properties(properties)
+
+
+def test_port_zero_may_repeat_and_empty_entries_are_skipped():
+    """Port 0 (a free port) is no port of its own; empty items are skipped as Kafka's lists skip them."""
+    config = ControllerConfig.from_properties(
+        {
+            "listeners": "INTERNAL://:0, ,EXTERNAL://:0,",
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+        }
+    )
+    assert [x.name for x in config.named_listeners] == ["INTERNAL", "EXTERNAL"]
+
+
+def test_advertised_listeners_override_what_a_named_listener_advertises():
+    """advertised.listeners replaces a listener's advertised host and port; a listener it does
+    not name advertises its bound address; port 0 advertises the port bound."""
+    config = ControllerConfig.from_properties(
+        {**TWO_LISTENERS, "advertised.listeners": "external://broker.example.com:0"}
+    )
+    internal, external = config.named_listeners
+    assert (internal.advertised_host, internal.advertised_port) == ("", 0)
+    assert (external.advertised_host, external.advertised_port) == ("broker.example.com", 0)
+
+
+def test_brokers_sharing_a_node_take_successive_ports_per_listener():
+    """Embedded mode: the i-th broker of a node (by id) binds and advertises each listener's
+    non-zero port + i; port 0 stays a free port."""
+    config = ControllerConfig.from_properties(
+        {
+            "listeners": "INTERNAL://:9092,EXTERNAL://:0",
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            "advertised.listeners": "INTERNAL://nat.example.com:19092",
+        }
+    )
+    addresses = config.listener_addresses([7, 3])
+    assert [(x.port, x.advertised_port) for x in addresses[3]] == [(9092, 19092), (0, 0)]
+    assert [(x.port, x.advertised_port) for x in addresses[7]] == [(9093, 19093), (0, 0)]

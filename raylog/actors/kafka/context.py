@@ -54,6 +54,19 @@ PRODUCER_ID_WAIT_S = 2.0
 #: The state a handler keeps per client connection (a dict; the listener sets a new one in
 #: each connection's task), such as a consumer's fetches still waiting on their leaders.
 CONNECTION: contextvars.ContextVar[dict] = contextvars.ContextVar("kafka_connection")
+
+
+def broker_addresses(md: dict) -> dict[int, tuple[str, int]]:
+    """``broker id -> advertised (host, port)`` on the listener the connection came in on, from
+    the metadata answer ``md`` (its ``listeners``: broker id -> listener name -> address), as
+    Kafka answers: a broker without that listener is left out. A handler run outside a
+    connection (as tests drive them) gets each broker's first listener."""
+    name = CONNECTION.get({}).get("listener")
+    if name is None:
+        return {b: next(iter(by_name.values())) for b, by_name in md["listeners"].items() if by_name}
+    return {b: by_name[name] for b, by_name in md["listeners"].items() if name in by_name}
+
+
 #: Threads converting record batches between Kafka's format and raylog's. A batch's work
 #: grows with what it inflates to (up to compression.MAX_UNCOMPRESSED_BYTES), so it runs
 #: beside the loop, not on it, where it would stall every connection; two threads (the

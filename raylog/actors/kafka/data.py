@@ -36,7 +36,13 @@ from typing import Any
 
 from raylog.actors.kafka.admin import ask_each
 from raylog.actors.kafka.authorization import CLUSTER, allows, authorized_operations
-from raylog.actors.kafka.context import CONNECTION, CONTROL_CALL_TIMEOUT_S, BrokerContext, topic_ids
+from raylog.actors.kafka.context import (
+    CONNECTION,
+    CONTROL_CALL_TIMEOUT_S,
+    BrokerContext,
+    broker_addresses,
+    topic_ids,
+)
 from raylog.actors.kafka.coordinator_errors import code_of
 from raylog.coordination.acls import ACLOperation, ResourceType
 from raylog.coordination.placement import INTERNAL_TOPICS, validate_topic_name
@@ -280,15 +286,16 @@ async def describe_cluster(ctx: BrokerContext, header: codec.RequestHeader, body
 
 
 def _live_brokers(md: dict) -> list[tuple[int, dict]]:
-    """``(broker id, {host, port, rack})`` of each live broker with a Kafka listener, by id."""
-    listeners = sorted(md["listeners"].items())
-    return [(b, {"host": host, "port": port, "rack": None}) for b, (host, port) in listeners if b in md["live"]]
+    """``(broker id, {host, port, rack})`` of each live broker with the connection's Kafka
+    listener, by id."""
+    addresses = sorted(broker_addresses(md).items())
+    return [(b, {"host": host, "port": port, "rack": None}) for b, (host, port) in addresses if b in md["live"]]
 
 
 def _controller_id(md: dict) -> int:
     """The broker Kafka's clients are told is the controller (raylog's controller is an actor
-    of no broker): the lowest id with a listener, or -1."""
-    return min(md["listeners"], default=-1)
+    of no broker): the lowest id with the connection's listener, or -1."""
+    return min(broker_addresses(md), default=-1)
 
 
 def _all_led(ctx: BrokerContext, topic: str, md: dict) -> bool:

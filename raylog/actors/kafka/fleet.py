@@ -5,14 +5,16 @@ The controller calls :meth:`ListenerFleet.reconcile` when it starts and at every
 a broker without a listener (new, on a new node, or whose listener died) gets one; every
 listener is asked to listen (one whose port is taken is logged and asked again next round).
 A listener that died is started again on the port it had, also when ``listeners`` asked for
-any free port, so the addresses clients bootstrap from stay true. Metadata answers carry
-:meth:`ListenerFleet.endpoints`: a listener that listened stays there while it is only too busy
-to confirm in time, up to :data:`LISTENER_SESSION_TIMEOUT_S`.
+any free port, so the addresses clients bootstrap from stay true. A broker's listener actor
+serves all of its named listeners; Metadata answers carry :meth:`ListenerFleet.endpoints`,
+each broker's advertised address per listener name: a listener that listened stays there
+while it is only too busy to confirm in time, up to :data:`LISTENER_SESSION_TIMEOUT_S`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -53,17 +55,19 @@ class ListenerFleet:
         self.controller = controller
         #: broker id -> (node id, actor handle)
         self._actors: dict[int, tuple[str, Any]] = {}
-        #: broker id -> advertised (host, port), for listeners that confirmed they listen
-        self._endpoints: dict[int, tuple[str, int]] = {}
+        #: broker id -> listener name -> advertised (host, port), for listener actors that
+        #: confirmed all of the broker's listeners listen
+        self._endpoints: dict[int, dict[str, tuple[str, int]]] = {}
         #: broker id -> why its listener last failed to confirm (each cause logged once)
         self._failing: dict[int, str] = {}
         #: broker id -> monotonic time its listener last confirmed it listens
         self._confirmed_at: dict[int, float] = {}
-        #: broker id -> the port its listener bound last (a new listener takes it again)
-        self._ports: dict[int, int] = {}
+        #: broker id -> listener name -> the port it bound last (a new listener takes it again)
+        self._ports: dict[int, dict[str, int]] = {}
 
-    def endpoints(self, live: set[int]) -> dict[int, tuple[str, int]]:
-        """Advertised ``(host, port)`` of each live broker's listener that listens."""
+    def endpoints(self, live: set[int]) -> dict[int, dict[str, tuple[str, int]]]:
+        """``broker id -> listener name -> advertised (host, port)`` of each live broker whose
+        listeners listen (names in the order of ``listeners``)."""
         return {b: e for b, e in self._endpoints.items() if b in live}
 
     async def reconcile(self, brokers: dict[int, BrokerInfo], live: set[int]) -> None:
@@ -78,8 +82,11 @@ class ListenerFleet:
             node_id = brokers[b].node_id
             if self._actors.get(b, ("", None))[0] != node_id:
                 self._endpoints.pop(b, None)
-                host, port = addresses[b]
-                port = port or self._ports.get(b, 0)
+                ports = self._ports.get(b, {})
+                listeners = tuple(
+                    dataclasses.replace(listener, port=listener.port or ports.get(listener.name, 0))
+                    for listener in addresses[b]
+                )
                 handle = _Remote.options(
                     name=listener_name(self.cluster_name, b, node_id),
                     namespace=NAMESPACE,
@@ -88,14 +95,14 @@ class ListenerFleet:
                     max_concurrency=KafkaListenerActor.MAX_CONCURRENCY,
                     num_cpus=0,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                ).remote(self.cluster_name, b, self.controller, host, port, self.config, self._session_key)
+                ).remote(self.cluster_name, b, self.controller, listeners, self.config, self._session_key)
                 self._actors[b] = (node_id, handle)
         await asyncio.gather(*(self._confirm(b) for b in live))
 
     async def _confirm(self, broker_id: int) -> None:
         timeout_s = LISTENER_CHECK_TIMEOUT_S if broker_id in self._endpoints else LISTENER_START_TIMEOUT_S
         try:
-            endpoint = await asyncio.wait_for(self._actors[broker_id][1].start.remote(), timeout_s)
+            bound = await asyncio.wait_for(self._actors[broker_id][1].start.remote(), timeout_s)
         except (OSError, ray.exceptions.RayError, asyncio.TimeoutError) as exc:
             silent_s = time.monotonic() - self._confirmed_at.get(broker_id, float("-inf"))
             busy = isinstance(exc, asyncio.TimeoutError) and silent_s <= LISTENER_SESSION_TIMEOUT_S
@@ -113,10 +120,12 @@ class ListenerFleet:
             return
         self._failing.pop(broker_id, None)
         self._confirmed_at[broker_id] = time.monotonic()
-        if self._endpoints.get(broker_id) != tuple(endpoint):
-            logger.info("broker %d: Kafka listener at %s:%d", broker_id, *endpoint)
-        self._endpoints[broker_id] = tuple(endpoint)
-        self._ports[broker_id] = endpoint[1]
+        endpoints = {name: (host, port) for name, (host, port, _) in bound.items()}
+        if self._endpoints.get(broker_id) != endpoints:
+            advertised = ", ".join(f"{name} {host}:{port}" for name, (host, port) in endpoints.items())
+            logger.info("broker %d: Kafka listeners at %s", broker_id, advertised)
+        self._endpoints[broker_id] = endpoints
+        self._ports[broker_id] = {name: port for name, (_, _, port) in bound.items()}
 
     async def push(self, update: str, version: int, payload: Any) -> None:
         """Call every listener's ``update`` (``update_acls``, ``update_credentials``) with the

@@ -55,6 +55,7 @@ from raylog.actors.kafka.context import (
     CONNECTION,
     CONTROL_CALL_TIMEOUT_S,
     BrokerContext,
+    broker_addresses,
     subscribable,
     topic_ids,
     topic_names,
@@ -196,9 +197,9 @@ async def _find(ctx: BrokerContext, key_type: int, key: str) -> dict:
             broker, handle = await ctx.transaction_coordinator(key)
         if handle is None or broker < 0:
             raise CoordinatorNotAvailableError(f"no coordinator for {key!r} right now")
-        address = (await ctx.metadata())["listeners"].get(broker)
+        address = broker_addresses(await ctx.metadata()).get(broker)
         if address is None:
-            address = (await ctx.metadata(refresh=True))["listeners"].get(broker)
+            address = broker_addresses(await ctx.metadata(refresh=True)).get(broker)
         if address is None:
             raise CoordinatorNotAvailableError(f"broker {broker}, the coordinator of {key!r}, has no listener running")
     except RaylogError as exc:

@@ -1,6 +1,11 @@
 """The Kafka listener: one Ray actor per broker, on the broker's node, that accepts Kafka
 protocol connections and answers them with raylog's actors.
 
+The actor serves all of the broker's named listeners (``listeners``), one asyncio server
+each on its loop, each with its own security protocol (a TLS context for SSL and SASL_SSL,
+a SASL exchange per connection for SASL_*). A connection knows its listener's name, and the
+answers that carry brokers' addresses give those of that listener, as Kafka's do.
+
 Each connection is a task of the actor's asyncio loop: it reads size-prefixed frames, hands
 each to the handler of its API key (decoded by :mod:`raylog.kafka.codec`) and a writer task
 sends the answers in the order the requests came. Requests that only read (:data:`READS`)
@@ -49,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import struct
@@ -72,7 +78,7 @@ from raylog.actors.kafka import (
 )
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
 from raylog.actors.kafka.limits import ConnectionQuotas, RequestMemoryPool
-from raylog.config import TLS_PROTOCOLS, ControllerConfig
+from raylog.config import EVERY_INTERFACE, ControllerConfig, Listener
 from raylog.errors import RaylogError, UnknownServerError, UnsupportedVersionError
 from raylog.kafka import codec, records, tls
 from raylog.kafka.sasl import SaslExchange
@@ -150,8 +156,7 @@ class KafkaListenerActor:
         cluster_name: str,
         broker_id: int,
         controller: Any,
-        host: str,
-        port: int,
+        listeners: tuple[Listener, ...],
         config: ControllerConfig | None = None,
         session_key: str | None = None,
     ):
@@ -159,15 +164,16 @@ class KafkaListenerActor:
         records.warm_up()  # numba's conversion loops, compiled or loaded from its cache, before any client
         self.config = config or ControllerConfig()
         self.context = BrokerContext(cluster_name, broker_id, controller, self.config, session_key)
-        # No host: the loopback only (clients on this node). Every interface only when the
-        # listener names it (0.0.0.0 or ::), which then advertises the node's address.
-        self._bind_host = host or LOOPBACK
-        everywhere = host in ("0.0.0.0", "::")
-        self._advertised_host = ray.util.get_node_ip_address() if everywhere else self._bind_host
-        self._port = port
+        self._listeners = listeners
         self._principals = PrincipalMapper(self.config.ssl_principal_mapping_rules)
-        self._server: asyncio.base_events.Server | None = None
+        #: listener name -> its server, once it listens
+        self._servers: dict[str, asyncio.base_events.Server] = {}
+        #: listener name -> (advertised host, advertised port, bound port), once it listens
+        self._endpoints: dict[str, tuple[str, int, int]] = {}
+        self._starting = asyncio.Lock()
         self._connections: set[asyncio.Task] = set()
+        # One budget for the broker, whichever listener a connection comes in on (Kafka's
+        # max.connections is per broker too).
         self._quotas = ConnectionQuotas(self.config.max_connections, self.config.max_connections_per_ip)
         self._pool = RequestMemoryPool(self.config.queued_max_request_bytes)
         #: Causes already logged (a refused or closed connection's, an answer that did not
@@ -176,40 +182,51 @@ class KafkaListenerActor:
         #: Authorization denials already logged (see raylog.actors.kafka.authorization).
         self._denials: set[Hashable] = set()
 
-    async def start(self) -> tuple[str, int]:
-        """Listen (once) and return the advertised ``(host, port)``.
+    async def start(self) -> dict[str, tuple[str, int, int]]:
+        """Listen on each of the broker's listeners not listening yet, and return ``listener
+        name -> (advertised host, advertised port, bound port)`` once all listen.
 
         Raises:
-            OSError: the port is taken (the controller logs it and tries again later).
+            OSError: a port is taken (the controller logs it and tries again later; the
+                listeners that listen go on).
             InvalidConfigError: an SSL listener's keystore or truststore cannot be read here.
         """
-        if self._server is None:
-            c = self.config
-            tls_context = None
-            if c.listener_protocol in TLS_PROTOCOLS:
-                tls_context = tls.server_context(
-                    c.ssl_keystore_location, c.ssl_key_password, c.ssl_truststore_location, c.ssl_client_auth
-                )
-            self._server = await asyncio.start_server(
-                self._serve,
-                self._bind_host,
-                self._port,
-                reuse_address=True,
-                ssl=tls_context,
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls_context else None,
+        async with self._starting:  # (a call that came while one binds must not bind again)
+            waiting = [listener for listener in self._listeners if listener.name not in self._servers]
+            for listener in waiting:
+                self._servers[listener.name] = await self._listen(listener)
+            if waiting and len(self._servers) == len(self._listeners):
+                self.context.warm()
+            return dict(self._endpoints)
+
+    async def _listen(self, listener: Listener) -> asyncio.base_events.Server:
+        """Bind ``listener`` and note what it advertises. No host: the loopback only (clients
+        on this node); every interface only when the listener names it (0.0.0.0 or ::), which
+        then advertises the node's address unless ``advertised.listeners`` names another."""
+        c = self.config
+        tls_context = None
+        if listener.tls:
+            tls_context = tls.server_context(
+                c.ssl_keystore_location, c.ssl_key_password, c.ssl_truststore_location, c.ssl_client_auth
             )
-            self._port = self._server.sockets[0].getsockname()[1]
-            logger.info(
-                "broker %d: Kafka listener %s on %s:%d (advertised %s:%d)",
-                self.context.broker_id,
-                c.listener_protocol,
-                self._bind_host,
-                self._port,
-                self._advertised_host,
-                self._port,
-            )
-            self.context.warm()
-        return self._advertised_host, self._port
+        bind_host = listener.host or LOOPBACK
+        server = await asyncio.start_server(
+            functools.partial(self._serve, listener),
+            bind_host,
+            listener.port,
+            reuse_address=True,
+            ssl=tls_context,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls_context else None,
+        )
+        port = server.sockets[0].getsockname()[1]
+        node_host = ray.util.get_node_ip_address() if listener.host in EVERY_INTERFACE else bind_host
+        advertised = (listener.advertised_host or node_host, listener.advertised_port or port)
+        self._endpoints[listener.name] = (*advertised, port)
+        logger.info(
+            "broker %d: Kafka listener %s (%s) on %s:%d (advertised %s:%d)",
+            self.context.broker_id, listener.name, listener.protocol, bind_host, port, *advertised,
+        )  # fmt: skip
+        return server
 
     async def update_credentials(self, version: int, credentials: dict) -> None:
         """The controller's SCRAM credentials changed: authenticate with them from now on."""
@@ -221,15 +238,17 @@ class KafkaListenerActor:
 
     async def stop(self) -> None:
         """Stop listening and close every connection."""
-        if self._server is not None:
-            self._server.close()
+        if self._servers:
+            for server in self._servers.values():
+                server.close()
             for task in list(self._connections):
                 task.cancel()
             await asyncio.gather(*self._connections, return_exceptions=True)
-            self._server = None
+            self._servers.clear()
+            self._endpoints.clear()
             self.context.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         ip = peer[0] if peer else ""
         refused = self._quotas.admit(ip)
@@ -240,7 +259,7 @@ class KafkaListenerActor:
         task = asyncio.current_task()
         self._connections.add(task)
         try:
-            await self._serve_admitted(reader, writer, peer)
+            await self._serve_admitted(listener, reader, writer, peer)
         except (asyncio.IncompleteReadError, ConnectionError):
             return  # the client went away
         finally:
@@ -250,10 +269,12 @@ class KafkaListenerActor:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve_admitted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
+    async def _serve_admitted(
+        self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any
+    ) -> None:
         principal = self._principals.principal(writer.get_extra_info("peercert"))
-        connection = {"principal": principal, "host": peer[0] if peer else ""}
-        if self.config.listener_protocol.startswith("SASL_"):
+        connection = {"principal": principal, "host": peer[0] if peer else "", "listener": listener.name}
+        if listener.sasl:
             reauthentication = self.config.connections_max_reauth_ms > 0
             connection["sasl"] = SaslExchange(self.config.sasl_mechanisms, self.context.credentials, reauthentication)
         CONNECTION.set(connection)

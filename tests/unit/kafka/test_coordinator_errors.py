@@ -86,7 +86,10 @@ class FakeContext:
         self.broker_id = 1
         self.coordinator = coordinator
         partitions = tuple(SimpleNamespace(partition=p, leader=1) for p in range(2))
-        self.md = {"topics": {TOPIC: SimpleNamespace(partitions=partitions)}, "listeners": {1: ("127.0.0.1", 19092)}}
+        self.md = {
+            "topics": {TOPIC: SimpleNamespace(partitions=partitions)},
+            "listeners": {1: {"PLAINTEXT": ("127.0.0.1", 19092)}},
+        }
 
     async def metadata(self, refresh: bool = False) -> dict:
         return self.md

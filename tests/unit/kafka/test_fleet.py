@@ -14,10 +14,10 @@ from raylog.coordination.sessions import new_key
 
 
 class Listener:
-    """A listener handle whose ``start`` answers with its endpoint, hangs, or fails."""
+    """A listener handle whose ``start`` answers with its endpoints, hangs, or fails."""
 
-    def __init__(self, endpoint: tuple[str, int]):
-        self.endpoint = endpoint
+    def __init__(self, endpoints: dict[str, tuple[str, int, int]]):
+        self.endpoints = endpoints
         self.answer = "listen"
         self.start = self
 
@@ -29,7 +29,7 @@ class Listener:
             await asyncio.sleep(3600)
         if self.answer == "die":
             raise ray.exceptions.ActorDiedError()
-        return self.endpoint
+        return self.endpoints
 
 
 def fleet_of(listener: Listener) -> fleet.ListenerFleet:
@@ -53,14 +53,14 @@ def test_a_busy_listener_stays_listed_until_its_session_times_out():
     two: each was too busy to confirm within 5 s, and a Kafka client then found its
     partitions without a leader. A listener that listened and is slow to answer is kept, as
     Kafka keeps a broker registered until its session times out; one silent past that goes."""
-    listener = Listener(("127.0.0.1", 9092))
+    listener = Listener({"PLAINTEXT": ("127.0.0.1", 9092, 9092)})
     listeners = fleet_of(listener)
     confirm(listeners)
-    assert listeners.endpoints({0}) == {0: ("127.0.0.1", 9092)}
+    assert listeners.endpoints({0}) == {0: {"PLAINTEXT": ("127.0.0.1", 9092)}}
 
     listener.answer = "hang"
     confirm(listeners)
-    assert listeners.endpoints({0}) == {0: ("127.0.0.1", 9092)}
+    assert listeners.endpoints({0}) == {0: {"PLAINTEXT": ("127.0.0.1", 9092)}}
 
     listeners._confirmed_at[0] -= 0.6  # it last confirmed 0.6 s ago: past the session
     confirm(listeners)
@@ -68,11 +68,11 @@ def test_a_busy_listener_stays_listed_until_its_session_times_out():
 
     listener.answer = "listen"
     confirm(listeners)
-    assert listeners.endpoints({0}) == {0: ("127.0.0.1", 9092)}
+    assert listeners.endpoints({0}) == {0: {"PLAINTEXT": ("127.0.0.1", 9092)}}
 
 
 def test_a_dead_listener_leaves_the_metadata_at_once():
-    listener = Listener(("127.0.0.1", 9092))
+    listener = Listener({"PLAINTEXT": ("127.0.0.1", 9092, 9092)})
     listeners = fleet_of(listener)
     confirm(listeners)
     listener.answer = "die"

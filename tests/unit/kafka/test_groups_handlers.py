@@ -131,7 +131,7 @@ class FakeContext:
         self.md = {
             "topics": {TOPIC: SimpleNamespace(partitions=partitions), "__consumer_offsets": offsets},
             "leaders": {("__consumer_offsets", 0): coordinator},
-            "listeners": {1: ("127.0.0.1", 19092), 2: ("127.0.0.1", 19093)},
+            "listeners": {1: {"PLAINTEXT": ("127.0.0.1", 19092)}, 2: {"PLAINTEXT": ("127.0.0.1", 19093)}},
         }
 
     async def metadata(self, refresh: bool = False) -> dict:

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 import pytest
 
 from raylog.actors.kafka import listener
-from raylog.config import ControllerConfig
+from raylog.actors.kafka.context import broker_addresses
+from raylog.config import ControllerConfig, Listener
 from raylog.errors import UnknownServerError
 from raylog.kafka import codec
 from tests.helpers import wait_until
@@ -25,6 +26,8 @@ pytestmark = pytest.mark.usefixtures("restored_raylog_logging")
 ApiKey = codec.ApiKey
 #: Bound on starting and stopping the listener.
 READ_TIMEOUT_S = 10.0
+#: The listener the tests start: PLAINTEXT on the loopback, on a free port.
+PLAINTEXT = Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0)
 
 
 @contextmanager
@@ -34,8 +37,8 @@ def running(actor: listener.KafkaListenerActor) -> Iterator[int]:
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        _, port = asyncio.run_coroutine_threadsafe(actor.start(), loop).result(READ_TIMEOUT_S)
-        yield port
+        endpoints = asyncio.run_coroutine_threadsafe(actor.start(), loop).result(READ_TIMEOUT_S)
+        yield next(iter(endpoints.values()))[2]  # (its first listener's bound port)
     finally:
         asyncio.run_coroutine_threadsafe(actor.stop(), loop).result(READ_TIMEOUT_S)
         loop.call_soon_threadsafe(loop.stop)
@@ -44,7 +47,7 @@ def running(actor: listener.KafkaListenerActor) -> Iterator[int]:
 
 def new_listener(**settings) -> listener.KafkaListenerActor:
     """A listener whose broker settings are ``settings`` (Kafka names with dots as underscores)."""
-    return listener.KafkaListenerActor("unit", 0, None, "127.0.0.1", 0, ControllerConfig(**settings))
+    return listener.KafkaListenerActor("unit", 0, None, (PLAINTEXT,), ControllerConfig(**settings))
 
 
 def test_an_answer_that_does_not_encode_gets_unknown_server_error_and_the_connection_goes_on(monkeypatch):
@@ -281,8 +284,34 @@ def test_a_closed_connections_reads_stop_and_its_writes_finish(monkeypatch):
 def test_a_listener_that_names_no_host_binds_the_loopback_only():
     """``PLAINTEXT://:port`` binds 127.0.0.1 and advertises it (every interface only when the
     listener names 0.0.0.0); it bound 0.0.0.0, open to every network that reaches the node."""
-    actor = listener.KafkaListenerActor("unit", 0, None, "", 0, ControllerConfig())
+    anywhere = Listener("PLAINTEXT", "PLAINTEXT", "", 0)
+    actor = listener.KafkaListenerActor("unit", 0, None, (anywhere,), ControllerConfig())
     with running(actor) as port:
-        bound = {sock.getsockname()[0] for sock in actor._server.sockets}
-        assert bound == {"127.0.0.1"} and actor._advertised_host == "127.0.0.1"
+        bound = {sock.getsockname()[0] for sock in actor._servers["PLAINTEXT"].sockets}
+        assert bound == {"127.0.0.1"} and actor._endpoints["PLAINTEXT"] == ("127.0.0.1", port, port)
         assert Wire(f"127.0.0.1:{port}").ask(ApiKey.API_VERSIONS, 0, {})["error_code"] == 0
+
+
+def test_one_actor_serves_each_named_listener_with_its_protocol_and_knows_which_a_connection_came_on(monkeypatch):
+    """Two listeners in one actor: PLAIN answers at once, SECURE (SASL_PLAINTEXT) closes a
+    request sent before SASL; an answer on PLAIN lists the brokers' addresses on PLAIN only
+    (the connection knows its listener), and SECURE advertises its advertised.listeners host."""
+    md = {"listeners": {0: {"PLAIN": ("127.0.0.1", 9092), "SECURE": ("localhost", 9093)}, 1: {"SECURE": ("b1", 1)}}}
+
+    async def metadata(ctx, header, body):
+        brokers = [{"node_id": b, "host": h, "port": p, "rack": None} for b, (h, p) in broker_addresses(md).items()]
+        return {"brokers": brokers, "topics": []}
+
+    monkeypatch.setitem(listener.HANDLERS, ApiKey.METADATA, metadata)
+    plain = Listener("PLAIN", "PLAINTEXT", "127.0.0.1", 0)
+    secure = Listener("SECURE", "SASL_PLAINTEXT", "127.0.0.1", 0, advertised_host="localhost")
+    actor = listener.KafkaListenerActor("unit", 0, None, (plain, secure), ControllerConfig())
+    with running(actor) as plain_port:
+        secure_host, secure_port, bound = actor._endpoints["SECURE"]
+        assert secure_host == "localhost" and secure_port == bound != plain_port
+        answer = Wire(f"127.0.0.1:{plain_port}").ask(ApiKey.METADATA, 9, metadata_body())
+        assert [(b["node_id"], b["host"], b["port"]) for b in answer["brokers"]] == [(0, "127.0.0.1", 9092)]
+        refused = Wire(f"127.0.0.1:{bound}")
+        refused.send(ApiKey.METADATA, 9, metadata_body())
+        assert refused.closed()
+        refused.close()

@@ -61,7 +61,7 @@ def context(brokers: int = 1, **config) -> Context:
         "topics": {},
         "leaders": {},
         "live": set(range(brokers)),
-        "listeners": {0: ("127.0.0.1", 9092)},
+        "listeners": {0: {"PLAINTEXT": ("127.0.0.1", 9092)}},
         "cluster_id": "c",
     }
     return Context("c", 0, Controller(md, brokers), ControllerConfig.from_properties(config))

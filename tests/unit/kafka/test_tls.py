@@ -174,7 +174,7 @@ def test_tls_settings_are_checked_when_the_cluster_is_configured():
         ControllerConfig.from_properties({"listeners": "SSL://:0"})
     with pytest.raises(InvalidConfigError, match="ssl.principal.mapping.rules"):
         ControllerConfig.from_properties({"ssl.principal.mapping.rules": "RULE:x"})
-    with pytest.raises(InvalidConfigError, match="SASL_SSL listener needs ssl.keystore.location"):
+    with pytest.raises(InvalidConfigError, match=r"listener SASL_SSL \(SASL_SSL\) needs ssl.keystore.location"):
         ControllerConfig.from_properties({"listeners": "SASL_SSL://:0"})
-    with pytest.raises(InvalidConfigError, match="one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"):
+    with pytest.raises(InvalidConfigError, match="SASL_OAUTH is not in listener.security.protocol.map"):
         ControllerConfig.from_properties({"listeners": "SASL_OAUTH://:0"})
