@@ -11,7 +11,7 @@ import ray
 
 from raylog.actors.kafka.listener import KafkaListenerActor
 from raylog.chaos import fuzz_wire
-from raylog.config import ControllerConfig
+from raylog.config import ControllerConfig, Listener
 from raylog.errors import InvalidConfigError
 from raylog.kafka import codec
 from tests.kafka_wire import Wire
@@ -56,11 +56,12 @@ def strict_listener(kafka_cluster):
         metadata = kafka_cluster.metadata(refresh=True)
         broker = min(metadata.listeners)
         actor = ray.remote(KafkaListenerActor).options(num_cpus=0, max_concurrency=KafkaListenerActor.MAX_CONCURRENCY)
+        plaintext = Listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0)
         handle = actor.remote(
-            kafka_cluster.cluster_name, broker, kafka_cluster.controller, "127.0.0.1", 0, ControllerConfig(**settings)
+            kafka_cluster.cluster_name, broker, kafka_cluster.controller, (plaintext,), ControllerConfig(**settings)
         )
         started.append(handle)
-        host, port = ray.get(handle.start.remote(), timeout=120)
+        host, port, _ = ray.get(handle.start.remote(), timeout=120)["PLAINTEXT"]
         return f"{host}:{port}"
 
     yield start

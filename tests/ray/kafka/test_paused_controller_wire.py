@@ -52,7 +52,8 @@ def _restart_a_listener(kafka_cluster) -> str:
     def cached(name: str) -> bool:
         try:
             listener = ray.get_actor(name, namespace=NAMESPACE)
-            return ray.get(listener.__ray_call__.remote(_cached_listeners), timeout=5) == metadata.listeners
+            cached_listeners = ray.get(listener.__ray_call__.remote(_cached_listeners), timeout=5)
+            return cached_listeners == metadata.listener_endpoints
         except (ValueError, ray.exceptions.RayError):
             return False  # not started again yet
 
