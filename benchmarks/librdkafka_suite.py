@@ -87,10 +87,11 @@ SASL_CONFIG = {
     "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
     "connections.max.reauth.ms": "10000",  # 0142 re-authenticates (KIP-368)
 }
-#: raylog.connect's settings of that user (raylog's clients of the run act as it).
+#: raylog.connect's settings of that user (raylog's clients of the run act as it): SCRAM, which
+#: every cluster enables (PLAIN only the SASL one, for this librdkafka).
 SASL_CREATOR = {
     "security_protocol": "SASL_PLAINTEXT",
-    "sasl_mechanism": "PLAIN",
+    "sasl_mechanism": "SCRAM-SHA-512",
     "sasl_plain_username": SASL_USER[0],
     "sasl_plain_password": SASL_USER[1],
 }
