@@ -102,8 +102,8 @@ SASL_CLIENT = {
     "sasl.password": SASL_USER[1],
 }
 #: What librdkafka's own harness writes into every test.conf when it runs the suite against a
-#: Kafka cluster (its tests/LibrdkafkaTestApp.py, through trivup): IPv4 brokers, and each
-#: test's timeout doubled.
+#: Kafka cluster (LibrdkafkaTestApp.py of its tests directory, through trivup): IPv4 brokers,
+#: and each test's timeout doubled.
 HARNESS_CONF = {"broker.address.family": "v4", "test.timeout.multiplier": "2"}
 #: One test's bound (the runner has its own timeout per test as well).
 TEST_TIMEOUT_S = 1800
