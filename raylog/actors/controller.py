@@ -807,11 +807,15 @@ class ControllerActor:
             return (*_error_result(exc), [])
 
     async def _push_acls(self) -> None:
-        """The listeners and the live replicas apply the ACLs before a change is answered (a
+        """The listeners and the running replicas apply the ACLs before a change is answered (a
         client that changed them and sends its next request or call finds them in force), or
         after :data:`PEER_CALL_TIMEOUT_S` for replicas that do not answer (they get them when
-        they do)."""
-        pushes = self._push_acls_to_replicas([key for key in self.replicas if key[2] in self.live])
+        they do). Replicas still starting get them too, as their first call after starting,
+        but the answer does not wait for their processes to start (a topic of hundreds of
+        replicas takes minutes on a small machine)."""
+        live = [key for key in self.replicas if key[2] in self.live]
+        self._push_acls_to_replicas([key for key in live if not self._is_ready(key)])
+        pushes = self._push_acls_to_replicas([key for key in live if self._is_ready(key)])
         if self.listeners is not None:
             await self.listeners.push("update_acls", self.image.acls_version, frozenset(self.image.acls))
         if pushes:

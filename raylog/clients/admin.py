@@ -408,9 +408,9 @@ class Admin:
 
     def create_acls(self, acls: list[ACL]) -> None:
         """Create Kafka ACLs (Kafka's CreateAcls), all or nothing; ACLs that exist already
-        are kept; answered once every Kafka listener applies them. They say what Kafka
-        clients may do over the listeners; raylog's own clients inside Ray are not subject
-        to them (see docs/security.md).
+        are kept; answered once every Kafka listener and every running replica applies them
+        (replicas still starting take them as they start). They say what Kafka clients over
+        the listeners and raylog's own clients may do (see docs/security.md).
 
         Example:
             >>> from raylog import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType

@@ -162,6 +162,27 @@ def test_deleting_an_acl_takes_effect_on_a_client_already_writing(secured):
             producer.send(topic, b"after the acl went").result(timeout=TIMEOUT_S)
 
 
+def test_an_acl_change_does_not_wait_for_new_replicas_to_start_and_they_enforce_it(secured):
+    """A topic of 10 partitions is created and at once alice is granted WRITE on it: the
+    change is answered within a 4 s request timeout, though its 10 replica processes take
+    longer to start here (librdkafka's 0081 timed out creating ACLs while hundreds started);
+    each replica, once running, holds the grant: alice writes to every partition, and bob
+    (no WRITE) is refused."""
+    topic = f"starting-{uuid.uuid4().hex[:6]}"
+    Admin(secured).create_topics([NewTopic(topic, 10, 1)])
+    try:
+        Admin(secured, request_timeout_ms=4000).create_acls([allow("alice", ACLOperation.WRITE, name=topic)])
+        Admin(secured).await_leaders([topic], int(TIMEOUT_S * 1000))
+        with Producer(secured, acks="all", **sasl("alice")) as producer:
+            sent = [producer.send(topic, b"granted", partition=p) for p in range(10)]
+            assert [f.result(timeout=TIMEOUT_S).offset for f in sent] == [0] * 10
+        with Producer(secured, retries=0, enable_idempotence=False, **sasl("bob")) as producer:
+            with pytest.raises(TopicAuthorizationFailedError):
+                producer.send(topic, b"not granted", partition=9).result(timeout=TIMEOUT_S)
+    finally:
+        Admin(secured).delete_topics([topic])
+
+
 def test_a_token_is_checked_by_the_replica_not_trusted(secured):
     """A call that names a principal without the controller's signature is refused: a forged
     token, one of another cluster, garbage."""
