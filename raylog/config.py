@@ -587,9 +587,10 @@ class ControllerConfig(_Config):
         "and the ACL requests answer SECURITY_DISABLED, as a Kafka broker without "
         "authorizer.class.name) or \"acl\" (Kafka's ACLs, with the rules of Kafka's "
         "StandardAuthorizer: created with CreateAcls, Admin.create_acls or kafka-acls.sh, kept in "
-        "the controller's journal, pushed to every listener and running replica before a change "
-        "is answered; a replica still starting takes them as it starts). They hold for Kafka clients of the listeners and for raylog's own clients "
-        "alike; a client that did not authenticate is User:ANONYMOUS (docs/security.md).",
+        "the controller's journal, pushed to every listener and replica: a change is answered "
+        "once the listeners and the running replicas it concerns hold it). They hold for Kafka "
+        "clients of the listeners and for raylog's own clients alike; a client that did not "
+        "authenticate is User:ANONYMOUS (docs/security.md).",
         choices=("", "acl"),
     )
     super_users: str = setting(

@@ -60,7 +60,7 @@ from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.config import ControllerConfig
 from raylog.coordination import broker_configs, elections, scram, sessions
-from raylog.coordination.acls import CLUSTER_NAME, Authorizer, ResourceType, parse_super_users
+from raylog.coordination.acls import CLUSTER_NAME, Authorizer, ResourceType, covers, parse_super_users
 from raylog.coordination.acls import ACLOperation as Op
 from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.group import partition_for
@@ -774,10 +774,11 @@ class ControllerActor:
             try:
                 self._require_authorizer()
                 _require(access, Op.ALTER, CLUSTER)
+                created = [acl for acl in dict.fromkeys(acls) if acl not in self.image.acls]
                 self._commit(self.image.create_acls(acls))
             except RaylogError as exc:
                 return _error_result(exc)
-        await self._push_acls()
+        await self._push_acls(created)
         return 0, ""
 
     async def delete_acls(self, filters: list, session: str | None = None) -> tuple[int, str, list[list]]:
@@ -793,7 +794,7 @@ class ControllerActor:
                 self._commit(records)
             except RaylogError as exc:
                 return (*_error_result(exc), [])
-        await self._push_acls()
+        await self._push_acls([acl for found in matched for acl in found])
         return 0, "", matched
 
     async def describe_acls(self, acl_filter, session: str | None = None) -> tuple[int, str, list]:
@@ -806,16 +807,18 @@ class ControllerActor:
         except RaylogError as exc:
             return (*_error_result(exc), [])
 
-    async def _push_acls(self) -> None:
-        """The listeners and the running replicas apply the ACLs before a change is answered (a
-        client that changed them and sends its next request or call finds them in force), or
-        after :data:`PEER_CALL_TIMEOUT_S` for replicas that do not answer (they get them when
-        they do). Replicas still starting get them too, as their first call after starting,
-        but the answer does not wait for their processes to start (a topic of hundreds of
-        replicas takes minutes on a small machine)."""
+    async def _push_acls(self, changed: list) -> None:
+        """Every listener and live replica gets the ACLs. The listeners and the running
+        replicas whose decisions ``changed`` (the ACLs created or deleted) can change apply
+        them before the change is answered (a client that changed them and sends its next
+        request or call finds them in force), or after :data:`PEER_CALL_TIMEOUT_S` for those
+        that do not answer (they get them when they do). The others, and replicas still
+        starting (as their first call), get them without the answer waiting: an ACL on one
+        topic does not wait for hundreds of replicas of others, nor for processes to start."""
         live = [key for key in self.replicas if key[2] in self.live]
-        self._push_acls_to_replicas([key for key in live if not self._is_ready(key)])
-        pushes = self._push_acls_to_replicas([key for key in live if self._is_ready(key)])
+        awaited = {key for key in live if self._is_ready(key) and _decides(changed, key[0])}
+        self._push_acls_to_replicas([key for key in live if key not in awaited])
+        pushes = self._push_acls_to_replicas(list(awaited))
         if self.listeners is not None:
             await self.listeners.push("update_acls", self.image.acls_version, frozenset(self.image.acls))
         if pushes:
@@ -1582,6 +1585,23 @@ def _require(access: Access | None, operation: Op, resource_type: ResourceType, 
     """Raise the resource type's authorization error unless ``access`` (None: anyone) may."""
     if access is not None:
         access.require(operation, resource_type, name)
+
+
+def _decides(changed: list, topic: str) -> bool:
+    """Whether a replica of ``topic`` may decide differently once ``changed`` (ACLs created
+    or deleted) hold: a TOPIC ACL covering it, a GROUP one for the replicas of the offsets
+    topic (its group coordinators), a TRANSACTIONAL_ID one for the transaction state's, a
+    CLUSTER one (IDEMPOTENT_WRITE) for every replica."""
+    for acl in changed:
+        kind = acl.pattern.resource_type
+        if (
+            kind == ResourceType.CLUSTER
+            or (kind == ResourceType.TOPIC and covers(acl.pattern, kind, topic))
+            or (kind == ResourceType.GROUP and topic == OFFSETS_TOPIC)
+            or (kind == ResourceType.TRANSACTIONAL_ID and topic == TRANSACTION_TOPIC)
+        ):
+            return True
+    return False
 
 
 def _error_result(exc: RaylogError) -> tuple[int, str]:

@@ -408,9 +408,10 @@ class Admin:
 
     def create_acls(self, acls: list[ACL]) -> None:
         """Create Kafka ACLs (Kafka's CreateAcls), all or nothing; ACLs that exist already
-        are kept; answered once every Kafka listener and every running replica applies them
-        (replicas still starting take them as they start). They say what Kafka clients over
-        the listeners and raylog's own clients may do (see docs/security.md).
+        are kept; answered once every Kafka listener and every running replica they concern
+        applies them (the others, and replicas still starting, take them without the answer
+        waiting). They say what Kafka clients over the listeners and raylog's own clients
+        may do (see docs/security.md).
 
         Example:
             >>> from raylog import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType

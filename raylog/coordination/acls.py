@@ -116,6 +116,16 @@ class ResourcePattern:
     pattern_type: PatternType = PatternType.LITERAL
 
 
+def covers(pattern: ResourcePattern, resource_type: ResourceType, name: str) -> bool:
+    """Whether ``pattern`` applies to the resource ``name`` of ``resource_type``: its own name
+    or the wildcard (LITERAL), or a prefix of it (PREFIXED)."""
+    if pattern.resource_type != resource_type:
+        return False
+    if pattern.pattern_type == PatternType.PREFIXED:
+        return name.startswith(pattern.name)
+    return pattern.name in (name, WILDCARD)
+
+
 @dataclass(frozen=True)
 class ResourcePatternFilter:
     """Selects resource patterns (Kafka's ``ResourcePatternFilter``): ANY resource type or

@@ -11,6 +11,8 @@ cluster); alice may write and read ``granted``, bob may read it. Nothing is open
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 
 import pytest
@@ -181,6 +183,31 @@ def test_an_acl_change_does_not_wait_for_new_replicas_to_start_and_they_enforce_
                 producer.send(topic, b"not granted", partition=9).result(timeout=TIMEOUT_S)
     finally:
         Admin(secured).delete_topics([topic])
+
+
+def test_an_acl_change_waits_for_the_replicas_it_concerns_only(secured):
+    """The replica of topic b is paused (SIGSTOP): alice's grant on topic a is answered within
+    a 4 s request timeout (a running replica's push may take 10 s; b's decisions cannot
+    change) and a's replica enforces it at once; resumed, b's replica has the ACLs again and
+    a grant on b waits for it."""
+    a, b = (f"{name}-{uuid.uuid4().hex[:6]}" for name in ("concerned", "paused"))
+    admin = Admin(secured)
+    admin.create_topics([NewTopic(a, 1, 1), NewTopic(b, 1, 1)], wait_for_leaders_ms=int(TIMEOUT_S * 1000))
+    try:
+        (paused,) = ray.get(secured.controller.replica_handles.remote(b), timeout=TIMEOUT_S).values()
+        pid = ray.get(paused.state.remote(), timeout=TIMEOUT_S)["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            Admin(secured, request_timeout_ms=4000).create_acls([allow("alice", ACLOperation.WRITE, name=a)])
+            with Producer(secured, acks="all", **sasl("alice")) as producer:
+                assert producer.send(a, b"granted").result(timeout=TIMEOUT_S).offset == 0
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        admin.create_acls([allow("alice", ACLOperation.WRITE, name=b)])
+        with Producer(secured, acks="all", **sasl("alice")) as producer:
+            assert producer.send(b, b"granted later").result(timeout=TIMEOUT_S).offset == 0
+    finally:
+        admin.delete_topics([a, b])
 
 
 def test_a_token_is_checked_by_the_replica_not_trusted(secured):

@@ -25,6 +25,7 @@ from raylog.coordination.acls import (
     ResourcePattern,
     ResourcePatternFilter,
     ResourceType,
+    covers,
     parse_super_users,
     validate_acl,
     validate_filter,
@@ -699,3 +700,21 @@ def test_authorizer_agrees_with_a_brute_force_reference():
             assert authorizer.authorize_any(*request) == reference_authorize_any(*args, *request), (acls, request)
             checked += 1
     assert checked == 4_800
+
+
+@pytest.mark.parametrize(
+    ("pattern", "resource_type", "name", "expected"),
+    [
+        (ResourcePattern(RT.TOPIC, "orders"), RT.TOPIC, "orders", True),
+        (ResourcePattern(RT.TOPIC, "orders"), RT.TOPIC, "orders-eu", False),
+        (ResourcePattern(RT.TOPIC, WILDCARD), RT.TOPIC, "anything", True),
+        (ResourcePattern(RT.TOPIC, "ord", PT.PREFIXED), RT.TOPIC, "orders", True),
+        (ResourcePattern(RT.TOPIC, "ord", PT.PREFIXED), RT.TOPIC, "or", False),
+        (ResourcePattern(RT.TOPIC, WILDCARD, PT.PREFIXED), RT.TOPIC, "orders", False),  # a literal "*" prefix
+        (ResourcePattern(RT.GROUP, "orders"), RT.TOPIC, "orders", False),
+    ],
+)
+def test_a_pattern_covers_its_literal_name_the_wildcard_or_names_it_prefixes(pattern, resource_type, name, expected):
+    """What the controller waits for when ACLs change: the resources a pattern applies to,
+    by Kafka's matching (the type first)."""
+    assert covers(pattern, resource_type, name) is expected
