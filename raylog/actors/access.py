@@ -51,9 +51,13 @@ class Access:
         self.host = host
         self._logged = logged
 
-    def allows(self, operation: ACLOperation, resource_type: ResourceType, name: str) -> bool:
+    def allows(self, operation: ACLOperation, resource_type: ResourceType, name: str, log_denied: bool = True) -> bool:
+        """Whether the caller may; ``log_denied`` False: a denial is neither logged nor counted
+        (Kafka's ``logIfDenied``, false where a Metadata request of every topic leaves out
+        those the caller may not describe: hiding them refuses nothing asked for)."""
         allowed = self.authorizer.authorize(self.principal, self.host, operation, resource_type, name)
-        self._log(allowed, operation, resource_type, name)
+        if allowed or log_denied:
+            self._log(allowed, operation, resource_type, name)
         return allowed
 
     def allows_any(self, operation: ACLOperation, resource_type: ResourceType) -> bool:
@@ -126,6 +130,15 @@ class Guard:
         if session.broker:
             return None
         return Access(authorizer, session.principal, session.host, self._logged)
+
+    def is_broker(self, token: str | None) -> bool:
+        """Whether ``token`` is one of the cluster's own actors' (checked with or without an
+        authorizer: what only brokers are told depends on it).
+
+        Raises:
+            SaslAuthenticationError: a token this cluster did not sign, or one that expired.
+        """
+        return self.sessions.session(token, time.time() * 1000).broker
 
     def require(self, token: str | None, operation: ACLOperation, resource_type: ResourceType, name: str) -> None:
         """Raise unless the caller of ``token`` may do ``operation`` on the resource (see

@@ -1454,18 +1454,39 @@ class ControllerActor:
     # --- metadata -----------------------------------------------------------------------
 
     async def metadata(
-        self, topics: list[str] | None = None, acls_version: int | None = None, credentials_version: int | None = None
+        self,
+        topics: list[str] | None = None,
+        acls_version: int | None = None,
+        credentials_version: int | None = None,
+        session: str | None = None,
     ) -> dict:
         """Brokers, topics (all, or those named that exist) and each online partition
-        leader's actor; ``acls``: with the authorizer, ``(version, ACLs)``, the ACLs left out
-        (None) when the caller has that version already (None without the authorizer);
-        ``credentials``: for SASL listeners, ``(version, SCRAM credentials)`` likewise;
-        ``listeners``: ``broker id -> listener name -> advertised (host, port)`` of the live
-        brokers whose Kafka listeners listen, and ``listener_names``: the names of the
-        ``listeners`` setting, in order."""
+        leader's actor, as the caller of ``session`` may see them: with the authorizer, a
+        client's topics are those it may DESCRIBE, as a Kafka broker's Metadata answer, and
+        ``denied`` lists the topics named that it may not (Kafka's TOPIC_AUTHORIZATION_FAILED,
+        whether or not they exist, so that their existence does not leak); ``listeners``:
+        ``broker id -> listener name -> advertised (host, port)`` of the live brokers whose
+        Kafka listeners listen, and ``listener_names``: the names of the ``listeners``
+        setting, in order. For the cluster's own actors (a broker token) only: ``acls``, with
+        the authorizer, ``(version, ACLs)``, the ACLs left out (None) when the caller has that
+        version already; ``credentials``, for SASL listeners, ``(version, SCRAM credentials)``
+        likewise.
+
+        Raises:
+            SaslAuthenticationError: a token the cluster did not sign, or one that expired.
+        """
         await self.start()
-        names = list(self.image.topics) if topics is None else [t for t in topics if t in self.image.topics]
-        described = {name: self.image.topics[name] for name in names}
+        access = self._caller(session)
+        broker = self._callers.is_broker(session)
+        names = list(self.image.topics) if topics is None else list(dict.fromkeys(topics))
+        denied: list[str] = []
+        if access is not None:
+            named = topics is not None  # (every topic asked for: those hidden are not denials)
+            describable = {n: access.allows(Op.DESCRIBE, ResourceType.TOPIC, n, log_denied=named) for n in names}
+            names = [n for n, allowed in describable.items() if allowed]
+            denied = [n for n, allowed in describable.items() if not allowed]
+        described = {name: self.image.topics[name] for name in names if name in self.image.topics}
+        reassignments = self.image.reassignments
         leaders = {}
         for topic in described.values():
             for p in topic.partitions:
@@ -1478,18 +1499,19 @@ class ControllerActor:
             "live": set(self.live),
             "topics": described,
             "leaders": leaders,
-            "reassignments": dict(self.image.reassignments),
+            "denied": denied,
+            "reassignments": {key: r for key, r in reassignments.items() if access is None or key[0] in described},
             "refused_brokers": dict(self.refused),
             "listeners": {} if self.listeners is None else self.listeners.endpoints(self.live),
             "listener_names": tuple(listener.name for listener in self.config.named_listeners),
             "acls": None
-            if not self.config.authorizer
+            if not self.config.authorizer or not broker
             else (
                 self.image.acls_version,
                 None if acls_version == self.image.acls_version else frozenset(self.image.acls),
             ),
             "credentials": None
-            if not any(listener.sasl for listener in self.config.named_listeners)
+            if not any(listener.sasl for listener in self.config.named_listeners) or not broker
             else (
                 self.image.scram_version,
                 None if credentials_version == self.image.scram_version else self._credentials(),

@@ -348,7 +348,10 @@ class TransactionCoordinatorActor(CoordinatorActor):
     def _leaders(self, topics: list[str]) -> dict | None:
         """The controller's metadata of ``topics`` (those deleted are missing), or None."""
         try:
-            return ray.get(self._controller().metadata.remote(topics), timeout=PEER_CALL_TIMEOUT_S)
+            return ray.get(
+                self._controller().metadata.remote(topics, session=self._guard.broker_token()),
+                timeout=PEER_CALL_TIMEOUT_S,
+            )
         except (ValueError, ray.exceptions.RayError):
             return None
 

@@ -9,10 +9,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from raylog.actors.transport import call
-from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
+from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, client_handle, require_cluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
-from raylog.clients.security import ClientSession
 from raylog.coordination import broker_configs, scram
 from raylog.coordination.acls import ACL, ACLFilter
 from raylog.coordination.elections import PREFERRED_ELECTION, UNCLEAN_ELECTION
@@ -31,7 +30,6 @@ from raylog.errors import (
     RequestTimedOutError,
     TransactionalIdNotFoundError,
     UnknownMemberIdError,
-    UnknownTopicOrPartitionError,
     UnsupportedSaslMechanismError,
     for_code,
 )
@@ -88,10 +86,9 @@ class Admin:
         sasl_plain_password: str | None = None,
     ):
         require_cluster(cluster, "Admin")
-        self._cluster = cluster
         self._timeout_s = request_timeout_ms / 1000
         settings = (security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password)
-        self._session = ClientSession.checked(cluster, self._timeout_s, *settings)
+        self._cluster, self._session = client_handle(cluster, self._timeout_s, *settings)
 
     def create_topics(
         self, new_topics: list[NewTopic], *, wait_for_leaders_ms: int | None = None, timeout_ms: int | None = None
@@ -195,12 +192,14 @@ class Admin:
 
         Raises:
             UnknownTopicOrPartitionError: a name that is not a topic.
+            TopicAuthorizationFailedError: a name the Admin's principal may not describe
+                (whether or not it is a topic).
         """
         known = self._cluster.metadata(refresh=True).topics
         wanted = sorted(known) if topics is None else _names(topics)
         missing = [n for n in wanted if n not in known]
         if missing:
-            raise UnknownTopicOrPartitionError(f"unknown topics: {', '.join(map(repr, missing))}")
+            raise self._cluster.missing_topics_error(missing)
         return [known[n] for n in wanted]
 
     def alter_configs(self, resources: ConfigResources, *, incremental: bool = False) -> None:

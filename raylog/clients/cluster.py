@@ -11,6 +11,7 @@ actors (which are already connected to Ray).
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -29,7 +30,13 @@ from raylog.clients.security import ClientSession
 from raylog.config import ControllerConfig
 from raylog.coordination import scram
 from raylog.coordination.placement import INTERNAL_TOPICS
-from raylog.errors import InvalidConfigError, LeaderNotAvailableError, UnknownTopicOrPartitionError
+from raylog.errors import (
+    InvalidConfigError,
+    LeaderNotAvailableError,
+    RaylogError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
 from raylog.types import BrokerInfo, TopicDescription, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -161,14 +168,29 @@ class RaylogCluster:
             return self._session
 
     def metadata(self, refresh: bool = False) -> Metadata:
-        """The cached metadata of every topic (fetched on first use or when ``refresh``)."""
+        """The cached metadata of every topic this handle's principal may describe (fetched
+        on first use or when ``refresh``)."""
         cached = self._metadata  # (read without the lock: a snapshot is replaced, never changed)
         if cached is not None and not refresh:
             return cached
+        token = self.session().token()
         with self._lock:
             if self._metadata is None or refresh:
-                self._metadata = Metadata(call(self.controller.metadata.remote(), METADATA_TIMEOUT_S))
+                ref = self.controller.metadata.remote(session=token)
+                self._metadata = Metadata(call(ref, METADATA_TIMEOUT_S))
             return self._metadata
+
+    def missing_topics_error(self, topics: list[str]) -> RaylogError:
+        """Why ``topics``, named by a client, are not in its metadata, as the controller
+        answers when asked for them by name: TopicAuthorizationFailedError when this handle's
+        principal may not describe one (whether or not it exists, as Kafka answers, so that
+        its existence does not leak), else UnknownTopicOrPartitionError."""
+        session = self.session()
+        answer = call(self.controller.metadata.remote(list(topics), session=session.token()), METADATA_TIMEOUT_S)
+        if answer["denied"]:
+            names = ", ".join(map(repr, answer["denied"]))
+            return TopicAuthorizationFailedError(f"{session.principal} may not DESCRIBE the topics {names}")
+        return UnknownTopicOrPartitionError(f"unknown topics: {', '.join(map(repr, topics))}")
 
     def refresh_metadata(self, wait_s: float) -> bool:
         """Ask the controller for fresh metadata without stopping long for it: wait for the
@@ -182,9 +204,10 @@ class RaylogCluster:
         Raises:
             RaylogError: the controller's call failed (the next call asks again).
         """
+        token = self.session().token()
         with self._lock:
             if self._refresh is None or time.monotonic() - self._refresh[1] > METADATA_TIMEOUT_S:
-                self._refresh = (self.controller.metadata.remote(), time.monotonic())
+                self._refresh = (self.controller.metadata.remote(session=token), time.monotonic())
             ref, asked_at = self._refresh
         ready, _ = ray.wait([ref], timeout=max(0.0, wait_s - (time.monotonic() - asked_at)))
         if not ready:
@@ -209,6 +232,16 @@ class RaylogCluster:
         addresses = self.metadata(refresh=True).addresses(listener)
         return ",".join(f"{host}:{port}" for host, port in addresses.values())
 
+    def speaking_for(self, session: ClientSession) -> RaylogCluster:
+        """A copy of this handle for a client with credentials of its own (``session``): its
+        metadata cache is its own (a principal sees the topics it may describe, and each Kafka
+        client has its own metadata), and it pickles with the client's credentials."""
+        handle = copy.copy(self)
+        handle._lock = threading.Lock()
+        handle._metadata = handle._refresh = None
+        handle._session, handle._credentials = session, session.settings
+        return handle
+
     def shutdown(self) -> None:
         """Stop every raylog actor of this cluster (data stays on disk), and Ray too if
         :func:`connect` started it."""
@@ -218,6 +251,19 @@ class RaylogCluster:
             ray.kill(self.controller, no_restart=True)
             if self._started_ray:
                 ray.shutdown()
+
+
+def client_handle(cluster: Any, timeout_s: float, *settings: str | None) -> tuple[Any, ClientSession]:
+    """The handle and session of a client made on ``cluster`` with kafka-python's security
+    ``settings`` (see :meth:`ClientSession.checked`): ``cluster`` itself when the client
+    gives none (it is who the handle's clients are), else :meth:`RaylogCluster.speaking_for`
+    the client.
+
+    Raises:
+        InvalidConfigError, SaslAuthenticationError, UnsupportedSaslMechanismError.
+    """
+    session = ClientSession.checked(cluster, timeout_s, *settings)
+    return (cluster, session) if session.inherited else (cluster.speaking_for(session), session)
 
 
 def require_cluster(cluster: Any, client: str) -> None:

@@ -43,7 +43,7 @@ from ray.exceptions import RayError
 
 from raylog.actors import metrics
 from raylog.actors.transport import call, translate
-from raylog.clients.cluster import RaylogCluster, require_cluster
+from raylog.clients.cluster import RaylogCluster, client_handle, require_cluster
 from raylog.clients.consumer_protocol import ConsumerProtocolMembership
 from raylog.clients.group import (
     ConsumerRebalanceListener,
@@ -52,7 +52,6 @@ from raylog.clients.group import (
     committed_offsets,
     offsets_to_commit,
 )
-from raylog.clients.security import ClientSession
 from raylog.coordination.assignors import ASSIGNORS, COOPERATIVE_STICKY
 from raylog.coordination.consumer_group import SERVER_ASSIGNORS
 from raylog.coordination.group import check_group_id
@@ -318,8 +317,7 @@ class Consumer:
             check_group_id(group_id)
         self._strategies = strategies
         settings = (security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password)
-        self._session = ClientSession.checked(cluster, request_timeout_ms / 1000, *settings)
-        self._cluster = cluster
+        self._cluster, self._session = client_handle(cluster, request_timeout_ms / 1000, *settings)
         self._reset = auto_offset_reset
         self._min_bytes = fetch_min_bytes
         self._max_wait_ms = fetch_max_wait_ms
@@ -360,7 +358,9 @@ class Consumer:
         self._coordinator = (
             None
             if group_id is None
-            else CoordinatorClient(cluster, group_id, self._timeout_s, retry_backoff_ms / 1000, session=self._session)
+            else CoordinatorClient(
+                self._cluster, group_id, self._timeout_s, retry_backoff_ms / 1000, session=self._session
+            )
         )
         self._group: GroupMembership | ConsumerProtocolMembership | None = None
         self._subscribed: tuple[str, ...] | re.Pattern | None = None
@@ -370,7 +370,10 @@ class Consumer:
         if topics and group_id is not None:
             self.subscribe(list(topics))
         elif topics:
-            metadata = cluster.metadata(refresh=True)
+            metadata = self._cluster.metadata(refresh=True)
+            missing = [t for t in topics if t not in metadata.topics]
+            if missing:
+                raise self._cluster.missing_topics_error(missing)
             self.assign([TopicPartition(t, p) for t in topics for p in range(metadata.num_partitions(t))])
 
     def __reduce__(self):
@@ -544,6 +547,7 @@ class Consumer:
 
         Raises:
             UnknownTopicOrPartitionError: a partition that does not exist.
+            TopicAuthorizationFailedError: a topic the consumer's principal may not describe.
             InvalidTopicError: a name that is not a legal topic name.
         """
         self._require_open()
@@ -556,6 +560,8 @@ class Consumer:
         for tp in wanted:
             if not metadata.has_partition(tp):
                 metadata = self._cluster.metadata(refresh=True)
+                if tp.topic not in metadata.topics:
+                    raise self._cluster.missing_topics_error([tp.topic])
                 if not metadata.has_partition(tp):
                     raise UnknownTopicOrPartitionError(f"unknown partition {tp.topic}-{tp.partition}")
         self._set_assignment(wanted)

@@ -49,10 +49,9 @@ import pyarrow.compute as pc
 
 from raylog.actors import metrics
 from raylog.actors.transport import call, translate
-from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, require_cluster
+from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, client_handle, require_cluster
 from raylog.clients.group import CoordinatorClient, offsets_to_commit
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
-from raylog.clients.security import ClientSession
 from raylog.config import LogConfig
 from raylog.coordination.placement import OFFSETS_TOPIC, validate_client_id, validate_topic_name
 from raylog.coordination.producer_state import NO_SEQUENCE, RETAINED_BATCHES, increment_sequence
@@ -438,8 +437,7 @@ class Producer:
                 raise InvalidConfigError(f"transaction_timeout_ms must be an integer, got {transaction_timeout_ms!r}")
         validate_client_id(client_id, InvalidConfigError)
         settings = (security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password)
-        self._session = ClientSession.checked(cluster, request_timeout_ms / 1000, *settings)
-        self._cluster = cluster
+        self._cluster, self._session = client_handle(cluster, request_timeout_ms / 1000, *settings)
         self._acks = _ACKS[acks]
         self._linger_s = linger_ms / 1000
         self._batch_size = batch_size
@@ -1042,6 +1040,7 @@ class Producer:
         Raises:
             InvalidTopicError: not a legal topic name.
             UnknownTopicOrPartitionError: no such topic.
+            TopicAuthorizationFailedError: the producer's principal may not describe it.
         """
         metadata = self._cluster.metadata()
         route = self._routes.get(topic)
@@ -1050,6 +1049,8 @@ class Producer:
                 validate_topic_name(topic)
             if topic not in metadata.topics:
                 metadata = self._cluster.metadata(refresh=True)
+                if topic not in metadata.topics:
+                    raise self._cluster.missing_topics_error([topic])
             partitions = _partitions(metadata, topic)
             capacity = record_batch.records_capacity(self._limit(topic, metadata), self._codec)
             route = self._routes[topic] = (partitions, capacity, metadata)

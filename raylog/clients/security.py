@@ -93,6 +93,9 @@ class ClientSession:
                 )
         elif sasl_plain_username is not None or sasl_plain_password is not None:
             raise InvalidConfigError("sasl_plain_username and sasl_plain_password need security_protocol SASL_*")
+        #: The settings given (pickled with a client's own handle, see ``client_handle``).
+        names = ("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
+        self.settings = {name: value for name, value in zip(names, settings, strict=True) if value is not None}
         self._cluster = cluster
         self._mechanism = sasl_mechanism if sasl else None
         self._user = sasl_plain_username

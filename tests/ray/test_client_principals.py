@@ -111,22 +111,23 @@ def test_what_the_acls_do_not_allow_is_refused_with_kafkas_errors(secured):
     cannot join a group he has no READ on, nor create ACLs granting himself more. Nothing
     refused reached the log."""
     nobody = anonymous(secured)
-    for handle, settings in ((secured, sasl("bob")), (nobody, {})):
-        # An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
-        # for its producer id, as in Kafka; one that is not idempotent is refused by the leader.
+    # bob may describe ``granted`` (READ): his idempotent producer needs IDEMPOTENT_WRITE on the
+    # cluster or WRITE on some topic for its producer id, as in Kafka, and one that is not
+    # idempotent is refused by the leader. User:ANONYMOUS may not even describe it: any send
+    # of its is refused as the topic is looked up.
+    for handle, settings, idempotent_refusal in (
+        (secured, sasl("bob"), ClusterAuthorizationFailedError),
+        (nobody, {}, TopicAuthorizationFailedError),
+    ):
         with Producer(handle, retries=0, **settings) as producer:
-            with pytest.raises(ClusterAuthorizationFailedError):
+            with pytest.raises(idempotent_refusal):
                 producer.send(GRANTED, b"may not").result(timeout=TIMEOUT_S)
         with Producer(handle, retries=0, enable_idempotence=False, **settings) as producer:
             with pytest.raises(TopicAuthorizationFailedError):
                 producer.send(GRANTED, b"may not").result(timeout=TIMEOUT_S)
-    consumer = Consumer(nobody, auto_offset_reset="earliest")
-    try:
-        consumer.assign([TopicPartition(GRANTED, 0)])
+    with Consumer(nobody, auto_offset_reset="earliest") as consumer:
         with pytest.raises(TopicAuthorizationFailedError):
-            consumer.poll(timeout_ms=int(TIMEOUT_S * 1000))
-    finally:
-        consumer.close()
+            consumer.assign([TopicPartition(GRANTED, 0)])
     with pytest.raises(TopicAuthorizationFailedError):
         Admin(nobody).create_topics([NewTopic("anonymous-topic", 1, 1)])
     with pytest.raises(ClusterAuthorizationFailedError):
@@ -212,7 +213,7 @@ def test_an_acl_change_waits_for_the_replicas_it_concerns_only(secured):
 
 def test_a_token_is_checked_by_the_replica_not_trusted(secured):
     """A call that names a principal without the controller's signature is refused: a forged
-    token, one of another cluster, garbage."""
+    token, one of another cluster, garbage; a call without a token is User:ANONYMOUS's."""
     from raylog.coordination.sessions import SessionKeys, new_key
     from raylog.protocol import FetchRequest
 
@@ -222,6 +223,10 @@ def test_a_token_is_checked_by_the_replica_not_trusted(secured):
         response = ray.get(leader.fetch.remote(FetchRequest(0, session=token)), timeout=TIMEOUT_S)
         assert response.error_code == SaslAuthenticationError.code
         assert len(response.records) == 0
+    # Without a token, User:ANONYMOUS: refused by the replica itself, not only kept out of its
+    # metadata.
+    response = ray.get(leader.fetch.remote(FetchRequest(0, session=None)), timeout=TIMEOUT_S)
+    assert response.error_code == TopicAuthorizationFailedError.code and len(response.records) == 0
 
 
 def test_groups_and_transactions_need_their_acls_at_the_coordinators(secured):
@@ -263,15 +268,14 @@ def test_groups_and_transactions_need_their_acls_at_the_coordinators(secured):
 def test_ray_data_reads_as_the_handles_user(secured):
     """A Ray Data read's tasks carry the handle's credentials: alice's handle reads, a handle
     without credentials is refused."""
-    import raylog
     from raylog.data import read_topic
 
-    as_alice = raylog.connect("auto", cluster_name=secured.cluster_name, **sasl("alice"))
+    as_alice = raylog_connect_as(secured, "alice")
     with Producer(as_alice) as producer:
         producer.send(GRANTED, b"for ray data").result(timeout=TIMEOUT_S)
     rows = read_topic(GRANTED, cluster=as_alice, end_offset="latest").take_all()
     assert b"for ray data" in [row["value"] for row in rows]
-    with pytest.raises(Exception, match="TopicAuthorizationFailed|TOPIC_AUTHORIZATION_FAILED|may not DESCRIBE"):
+    with pytest.raises(TopicAuthorizationFailedError):
         read_topic(GRANTED, cluster=anonymous(secured), end_offset="latest").take_all()
 
 
@@ -291,3 +295,49 @@ def _poll_until_records(consumer: Consumer) -> list:
         if polled:
             return list(polled.values())
     raise AssertionError("no records within 30 polls")
+
+
+def test_metadata_shows_a_principal_only_the_topics_it_may_describe(secured):
+    """bob may describe ``granted`` (READ implies DESCRIBE) and nothing else: his metadata,
+    topic list and describes leave out a topic he may not describe, and naming it (or a topic
+    that does not exist) is TOPIC_AUTHORIZATION_FAILED, as Kafka answers, so that its existence
+    does not leak; sending to it or assigning it fails at once with that error. The metadata of
+    raylog's clients carries neither the ACLs nor SCRAM credentials (the listeners' share)."""
+    hidden = _topic_without_acls(secured)
+    assert hidden in Admin(secured).list_topics()  # the super user sees every topic
+
+    as_bob = raylog_connect_as(secured, "bob")
+    metadata = as_bob.metadata(refresh=True)
+    assert set(metadata.topics) == {GRANTED}
+    assert {topic for topic, _ in metadata.leaders} == {GRANTED}
+    assert Admin(secured, **sasl("bob")).list_topics(include_internal=True) == [GRANTED]
+    assert anonymous(secured).metadata(refresh=True).topics == {}
+    answer = ray.get(secured.controller.metadata.remote(session=as_bob.session().token()), timeout=TIMEOUT_S)
+    assert answer["acls"] is None and answer["credentials"] is None
+
+    for name in (hidden, "no-such-topic"):
+        with pytest.raises(TopicAuthorizationFailedError):
+            Admin(secured, **sasl("bob")).describe_topics([name])
+        with Producer(secured, retries=0, max_block_ms=int(TIMEOUT_S * 1000), **sasl("bob")) as producer:
+            with pytest.raises(TopicAuthorizationFailedError):
+                producer.send(name, b"may not")
+        with Consumer(secured, **sasl("bob")) as consumer:
+            with pytest.raises(TopicAuthorizationFailedError):
+                consumer.assign([TopicPartition(name, 0)])
+    with Consumer(secured, **sasl("bob")) as consumer:
+        assert consumer.topics() == {GRANTED}
+    assert Admin(secured, **sasl("bob")).describe_topics([GRANTED])[0].name == GRANTED
+
+
+def _topic_without_acls(cluster) -> str:
+    """A new topic of one partition that no ACL names (only the super user may use it)."""
+    name = f"hidden-{uuid.uuid4().hex[:6]}"
+    Admin(cluster).create_topics([NewTopic(name, 1, 1)], wait_for_leaders_ms=int(TIMEOUT_S * 1000))
+    return name
+
+
+def raylog_connect_as(cluster, user: str) -> RaylogCluster:
+    """The same cluster, by a handle with ``user``'s credentials."""
+    import raylog
+
+    return raylog.connect("auto", cluster_name=cluster.cluster_name, **sasl(user))

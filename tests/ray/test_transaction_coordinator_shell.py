@@ -76,7 +76,7 @@ class StubController(Gate):
             self._next_id += count
             return list(range(self._next_id - count, self._next_id))
 
-    def metadata(self, topics: list[str]) -> dict:
+    def metadata(self, topics: list[str], session: str | None = None) -> dict:
         return {"topics": dict.fromkeys(topics), "leaders": {(t, 0): self._leader for t in topics}}
 
 

@@ -282,7 +282,7 @@ class BrokerContext:
             logger.debug("no metadata from the controller: %r", refreshing.exception())
 
     async def _fetch_metadata(self) -> dict:
-        answer = await self.call(self.controller.metadata.remote(None, self._acls_version, self._credentials_version))
+        answer = await self.call(self.ask("metadata", None, self._acls_version, self._credentials_version))
         if answer["acls"] is not None and answer["acls"][1] is not None:
             self.apply_acls(*answer["acls"])
         if answer.get("credentials") is not None and answer["credentials"][1] is not None:

@@ -210,6 +210,32 @@ def test_denials_are_logged_once_each_then_at_debug(caplog):
     )
 
 
+def test_a_topic_left_out_of_a_listing_is_not_logged_as_a_denial(caplog):
+    """``log_denied=False`` (a Metadata answer of every topic hiding those the caller may not
+    describe, as Kafka's logIfDenied): the same answer, nothing logged or remembered."""
+    gate = Gate()
+    logged: set = set()
+    access = authorization.Access(gate.authorizer, ANON, "10.0.0.9", logged)
+    with caplog.at_level("DEBUG", logger="raylog.authorizer"):
+        assert not access.allows(Op.DESCRIBE, ResourceType.TOPIC, "secret", log_denied=False)
+    assert not [r for r in caplog.records if "Denied" in r.getMessage()] and not logged
+
+
+def test_a_guard_tells_the_clusters_own_actors_from_clients_with_or_without_an_authorizer():
+    from raylog.actors.access import Guard
+    from raylog.coordination.sessions import SessionKeys, new_key
+    from raylog.errors import SaslAuthenticationError
+
+    key = new_key()
+    guard = Guard(key)  # no authorizer applied
+    keys = SessionKeys(key)
+    assert guard.is_broker(guard.broker_token())
+    assert not guard.is_broker(keys.issue("User:alice", "*", expires_ms=2**62))
+    assert not guard.is_broker(None)
+    with pytest.raises(SaslAuthenticationError):
+        guard.is_broker(SessionKeys(new_key()).broker_token(0))
+
+
 def test_the_denials_remembered_as_logged_are_bounded():
     """A client naming a new topic in every request does not grow the broker's memory."""
     from raylog.actors import access as access_module
@@ -229,7 +255,7 @@ class AclController:
     def __init__(self):
         self.version, self.acls, self.asked = 1, {acl(Op.READ, ResourceType.TOPIC, "a")}, []
 
-    def _remote(self, topics=None, acls_version=None, credentials_version=None):
+    def _remote(self, topics=None, acls_version=None, credentials_version=None, session=None):
         self.asked.append(acls_version)
 
         async def answer():

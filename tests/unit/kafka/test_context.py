@@ -54,7 +54,7 @@ class Controller:
         or restarting controller)."""
         gate, real = asyncio.Event(), self._metadata
 
-        async def held(*args):
+        async def held(*args, session=None):
             await gate.wait()
             return real(*args)
 
