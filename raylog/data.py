@@ -68,6 +68,7 @@ from raylog.clients.cluster import RaylogCluster
 from raylog.clients.consumer import ARROW_SCHEMA, Consumer
 from raylog.clients.exactly_once import abort_unless_fenced
 from raylog.clients.producer import Producer
+from raylog.clients.security import security_settings
 from raylog.errors import (
     IllegalStateError,
     InvalidConfigError,
@@ -345,7 +346,7 @@ class RaylogDatasource(Datasource):
             if bounds[0] > bounds[1]:
                 raise InvalidConfigError(f"{tp.topic}-{tp.partition}: start {bounds[0]} is after end {bounds[1]}")
             checked[tp] = (int(bounds[0]), int(bounds[1]))
-        known = set(_partitions(cluster, sorted({tp.topic for tp in checked})))
+        known = set(_partitions(cluster, sorted({tp.topic for tp in checked}), consumer_config))
         missing = sorted(set(checked) - known)
         if missing:
             raise UnknownTopicOrPartitionError(f"no such partitions: {missing}")
@@ -696,7 +697,7 @@ class RaylogDatasink(Datasink):
         if "transactional_id" in producer_config:
             raise InvalidConfigError("a write's tasks cannot share a transactional_id (each would fence the others)")
         self._cluster = _cluster(cluster)
-        _partitions(self._cluster, [topic])  # fail here, not in a task, for an unknown topic
+        _partitions(self._cluster, [topic], producer_config)  # fail here, not in a task, for an unknown topic
         try:
             Producer(self._cluster, **producer_config).close()  # fail here for bad settings
         except TypeError as e:
@@ -1179,8 +1180,17 @@ def _consumer_config(config: dict[str, Any] | None) -> dict[str, Any]:
     return config
 
 
-def _partitions(cluster: RaylogCluster, topics: list[str]) -> list[TopicPartition]:
-    descriptions = raylog.Admin(cluster).describe_topics(topics)
+def _partitions(
+    cluster: RaylogCluster, topics: list[str], client_config: dict[str, Any] | None = None
+) -> list[TopicPartition]:
+    """The partitions of ``topics``, described as the user that ``client_config`` (a read's
+    consumer_config, a write's producer_config) names by its security settings, if it does
+    (else the handle's): the user of the tasks, who may describe other topics.
+
+    Raises:
+        UnknownTopicOrPartitionError, TopicAuthorizationFailedError: as Admin.describe_topics.
+    """
+    descriptions = raylog.Admin(cluster, **security_settings(client_config or {})).describe_topics(topics)
     return [TopicPartition(d.name, p.partition) for d in descriptions for p in d.partitions]
 
 
@@ -1261,7 +1271,7 @@ def _offset_consumer(cluster: RaylogCluster, groups: set[str], consumer_config: 
 def _topic_ranges(
     cluster: RaylogCluster, topics: list[str], start: OffsetSpec, end: OffsetSpec, consumer_config: dict[str, Any]
 ) -> dict[TopicPartition, tuple[int, int]]:
-    partitions = _partitions(cluster, topics)
+    partitions = _partitions(cluster, topics, consumer_config)
     starts, ends = _specs(start, partitions, "earliest"), _specs(end, partitions, "latest")
     with _offset_consumer(cluster, _groups(starts) | _groups(ends), consumer_config) as consumer:
         bounds = _Bounds(consumer, partitions)

@@ -31,8 +31,17 @@ from raylog.errors import InvalidConfigError, SaslAuthenticationError
 
 #: The security protocols raylog's clients take (kafka-python's names).
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
+#: The settings that say who a client is (kafka-python's names), in ClientSession's order.
+SECURITY_SETTINGS = ("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
 #: The SASL mechanisms they authenticate with.
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def security_settings(client_config: dict[str, Any]) -> dict[str, Any]:
+    """The settings of ``client_config`` (a client's keyword arguments) that say who the client
+    is: for what is done on the client's behalf before the client exists (a write's topic
+    described on the driver before its tasks' producers send)."""
+    return {name: value for name, value in client_config.items() if name in SECURITY_SETTINGS}
 
 
 def _ray_tls() -> bool:
@@ -94,8 +103,7 @@ class ClientSession:
         elif sasl_plain_username is not None or sasl_plain_password is not None:
             raise InvalidConfigError("sasl_plain_username and sasl_plain_password need security_protocol SASL_*")
         #: The settings given (pickled with a client's own handle, see ``client_handle``).
-        names = ("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password")
-        self.settings = {name: value for name, value in zip(names, settings, strict=True) if value is not None}
+        self.settings = {n: value for n, value in zip(SECURITY_SETTINGS, settings, strict=True) if value is not None}
         self._cluster = cluster
         self._mechanism = sasl_mechanism if sasl else None
         self._user = sasl_plain_username

@@ -33,6 +33,7 @@ from raylog import (
 )
 from raylog.clients.cluster import RaylogCluster
 from raylog.errors import (
+    AuthorizationError,
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     SaslAuthenticationError,
@@ -279,6 +280,29 @@ def test_ray_data_reads_as_the_handles_user(secured):
         read_topic(GRANTED, cluster=anonymous(secured), end_offset="latest").take_all()
 
 
+def test_ray_data_reads_and_writes_only_what_the_principal_may(secured):
+    """bob may READ (so DESCRIBE) ``granted``, and nothing on another topic: Ray Data reads
+    ``granted`` as bob, refuses the other topic with TOPIC_AUTHORIZATION_FAILED before any task
+    runs, and refuses bob's write to ``granted`` (no WRITE) with the authorizer's error from
+    its task. Nothing refused is written."""
+    import ray.data
+
+    from raylog.data import read_topic, write_topic
+
+    hidden = _topic_without_acls(secured)
+    with Producer(secured) as producer:
+        producer.send(GRANTED, b"for bob's ray data").result(timeout=TIMEOUT_S)
+        producer.send(hidden, b"hidden from bob").result(timeout=TIMEOUT_S)
+    as_bob = raylog_connect_as(secured, "bob")
+    rows = read_topic(GRANTED, cluster=as_bob, end_offset="latest").take_all()
+    assert b"for bob's ray data" in [row["value"] for row in rows]
+    with pytest.raises(TopicAuthorizationFailedError):
+        read_topic(hidden, cluster=as_bob, end_offset="latest")
+    with pytest.raises(AuthorizationError):
+        write_topic(ray.data.from_items([{"value": b"bob may not write"}]), GRANTED, cluster=as_bob)
+    assert b"bob may not write" not in _values(secured, "alice")
+
+
 def _values(cluster, user: str, mechanism: str = "SCRAM-SHA-512") -> list[bytes]:
     """Everything in ``granted``, read as ``user``."""
     consumer = Consumer(cluster, auto_offset_reset="earliest", **sasl(user, mechanism))
@@ -327,6 +351,24 @@ def test_metadata_shows_a_principal_only_the_topics_it_may_describe(secured):
     with Consumer(secured, **sasl("bob")) as consumer:
         assert consumer.topics() == {GRANTED}
     assert Admin(secured, **sasl("bob")).describe_topics([GRANTED])[0].name == GRANTED
+
+
+def test_ray_data_is_the_user_of_its_client_config_on_a_handle_without_credentials(secured):
+    """kafka-python's security settings in a read's consumer_config or a write's
+    producer_config make the whole read or write that user's: the planning on the driver
+    (topics described, offsets listed) as well as the tasks."""
+    import ray.data
+
+    from raylog.data import read_topic, write_topic
+
+    nobody = anonymous(secured)
+    with Producer(secured) as producer:
+        producer.send(GRANTED, b"read by bob's consumer_config").result(timeout=TIMEOUT_S)
+    rows = read_topic(GRANTED, cluster=nobody, end_offset="latest", consumer_config=sasl("bob")).take_all()
+    assert b"read by bob's consumer_config" in [row["value"] for row in rows]
+    written = ray.data.from_items([{"value": b"written by alice's producer_config"}])
+    write_topic(written, GRANTED, cluster=nobody, producer_config=sasl("alice"))
+    assert b"written by alice's producer_config" in _values(secured, "bob")
 
 
 def _topic_without_acls(cluster) -> str:
