@@ -20,13 +20,12 @@ from raylog.errors import NetworkExceptionError, RaylogError, RequestTimedOutErr
 
 def translate(exc: BaseException) -> RaylogError:
     """The raylog error for an exception raised by ``ray.get`` or an ObjectRef future."""
-    if isinstance(exc, RaylogError):
-        return exc
     if isinstance(exc, RayTaskError):
-        cause = exc.as_instanceof_cause()
-        if isinstance(cause, RaylogError):
-            return cause
         raised = getattr(exc, "cause", None)
+        if isinstance(raised, RaylogError):
+            # The error the method raised, of its own class: not Ray's dual exception
+            # RayTaskError(<its class>), whose class name code reporting it by name cannot use.
+            return raised
         if isinstance(raised, RayError):
             # The method's own call to another actor failed (that actor died or restarts):
             # Ray's dual exception then has no method name, and the failure is that call's.
@@ -35,6 +34,8 @@ def translate(exc: BaseException) -> RaylogError:
         # (Ray's dual exception of a cause that is not Ray's, RayTaskError(TypeError), may not
         # have the method's name.)
         return UnknownServerError(f"{getattr(exc, 'function_name', 'an actor method')} failed: {what}")
+    if isinstance(exc, RaylogError):
+        return exc
     if isinstance(exc, GetTimeoutError):
         return RequestTimedOutError("no reply from the actor in time")
     if isinstance(exc, RayError):

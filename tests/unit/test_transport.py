@@ -53,3 +53,21 @@ def test_a_method_that_found_another_actor_unavailable_is_a_broker_to_retry():
         error = translate(raised)
         assert isinstance(error, BrokerUnavailableError) and error.retriable and error.invalid_metadata
         assert "restarting" in str(error)
+
+
+def test_a_raylog_error_an_actor_raised_is_that_error_not_rays_dual_exception():
+    """What ray.get raises for a method that raised a raylog error is Ray's dual exception,
+    ``RayTaskError(ClusterAuthorizationFailedError)``: it is the raylog error raised, of its
+    own class (which code that reports errors by class name, as a Spark task does, needs)."""
+    from ray.exceptions import RayTaskError
+
+    from raylog.errors import ClusterAuthorizationFailedError
+
+    try:
+        raise ClusterAuthorizationFailedError("User:bob may not IDEMPOTENT_WRITE the cluster")
+    except ClusterAuthorizationFailedError as exc:
+        wrapped = RayTaskError("ControllerActor.init_producer_id", "Traceback ...", exc)
+    for raised in (wrapped, wrapped.as_instanceof_cause()):
+        error = translate(raised)
+        assert type(error) is ClusterAuthorizationFailedError, type(error)
+        assert str(error) == "User:bob may not IDEMPOTENT_WRITE the cluster"
