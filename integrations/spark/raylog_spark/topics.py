@@ -49,6 +49,7 @@ from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
 import raylog
 from raylog import Admin, Consumer, Producer, RaylogCluster, TopicPartition, data, errors
 from raylog.clients.consumer import ARROW_SCHEMA
+from raylog.clients.security import security_settings
 from raylog.errors import InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from raylog.types import TopicDescription
 from raylog_spark import options as spark_options
@@ -230,7 +231,7 @@ def plan_read(
             found = data.topic_ranges(description.name, start=first, end=last, cluster=cluster)
             wanted = set(_assigned(source, description))
             ranges.update({tp: (b if tp.partition in wanted else (b[1], b[1])) for tp, b in found.items()})
-    return ranges, row_shape(admin, [d.name for d in descriptions], source.include_headers)
+    return ranges, row_shape(descriptions, source.include_headers)
 
 
 def plan_stream(cluster: RaylogCluster, source: SourceOptions) -> tuple[str, data.OffsetSpec, RowShape]:
@@ -244,15 +245,15 @@ def plan_stream(cluster: RaylogCluster, source: SourceOptions) -> tuple[str, dat
     (description,) = _described(admin, source)
     with _Lookups(cluster) as lookups:
         first = start_spec(source, description, lookups)
-    return description.name, first, row_shape(admin, [description.name], source.include_headers)
+    return description.name, first, row_shape([description], source.include_headers)
 
 
-def row_shape(admin: Admin, topics: list[str], include_headers: bool) -> RowShape:
-    """The shape of rows read from ``topics`` (each one's ``message.timestamp.type``)."""
-    configs = admin.describe_configs(topics) if topics else {}
+def row_shape(descriptions: list[TopicDescription], include_headers: bool) -> RowShape:
+    """The shape of rows read from the topics of ``descriptions`` (each one's
+    ``message.timestamp.type``, from its description: a reader needs DESCRIBE on a topic, as
+    Spark's Kafka source, not DESCRIBE_CONFIGS)."""
     return RowShape(
-        {t: TIMESTAMP_TYPES[entries["message.timestamp.type"].value] for t, entries in configs.items()},
-        include_headers,
+        {d.name: TIMESTAMP_TYPES[d.config["message.timestamp.type"]] for d in descriptions}, include_headers
     )
 
 
@@ -512,7 +513,8 @@ def write_topic(
     cluster = cluster or raylog.connect()
     columns = _sink_columns(df.schema, topic, key_col, value_col)
     if topic is not None:
-        Admin(cluster).describe_topics([topic])  # fail here, not in every task
+        # Fail here, not in every task (as the tasks' user: their settings may name one).
+        Admin(cluster, **security_settings(producer_config or {})).describe_topics([topic])
     write = functools.partial(_write_batches, cluster, topic, dict(producer_config or {}))
     results = df.select(*(df[name].alias(role) for role, name in columns.items())).mapInArrow(write, _RESULT_SCHEMA)
     rows = results.collect()
