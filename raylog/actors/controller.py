@@ -54,7 +54,7 @@ from raylog.actors import logs, metrics
 from raylog.actors.access import Access, Guard
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.kafka.fleet import ListenerFleet
-from raylog.actors.names import NAMESPACE, replica_name
+from raylog.actors.names import DEFAULT_DATA_DIR, NAMESPACE, replica_name
 from raylog.actors.pushes import Pushes
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
@@ -84,11 +84,9 @@ from raylog.types import BrokerInfo, NewTopic, PartitionInfo, TopicDescription
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_DATA_DIR = "/tmp/raylog"
 TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
 BROKER_LABEL = "raylog.broker"
 DATA_DIR_LABEL = "raylog.data_dir"
-HEAD_RESOURCE = "node:__internal_head__"
 #: Producer ids are journaled a block at a time, not one fsync per producer.
 PRODUCER_ID_BLOCK = 1000
 #: How long the controller waits for a new replica actor to answer (process start and log

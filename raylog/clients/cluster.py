@@ -22,9 +22,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raylog.actors.controller import DEFAULT_DATA_DIR, HEAD_RESOURCE, ControllerActor
-from raylog.actors.kafka.fleet import LISTENER_START_TIMEOUT_S
-from raylog.actors.names import NAMESPACE, controller_name
+from raylog.actors.names import DEFAULT_DATA_DIR, HEAD_RESOURCE, LISTENER_START_TIMEOUT_S, NAMESPACE, controller_name
 from raylog.actors.transport import call
 from raylog.clients.security import ClientSession
 from raylog.config import ControllerConfig
@@ -363,8 +361,27 @@ def connect(
         else:
             ray.init(address=address, configure_logging=False)
         started_ray = True
+    try:  # a running cluster: its handle is all a client needs
+        controller = ray.get_actor(controller_name(cluster_name), namespace=NAMESPACE)
+    except ValueError:
+        controller = _create_controller(cluster_name, data_dir, num_brokers or 1, embedded, config, credentials)
+    call(controller.start.remote(), START_TIMEOUT_S)
+    cluster = RaylogCluster(cluster_name, controller, started_ray, credentials)
+    cluster.session().token()  # refused credentials fail here
+    _report_identity_problems(cluster_name, cluster.metadata())
+    return cluster
+
+
+def _create_controller(
+    cluster_name: str, data_dir: str | None, num_brokers: int, embedded: bool, config: dict | None, credentials: dict
+) -> Any:
+    """The cluster's controller, created on the head node (or the one another process just
+    created). Only here does a process import the controller's code, and with it the whole
+    broker (replicas, coordinators, the Kafka listener and its compiled conversions)."""
+    from raylog.actors.controller import ControllerActor
+
     data_dir = os.path.abspath(data_dir or os.environ.get("RAYLOG_DATA_DIR") or DEFAULT_DATA_DIR)
-    controller = (
+    return (
         ray.remote(ControllerActor)
         .options(
             name=controller_name(cluster_name),
@@ -376,13 +393,8 @@ def connect(
             num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(_head_node_id(), soft=False),
         )
-        .remote(cluster_name, data_dir, num_brokers or 1, embedded, config, _first_user(credentials))
+        .remote(cluster_name, data_dir, num_brokers, embedded, config, _first_user(credentials))
     )
-    call(controller.start.remote(), START_TIMEOUT_S)
-    cluster = RaylogCluster(cluster_name, controller, started_ray, credentials)
-    cluster.session().token()  # refused credentials fail here
-    _report_identity_problems(cluster_name, cluster.metadata())
-    return cluster
 
 
 def _first_user(credentials: dict[str, Any]) -> list[tuple]:

@@ -86,6 +86,26 @@ def test_a_replica_process_imports_no_more_than_it_needs():
     assert result.stdout.decode().strip() == "[]"
 
 
+CLIENT_PROCESS = """
+import sys
+import raylog
+for name in ("connect", "Producer", "Consumer", "Admin"):
+    getattr(raylog, name)
+print(sorted(m for m in ("numba", "raylog.actors.controller", "raylog.actors.kafka", "raylog.actors.replica")
+             if m in sys.modules))
+"""
+
+
+def test_a_client_process_imports_none_of_the_brokers_code():
+    """A client's process (each Spark and Ray Data read task starts one) connects to a running
+    cluster: importing the controller's module pulled in the Kafka listener and numba, about
+    0.5 s of every fresh consumer's start (issue 27). Only starting an embedded cluster needs
+    the controller's code."""
+    result = subprocess.run([sys.executable, "-c", CLIENT_PROCESS], cwd=ROOT, capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().strip() == "[]"
+
+
 CONSUMER_PROCESS = """
 import sys
 from raylog.clients import consumer

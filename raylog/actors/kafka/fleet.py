@@ -23,14 +23,12 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.actors.kafka.listener import KafkaListenerActor
-from raylog.actors.names import NAMESPACE
+from raylog.actors.names import LISTENER_START_TIMEOUT_S, NAMESPACE
 from raylog.config import ControllerConfig
 from raylog.types import BrokerInfo
 
 logger = logging.getLogger(__name__)
 
-#: How long a listener has to start (its process, then binding its port).
-LISTENER_START_TIMEOUT_S = 60.0
 #: How long a running listener has to confirm it listens.
 LISTENER_CHECK_TIMEOUT_S = 5.0
 #: How long a listener that listened stays in Metadata answers while it does not confirm in
