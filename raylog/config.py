@@ -98,6 +98,8 @@ class Valid:
     below: str | None = None
     #: Inclusive upper bound: the value of this other field.
     at_most: str | None = None
+    #: Inclusive lower bound: the value of this other field.
+    at_least: str | None = None
     #: The only values allowed.
     choices: tuple[str, ...] | None = None
     #: A comma-separated list of these words, each at most once.
@@ -118,6 +120,8 @@ class Valid:
             if len(set(words)) != len(words) or not set(words) <= set(self.list_of):
                 return f"must be a comma-separated list of {', '.join(self.list_of)} (each once), got {_quoted(value)}"
         low_ok = (self.minimum is None or value >= self.minimum) and (self.above is None or value > self.above)
+        if self.at_least is not None:
+            low_ok = low_ok and value >= getattr(config, self.at_least)
         high_ok = (self.maximum is None or value <= self.maximum) and (
             self.below is None or value < getattr(config, self.below)
         )
@@ -149,6 +153,8 @@ class Valid:
             parts.append(f"> {_number(self.above)}")
         if self.below is not None:
             parts.append(f"below {other(self.below)}")
+        if self.at_least is not None:
+            parts.append(f"at least {other(self.at_least)}")
         if self.at_most is not None:
             parts.append(f"at most {other(self.at_most)}")
         return " and ".join(parts)
@@ -507,17 +513,43 @@ class ControllerConfig(_Config):
         45_000,
         "How long a member of a consumer group of Kafka's consumer protocol (KIP-848, "
         "group.protocol=consumer) keeps its partitions without a heartbeat (the coordinator "
-        "decides it in that protocol, not the client). Read by each group coordinator when it "
-        "starts.",
+        "decides it in that protocol, not the client), unless its group sets "
+        "consumer.session.timeout.ms (a GROUP config resource). Read by each group coordinator "
+        "when it starts.",
         minimum=2,
+        at_least="group_consumer_min_session_timeout_ms",
+        at_most="group_consumer_max_session_timeout_ms",
+    )
+    group_consumer_min_session_timeout_ms: int = setting(
+        45_000,
+        "The lowest consumer.session.timeout.ms a group may be given (INVALID_CONFIG below).",
+        minimum=1,
+    )
+    group_consumer_max_session_timeout_ms: int = setting(
+        60_000,
+        "The highest consumer.session.timeout.ms a group may be given (INVALID_CONFIG above).",
+        at_least="group_consumer_min_session_timeout_ms",
     )
     group_consumer_heartbeat_interval_ms: int = setting(
         5_000,
         "How often members of a consumer group of Kafka's consumer protocol heartbeat (told to "
-        "them in every answer); below group.consumer.session.timeout.ms. A member learns of a "
-        "rebalance at its next heartbeat, so a lower interval moves partitions sooner.",
+        "them in every answer), unless their group sets consumer.heartbeat.interval.ms; below "
+        "group.consumer.session.timeout.ms. A member learns of a rebalance at its next "
+        "heartbeat, so a lower interval moves partitions sooner.",
         minimum=1,
         below="group_consumer_session_timeout_ms",
+        at_least="group_consumer_min_heartbeat_interval_ms",
+        at_most="group_consumer_max_heartbeat_interval_ms",
+    )
+    group_consumer_min_heartbeat_interval_ms: int = setting(
+        5_000,
+        "The lowest consumer.heartbeat.interval.ms a group may be given (INVALID_CONFIG below).",
+        minimum=1,
+    )
+    group_consumer_max_heartbeat_interval_ms: int = setting(
+        15_000,
+        "The highest consumer.heartbeat.interval.ms a group may be given (INVALID_CONFIG above).",
+        at_least="group_consumer_min_heartbeat_interval_ms",
     )
     group_consumer_max_size: int = setting(
         2**31 - 1,

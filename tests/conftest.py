@@ -82,6 +82,7 @@ def cluster(tmp_path_factory):
             "group.initial.rebalance.delay.ms": "0",
             # Members of Kafka's consumer protocol learn of a rebalance at their next heartbeat.
             "group.consumer.heartbeat.interval.ms": "500",
+            "group.consumer.min.heartbeat.interval.ms": "500",
         },
     )
     yield handle

@@ -39,6 +39,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
+from typing import Any
 
 import msgpack
 
@@ -73,12 +75,24 @@ _RECORD_VERSION = 1
 
 @dataclass(frozen=True)
 class ConsumerGroupConfig:
-    """The broker's consumer group settings (Kafka's names with dots as underscores)."""
+    """The broker's consumer group settings (Kafka's names with dots as underscores); a
+    group's own configs (:mod:`raylog.coordination.group_configs`) replace the session
+    timeout and heartbeat interval for its members, within the min / max bounds."""
 
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5_000
     group_consumer_max_size: int = 2**31 - 1
     group_consumer_assignors: tuple[str, ...] = (UNIFORM, RANGE)  # the first is the default
+    group_consumer_min_session_timeout_ms: int = 45_000
+    group_consumer_max_session_timeout_ms: int = 60_000
+    group_consumer_min_heartbeat_interval_ms: int = 5_000
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
+
+    @classmethod
+    def of(cls, settings: Any) -> ConsumerGroupConfig:
+        """The settings of ``settings`` (the controller's config) that this holds."""
+        shared = {f.name for f in dataclass_fields(cls)} & set(vars(settings))
+        return cls(**{name: getattr(settings, name) for name in shared})
 
 
 @dataclass(frozen=True)
@@ -164,6 +178,9 @@ class ConsumerGroups:
 
     def __init__(self, config: ConsumerGroupConfig | None = None):
         self.config = config or ConsumerGroupConfig()
+        #: Group id -> its settings where the group has configs of its own (Kafka's GROUP
+        #: config resources, applied from each group's next heartbeat on).
+        self.group_configs: Mapping[str, ConsumerGroupConfig] = {}
         self.groups: dict[str, ConsumerGroup] = {}
         self._persisted: dict[str, bytes | None] = {}  # the last replicated state of each group
 
@@ -209,7 +226,7 @@ class ConsumerGroups:
             answer = HeartbeatAnswer(
                 member.member_id,
                 member.epoch,
-                self.config.group_consumer_heartbeat_interval_ms,
+                self._settings(group.group_id).group_consumer_heartbeat_interval_ms,
                 member.assigned if changed or full or request.member_epoch == JOIN_EPOCH else None,
             )
         self.groups[group.group_id] = group
@@ -291,8 +308,9 @@ class ConsumerGroups:
             self.groups.pop(group_id, None)
             return
         group = _from_record(group_id, value)
+        session_ms = self._settings(group_id).group_consumer_session_timeout_ms
         for member in group.members.values():
-            member.session_deadline_ms = now_ms + self.config.group_consumer_session_timeout_ms
+            member.session_deadline_ms = now_ms + session_ms
             if member.state == UNREVOKED_PARTITIONS:
                 member.revocation_deadline_ms = now_ms + member.rebalance_timeout_ms
         self.groups[group_id] = group
@@ -301,6 +319,10 @@ class ConsumerGroups:
 
     def _default_assignor(self) -> str:
         return self.config.group_consumer_assignors[0]
+
+    def _settings(self, group_id: str) -> ConsumerGroupConfig:
+        """The settings of ``group_id``'s members: its own configs', else the broker's."""
+        return self.group_configs.get(group_id, self.config)
 
     def _member(
         self, group: ConsumerGroup, request: Heartbeat, now_ms: int, new_member_id: Callable[[], str]
@@ -337,7 +359,7 @@ class ConsumerGroups:
             member.rack_id = request.rack_id
         moved = member.member_id not in group.members or (member.topics, member.regex, member.assignor) != subscription
         group.members[member.member_id] = member
-        member.session_deadline_ms = now_ms + self.config.group_consumer_session_timeout_ms
+        member.session_deadline_ms = now_ms + self._settings(group.group_id).group_consumer_session_timeout_ms
         return member, moved
 
     def _join(self, group: ConsumerGroup, request: Heartbeat, new_member_id: Callable[[], str]) -> ConsumerMember:
@@ -370,7 +392,7 @@ class ConsumerGroups:
         member = group.members.get(request.member_id)
         if member is None:
             raise UnknownMemberIdError(f"member {request.member_id!r} is not in group {group.group_id!r}")
-        interval = self.config.group_consumer_heartbeat_interval_ms
+        interval = self._settings(group.group_id).group_consumer_heartbeat_interval_ms
         if request.member_epoch == STATIC_LEAVE_EPOCH:
             if member.instance_id is None:
                 raise InvalidRequestError("epoch -2 is for static members (group.instance.id) only")

@@ -41,6 +41,9 @@ replaying the journal rebuilds it exactly. Records are msgpack maps with a ``typ
                                                 (the whole new set; resource "" is the
                                                 cluster default, else a broker id): topics'
                                                 configs take the new defaults
+    group_config  group, configs                a group's dynamic configs altered (Kafka's
+                                                GROUP config resource; the whole new set,
+                                                {} for none)
 
 The journal's file is :class:`raylog.storage.journal.MetadataJournal`'s (coordination does no
 I/O of its own).
@@ -68,7 +71,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from ..types import BrokerInfo, ConfigEntry, PartitionInfo, TopicDescription
-from . import broker_configs, scram
+from . import broker_configs, group_configs, scram
 from .acls import (
     ACL,
     ACLFilter,
@@ -80,6 +83,7 @@ from .acls import (
     validate_acl,
     validate_filter,
 )
+from .consumer_group import ConsumerGroupConfig
 from .placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
 from .quotas import alter_client_quotas
 
@@ -121,6 +125,11 @@ class MetadataImage:
         #: Dynamic broker configs: "" (the cluster default) or a broker id -> {config: value}
         #: (see :mod:`~raylog.coordination.broker_configs`).
         self.broker_configs: dict[str, dict[str, str]] = {}
+        #: Dynamic group configs: group id -> {config: value} (see
+        #: :mod:`~raylog.coordination.group_configs`).
+        self.group_configs: dict[str, dict[str, str]] = {}
+        #: How many times group configs were altered: group coordinators ignore older ones.
+        self.group_configs_version = 0
         #: The key the cluster signs its clients' session tokens with (hex; see
         #: :mod:`~raylog.coordination.sessions`), made with the cluster.
         self.session_key: str | None = None
@@ -220,6 +229,12 @@ class MetadataImage:
             elif before != after:
                 for name in self.config_versions:  # the broker's replicas take its new defaults
                     self.config_versions[name] += 1
+        elif kind == "group_config":
+            if record["configs"]:
+                self.group_configs[record["group"]] = dict(record["configs"])
+            else:
+                self.group_configs.pop(record["group"], None)
+            self.group_configs_version += 1
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
 
@@ -386,6 +401,38 @@ class MetadataImage:
             for name, value in configs.items():
                 described.setdefault(name, ConfigEntry(None if broker_configs.is_sensitive(name) else value, source))
         return dict(sorted(described.items()))
+
+    def alter_group_config(
+        self, group_id: str, changes: Mapping[str, Any], broker: ConsumerGroupConfig, *, incremental: bool
+    ) -> dict[str, Any]:
+        """The record altering a group's dynamic configs (Kafka's AlterConfigs and
+        IncrementalAlterConfigs of a GROUP resource; changes shaped as :meth:`alter_config`'s,
+        checked against the broker's consumer group settings ``broker``, see
+        :func:`~raylog.coordination.group_configs.alter`). The group need not exist.
+
+        Raises:
+            InvalidRequestError: the group id "".
+            InvalidConfigError: an unknown config, or a value refused.
+        """
+        group_configs.check_group_name(group_id)
+        current = self.group_configs.get(group_id, {})
+        configs = group_configs.alter(current, changes, broker, incremental=incremental)
+        return {"type": "group_config", "group": group_id, "configs": configs}
+
+    def describe_group_config(self, group_id: str, broker: ConsumerGroupConfig) -> dict[str, ConfigEntry]:
+        """Every config of a group with its value and source: "group" (set on the group),
+        "static_broker" (the broker's setting ``broker`` gives it) or "default".
+
+        Raises:
+            InvalidRequestError: the group id "".
+        """
+        group_configs.check_group_name(group_id)
+        configs = self.group_configs.get(group_id, {})
+        described = {}
+        for name in sorted(group_configs.BROKER_SYNONYMS):
+            _, value, source = group_configs.synonyms(name, configs, broker)[0]
+            described[name] = ConfigEntry(value, source)
+        return described
 
     def _require_broker_resource(self, resource: str) -> None:
         broker_id = broker_configs.broker_id_of(resource)

@@ -88,10 +88,15 @@ def _boundary_cases(cls):
 def _build(cls, name, value):
     """``cls`` with ``name=value`` and the fields bounded by ``name`` moved out of its way."""
     values = {name: value}
-    for f in dataclasses.fields(cls):
-        valid = f.metadata["valid"]
-        if name in (valid.below, valid.at_most) and isinstance(value, (int, float)):
-            values[f.name] = valid.minimum  # the lowest it may be, so only ``name`` is tested
+    if not isinstance(value, (int, float)):
+        return cls(**values)
+    by_name = {f.name: f.metadata["valid"] for f in dataclasses.fields(cls)}
+    for other, valid in by_name.items():
+        if name in (valid.below, valid.at_most):
+            values[other] = valid.minimum  # the lowest it may be, so only ``name`` is tested
+    for held in list(values):  # a field held at least to another: that one as low as it may be
+        if by_name[held].at_least is not None:
+            values.setdefault(by_name[held].at_least, by_name[by_name[held].at_least].minimum)
     return cls(**values)
 
 
@@ -113,6 +118,8 @@ def test_documented_bounds_are_the_enforced_ones(cls):
         TopicConfig(replica_lag_time_max_ms=100, replica_fetch_wait_max_ms=100)
     with pytest.raises(InvalidConfigError, match=r"at most max\.compaction\.lag\.ms \(5\)"):
         LogConfig(min_compaction_lag_ms=6, max_compaction_lag_ms=5)
+    with pytest.raises(InvalidConfigError, match=r"at least group\.consumer\.min\.heartbeat\.interval\.ms \(5000\)"):
+        ControllerConfig(group_consumer_heartbeat_interval_ms=4999)
 
 
 def test_special_values_are_named_in_errors_and_in_the_reference():

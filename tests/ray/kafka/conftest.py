@@ -62,6 +62,7 @@ def kafka_cluster(cluster, tmp_path_factory):
             "transaction.state.log.replication.factor": "1",
             "group.initial.rebalance.delay.ms": "0",
             "group.consumer.heartbeat.interval.ms": "1000",
+            "group.consumer.min.heartbeat.interval.ms": "1000",
             "authorizer": "acl",
             "allow.everyone.if.no.acl.found": "true",
             "super.users": "User:admin",
