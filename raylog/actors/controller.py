@@ -84,7 +84,7 @@ from raylog.types import BrokerInfo, NewTopic, PartitionInfo, TopicDescription
 
 logger = logging.getLogger(__name__)
 
-TOPIC, CLUSTER = ResourceType.TOPIC, ResourceType.CLUSTER
+TOPIC, CLUSTER, GROUP = ResourceType.TOPIC, ResourceType.CLUSTER, ResourceType.GROUP
 BROKER_LABEL = "raylog.broker"
 DATA_DIR_LABEL = "raylog.data_dir"
 #: Producer ids are journaled a block at a time, not one fsync per producer.
@@ -149,6 +149,9 @@ class ControllerActor:
         self.num_brokers = num_brokers
         self.embedded = embedded
         self.config = ControllerConfig.from_properties(config or {})
+        #: The broker's consumer group settings: the group coordinators', and the bounds of
+        #: groups' dynamic configs.
+        self._consumer_groups = ConsumerGroupConfig.of(self.config)
         self.image = MetadataImage()
         self.journal = MetadataJournal(os.path.join(data_dir, "controller", "metadata.journal"))
         for record in self.journal.replay():
@@ -561,6 +564,7 @@ class ControllerActor:
             logger.exception("restart report of %s-%d from broker %d failed", topic, partition, broker_id)
             raise
         quotas = (self.image.client_quotas_version, dict(self.image.client_quotas))
+        self._push_group_configs([(topic, partition, broker_id)])  # (a coordinator restarts without them)
         return info, leader, config, quotas, self._replica_authorizer()
 
     async def leader_unreachable(self, topic: str, partition: int, leader_epoch: int) -> None:
@@ -698,28 +702,30 @@ class ControllerActor:
     ) -> dict[str, tuple[int, str, dict]]:
         """Per broker resource ("" or a broker id) ``(error_code, message, {config:
         ConfigEntry})``; needs DESCRIBE_CONFIGS on the cluster."""
-        await self.start()
-        access = self._caller(session)
-        results = {}
-        for resource in resources:
-            try:
-                _require(access, Op.DESCRIBE_CONFIGS, CLUSTER)
-                static = broker_configs.static_configs(self.config, broker_configs.broker_id_of(resource))
-                results[resource] = (0, "", self.image.describe_broker_config(resource, static))
-            except RaylogError as exc:
-                results[resource] = (*_error_result(exc), {})
-        return results
+
+        def describe(resource: str) -> dict:
+            static = broker_configs.static_configs(self.config, broker_configs.broker_id_of(resource))
+            return self.image.describe_broker_config(resource, static)
+
+        return await self._described(resources, session, CLUSTER, describe)
 
     async def describe_configs(self, names: list[str], session: str | None = None) -> dict[str, tuple[int, str, dict]]:
         """Per topic ``(error_code, message, {property: ConfigEntry})``; needs DESCRIBE_CONFIGS
         on each topic."""
+        return await self._described(names, session, TOPIC, self.image.describe_config)
+
+    async def _described(
+        self, names: list[str], session: str | None, resource_type: ResourceType, describe: Callable[[str], dict]
+    ) -> dict[str, tuple[int, str, dict]]:
+        """Per name ``(error_code, message, describe(name))``; needs DESCRIBE_CONFIGS on the
+        resource of ``resource_type`` by that name (on the cluster for CLUSTER)."""
         await self.start()
         access = self._caller(session)
         results = {}
         for name in names:
             try:
-                _require(access, Op.DESCRIBE_CONFIGS, TOPIC, name)
-                results[name] = (0, "", self.image.describe_config(name))
+                _require(access, Op.DESCRIBE_CONFIGS, resource_type, CLUSTER_NAME if resource_type == CLUSTER else name)
+                results[name] = (0, "", describe(name))
             except RaylogError as exc:
                 results[name] = (*_error_result(exc), {})
         return results
@@ -740,16 +746,48 @@ class ControllerActor:
             except RaylogError as exc:
                 return _error_result(exc)
             keys = [key for key in self.replicas if key[2] in self.live]
-        pushes = self._push_quotas(keys)
-        if pushes:
-            _, late = await asyncio.wait(pushes, timeout=PEER_CALL_TIMEOUT_S)
-            if late:
-                logger.info(
-                    "%d replica(s) did not take client quotas version %d at once",
-                    len(late),
-                    self.image.client_quotas_version,
-                )
+        await _awaited(self._push_quotas(keys), f"client quotas version {self.image.client_quotas_version}")
         return 0, ""
+
+    async def alter_group_configs(
+        self,
+        changes: dict[str, dict[str, Any]],
+        incremental: bool = True,
+        validate_only: bool = False,
+        session: str | None = None,
+    ) -> dict[str, tuple[int, str]]:
+        """Alter groups' dynamic configs (Kafka 4's GROUP config resources, see
+        :meth:`~raylog.coordination.metadata.MetadataImage.alter_group_config`), one journal
+        record each, pushed to the group coordinators (every ``__consumer_offsets`` replica)
+        and answered once the running ones hold them (a member's next heartbeat gets its
+        group's settings), or after :data:`PEER_CALL_TIMEOUT_S` for those that do not answer
+        (they get them when they do). Per group ``(error_code, message)``; a refused one is
+        unchanged; ``validate_only`` checks each change and makes none. Needs ALTER_CONFIGS
+        on each group (GROUP_AUTHORIZATION_FAILED)."""
+        access = self._caller(session)
+
+        def alter(item: tuple[str, dict[str, Any]]) -> None:
+            group_id, change = item
+            _require(access, Op.ALTER_CONFIGS, GROUP, group_id)
+            record = self.image.alter_group_config(group_id, change, self._consumer_groups, incremental=incremental)
+            if not validate_only:
+                self._commit([record])
+                logger.info("dynamic configs of group %r set: %s", group_id, record["configs"])
+
+        results = await self._each({group_id: (group_id, change) for group_id, change in changes.items()}, alter)
+        if not validate_only and any(code == 0 for code, _ in results.values()):
+            keys = [key for key in self.replicas if key[0] == OFFSETS_TOPIC and key[2] in self.live]
+            await _awaited(self._push_group_configs(keys), f"group configs version {self.image.group_configs_version}")
+        return results
+
+    async def describe_group_configs(
+        self, groups: list[str], session: str | None = None
+    ) -> dict[str, tuple[int, str, dict]]:
+        """Per group ``(error_code, message, {config: ConfigEntry})`` (see
+        :meth:`~raylog.coordination.metadata.MetadataImage.describe_group_config`); needs
+        DESCRIBE_CONFIGS on each group."""
+        describe = functools.partial(self.image.describe_group_config, broker=self._consumer_groups)
+        return await self._described(groups, session, GROUP, describe)
 
     async def describe_client_quotas(self, session: str | None = None) -> dict[str | None, dict[str, float]]:
         """Every client quota set: client id (None: the default) -> {quota key: bytes/s}.
@@ -819,10 +857,7 @@ class ControllerActor:
         pushes = self._push_acls_to_replicas(list(awaited))
         if self.listeners is not None:
             await self.listeners.push("update_acls", self.image.acls_version, frozenset(self.image.acls))
-        if pushes:
-            _, late = await asyncio.wait(pushes, timeout=PEER_CALL_TIMEOUT_S)
-            if late:
-                logger.info("%d replica(s) did not take ACLs version %d at once", len(late), self.image.acls_version)
+        await _awaited(pushes, f"ACLs version {self.image.acls_version}")
 
     async def alter_user_scram_credentials(
         self,
@@ -1319,6 +1354,7 @@ class ControllerActor:
         self._ready.discard(key)
         self._push_quotas([key])
         self._push_acls_to_replicas([key])
+        self._push_group_configs([key])
         return handle
 
     def _replica_name(self, key: tuple[str, int, int]) -> str:
@@ -1365,11 +1401,7 @@ class ControllerActor:
         kwargs: dict[str, Any] = {"session_key": self.image.session_key, "acls": self._replica_authorizer()}
         if actor_class is GroupCoordinatorActor:
             kwargs["initial_rebalance_delay_ms"] = self.config.group_initial_rebalance_delay_ms
-            kwargs["consumer_groups"] = ConsumerGroupConfig(
-                group_consumer_session_timeout_ms=self.config.group_consumer_session_timeout_ms,
-                group_consumer_heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
-                group_consumer_max_size=self.config.group_consumer_max_size,
-            )
+            kwargs["consumer_groups"] = self._consumer_groups
         return actor_class, options, args, kwargs
 
     def _push(self, partitions: list[PartitionInfo], only: int | None = None) -> None:
@@ -1407,6 +1439,15 @@ class ControllerActor:
             return []  # never set: replicas start without quotas
         version, quotas = self.image.client_quotas_version, dict(self.image.client_quotas)
         return self._push_to_replicas(keys, "quotas", "update_quotas", version, quotas)
+
+    def _push_group_configs(self, keys: list[tuple[str, int, int]]) -> list[asyncio.Future]:
+        """Tell the group coordinators among the replicas of ``keys`` the groups' dynamic
+        configs and their version (as :meth:`_push`); the pushes, to await."""
+        if not self.image.group_configs_version:
+            return []  # never set: coordinators start with the broker's settings
+        version, configs = self.image.group_configs_version, dict(self.image.group_configs)
+        coordinators = [key for key in keys if key[0] == OFFSETS_TOPIC]
+        return self._push_to_replicas(coordinators, "group_configs", "update_group_configs", version, configs)
 
     def _push_acls_to_replicas(self, keys: list[tuple[str, int, int]]) -> list[asyncio.Future]:
         """Tell the replicas of ``keys`` the ACLs as an authorizer (as :meth:`_push`); the
@@ -1635,6 +1676,15 @@ async def wait_for_event(event: asyncio.Event, timeout_s: float) -> None:
         await asyncio.wait_for(event.wait(), timeout_s)
     except asyncio.TimeoutError:
         pass
+
+
+async def _awaited(pushes: list[asyncio.Future], what: str) -> None:
+    """Wait for ``pushes`` for at most :data:`PEER_CALL_TIMEOUT_S` (the replicas that do not
+    answer get ``what`` when they do)."""
+    if pushes:
+        _, late = await asyncio.wait(pushes, timeout=PEER_CALL_TIMEOUT_S)
+        if late:
+            logger.info("%d replica(s) did not take %s at once", len(late), what)
 
 
 async def quietly(ref) -> None:

@@ -52,6 +52,7 @@ from typing import Any
 import ray
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
+from raylog.coordination import group_configs
 from raylog.coordination.acls import CLUSTER_NAME, ResourceType
 from raylog.coordination.acls import ACLOperation as Op
 from raylog.coordination.consumer_group import ConsumerGroupConfig, Heartbeat
@@ -106,6 +107,8 @@ class GroupCoordinatorActor(CoordinatorActor):
     ):
         self._initial_rebalance_delay_ms = initial_rebalance_delay_ms  # group.initial.rebalance.delay.ms
         self._consumer_groups = consumer_groups  # group.consumer.* (KIP-848)
+        #: The controller's dynamic group configs and their version (:meth:`update_group_configs`).
+        self._group_configs: tuple[int, dict[str, dict[str, str]]] = (0, {})
         #: Joins and syncs waiting for their reply -> the kind of reply they wait for.
         self._awaiting_reply: dict[concurrent.futures.Future, type] = {}
         self._rebalancing: set[str] = set()  # groups in PreparingRebalance at the last _deliver
@@ -121,6 +124,7 @@ class GroupCoordinatorActor(CoordinatorActor):
         state.apply_batch(header, records, now_ms())
 
     def _loaded(self, state: GroupCoordinator) -> None:
+        self._apply_group_configs(state)
         state.serve()
         self._replay = LogReplay(functools.partial(self._load_batch, state), state.next_offset)
         self._catch_up()
@@ -141,6 +145,22 @@ class GroupCoordinatorActor(CoordinatorActor):
         self._awaiting_reply.clear()
         self._replay = None
         self._pulse()
+
+    @ray.method(concurrency_group="control")
+    def update_group_configs(self, version: int, configs: dict[str, dict[str, str]]) -> None:
+        """The controller's dynamic group configs of ``version`` (Kafka 4's GROUP config
+        resources; an older push is ignored): each group's members of the consumer protocol
+        get its settings from their next heartbeat on."""
+        with self._lock:
+            if version > self._group_configs[0]:
+                self._group_configs = (version, configs)
+                if self._groups is not None:
+                    self._apply_group_configs(self._groups)
+
+    def _apply_group_configs(self, state: GroupCoordinator) -> None:
+        broker = state.consumer.config
+        configs = self._group_configs[1]
+        state.consumer.group_configs = {g: group_configs.effective(broker, c) for g, c in configs.items()}
 
     def _require_markers_accepted(self) -> None:
         if self.partition.is_leader:

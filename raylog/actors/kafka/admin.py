@@ -23,10 +23,15 @@ DescribeLogDirs v1-5.
   Kafka names them: ``log.retention.ms``) and its documentation when asked (raylog's
   description of the setting). A broker (type 4, the broker id or "" for the cluster default)
   lists its dynamic configs, raylog's static settings (read only, STATIC_BROKER_CONFIG) and
-  the topic defaults' broker names (see :mod:`raylog.coordination.broker_configs`).
+  the topic defaults' broker names (see :mod:`raylog.coordination.broker_configs`). A group
+  (type 32, Kafka 4's group configs, KIP-848) lists ``consumer.session.timeout.ms`` and
+  ``consumer.heartbeat.interval.ms``: the group's own value (DYNAMIC_GROUP_CONFIG, source 8),
+  else the broker's ``group.consumer.*`` setting (STATIC_BROKER_CONFIG where the cluster was
+  started with one, DEFAULT_CONFIG otherwise), with that chain as synonyms, as Kafka 4.x
+  describes them (see :mod:`raylog.coordination.group_configs`); the group need not exist.
 - AlterConfigs replaces a resource's configs with those given (a topic's overrides: the rest
   go back to their defaults), IncrementalAlterConfigs changes only those named (SET, DELETE,
-  APPEND and SUBTRACT of a list config), each topic or broker resource as a whole,
+  APPEND and SUBTRACT of a list config), each topic, broker or group resource as a whole,
   atomically, as raylog's ``Admin.alter_configs`` / ``incremental_alter_configs`` do;
   ``validate_only`` checks and changes nothing. A broker's static setting is refused
   (INVALID_REQUEST, Kafka's "Cannot update these configs dynamically"). A config named twice
@@ -72,7 +77,8 @@ from typing import Any
 from raylog.actors.kafka.context import BrokerContext, topic_ids
 from raylog.actors.kafka.coordinator_errors import code_of
 from raylog.config import LIST_PROPERTIES, ControllerConfig, TopicConfig
-from raylog.coordination import broker_configs
+from raylog.coordination import broker_configs, group_configs
+from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.elections import PREFERRED_ELECTION
 from raylog.coordination.placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
 from raylog.errors import (
@@ -97,10 +103,23 @@ GROWTH_POLL_S = 0.05
 # Kafka's ConfigResource types and ConfigEntry sources and types.
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
 #: raylog's config sources (ConfigEntry.source) as Kafka's ConfigSource codes.
-SOURCES = {"topic": 1, "dynamic_broker": 2, "dynamic_default_broker": 3, "static_broker": 4, "default": 5}
+SOURCES = {"topic": 1, "dynamic_broker": 2, "dynamic_default_broker": 3, "static_broker": 4, "default": 5, "group": 8}
 SOURCE_DEFAULT_CONFIG = SOURCES["default"]
-TYPE_BOOLEAN, TYPE_STRING, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST, TYPE_PASSWORD = 1, 2, 5, 6, 7, 9
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 6, 7, 9
+#: The controller's method describing each resource type, and the one altering it.
+_DESCRIBE = {
+    RESOURCE_TOPIC: "describe_configs",
+    RESOURCE_BROKER: "describe_broker_configs",
+    RESOURCE_GROUP: "describe_group_configs",
+}
+_ALTER = {
+    RESOURCE_TOPIC: "alter_configs",
+    RESOURCE_BROKER: "alter_broker_configs",
+    RESOURCE_GROUP: "alter_group_configs",
+}
+_TYPES = "2: topic, 4: broker, 32: group"
 
 _FIELDS = {f.name.replace("_", "."): f for f in dataclasses.fields(TopicConfig)}
 #: A broker config's field: a topic default's topic property, or a static setting's.
@@ -472,6 +491,27 @@ def _described_config(key: str, entry: Any, synonyms: bool, documentation: bool,
     return described
 
 
+def _described_group_config(
+    key: str, entry: Any, synonyms: bool, documentation: bool, broker: ConsumerGroupConfig
+) -> dict:
+    """One DescribeConfigs entry of a group's config, from the controller's ``ConfigEntry``;
+    its synonyms run from the group's own value to the built-in default of its broker setting."""
+    own = {key: entry.value} if entry.source == "group" else {}
+    chain = group_configs.synonyms(key, own, broker) if synonyms else []
+    field = _BROKER_FIELDS[group_configs.BROKER_SYNONYMS[key]]
+    return {
+        "name": key,
+        "value": entry.value,
+        "read_only": False,
+        "is_default": entry.source == "default",
+        "config_source": SOURCES[entry.source],
+        "is_sensitive": False,
+        "synonyms": [{"name": name, "value": value, "source": SOURCES[source]} for name, value, source in chain],
+        "config_type": TYPE_INT,
+        "documentation": field.metadata["doc"] if documentation else None,
+    }
+
+
 def _synonyms(key: str, entry: Any, broker: bool) -> list[dict]:
     """Where a value could come from, the one in force first (Kafka's ConfigSynonyms): the
     topic's own, the broker default set dynamically, the built-in default."""
@@ -490,29 +530,35 @@ def _synonyms(key: str, entry: Any, broker: bool) -> list[dict]:
 async def describe_configs(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
     resources = body["resources"]
     synonyms, documentation = body.get("include_synonyms", False), body.get("include_documentation", False)
-    topics = sorted({r["resource_name"] for r in resources if r["resource_type"] == RESOURCE_TOPIC})
-    brokers = sorted({r["resource_name"] for r in resources if r["resource_type"] == RESOURCE_BROKER})
-    answers = await ask_each(ctx, ctx.ask("describe_configs", topics), topics, None) if topics else {}
-    if brokers:
-        ref = ctx.ask("describe_broker_configs", brokers)
-        answers.update({(RESOURCE_BROKER, name): a for name, a in (await ask_each(ctx, ref, brokers, None)).items()})
+    answers: dict[tuple, tuple] = {}
+    for kind, method in _DESCRIBE.items():
+        names = sorted({r["resource_name"] for r in resources if r["resource_type"] == kind})
+        if names:
+            answered = await ask_each(ctx, ctx.ask(method, names), names, None)
+            answers.update({(kind, name): answer for name, answer in answered.items()})
     results = []
     for resource in resources:
         kind, name, keys = resource["resource_type"], resource["resource_name"], resource.get("configuration_keys")
         result = {"resource_type": kind, "resource_name": name, "error_code": 0, "error_message": None, "configs": []}
-        if kind in (RESOURCE_TOPIC, RESOURCE_BROKER):
-            code, message, *rest = answers[name if kind == RESOURCE_TOPIC else (kind, name)]
+        if kind in _DESCRIBE:
+            code, message, *rest = answers[(kind, name)]
             if code:
                 result.update(error_code=code, error_message=message)
             else:
                 entries = rest[0]
                 wanted = sorted(entries) if keys is None else [k for k in keys if k in entries]
-                broker = kind == RESOURCE_BROKER
-                result["configs"] = [_described_config(k, entries[k], synonyms, documentation, broker) for k in wanted]
+                result["configs"] = [_described(kind, k, entries[k], synonyms, documentation, ctx) for k in wanted]
         else:
-            result.update(_error(InvalidRequestError(f"resource type {kind} is not described (2: topic, 4: broker)")))
+            result.update(_error(InvalidRequestError(f"resource type {kind} is not described ({_TYPES})")))
         results.append(result)
     return {"results": results}
+
+
+def _described(kind: int, key: str, entry: Any, synonyms: bool, documentation: bool, ctx: BrokerContext) -> dict:
+    """One DescribeConfigs entry of a resource of type ``kind``."""
+    if kind == RESOURCE_GROUP:
+        return _described_group_config(key, entry, synonyms, documentation, ConsumerGroupConfig.of(ctx.config))
+    return _described_config(key, entry, synonyms, documentation, broker=kind == RESOURCE_BROKER)
 
 
 # --- AlterConfigs / IncrementalAlterConfigs ----------------------------------------------
@@ -530,13 +576,13 @@ async def incremental_alter_configs(ctx: BrokerContext, header: RequestHeader, b
 
 
 async def _alter(ctx: BrokerContext, body: dict, incremental: bool) -> dict:
-    """Each topic or broker resource altered (or, ``validate_only``, checked) by the
+    """Each topic, broker or group resource altered (or, ``validate_only``, checked) by the
     controller as a whole, as raylog's ``Admin.alter_configs`` / ``incremental_alter_configs``
-    do; a resource refused here (named twice, not a topic or broker, a config given twice, an
+    do; a resource refused here (named twice, of another type, a config given twice, an
     operation that is not one) alters nothing."""
     resources = body["resources"]
     duplicated = _duplicates([(r["resource_type"], r["resource_name"]) for r in resources])
-    changes: dict[int, dict[str, dict]] = {RESOURCE_TOPIC: {}, RESOURCE_BROKER: {}}
+    changes: dict[int, dict[str, dict]] = {kind: {} for kind in _ALTER}
     refused: dict[tuple, dict] = {}
     for resource in resources:
         key = (resource["resource_type"], resource["resource_name"])
@@ -544,12 +590,12 @@ async def _alter(ctx: BrokerContext, body: dict, incremental: bool) -> dict:
             if key in duplicated:
                 raise InvalidRequestError(f"resource {key[1]!r} is named more than once in the request")
             if key[0] not in changes:
-                raise InvalidRequestError(f"resource type {key[0]} is not altered (2: topic, 4: broker)")
+                raise InvalidRequestError(f"resource type {key[0]} is not altered ({_TYPES})")
             changes[key[0]][key[1]] = _changes(resource["configs"], incremental)
         except RaylogError as exc:
             refused[key] = _error(exc)
     answers: dict[tuple, tuple] = {}
-    for kind, alter in ((RESOURCE_TOPIC, "alter_configs"), (RESOURCE_BROKER, "alter_broker_configs")):
+    for kind, alter in _ALTER.items():
         if changes[kind]:
             ref = ctx.ask(alter, changes[kind], incremental, validate_only=body["validate_only"])
             answered = await ask_each(ctx, ref, list(changes[kind]), DEFAULT_TIMEOUT_MS / 1000)

@@ -55,7 +55,7 @@ Handler = Callable[[BrokerContext, codec.RequestHeader, dict], Awaitable[Any]]
 #: response's authorized operations (KIP-430) may list.
 SUPPORTED_OPERATIONS = {
     TOPIC: (Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
-    GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE),
+    GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
     ResourceType.CLUSTER: (
         Op.CREATE,
         Op.CLUSTER_ACTION,
@@ -67,6 +67,9 @@ SUPPORTED_OPERATIONS = {
     ),
     TXN: (Op.DESCRIBE, Op.WRITE),
 }
+#: The ACL resource of a config resource type (Kafka's ConfigResource codes) other than a
+#: broker's (the cluster).
+_CONFIG_RESOURCES = {2: TOPIC, 32: GROUP}
 #: A response's authorized operations when the request did not ask for them (Kafka's INT32 minimum).
 NOT_REQUESTED = -(2**31)
 
@@ -292,15 +295,19 @@ async def _init_producer_id(access: Access, ctx: BrokerContext, header, body: di
 
 def _configs(operation: ACLOperation, answer_key: str):
     """DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: ``operation`` on each
-    topic resource (type 2), or on the cluster for a broker resource (type 4)."""
+    topic resource (type 2) or group resource (type 32, Kafka 4's group configs), or on the
+    cluster for a broker resource (type 4)."""
+
+    def resource_type(resource: dict) -> ResourceType:
+        return _CONFIG_RESOURCES.get(resource["resource_type"], ResourceType.CLUSTER)
 
     async def run(access: Access, ctx: BrokerContext, header, body: dict, handler: Handler):
         resources = body.get("resources") or []
 
         def ok(resource: dict) -> bool:
-            if resource["resource_type"] == 2:
-                return access.allows(operation, TOPIC, resource["resource_name"])
-            return access.allows(operation, ResourceType.CLUSTER, CLUSTER)
+            kind = resource_type(resource)
+            name = CLUSTER if kind == ResourceType.CLUSTER else resource["resource_name"]
+            return access.allows(operation, kind, name)
 
         denied = [r for r in resources if not ok(r)]
         if not denied:
@@ -308,8 +315,7 @@ def _configs(operation: ACLOperation, answer_key: str):
         allowed = [r for r in resources if r not in denied]
         answer = await handler(ctx, header, {**body, "resources": allowed}) if allowed else {answer_key: []}
         for resource in denied:
-            cluster = resource["resource_type"] != 2
-            code = DENIED[ResourceType.CLUSTER] if cluster else DENIED[TOPIC]
+            code = DENIED[resource_type(resource)]
             refused = BUILDERS[header.api_key]({**body, "resources": [resource]}, code)[answer_key]
             answer[answer_key] = list(answer[answer_key]) + refused
         return answer

@@ -316,7 +316,9 @@ def test_authorized_operations_are_those_the_principal_may_do():
     assert operations(reader, ResourceType.TOPIC, "a") == bits(Op.READ, Op.DESCRIBE)
     assert operations(reader, ResourceType.TOPIC, "b") == 0
     assert operations(None, ResourceType.TOPIC, "a") == bits(*authorization.SUPPORTED_OPERATIONS[ResourceType.TOPIC])
-    assert operations(None, ResourceType.GROUP, "g") == bits(Op.READ, Op.DESCRIBE, Op.DELETE)
+    # Kafka 4's groups have configs (KIP-848): their operations include DESCRIBE_CONFIGS and ALTER_CONFIGS.
+    group = bits(Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS)
+    assert operations(None, ResourceType.GROUP, "g") == group
     assert authorization.authorized_operations(False, ResourceType.TOPIC, "a") == authorization.NOT_REQUESTED
 
 

@@ -465,7 +465,8 @@ def test_describe_groups_encodes_members_as_consumer_protocol(version):
     )
     assert (missing["error_code"], missing["group_state"], missing["members"]) == (0, "Dead", [])
     if version >= 3:
-        assert described["authorized_operations"] == (1 << 3) | (1 << 6) | (1 << 8)  # no authorizer: all
+        # No authorizer: all of Kafka 4's: READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS.
+        assert described["authorized_operations"] == (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
 
 
 @pytest.mark.parametrize("version", versions(A.LIST_GROUPS))
