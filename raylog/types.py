@@ -126,10 +126,14 @@ class ConfigResourceType(enum.IntEnum):
     cluster default, every broker). A broker config named after a topic property
     (``log.retention.ms``) is the default of topics that do not set it; raylog's static
     settings, given to ``raylog.connect(config=...)`` when the cluster starts, are read-only
-    (see :mod:`raylog.coordination.broker_configs`)."""
+    (see :mod:`raylog.coordination.broker_configs`). A group resource, named by its group id,
+    holds Kafka 4's group configs (``consumer.session.timeout.ms``,
+    ``consumer.heartbeat.interval.ms``) for its members of the consumer protocol (see
+    :mod:`raylog.coordination.group_configs`)."""
 
     TOPIC = 2
     BROKER = 4
+    GROUP = 32
 
 
 class AlterConfigOp(enum.IntEnum):
@@ -149,8 +153,9 @@ class ConfigResource:
     """A resource and its configs, as kafka-python's and confluent-kafka's admin clients
     take them: ``ConfigResource(ConfigResourceType.TOPIC, "clicks", {"retention.ms":
     "3600000"})``, ``ConfigResource(ConfigResourceType.BROKER, "", {"log.retention.ms":
-    "3600000"})`` (a broker id, or "" for the cluster default). ``resource_type`` may also be
-    its name (``"topic"``, ``"broker"``) or code."""
+    "3600000"})`` (a broker id, or "" for the cluster default), ``ConfigResource("group",
+    "orders", {"consumer.heartbeat.interval.ms": "2000"})``. ``resource_type`` may also be
+    its name (``"topic"``, ``"broker"``, ``"group"``) or code."""
 
     resource_type: ConfigResourceType | str | int
     name: str
@@ -181,8 +186,9 @@ class TopicDescription:
 class ConfigEntry(NamedTuple):
     """One config as described: its value and where it comes from, ``"topic"`` (set on the
     topic), ``"dynamic_broker"`` (set for the broker), ``"dynamic_default_broker"`` (set on
-    the cluster default), ``"static_broker"`` (a setting given when the cluster started) or
-    ``"default"``. A secret's value (``ssl.key.password``) is None, as Kafka describes it."""
+    the cluster default), ``"group"`` (set on the group), ``"static_broker"`` (a setting given
+    when the cluster started) or ``"default"``. A secret's value (``ssl.key.password``) is
+    None, as Kafka describes it."""
 
     value: str | None
     source: str

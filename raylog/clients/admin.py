@@ -12,7 +12,7 @@ from raylog.actors.transport import call
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, client_handle, require_cluster
 from raylog.clients.consumer import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
-from raylog.coordination import broker_configs, scram
+from raylog.coordination import broker_configs, group_configs, scram
 from raylog.coordination.acls import ACL, ACLFilter
 from raylog.coordination.elections import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -218,9 +218,16 @@ class Admin:
         that broker's replicas or everywhere; raylog's static settings (the controller's,
         ``num.partitions`` ...) are read-only; other names are kept.
 
+        A group resource, ``ConfigResource(ConfigResourceType.GROUP, "orders")``, holds Kafka
+        4's group configs (``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms``;
+        see :mod:`raylog.coordination.group_configs`): the group's members of Kafka's consumer
+        protocol get them from their next heartbeat, in place of the broker's
+        ``group.consumer.*`` settings, within its min / max bounds. The group need not exist,
+        and DeleteGroups keeps them, as in Kafka.
+
         Args:
             resources: ``{topic: {property: value}}``, or a list of
-                :class:`~raylog.types.ConfigResource` (topic or broker resources).
+                :class:`~raylog.types.ConfigResource` (topic, broker or group resources).
             incremental: True makes this :meth:`incremental_alter_configs` (kafka-python
                 3's ``alter_configs(..., incremental=True)``). Note that kafka-python 3
                 alters incrementally by default where raylog, as Kafka's AlterConfigs,
@@ -231,11 +238,13 @@ class Admin:
 
         Raises:
             The first refusal's typed error (UnknownTopicOrPartitionError, InvalidConfigError
-            naming the config, InvalidRequestError for a read-only broker config or a broker
-            id that is not registered), after every other resource was handled.
+            naming the config or the broker bound a group's value breaks, InvalidRequestError
+            for a read-only broker config or a broker id that is not registered), after every
+            other resource was handled.
             InvalidConfigError: an ``(op, value)`` change (incremental only).
-            InvalidRequestError: a resource neither a topic nor a broker, a broker resource
-                named neither by a broker id nor "", or a resource named twice.
+            InvalidRequestError: a resource neither a topic, a broker nor a group, a broker
+                resource named neither by a broker id nor "", a group named "", or a resource
+                named twice.
             TypeError: resources, names or configs of the wrong shape.
         """
         if not isinstance(incremental, bool):
@@ -249,11 +258,11 @@ class Admin:
         names the operation: SET, DELETE, or APPEND / SUBTRACT comma-separated items of a
         list config (a topic's ``cleanup.policy``, a broker's ``log.cleanup.policy``). Each
         resource is altered or refused as a whole, atomically, and the change reaches the
-        live replicas. Broker resources are as at :meth:`alter_configs`.
+        live replicas. Broker and group resources are as at :meth:`alter_configs`.
 
         Args:
             resources: ``{topic: {property: change}}``, or a list of
-                :class:`~raylog.types.ConfigResource` (topic or broker resources).
+                :class:`~raylog.types.ConfigResource` (topic, broker or group resources).
 
         Example:
             >>> admin.incremental_alter_configs(                                 # doctest: +SKIP
@@ -263,21 +272,19 @@ class Admin:
 
         Raises:
             The first refusal's typed error (UnknownTopicOrPartitionError, InvalidConfigError
-            naming the config, or for an APPEND / SUBTRACT of a config that is not a list,
-            InvalidRequestError for a read-only broker config or a broker id that is not
-            registered), after every other resource was handled.
-            InvalidRequestError: a resource neither a topic nor a broker, a broker resource
-                named neither by a broker id nor "", or a resource named twice.
+            naming the config, or the broker bound a group's value breaks, or for an APPEND /
+            SUBTRACT of a config that is not a list, InvalidRequestError for a read-only broker
+            config or a broker id that is not registered), after every other resource was
+            handled.
+            InvalidRequestError: a resource neither a topic, a broker nor a group, a broker
+                resource named neither by a broker id nor "", a group named "", or a resource
+                named twice.
             TypeError: resources, names, configs or an operation of the wrong shape.
         """
         self._alter_configs(_config_changes(resources, incremental=True), incremental=True)
 
     def _alter_configs(self, changes: dict[ResourceKey, dict[str, Any]], incremental: bool) -> None:
-        results = self._per_resource(
-            changes,
-            lambda topics: self._ask("alter_configs", topics, incremental),
-            lambda brokers: self._ask("alter_broker_configs", brokers, incremental),
-        )
+        results = self._per_resource(changes, lambda kind, named: self._ask(_ALTER[kind], named, incremental))
         self._cluster.metadata(refresh=True)
         _raise_first(results)
 
@@ -285,18 +292,21 @@ class Admin:
         self, resources: list[str | ConfigResource]
     ) -> dict[str | tuple[ConfigResourceType, str], dict[str, ConfigEntry]]:
         """Every config of each resource, ``{config: ConfigEntry(value, source)}``, keyed by
-        the topic's name for a topic and by ``(ConfigResourceType.BROKER, name)`` for a broker
-        resource (``name`` a broker id, or "" for the cluster default), in the order asked.
+        the topic's name for a topic, by ``(ConfigResourceType.BROKER, name)`` for a broker
+        resource (``name`` a broker id, or "" for the cluster default) and by
+        ``(ConfigResourceType.GROUP, group id)`` for a group, in the order asked.
 
         A topic's sources: ``"topic"`` (set on the topic), ``"dynamic_default_broker"`` (the
         cluster default's broker config, ``log.retention.ms`` ...), else ``"default"``. A
         broker resource's: ``"dynamic_broker"`` (set for that broker),
         ``"dynamic_default_broker"``, ``"static_broker"`` (raylog's settings given when the
         cluster started; read-only), else ``"default"`` (a topic property's built-in default).
+        A group's: ``"group"`` (set on the group), ``"static_broker"`` (the broker's
+        ``group.consumer.*`` setting given when the cluster started), else ``"default"``.
 
         Args:
-            resources: topic names, or :class:`~raylog.types.ConfigResource` (topic or broker
-                resources; their configs are not looked at).
+            resources: topic names, or :class:`~raylog.types.ConfigResource` (topic, broker or
+                group resources; their configs are not looked at).
 
         Example:
             >>> admin.describe_configs(["clicks", ConfigResource("broker", "0")])  # doctest: +SKIP
@@ -304,30 +314,26 @@ class Admin:
 
         Raises:
             UnknownTopicOrPartitionError: a name that is not a topic.
-            InvalidRequestError: a resource neither a topic nor a broker, or a broker resource
-                that is not "" nor a registered broker's id.
+            InvalidRequestError: a resource neither a topic, a broker nor a group, a broker
+                resource that is not "" nor a registered broker's id, or a group named "".
         """
         keys = [r if isinstance(r, str) else _resource_key(*_resource(r)[:2]) for r in _names(resources)]
-        results = self._per_resource(
-            dict.fromkeys(keys),
-            lambda topics: self._ask("describe_configs", list(topics)),
-            lambda brokers: self._ask("describe_broker_configs", list(brokers)),
-        )
+        results = self._per_resource(dict.fromkeys(keys), lambda kind, named: self._ask(_DESCRIBE[kind], list(named)))
         _raise_first({key: (code, message) for key, (code, message, _) in results.items()})
         return {key: entries for key, (_, _, entries) in results.items()}
 
     def _per_resource(
-        self, asked: dict[ResourceKey, Any], for_topics: Callable[[dict], Any], for_brokers: Callable[[dict], Any]
+        self, asked: dict[ResourceKey, Any], ask: Callable[[ConfigResourceType, dict], Any]
     ) -> dict[ResourceKey, tuple]:
         """The controller's answer for each resource of ``asked`` (keyed as
-        :func:`_resource_key`), in its order: the topics' from ``for_topics({topic: item})``,
-        the broker resources' from ``for_brokers({resource name: item})``."""
-        topics = {key: item for key, item in asked.items() if isinstance(key, str)}
-        brokers = {key[1]: item for key, item in asked.items() if not isinstance(key, str)}
-        answers = call(for_topics(topics), self._timeout_s) if topics else {}
-        if brokers:
-            answered = call(for_brokers(brokers), self._timeout_s)
-            answers.update({_resource_key(ConfigResourceType.BROKER, name): a for name, a in answered.items()})
+        :func:`_resource_key`), in its order: those of each type from ``ask(type, {resource
+        name: item})``."""
+        answers: dict[ResourceKey, tuple] = {}
+        for kind in ConfigResourceType:
+            named = {_key_name(key): item for key, item in asked.items() if _key_type(key) == kind}
+            if named:
+                answered = call(ask(kind, named), self._timeout_s)
+                answers.update({_resource_key(kind, name): answer for name, answer in answered.items()})
         return {key: answers[key] for key in asked}
 
     def alter_client_quotas(self, quotas: dict[str | None, dict[str, float | None]]) -> None:
@@ -887,8 +893,20 @@ def _transaction(described: dict, coordinator_partition: int) -> TransactionDesc
 #: What :meth:`Admin.alter_configs` and :meth:`Admin.incremental_alter_configs` take.
 ConfigResources = Mapping[str, Mapping[str, Any] | None] | Iterable[ConfigResource]
 #: A config resource as the Admin keys it: a topic's name, or ``(ConfigResourceType.BROKER,
-#: name)`` for a broker resource (``name`` a broker id, or "" for the cluster default).
+#: name)`` for a broker resource (``name`` a broker id, or "" for the cluster default), or
+#: ``(ConfigResourceType.GROUP, group id)``.
 ResourceKey = str | tuple[ConfigResourceType, str]
+#: The controller's methods describing and altering each type of resource.
+_DESCRIBE = {
+    ConfigResourceType.TOPIC: "describe_configs",
+    ConfigResourceType.BROKER: "describe_broker_configs",
+    ConfigResourceType.GROUP: "describe_group_configs",
+}
+_ALTER = {
+    ConfigResourceType.TOPIC: "alter_configs",
+    ConfigResourceType.BROKER: "alter_broker_configs",
+    ConfigResourceType.GROUP: "alter_group_configs",
+}
 
 
 def _names(names: Iterable[str]) -> list[str]:
@@ -902,8 +920,9 @@ def _resource(resource: Any) -> tuple[ConfigResourceType, str, Mapping[str, Any]
     """``(type, name, configs)`` of a ConfigResource (or an object shaped like kafka-python's).
 
     Raises:
-        InvalidRequestError: a resource type other than TOPIC or BROKER, or a broker resource
-            named neither by a broker id (digits, as ``str(broker_id)`` writes it) nor "".
+        InvalidRequestError: a resource type other than TOPIC, BROKER or GROUP, a broker
+            resource named neither by a broker id (digits, as ``str(broker_id)`` writes it)
+            nor "", or a group resource named "".
         TypeError: not a ConfigResource, or a name that is not a string.
     """
     try:
@@ -913,23 +932,37 @@ def _resource(resource: Any) -> tuple[ConfigResourceType, str, Mapping[str, Any]
     try:
         kind = ConfigResourceType[kind.upper()] if isinstance(kind, str) else ConfigResourceType(kind)
     except (KeyError, ValueError):
-        raise InvalidRequestError(f"unknown resource type {resource.resource_type!r} (TOPIC or BROKER)") from None
+        known = "TOPIC, BROKER or GROUP"
+        raise InvalidRequestError(f"unknown resource type {resource.resource_type!r} ({known})") from None
     if not isinstance(name, str):
         raise TypeError(f"a {kind.name.lower()} resource's name must be a string, got {name!r}")
     if kind == ConfigResourceType.BROKER:
         broker_configs.broker_id_of(name)
+    if kind == ConfigResourceType.GROUP:
+        group_configs.check_group_name(name)
     return kind, name, configs
 
 
 def _resource_key(kind: ConfigResourceType, name: str) -> ResourceKey:
-    """How the Admin keys a resource: a topic by its name, a broker resource by ``(BROKER, name)``."""
-    return name if kind == ConfigResourceType.TOPIC else (ConfigResourceType.BROKER, name)
+    """How the Admin keys a resource: a topic by its name, another by ``(type, name)``."""
+    return name if kind == ConfigResourceType.TOPIC else (kind, name)
+
+
+def _key_type(key: ResourceKey) -> ConfigResourceType:
+    return ConfigResourceType.TOPIC if isinstance(key, str) else key[0]
+
+
+def _key_name(key: ResourceKey) -> str:
+    return key if isinstance(key, str) else key[1]
 
 
 def _resource_label(key: ResourceKey) -> str:
-    """A resource as messages name it: ``topic 'clicks'``, ``broker 0``, ``the cluster default``."""
+    """A resource as messages name it: ``topic 'clicks'``, ``broker 0``, ``the cluster
+    default``, ``group 'orders'``."""
     if isinstance(key, str):
         return f"topic {key!r}"
+    if key[0] == ConfigResourceType.GROUP:
+        return f"group {key[1]!r}"
     return f"broker {key[1]}" if key[1] else 'the cluster default (broker resource "")'
 
 

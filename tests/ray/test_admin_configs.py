@@ -175,6 +175,30 @@ def test_broker_configs_default_topics_and_are_described(admin, topic, cluster):
     assert admin.describe_configs([plain])[plain]["retention.ms"] == ConfigEntry(DEFAULTS["retention.ms"], "default")
 
 
+def test_a_groups_configs_are_set_replaced_described_and_bounded(admin):
+    """A GROUP resource (Kafka 4's group configs): set incrementally, replaced by
+    alter_configs, described with the broker's group.consumer.* setting where the group sets
+    none (this cluster's heartbeat interval, 500 ms, given at start), refused past the
+    broker's bounds (max 15 s) with InvalidConfigError, and "" is no group."""
+    group = f"cfg-{time.monotonic_ns()}"
+    key = (ConfigResourceType.GROUP, group)
+    interval, session = "consumer.heartbeat.interval.ms", "consumer.session.timeout.ms"
+    admin.incremental_alter_configs([ConfigResource(ConfigResourceType.GROUP, group, {interval: "2000"})])
+    assert admin.describe_configs([ConfigResource("group", group)])[key] == {
+        interval: ConfigEntry("2000", "group"),
+        session: ConfigEntry("45000", "default"),
+    }
+    with pytest.raises(InvalidConfigError, match="group.consumer.max.heartbeat.interval.ms"):
+        admin.incremental_alter_configs([ConfigResource("group", group, {interval: "16000"})])
+    admin.alter_configs([ConfigResource("group", group, {session: "50000"})])
+    assert admin.describe_configs([ConfigResource("group", group)])[key] == {
+        interval: ConfigEntry("500", "static_broker"),
+        session: ConfigEntry("50000", "group"),
+    }
+    with pytest.raises(InvalidRequestError):
+        admin.describe_configs([ConfigResource("group", "")])
+
+
 def test_lowered_retention_deletes_old_segments_on_the_live_replica(admin, topic, cluster):
     """Records an hour old outlive the default retention; lowering retention.ms to ten
     minutes deletes their segments at the replica's next housekeeping round, no restart."""

@@ -382,6 +382,20 @@ def test_alter_configs_sends_each_kind_to_its_call_and_raises_the_first_refusal_
     assert controller.calls == [("alter_broker_configs", {"0": {"background.threads": "9"}}, False)]
 
 
+def test_group_resources_go_to_the_group_calls_keyed_by_type_and_id(stand_in):
+    """Kafka 4's group configs: a group resource is described by describe_group_configs and
+    altered by alter_group_configs, keyed (GROUP, group id); "" is no group."""
+    admin, controller = stand_in()
+    described = admin.describe_configs([ConfigResource("group", "g"), "t"])
+    assert controller.calls == [("describe_configs", ["t"]), ("describe_group_configs", ["g"])]
+    assert list(described) == [(ConfigResourceType.GROUP, "g"), "t"]
+    admin, controller = stand_in()
+    admin.incremental_alter_configs([ConfigResource(32, "g", {"consumer.heartbeat.interval.ms": "2000"})])
+    assert controller.calls == [("alter_group_configs", {"g": {"consumer.heartbeat.interval.ms": "2000"}}, True)]
+    with pytest.raises(errors.InvalidRequestError, match="group"):
+        admin.describe_configs([ConfigResource("group", "")])
+
+
 def _image_with_topic(**config) -> MetadataImage:
     image = MetadataImage()
     image.apply({"type": "cluster", "cluster_id": "c"})
