@@ -118,13 +118,15 @@ class GroupCoordinatorActor(CoordinatorActor):
     # --- the state ----------------------------------------------------------------------
 
     def _new_state(self) -> GroupCoordinator:
-        return GroupCoordinator(self._initial_rebalance_delay_ms, self._consumer_groups)
+        state = GroupCoordinator(self._initial_rebalance_delay_ms, self._consumer_groups)
+        self._apply_group_configs(state)  # the members it loads get their group's session timeout
+        return state
 
     def _load_batch(self, state: GroupCoordinator, header: record_batch.BatchHeader, records: list) -> None:
         state.apply_batch(header, records, now_ms())
 
     def _loaded(self, state: GroupCoordinator) -> None:
-        self._apply_group_configs(state)
+        self._apply_group_configs(state)  # (configs pushed while it loaded)
         state.serve()
         self._replay = LogReplay(functools.partial(self._load_batch, state), state.next_offset)
         self._catch_up()

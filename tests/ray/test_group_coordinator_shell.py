@@ -11,6 +11,7 @@ from collections.abc import Callable
 from raylog.actors.access import Guard
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.config import TopicConfig
+from raylog.coordination.consumer_group import ConsumerGroup, ConsumerMember, group_record
 from raylog.coordination.group import GroupCoordinator
 from raylog.coordination.partition import Partition
 from raylog.coordination.sessions import new_key
@@ -192,3 +193,16 @@ def test_a_failed_read_while_ticking_is_caught_up_by_the_next_step(tmp_path, mon
             shell.actor._tick(shell.actor._state)  # no exception: the tick thread goes on
         assert isinstance(error_of(shell.actor.fetch_offsets("g")), StorageError)
     assert shell.committed() == {A0: OffsetAndMetadata(4, "")}
+
+
+def test_members_loaded_by_a_new_leader_get_their_groups_session_timeout():
+    """A group's own consumer.session.timeout.ms (50 s, the broker's being 45 s) times the
+    sessions of the members a coordinator loads from the log: the groups' configs are in its
+    state before the log is replayed into it."""
+    actor = object.__new__(GroupCoordinatorActor)
+    actor._initial_rebalance_delay_ms, actor._consumer_groups = 0, None
+    actor._group_configs = (1, {"g": {"consumer.session.timeout.ms": "50000"}})
+    state = actor._new_state()
+    _, value = group_record(ConsumerGroup("g", members={"m": ConsumerMember("m")}))
+    state.consumer.load("g", value, 0)
+    assert state.consumer.groups["g"].members["m"].session_deadline_ms == 50_000
