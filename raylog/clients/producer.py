@@ -142,7 +142,9 @@ class _Batch:
         self.keys: list = []
         self.timestamps: list = []
         self.headers: list = []
-        self.arrow_rows: dict | None = None  # columns of a send_arrow chunk, instead of the lists
+        #: Columns of send_arrow chunks, instead of the lists: each call's rows with their
+        #: creation time (calls queued behind a full pipe share a batch).
+        self.arrow_rows: list[tuple[dict, int]] = []
         self.size_bytes = 0
         self.bound_bytes = 0  # the records' record_size_bound, summed: keeps the batch under its limit
         self.created_s = time.monotonic()
@@ -177,8 +179,8 @@ class _Batch:
                 "base_sequence": self.base_sequence,
                 "transactional": self.transactional,
             }
-            rows = self.arrow_rows
-            if rows is not None:
+            if self.arrow_rows:
+                rows = _merged(self.arrow_rows)
                 self.data = record_batch.build_arrow(
                     rows["values"], rows.get("keys"), rows.get("timestamps_ms"), rows.get("headers"), **fields
                 )
@@ -191,8 +193,7 @@ class _Batch:
                     timestamps = [self.created_ms if t is None else t for t in timestamps]
                 self.data = record_batch.build(self.values, keys, timestamps, headers, **fields)
             # The encoded batch is all that is kept.
-            self.values = self.keys = self.timestamps = self.headers = []
-            self.arrow_rows = None
+            self.values = self.keys = self.timestamps = self.headers = self.arrow_rows = []
         return self.data
 
     def _padded(self, column: list) -> list | None:
@@ -686,14 +687,14 @@ class Producer:
         partitions, capacity = self._route(topic)
         for row in np.flatnonzero(bounds > capacity):  # alone in its batch, if it fits at all
             self._require_fits_alone(topic, **{k: v.slice(int(row), 1) for k, v in columns.items()})
-        batches = [
-            self._enqueue_prebuilt(partitions[part], chunk)
+        parts = [
+            self._enqueue_prebuilt(partitions[part], chunk, capacity)
             for part, chunk in self._split(topic, columns, count, partition, capacity)
         ]
-        return _gather(batches)
+        return _gather(parts)
 
     def _split(self, topic: str, columns: dict, count: int, partition: int | None, capacity: int):
-        """``(partition, (rows, size_bytes))`` per batch to send, in order.
+        """``(partition, (rows, size_bytes, bound_bytes))`` per batch to send, in order.
 
         Unkeyed rows (or all rows, given a partition) go out as zero-copy slices, one batch
         per partition in turn (sticky partitioning at batch granularity); keyed rows are
@@ -725,7 +726,8 @@ class Producer:
 
     def _chunks(self, rows: dict, capacity: int):
         """Slices of ``rows`` of at most ``buffer_memory`` bytes each (at least one row) whose
-        records' size bounds add up to at most ``capacity`` (each row fits alone)."""
+        records' size bounds add up to at most ``capacity`` (each row fits alone), as
+        ``(rows, size_bytes, bound_bytes)``."""
         values = rows["values"]
         sizes = record_batch.values_or(pc.binary_length(values), 0) + RECORD_OVERHEAD_BYTES
         if "keys" in rows:
@@ -741,25 +743,46 @@ class Producer:
                 int(np.searchsorted(bound_ends, bound_base + capacity, side="right")),
             )
             stop = max(start + 1, stop)
-            yield {k: v.slice(start, stop - start) for k, v in rows.items()}, int(ends[stop - 1] - base)
+            chunk = {k: v.slice(start, stop - start) for k, v in rows.items()}
+            yield chunk, int(ends[stop - 1] - base), int(bound_ends[stop - 1] - bound_base)
             start = stop
 
-    def _enqueue_prebuilt(self, tp: TopicPartition, chunk: tuple[dict, int]) -> _Batch:
-        rows, size = chunk
-        batch = _Batch(tp, self._delivery_timeout_s)
-        batch.record_count = len(rows["values"])
-        batch.size_bytes = size
-        batch.arrow_rows = rows  # encoded by the sender, numbered in this partition's order
+    def _enqueue_prebuilt(self, tp: TopicPartition, chunk: tuple[dict, int, int], capacity: int) -> _Part:
+        """Queue a send_arrow chunk: in the batch waiting last in its partition's queue when
+        that one was never sent, holds rows of the same columns and has room within
+        ``capacity`` (a call behind a full pipe joins it, as records join a growing batch
+        in Kafka's accumulator: one leader call fewer), else in a batch of its own."""
+        rows, size, bound = chunk
+        count = len(rows["values"])
+        now_ms = time.time_ns() // 1_000_000
         with self._cond:
             self._require_open()
             self._reserve(size)
+            queue = self._queues[tp]
+            tail = queue[-1] if queue else None
+            if (
+                tail is not None
+                and tail.arrow_rows
+                and tail.dispatch_order < 0
+                and tail.bound_bytes + bound <= capacity
+                and tail.arrow_rows[0][0].keys() == rows.keys()
+            ):
+                start = tail.record_count
+                tail.arrow_rows.append((rows, now_ms))
+                tail.record_count += count
+                tail.size_bytes += size
+                tail.bound_bytes += bound
+                return _Part(tail, start, count)
+            batch = _Batch(tp, self._delivery_timeout_s)
+            batch.record_count, batch.size_bytes, batch.bound_bytes = count, size, bound
+            batch.arrow_rows.append((rows, now_ms))  # encoded by the sender, numbered in this partition's order
             self._incomplete.add(batch)
             open_batch = self._open.get(tp)
             if open_batch is not None:
                 self._close_batch(open_batch)  # keep this partition's order
-            self._queues[tp].append(batch)
+            queue.append(batch)
             self._cond.notify()
-        return batch
+        return _Part(batch, 0, count)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is acknowledged or failed.
@@ -1433,9 +1456,31 @@ def _row_bounds(rows: dict) -> np.ndarray:
     return payload + record_batch.RECORD_OVERHEAD_BOUND + record_batch.HEADER_OVERHEAD_BOUND * counts
 
 
-def _gather(batches: list[_Batch]) -> concurrent.futures.Future:
-    """One future for all ``batches``: their metadata, or the first error."""
+class _Part(NamedTuple):
+    """A send_arrow call's rows in a batch: ``count`` of them from the batch's ``start``-th."""
+
+    batch: _Batch
+    start: int
+    count: int
+
+
+def _merged(parts: list[tuple[dict, int]]) -> dict:
+    """The columns of a batch's send_arrow chunks as one set of columns. Rows without
+    timestamps keep their own call's time when chunks of several calls share the batch."""
+    if len(parts) == 1:
+        return parts[0][0]
+    if "timestamps_ms" not in parts[0][0]:
+        parts = [
+            ({**rows, "timestamps_ms": record_batch.arrow_of(np.full(len(rows["values"]), now_ms))}, now_ms)
+            for rows, now_ms in parts
+        ]
+    return {key: pa.concat_arrays([rows[key] for rows, _ in parts]) for key in parts[0][0]}
+
+
+def _gather(parts: list[_Part]) -> concurrent.futures.Future:
+    """One future for all ``parts``: where each landed, or the first error."""
     result: concurrent.futures.Future = concurrent.futures.Future()
+    batches = [part.batch for part in parts]
     remaining = [len(batches)]
     lock = threading.Lock()
 
@@ -1449,7 +1494,7 @@ def _gather(batches: list[_Batch]) -> concurrent.futures.Future:
             result.set_exception(errors[0])
         else:
             result.set_result(
-                [BatchMetadata(b.tp.topic, b.tp.partition, b.base_offset, b.record_count) for b in batches]
+                [BatchMetadata(b.tp.topic, b.tp.partition, b.base_offset + start, count) for b, start, count in parts]
             )
 
     if not batches:

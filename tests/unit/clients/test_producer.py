@@ -308,3 +308,51 @@ def test_conflicting_compression_settings_are_refused():
         make_producer(FakeLeader(), compression_type="lz4", compression="zstd")
     with pytest.raises(InvalidConfigError, match="unknown compression"):
         make_producer(FakeLeader(), compression_type="brotli")
+
+
+def test_send_arrow_calls_queued_behind_a_full_pipe_go_out_as_one_batch():
+    """A leader call costs about the same whatever it carries: tables sent while their
+    partition's pipe is full join the batch waiting behind it (as records join a growing batch
+    in Kafka's accumulator), and each call's future still says where its own rows landed."""
+    import pyarrow as pa
+
+    leader = FakeLeader()
+    producer = make_producer(leader, max_in_flight_requests_per_connection=1)
+    tables = [pa.table({"value": [b"%d-%d" % (call, i) for i in range(n)]}) for call, n in enumerate((2, 3, 4))]
+    futures = [producer.send_arrow("t", tables[0])]
+    wait_until(lambda: len(leader.requests) == 1, timeout_s=10)  # the pipe is full now
+    futures += [producer.send_arrow("t", table) for table in tables[1:]]
+    leader.answer(0)
+    wait_until(lambda: len(leader.requests) == 2, timeout_s=10)
+    leader.answer(1)
+    assert leader.values(1) == [v for table in tables[1:] for v in table.column("value").to_pylist()]
+    assert [f.result(timeout=10) for f in futures] == [
+        [producer_module.BatchMetadata("t", 0, 0, 2)],
+        [producer_module.BatchMetadata("t", 0, 2, 3)],
+        [producer_module.BatchMetadata("t", 0, 5, 4)],
+    ]
+    header = leader.header(1)
+    assert (header.base_sequence, header.record_count) == (2, 7)
+    producer.close()
+
+
+def test_send_arrow_tables_join_a_waiting_batch_only_within_its_limit_and_shape():
+    """A table that would take the waiting batch past what a request may carry, or that has
+    other columns (keys, timestamps), goes in a batch of its own; merged rows keep the
+    creation time of their own call."""
+    import pyarrow as pa
+
+    leader = FakeLeader(auto_answer=False)
+    producer = make_producer(leader, max_in_flight_requests_per_connection=1, max_request_size=4096)
+    big = pa.table({"value": [b"x" * 1000] * 2})
+    keyed = pa.table({"key": [b"k"], "value": [b"v"]})
+    producer.send_arrow("t", pa.table({"value": [b"first"]}))
+    wait_until(lambda: len(leader.requests) == 1, timeout_s=10)
+    for table in (big, big, keyed):
+        producer.send_arrow("t", table)
+    for sent in range(1, 4):
+        leader.answer(sent - 1)
+        wait_until(lambda sent=sent: len(leader.requests) == sent + 1, timeout_s=10)
+    leader.answer(3)
+    assert [leader.header(i).record_count for i in range(4)] == [1, 2, 2, 1]
+    producer.close()
