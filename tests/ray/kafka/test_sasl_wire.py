@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import struct
 import time
@@ -156,16 +157,21 @@ def test_a_client_without_sasl_is_closed_out_and_writes_nothing(sasl_cluster, sa
     assert records_of(sasl_cluster, granted_topic) == before
 
 
-def test_kafka_python_authenticates_with_scram(sasl_cluster, sasl_bootstrap, granted_topic):
+def kafka_python_producer(bootstrap: str):
+    """kafka-python's producer, as alice by SCRAM-SHA-512."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(
-        bootstrap_servers=sasl_bootstrap,
+    return KafkaProducer(
+        bootstrap_servers=bootstrap,
         security_protocol="SASL_PLAINTEXT",
         sasl_mechanism="SCRAM-SHA-512",
         sasl_plain_username="alice",
         sasl_plain_password=PASSWORDS["alice"],
     )
+
+
+def test_kafka_python_authenticates_with_scram(sasl_cluster, sasl_bootstrap, granted_topic):
+    producer = kafka_python_producer(sasl_bootstrap)
     try:
         producer.send(granted_topic, b"kafka-python by scram").get(timeout=TIMEOUT_S)
     finally:
@@ -494,3 +500,61 @@ def test_clients_reauthenticate_and_a_deleted_user_is_cut_off_within_the_session
     time.sleep(REAUTH_MS / 1000 + 0.5)
     late.send(codec.ApiKey.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False})
     assert late.answer(codec.ApiKey.METADATA, 9) is None  # closed: the session ended
+
+
+def test_producers_that_never_stop_reauthenticate_without_losing_a_record(reauth_cluster, caplog):
+    """KIP-368 under a steady load (librdkafka's test 0142, at a rate the listener keeps up
+    with): confluent-kafka (SCRAM-SHA-512) and kafka-python (3.x re-authenticates too, after
+    draining its requests in flight) keep records in flight across several session lifetimes
+    and re-authenticate between them; every record is delivered, once, in order, and neither
+    reports an error. Each is told a session's lifetime at least three times: more often
+    than it has connections (bootstrap and broker), so it re-authenticated."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    cluster, bootstrap = reauth_cluster
+    topic = clients.granted_topic(cluster, "User:alice", "alices")
+    errors: list = []
+    delivered: list = []
+    librdkafka_log = logging.getLogger("tests.librdkafka")
+    librdkafka_log.setLevel(logging.DEBUG)
+    producer = KafkaProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "error_cb": errors.append,
+            "debug": "security",
+            "logger": librdkafka_log,
+            **sasl("SCRAM-SHA-512", "alice"),
+        }
+    )
+    producer.produce(topic, b"c0", on_delivery=lambda err, _: delivered.append(err))
+    producer.flush(TIMEOUT_S)  # connected and authenticated: from here on, sessions run out
+    values = [b"c0"]
+    deadline = time.monotonic() + 3.5 * REAUTH_MS / 1000
+    while time.monotonic() < deadline:
+        values.append(b"c%d" % len(values))
+        producer.produce(topic, values[-1], on_delivery=lambda err, _: delivered.append(err))
+        producer.poll(0.005)  # serves delivery reports; records in flight throughout
+    assert producer.flush(TIMEOUT_S) == 0
+    assert not errors and delivered == [None] * len(values)
+    assert _told_lifetime(caplog, "tests.librdkafka", "Received session lifetime") >= 3
+
+    caplog.set_level(logging.DEBUG, logger="kafka.net.connection")
+    python_producer = kafka_python_producer(bootstrap)
+    try:
+        futures = [python_producer.send(topic, b"p0")]
+        futures[0].get(timeout=TIMEOUT_S)
+        deadline = time.monotonic() + 3.5 * REAUTH_MS / 1000
+        while time.monotonic() < deadline:
+            futures.append(python_producer.send(topic, b"p%d" % len(futures)))
+            futures[-1 - min(len(futures) - 1, 20)].get(timeout=TIMEOUT_S)  # at most ~20 records ahead
+        python_producer.flush(TIMEOUT_S)
+        assert all(f.succeeded() for f in futures)
+    finally:
+        python_producer.close()
+    assert _told_lifetime(caplog, "kafka.net.connection", "Scheduling SASL re-authentication") >= 3
+    assert records_of(cluster, topic) == values + [b"p%d" % i for i in range(len(futures))]
+
+
+def _told_lifetime(caplog, logger: str, message: str) -> int:
+    """How often a client's log says it was told a session's lifetime."""
+    return sum(1 for r in caplog.records if r.name == logger and message in r.getMessage())
