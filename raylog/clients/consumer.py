@@ -70,6 +70,7 @@ from raylog.errors import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RaylogError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
 from raylog.protocol import FetchRequest, error_of
@@ -365,6 +366,9 @@ class Consumer:
         self._group: GroupMembership | ConsumerProtocolMembership | None = None
         self._subscribed: tuple[str, ...] | re.Pattern | None = None
         self._metadata_checked = 0.0
+        #: Subscribed topics the principal may not describe, found by the last metadata
+        #: refresh: raised by the next poll (as Kafka's consumer raises them once per update).
+        self._refused: TopicAuthorizationFailedError | None = None
         self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
         self._async_commits: list[tuple[Any, dict, Callable | None]] = []
         if topics and group_id is not None:
@@ -582,13 +586,27 @@ class Consumer:
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         """The partition numbers of ``topic``, or None for a topic that does not exist (as
-        kafka-python's)."""
+        kafka-python's).
+
+        Raises:
+            TopicAuthorizationFailedError: the consumer's principal may not describe it
+                (whether or not it exists, as Kafka's consumer raises it).
+        """
         metadata = self._cluster.metadata()
         if topic not in metadata.topics:
             metadata = self._cluster.metadata(refresh=True)
             if topic not in metadata.topics:
+                refused = self._refused_topics([topic])
+                if refused is not None:
+                    raise refused
                 return None
         return set(range(metadata.num_partitions(topic)))
+
+    def _refused_topics(self, missing: list[str]) -> TopicAuthorizationFailedError | None:
+        """Why ``missing`` (named, and not in the metadata) are missing, when it is that the
+        principal may not describe some of them; None when they just do not exist."""
+        error = self._cluster.missing_topics_error(missing)
+        return error if isinstance(error, TopicAuthorizationFailedError) else None
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Read ``partition`` from ``offset`` on (at the next poll)."""
@@ -662,6 +680,9 @@ class Consumer:
         Raises:
             NoOffsetForPartitionError: auto_offset_reset="none" and a position is unknown.
             CorruptRecordError: a fetched batch failed its checks.
+            TopicAuthorizationFailedError: the subscription names topics the consumer's
+                principal may not describe (once per metadata refresh, as Kafka's consumer:
+                the other topics are assigned and read by the next polls).
         """
         out: dict[TopicPartition, list[Record]] = {}
         for tp, table, log_append_time in self._poll_tables(timeout_ms, max_records or self._max_records):
@@ -726,6 +747,9 @@ class Consumer:
         while True:
             if self._group is not None:
                 self._group.maintain()
+            refused, self._refused = self._refused, None
+            if refused is not None:
+                raise refused
             self._send_fetches()
             out = self._drain(max_records)
             remaining = deadline - time.monotonic()
@@ -992,7 +1016,8 @@ class Consumer:
 
     def _subscribed_partition_counts(self) -> dict[str, int]:
         """Topic -> partition count of what the subscription covers now (metadata refreshed
-        every metadata_max_age_ms); topics that do not exist yet are left out."""
+        every metadata_max_age_ms); topics that do not exist yet are left out, and so are
+        named ones the principal may not describe (the next poll raises that)."""
         now = time.monotonic()
         refresh = (now - self._metadata_checked) * 1000 >= self._config["metadata_max_age_ms"]
         if refresh:
@@ -1002,6 +1027,9 @@ class Consumer:
             names = [t for t in topics if t not in INTERNAL_TOPICS and self._subscribed.fullmatch(t)]
         else:
             names = [t for t in self._subscribed or () if t in topics]
+            missing = [t for t in self._subscribed or () if t not in topics]
+            if refresh and missing:
+                self._refused = self._refused_topics(missing)
         return {t: len(topics[t].partitions) for t in sorted(names)}
 
     def _apply_group_assignment(self, added: list[TopicPartition], revoked: list[TopicPartition]) -> None:

@@ -383,3 +383,34 @@ def raylog_connect_as(cluster, user: str) -> RaylogCluster:
     import raylog
 
     return raylog.connect("auto", cluster_name=cluster.cluster_name, **sasl(user))
+
+
+def test_a_subscription_naming_a_topic_the_user_may_not_describe_fails_poll_as_kafkas(secured):
+    """bob subscribes by name to ``granted`` and to a topic he may not describe: poll raises
+    TopicAuthorizationFailedError naming that topic (Kafka's consumer raises it from poll once
+    per metadata update), and the next polls read ``granted``, the one topic of his
+    assignment. partitions_for_topic raises it too, for a hidden topic and for one that does
+    not exist; for a super user, a topic that does not exist is None."""
+    hidden = _topic_without_acls(secured)
+    with Producer(secured) as producer:
+        producer.send(GRANTED, b"for bob's subscription").result(timeout=TIMEOUT_S)
+    consumer = Consumer(
+        secured, group_id="bobs", auto_offset_reset="earliest", metadata_max_age_ms=600_000, **sasl("bob")
+    )
+    try:
+        consumer.subscribe([GRANTED, hidden])
+        with pytest.raises(TopicAuthorizationFailedError, match=hidden) as refused:
+            for _ in range(30):
+                consumer.poll(timeout_ms=1000)
+        assert GRANTED not in str(refused.value)
+        values = [r.value for batch in _poll_until_records(consumer) for r in batch]
+        assert b"for bob's subscription" in values
+        assert consumer.assignment() == {TopicPartition(GRANTED, 0)}
+        assert consumer.partitions_for_topic(GRANTED) == {0}
+        for name in (hidden, "no-such-topic"):
+            with pytest.raises(TopicAuthorizationFailedError, match=name):
+                consumer.partitions_for_topic(name)
+    finally:
+        consumer.close()
+    with Consumer(secured) as as_admin:
+        assert as_admin.partitions_for_topic("no-such-topic") is None
