@@ -13,7 +13,8 @@ kept by the :class:`BrokerContext` from the controller's pushes and metadata ans
 - the topics of a request are split: those not authorized are answered
   TOPIC_AUTHORIZATION_FAILED, the handler serves the rest, and the two answers are merged;
 - listings (groups, transactions, every topic of a Metadata request) leave out what the
-  principal may not describe.
+  principal may not describe (a Metadata request's hidden topics are not denials: neither
+  logged nor counted, as Kafka's logIfDenied=false; a topic it names is).
 
 Metadata and Fetch check their topics inside their handlers (:func:`allows`): Metadata
 decides automatic topic creation by the CREATE permission, and a Fetch reads partitions of
@@ -79,10 +80,11 @@ def access() -> Access | None:
     return CONNECTION.get({}).get("access")
 
 
-def allows(operation: ACLOperation, resource_type: ResourceType, name: str) -> bool:
-    """Whether the current request may do ``operation`` on the resource (True without an authorizer)."""
+def allows(operation: ACLOperation, resource_type: ResourceType, name: str, log_denied: bool = True) -> bool:
+    """Whether the current request may do ``operation`` on the resource (True without an
+    authorizer); ``log_denied`` False: a denial is neither logged nor counted (see Access.allows)."""
     current = access()
-    return current is None or current.allows(operation, resource_type, name)
+    return current is None or current.allows(operation, resource_type, name, log_denied)
 
 
 def authorized_operations(asked: bool, resource_type: ResourceType, name: str = CLUSTER) -> int:

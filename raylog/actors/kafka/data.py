@@ -139,10 +139,12 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
         md = await ctx.metadata(refresh=True)  # a topic created, or a leader started, a moment ago
         names, unknown_ids = _requested_names(requested, md)
     # The authorizer's: topics the principal may not describe are left out of a listing of
-    # every topic, or answered TOPIC_AUTHORIZATION_FAILED when named; a topic is created
-    # automatically only with CREATE on it or on the cluster.
-    hidden = {n for n in (md["topics"] if names is None else names) if n is not None and not _describable(n)}
-    refused: dict[str, int] = {n: TopicAuthorizationFailedError.code for n in hidden if names is not None}
+    # every topic (refusing nothing asked for: not a denial, neither logged nor counted), or
+    # answered TOPIC_AUTHORIZATION_FAILED when named; a topic is created automatically only
+    # with CREATE on it or on the cluster.
+    named = names is not None
+    hidden = {n for n in (md["topics"] if names is None else names) if n is not None and not _describable(n, named)}
+    refused: dict[str, int] = {n: TopicAuthorizationFailedError.code for n in hidden if named}
     unknown = [] if names is None else [n for n in dict.fromkeys(names) if n not in md["topics"] and n not in hidden]
     if unknown and body.get("allow_auto_topic_creation", True) and ctx.config.auto_create_topics_enable:
         creatable = [n for n in unknown if n is not None and _creatable(n)]
@@ -201,8 +203,8 @@ async def metadata(ctx: BrokerContext, header: codec.RequestHeader, body: dict) 
     }
 
 
-def _describable(topic: str) -> bool:
-    return allows(ACLOperation.DESCRIBE, ResourceType.TOPIC, topic)
+def _describable(topic: str, named: bool) -> bool:
+    return allows(ACLOperation.DESCRIBE, ResourceType.TOPIC, topic, log_denied=named)
 
 
 def _creatable(topic: str) -> bool:

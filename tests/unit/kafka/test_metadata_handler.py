@@ -139,3 +139,41 @@ def test_topics_asked_for_by_id_are_answered_by_name_and_id():
         ("clicks", known, 0, 2),
         (None, stranger, UnknownTopicIdError.code, 0),
     ]
+
+
+def test_topics_left_out_of_an_all_topics_answer_are_not_denials(caplog):
+    """With the authorizer, a Metadata request of every topic leaves out those the principal
+    may not describe without logging or remembering a denial (Kafka's logIfDenied=false for
+    that filter); a topic named is answered TOPIC_AUTHORIZATION_FAILED and logged as denied."""
+    from raylog.actors.kafka import authorization
+    from raylog.actors.kafka.context import CONNECTION
+    from raylog.coordination.acls import ACL, ACLOperation, ACLPermissionType, Authorizer, ResourcePattern
+    from raylog.coordination.acls import ResourceType as Kind
+    from raylog.errors import TopicAuthorizationFailedError
+
+    ctx = context(brokers=1, **{"num.partitions": "1", "default.replication.factor": "1"})
+    ask(ctx, "open", "secret")  # created
+    readable = ACL("User:*", "*", ACLOperation.DESCRIBE, ACLPermissionType.ALLOW, ResourcePattern(Kind.TOPIC, "open"))
+    acls = Authorizer([readable])
+
+    async def authorizer():
+        return acls
+
+    ctx.authorizer = authorizer
+    logged: set = set()
+
+    def metadata_of(topics: list[dict] | None) -> dict:
+        async def scenario():
+            CONNECTION.set({"principal": "User:ANONYMOUS", "host": "10.0.0.9"})
+            body = {"topics": topics, "allow_auto_topic_creation": False}
+            answer = await authorization.authorized(ctx, HEADER, body, data.metadata, logged)
+            return {t["name"]: t["error_code"] for t in answer["topics"]}
+
+        return asyncio.run(scenario())
+
+    with caplog.at_level("DEBUG", logger="raylog.authorizer"):
+        assert metadata_of(None) == {"open": 0}
+        assert not [r for r in caplog.records if "Denied" in r.getMessage()] and not logged
+        assert metadata_of([{"name": "secret"}]) == {"secret": TopicAuthorizationFailedError.code}
+    assert [r.levelname for r in caplog.records if "Denied" in r.getMessage()] == ["INFO"]
+    assert len(logged) == 1
