@@ -14,6 +14,7 @@ so what is documented is what is enforced.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -77,7 +78,7 @@ def _coerce(value: Any, to: type, key: str) -> Any:
             return int(value)
         except (TypeError, ValueError):
             raise InvalidConfigError(f"{key} must be an integer, got {_quoted(value)}") from None
-    return str(value)
+    return value if isinstance(value, to) else str(value)
 
 
 @dataclass(frozen=True)
@@ -731,17 +732,48 @@ class ControllerConfig(_Config):
         "pattern; L or U lower- or upper-cases the result), DEFAULT keeping the subject as is. "
         "E.g. RULE:^CN=(.*?),OU=eng.*$/$1/L,DEFAULT",
     )
+    listener_name: tuple[tuple[str, str], ...] = setting(
+        (),
+        "Kafka's per-listener settings, each a property of its own: listener.name.<listener>."
+        "<setting> (the listener's name lower-cased) sets one of ssl.keystore.location, "
+        "ssl.key.password, ssl.truststore.location, ssl.client.auth and sasl.enabled.mechanisms "
+        "for that listener alone, over the broker-wide one. E.g. "
+        "listener.name.external.ssl.keystore.location=/etc/raylog/external.pem and "
+        "listener.name.internal.sasl.enabled.mechanisms=PLAIN. A listener name that is not in "
+        "listeners, or another setting, is refused.",
+    )
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any] | None = None, **overrides: Any):
+        """As :meth:`_Config.from_properties`, with Kafka's ``listener.name.<listener>.<setting>``
+        properties gathered into ``listener_name``.
+
+        Raises:
+            InvalidConfigError: an unknown key, a value of the wrong type or out of range.
+        """
+        given = {**(properties or {}), **overrides}
+        per_listener = tuple(sorted((k, str(v)) for k, v in given.items() if k.startswith(LISTENER_PREFIX)))
+        rest = {k: v for k, v in given.items() if not k.startswith(LISTENER_PREFIX)}
+        return super().from_properties(rest, **({"listener_name": per_listener} if per_listener else {}))
+
+    def to_properties(self) -> dict[str, str]:
+        """The config as Kafka property names, each per-listener setting under its own name."""
+        out = super().to_properties()
+        del out[_kafka_name("listener_name")]
+        out.update(self.listener_name)
+        return out
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for listener in self.named_listeners:
+            own = self.for_listener(listener.name)
             self._require(
-                not listener.tls or bool(self.ssl_keystore_location),
+                not listener.tls or bool(own.ssl_keystore_location),
                 f"listener {listener.name} ({listener.protocol}) needs ssl.keystore.location "
                 "(a PEM file of its certificate and key)",
             )
             self._require(
-                not listener.sasl or bool(self.sasl_mechanisms),
+                not listener.sasl or bool(own.sasl_mechanisms),
                 f"listener {listener.name} ({listener.protocol}) needs sasl.enabled.mechanisms",
             )
         PrincipalMapper(self.ssl_principal_mapping_rules)  # bad rules are refused here
@@ -752,7 +784,7 @@ class ControllerConfig(_Config):
             f"({self.socket_request_max_bytes})",
         )
 
-    @property
+    @functools.cached_property
     def named_listeners(self) -> tuple[Listener, ...]:
         """The listeners of ``listeners``, in order, with their security protocols and what
         ``advertised.listeners`` says they advertise (none without ``listeners``).
@@ -809,7 +841,84 @@ class ControllerConfig(_Config):
     @property
     def sasl_mechanisms(self) -> tuple[str, ...]:
         """The mechanisms of ``sasl.enabled.mechanisms``, in order."""
-        return tuple(m.strip() for m in self.sasl_enabled_mechanisms.split(",") if m.strip())
+        return _mechanisms(self.sasl_enabled_mechanisms)
+
+    @functools.cached_property
+    def listener_settings(self) -> dict[str, ListenerSettings]:
+        """``listener name -> its settings``: the broker-wide ones, as its
+        ``listener.name.<listener>.<setting>`` properties override them.
+
+        Raises:
+            InvalidConfigError: naming the property: a listener name not in ``listeners``
+                (lower-cased, as Kafka reads them), a setting a listener cannot override, or
+                a value the setting refuses.
+        """
+        if not isinstance(self.listener_name, tuple):
+            raise InvalidConfigError(
+                "listener.name: give each per-listener setting as a property of its own, "
+                f"listener.name.<listener>.<setting>, got {_quoted(self.listener_name)}"
+            )
+        names = {listener.name.lower(): listener.name for listener in self.named_listeners}
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        own: dict[str, dict[str, Any]] = {name: {} for name in names.values()}
+        for key, value in self.listener_name:
+            listener, _, name = key.removeprefix(LISTENER_PREFIX).partition(".")
+            if listener not in names:
+                raise InvalidConfigError(
+                    f"{key}: {_quoted(listener)} is not the lower-cased name of a listener of "
+                    f"listeners ({', '.join(names) or 'none'})"
+                )
+            field = name.replace(".", "_")
+            if field not in LISTENER_SETTINGS:
+                raise InvalidConfigError(
+                    f"{key}: a listener may override {', '.join(map(_kafka_name, LISTENER_SETTINGS))}, "
+                    f"not {_quoted(name)}"
+                )
+            coerced = _coerce(value, type(fields[field].default), key)
+            problem = fields[field].metadata["valid"].problem(coerced, self)
+            if problem is not None:
+                raise InvalidConfigError(f"{key} {problem}")
+            own[names[listener]][field] = coerced
+        return {name: self._listener_settings(settings) for name, settings in own.items()}
+
+    def for_listener(self, name: str) -> ListenerSettings:
+        """The settings of the listener ``name`` (the broker-wide ones for a listener that
+        ``listeners`` does not name)."""
+        return self.listener_settings.get(name) or self._listener_settings({})
+
+    def _listener_settings(self, overrides: dict[str, Any]) -> ListenerSettings:
+        return ListenerSettings(**{f: overrides.get(f, getattr(self, f)) for f in LISTENER_SETTINGS})
+
+
+#: What ``listener.name.<listener>.<setting>`` may set (Kafka's per-listener configs).
+LISTENER_PREFIX = "listener.name."
+LISTENER_SETTINGS = (
+    "ssl_keystore_location",
+    "ssl_key_password",
+    "ssl_truststore_location",
+    "ssl_client_auth",
+    "sasl_enabled_mechanisms",
+)
+
+
+@dataclass(frozen=True)
+class ListenerSettings:
+    """One listener's TLS and SASL settings (``ControllerConfig.listener_settings``)."""
+
+    ssl_keystore_location: str
+    ssl_key_password: str
+    ssl_truststore_location: str
+    ssl_client_auth: str
+    sasl_enabled_mechanisms: str
+
+    @property
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        """The mechanisms of its ``sasl.enabled.mechanisms``, in order."""
+        return _mechanisms(self.sasl_enabled_mechanisms)
+
+
+def _mechanisms(value: str) -> tuple[str, ...]:
+    return tuple(m.strip() for m in value.split(",") if m.strip())
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import ControllerConfig, TopicConfig, list_operation
+from ..config import LISTENER_PREFIX, ControllerConfig, TopicConfig, list_operation
 from ..errors import InvalidConfigError, InvalidRequestError
 
 #: Topic property -> the broker config that is its default (Kafka's synonyms; the replica and
@@ -59,8 +59,8 @@ TOPIC_SYNONYMS: dict[str, str] = {
 }
 #: Broker config -> the topic property it is the default of.
 TOPIC_DEFAULTS: dict[str, str] = {broker: topic for topic, broker in TOPIC_SYNONYMS.items()}
-#: Configs given when the cluster starts (the controller's settings) or naming a broker: not
-#: changed over the protocol.
+#: Configs given when the cluster starts (the controller's settings, and its per-listener
+#: listener.name.* ones) or naming a broker: not changed over the protocol.
 READ_ONLY = frozenset(ControllerConfig().to_properties()) | {"broker.id", "node.id", "log.dir", "log.dirs"}
 #: Broker configs whose values are comma-separated lists.
 LIST_CONFIGS = frozenset({"log.cleanup.policy"})
@@ -85,7 +85,7 @@ def alter(current: Mapping[str, str], changes: Mapping[str, Any], *, incremental
         InvalidConfigError: a value the topic property refuses, a value that is not a string
             or number, or an append / subtract of a config that is not a list.
     """
-    read_only = sorted(name for name in changes if name in READ_ONLY)
+    read_only = sorted(name for name in changes if name in READ_ONLY or name.startswith(LISTENER_PREFIX))
     if read_only:
         raise InvalidRequestError(
             f"Cannot update these configs dynamically: {read_only} "

@@ -54,6 +54,11 @@ class SaslExchange:
         self._previous: str | None = None
 
     @property
+    def enabled(self) -> tuple[str, ...]:
+        """The mechanisms the listener allows."""
+        return self._enabled
+
+    @property
     def complete(self) -> bool:
         return self.principal is not None
 

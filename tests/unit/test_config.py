@@ -176,3 +176,62 @@ def test_brokers_sharing_a_node_take_successive_ports_per_listener():
     addresses = config.listener_addresses([7, 3])
     assert [(x.port, x.advertised_port) for x in addresses[3]] == [(9092, 19092), (0, 0)]
     assert [(x.port, x.advertised_port) for x in addresses[7]] == [(9093, 19093), (0, 0)]
+
+
+TLS_AND_SASL_LISTENERS = {
+    "listeners": "INTERNAL://:9092,EXTERNAL://:9192",
+    "listener.security.protocol.map": "INTERNAL:SASL_PLAINTEXT,EXTERNAL:SASL_SSL",
+    "ssl.keystore.location": "/etc/raylog/broker.pem",
+}
+
+
+def test_listener_name_properties_set_one_listeners_tls_and_sasl_settings():
+    """Kafka's listener.name.<listener>.<setting> (the name lower-cased): the listener's own
+    keystore, client authentication and SASL mechanisms over the broker-wide ones; the others
+    keep those. They survive to_properties (DescribeConfigs lists them by their own names)
+    and pickling; a TLS listener's keystore may be its own alone."""
+    config = ControllerConfig.from_properties(
+        {
+            **TLS_AND_SASL_LISTENERS,
+            "listener.name.external.ssl.keystore.location": "/etc/raylog/external.pem",
+            "listener.name.external.ssl.client.auth": "required",
+            "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+        }
+    )
+    internal, external = config.listener_settings["INTERNAL"], config.listener_settings["EXTERNAL"]
+    assert (internal.ssl_keystore_location, internal.ssl_client_auth) == ("/etc/raylog/broker.pem", "none")
+    assert (external.ssl_keystore_location, external.ssl_client_auth) == ("/etc/raylog/external.pem", "required")
+    assert internal.sasl_mechanisms == ("PLAIN",)
+    assert external.sasl_mechanisms == config.sasl_mechanisms == ("SCRAM-SHA-256", "SCRAM-SHA-512")
+    properties = config.to_properties()
+    assert properties["listener.name.internal.sasl.enabled.mechanisms"] == "PLAIN"
+    assert "listener.name" not in properties
+    assert ControllerConfig.from_properties(properties) == config == pickle.loads(pickle.dumps(config))
+    own_keystore_only = {**TLS_AND_SASL_LISTENERS, "ssl.keystore.location": ""}
+    own_keystore_only["listener.name.external.ssl.keystore.location"] = "/etc/raylog/external.pem"
+    assert ControllerConfig.from_properties(own_keystore_only).listener_settings["EXTERNAL"].ssl_keystore_location
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("listener.name.other.ssl.client.auth", "none", "'other' is not the lower-cased name of a listener"),
+        ("listener.name.INTERNAL.ssl.client.auth", "none", "'INTERNAL' is not the lower-cased name"),
+        ("listener.name.internal.num.partitions", "3", "a listener may override"),
+        ("listener.name.internal.ssl.client.auth", "sometimes", "must be one of none, requested, required"),
+        ("listener.name.internal.sasl.enabled.mechanisms", "GSSAPI", "comma-separated list of PLAIN"),
+        ("listener.name", "internal.ssl.client.auth=none", "as a property of its own"),
+    ],
+)
+def test_a_listener_name_property_kafka_would_not_read_is_refused_naming_it(key, value, message):
+    with pytest.raises(errors.InvalidConfigError, match=re.escape(key)) as refused:
+        ControllerConfig.from_properties({**TLS_AND_SASL_LISTENERS, key: value})
+    assert message in str(refused.value)
+
+
+def test_a_configs_listeners_are_parsed_once():
+    """named_listeners and listener_settings are computed once per config object (the
+    controller reads them on every metadata answer)."""
+    config = ControllerConfig.from_properties(TLS_AND_SASL_LISTENERS)
+    assert config.named_listeners is config.named_listeners
+    assert config.listener_settings is config.listener_settings

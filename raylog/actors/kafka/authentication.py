@@ -46,7 +46,8 @@ def _exchange() -> SaslExchange:
 
 
 async def sasl_handshake(ctx: BrokerContext, header: RequestHeader, body: dict) -> dict:
-    enabled = list(ctx.config.sasl_mechanisms)
+    exchange = CONNECTION.get({}).get("sasl")
+    enabled = [] if exchange is None else list(exchange.enabled)  # (the listener's own)
     try:
         _exchange().handshake(body["mechanism"])
     except RaylogError as exc:

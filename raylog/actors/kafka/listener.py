@@ -203,11 +203,11 @@ class KafkaListenerActor:
         """Bind ``listener`` and note what it advertises. No host: the loopback only (clients
         on this node); every interface only when the listener names it (0.0.0.0 or ::), which
         then advertises the node's address unless ``advertised.listeners`` names another."""
-        c = self.config
+        own = self.config.for_listener(listener.name)  # (with its listener.name.<listener>.* settings)
         tls_context = None
         if listener.tls:
             tls_context = tls.server_context(
-                c.ssl_keystore_location, c.ssl_key_password, c.ssl_truststore_location, c.ssl_client_auth
+                own.ssl_keystore_location, own.ssl_key_password, own.ssl_truststore_location, own.ssl_client_auth
             )
         bind_host = listener.host or LOOPBACK
         server = await asyncio.start_server(
@@ -276,7 +276,8 @@ class KafkaListenerActor:
         connection = {"principal": principal, "host": peer[0] if peer else "", "listener": listener.name}
         if listener.sasl:
             reauthentication = self.config.connections_max_reauth_ms > 0
-            connection["sasl"] = SaslExchange(self.config.sasl_mechanisms, self.context.credentials, reauthentication)
+            mechanisms = self.config.for_listener(listener.name).sasl_mechanisms
+            connection["sasl"] = SaslExchange(mechanisms, self.context.credentials, reauthentication)
         CONNECTION.set(connection)
         sock = writer.get_extra_info("socket")
         if sock is not None:

@@ -558,3 +558,32 @@ def test_producers_that_never_stop_reauthenticate_without_losing_a_record(reauth
 def _told_lifetime(caplog, logger: str, message: str) -> int:
     """How often a client's log says it was told a session's lifetime."""
     return sum(1 for r in caplog.records if r.name == logger and message in r.getMessage())
+
+
+def test_each_listener_takes_its_own_sasl_mechanisms(cluster, tmp_path_factory):
+    """Kafka's listener.name.<listener>.sasl.enabled.mechanisms: a broker with two SASL
+    listeners, INTERNAL taking PLAIN alone (its own setting) and EXTERNAL the broker-wide
+    SCRAM mechanisms; confluent-kafka writes by each listener's mechanism and is refused by the
+    other's, on either listener."""
+    handle = start_cluster(
+        tmp_path_factory,
+        "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+        **{
+            "listener.security.protocol.map": "INTERNAL:SASL_PLAINTEXT,EXTERNAL:SASL_PLAINTEXT",
+            "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+        },
+    )
+    try:
+        internal, external = (
+            wait_until(lambda n=name: handle.bootstrap_servers(n) or None, timeout_s=60, message=f"listener {name}")
+            for name in ("INTERNAL", "EXTERNAL")
+        )
+        make_users(external, sasl("SCRAM-SHA-512", "admin"))
+        topic = clients.granted_topic(handle, "User:alice", "alices")
+        assert deliver(internal, topic, b"plain inside", **sasl("PLAIN", "alice")) is None
+        assert deliver(external, topic, b"scram outside", **sasl("SCRAM-SHA-512", "alice")) is None
+        assert deliver(internal, topic, b"scram inside", **sasl("SCRAM-SHA-512", "alice")) is not None
+        assert deliver(external, topic, b"plain outside", **sasl("PLAIN", "alice")) is not None
+        assert records_of(handle, topic) == [b"plain inside", b"scram outside"]
+    finally:
+        handle.shutdown()

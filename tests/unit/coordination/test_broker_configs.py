@@ -86,6 +86,7 @@ def test_alter_configs_replaces_a_brokers_whole_set(controller):
     [
         ("0", {"num.partitions": "3"}, InvalidRequestError, "num.partitions"),
         ("", {"broker.id": "7"}, InvalidRequestError, "broker.id"),
+        ("0", {"listener.name.external.ssl.client.auth": "required"}, InvalidRequestError, "listener.name.external"),
         ("", {"log.retention.ms": "soon"}, InvalidConfigError, "log.retention.ms"),
         ("", {"compression.type": "brotli"}, InvalidConfigError, "compression.type"),
         ("0", {"background.threads": ("append", "1")}, InvalidConfigError, "background.threads"),
