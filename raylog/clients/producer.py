@@ -749,7 +749,7 @@ class Producer:
 
     def _enqueue_prebuilt(self, tp: TopicPartition, chunk: tuple[dict, int, int], capacity: int) -> _Part:
         """Queue a send_arrow chunk: in the batch waiting last in its partition's queue when
-        that one was never sent, holds rows of the same columns and has room within
+        that one was never sent, holds rows of the same columns and types and has room within
         ``capacity`` (a call behind a full pipe joins it, as records join a growing batch
         in Kafka's accumulator: one leader call fewer), else in a batch of its own."""
         rows, size, bound = chunk
@@ -765,7 +765,7 @@ class Producer:
                 and tail.arrow_rows
                 and tail.dispatch_order < 0
                 and tail.bound_bytes + bound <= capacity
-                and tail.arrow_rows[0][0].keys() == rows.keys()
+                and _same_columns(tail.arrow_rows[0][0], rows)
             ):
                 start = tail.record_count
                 tail.arrow_rows.append((rows, now_ms))
@@ -1462,6 +1462,12 @@ class _Part(NamedTuple):
     batch: _Batch
     start: int
     count: int
+
+
+def _same_columns(rows: dict, other: dict) -> bool:
+    """Whether two send_arrow chunks have the same columns of the same types (a batch's
+    chunks are concatenated column by column)."""
+    return rows.keys() == other.keys() and all(rows[key].type == other[key].type for key in rows)
 
 
 def _merged(parts: list[tuple[dict, int]]) -> dict:

@@ -346,13 +346,15 @@ def test_send_arrow_tables_join_a_waiting_batch_only_within_its_limit_and_shape(
     producer = make_producer(leader, max_in_flight_requests_per_connection=1, max_request_size=4096)
     big = pa.table({"value": [b"x" * 1000] * 2})
     keyed = pa.table({"key": [b"k"], "value": [b"v"]})
+    text = pa.table({"key": ["k"], "value": ["v"]})  # strings: the same columns, other types
     producer.send_arrow("t", pa.table({"value": [b"first"]}))
     wait_until(lambda: len(leader.requests) == 1, timeout_s=10)
-    for table in (big, big, keyed):
-        producer.send_arrow("t", table)
-    for sent in range(1, 4):
+    futures = [producer.send_arrow("t", table) for table in (big, big, keyed, text)]
+    for sent in range(1, 5):
         leader.answer(sent - 1)
         wait_until(lambda sent=sent: len(leader.requests) == sent + 1, timeout_s=10)
-    leader.answer(3)
-    assert [leader.header(i).record_count for i in range(4)] == [1, 2, 2, 1]
+    leader.answer(4)
+    assert [leader.header(i).record_count for i in range(5)] == [1, 2, 2, 1, 1]
+    assert [f.result(timeout=10)[0].base_offset for f in futures] == [1, 3, 5, 6]
+    assert leader.values(4) == [b"v"]
     producer.close()
