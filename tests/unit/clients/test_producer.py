@@ -358,3 +358,28 @@ def test_send_arrow_tables_join_a_waiting_batch_only_within_its_limit_and_shape(
     assert [f.result(timeout=10)[0].base_offset for f in futures] == [1, 3, 5, 6]
     assert leader.values(4) == [b"v"]
     producer.close()
+
+
+def test_a_merged_send_arrow_batch_that_times_out_is_retried_whole_with_its_sequence():
+    """Timeout then retry: the batch that several send_arrow calls joined goes out again as
+    the same bytes (same sequence, same records), and each call's rows land once."""
+    import pyarrow as pa
+
+    leader = FakeLeader()
+    producer = make_producer(leader, max_in_flight_requests_per_connection=1, retry_backoff_ms=10)
+    first = producer.send_arrow("t", pa.table({"value": [b"a"]}))
+    wait_until(lambda: len(leader.requests) == 1, timeout_s=10)
+    joined = [producer.send_arrow("t", pa.table({"value": [b"b%d" % i] * 2})) for i in range(2)]
+    leader.answer(0)
+    wait_until(lambda: len(leader.requests) == 2, timeout_s=10)
+    leader.answer(1, RequestTimedOutError("the ISR did not get it in time"))
+    wait_until(lambda: len(leader.requests) == 3, timeout_s=10)
+    assert leader.requests[2][0].records == leader.requests[1][0].records
+    assert (leader.header(2).base_sequence, leader.header(2).record_count) == (1, 4)
+    leader.answer(2)
+    assert first.result(timeout=10) == [producer_module.BatchMetadata("t", 0, 0, 1)]
+    assert [f.result(timeout=10) for f in joined] == [
+        [producer_module.BatchMetadata("t", 0, 1, 2)],
+        [producer_module.BatchMetadata("t", 0, 3, 2)],
+    ]
+    producer.close()
