@@ -383,13 +383,25 @@ def test_one_followers_report_does_not_move_a_live_leader(multinode, replicated_
 
 
 def _written_with_full_isr(cluster, topic: str, value: bytes):
-    """Write ``value`` with acks=all, wait for a full ISR: ``(the partition's metadata, its
-    leader's actor)``."""
+    """Write ``value`` with acks=all and wait until every replica holds it and the ISR is whole:
+    ``(the partition's metadata, its leader's actor)``. (An ISR seen whole before every
+    follower has fetched is only the one the topic was created with: it may still shrink.)"""
     with Producer(cluster, acks="all") as producer:
         producer.send(topic, value).result(timeout=30)
-    wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90, message="a full ISR")
-    info = describe(cluster, topic)
-    return info, ray.get(cluster.controller.replica_handles.remote(topic))[(0, info.leader)]
+    handles = ray.get(cluster.controller.replica_handles.remote(topic))
+
+    def settled():
+        info = describe(cluster, topic)
+        ends = [ray.get(handles[(0, broker)].state.remote(), timeout=10)["log_end_offset"] for broker in (0, 1, 2)]
+        return info if set(info.isr) == {0, 1, 2} and ends == [1, 1, 1] else None
+
+    info = wait_until(settled, timeout_s=90, message="every replica caught up, a full ISR")
+    return info, handles[(0, info.leader)]
+
+
+# The fan-in tests assert the ISR never shrinks: their followers must never wait behind parked
+# client calls, and 10 s is a bound a loaded 2-core machine's scheduling alone does not reach.
+FAN_IN = {**SAFE, "replica.lag.time.max.ms": "10000"}
 
 
 def test_parked_client_waits_never_starve_replication_or_control(multinode, replicated_topic):
@@ -403,7 +415,7 @@ def test_parked_client_waits_never_starve_replication_or_control(multinode, repl
     from raylog.protocol import FetchRequest
 
     cluster, _ = multinode
-    topic = replicated_topic(**SAFE)
+    topic = replicated_topic(**FAN_IN)
     info, leader = _written_with_full_isr(cluster, topic, b"before")
     parked = CONCURRENCY_GROUPS["fetch"] + 8  # more than the pool: some wait in Ray's queue
     polls = [leader.fetch.remote(FetchRequest(offset=1, min_bytes=1, max_wait_ms=60_000)) for _ in range(parked)]
@@ -430,7 +442,7 @@ def test_256_concurrent_acks_all_produces_on_one_leader_all_answer(multinode, re
     from raylog.storage import record_batch
 
     cluster, _ = multinode
-    topic = replicated_topic(**SAFE)
+    topic = replicated_topic(**FAN_IN)
     info, leader = _written_with_full_isr(cluster, topic, b"first")
     calls = [
         leader.produce.remote(ProduceRequest(record_batch.build([b"%03d" % i]), acks=-1, timeout_ms=60_000))
