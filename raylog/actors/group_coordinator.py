@@ -266,18 +266,24 @@ class GroupCoordinatorActor(CoordinatorActor):
         generation: int,
         instance_id: str | None,
         wait_ms: int = 0,
+        topics: dict[str, int] | None = None,
         session: str | None = None,
     ) -> GroupResponse:
         """The member is alive; waits up to ``wait_ms`` (a long poll) unless its group
-        starts rebalancing, which it reports at once."""
+        starts rebalancing, which it reports at once. ``topics``: the cluster's topics and
+        their partition counts, from a Kafka listener (a change to the group's starts a
+        rebalance where raylog assigns: see ``GroupCoordinator.heartbeat``)."""
         deadline = time.monotonic() + wait_ms / 1000
         with self._lock:
             try:
                 self._guard.require(session, Op.READ, GROUP, group_id)
-                self._coordinator().heartbeat(group_id, member_id, generation, instance_id, now_ms())
-                while (remaining := deadline - time.monotonic()) > 0:
-                    self._group_changed.wait(remaining)
+                beat = self._coordinator().heartbeat(group_id, member_id, generation, instance_id, now_ms(), topics)
+                self._deliver(beat)
+                while True:  # (the groups may be reloaded while it waits: asked afresh)
                     self._coordinator().heartbeat(group_id, member_id, generation, instance_id, None)
+                    if (remaining := deadline - time.monotonic()) <= 0:
+                        break
+                    self._group_changed.wait(remaining)
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))
         return GroupResponse()

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +119,10 @@ MAX_OFFSET_METADATA_BYTES = 4096
 #: Longest group id, in bytes of UTF-8: the longest string Kafka's protocol carries (an
 #: int16 length), so any group id Kafka accepts is accepted here and no longer one.
 MAX_GROUP_ID_BYTES = 32_767
+#: How long the group's topics must stay changed before a heartbeat rebalances the group
+#: (see :meth:`GroupCoordinator.heartbeat`): about what a consumer fetching from a deleted
+#: topic takes to see it gone (its fetch fails, it refreshes its metadata).
+TOPICS_CHANGED_GRACE_MS = 3_000
 #: Record key types in ``__consumer_offsets`` (the first element of each msgpack key).
 _OFFSET_KEY, _GROUP_KEY = 1, 2
 
@@ -193,6 +197,9 @@ class Group:
     #: The first rebalance of an empty group waits until then (ms) for more members to join
     #: (``group.initial.rebalance.delay.ms``); 0 when not waiting.
     initial_join_until_ms: int = 0
+    #: When a heartbeat first saw the group's topics changed since its assignment (ms; 0:
+    #: unchanged); in memory only.
+    topics_changed_ms: int = 0
     #: Member ids handed out with MEMBER_ID_REQUIRED (KIP-394) -> when they expire (ms):
     #: not members until they join with them; kept in memory only, as in Kafka.
     pending_members: dict[str, int] = field(default_factory=dict)
@@ -568,15 +575,47 @@ class GroupCoordinator:
         return outcome  # it waits for the leader's assignment (and for it to be replicated)
 
     def heartbeat(
-        self, group_id: str, member_id: str, generation: int, instance_id: str | None, now_ms: int | None
-    ) -> None:
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        now_ms: int | None,
+        topics: Mapping[str, int] | None = None,
+    ) -> Outcome:
         """The member is alive (``now_ms`` None: only check that it is still current).
+
+        ``topics``: the cluster's topics and their partition counts, as the caller sees them
+        (a Kafka listener's heartbeats bring them). Where this coordinator assigns, it watches
+        the group's topics as Kafka's leader member does, which rejoins when a subscribed
+        topic is created, deleted or given partitions: a change since the assignment starts a
+        rebalance (its :class:`Outcome`), and the next check reports it to the member. (Kafka
+        members other than the leader never rejoin for it; raylog's own consumers do, and
+        bring no topics.) The change must last :data:`TOPICS_CHANGED_GRACE_MS` first: a member
+        that fetches from a deleted topic sees it gone within that time and revokes its
+        partitions there as lost, as it does before Kafka's leader rejoins.
 
         Raises:
             RebalanceInProgressError: the member must rejoin (its session is kept).
             UnknownMemberIdError, FencedInstanceIdError, IllegalGenerationError.
         """
         self._current_member(group_id, member_id, generation, instance_id, now_ms)
+        group = self.groups[group_id]
+        if topics is None or now_ms is None or group.state != STABLE or group.leader_assigns:
+            return Outcome()
+        assigned = _partition_counts(group)
+        subscribed = {t for m in group.members.values() for t in m.subscription.topics}
+        changed = sorted(t for t in subscribed if topics.get(t, 0) != assigned.get(t, 0))
+        if not changed:
+            group.topics_changed_ms = 0
+            return Outcome()
+        if not group.topics_changed_ms:
+            group.topics_changed_ms = now_ms
+        if now_ms - group.topics_changed_ms < TOPICS_CHANGED_GRACE_MS:
+            return Outcome()
+        group.topics_changed_ms = 0
+        counts = {t: (assigned.get(t, 0), topics.get(t, 0)) for t in changed}
+        return self._prepare_rebalance(group, now_ms, f"partition counts of subscribed topics changed: {counts}")
 
     def leave(self, group_id: str, member_id: str, instance_id: str | None, now_ms: int) -> Outcome:
         """The member leaves; the others rebalance at once (no wait for a session timeout).
@@ -992,11 +1031,7 @@ class GroupCoordinator:
     def _assign(self, group: Group, subscriptions: dict[str, Subscription]) -> None:
         """Run the group's assignor (the consumer protocol, assigned here)."""
         protocol = group.protocol
-        counts: dict[str, int] = {}
-        for member in group.members.values():
-            for topic, n in member.partition_counts.items():
-                counts[topic] = max(n, counts.get(topic, 0))
-        target = assign(protocol, subscriptions, counts)
+        target = assign(protocol, subscriptions, _partition_counts(group))
         if protocol in COOPERATIVE:
             # A partition still owned by another member waits for the follow-up rebalance,
             # and so does one that two members claim (neither may keep it).
@@ -1093,6 +1128,16 @@ def _check_strategies(group: Group, protocol_type: str, strategies: Iterable[str
         raise InconsistentGroupProtocolError(
             f"the members of group {group.group_id!r} support none of the assignors {list(strategies)}"
         )
+
+
+def _partition_counts(group: Group) -> dict[str, int]:
+    """Topic -> partition count the group is assigned by: the largest any member saw when it
+    joined (members with older metadata do not hide partitions)."""
+    counts: dict[str, int] = {}
+    for member in group.members.values():
+        for topic, n in member.partition_counts.items():
+            counts[topic] = max(n, counts.get(topic, 0))
+    return counts
 
 
 def _metadata(request: JoinGroupRequest) -> dict[str, bytes]:

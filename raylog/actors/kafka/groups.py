@@ -364,7 +364,10 @@ async def sync_group(ctx: BrokerContext, header: codec.RequestHeader, body: dict
 
 async def heartbeat(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -> dict:
     group_id = body["group_id"]
-    args = (group_id, body["member_id"], body["generation_id"], body.get("group_instance_id"), 0)
+    # The cluster's topics go with it: where raylog assigns, it rebalances the group when they
+    # change, as Kafka's leader member does (a Kafka follower member never rejoins for it).
+    topics = subscribable(await ctx.metadata())
+    args = (group_id, body["member_id"], body["generation_id"], body.get("group_instance_id"), 0, topics)
     _, code = await _ask(ctx, group_id, "heartbeat", *args)
     return {"throttle_time_ms": 0, "error_code": code}
 

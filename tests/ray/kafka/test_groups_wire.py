@@ -402,6 +402,93 @@ def test_kafka_python_cooperative_members_hand_partitions_over(kafka_cluster, bo
             second.close()
 
 
+def test_kafka_python_members_take_partitions_added_to_their_topic(kafka_cluster, kafka_admin, bootstrap, kafka_topic):
+    """In Kafka the leader member watches the group's topics and rejoins when one grows; a
+    follower member (kafka-python's, for one) never does. raylog assigns for kafka-python's
+    range members, so no member leads: its coordinator watches the topics instead. Partitions
+    added to the topic start a rebalance that hands them out, each to one member."""
+    from kafka import KafkaConsumer
+
+    topic = kafka_topic(num_partitions=2)
+    group = _group()
+    consumers = [KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, **GROUP_SETTINGS) for _ in range(2)]
+    try:
+        members = [polling_member(c, f"m{i}") for i, c in enumerate(consumers)]
+        drive(members, lambda: sorted(len(m.owned()) for m in members) == [1, 1], "two members, one partition each")
+        kafka_admin.create_partitions({topic: PARTITIONS})
+        drive(members, lambda: shared_once(members), f"{PARTITIONS} partitions shared once after two were added")
+    finally:
+        for consumer in consumers:
+            consumer.close()
+
+
+def test_confluent_cooperative_members_rejoin_when_a_subscribed_topic_is_deleted(kafka_cluster, kafka_admin, bootstrap):
+    """librdkafka's 0113 ``n_wildcard``: two cooperative-sticky members subscribed by a regex
+    share two topics' four partitions; one topic is deleted. Each member revokes what it had
+    of it as lost and, the group rebalancing (as Kafka's leader member makes it after its own
+    loss), hears of its assignment again: an assign callback follows the loss, and the other
+    topic's partitions end up shared once."""
+    from confluent_kafka import KafkaError
+
+    from raylog import NewTopic
+
+    prefix = f"wild-{uuid.uuid4().hex[:8]}"
+    gone, kept = f"{prefix}_1", f"{prefix}_2"
+    kafka_admin.create_topics([NewTopic(t, num_partitions=2) for t in (gone, kept)], wait_for_leaders_ms=60_000)
+    group = _group()
+    events: dict[str, list[str]] = {"c1": [], "c2": []}
+    consumers = {name: _confluent(bootstrap, group, "cooperative-sticky") for name in events}
+    try:
+        for name, consumer in consumers.items():
+            consumer.subscribe(
+                [f"^{prefix}_.*"],
+                on_assign=lambda _, tps, name=name: events[name].append(f"assign {len(tps)}"),
+                on_revoke=lambda _, tps, name=name: events[name].append(f"revoke {len(tps)}"),
+                on_lost=lambda _, tps, name=name: events[name].append(f"lost {len(tps)}"),
+            )
+        # What each owns, noted by its own polling thread (confluent-kafka's assignment() holds
+        # the GIL while librdkafka may wait for a rebalance callback in the polling thread).
+        owned: dict[str, set[tuple[str, int]]] = {name: set() for name in consumers}
+
+        def member(name: str) -> Member:
+            consumer = consumers[name]
+
+            def poll():
+                for message in consumer.consume(num_messages=100, timeout=0.1):
+                    # librdkafka reports the deleted topic (as Kafka's brokers make it).
+                    error = message.error()
+                    assert error is None or error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART, error
+                owned[name] = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+                return ()
+
+            return Member(name, consumer, poll, lambda tp: 0)
+
+        members = [member(name) for name in consumers]
+        drive(members, lambda: all(len(o) == 2 for o in owned.values()), "each member owning a partition of each topic")
+        before = {name: len(seen) for name, seen in events.items()}
+        had = {name: sum(t == gone for t, _ in o) for name, o in owned.items()}
+        kafka_admin.delete_topics([gone])
+
+        def rejoined_after_the_loss() -> bool:
+            for name, seen in events.items():
+                since = seen[before[name] :]
+                if had[name]:  # it revokes what it had there as lost, and is assigned again
+                    lost = [i for i, e in enumerate(since) if e == f"lost {had[name]}"]
+                    if not lost or not any(e.startswith("assign") for e in since[lost[0] + 1 :]):
+                        return False
+            after = [o for o in owned.values()]
+            return all(after) and sorted(tp for o in after for tp in o) == [(kept, 0), (kept, 1)]
+
+        try:
+            drive(members, rejoined_after_the_loss, "the deleted topic's partitions lost, the other's shared once")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; callbacks: {events}, since {before}; had {had}") from None
+    finally:
+        for consumer in consumers.values():
+            close(consumer)
+        kafka_admin.delete_topics([kept])
+
+
 def test_a_static_member_is_removed_by_its_instance_id(kafka_cluster, bootstrap, kafka_topic):
     """A confluent-kafka member with group.instance.id does not leave when closed (static
     membership); kafka-python's admin removes it by its instance id alone (LeaveGroup v3+)."""

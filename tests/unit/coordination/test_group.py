@@ -18,6 +18,7 @@ from raylog.coordination.group import (
     MIN_SESSION_TIMEOUT_MS,
     PREPARING_REBALANCE,
     STABLE,
+    TOPICS_CHANGED_GRACE_MS,
     GroupCoordinator,
     Outcome,
     offset_record,
@@ -175,9 +176,12 @@ class Coordinator:
             raise error
         return list(reply.assignment) if reply.assigned is None else reply.assigned
 
-    def heartbeat(self, response: JoinGroupResponse, now_ms: int, instance_id=None, generation=None) -> None:
+    def heartbeat(
+        self, response: JoinGroupResponse, now_ms: int, instance_id=None, generation=None, topics=None
+    ) -> Outcome:
         generation = response.generation if generation is None else generation
-        self.groups.heartbeat(GROUP, response.member_id, generation, instance_id, now_ms)
+        beat = self.groups.heartbeat(GROUP, response.member_id, generation, instance_id, now_ms, topics)
+        return self.take(beat, now_ms)
 
     def state(self) -> str:
         return self.groups.describe(GROUP)["state"]
@@ -551,6 +555,61 @@ def test_partition_counts_use_the_largest_any_member_saw(coord):
     coord.join("b1", T0, client_id="b", strategies=(RANGE,), counts={"t": 6})
     a2 = coord.join("a2", T0, a1.member_id, client_id="a", strategies=(RANGE,), counts={"t": 2})
     assert coord.sync(a2, T0) + coord.sync(coord.replies["b1"], T0) == tps("t", *range(6))
+
+
+@pytest.mark.parametrize(
+    ("now", "why"),
+    [
+        ({"t": 4}, "a subscribed topic deleted"),
+        ({"t": 6, "u": 2}, "partitions added"),
+        ({"t": 4, "u": 2, "v": 3}, "a topic subscribed by name created"),
+    ],
+)
+def test_a_heartbeat_seeing_the_subscribed_topics_change_starts_a_rebalance(coord, now, why):
+    """Where the coordinator assigns, it does what Kafka's leader member does: a heartbeat
+    that brings the cluster's partition counts (a Kafka listener's) and finds the group's
+    topics changed since its assignment starts a rebalance, which the heartbeat reports; the
+    members rejoin with the new counts and the group is stable again."""
+    a1 = coord.join("a1", T0, client_id="a", strategies=(RANGE,), topics=("t", "u", "v"), counts={"t": 4, "u": 2})
+    assert coord.sync(a1, T0) == tps("t", 0, 1, 2, 3) + tps("u", 0, 1)
+    outcome = coord.heartbeat(a1, T0 + 1, topics={"t": 4, "u": 2, "other": 9})  # (not subscribed: no change)
+    assert not outcome.replies and coord.state() == STABLE
+    # A change must last TOPICS_CHANGED_GRACE_MS (members fetching from a deleted topic see
+    # it gone and revoke it as lost first); one that goes away again is forgotten.
+    coord.heartbeat(a1, T0 + 2, topics=now)
+    coord.heartbeat(a1, T0 + 3, topics={"t": 4, "u": 2})
+    coord.heartbeat(a1, T0 + 2 + TOPICS_CHANGED_GRACE_MS, topics=now)
+    assert coord.state() == STABLE
+    coord.heartbeat(a1, T0 + 1 + 2 * TOPICS_CHANGED_GRACE_MS, topics=now)
+    assert coord.state() == STABLE
+    later = T0 + 2 + 3 * TOPICS_CHANGED_GRACE_MS
+    coord.heartbeat(a1, later, topics=now)
+    assert coord.state() == PREPARING_REBALANCE, why
+    with pytest.raises(RebalanceInProgressError):
+        coord.heartbeat(a1, later + 1)
+    counts = {t: n for t, n in now.items() if t in ("t", "u", "v")}
+    rejoin = {"client_id": "a", "strategies": (RANGE,), "topics": ("t", "u", "v"), "counts": counts}
+    a2 = coord.join("a2", later + 2, a1.member_id, **rejoin)
+    assigned = coord.sync(a2, later + 2)
+    assert sorted(assigned) == sorted(TopicPartition(t, p) for t, n in counts.items() for p in range(n))
+    coord.heartbeat(a2, later + 3 + TOPICS_CHANGED_GRACE_MS, topics=now)
+    assert coord.state() == STABLE
+
+
+def test_a_heartbeat_without_the_clusters_topics_or_of_a_leader_assigned_group_starts_no_rebalance(coord):
+    """raylog's own consumers rejoin by themselves when their subscription changes (their
+    heartbeats bring no topics); where a leader member assigns, the leader watches the
+    topics, as in Kafka."""
+    a1 = coord.join("a1", T0, client_id="a", strategies=(RANGE,), counts={"t": 4})
+    coord.sync(a1, T0)
+    coord.heartbeat(a1, T0 + 1)
+    assert coord.state() == STABLE
+    leader_assigned = Coordinator()
+    a2, b1 = leader_assigned_pair(leader_assigned, counts={"t": 4})
+    leader_assigned.sync(a2, T0, assignments={a2.member_id: b"A", b1.member_id: b"B"})
+    leader_assigned.heartbeat(b1, T0 + 1, topics={"t": 8})
+    leader_assigned.heartbeat(b1, T0 + 1 + TOPICS_CHANGED_GRACE_MS, topics={"t": 8})
+    assert leader_assigned.state() == STABLE
 
 
 # --- generations and fencing ----------------------------------------------------------------
