@@ -120,7 +120,7 @@ raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-f
                   [--acks all|1] [--min-insync-replicas N] [--unclean] [--partitions P]
                   [--transactions] [--overlap 1|2] [--producers N] [--consumers N]
                   [--kafka-producers N] [--kafka-consumers N] [--kafka-transactional N]
-                  [--rate-per-s R]
+                  [--rate-per-s R] [--replica-lag-time-max-ms MS]
         seeded fault runs (Jepsen's Kafka workload, see raylog.chaos): starts its own Ray
         cluster of a head and three labelled broker nodes on this machine, then N runs with
         seeds S, S+1, ...: each a fresh topic, producers and consumer groups recording a
@@ -134,8 +134,9 @@ raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-f
         producer clients instead of one, --consumers N group members instead of two;
         --kafka-producers, --kafka-consumers and --kafka-transactional N confluent-kafka
         clients through the brokers' Kafka listeners beside them; --rate-per-s R records a
-        second per producer thread. A run also fails if a leader was demoted while no fault
-        disturbed its process or node; its line gives throughput and p50/p99 send latency
+        second per producer thread; --replica-lag-time-max-ms MS the topic's lag bound. A run
+        also fails if a leader was demoted while no fault disturbed its process or node; its
+        line gives throughput and p50/p99 send latency
 raylog dump-log DIR [--records] [--json]   print a log directory's segments and batches
                                            (Kafka's kafka-dump-log), verifying CRCs;
                                            read-only, exit code 1 if a batch is invalid
@@ -1655,6 +1656,7 @@ def _soak_config(args: argparse.Namespace):
         "kafka_consumers": args.kafka_consumers,
         "kafka_transactional": args.kafka_transactional,
         "rate_per_s": args.rate_per_s,
+        "replica_lag_time_max_ms": args.replica_lag_time_max_ms,
     }
     return RunConfig(
         faults=faults,
@@ -2119,6 +2121,11 @@ def _add_bench(commands: Any) -> None:
         "faults (default 0)",
     )
     soak.add_argument("--rate-per-s", type=_positive_float, help="records per second per producer thread (default 40)")
+    soak.add_argument(
+        "--replica-lag-time-max-ms",
+        type=_positive_int,
+        help="of the topic: how long a follower may lag and stay in the ISR (default 1500)",
+    )
     soak.add_argument(
         "--transactions",
         action="store_true",

@@ -289,8 +289,9 @@ _FLAGS = (
     "kafka_consumers",
     "kafka_transactional",
     "rate_per_s",
+    "replica_lag_time_max_ms",
 )
-_NOT_FLAGS = ("replication_factor", "replica_lag_time_max_ms", "segment_bytes")
+_NOT_FLAGS = ("replication_factor", "segment_bytes")
 
 
 @dataclasses.dataclass

@@ -110,6 +110,7 @@ def test_a_soak_runs_replay_flags_choose_its_configuration_again():
         RunConfig(),
         RunConfig(duration_s=3.0, max_faults=2, partitions=1),
         RunConfig(acks="1", faults=("lose-tail",), max_faults=1),
+        RunConfig(acks="1", faults=("lose-tail",), max_faults=1, partitions=1, replica_lag_time_max_ms=10_000),
         RunConfig(min_insync_replicas=1, unclean=True, faults=("isolate-leader", "kill-node")),
         RunConfig(partitions=1, transactions=True),
         RunConfig(overlap=2, producers=32, kafka_producers=4),
