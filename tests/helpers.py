@@ -7,11 +7,9 @@ import itertools
 import os
 import re
 import signal
-import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 
-T = TypeVar("T")
+from raylog.chaos import wait_until  # noqa: F401 -- the tests' wait, the fault campaigns' too
 
 _topic_names = itertools.count()
 
@@ -50,20 +48,6 @@ def topic_factory(admin, test_name: str) -> Iterator[Callable[..., str]]:
     finally:
         if created:
             admin.delete_topics(created)
-
-
-def wait_until(
-    predicate: Callable[[], T], timeout_s: float = 30.0, interval_s: float = 0.05, message: str = "condition"
-) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{message} not reached within {timeout_s} s")
-        time.sleep(interval_s)
 
 
 def record_rows(table) -> list[tuple]:

@@ -17,6 +17,7 @@ from ray.cluster_utils import Cluster
 import raylog
 from raylog import Admin, NewTopic
 from raylog.chaos.soak import FAST_FAILURE_DETECTION, NODE_OBJECT_STORE_BYTES
+from raylog.chaos.txn_copier import out_of_sync
 from raylog.errors import RaylogError
 from tests.helpers import wait_until
 
@@ -72,20 +73,6 @@ def multinode(tmp_path_factory):
     cluster.shutdown()
     ray.shutdown()
     ray_cluster.shutdown()
-
-
-def out_of_sync(admin: Admin, topics: list[str]) -> list[str]:
-    """The partitions of ``topics`` without a leader or with a replica out of the ISR.
-
-    Raises:
-        RaylogError: as describe_topics (a controller failing over).
-    """
-    return [
-        f"{t.name}-{p.partition} leader {p.leader} isr {sorted(p.isr)} replicas {list(p.replicas)}"
-        for t in admin.describe_topics(topics)
-        for p in t.partitions
-        if p.leader < 0 or set(p.isr) != set(p.replicas)
-    ]
 
 
 def not_told(cluster, admin: Admin, topics: list[str]) -> list[str]:
