@@ -137,6 +137,14 @@ raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-f
         second per producer thread; --replica-lag-time-max-ms MS the topic's lag bound. A run
         also fails if a leader was demoted while no fault disturbed its process or node; its
         line gives throughput and p50/p99 send latency
+raylog bench txn-copier [--records N] [--rounds R] [--txn-records T] [--records-per-s C]
+        Kafka's transactional copier test (see raylog.chaos.txn_copier): starts its own Ray
+        cluster as soak does, preloads N records (100,000) and copies them in transactions
+        of T (1,000) at C records a second (800) while the copier is killed and replaced,
+        an output leader's node is killed and the transaction coordinator is killed (as an
+        actor and with its node), each R times (3); then the output read_committed must
+        equal the input exactly, and a concurrent read_committed reader must never have
+        read an aborted or unfinished transaction. Exit code 1 if a check failed
 raylog dump-log DIR [--records] [--json]   print a log directory's segments and batches
                                            (Kafka's kafka-dump-log), verifying CRCs;
                                            read-only, exit code 1 if a batch is invalid
@@ -1631,6 +1639,40 @@ def _bench_soak(args: argparse.Namespace) -> int:
     return 1 if any(r.failed for r in results) else 0
 
 
+def _bench_txn_copier(args: argparse.Namespace) -> int:
+    from raylog.chaos import soak, txn_copier  # imports Ray and starts nodes: only when copying
+
+    began = time.monotonic()
+    with soak.SoakCluster() as env:
+        print(
+            f"txn-copier: a head and {env.num_brokers} broker nodes up in {time.monotonic() - began:.1f} s; "
+            f"{args.records} records in transactions of {args.txn_records} at {args.records_per_s:g}/s, "
+            f"{args.rounds} round(s) of faults",
+            flush=True,
+        )
+        try:
+            report = txn_copier.copy_through_faults(
+                env.cluster, env.start_broker, env.kill_broker, **_copier_options(args)
+            )
+        except AssertionError as exc:  # CopyFailed, or a wait that timed out
+            print(f"txn-copier: FAILED after {time.monotonic() - began:.0f} s: {exc}", flush=True)
+            return 1
+    print(report.text)
+    print(f"transactions: {report.outcomes}")
+    print(f"txn-copier: ok, {args.records} records copied exactly once in {time.monotonic() - began:.0f} s")
+    return 0
+
+
+def _copier_options(args: argparse.Namespace) -> dict:
+    """The :func:`raylog.chaos.txn_copier.copy_through_faults` sizes that ``bench txn-copier`` chooses."""
+    return {
+        "records": args.records,
+        "rounds": args.rounds,
+        "txn_records": args.txn_records,
+        "records_per_s": args.records_per_s,
+    }
+
+
 def _soak_config(args: argparse.Namespace):
     """The :class:`raylog.chaos.soak.RunConfig` that ``bench soak``'s options choose."""
     from raylog.chaos.nemesis import FAULT_KINDS, TRANSACTION_FAULTS
@@ -2130,6 +2172,23 @@ def _add_bench(commands: Any) -> None:
         "--transactions",
         action="store_true",
         help="add a transactional producer and kill-txn-coordinator faults (read_committed consumers)",
+    )
+    _add_bench_txn_copier(workloads)
+
+
+def _add_bench_txn_copier(workloads: Any) -> None:
+    # The defaults are raylog.chaos.txn_copier's (not imported here: it imports Ray).
+    copier = workloads.add_parser(
+        "txn-copier",
+        help="Kafka's transactional copier test through copier, leader-node and coordinator kills "
+        "(on a Ray cluster of its own)",
+    )
+    copier.set_defaults(run=_bench_txn_copier)
+    copier.add_argument("--records", type=_positive_int, default=100_000, help="preloaded and copied (100,000)")
+    copier.add_argument("--rounds", type=_positive_int, default=3, help="times each fault kind is injected (3)")
+    copier.add_argument("--txn-records", type=_positive_int, default=1_000, help="records a transaction takes (1,000)")
+    copier.add_argument(
+        "--records-per-s", type=_positive_float, default=800.0, help="the copier's pace, records a second (800)"
     )
 
 

@@ -120,6 +120,32 @@ def test_a_soak_runs_replay_flags_choose_its_configuration_again():
         assert cli._soak_config(args) == config
 
 
+def test_bench_txn_copier_runs_the_full_campaign_by_default_and_takes_its_sizes():
+    """``raylog bench txn-copier`` with no options is Kafka's full system test (the package's
+    sizes); each option sets one size of the campaign."""
+    from raylog.chaos import txn_copier
+
+    args = cli._parser().parse_args(["bench", "txn-copier"])
+    assert args.run is cli._bench_txn_copier
+    assert cli._copier_options(args) == {
+        "records": txn_copier.RECORDS,
+        "rounds": txn_copier.ROUNDS,
+        "txn_records": txn_copier.TXN_RECORDS,
+        "records_per_s": txn_copier.COPY_RECORDS_PER_S,
+    }
+    given = ["--records", "2000", "--rounds", "1", "--txn-records", "200", "--records-per-s", "400"]
+    args = cli._parser().parse_args(["bench", "txn-copier", *given])
+    assert cli._copier_options(args) == {"records": 2000, "rounds": 1, "txn_records": 200, "records_per_s": 400.0}
+
+
+def test_bench_txn_copier_refuses_a_size_of_zero(capsys):
+    """Sizes are positive: a usage error (exit 2), before any Ray is started."""
+    with pytest.raises(SystemExit) as exited:
+        cli._parser().parse_args(["bench", "txn-copier", "--txn-records", "0"])
+    assert exited.value.code == 2
+    assert "--txn-records" in capsys.readouterr().err
+
+
 def test_acls_arguments_name_the_acls_kafka_acls_would():
     """``raylog acls add`` reads kafka-acls.sh's options: one ACL per resource, principal,
     host of its permission (default every host) and operation (default All)."""
