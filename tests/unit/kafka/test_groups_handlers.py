@@ -91,9 +91,10 @@ class FakeCoordinator:
         except Exception as exc:  # noqa: BLE001
             return GroupResponse(**error_fields(exc))
 
-    def _heartbeat(self, group_id, member_id, generation, instance_id, wait_ms):
+    def _heartbeat(self, group_id, member_id, generation, instance_id, wait_ms, topics):
         assert wait_ms == 0, "Kafka clients heartbeat on their own interval"
-        return self._answer(lambda: self.groups.heartbeat(group_id, member_id, generation, instance_id, NOW))
+        beat = self.groups.heartbeat
+        return self._answer(lambda: self._deliver(beat(group_id, member_id, generation, instance_id, NOW, topics)))
 
     def _leave_group(self, group_id, member_id, instance_id):
         return self._answer(lambda: self._deliver(self.groups.leave(group_id, member_id, instance_id, NOW)))
