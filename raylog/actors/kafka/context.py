@@ -89,6 +89,12 @@ def topic_names(md: dict) -> dict[str, uuid.UUID]:
     return _kept(md, "topic_names", lambda: {name: topic_id for topic_id, name in topic_ids(md).items()})
 
 
+def partition_counts(md: dict) -> dict[str, int]:
+    """Topic -> partition count of every topic (internal ones too: a classic group member may
+    read them), made once per answer: a classic group heartbeat takes it."""
+    return _kept(md, "partition_counts", lambda: {name: len(t.partitions) for name, t in md["topics"].items()})
+
+
 def subscribable(md: dict) -> dict[str, int]:
     """Topic -> partition count of the topics a consumer may subscribe to (internal ones
     left out), made once per answer: a consumer group heartbeat takes it."""

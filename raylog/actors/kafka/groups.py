@@ -56,6 +56,7 @@ from raylog.actors.kafka.context import (
     CONTROL_CALL_TIMEOUT_S,
     BrokerContext,
     broker_addresses,
+    partition_counts,
     subscribable,
     topic_ids,
     topic_names,
@@ -366,7 +367,7 @@ async def heartbeat(ctx: BrokerContext, header: codec.RequestHeader, body: dict)
     group_id = body["group_id"]
     # The cluster's topics go with it: where raylog assigns, it rebalances the group when they
     # change, as Kafka's leader member does (a Kafka follower member never rejoins for it).
-    topics = subscribable(await ctx.metadata())
+    topics = partition_counts(await ctx.metadata())
     args = (group_id, body["member_id"], body["generation_id"], body.get("group_instance_id"), 0, topics)
     _, code = await _ask(ctx, group_id, "heartbeat", *args)
     return {"throttle_time_ms": 0, "error_code": code}

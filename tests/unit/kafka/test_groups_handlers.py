@@ -15,11 +15,12 @@ import pytest
 
 from raylog.actors.kafka import groups
 from raylog.actors.kafka.context import CONNECTION
-from raylog.coordination.group import GroupCoordinator
+from raylog.coordination.group import TOPICS_CHANGED_GRACE_MS, GroupCoordinator
 from raylog.errors import (
     CoordinatorNotAvailableError,
     MemberIdRequiredError,
     NetworkExceptionError,
+    RebalanceInProgressError,
     RequestTimedOutError,
 )
 from raylog.kafka import codec
@@ -53,6 +54,7 @@ class FakeCoordinator:
     def __init__(self) -> None:
         self.groups = GroupCoordinator()
         self.pending_txn: set[str] = set()
+        self.now = NOW  # the heartbeats' clock
         for name in ("join_group", "sync_group", "assign_group", "heartbeat", "leave_group", "commit_offsets"):
             setattr(self, name, Method(getattr(self, f"_{name}")))
         for name in ("fetch_offsets", "describe_group", "list_groups"):
@@ -93,8 +95,12 @@ class FakeCoordinator:
 
     def _heartbeat(self, group_id, member_id, generation, instance_id, wait_ms, topics):
         assert wait_ms == 0, "Kafka clients heartbeat on their own interval"
-        beat = self.groups.heartbeat
-        return self._answer(lambda: self._deliver(beat(group_id, member_id, generation, instance_id, NOW, topics)))
+
+        def beat():  # as the actor: a rebalance the heartbeat started is what it answers
+            self._deliver(self.groups.heartbeat(group_id, member_id, generation, instance_id, self.now, topics))
+            self.groups.heartbeat(group_id, member_id, generation, instance_id, None)
+
+        return self._answer(beat)
 
     def _leave_group(self, group_id, member_id, instance_id):
         return self._answer(lambda: self._deliver(self.groups.leave(group_id, member_id, instance_id, NOW)))
@@ -253,6 +259,28 @@ def test_a_member_joins_as_a_follower_and_syncs_its_assignment_at_its_version(ve
         body = {"group_id": "g", "generation_id": 1, "member_id": joined["member_id"]}
         assert roundtrip(ctx, A.HEARTBEAT, hb_version, body)["error_code"] == 0
         assert roundtrip(ctx, A.HEARTBEAT, hb_version, {**body, "generation_id": 0})["error_code"] == 22
+
+
+def test_a_heartbeat_brings_every_topics_partition_count_and_a_change_rebalances_the_group():
+    """A Kafka member's heartbeat carries the listener's partition counts of every topic,
+    internal ones too (a member may read ``__consumer_offsets``: it is not rebalanced for
+    it); partitions added to its topic rebalance the group once the change has lasted."""
+    coordinator = FakeCoordinator()
+    ctx = FakeContext(coordinator)
+    subscription = Subscription(0, (TOPIC, "__consumer_offsets"))
+    protocols = [{"name": "range", "metadata": encode_subscription(subscription)}]
+    joined = join(ctx, 4, join_body(4, protocols=protocols))
+    body = {"group_id": "g", "generation_id": 1, "member_id": joined["member_id"]}
+
+    def beat(after_ms: int) -> int:
+        coordinator.now += after_ms
+        return roundtrip(ctx, A.HEARTBEAT, 4, body)["error_code"]
+
+    assert [beat(0), beat(TOPICS_CHANGED_GRACE_MS)] == [0, 0]
+    grown = tuple(SimpleNamespace(partition=p, leader=1) for p in range(6))
+    topics = {**ctx.md["topics"], TOPIC: SimpleNamespace(partitions=grown)}
+    ctx.md = {"topics": topics, "leaders": ctx.md["leaders"], "listeners": ctx.md["listeners"]}  # a new answer
+    assert [beat(0), beat(TOPICS_CHANGED_GRACE_MS)] == [0, RebalanceInProgressError.code]
 
 
 def test_the_subscription_reaches_raylog_with_its_owned_partitions_and_strategies():
