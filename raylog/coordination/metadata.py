@@ -193,10 +193,7 @@ class MetadataImage:
             added = tuple(_new_partition(topic.name, first + i, r) for i, r in enumerate(record["replicas"]))
             self.topics[topic.name] = replace(topic, partitions=topic.partitions + added)
         elif kind == "client_quota":
-            if record["quotas"]:
-                self.client_quotas[record["client_id"]] = dict(record["quotas"])
-            else:
-                self.client_quotas.pop(record["client_id"], None)
+            _set_or_drop(self.client_quotas, record["client_id"], record["quotas"])
             self.client_quotas_version += 1
         elif kind == "acl":
             acl = _acl_of(record["acl"])
@@ -219,10 +216,7 @@ class MetadataImage:
         elif kind == "broker_config":
             resource = record["resource"]
             before = broker_configs.topic_defaults(self.broker_configs.get(resource, {}))
-            if record["configs"]:
-                self.broker_configs[resource] = dict(record["configs"])
-            else:
-                self.broker_configs.pop(resource, None)
+            _set_or_drop(self.broker_configs, resource, record["configs"])
             after = broker_configs.topic_defaults(self.broker_configs.get(resource, {}))
             if resource == broker_configs.CLUSTER_DEFAULT:
                 self._take_topic_defaults(before, after)
@@ -230,10 +224,7 @@ class MetadataImage:
                 for name in self.config_versions:  # the broker's replicas take its new defaults
                     self.config_versions[name] += 1
         elif kind == "group_config":
-            if record["configs"]:
-                self.group_configs[record["group"]] = dict(record["configs"])
-            else:
-                self.group_configs.pop(record["group"], None)
+            _set_or_drop(self.group_configs, record["group"], record["configs"])
             self.group_configs_version += 1
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")
@@ -608,6 +599,15 @@ class MetadataImage:
         if not isinstance(partition, int) or not 0 <= partition < len(partitions):
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition!r}")
         return partitions[partition]
+
+
+def _set_or_drop(mapping: dict, key: Any, values: dict) -> None:
+    """A replayed record's settings: ``mapping[key]`` becomes a copy of ``values``, or goes
+    when they are empty (the record of a deletion)."""
+    if values:
+        mapping[key] = dict(values)
+    else:
+        mapping.pop(key, None)
 
 
 def _new_partition(topic: str, partition: int, replicas: list[int]) -> PartitionInfo:
