@@ -596,6 +596,25 @@ def test_a_heartbeat_seeing_the_subscribed_topics_change_starts_a_rebalance(coor
     assert coord.state() == STABLE
 
 
+def test_a_topic_change_is_acted_on_by_a_coordinator_that_took_over_mid_grace(coord):
+    """The coordinator fails over while a change waits out its grace (what it noted is in
+    memory only): the new coordinator, loaded from the log, notes the change at the next
+    heartbeat and rebalances once it has lasted the grace; the member's heartbeat is retried
+    to it and nothing is lost or done twice."""
+    a1 = coord.join("a1", T0, client_id="a", strategies=(RANGE,), counts={"t": 4})
+    coord.sync(a1, T0)
+    coord.heartbeat(a1, T0 + 1, topics={"t": 6})  # noted; the coordinator then dies
+    fresh = Coordinator()
+    fresh.groups, fresh.log = coord.reloaded(T0 + 2), list(coord.log)
+    fresh.heartbeat(a1, T0 + 1 + TOPICS_CHANGED_GRACE_MS, topics={"t": 6})  # noted anew
+    fresh.heartbeat(a1, T0 + 1 + TOPICS_CHANGED_GRACE_MS, topics={"t": 6})  # a retry: the same
+    assert fresh.state() == STABLE
+    fresh.heartbeat(a1, T0 + 1 + 2 * TOPICS_CHANGED_GRACE_MS, topics={"t": 6})
+    assert fresh.state() == PREPARING_REBALANCE
+    with pytest.raises(RebalanceInProgressError):
+        fresh.heartbeat(a1, T0 + 2 + 2 * TOPICS_CHANGED_GRACE_MS, topics={"t": 6})
+
+
 def test_a_heartbeat_without_the_clusters_topics_or_of_a_leader_assigned_group_starts_no_rebalance(coord):
     """raylog's own consumers rejoin by themselves when their subscription changes (their
     heartbeats bring no topics); where a leader member assigns, the leader watches the
