@@ -736,11 +736,15 @@ class ControllerConfig(_Config):
         (),
         "Kafka's per-listener settings, each a property of its own: listener.name.<listener>."
         "<setting> (the listener's name lower-cased) sets one of ssl.keystore.location, "
-        "ssl.key.password, ssl.truststore.location, ssl.client.auth and sasl.enabled.mechanisms "
-        "for that listener alone, over the broker-wide one. E.g. "
-        "listener.name.external.ssl.keystore.location=/etc/raylog/external.pem and "
-        "listener.name.internal.sasl.enabled.mechanisms=PLAIN. A listener name that is not in "
-        "listeners, or another setting, is refused.",
+        "ssl.key.password, ssl.truststore.location, ssl.client.auth, ssl.principal.mapping.rules, "
+        "sasl.enabled.mechanisms and connections.max.reauth.ms for that listener alone, over the "
+        "broker-wide one; listener.name.<listener>.<mechanism>.connections.max.reauth.ms (the "
+        "SASL mechanism lower-cased) sets the lifetime of that mechanism's authentications on "
+        "the listener, over the listener's. E.g. "
+        "listener.name.external.ssl.keystore.location=/etc/raylog/external.pem, "
+        "listener.name.internal.sasl.enabled.mechanisms=PLAIN and "
+        "listener.name.external.scram-sha-512.connections.max.reauth.ms=3600000. A listener name "
+        "that is not in listeners, or another setting, is refused.",
     )
 
     @classmethod
@@ -777,6 +781,13 @@ class ControllerConfig(_Config):
                 f"listener {listener.name} ({listener.protocol}) needs sasl.enabled.mechanisms",
             )
         PrincipalMapper(self.ssl_principal_mapping_rules)  # bad rules are refused here
+        for name, own in self.listener_settings.items():
+            if own.ssl_principal_mapping_rules == self.ssl_principal_mapping_rules:
+                continue
+            try:
+                PrincipalMapper(own.ssl_principal_mapping_rules)
+            except InvalidConfigError as exc:
+                raise InvalidConfigError(f"{LISTENER_PREFIX}{name.lower()}.{exc}") from None
         pool = self.queued_max_request_bytes
         self._require(
             pool == -1 or pool >= self.socket_request_max_bytes,
@@ -868,6 +879,17 @@ class ControllerConfig(_Config):
                     f"{key}: {_quoted(listener)} is not the lower-cased name of a listener of "
                     f"listeners ({', '.join(names) or 'none'})"
                 )
+            mechanism, _, rest = name.partition(".")
+            if mechanism.upper() in SASL_MECHANISMS and rest == REAUTH_SETTING:
+                if mechanism != mechanism.lower():
+                    raise InvalidConfigError(f"{key}: name the SASL mechanism lower-cased, as Kafka reads it")
+                ms = _coerce(value, int, key)
+                problem = fields["connections_max_reauth_ms"].metadata["valid"].problem(ms, self)
+                if problem is not None:
+                    raise InvalidConfigError(f"{key} {problem}")
+                by_mechanism = own[names[listener]].setdefault("reauth_ms_by_mechanism", {})
+                by_mechanism[mechanism.upper()] = ms
+                continue
             field = name.replace(".", "_")
             if field not in LISTENER_SETTINGS:
                 raise InvalidConfigError(
@@ -887,7 +909,10 @@ class ControllerConfig(_Config):
         return self.listener_settings.get(name) or self._listener_settings({})
 
     def _listener_settings(self, overrides: dict[str, Any]) -> ListenerSettings:
-        return ListenerSettings(**{f: overrides.get(f, getattr(self, f)) for f in LISTENER_SETTINGS})
+        by_mechanism = tuple(sorted(overrides.get("reauth_ms_by_mechanism", {}).items()))
+        return ListenerSettings(
+            **{f: overrides.get(f, getattr(self, f)) for f in LISTENER_SETTINGS}, reauth_ms_by_mechanism=by_mechanism
+        )
 
 
 #: What ``listener.name.<listener>.<setting>`` may set (Kafka's per-listener configs).
@@ -897,8 +922,12 @@ LISTENER_SETTINGS = (
     "ssl_key_password",
     "ssl_truststore_location",
     "ssl_client_auth",
+    "ssl_principal_mapping_rules",
     "sasl_enabled_mechanisms",
+    "connections_max_reauth_ms",
 )
+#: ``listener.name.<listener>.<mechanism>.`` + this: one mechanism's authentication lifetime.
+REAUTH_SETTING = "connections.max.reauth.ms"
 
 
 @dataclass(frozen=True)
@@ -909,12 +938,26 @@ class ListenerSettings:
     ssl_key_password: str
     ssl_truststore_location: str
     ssl_client_auth: str
+    ssl_principal_mapping_rules: str
     sasl_enabled_mechanisms: str
+    connections_max_reauth_ms: int
+    #: ``(mechanism, ms)`` of its ``<mechanism>.connections.max.reauth.ms`` settings.
+    reauth_ms_by_mechanism: tuple[tuple[str, int], ...] = ()
 
     @property
     def sasl_mechanisms(self) -> tuple[str, ...]:
         """The mechanisms of its ``sasl.enabled.mechanisms``, in order."""
         return _mechanisms(self.sasl_enabled_mechanisms)
+
+    @property
+    def reauthenticates(self) -> bool:
+        """Whether an authentication by some mechanism here has a lifetime (KIP-368)."""
+        return self.connections_max_reauth_ms > 0 or any(ms > 0 for _, ms in self.reauth_ms_by_mechanism)
+
+    def reauth_ms(self, mechanism: str) -> int:
+        """How long an authentication by ``mechanism`` holds here (0: until the connection
+        closes): the mechanism's own setting, else the listener's, as Kafka looks them up."""
+        return dict(self.reauth_ms_by_mechanism).get(mechanism, self.connections_max_reauth_ms)
 
 
 def _mechanisms(value: str) -> tuple[str, ...]:

@@ -59,6 +59,11 @@ class SaslExchange:
         return self._enabled
 
     @property
+    def mechanism(self) -> str | None:
+        """The mechanism of the handshake, once done."""
+        return self._mechanism
+
+    @property
     def complete(self) -> bool:
         return self.principal is not None
 

@@ -212,9 +212,47 @@ def test_listener_name_properties_set_one_listeners_tls_and_sasl_settings():
     assert ControllerConfig.from_properties(own_keystore_only).listener_settings["EXTERNAL"].ssl_keystore_location
 
 
+def test_a_listeners_principal_rules_and_authentication_lifetimes_are_its_own():
+    """Kafka's per-listener ssl.principal.mapping.rules and connections.max.reauth.ms, and
+    listener.name.<listener>.<mechanism>.connections.max.reauth.ms: a mechanism's lifetime
+    on a listener is its own setting, else the listener's, else the broker-wide one (as
+    Kafka's SaslChannelBuilder looks them up)."""
+    config = ControllerConfig.from_properties(
+        {
+            **TLS_AND_SASL_LISTENERS,
+            "connections.max.reauth.ms": "600000",
+            "ssl.principal.mapping.rules": "RULE:^CN=(.*?),.*$/$1/,DEFAULT",
+            "listener.name.external.ssl.principal.mapping.rules": "RULE:^CN=(.*?),.*$/$1/U,DEFAULT",
+            "listener.name.external.connections.max.reauth.ms": "60000",
+            "listener.name.external.scram-sha-512.connections.max.reauth.ms": "3600000",
+            "listener.name.internal.plain.connections.max.reauth.ms": "0",
+        }
+    )
+    internal, external = config.listener_settings["INTERNAL"], config.listener_settings["EXTERNAL"]
+    assert internal.ssl_principal_mapping_rules == "RULE:^CN=(.*?),.*$/$1/,DEFAULT"
+    assert external.ssl_principal_mapping_rules == "RULE:^CN=(.*?),.*$/$1/U,DEFAULT"
+    assert [external.reauth_ms(m) for m in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")] == [60_000, 60_000, 3_600_000]
+    assert [internal.reauth_ms(m) for m in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")] == [0, 600_000, 600_000]
+    assert internal.reauthenticates and external.reauthenticates
+    only_one = ControllerConfig.from_properties(
+        {**TLS_AND_SASL_LISTENERS, "listener.name.internal.scram-sha-256.connections.max.reauth.ms": "5000"}
+    )
+    assert only_one.listener_settings["INTERNAL"].reauthenticates
+    assert not only_one.listener_settings["EXTERNAL"].reauthenticates
+    properties = config.to_properties()
+    assert properties["listener.name.external.scram-sha-512.connections.max.reauth.ms"] == "3600000"
+    assert ControllerConfig.from_properties(properties) == config == pickle.loads(pickle.dumps(config))
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
+        ("listener.name.external.ssl.principal.mapping.rules", "RULE:x", "cannot read the rules"),
+        ("listener.name.internal.connections.max.reauth.ms", "-1", "must be >= 0"),
+        ("listener.name.internal.scram-sha-512.connections.max.reauth.ms", "-5", "must be >= 0"),
+        ("listener.name.internal.scram-sha-512.connections.max.reauth.ms", "soon", "integer"),
+        ("listener.name.internal.SCRAM-SHA-512.connections.max.reauth.ms", "5000", "lower-cased"),
+        ("listener.name.internal.gssapi.connections.max.reauth.ms", "5000", "a listener may override"),
         ("listener.name.other.ssl.client.auth", "none", "'other' is not the lower-cased name of a listener"),
         ("listener.name.INTERNAL.ssl.client.auth", "none", "'INTERNAL' is not the lower-cased name"),
         ("listener.name.internal.num.partitions", "3", "a listener may override"),

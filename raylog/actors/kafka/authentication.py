@@ -68,8 +68,15 @@ async def sasl_authenticate(ctx: BrokerContext, header: RequestHeader, body: dic
         return {"error_code": exc.code, "error_message": str(exc), "auth_bytes": b""}
     except RaylogError as exc:
         return {"error_code": code_of(exc), "error_message": str(exc), "auth_bytes": b""}
-    lifetime_ms = ctx.config.connections_max_reauth_ms if _exchange().complete else 0
+    exchange = _exchange()
+    lifetime_ms = _lifetime_ms(connection, exchange) if exchange.complete else 0
     return {"error_code": 0, "error_message": None, "auth_bytes": answer, "session_lifetime_ms": lifetime_ms}
+
+
+def _lifetime_ms(connection: dict, exchange: SaslExchange) -> int:
+    """How long the connection's authentication holds: its listener's
+    ``connections.max.reauth.ms`` for the mechanism it used (0: until it closes)."""
+    return connection["listener_settings"].reauth_ms(exchange.mechanism)
 
 
 async def exchange_token(ctx: BrokerContext, connection: dict, token: bytes) -> bytes:
@@ -87,7 +94,7 @@ async def exchange_token(ctx: BrokerContext, connection: dict, token: bytes) -> 
     if exchange.complete:
         connection["principal"] = exchange.principal
         connection.pop("sasl_raw", None)
-        lifetime_ms = ctx.config.connections_max_reauth_ms
+        lifetime_ms = _lifetime_ms(connection, exchange)
         if lifetime_ms:  # KIP-368: the client is to authenticate again before this ends
             connection["session_expires_s"] = time.monotonic() + lifetime_ms / 1000
     return answer

@@ -165,7 +165,11 @@ class KafkaListenerActor:
         self.config = config or ControllerConfig()
         self.context = BrokerContext(cluster_name, broker_id, controller, self.config, session_key)
         self._listeners = listeners
-        self._principals = PrincipalMapper(self.config.ssl_principal_mapping_rules)
+        #: listener name -> how its client certificates' subjects become principals
+        self._principals = {
+            listener.name: PrincipalMapper(self.config.for_listener(listener.name).ssl_principal_mapping_rules)
+            for listener in listeners
+        }
         #: listener name -> its server, once it listens
         self._servers: dict[str, asyncio.base_events.Server] = {}
         #: listener name -> (advertised host, advertised port, bound port), once it listens
@@ -272,12 +276,12 @@ class KafkaListenerActor:
     async def _serve_admitted(
         self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any
     ) -> None:
-        principal = self._principals.principal(writer.get_extra_info("peercert"))
+        principal = self._principals[listener.name].principal(writer.get_extra_info("peercert"))
         connection = {"principal": principal, "host": peer[0] if peer else "", "listener": listener.name}
         if listener.sasl:
-            reauthentication = self.config.connections_max_reauth_ms > 0
-            mechanisms = self.config.for_listener(listener.name).sasl_mechanisms
-            connection["sasl"] = SaslExchange(mechanisms, self.context.credentials, reauthentication)
+            own = self.config.for_listener(listener.name)
+            connection["sasl"] = SaslExchange(own.sasl_mechanisms, self.context.credentials, own.reauthenticates)
+            connection["listener_settings"] = own
         CONNECTION.set(connection)
         sock = writer.get_extra_info("socket")
         if sock is not None:

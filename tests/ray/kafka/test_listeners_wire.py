@@ -48,6 +48,8 @@ KAFKA_PYTHON = {
     },
 }
 ApiKey = codec.ApiKey
+#: SECURE's connections.max.reauth.ms, and its SCRAM-SHA-512's own (long: no test crosses them).
+SECURE_REAUTH_MS, SECURE_SCRAM_REAUTH_MS = 600_000, 300_000
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +65,10 @@ def listeners_cluster(cluster, tmp_path_factory):
             "listeners": "PLAIN://127.0.0.1:0,SECURE://127.0.0.1:0",
             "listener.security.protocol.map": "PLAIN:PLAINTEXT,SECURE:SASL_PLAINTEXT",
             "advertised.listeners": "SECURE://localhost:0",
+            # SECURE's own mechanisms and authentication lifetimes (KIP-368), PLAIN none.
+            "listener.name.secure.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+            "listener.name.secure.connections.max.reauth.ms": str(SECURE_REAUTH_MS),
+            "listener.name.secure.scram-sha-512.connections.max.reauth.ms": str(SECURE_SCRAM_REAUTH_MS),
             "offsets.topic.num.partitions": "1",
             "offsets.topic.replication.factor": "1",
             "group.initial.rebalance.delay.ms": "0",
@@ -207,3 +213,37 @@ def test_a_client_that_does_not_authenticate_is_closed_out_of_the_sasl_listener(
     topic = new_topic(listeners_cluster, 1)
     assert deliver(",".join(servers["SECURE"]), topic, b"unauthenticated", **{"message.timeout.ms": 5_000}) is not None
     assert records_of(listeners_cluster, topic) == []
+
+
+def _authenticate(wire: Wire, mechanism: str) -> dict:
+    """Authenticate ``wire`` as the admin by ``mechanism``: the last SaslAuthenticate answer."""
+    from scramp import ScramClient
+
+    assert wire.ask(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": mechanism})["error_code"] == 0
+    if mechanism == "PLAIN":
+        return wire.ask(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0admin\0" + PASSWORD.encode()})
+    scram = ScramClient([mechanism], "admin", PASSWORD)
+    first = wire.ask(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": scram.get_client_first().encode()})
+    scram.set_server_first(first["auth_bytes"].decode())
+    final = wire.ask(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": scram.get_client_final().encode()})
+    scram.set_server_final(final["auth_bytes"].decode())
+    return final
+
+
+def test_each_listener_and_mechanism_tells_its_own_authentication_lifetime(servers):
+    """listener.name.secure.connections.max.reauth.ms and its SCRAM-SHA-512 override: a client
+    authenticated by PLAIN on SECURE is told the listener's lifetime, one by SCRAM-SHA-512 the
+    mechanism's (the broker-wide setting is 0: never); PLAIN, which the broker-wide
+    sasl.enabled.mechanisms leaves out, is enabled on SECURE by its own."""
+    told = {}
+    for mechanism in ("PLAIN", "SCRAM-SHA-512"):
+        wire = Wire(servers["SECURE"][0])
+        try:
+            answer = _authenticate(wire, mechanism)
+            assert answer["error_code"] == 0, answer
+            told[mechanism] = answer["session_lifetime_ms"]
+            metadata = wire.ask(ApiKey.METADATA, 9, {"topics": None, "allow_auto_topic_creation": False})
+            assert len(metadata["brokers"]) == NUM_BROKERS  # authenticated: served
+        finally:
+            wire.close()
+    assert told == {"PLAIN": SECURE_REAUTH_MS, "SCRAM-SHA-512": SECURE_SCRAM_REAUTH_MS}

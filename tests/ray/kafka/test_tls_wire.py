@@ -4,9 +4,10 @@ and kafka-python produce and consume over TLS, the principal of a client certifi
 certificate is User:ANONYMOUS, and a plaintext client on the TLS port is refused and writes
 nothing. Certificates come from a test CA (trustme).
 
-``tls_cluster`` is a raylog cluster of one broker on the session's Ray whose listener speaks
-TLS and asks clients for certificates (``ssl.client.auth=requested``), with the authorizer on
-and nothing allowed that no ACL allows.
+``tls_cluster`` is a raylog cluster of one broker on the session's Ray whose listeners speak
+TLS and ask clients for certificates (``ssl.client.auth=requested``), with the authorizer on
+and nothing allowed that no ACL allows. Its second listener, UPPER, maps certificates to
+principals by rules of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from tests.ray.kafka.clients import deliver, first_message, records_of
 TIMEOUT_S = 30.0
 #: ssl.principal.mapping.rules of the cluster: a certificate's common name is the user.
 RULES = r"RULE:^CN=([^,]*),.*$/$1/,DEFAULT"
+#: The second listener's own rules (listener.name.upper.ssl.principal.mapping.rules): upper-cased.
+UPPER_RULES = r"RULE:^CN=([^,]*),.*$/$1/U,DEFAULT"
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,9 @@ def tls_cluster(cluster, pki, tmp_path_factory):
         num_brokers=1,
         cluster_name=f"t{uuid.uuid4().hex[:8]}",
         config={
-            "listeners": "SSL://127.0.0.1:0",
+            "listeners": "SSL://127.0.0.1:0,UPPER://127.0.0.1:0",
+            "listener.security.protocol.map": "SSL:SSL,UPPER:SSL",
+            "listener.name.upper.ssl.principal.mapping.rules": UPPER_RULES,
             "ssl.keystore.location": pki["broker"],
             "ssl.truststore.location": pki["ca"],
             "ssl.client.auth": "requested",
@@ -107,6 +112,17 @@ def test_a_certificates_principal_produces_and_consumes_what_the_acls_allow(tls_
     refused = read_as("bob")
     assert refused.error() is not None
     assert refused.error().code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
+
+
+def test_each_listener_maps_a_certificate_to_a_principal_by_its_own_rules(tls_bootstrap, tls_cluster, pki):
+    """Kafka's listener.name.<listener>.ssl.principal.mapping.rules: on UPPER alice's
+    certificate is User:ALICE, on SSL (the broker-wide rules) User:alice; each writes only
+    what the ACLs grant that principal."""
+    upper = wait_until(lambda: tls_cluster.bootstrap_servers("UPPER") or None, timeout_s=60, message="UPPER")
+    topic = clients.granted_topic(tls_cluster, "User:ALICE", "upper-readers")
+    assert deliver(upper, topic, b"as ALICE", **ssl_config(pki, "alice")) is None
+    assert deliver(tls_bootstrap, topic, b"as alice", **ssl_config(pki, "alice")) == "TOPIC_AUTHORIZATION_FAILED"
+    assert records_of(tls_cluster, topic) == [b"as ALICE"]
 
 
 def test_a_client_without_a_certificate_is_anonymous_and_refused(tls_bootstrap, tls_cluster, pki, granted_topic):
