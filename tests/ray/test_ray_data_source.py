@@ -96,7 +96,7 @@ def test_remote_args_reach_the_read_tasks(cluster, topic, monkeypatch):
 
     assert cpus(ray.data.read_datasource(ResourceProbe(cluster, name), num_cpus=0.5)) == {0.5}
     assert cpus(ray.data.read_datasource(ResourceProbe(cluster, name), ray_remote_args={"num_cpus": 0.75})) == {0.75}
-    monkeypatch.setattr(raylog.data, "RaylogDatasource", ResourceProbe)
+    monkeypatch.setattr(raylog.data.source, "RaylogDatasource", ResourceProbe)  # read_topic looks it up there
     assert cpus(read_topic(name, cluster=cluster)) == {raylog.data.READ_TASK_CPUS}
     assert cpus(read_topic(name, cluster=cluster, num_cpus=0.5)) == {0.5}
     assert cpus(read_topic(name, cluster=cluster, ray_remote_args={"num_cpus": 0.75})) == {0.75}
