@@ -353,12 +353,12 @@ def kafka_topics(argv: list[str]) -> int:
 def kafka_acls(argv: list[str]) -> int:
     """What the suite's tests ask of Kafka's ``kafka-acls.sh`` (``--add``, ``--remove --force``
     and ``--list`` of allow or deny ACLs, read as ``raylog acls`` reads them:
-    :func:`raylog.cli.acls_named`), done as that tool does, by CreateAcls, DeleteAcls and
+    :func:`raylog.cli.acls.acls_named`), done as that tool does, by CreateAcls, DeleteAcls and
     DescribeAcls requests, here through confluent-kafka's AdminClient; the exit status is the
     tool's (1 on an error, printed)."""
     from confluent_kafka.admin import AclBinding, AclBindingFilter, AdminClient
 
-    from raylog.cli import acls_named
+    from raylog.cli.acls import acls_named
 
     parser = argparse.ArgumentParser(prog="kafka-acls.sh")
     parser.add_argument("--bootstrap-server", required=True)

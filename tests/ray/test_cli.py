@@ -19,8 +19,10 @@ import pytest
 import ray
 
 import raylog
-from raylog import Producer, cli
+from raylog import Producer
 from raylog.actors.names import NAMESPACE, controller_name
+from raylog.cli import cluster as cluster_cli
+from raylog.cli import connection
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def no_local_head(monkeypatch, tmp_path):
         calls.append(cmd)
         return types.SimpleNamespace(returncode=0, stdout="", stderr="")
 
-    monkeypatch.setattr(cli, "subprocess", types.SimpleNamespace(run=fake_run))
+    monkeypatch.setattr(cluster_cli, "subprocess", types.SimpleNamespace(run=fake_run))
     return calls
 
 
@@ -225,53 +227,53 @@ def test_launch_head_runs_ray_start_and_records_the_address(no_local_head):
     """start without an address launches `ray start --head` with the venv's ray and laptop-sized
     resources, and records the head for later commands."""
     args = argparse.Namespace(ray_port=6390, num_cpus=2, object_store_memory=256 << 20)
-    head = cli._launch_head(args)
+    head = cluster_cli._launch_head(args)
     (command,) = no_local_head
     assert command[:3] == [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head"]
     assert {"--port=6390", "--num-cpus=2", f"--object-store-memory={256 << 20}"} <= set(command)
     assert head["address"].endswith(":6390")
-    assert cli._read_head() == head
+    assert connection.read_head() == head
 
 
 def test_default_address_resolution(no_local_head, monkeypatch, tmp_path):
     """--address wins, then RAY_ADDRESS, then a live head of `raylog start` (both "auto"); with none,
     or a recorded head that is gone, the error says to run start."""
     no_address = argparse.Namespace(address=None)
-    with pytest.raises(cli.ClusterNotRunningError, match="run `raylog start` first"):
-        cli._address(no_address)
-    assert cli._address(argparse.Namespace(address="10.0.0.1:6379")) == "10.0.0.1:6379"
+    with pytest.raises(connection.ClusterNotRunningError, match="run `raylog start` first"):
+        connection._address(no_address)
+    assert connection._address(argparse.Namespace(address="10.0.0.1:6379")) == "10.0.0.1:6379"
     with socket.create_server(("127.0.0.1", 0)) as server:  # stands in for a live head's GCS
         (tmp_path / "head.json").write_text(json.dumps({"address": f"127.0.0.1:{server.getsockname()[1]}"}))
-        assert cli._address(no_address) == "auto"
-    with pytest.raises(cli.ClusterNotRunningError, match="is gone: run `raylog start` again"):
-        cli._address(no_address)
+        assert connection._address(no_address) == "auto"
+    with pytest.raises(connection.ClusterNotRunningError, match="is gone: run `raylog start` again"):
+        connection._address(no_address)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
-    assert cli._address(no_address) == "auto"
+    assert connection._address(no_address) == "auto"
 
 
 def test_start_needs_a_head_only_without_any_ray(no_local_head, monkeypatch, tmp_path):
     """A local head is launched only with no address, no RAY_ADDRESS, no Ray in-process and no live
     head (a recorded head that is gone is launched again)."""
     no_address = argparse.Namespace(address=None)
-    assert not cli._needs_head(no_address)  # this process is in a Ray session
+    assert not cluster_cli._needs_head(no_address)  # this process is in a Ray session
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    assert cli._needs_head(no_address)
+    assert cluster_cli._needs_head(no_address)
     (tmp_path / "head.json").write_text(json.dumps({"address": "127.0.0.1:1"}))
-    assert cli._needs_head(no_address)
+    assert cluster_cli._needs_head(no_address)
     with socket.create_server(("127.0.0.1", 0)) as server:
         (tmp_path / "head.json").write_text(json.dumps({"address": f"127.0.0.1:{server.getsockname()[1]}"}))
-        assert not cli._needs_head(no_address)
-    assert not cli._needs_head(argparse.Namespace(address="auto"))
+        assert not cluster_cli._needs_head(no_address)
+    assert not cluster_cli._needs_head(argparse.Namespace(address="auto"))
     monkeypatch.setenv("RAY_ADDRESS", "auto")
-    assert not cli._needs_head(no_address)
+    assert not cluster_cli._needs_head(no_address)
 
 
 def test_unreachable_address_fails_fast_with_a_typed_error():
     """Joining a host:port where nothing listens is an error at once, not a long Ray connect retry."""
-    assert not cli._reachable("127.0.0.1:1")
-    assert cli._reachable("auto") and cli._reachable("ray://head:10001")
-    with pytest.raises(cli.ClusterNotRunningError, match="no Ray cluster answers at 127.0.0.1:1"):
-        cli._join_ray("127.0.0.1:1")
+    assert not connection.reachable("127.0.0.1:1")
+    assert connection.reachable("auto") and connection.reachable("ray://head:10001")
+    with pytest.raises(connection.ClusterNotRunningError, match="no Ray cluster answers at 127.0.0.1:1"):
+        connection._join_ray("127.0.0.1:1")
 
 
 def test_reassign_and_elect_leaders_commands(run, topic):

@@ -16,7 +16,8 @@ import types
 import pytest
 import ray
 
-from raylog import cli
+from raylog.cli import cluster as cluster_cli
+from raylog.cli import topics as topics_cli
 from raylog.clients.cluster import Metadata
 from raylog.clients.security import ClientSession
 from raylog.config import TopicConfig
@@ -255,7 +256,8 @@ def degraded(monkeypatch, cluster):
         )
         stand_in = types.SimpleNamespace(metadata=lambda refresh=False: Metadata(answer), controller=controller)
         stand_in.session = lambda: ClientSession(stand_in, "PLAINTEXT")  # an anonymous client
-        monkeypatch.setattr(cli, "_connected", lambda args, create=False: contextlib.nullcontext(stand_in))
+        for commands in (cluster_cli, topics_cli):  # status, topics describe
+            monkeypatch.setattr(commands, "connected", lambda args, create=False: contextlib.nullcontext(stand_in))
 
     return install
 
@@ -266,7 +268,7 @@ def test_status_exit_codes_tell_offline_from_under_replicated(run, degraded):
     degraded(offline=True)
     code, out, _ = run("status", "--json")
     report = json.loads(out)
-    assert code == cli.EXIT_OFFLINE == 4
+    assert code == cluster_cli.EXIT_OFFLINE == 4
     assert [b["live"] for b in report["brokers"]] == [True, False]
     assert report["topics"] == [{"name": "t", "partition_count": 3, "online": 2, "offline": 1, "under_replicated": 1}]
     assert (report["offline_partitions"], report["under_replicated_partitions"], report["healthy"]) == (
@@ -280,7 +282,7 @@ def test_status_exit_codes_tell_offline_from_under_replicated(run, degraded):
     assert "health: DEGRADED: 1 partition(s) under-replicated (t-1)" in out
     degraded(offline=False)
     code, out, _ = run("status")
-    assert code == cli.EXIT_UNDER_REPLICATED == 3 and "health: OFFLINE" not in out and "health: DEGRADED" in out
+    assert code == cluster_cli.EXIT_UNDER_REPLICATED == 3 and "health: OFFLINE" not in out and "health: DEGRADED" in out
 
 
 def test_describe_filters_keep_only_the_partitions_they_name(run, degraded):

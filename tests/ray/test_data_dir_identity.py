@@ -13,9 +13,10 @@ import pytest
 import ray
 
 import raylog
-from raylog import Admin, NewTopic, Producer, cli
+from raylog import Admin, NewTopic, Producer
 from raylog.actors.names import NAMESPACE, controller_name
 from raylog.actors.replica import HOUSEKEEPING_INTERVAL_S
+from raylog.cli import cluster as cluster_cli
 from raylog.errors import InconsistentClusterIdError
 from raylog.storage.log import Log
 
@@ -42,7 +43,7 @@ def test_topics_of_an_old_journal_on_fresh_disks_are_reported_lost_not_served_em
         assert [(p.leader, p.isr) for p in partitions] == [(-1, ()), (-1, ())]
         assert "2 partition(s) have no in-sync replica left (kept-0, kept-1)" in caplog.text
         code, out, _ = run("status", cluster_name=name)
-        assert code == cli.EXIT_OFFLINE
+        assert code == cluster_cli.EXIT_OFFLINE
         assert "health: LOST: 2 partition(s) without any in-sync replica (kept-0, kept-1)" in out
     finally:
         again.shutdown()

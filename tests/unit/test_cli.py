@@ -8,6 +8,12 @@ import json
 import pytest
 
 from raylog import cli
+from raylog.cli import bench as bench_cli
+from raylog.cli import cluster as cluster_cli
+from raylog.cli import connection
+from raylog.cli.acls import acls_named
+from raylog.cli.arguments import UsageError
+from raylog.cli.output import Progress
 from raylog.storage import record_batch
 
 
@@ -55,13 +61,13 @@ def test_progress_draws_in_place_only_on_a_terminal():
     """A progress line is redrawn with carriage returns (at most every PROGRESS_INTERVAL_S) and
     erased at the end on a terminal; on anything else nothing is written."""
     terminal = _Terminal()
-    progress = cli._Progress(terminal)
+    progress = Progress(terminal)
     progress.show("read 1,000 lines")
     progress.show("read 2,000 lines")  # within the interval: not drawn
     progress.clear()
     assert terminal.getvalue() == "\rread 1,000 lines" + "\r" + " " * 16 + "\r"
     piped = io.StringIO()
-    progress = cli._Progress(piped)
+    progress = Progress(piped)
     progress.show("read 1,000 lines")
     progress.clear()
     assert piped.getvalue() == ""
@@ -83,7 +89,7 @@ def test_status_text_names_lost_partitions_and_refused_brokers():
         "refused_brokers": {"n9": "InconsistentClusterIdError: /x/meta.json belongs to raylog cluster other"},
         "healthy": False,
     }
-    text = cli._status_text(report)
+    text = cluster_cli._status_text(report)
     assert "health: REFUSED: node n9 is not a broker of this cluster: InconsistentClusterIdError: " in text
     assert "health: LOST: 1 partition(s) without any in-sync replica (t-0)" in text
     assert "health: ok" not in text
@@ -117,7 +123,7 @@ def test_a_soak_runs_replay_flags_choose_its_configuration_again():
         RunConfig(consumers=8, kafka_consumers=8, kafka_transactional=4, rate_per_s=10.0),
     ):
         args = cli._parser().parse_args(["bench", "soak", *config.flags().split()])
-        assert cli._soak_config(args) == config
+        assert bench_cli._soak_config(args) == config
 
 
 def test_bench_txn_copier_runs_the_full_campaign_by_default_and_takes_its_sizes():
@@ -126,8 +132,8 @@ def test_bench_txn_copier_runs_the_full_campaign_by_default_and_takes_its_sizes(
     from raylog.chaos import txn_copier
 
     args = cli._parser().parse_args(["bench", "txn-copier"])
-    assert args.run is cli._bench_txn_copier
-    assert cli._copier_options(args) == {
+    assert args.run is bench_cli._bench_txn_copier
+    assert bench_cli._copier_options(args) == {
         "records": txn_copier.RECORDS,
         "rounds": txn_copier.ROUNDS,
         "txn_records": txn_copier.TXN_RECORDS,
@@ -135,7 +141,7 @@ def test_bench_txn_copier_runs_the_full_campaign_by_default_and_takes_its_sizes(
     }
     given = ["--records", "2000", "--rounds", "1", "--txn-records", "200", "--records-per-s", "400"]
     args = cli._parser().parse_args(["bench", "txn-copier", *given])
-    assert cli._copier_options(args) == {"records": 2000, "rounds": 1, "txn_records": 200, "records_per_s": 400.0}
+    assert bench_cli._copier_options(args) == {"records": 2000, "rounds": 1, "txn_records": 200, "records_per_s": 400.0}
 
 
 def test_bench_txn_copier_refuses_a_size_of_zero(capsys):
@@ -153,7 +159,7 @@ def test_acls_arguments_name_the_acls_kafka_acls_would():
 
     argv = ["acls", "add", "--deny-principal", "User:*", "--operation", "Read", "--operation", "DescribeConfigs"]
     argv += ["--topic", "a", "--group", "g", "--allow-principal", "User:etl", "--allow-host", "10.0.0.1"]
-    acls = cli.acls_named(cli._parser().parse_args(argv))
+    acls = acls_named(cli._parser().parse_args(argv))
     assert len(acls) == 2 * 2 * 2  # resources x grants x operations
     assert {(a.principal, a.host, a.permission_type) for a in acls} == {
         ("User:*", "*", ACLPermissionType.DENY),
@@ -164,7 +170,7 @@ def test_acls_arguments_name_the_acls_kafka_acls_would():
         (ResourceType.TOPIC, "a"),
         (ResourceType.GROUP, "g"),
     }
-    everything = cli.acls_named(
+    everything = acls_named(
         cli._parser().parse_args(
             ["acls", "remove", "--allow-principal", "User:x", "--cluster", "--resource-pattern-type", "prefixed"]
         )
@@ -186,17 +192,17 @@ def test_command_config_takes_kafka_tools_properties(tmp_path):
         'password="p=w:d";\n'
     )
     args = cli._parser().parse_args(["status", "--command-config", str(path)])
-    assert cli._credentials(args) == {
+    assert connection._credentials(args) == {
         "security_protocol": "SASL_PLAINTEXT",
         "sasl_mechanism": "SCRAM-SHA-512",
         "sasl_plain_username": "ops",
         "sasl_plain_password": "p=w:d",
     }
-    assert cli._credentials(cli._parser().parse_args(["status"])) == {}
+    assert connection._credentials(cli._parser().parse_args(["status"])) == {}
     for text, problem in (("ssl.keystore.location=x\n", "unknown setting"), ("just words\n", "not a key=value")):
         path.write_text(text)
-        with pytest.raises(cli._UsageError, match=problem):
-            cli._credentials(args)
+        with pytest.raises(UsageError, match=problem):
+            connection._credentials(args)
     args = cli._parser().parse_args(["status", "--command-config", str(tmp_path / "missing")])
-    with pytest.raises(cli._UsageError, match="--command-config"):
-        cli._credentials(args)
+    with pytest.raises(UsageError, match="--command-config"):
+        connection._credentials(args)

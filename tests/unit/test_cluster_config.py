@@ -22,6 +22,7 @@ from ray.scripts.scripts import cli as ray_cli
 
 from raylog import cli
 from raylog.actors.controller import BROKER_LABEL
+from raylog.cli import cluster as cluster_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = ["cluster.yaml", "cluster-aws.yaml"]
@@ -179,7 +180,7 @@ def test_head_starts_raylog_after_ray(name):
     assert len(starts) == 1
     position, args = starts[0]
     assert position > lines.index(ray_line)
-    assert args.run is cli._start
+    assert args.run is cluster_cli._start
     assert args.address == "auto"
     assert args.data_dir == _data_dir(config)
     assert not _invocations(config, ["worker_start_ray_commands"], "raylog"), "only the head starts raylog"

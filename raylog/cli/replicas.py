@@ -1,0 +1,126 @@
+"""``raylog reassign-partitions``, ``elect-leaders`` and ``delete-records``: where replicas and
+leaders are, and how far back a log starts (Kafka's kafka-reassign-partitions.sh,
+kafka-leader-election.sh and kafka-delete-records.sh).
+
+raylog reassign-partitions start TOPIC --partitions 0,1 --replicas 2,0,1 [--wait [--timeout-ms T]]
+        move partitions to a new replica set (or change their replication factor); with
+        --wait, until every moved partition is in sync on its new replicas
+raylog reassign-partitions list [--json]      reassignments under way
+raylog elect-leaders [TOPIC ...]              leadership back to preferred replicas (or --election-type unclean)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import raylog
+from raylog.cli.arguments import command, id_list, non_negative_int
+from raylog.cli.connection import connected
+from raylog.cli.output import PROGRESS_INTERVAL_S, Progress, ids_text
+from raylog.errors import KafkaTimeoutError
+from raylog.types import TopicPartition
+
+#: How long ``reassign-partitions start --wait`` waits by default.
+REASSIGN_WAIT_MS = 600_000
+
+
+def _reassign_partitions(args: argparse.Namespace) -> int:
+    targets = {raylog.TopicPartition(args.topic, p): args.replicas for p in args.partitions}
+    with connected(args) as cluster:
+        admin = raylog.Admin(cluster)
+        admin.alter_partition_reassignments(targets)
+        if args.wait:
+            _await_reassignment(admin, set(targets), args.timeout_ms)
+    if args.wait:
+        print(f"reassigned {args.topic} partitions {args.partitions} to brokers {args.replicas}")
+    else:
+        print(
+            f"reassigning {args.topic} partitions {args.partitions} to brokers {args.replicas}: new replicas "
+            "fill by fetching; old ones go once every new one is in sync (see `raylog reassign-partitions list`)"
+        )
+    return 0
+
+
+def _await_reassignment(admin: Any, moving: set[TopicPartition], timeout_ms: int) -> None:
+    """Wait until none of ``moving`` is being reassigned, with a progress line.
+
+    Raises:
+        KafkaTimeoutError: still moving after ``timeout_ms`` (the move goes on regardless).
+    """
+    progress = Progress()
+    deadline = time.monotonic() + timeout_ms / 1000
+    try:
+        while left := moving & set(admin.list_partition_reassignments()):
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(
+                    f"{len(left)} of {len(moving)} partitions still moving after {timeout_ms} ms; the move goes on "
+                    "(see `raylog reassign-partitions list`)"
+                )
+            progress.show(f"reassigning: {len(moving) - len(left)}/{len(moving)} partitions in sync on their targets")
+            time.sleep(PROGRESS_INTERVAL_S)
+    finally:
+        progress.clear()
+
+
+def _list_reassignments(args: argparse.Namespace) -> int:
+    with connected(args) as cluster:
+        pending = raylog.Admin(cluster).list_partition_reassignments()
+    rows = [{"topic": tp.topic, "partition": tp.partition, "target": list(t)} for tp, t in sorted(pending.items())]
+    print(
+        json.dumps(rows, indent=2)
+        if args.json
+        else "\n".join(f"{r['topic']}-{r['partition']} -> {ids_text(r['target'])}" for r in rows)
+        or "no reassignment under way"
+    )
+    return 0
+
+
+def _elect_leaders(args: argparse.Namespace) -> int:
+    with connected(args) as cluster:
+        moved = raylog.Admin(cluster).elect_leaders(args.topics or None, election_type=args.election_type)
+    print(f"{args.election_type} leader election: {moved} partitions changed leader")
+    return 0
+
+
+def _delete_records(args: argparse.Namespace) -> int:
+    with connected(args) as cluster:
+        asked = {TopicPartition(args.topic, p): args.offset for p in args.partitions}
+        low_watermarks = raylog.Admin(cluster).delete_records(asked)
+    for tp, low_watermark in sorted(low_watermarks.items()):
+        print(f"{tp.topic}-{tp.partition}\tlow watermark {low_watermark}")
+    return 0
+
+
+def add_commands(commands: Any) -> None:
+    reassign = commands.add_parser("reassign-partitions", help="move partitions to other brokers, change replication")
+    actions = reassign.add_subparsers(dest="action", required=True)
+    start = command(actions, "start", _reassign_partitions, "move partitions to a new replica set")
+    start.add_argument("topic")
+    start.add_argument("--partitions", type=id_list, required=True, help="e.g. 0,1,2")
+    start.add_argument("--replicas", type=id_list, required=True, help="target brokers, preferred leader first")
+    start.add_argument("--wait", action="store_true", help="return once every moved partition is in sync")
+    start.add_argument(
+        "--timeout-ms", type=non_negative_int, default=REASSIGN_WAIT_MS, help="how long --wait waits (600,000)"
+    )
+    listing = command(actions, "list", _list_reassignments, "reassignments under way")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    elect = command(
+        commands, "elect-leaders", _elect_leaders, "move leadership back to preferred replicas, or elect unclean"
+    )
+    elect.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every topic")
+    elect.add_argument(
+        "--election-type",
+        choices=("preferred", "unclean"),
+        default="preferred",
+        help="unclean: a leader for each partition without a live one, from any live replica "
+        "(acknowledged records only the lost replicas held are gone)",
+    )
+    delete = command(commands, "delete-records", _delete_records, "delete every record below an offset")
+    delete.add_argument("topic")
+    delete.add_argument("--partitions", type=id_list, required=True, help="e.g. 0,1,2")
+    delete.add_argument(
+        "--offset", type=int, required=True, help="records below it go; -1: below the high watermark (all committed)"
+    )
