@@ -265,6 +265,11 @@ def add_commands(commands: Any) -> None:
     fuzz.add_argument("--seed", type=int, default=0, help="of the mutations (default 0)")
     fuzz.add_argument("--connections", type=positive_int, default=32, help="batches in flight (default 32)")
     fuzz.add_argument("--max-duration-s", type=positive_float, default=3600.0, help="stop early after (3,600)")
+    _add_bench_soak(workloads)
+    _add_bench_txn_copier(workloads)
+
+
+def _add_bench_soak(workloads: Any) -> None:
     soak = workloads.add_parser(
         "soak", help="seeded fault runs judged by a Jepsen-style checker (on a Ray cluster of its own)"
     )
@@ -316,7 +321,6 @@ def add_commands(commands: Any) -> None:
         action="store_true",
         help="add a transactional producer and kill-txn-coordinator faults (read_committed consumers)",
     )
-    _add_bench_txn_copier(workloads)
 
 
 def _add_bench_txn_copier(workloads: Any) -> None:
