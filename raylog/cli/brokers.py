@@ -1,6 +1,5 @@
 """``raylog brokers``: dynamic broker configs, as kafka-configs.sh --entity-type brokers.
 
-raylog topics delete NAME ...
 raylog brokers describe-configs [--broker ID | --cluster-default] [--all] [--json]
         as kafka-configs --describe --entity-type brokers [--entity-name ID | --entity-default]:
         the dynamic configs set on a broker or on the cluster default (every broker), of

@@ -14,6 +14,7 @@ raylog topics alter NAME [--config k=v ...] [--delete-config k ...]
         replicas apply the change without a restart
 raylog topics add-partitions NAME --partitions N
         grow a topic to N partitions (never fewer); keys then hash over N partitions
+raylog topics delete NAME ...
 """
 
 from __future__ import annotations
