@@ -136,7 +136,7 @@ def test_a_consumers_first_read_imports_no_pandas():
 
 PRODUCER_PROCESS = """
 import sys
-from raylog.clients import producer
+from raylog.clients.producer import producer
 from raylog.storage import record_batch
 values, keys, headers = [b"a", None, "\u00e9"], [b"k", None, b"j"], [[("h", b"v")], None, []]
 batch = record_batch.build(values, keys=keys, headers=headers, timestamps_ms=[5, 9, 9])

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from raylog.clients import producer as producer_module
 from raylog.clients.cluster import Metadata
-from raylog.clients.producer import Producer
+from raylog.clients.producer import BatchMetadata, Producer
+from raylog.clients.producer import producer as producer_module
 from raylog.clients.security import ClientSession
 from raylog.coordination.producer_state import SEQUENCE_MODULUS
 from raylog.errors import (
@@ -327,9 +327,9 @@ def test_send_arrow_calls_queued_behind_a_full_pipe_go_out_as_one_batch():
     leader.answer(1)
     assert leader.values(1) == [v for table in tables[1:] for v in table.column("value").to_pylist()]
     assert [f.result(timeout=10) for f in futures] == [
-        [producer_module.BatchMetadata("t", 0, 0, 2)],
-        [producer_module.BatchMetadata("t", 0, 2, 3)],
-        [producer_module.BatchMetadata("t", 0, 5, 4)],
+        [BatchMetadata("t", 0, 0, 2)],
+        [BatchMetadata("t", 0, 2, 3)],
+        [BatchMetadata("t", 0, 5, 4)],
     ]
     header = leader.header(1)
     assert (header.base_sequence, header.record_count) == (2, 7)
@@ -377,9 +377,9 @@ def test_a_merged_send_arrow_batch_that_times_out_is_retried_whole_with_its_sequ
     assert leader.requests[2][0].records == leader.requests[1][0].records
     assert (leader.header(2).base_sequence, leader.header(2).record_count) == (1, 4)
     leader.answer(2)
-    assert first.result(timeout=10) == [producer_module.BatchMetadata("t", 0, 0, 1)]
+    assert first.result(timeout=10) == [BatchMetadata("t", 0, 0, 1)]
     assert [f.result(timeout=10) for f in joined] == [
-        [producer_module.BatchMetadata("t", 0, 1, 2)],
-        [producer_module.BatchMetadata("t", 0, 3, 2)],
+        [BatchMetadata("t", 0, 1, 2)],
+        [BatchMetadata("t", 0, 3, 2)],
     ]
     producer.close()

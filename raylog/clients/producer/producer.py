@@ -41,7 +41,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +52,8 @@ from raylog.actors.transport import call, translate
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, client_handle, require_cluster
 from raylog.clients.group import CoordinatorClient, offsets_to_commit
 from raylog.clients.partitioner import DefaultPartitioner, Partitioner
+from raylog.clients.producer.future import ArrowPart, FutureRecordMetadata, gather
+from raylog.clients.producer.producer_batch import ProducerBatch
 from raylog.config import LogConfig
 from raylog.coordination.placement import OFFSETS_TOPIC, validate_client_id, validate_topic_name
 from raylog.coordination.producer_state import NO_SEQUENCE, RETAINED_BATCHES, increment_sequence
@@ -72,7 +74,7 @@ from raylog.errors import (
 from raylog.protocol import ProduceRequest, error_of, records_payload
 from raylog.storage import compression as codecs
 from raylog.storage import record_batch
-from raylog.types import OffsetAndMetadata, RecordMetadata, TopicPartition
+from raylog.types import OffsetAndMetadata, TopicPartition
 
 #: Bytes counted per record beyond its key, value and headers (offsets, timestamp).
 RECORD_OVERHEAD_BYTES = 16
@@ -86,242 +88,9 @@ METADATA_REFRESH_WAIT_S = 1.0
 #: Pause before asking a transaction coordinator again after CONCURRENT_TRANSACTIONS (a
 #: step of the same transactional id in flight, or markers being written: milliseconds).
 CONCURRENT_TRANSACTIONS_BACKOFF_S = 0.01
-#: Guards completion against a concurrent add_done_callback (callbacks run exactly once).
-_CALLBACK_LOCK = threading.Lock()
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
 
 logger = logging.getLogger(__name__)
-
-
-class BatchMetadata(NamedTuple):
-    """Where one batch of a ``send_arrow`` call landed."""
-
-    topic: str
-    partition: int
-    base_offset: int
-    record_count: int
-
-
-class _Batch:
-    """Records for one partition plus the completion state their futures share."""
-
-    __slots__ = (
-        "tp",
-        "leader",
-        "unreachable_until_s",
-        "arrow_rows",
-        "producer_id",
-        "producer_epoch",
-        "transactional",
-        "base_sequence",
-        "values",
-        "keys",
-        "timestamps",
-        "headers",
-        "size_bytes",
-        "bound_bytes",
-        "created_s",
-        "created_ms",
-        "data",
-        "record_count",
-        "event",
-        "base_offset",
-        "log_append_time_ms",
-        "error",
-        "callbacks",
-        "attempts",
-        "retry_at_s",
-        "deadline_s",
-        "dispatch_order",
-        "partition_index",
-    )
-
-    def __init__(self, tp: TopicPartition, delivery_timeout_s: float):
-        self.tp = tp
-        self.values: list = []
-        self.keys: list = []
-        self.timestamps: list = []
-        self.headers: list = []
-        #: Columns of send_arrow chunks, instead of the lists: each call's rows with their
-        #: creation time (calls queued behind a full pipe share a batch).
-        self.arrow_rows: list[tuple[dict, int]] = []
-        self.size_bytes = 0
-        self.bound_bytes = 0  # the records' record_size_bound, summed: keeps the batch under its limit
-        self.created_s = time.monotonic()
-        self.created_ms = time.time_ns() // 1_000_000
-        self.data: Any = None  # encoded batch bytes, built once
-        self.record_count = 0
-        self.event = threading.Event()
-        self.base_offset = -1
-        self.log_append_time_ms = -1
-        self.error: RaylogError | None = None
-        self.callbacks: list = []
-        self.attempts = 0
-        self.retry_at_s = 0.0
-        self.deadline_s = self.created_s + delivery_timeout_s
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self.transactional = False
-        self.base_sequence = -1
-        self.dispatch_order = -1  # rank of its first dispatch in this producer; -1: not sent yet
-        self.partition_index = -1  # idempotent: rank among its partition's batches, from 0
-        self.leader: Any = None  # the actor the last attempt went to
-        self.unreachable_until_s = 0.0  # until then, wait for another leader than that one
-
-    def encode(self, codec: int) -> Any:
-        """The batch bytes, built once (a retry resends the same bytes and sequence)."""
-        if self.data is None:
-            fields = {
-                "codec": codec,
-                "now_ms": self.created_ms,
-                "producer_id": self.producer_id,
-                "producer_epoch": self.producer_epoch,
-                "base_sequence": self.base_sequence,
-                "transactional": self.transactional,
-            }
-            if self.arrow_rows:
-                rows = _merged(self.arrow_rows)
-                self.data = record_batch.build_arrow(
-                    rows["values"], rows.get("keys"), rows.get("timestamps_ms"), rows.get("headers"), **fields
-                )
-            else:
-                # Lists stay empty until a record needs them (then earlier records get None).
-                keys = self._padded(self.keys)
-                headers = self._padded(self.headers)
-                timestamps = self._padded(self.timestamps)
-                if timestamps is not None:
-                    timestamps = [self.created_ms if t is None else t for t in timestamps]
-                self.data = record_batch.build(self.values, keys, timestamps, headers, **fields)
-            # The encoded batch is all that is kept.
-            self.values = self.keys = self.timestamps = self.headers = self.arrow_rows = []
-        return self.data
-
-    def _padded(self, column: list) -> list | None:
-        if not column:
-            return None
-        return column + [None] * (self.record_count - len(column))
-
-    def finish(self, base_offset: int, log_append_time_ms: int, error: RaylogError | None) -> None:
-        """Complete the batch's futures (the first call wins: a failed sender may have
-        completed it before its reply came)."""
-        with _CALLBACK_LOCK:
-            if self.event.is_set():
-                return
-            self.base_offset, self.log_append_time_ms, self.error = base_offset, log_append_time_ms, error
-            self.event.set()
-            callbacks, self.callbacks = self.callbacks, []
-        for future, fn in callbacks:
-            _run_callback(fn, future)
-
-
-class FutureRecordMetadata:
-    """The future of one sent record, with the :class:`concurrent.futures.Future` interface
-    and kafka-python's (``get``, ``succeeded``, ``failed``, ``is_done``, ``add_callback``,
-    ``add_errback``, ``add_both``).
-
-    Light: it holds its batch and its index in it; all records of a batch complete at once.
-    Callbacks run in the producer's sender thread (at once, in the caller's, if the record
-    is done already); one that raises is logged, and the others still run.
-    """
-
-    __slots__ = ("_batch", "_index", "_timestamp_ms", "_sizes")
-
-    def __init__(self, batch: _Batch, index: int, timestamp_ms: int | None, sizes: tuple[int, int, int] = (-1, -1, -1)):
-        self._batch, self._index, self._timestamp_ms, self._sizes = batch, index, timestamp_ms, sizes
-
-    def done(self) -> bool:
-        return self._batch.event.is_set()
-
-    @property
-    def is_done(self) -> bool:
-        """Whether the record was acknowledged or failed (kafka-python's attribute)."""
-        return self._batch.event.is_set()
-
-    def succeeded(self) -> bool:
-        """Done and acknowledged."""
-        return self.done() and self._batch.error is None
-
-    def failed(self) -> bool:
-        """Done and failed."""
-        return self.done() and self._batch.error is not None
-
-    def cancelled(self) -> bool:
-        return False
-
-    def running(self) -> bool:
-        return not self.done()
-
-    def cancel(self) -> bool:
-        return False
-
-    def result(self, timeout: float | None = None) -> RecordMetadata:
-        """Wait for the broker's acknowledgement.
-
-        Raises:
-            KafkaTimeoutError: not acknowledged within ``timeout`` seconds.
-            RaylogError: the record failed (the typed error the broker or client reported).
-        """
-        batch = self._batch
-        if not batch.event.wait(timeout):
-            raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
-        if batch.error is not None:
-            raise batch.error
-        offset = batch.base_offset + self._index if batch.base_offset >= 0 else -1
-        if batch.log_append_time_ms >= 0:
-            timestamp = batch.log_append_time_ms
-        else:
-            timestamp = batch.created_ms if self._timestamp_ms is None else self._timestamp_ms
-        return RecordMetadata(batch.tp.topic, batch.tp.partition, offset, timestamp, *self._sizes)
-
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        """kafka-python's name of :meth:`result`: wait up to ``timeout`` seconds (None:
-        without limit) for the :class:`RecordMetadata`.
-
-        Raises:
-            KafkaTimeoutError: not acknowledged within ``timeout`` seconds.
-            RaylogError: the record failed.
-        """
-        return self.result(timeout)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if not self._batch.event.wait(timeout):
-            raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
-        return self._batch.error
-
-    def add_done_callback(self, fn: Callable[[FutureRecordMetadata], Any]) -> None:
-        """Call ``fn(future)`` once the record is done (concurrent.futures' form)."""
-        batch = self._batch
-        if not batch.event.is_set():
-            with _CALLBACK_LOCK:
-                if not batch.event.is_set():
-                    batch.callbacks.append((self, fn))
-                    return
-        _run_callback(fn, self)
-
-    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
-        """Call ``fn(*args, record_metadata, **kwargs)`` if the record is acknowledged
-        (kafka-python's form); returns this future, to chain :meth:`add_errback`."""
-        self.add_done_callback(lambda f: f.succeeded() and fn(*args, f.result(), **kwargs))
-        return self
-
-    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
-        """Call ``fn(*args, error, **kwargs)`` if the record fails (kafka-python's form);
-        returns this future."""
-        self.add_done_callback(lambda f: f.failed() and fn(*args, f._batch.error, **kwargs))
-        return self
-
-    def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
-        """Call ``fn`` with the RecordMetadata or the error, whichever comes (kafka-python's form)."""
-        return self.add_callback(fn, *args, **kwargs).add_errback(fn, *args, **kwargs)
-
-
-def _run_callback(fn: Callable[[FutureRecordMetadata], Any], future: FutureRecordMetadata) -> None:
-    """Run a user's callback: one that raises is logged, never fails the sender (as
-    concurrent.futures and kafka-python do)."""
-    try:
-        fn(future)
-    except Exception:
-        logger.exception("a callback of a sent record raised")
 
 
 class Producer:
@@ -470,10 +239,12 @@ class Producer:
 
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._open: dict[TopicPartition, _Batch] = {}
-        self._queues: dict[TopicPartition, collections.deque[_Batch]] = collections.defaultdict(collections.deque)
+        self._open: dict[TopicPartition, ProducerBatch] = {}
+        self._queues: dict[TopicPartition, collections.deque[ProducerBatch]] = collections.defaultdict(
+            collections.deque
+        )
         self._in_flight: dict[TopicPartition, int] = collections.defaultdict(int)
-        self._incomplete: set[_Batch] = set()
+        self._incomplete: set[ProducerBatch] = set()
         self._buffered_bytes = 0
         self._flushing = 0
         self._closed = False
@@ -509,7 +280,7 @@ class Producer:
         self._sequences: dict[TopicPartition, int] = collections.defaultdict(int)
         #: Idempotence, per partition: batches sent and not done yet, in the order first sent,
         #: and how many batches were ever sent (the next ``partition_index``).
-        self._unacked: dict[TopicPartition, list[_Batch]] = collections.defaultdict(list)
+        self._unacked: dict[TopicPartition, list[ProducerBatch]] = collections.defaultdict(list)
         self._sent_count: dict[TopicPartition, int] = collections.defaultdict(int)
         self._dispatch_orders = itertools.count()
         self._sender = threading.Thread(target=self._run_sender, name="raylog-producer-sender", daemon=True)
@@ -601,7 +372,7 @@ class Producer:
                 self._close_batch(batch)
                 batch = None
             if batch is None:
-                batch = self._open[tp] = _Batch(tp, self._delivery_timeout_s)
+                batch = self._open[tp] = ProducerBatch(tp, self._delivery_timeout_s)
                 self._incomplete.add(batch)
                 self._cond.notify()
             index = batch.record_count
@@ -691,7 +462,7 @@ class Producer:
             self._enqueue_prebuilt(partitions[part], chunk, capacity)
             for part, chunk in self._split(topic, columns, count, partition, capacity)
         ]
-        return _gather(parts)
+        return gather(parts)
 
     def _split(self, topic: str, columns: dict, count: int, partition: int | None, capacity: int):
         """``(partition, (rows, size_bytes, bound_bytes))`` per batch to send, in order.
@@ -747,7 +518,7 @@ class Producer:
             yield chunk, int(ends[stop - 1] - base), int(bound_ends[stop - 1] - bound_base)
             start = stop
 
-    def _enqueue_prebuilt(self, tp: TopicPartition, chunk: tuple[dict, int, int], capacity: int) -> _Part:
+    def _enqueue_prebuilt(self, tp: TopicPartition, chunk: tuple[dict, int, int], capacity: int) -> ArrowPart:
         """Queue a send_arrow chunk: in the batch waiting last in its partition's queue when
         that one was never sent, holds rows of the same columns and types and has room within
         ``capacity`` (a call behind a full pipe joins it, as records join a growing batch
@@ -772,8 +543,8 @@ class Producer:
                 tail.record_count += count
                 tail.size_bytes += size
                 tail.bound_bytes += bound
-                return _Part(tail, start, count)
-            batch = _Batch(tp, self._delivery_timeout_s)
+                return ArrowPart(tail, start, count)
+            batch = ProducerBatch(tp, self._delivery_timeout_s)
             batch.record_count, batch.size_bytes, batch.bound_bytes = count, size, bound
             batch.arrow_rows.append((rows, now_ms))  # encoded by the sender, numbered in this partition's order
             self._incomplete.add(batch)
@@ -782,7 +553,7 @@ class Producer:
                 self._close_batch(open_batch)  # keep this partition's order
             queue.append(batch)
             self._cond.notify()
-        return _Part(batch, 0, count)
+        return ArrowPart(batch, 0, count)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record now and wait until each is acknowledged or failed.
@@ -982,7 +753,7 @@ class Producer:
         elif self._txn_error is None:
             self._txn_error = error
 
-    def _add_to_transaction(self, batches: list[_Batch]) -> list[_Batch]:
+    def _add_to_transaction(self, batches: list[ProducerBatch]) -> list[ProducerBatch]:
         """Add the partitions of ``batches`` that are new to the transaction (one call in the
         sender thread); the batches that may go (the rest fail with the call's error)."""
         new = {b.tp for b in batches} - self._txn_partitions
@@ -1112,7 +883,7 @@ class Producer:
             self._require_open()
         self._buffered_bytes += size
 
-    def _close_batch(self, batch: _Batch) -> None:
+    def _close_batch(self, batch: ProducerBatch) -> None:
         """Move an open batch to its partition's send queue (holding ``_cond``)."""
         if self._open.get(batch.tp) is batch:
             del self._open[batch.tp]
@@ -1162,7 +933,7 @@ class Producer:
         for batch in batches:
             batch.finish(-1, -1, error)
 
-    def _wait_for_sendable(self) -> list[_Batch] | None:
+    def _wait_for_sendable(self) -> list[ProducerBatch] | None:
         """Block (holding ``_cond``) until batches can go; None when closed and drained."""
         while True:
             now = time.monotonic()
@@ -1208,7 +979,7 @@ class Producer:
         unacked = self._unacked[tp]
         return not unacked or self._sent_count[tp] - unacked[0].partition_index < self._max_in_flight
 
-    def _first_send(self, batch: _Batch) -> None:
+    def _first_send(self, batch: ProducerBatch) -> None:
         """Rank a batch about to be sent for the first time (holding ``_cond``)."""
         batch.dispatch_order = next(self._dispatch_orders)
         if self._idempotent:
@@ -1216,7 +987,7 @@ class Producer:
             self._sent_count[batch.tp] += 1
             self._unacked[batch.tp].append(batch)
 
-    def _dispatch(self, batch: _Batch) -> None:
+    def _dispatch(self, batch: ProducerBatch) -> None:
         try:
             if self._idempotent and batch.producer_id < 0:
                 self._assign_sequence(batch)
@@ -1269,7 +1040,7 @@ class Producer:
     def _producer_id_from_controller(self) -> int:
         return call(self._cluster.controller.init_producer_id.remote(session=self._session.token()), METADATA_TIMEOUT_S)
 
-    def _assign_sequence(self, batch: _Batch) -> None:
+    def _assign_sequence(self, batch: ProducerBatch) -> None:
         """Number the batch: sequences follow first dispatch order, which is queue order."""
         if self._producer_id < 0:
             self._producer_id = self._producer_id_from_controller()
@@ -1280,7 +1051,7 @@ class Producer:
         batch.base_sequence = self._sequences[batch.tp]
         self._sequences[batch.tp] = increment_sequence(batch.base_sequence, batch.record_count)
 
-    def _first_unacked_sequence(self, batch: _Batch) -> int:
+    def _first_unacked_sequence(self, batch: ProducerBatch) -> int:
         """The base sequence of the oldest batch of ``batch``'s partition and producer id
         not done yet (``batch`` itself at the latest); NO_SEQUENCE if not idempotent."""
         if batch.producer_id < 0:
@@ -1289,7 +1060,7 @@ class Producer:
             unacked = self._unacked[batch.tp]
             return next((b.base_sequence for b in unacked if b.producer_id == batch.producer_id), batch.base_sequence)
 
-    def _on_reply(self, batch: _Batch, future: concurrent.futures.Future) -> None:
+    def _on_reply(self, batch: ProducerBatch, future: concurrent.futures.Future) -> None:
         try:
             try:
                 response = future.result()
@@ -1301,7 +1072,7 @@ class Producer:
             logger.exception("producer failed on a reply; failing every record not yet done")
             self._fail_everything(exc)
 
-    def _completed(self, batch: _Batch, response: Any, error: RaylogError | None, sent: bool = True) -> None:
+    def _completed(self, batch: ProducerBatch, response: Any, error: RaylogError | None, sent: bool = True) -> None:
         now = time.monotonic()
         if response is not None:
             self._throttle_time_ms = response.throttle_time_ms
@@ -1355,7 +1126,7 @@ class Producer:
         else:
             batch.finish(response.base_offset, response.log_append_time_ms, None)
 
-    def _requeue(self, batch: _Batch) -> None:
+    def _requeue(self, batch: ProducerBatch) -> None:
         """Put a batch to retry back in its partition's queue (holding ``_cond``): after the
         batches to retry that were sent before it, ahead of every later or unsent one."""
         queue = self._queues[batch.tp]
@@ -1456,58 +1227,10 @@ def _row_bounds(rows: dict) -> np.ndarray:
     return payload + record_batch.RECORD_OVERHEAD_BOUND + record_batch.HEADER_OVERHEAD_BOUND * counts
 
 
-class _Part(NamedTuple):
-    """A send_arrow call's rows in a batch: ``count`` of them from the batch's ``start``-th."""
-
-    batch: _Batch
-    start: int
-    count: int
-
-
 def _same_columns(rows: dict, other: dict) -> bool:
     """Whether two send_arrow chunks have the same columns of the same types (a batch's
     chunks are concatenated column by column)."""
     return rows.keys() == other.keys() and all(rows[key].type == other[key].type for key in rows)
-
-
-def _merged(parts: list[tuple[dict, int]]) -> dict:
-    """The columns of a batch's send_arrow chunks as one set of columns. Rows without
-    timestamps keep their own call's time when chunks of several calls share the batch."""
-    if len(parts) == 1:
-        return parts[0][0]
-    if "timestamps_ms" not in parts[0][0]:
-        parts = [
-            ({**rows, "timestamps_ms": record_batch.arrow_of(np.full(len(rows["values"]), now_ms))}, now_ms)
-            for rows, now_ms in parts
-        ]
-    return {key: pa.concat_arrays([rows[key] for rows, _ in parts]) for key in parts[0][0]}
-
-
-def _gather(parts: list[_Part]) -> concurrent.futures.Future:
-    """One future for all ``parts``: where each landed, or the first error."""
-    result: concurrent.futures.Future = concurrent.futures.Future()
-    batches = [part.batch for part in parts]
-    remaining = [len(batches)]
-    lock = threading.Lock()
-
-    def one_done(_: Any) -> None:
-        with lock:
-            remaining[0] -= 1
-            if remaining[0]:
-                return
-        errors = [b.error for b in batches if b.error is not None]
-        if errors:
-            result.set_exception(errors[0])
-        else:
-            result.set_result(
-                [BatchMetadata(b.tp.topic, b.tp.partition, b.base_offset + start, count) for b, start, count in parts]
-            )
-
-    if not batches:
-        result.set_result([])
-    for batch in batches:
-        FutureRecordMetadata(batch, 0, None).add_done_callback(one_done)
-    return result
 
 
 def _rebuild_producer(cluster: RaylogCluster, config: dict) -> Producer:
