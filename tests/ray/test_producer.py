@@ -147,7 +147,7 @@ def test_sequences_wrap_at_two_to_the_31_through_the_leader(cluster, topic):
     kill the sender thread and leave every future waiting)."""
     name = topic()
     producer = Producer(cluster, linger_ms=0, batch_size=1)
-    producer._sequences.default_factory = lambda: SEQUENCE_MODULUS - 3  # as after 2**31 - 3 records
+    producer._sender.sequences.default_factory = lambda: SEQUENCE_MODULUS - 3  # as after 2**31 - 3 records
     futures = [producer.send(name, b"%d" % i) for i in range(6)]
     assert [f.result(timeout=60).offset for f in futures] == list(range(6))
     producer.close()
@@ -262,7 +262,7 @@ def test_producers_keep_sending_while_the_controller_is_paused(one_broker):
     fresh = Producer(one_broker, acks="all")
     refreshing = Producer(one_broker, acks="all", metadata_max_age_ms=0)
     refreshing.send(name, b"known").get(timeout=30)  # it knows the leader and has its id
-    wait_until(lambda: fresh._producer_id >= 0, message="the fresh producer's id")  # taken in the background
+    wait_until(lambda: fresh._sender.producer_id >= 0, message="the fresh producer's id")  # taken in the background
     with paused_controller(one_broker):
         first = fresh.send(name, b"fresh").get(timeout=PAUSED_BOUND_S)
         later = [refreshing.send(name, b"refreshing-%d" % i).get(timeout=PAUSED_BOUND_S) for i in range(3)]

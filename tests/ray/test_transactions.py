@@ -116,7 +116,7 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(clust
         message="the coordinator's abort",
     )
     (described,) = admin.describe_transactions([transactional_id])
-    assert described.producer_epoch == producer._producer_epoch + 1 and described.partitions == ()
+    assert described.producer_epoch == producer._sender.producer_epoch + 1 and described.partitions == ()
     assert transactional_id in {t.transactional_id for t in admin.list_transactions()}
     with pytest.raises(ProducerFencedError):
         producer.commit_transaction()
@@ -134,10 +134,10 @@ def test_a_late_write_of_an_ended_transaction_is_fenced_and_holds_nothing_open(c
         producer.begin_transaction()
         producer.send(name, b"on-time")
         producer.commit_transaction()
-        old_epoch = producer._producer_epoch - 1  # the epoch the committed transaction ran with
+        old_epoch = producer._sender.producer_epoch - 1  # the epoch the committed transaction ran with
         late = record_batch.build(
             [b"late"],
-            producer_id=producer._producer_id,
+            producer_id=producer._sender.producer_id,
             producer_epoch=old_epoch,
             base_sequence=1,
             transactional=True,
@@ -162,13 +162,13 @@ def test_a_repeated_marker_cannot_end_a_later_transaction(cluster, topic):
         producer.begin_transaction()
         producer.send(name, b"first")
         producer.commit_transaction()
-        marker_epoch = producer._producer_epoch  # the first transaction's markers carried it
+        marker_epoch = producer._sender.producer_epoch  # the first transaction's markers carried it
         producer.begin_transaction()
         producer.send(name, b"second")
         producer.flush()
         leader = cluster.metadata(refresh=True).leader(tp)
         end = ray.get(leader.state.remote())["log_end_offset"]
-        answer = ray.get(leader.write_txn_marker.remote(producer._producer_id, marker_epoch, False, 0))
+        answer = ray.get(leader.write_txn_marker.remote(producer._sender.producer_id, marker_epoch, False, 0))
         assert error_of(answer) is None and answer.base_offset == -1
         assert ray.get(leader.state.remote())["log_end_offset"] == end
         producer.commit_transaction()
@@ -182,7 +182,7 @@ def test_a_retried_end_is_answered_with_the_outcome_of_the_first(cluster, topic)
     producer.begin_transaction()
     producer.send(name, b"x")
     producer.flush()
-    pid, epoch = producer._producer_id, producer._producer_epoch
+    pid, epoch = producer._sender.producer_id, producer._sender.producer_epoch
     handle = coordinator(cluster, transactional_id)
     first = ray.get(handle.end_txn.remote(transactional_id, pid, epoch, True))
     again = ray.get(handle.end_txn.remote(transactional_id, pid, epoch, True))

@@ -136,7 +136,7 @@ def test_a_consumers_first_read_imports_no_pandas():
 
 PRODUCER_PROCESS = """
 import sys
-from raylog.clients.producer import producer
+from raylog.clients.producer import arrow_batches
 from raylog.storage import record_batch
 values, keys, headers = [b"a", None, "\u00e9"], [b"k", None, b"j"], [[("h", b"v")], None, []]
 batch = record_batch.build(values, keys=keys, headers=headers, timestamps_ms=[5, 9, 9])
@@ -145,8 +145,8 @@ assert table.column("value").to_pylist() == [b"a", None, "\u00e9".encode()]
 assert table.column("key").to_pylist() == keys
 rows = {"values": record_batch.binary_of(values), "keys": record_batch.binary_of(keys)}
 rows["headers"] = record_batch.headers_of(headers)
-assert len(producer._row_bounds(rows)) == 3
-order = record_batch.arrow_of(producer.np.array([2, 0, 1]))
+assert len(arrow_batches.row_bounds(rows)) == 3
+order = record_batch.arrow_of(arrow_batches.np.array([2, 0, 1]))
 assert rows["keys"].take(order).to_pylist() == [b"j", b"k", None]
 print(sorted(m for m in ("pandas", "pyspark", "raydp", "torch") if m in sys.modules))
 """

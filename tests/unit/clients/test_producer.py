@@ -11,7 +11,7 @@ import pytest
 
 from raylog.clients.cluster import Metadata
 from raylog.clients.producer import BatchMetadata, Producer
-from raylog.clients.producer import producer as producer_module
+from raylog.clients.producer import sender as sender_module
 from raylog.clients.security import ClientSession
 from raylog.coordination.producer_state import SEQUENCE_MODULUS
 from raylog.errors import (
@@ -98,7 +98,7 @@ class FakeCluster:
 def controller_call(monkeypatch):
     """The producer's one controller call (its producer id) answered without Ray."""
     monkeypatch.setattr(
-        producer_module, "call", lambda ref, timeout_s: PRODUCER_ID if ref == "init_producer_id" else None
+        sender_module, "call", lambda ref, timeout_s: PRODUCER_ID if ref == "init_producer_id" else None
     )
 
 
@@ -187,7 +187,7 @@ def test_sequences_wrap_after_two_to_the_31_minus_one():
     encode (which killed the sender thread and left every future waiting)."""
     leader = FakeLeader(auto_answer=True)
     producer = make_producer(leader)
-    producer._sequences.default_factory = lambda: SEQUENCE_MODULUS - 3  # as after 2**31 - 3 records
+    producer._sender.sequences.default_factory = lambda: SEQUENCE_MODULUS - 3  # as after 2**31 - 3 records
     futures = [producer.send("t", b"%d" % i) for i in range(6)]
     assert [f.result(timeout=10).offset for f in futures] == list(range(6))
     bases = [leader.header(i).base_sequence for i in range(6)]
