@@ -82,6 +82,7 @@ from raylog import Admin, Consumer, NewTopic, Producer
 from raylog.actors.replica import MAX_CONCURRENCY
 from raylog.bench import StampReader, high_watermarks, nearest_rank
 from raylog.clients.cluster import RaylogCluster
+from raylog.clients.producer.sender import Sender
 from raylog.errors import KafkaTimeoutError
 from raylog.storage import record_batch
 
@@ -207,11 +208,11 @@ def make_workload(value_size: int, count: int) -> Workload:
 # Helpers
 
 
-class CountingProducer(Producer):
-    """A Producer that counts the batches its sender thread ships (for the notes only)."""
+class CountingSender(Sender):
+    """A producer's Sender that counts the batches it ships (for the notes only)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
-        self.batches_sent = 0  # set before the sender thread starts in Producer.__init__
+        self.batches_sent = 0  # set before the thread starts
         self.batch_bytes = 0
         super().__init__(*args, **kwargs)
 
@@ -222,9 +223,23 @@ class CountingProducer(Producer):
             self.batch_bytes += len(batch.data)
 
 
+class CountingProducer(Producer):
+    """A Producer whose sender counts the batches it ships (for the notes only)."""
+
+    _sender_type = CountingSender
+
+    @property
+    def batches_sent(self) -> int:
+        return self._sender.batches_sent
+
+    @property
+    def batch_bytes(self) -> int:
+        return self._sender.batch_bytes
+
+
 def new_producer(cluster: RaylogCluster, **config: Any) -> Producer:
     """A CountingProducer, or a plain Producer if the internals it relies on moved."""
-    cls = CountingProducer if hasattr(Producer, "_dispatch") else Producer
+    cls = CountingProducer if hasattr(Sender, "_dispatch") and hasattr(Producer, "_sender_type") else Producer
     return cls(cluster, **config)
 
 

@@ -42,7 +42,7 @@ if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import raylog
-from benchmarks.client_bench import CountingProducer, make_workload
+from benchmarks.client_bench import CountingProducer, CountingSender, make_workload
 from benchmarks.common import create_started, make_values, send_at_rate, start_local_ray, temp_workdir
 from raylog import Admin, Consumer, NewTopic
 from raylog.storage import record_batch
@@ -63,19 +63,26 @@ def listing(profile: cProfile.Profile, top: int, title: str, dump: str | None) -
         print()
 
 
+def profiled_sender(profile: cProfile.Profile) -> type[CountingSender]:
+    """A counting Sender class whose thread ``profile`` profiles."""
+
+    class ProfiledSender(CountingSender):
+        def run(self) -> None:
+            profile.enable()
+            try:
+                super().run()
+            finally:
+                profile.disable()
+
+    return ProfiledSender
+
+
 class ProfiledProducer(CountingProducer):
     """Profiles its sender thread with ``sender_profile``."""
 
     def __init__(self, *args: Any, sender_profile: cProfile.Profile, **kwargs: Any):
-        self._sender_profile = sender_profile
+        self._sender_type = profiled_sender(sender_profile)
         super().__init__(*args, **kwargs)
-
-    def _run_sender(self) -> None:
-        self._sender_profile.enable()
-        try:
-            super()._run_sender()
-        finally:
-            self._sender_profile.disable()
 
 
 @dataclass

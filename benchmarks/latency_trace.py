@@ -56,6 +56,7 @@ from benchmarks.common import cpu_seconds, create_started, send_at_rate, start_l
 from raylog import Admin, NewTopic, Producer
 from raylog.actors.replica import MAX_CONCURRENCY
 from raylog.bench import StampReader
+from raylog.clients.producer.sender import Sender
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
 from raylog.protocol import ProduceRequest
@@ -68,7 +69,7 @@ TASK_EVENTS_WAIT_S = 15.0
 HOPS = ("accumulate", "to leader", "produce", "ack back", "wake", "to consumer", "e2e", "ack")
 
 
-class TracedProducer(Producer):
+class TracedSender(Sender):
     """Notes when each batch's produce call was submitted: ``(first record's send time_ns,
     records in the batch, submitted time_ns)``."""
 
@@ -81,6 +82,16 @@ class TracedProducer(Producer):
         super()._dispatch(batch)
         if first is not None:
             self.dispatched.append((struct.unpack(">q", first[:8])[0], batch.record_count, time.time_ns()))
+
+
+class TracedProducer(Producer):
+    """A Producer whose sender notes each batch's produce call (see :class:`TracedSender`)."""
+
+    _sender_type = TracedSender
+
+    @property
+    def dispatched(self) -> list[tuple[int, int, int]]:
+        return self._sender.dispatched
 
 
 @ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
