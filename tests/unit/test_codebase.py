@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -55,6 +56,31 @@ def test_ruff_is_clean():
     """ruff finds nothing to complain about in the package, integrations, tests, benchmarks and examples."""
     result = _run("ruff", "check", "raylog", "integrations", "tests", "benchmarks", "examples")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+#: Where a newcomer reads each piece in one sitting (issue 30): no class over
+#: MAX_CLASS_LINES lines and no function over MAX_FUNCTION_LINES, docstrings included.
+SIZED_PACKAGES = ["raylog/clients/producer"]
+MAX_CLASS_LINES = 400
+MAX_FUNCTION_LINES = 70
+
+
+def test_classes_and_functions_stay_small_where_the_limits_are_reached():
+    too_long = []
+    for package in SIZED_PACKAGES:
+        for name in sorted(os.listdir(os.path.join(ROOT, package))):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(package, name)
+            with open(os.path.join(ROOT, path)) as source:
+                tree = ast.parse(source.read())
+            for node in ast.walk(tree):
+                limit = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
+                if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > limit:
+                        too_long.append(f"{path}:{node.lineno} {node.name} has {lines} lines (at most {limit})")
+    assert not too_long, "\n".join(too_long)
 
 
 REPLICA_PROCESS = """

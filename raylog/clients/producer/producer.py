@@ -440,11 +440,10 @@ class Producer:
         self._end_transaction(False, timeout)
 
     def _end_transaction(self, commit: bool, timeout: float | None) -> None:
-        sender, transactions = self._sender, self._transactions
-        answer = transactions.end(commit, sender.producer_id, sender.producer_epoch, timeout)
+        sender = self._sender
+        answer = self._transactions.end(commit, sender.producer_id, sender.producer_epoch, timeout)
         with self._accumulator.cond:
             sender.set_producer_id(answer.producer_id, answer.producer_epoch)  # a new epoch numbers from 0
-            transactions.outside = True
 
     def _batch_closed(self, tp: TopicPartition) -> None:
         """The accumulator closed a batch: the sticky partitioner moves on (holding its lock)."""

@@ -141,8 +141,9 @@ class TransactionManager:
     def end(self, commit: bool, producer_id: int, producer_epoch: int, timeout: float | None) -> Any:
         """Commit or abort the open transaction with its coordinator; the answer carries the
         producer id and epoch of the next one. Sends are refused from then on until the next
-        :meth:`begin` (the caller says so, by setting :attr:`outside`, as it takes the answer)."""
+        :meth:`begin`."""
         answer = self.call("end_txn", self.transactional_id, producer_id, producer_epoch, commit, timeout=timeout)
+        self.outside = True
         self._previous_groups, self._groups = self._groups, set()
         return answer
 
