@@ -3,6 +3,8 @@ their wrap, and failures of the sender thread (no Ray runtime)."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from raylog.clients.producer import BatchMetadata, Producer
@@ -310,4 +312,20 @@ def test_a_merged_send_arrow_batch_that_times_out_is_retried_whole_with_its_sequ
         [BatchMetadata("t", 0, 1, 2)],
         [BatchMetadata("t", 0, 3, 2)],
     ]
+    producer.close()
+
+
+def test_a_pickled_producer_starts_afresh_with_the_same_settings():
+    """Producer.__reduce__ ships the cluster handle and the settings; the rebuilt producer
+    has its own sender, accumulator and transaction state."""
+    leader = FakeLeader(auto_answer=True)
+    producer = make_producer(leader, client_id="shipped", retries=3)
+    rebuild, (cluster, config) = producer.__reduce__()
+    assert pickle.loads(pickle.dumps(rebuild)) is rebuild  # by reference: importable where it lands
+    assert config["client_id"] == "shipped" and config["retries"] == 3 and config["batch_size"] == 1
+    clone = rebuild(cluster, config)
+    assert isinstance(clone, Producer) and clone._config == producer._config
+    assert clone._sender is not producer._sender and clone._accumulator is not producer._accumulator
+    assert clone.send("t", b"v").get(timeout=10).offset == 0
+    clone.close()
     producer.close()
