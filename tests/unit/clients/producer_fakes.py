@@ -1,5 +1,6 @@
 """Fakes of what a producer talks to, for its unit tests: a partition leader answering
-produce requests in memory, and a cluster handle of one topic led by such leaders."""
+produce requests in memory, a cluster handle of one topic led by such leaders, and
+scripted transaction and group coordinators."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from types import SimpleNamespace
 
 from raylog.clients.cluster import Metadata
 from raylog.clients.security import ClientSession
-from raylog.protocol import ProduceResponse, error_fields
+from raylog.protocol import ProduceResponse, TxnResponse, error_fields
 from raylog.storage import record_batch
 
 PRODUCER_ID = 42
@@ -77,3 +78,31 @@ class FakeCluster:
 
     def session(self) -> ClientSession:
         return ClientSession(self, "PLAINTEXT")  # an anonymous client
+
+
+class ScriptedCoordinator:
+    """Every CoordinatorClient the manager makes: records calls and answers from ``script``
+    (method -> list of answers, the last repeated; an exception is sent back as its code)."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []  # (coordinator id, method, args)
+        self.script: dict[str, list] = {}
+        self.forgotten = 0
+
+    def client(self, cluster, group_id, timeout_s, backoff_s, find="find_coordinator", session=None):
+        coordinator = self
+
+        class Client:
+            def remote(self, method, *args):
+                coordinator.calls.append((group_id, method, args))
+                answers = coordinator.script.get(method, [TxnResponse(producer_id=7, producer_epoch=3)])
+                answer = answers.pop(0) if len(answers) > 1 else answers[0]
+                return TxnResponse(**error_fields(answer)) if isinstance(answer, Exception) else answer
+
+            def call(self, method, *args):
+                coordinator.calls.append((group_id, method, args))
+
+            def after_error(self, exc):
+                coordinator.forgotten += 1
+
+        return Client()

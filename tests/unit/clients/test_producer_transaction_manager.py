@@ -19,38 +19,11 @@ from raylog.errors import (
     TopicAuthorizationFailedError,
     TransactionAbortableError,
 )
-from raylog.protocol import TxnResponse, error_fields
+from raylog.protocol import TxnResponse
 from raylog.types import TopicPartition
+from tests.unit.clients.producer_fakes import ScriptedCoordinator
 
 TXN_ID = "copier-1"
-
-
-class ScriptedCoordinator:
-    """Every CoordinatorClient the manager makes: records calls and answers from ``script``
-    (method -> list of answers, the last repeated; an exception is sent back as its code)."""
-
-    def __init__(self):
-        self.calls: list[tuple] = []  # (coordinator id, method, args)
-        self.script: dict[str, list] = {}
-        self.forgotten = 0
-
-    def client(self, cluster, group_id, timeout_s, backoff_s, find="find_coordinator", session=None):
-        coordinator = self
-
-        class Client:
-            def remote(self, method, *args):
-                coordinator.calls.append((group_id, method, args))
-                answers = coordinator.script.get(method, [TxnResponse(producer_id=7, producer_epoch=3)])
-                answer = answers.pop(0) if len(answers) > 1 else answers[0]
-                return TxnResponse(**error_fields(answer)) if isinstance(answer, Exception) else answer
-
-            def call(self, method, *args):
-                coordinator.calls.append((group_id, method, args))
-
-            def after_error(self, exc):
-                coordinator.forgotten += 1
-
-        return Client()
 
 
 @pytest.fixture
