@@ -166,9 +166,10 @@ class Producer:
         self._transactions = TransactionManager(
             self._cluster, self._session, transactional_id, transaction_timeout_ms, max_block_s, backoff_s
         )
-        self._accumulator = RecordAccumulator(
-            batch_size, buffer_memory, max_block_s, delivery_timeout_s, self._require_open, self._batch_closed
-        )
+        # Its parts hold nothing of the producer: a closed one goes as soon as it is dropped.
+        moved = _sticky_partition_mover(self._default_partitioner, self._metadata)
+        refuse = self._transactions.require_sendable
+        self._accumulator = RecordAccumulator(batch_size, buffer_memory, max_block_s, delivery_timeout_s, refuse, moved)
         self._sender = self._sender_type(
             self._cluster,
             self._session,
@@ -223,7 +224,7 @@ class Producer:
         """
         accumulator = self._accumulator
         if accumulator.failure is not None or accumulator.closed or self._transactions.outside:
-            self._require_open()
+            accumulator.require_open()
         if key is not None and self._key_serializer is not None:
             key = self._key_serializer(key)
         if value is not None and self._value_serializer is not None:
@@ -265,17 +266,6 @@ class Producer:
             headers=record_batch.headers_of([headers]) if headers else None,
         )
 
-    def _require_open(self) -> None:
-        accumulator = self._accumulator
-        if accumulator.failure is not None:
-            raise accumulator.failure
-        if accumulator.closed:
-            raise IllegalStateError("cannot send: the producer is closed")
-        if self._transactions.outside:
-            raise self._transactions.fenced or IllegalStateError(
-                "a transactional producer sends only within a transaction"
-            )
-
     def send_arrow(
         self,
         topic: str,
@@ -309,7 +299,7 @@ class Producer:
             binary or string, headers not of ``record_batch.HEADERS_TYPE``),
             InvalidRecordError and RecordTooLargeError (a row that :meth:`send` would refuse).
         """
-        self._require_open()
+        self._accumulator.require_open()
         count = self._metadata.num_partitions(topic)
         if partition is not None and not (isinstance(partition, int) and 0 <= partition < count):
             raise _no_such_partition(topic, partition, count)
@@ -445,9 +435,16 @@ class Producer:
         with self._accumulator.cond:
             sender.set_producer_id(answer.producer_id, answer.producer_epoch)  # a new epoch numbers from 0
 
-    def _batch_closed(self, tp: TopicPartition) -> None:
-        """The accumulator closed a batch: the sticky partitioner moves on (holding its lock)."""
-        self._default_partitioner.on_batch_closed(tp.topic, tp.partition, self._metadata.routed_partitions(tp.topic))
+
+def _sticky_partition_mover(
+    partitioner: DefaultPartitioner, metadata: ProducerMetadata
+) -> Callable[[TopicPartition], None]:
+    """What the accumulator calls as it closes a batch: the sticky partitioner moves on."""
+
+    def batch_closed(tp: TopicPartition) -> None:
+        partitioner.on_batch_closed(tp.topic, tp.partition, metadata.routed_partitions(tp.topic))
+
+    return batch_closed
 
 
 def _no_such_partition(topic: str, partition: Any, count: int) -> UnknownTopicOrPartitionError:

@@ -31,7 +31,8 @@ class RecordAccumulator:
         buffer_memory: bytes of records not done allowed before an append waits.
         max_block_s: how long an append waits for room.
         delivery_timeout_s: each batch's time to be done, from its creation.
-        require_open: raises if appends are refused now (called holding :attr:`cond`).
+        require_sendable: raises if the transaction state refuses appends now (called
+            holding :attr:`cond`).
         batch_closed: told of each batch closed by an append or a flush (holding :attr:`cond`).
     """
 
@@ -41,14 +42,14 @@ class RecordAccumulator:
         buffer_memory: int,
         max_block_s: float,
         delivery_timeout_s: float,
-        require_open: Callable[[], None],
+        require_sendable: Callable[[], None],
         batch_closed: Callable[[TopicPartition], None],
     ):
         self._batch_size = batch_size
         self._buffer_memory = buffer_memory
         self._max_block_s = max_block_s
         self._delivery_timeout_s = delivery_timeout_s
-        self._require_open = require_open
+        self._require_sendable = require_sendable
         self._batch_closed = batch_closed
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
@@ -59,6 +60,20 @@ class RecordAccumulator:
         self.flushing = 0
         self.closed = False
         self.failure: IllegalStateError | None = None  # set if the sender thread failed
+
+    def require_open(self) -> None:
+        """Raises why appends are refused now, if they are.
+
+        Raises:
+            IllegalStateError: the sender failed, the producer is closed, or (transactional)
+                no transaction is open.
+            ProducerFencedError: a newer instance of the transactional id took over.
+        """
+        if self.failure is not None:
+            raise self.failure
+        if self.closed:
+            raise IllegalStateError("cannot send: the producer is closed")
+        self._require_sendable()
 
     def append(
         self,
@@ -81,7 +96,7 @@ class RecordAccumulator:
         """
         with self.lock:
             if self.failure is not None or self.closed:  # the sender failed, or close ran, meanwhile
-                self._require_open()
+                self.require_open()
             if self.buffered_bytes + size > self._buffer_memory:
                 self.reserve(size)
             else:
@@ -126,7 +141,7 @@ class RecordAccumulator:
         count = len(rows["values"])
         now_ms = time.time_ns() // 1_000_000
         with self.cond:
-            self._require_open()
+            self.require_open()
             self.reserve(size)
             queue = self.queues[tp]
             tail = queue[-1] if queue else None
@@ -162,7 +177,7 @@ class RecordAccumulator:
             if remaining <= 0 or self.closed:
                 raise KafkaTimeoutError(f"no room in buffer_memory={self._buffer_memory} within max_block_ms")
             self.cond.wait(remaining)
-            self._require_open()
+            self.require_open()
         self.buffered_bytes += size
 
     def close_batch(self, batch: ProducerBatch) -> None:

@@ -147,6 +147,11 @@ class TransactionManager:
         self._previous_groups, self._groups = self._groups, set()
         return answer
 
+    def require_sendable(self) -> None:
+        """Raises if sends are refused (a transactional producer outside a transaction)."""
+        if self.outside:
+            raise self.fenced or IllegalStateError("a transactional producer sends only within a transaction")
+
     def require_transaction(self) -> None:
         if self.fenced is not None:
             raise self.fenced
