@@ -220,7 +220,13 @@ def test_a_restarted_listener_listens_again(wire, kafka_cluster):
     metadata = kafka_cluster.metadata(refresh=True)
     broker = max(metadata.listeners)
     name = listener_name(kafka_cluster.cluster_name, broker, metadata.brokers[broker].node_id)
-    ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+    killed = ray.get_actor(name, namespace=NAMESPACE)
+    ray.kill(killed)
+    # ray.kill returns at once and the process answers for a moment after it: the waits below
+    # passed on the dying listener, and the controller then dropped it from the metadata while
+    # the next test's `raylog start` ran (2 of 3 brokers printed, the full suite beside a busy
+    # core). So first the killed actor is gone.
+    wait_until(lambda: _gone(killed), timeout_s=60, message=f"broker {broker}'s killed listener gone")
     host, port = metadata.listeners[broker]
     address = f"{host}:{port}"  # the controller starts it again on the same port
     answer = wait_until(
@@ -241,6 +247,16 @@ def test_a_restarted_listener_listens_again(wire, kafka_cluster):
         timeout_s=60,
         message="the controller listing every listener where it was",
     )
+
+
+def _gone(actor) -> bool:
+    try:
+        ray.get(actor.start.remote(), timeout=5)
+    except ray.exceptions.RayActorError:
+        return True
+    except ray.exceptions.GetTimeoutError:
+        pass
+    return False
 
 
 def _advertised(address: str) -> list[str] | None:
