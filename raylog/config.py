@@ -883,12 +883,8 @@ class ControllerConfig(_Config):
             if mechanism.upper() in SASL_MECHANISMS and rest == REAUTH_SETTING:
                 if mechanism != mechanism.lower():
                     raise InvalidConfigError(f"{key}: name the SASL mechanism lower-cased, as Kafka reads it")
-                ms = _coerce(value, int, key)
-                problem = fields["connections_max_reauth_ms"].metadata["valid"].problem(ms, self)
-                if problem is not None:
-                    raise InvalidConfigError(f"{key} {problem}")
                 by_mechanism = own[names[listener]].setdefault("reauth_ms_by_mechanism", {})
-                by_mechanism[mechanism.upper()] = ms
+                by_mechanism[mechanism.upper()] = self._checked(fields["connections_max_reauth_ms"], value, key)
                 continue
             field = name.replace(".", "_")
             if field not in LISTENER_SETTINGS:
@@ -896,12 +892,16 @@ class ControllerConfig(_Config):
                     f"{key}: a listener may override {', '.join(map(_kafka_name, LISTENER_SETTINGS))}, "
                     f"not {_quoted(name)}"
                 )
-            coerced = _coerce(value, type(fields[field].default), key)
-            problem = fields[field].metadata["valid"].problem(coerced, self)
-            if problem is not None:
-                raise InvalidConfigError(f"{key} {problem}")
-            own[names[listener]][field] = coerced
+            own[names[listener]][field] = self._checked(fields[field], value, key)
         return {name: self._listener_settings(settings) for name, settings in own.items()}
+
+    def _checked(self, field: dataclasses.Field, value: Any, key: str) -> Any:
+        """``value`` of property ``key`` as ``field`` takes it, refused as the field refuses it."""
+        coerced = _coerce(value, type(field.default), key)
+        problem = field.metadata["valid"].problem(coerced, self)
+        if problem is not None:
+            raise InvalidConfigError(f"{key} {problem}")
+        return coerced
 
     def for_listener(self, name: str) -> ListenerSettings:
         """The settings of the listener ``name`` (the broker-wide ones for a listener that
