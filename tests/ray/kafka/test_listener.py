@@ -84,7 +84,15 @@ def test_api_versions_lists_what_the_codec_supports(wire):
 
 def test_metadata_advertises_every_brokers_listener(wire, bootstrap, kafka_cluster, kafka_topic):
     topic = kafka_topic(3, replication_factor=3)
-    answer = _metadata(wire, topic)
+
+    # A listener whose refresh from the controller is slow (a loaded machine) answers from its
+    # cached metadata, where the new topic's leaders may not be yet: a Kafka client asks again
+    # while a partition answers LEADER_NOT_AVAILABLE, and so does this test.
+    def led() -> dict | None:
+        answer = _metadata(wire, topic)
+        return answer if all(p["error_code"] == 0 for p in answer["topics"][0]["partitions"]) else None
+
+    answer = wait_until(led, message=f"every partition of {topic} led in Metadata")
     assert sorted(f"{b['host']}:{b['port']}" for b in answer["brokers"]) == sorted(bootstrap.split(","))
     (described,) = answer["topics"]
     assert described["error_code"] == 0 and described["name"] == topic and not described["is_internal"]
