@@ -807,9 +807,6 @@ class ControllerConfig(_Config):
         """
         protocols = _protocol_map(self.listener_security_protocol_map)
         bound = _listener_list(self.listeners, "listeners")
-        advertised = {
-            name: (host, port) for name, host, port in _listener_list(self.advertised_listeners, "advertised.listeners")
-        }
         for name, _, _ in bound:
             if name not in protocols:
                 raise InvalidConfigError(
@@ -819,20 +816,33 @@ class ControllerConfig(_Config):
         ports = [port for _, _, port in bound if port]
         if len(set(ports)) != len(ports):
             raise InvalidConfigError(f"listeners: each listener needs a port of its own, got {_quoted(self.listeners)}")
-        unknown = set(advertised) - {name for name, _, _ in bound}
+        advertised = self.advertised(self.advertised_listeners)
+        return tuple(
+            Listener(name, protocols[name], host, port, *advertised.get(name, ("", 0))) for name, host, port in bound
+        )
+
+    def advertised(self, value: str) -> dict[str, tuple[str, int]]:
+        """``listener name -> (host, port)`` that an ``advertised.listeners`` value gives (the
+        cluster's setting, or one broker's dynamic config, see
+        :mod:`raylog.coordination.broker_configs`).
+
+        Raises:
+            InvalidConfigError: a malformed entry, a name twice, a name that is none of
+                ``listeners``' or the host 0.0.0.0 or :: (clients cannot connect to them).
+        """
+        advertised = {name: (host, port) for name, host, port in _listener_list(value, "advertised.listeners")}
+        unknown = set(advertised) - {name for name, _, _ in _listener_list(self.listeners, "listeners")}
         if unknown:
             raise InvalidConfigError(
                 f"advertised.listeners: {', '.join(sorted(unknown))} is not a name in listeners "
-                f"({_quoted(self.listeners)}), got {_quoted(self.advertised_listeners)}"
+                f"({_quoted(self.listeners)}), got {_quoted(value)}"
             )
         if any(host in EVERY_INTERFACE for host, _ in advertised.values()):
             raise InvalidConfigError(
                 "advertised.listeners cannot advertise 0.0.0.0 or :: (clients cannot connect to "
-                f"them), got {_quoted(self.advertised_listeners)}"
+                f"them), got {_quoted(value)}"
             )
-        return tuple(
-            Listener(name, protocols[name], host, port, *advertised.get(name, ("", 0))) for name, host, port in bound
-        )
+        return advertised
 
     def listener_addresses(self, broker_ids: list[int]) -> dict[int, tuple[Listener, ...]]:
         """``broker id -> its listeners`` for brokers sharing a node (sorted ids): the i-th binds

@@ -683,7 +683,7 @@ class ControllerActor:
         def alter(item: tuple[str, dict[str, Any]]) -> None:
             resource, change = item
             _require(access, Op.ALTER_CONFIGS, CLUSTER)
-            record = self.image.alter_broker_config(resource, change, incremental=incremental)
+            record = self.image.alter_broker_config(resource, change, incremental=incremental, static=self.config)
             if validate_only:
                 return
             self._commit([record])
@@ -1541,7 +1541,9 @@ class ControllerActor:
             "denied": denied,
             "reassignments": {key: r for key, r in reassignments.items() if access is None or key[0] in described},
             "refused_brokers": dict(self.refused),
-            "listeners": {} if self.listeners is None else self.listeners.endpoints(self.live),
+            "listeners": {}
+            if self.listeners is None
+            else self.listeners.endpoints(self.live, self.image.broker_configs),
             "listener_names": tuple(listener.name for listener in self.config.named_listeners),
             "acls": None
             if not self.config.authorizer or not broker

@@ -12,6 +12,10 @@ built-in default. raylog follows it:
   own value reaches the replicas on that broker. Values are validated as the topic property's.
 - raylog's static settings (the controller's, given when the cluster starts, and a broker's
   identity) are read-only: a change is refused as Kafka refuses a non-dynamic config.
+- ``advertised.listeners`` is one broker's own (Kafka's per-broker dynamic configs: refused
+  on the cluster default): it says where clients reach that broker on the listeners it names,
+  over what the cluster's setting says (:func:`advertised_overrides`), for brokers behind
+  addresses of their own (a NAT, a DNS name per node). Validated as the cluster's setting is.
 - Any other name is kept and described as Kafka keeps a config it does not act on (Kafka's
   thread pools, SASL and SSL listener settings ...: raylog has no such part), so tools that
   set and read them back work.
@@ -62,6 +66,9 @@ TOPIC_DEFAULTS: dict[str, str] = {broker: topic for topic, broker in TOPIC_SYNON
 #: Configs given when the cluster starts (the controller's settings, and its per-listener
 #: listener.name.* ones) or naming a broker: not changed over the protocol.
 READ_ONLY = frozenset(ControllerConfig().to_properties()) | {"broker.id", "node.id", "log.dir", "log.dirs"}
+#: Static settings a broker may also be given one by one, dynamically (Kafka's per-broker
+#: dynamic configs, which have no cluster default).
+PER_BROKER = frozenset({"advertised.listeners"})
 #: Broker configs whose values are comma-separated lists.
 LIST_CONFIGS = frozenset({"log.cleanup.policy"})
 #: Configs whose values are secrets: described without their value (Kafka's PASSWORD type) and
@@ -72,20 +79,36 @@ _SENSITIVE_SUFFIXES = (".password", "sasl.jaas.config")
 CLUSTER_DEFAULT = ""
 
 
-def alter(current: Mapping[str, str], changes: Mapping[str, Any], *, incremental: bool) -> dict[str, str]:
-    """A broker resource's new dynamic configs after ``changes``, shaped as a topic's (see
-    :meth:`~raylog.coordination.metadata.MetadataImage.alter_config`): a value sets, None
+def alter(
+    current: Mapping[str, str],
+    changes: Mapping[str, Any],
+    *,
+    incremental: bool,
+    resource: str = CLUSTER_DEFAULT,
+    static: ControllerConfig | None = None,
+) -> dict[str, str]:
+    """Broker resource ``resource``'s new dynamic configs after ``changes``, shaped as a topic's
+    (see :meth:`~raylog.coordination.metadata.MetadataImage.alter_config`): a value sets, None
     deletes, ``("append" | "subtract", items)`` changes a list config (incremental only); not
     incremental, ``changes`` replaces the whole set. A topic default's value is validated and
-    normalized as the topic property's (``"LZ4"`` is kept as ``lz4``).
+    normalized as the topic property's (``"LZ4"`` is kept as ``lz4``); a per-broker config's
+    (:data:`PER_BROKER`) against the cluster's static settings ``static``.
 
     Raises:
         InvalidRequestError: a read-only config (Kafka's "Cannot update these configs
-            dynamically").
+            dynamically"), or a per-broker one on the cluster default.
         InvalidConfigError: a value the topic property refuses, a value that is not a string
-            or number, or an append / subtract of a config that is not a list.
+            or number, an ``advertised.listeners`` that ``static``'s listeners refuse, or an
+            append / subtract of a config that is not a list.
     """
-    read_only = sorted(name for name in changes if name in READ_ONLY or name.startswith(LISTENER_PREFIX))
+    per_broker = sorted(name for name in changes if name in PER_BROKER)
+    if per_broker and resource == CLUSTER_DEFAULT:
+        raise InvalidRequestError(
+            f"{per_broker} can only be set for one broker (resource name its id), not as the cluster default"
+        )
+    read_only = sorted(
+        name for name in changes if (name in READ_ONLY and name not in PER_BROKER) or name.startswith(LISTENER_PREFIX)
+    )
     if read_only:
         raise InvalidRequestError(
             f"Cannot update these configs dynamically: {read_only} "
@@ -100,7 +123,7 @@ def alter(current: Mapping[str, str], changes: Mapping[str, Any], *, incremental
         elif isinstance(change, bool) or not isinstance(change, str | int | float):
             raise InvalidConfigError(f"{name}: {change!r} is not a config value (a string)")
         else:
-            configs[name] = _validated(name, str(change))
+            configs[name] = _validated(name, str(change), static or ControllerConfig())
     return configs
 
 
@@ -148,7 +171,31 @@ def _default(name: str) -> str:
     return TopicConfig().to_properties()[topic_property] if topic_property else ""
 
 
-def _validated(name: str, value: str) -> str:
+def advertised_overrides(
+    configs: Mapping[str, Mapping[str, str]], static: ControllerConfig
+) -> tuple[dict[int, dict[str, tuple[str, int]]], dict[int, str]]:
+    """``(broker id -> listener name -> (host, port), broker id -> why refused)``: what brokers'
+    own ``advertised.listeners`` give (``configs``: the dynamic configs by resource name), each
+    over the cluster's for the listeners it names (host "": the one the broker advertises
+    otherwise; port 0: the port bound); and the values the cluster's listeners no longer take
+    (changed at a restart), which are left out: those brokers advertise what the cluster's
+    settings say."""
+    overrides, refused = {}, {}
+    for resource, own in configs.items():
+        value = own.get("advertised.listeners")
+        if resource == CLUSTER_DEFAULT or value is None:
+            continue
+        try:
+            overrides[int(resource)] = static.advertised(value)
+        except InvalidConfigError as exc:
+            refused[int(resource)] = str(exc)
+    return overrides, refused
+
+
+def _validated(name: str, value: str, static: ControllerConfig) -> str:
+    if name == "advertised.listeners":
+        static.advertised(value)
+        return value
     topic_property = TOPIC_DEFAULTS.get(name)
     if topic_property is None:
         return value

@@ -59,7 +59,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..config import LIST_PROPERTIES, TopicConfig, list_operation
+from ..config import LIST_PROPERTIES, ControllerConfig, TopicConfig, list_operation
 from ..errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -344,11 +344,14 @@ class MetadataImage:
     def _cluster_topic_defaults(self) -> dict[str, str]:
         return broker_configs.topic_defaults(self.broker_configs.get(broker_configs.CLUSTER_DEFAULT, {}))
 
-    def alter_broker_config(self, resource: str, changes: Mapping[str, Any], *, incremental: bool) -> dict[str, Any]:
+    def alter_broker_config(
+        self, resource: str, changes: Mapping[str, Any], *, incremental: bool, static: ControllerConfig | None = None
+    ) -> dict[str, Any]:
         """The record altering a broker resource's dynamic configs (Kafka's AlterConfigs and
         IncrementalAlterConfigs of a broker; changes shaped as :meth:`alter_config`'s, see
         :func:`~raylog.coordination.broker_configs.alter`). ``resource`` is "" (the cluster
-        default, every broker) or a registered broker's id. Every topic must still take its
+        default, every broker) or a registered broker's id; ``static``: the cluster's settings,
+        which a broker's own ``advertised.listeners`` must fit. Every topic must still take its
         new defaults, so a refused change alters nothing.
 
         Raises:
@@ -356,7 +359,8 @@ class MetadataImage:
             InvalidConfigError: a value refused, or a topic that would not take it (named).
         """
         self._require_broker_resource(resource)
-        configs = broker_configs.alter(self.broker_configs.get(resource, {}), changes, incremental=incremental)
+        current = self.broker_configs.get(resource, {})
+        configs = broker_configs.alter(current, changes, incremental=incremental, resource=resource, static=static)
         defaults = broker_configs.topic_defaults(configs)
         if resource == broker_configs.CLUSTER_DEFAULT:
             for name in self.topics:

@@ -478,7 +478,7 @@ def _described_config(key: str, entry: Any, synonyms: bool, documentation: bool,
     described = {
         "name": key,
         "value": entry.value,
-        "read_only": broker and key in broker_configs.READ_ONLY,
+        "read_only": broker and key in broker_configs.READ_ONLY - broker_configs.PER_BROKER,
         "is_default": entry.source == "default",
         "config_source": SOURCES[entry.source],
         "is_sensitive": sensitive,

@@ -7,8 +7,10 @@ listener is asked to listen (one whose port is taken is logged and asked again n
 A listener that died is started again on the port it had, also when ``listeners`` asked for
 any free port, so the addresses clients bootstrap from stay true. A broker's listener actor
 serves all of its named listeners; Metadata answers carry :meth:`ListenerFleet.endpoints`,
-each broker's advertised address per listener name: a listener that listened stays there
-while it is only too busy to confirm in time, up to :data:`LISTENER_SESSION_TIMEOUT_S`.
+each broker's advertised address per listener name (a broker's own ``advertised.listeners``,
+a dynamic config, over what its listener advertises by the cluster's settings): a listener
+that listened stays there while it is only too busy to confirm in time, up to
+:data:`LISTENER_SESSION_TIMEOUT_S`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import ray
@@ -25,6 +28,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raylog.actors.kafka.listener import KafkaListenerActor
 from raylog.actors.names import LISTENER_START_TIMEOUT_S, NAMESPACE
 from raylog.config import ControllerConfig
+from raylog.coordination import broker_configs
 from raylog.types import BrokerInfo
 
 logger = logging.getLogger(__name__)
@@ -62,11 +66,39 @@ class ListenerFleet:
         self._confirmed_at: dict[int, float] = {}
         #: broker id -> listener name -> the port it bound last (a new listener takes it again)
         self._ports: dict[int, dict[str, int]] = {}
+        #: brokers' own advertised.listeners values by resource name, and what they give
+        self._advertised_values: dict[str, str] = {}
+        self._overrides: dict[int, dict[str, tuple[str, int]]] = {}
 
-    def endpoints(self, live: set[int]) -> dict[int, dict[str, tuple[str, int]]]:
+    def endpoints(
+        self, live: set[int], dynamic: Mapping[str, Mapping[str, str]]
+    ) -> dict[int, dict[str, tuple[str, int]]]:
         """``broker id -> listener name -> advertised (host, port)`` of each live broker whose
-        listeners listen (names in the order of ``listeners``)."""
-        return {b: e for b, e in self._endpoints.items() if b in live}
+        listeners listen (names in the order of ``listeners``); ``dynamic``: the dynamic broker
+        configs by resource name, whose ``advertised.listeners`` a broker advertises first."""
+        overrides = self._advertised(dynamic)
+        return {
+            b: {name: self._override(b, name, endpoint, overrides.get(b, {})) for name, endpoint in e.items()}
+            for b, e in self._endpoints.items()
+            if b in live
+        }
+
+    def _advertised(self, dynamic: Mapping[str, Mapping[str, str]]) -> dict[int, dict[str, tuple[str, int]]]:
+        values = {r: c["advertised.listeners"] for r, c in dynamic.items() if "advertised.listeners" in c}
+        if values != self._advertised_values:
+            self._advertised_values = values
+            self._overrides, refused = broker_configs.advertised_overrides(dynamic, self.config)
+            for broker_id, why in refused.items():
+                logger.warning("broker %d: its own advertised.listeners is not used: %s", broker_id, why)
+        return self._overrides
+
+    def _override(
+        self, broker_id: int, name: str, endpoint: tuple[str, int], own: dict[str, tuple[str, int]]
+    ) -> tuple[str, int]:
+        if name not in own:
+            return endpoint
+        host, port = own[name]
+        return host or endpoint[0], port or self._ports.get(broker_id, {}).get(name, endpoint[1])
 
     async def reconcile(self, brokers: dict[int, BrokerInfo], live: set[int]) -> None:
         """Give every live broker a listener and make sure each listens."""

@@ -437,6 +437,75 @@ def test_dynamic_broker_configs_over_the_wire_default_topics_and_replicas(
     assert described("broker", broker)["log.cleanup.policy"].value == "delete"
 
 
+def test_a_brokers_own_advertised_listeners_reach_kafka_clients(
+    bootstrap, confluent_admin, kafka_admin, kafka_cluster, kafka_topic
+):
+    """advertised.listeners set for one broker (a per-broker dynamic config, as
+    kafka-configs.sh --entity-type brokers --entity-name 1 sets it): Metadata gives clients
+    that broker at its own address (here localhost, port 0: the port bound), fresh clients in
+    their default settings produce to and read from its partition there, the config is
+    described as the broker's own and not read-only; the cluster default and a listener name
+    the brokers do not have are refused; deleting it brings the address back."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+
+    topic = kafka_topic(3)
+    broker = 1
+
+    def alter(name: str, value: str | None) -> None:
+        op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+        entry = ConfigEntry("advertised.listeners", value, incremental_operation=op)
+        resource = ConfigResource("broker", name, incremental_configs=[entry])
+        result_of(confluent_admin.incremental_alter_configs([resource]), resource)
+
+    def advertised() -> tuple[str, int]:
+        described = confluent_admin.list_topics(timeout=CALL_TIMEOUT_S).brokers[broker]
+        return described.host, described.port
+
+    host, port = advertised()
+    assert host == "127.0.0.1"
+    try:
+        alter(str(broker), "PLAINTEXT://localhost:0")
+        wait_until(lambda: advertised() == ("localhost", port), message="broker 1 advertised at localhost")
+        assert f"localhost:{port}" in kafka_cluster.bootstrap_servers().split(",")
+        mine = result_of(
+            confluent_admin.describe_configs([ConfigResource("broker", "1")]), ConfigResource("broker", "1")
+        )
+        entry = mine["advertised.listeners"]
+        assert (entry.value, entry.source, entry.is_read_only) == (
+            "PLAINTEXT://localhost:0",
+            ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+            False,
+        )
+        for name, value, code in (
+            ("", "PLAINTEXT://localhost:0", KafkaError.INVALID_REQUEST),
+            ("1", "EXTERNAL://localhost:0", KafkaError.INVALID_CONFIG),
+        ):
+            with pytest.raises(KafkaException) as raised:
+                alter(name, value)
+            assert raised.value.args[0].code() == code
+        (led,) = [
+            p.id for p in confluent_admin.list_topics(topic).topics[topic].partitions.values() if p.leader == broker
+        ][:1]
+        producer = Producer({"bootstrap.servers": bootstrap})
+        delivered = []
+        producer.produce(
+            topic, b"through localhost", partition=led, on_delivery=lambda e, m: delivered.append((e, m.offset()))
+        )
+        assert producer.flush(CALL_TIMEOUT_S) == 0
+        assert [e for e, _ in delivered] == [None]
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": fresh_name("adv")})
+        try:
+            consumer.assign([TopicPartition(topic, led, delivered[0][1])])
+            message = wait_until(lambda: consumer.poll(1.0), message="the record read from broker 1")
+            assert (message.error(), message.value()) == (None, b"through localhost")
+        finally:
+            consumer.close()
+    finally:
+        alter(str(broker), None)
+    wait_until(lambda: advertised() == ("127.0.0.1", port), message="broker 1 advertised at 127.0.0.1 again")
+
+
 def test_kafka_python_admin_alters_configs_both_ways(bootstrap, kafka_admin, kafka_topic):
     """kafka-python 3 alters incrementally when the broker offers IncrementalAlterConfigs, and
     with AlterConfigs when told to."""

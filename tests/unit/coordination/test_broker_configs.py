@@ -109,6 +109,56 @@ def test_a_refused_broker_alter_names_why_and_changes_nothing(controller, resour
     assert image.broker_configs == {}
 
 
+LISTENING = ControllerConfig(
+    listeners="INTERNAL://:9092,EXTERNAL://0.0.0.0:9192",
+    listener_security_protocol_map="INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+    advertised_listeners="EXTERNAL://nat.example.com:9192",
+)
+
+
+def test_a_broker_is_given_its_own_advertised_listeners(controller):
+    """advertised.listeners, a static setting of the cluster, is also one broker's dynamic
+    config (Kafka's per-broker configs): set for broker 1, described as its own (the
+    cluster's static value stays for the others), kept in the journal, deleted back."""
+    image = controller.image
+    own = "EXTERNAL://b1.example.com:19192"
+    change = {"advertised.listeners": own}
+    controller.commit([image.alter_broker_config("1", change, incremental=True, static=LISTENING)])
+    static = LISTENING.to_properties()
+    assert image.describe_broker_config("1", static)["advertised.listeners"] == ConfigEntry(own, "dynamic_broker")
+    described = image.describe_broker_config("2", static)["advertised.listeners"]
+    assert described == ConfigEntry("EXTERNAL://nat.example.com:9192", "static_broker")
+    assert controller.replayed().broker_configs == {"1": change}
+    assert broker_configs.advertised_overrides(image.broker_configs, LISTENING) == (
+        {1: {"EXTERNAL": ("b1.example.com", 19192)}},
+        {},
+    )
+    controller.commit([image.alter_broker_config("1", {"advertised.listeners": None}, incremental=True)])
+    assert image.broker_configs == {}
+
+
+@pytest.mark.parametrize(
+    ("resource", "value", "error", "named"),
+    [
+        ("", "EXTERNAL://b.example.com:9192", InvalidRequestError, "one broker"),
+        ("1", "OTHER://b.example.com:9192", InvalidConfigError, "OTHER is not a name in listeners"),
+        ("1", "EXTERNAL://0.0.0.0:9192", InvalidConfigError, "cannot advertise 0.0.0.0"),
+        ("1", "EXTERNAL://b.example.com", InvalidConfigError, "NAME://host:port"),
+        ("1", "EXTERNAL://a:1,EXTERNAL://b:2", InvalidConfigError, "once"),
+        ("1", "EXTERNAL://b.example.com:70000", InvalidConfigError, "NAME://host:port"),
+    ],
+)
+def test_a_brokers_advertised_listeners_that_do_not_fit_its_listeners_are_refused(
+    controller, resource, value, error, named
+):
+    """Checked as the cluster's setting is, against its listeners; never a cluster default."""
+    with pytest.raises(error, match=named):
+        controller.image.alter_broker_config(
+            resource, {"advertised.listeners": value}, incremental=True, static=LISTENING
+        )
+    assert controller.image.broker_configs == {}
+
+
 def test_a_default_a_topic_could_not_take_is_refused_naming_the_topic(controller):
     """replica.fetch.wait.max.ms must stay below replica.lag.time.max.ms: a cluster default
     that breaks it for a topic that sets the other is refused, naming that topic."""
