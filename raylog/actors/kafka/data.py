@@ -9,6 +9,11 @@ died (metadata is refreshed at once). Record batches are converted on the way in
 (:mod:`raylog.kafka.records`): Kafka's v2 format on the wire, raylog's on disk, offsets,
 timestamps and producer fields unchanged.
 
+Produce: a connection's batches to each partition go to the leader in the order they came,
+one call at a time, and those that queued behind a call go together in the next
+(:mod:`raylog.actors.kafka.appends`), so that the listener may run a connection's Produce
+requests beside each other.
+
 Fetch: Kafka's ``min_bytes`` and ``max_wait_ms`` hold for the whole request, where a raylog
 replica long-polls its own partition. Every partition is first read at once; when that
 gives less than ``min_bytes``, each empty partition gets a long poll at its leader and the
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylog.actors.kafka.admin import ask_each
+from raylog.actors.kafka.appends import Append, PartitionAppends, Slot, placed
 from raylog.actors.kafka.authorization import CLUSTER, allows, authorized_operations
 from raylog.actors.kafka.context import (
     CONNECTION,
@@ -67,7 +73,14 @@ from raylog.errors import (
 )
 from raylog.kafka import codec, records
 from raylog.kafka.fetch_sessions import FINAL_EPOCH, NO_SESSION_ID, FetchContext
-from raylog.protocol import FetchRequest, FetchResponse, ProduceRequest, error_fields, records_payload
+from raylog.protocol import (
+    FetchRequest,
+    FetchResponse,
+    ProduceRequest,
+    ProduceResponse,
+    error_fields,
+    records_payload,
+)
 from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD, read_header
 from raylog.types import NewTopic
 
@@ -313,12 +326,21 @@ async def produce(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -
     acks, timeout_ms = body["acks"], body["timeout_ms"]
     client_id = header.client_id or ""
     tid = body.get("transactional_id")
-    calls = [
-        (t["name"], p["index"], _produce_partition(ctx, t["name"], p, acks, timeout_ms, client_id, tid))
+    places = [
+        (t["name"], p, _appends(ctx, t["name"], p["index"]).reserve())
         for t in body["topic_data"]
         for p in t["partition_data"]
     ]
-    answers = await asyncio.gather(*(c for _, _, c in calls))
+    placed()
+    calls = [
+        (topic, p["index"], _produce_partition(ctx, topic, p, slot, acks, timeout_ms, client_id, tid))
+        for topic, p, slot in places
+    ]
+    try:
+        answers = await asyncio.gather(*(c for _, _, c in calls))
+    finally:
+        for *_, slot in places:
+            slot.fill(None)  # (a place left empty, by a cancelled request, would hold the others up)
     if acks == 0:
         return None
     by_topic: dict[str, list] = {}
@@ -332,36 +354,22 @@ async def produce(ctx: BrokerContext, header: codec.RequestHeader, body: dict) -
 
 
 async def _produce_partition(
-    ctx: BrokerContext, topic: str, p: dict, acks: int, timeout_ms: int, client_id: str, tid: str | None
+    ctx: BrokerContext, topic: str, p: dict, slot: Slot, acks: int, timeout_ms: int, client_id: str, tid: str | None
 ) -> dict:
+    """One partition's answer: its batch converted, then appended in its place ``slot``."""
     answer: dict[str, Any] = {"index": p["index"], "base_offset": -1, "log_append_time_ms": -1, "throttle_time_ms": 0}
     try:
-        converted = await ctx.convert(records.to_raylog, _one_batch(topic, p["index"], p["records"]))
+        try:
+            converted = await ctx.convert(records.to_raylog, _one_batch(topic, p["index"], p["records"]))
+            append = Append(converted, read_header(converted), acks, timeout_ms, client_id, tid)
+        except BaseException:
+            slot.fill(None)  # (refused, or cancelled: the appends after it go on)
+            raise
+        slot.fill(append)
+        response = await slot.answer
     except RaylogError as exc:
         answer.update(_error(exc))
         return answer
-    sequences = _Sequences.of_connection()
-    batch = read_header(converted)
-    try:
-        leader = await _leader(ctx, topic, p["index"])
-        request = ProduceRequest(
-            records_payload(converted),
-            acks,
-            timeout_ms,
-            client_id,
-            first_unacked_sequence=sequences.first_unacked(topic, p["index"], batch),
-            transactional_id=tid,
-            in_order=True,
-            session=ctx.broker_token(),
-        )
-        response = await _guarded(ctx, ctx.call(leader.produce.remote(request), timeout_ms / 1000 + PRODUCE_GRACE_S))
-    except RaylogError as exc:
-        sequences.answered(topic, p["index"], batch, acknowledged=False)
-        answer.update(_error(exc))
-        return answer
-    sequences.answered(topic, p["index"], batch, acknowledged=not response.error_code)
-    if response.error_code and issubclass(codec_error(response.error_code), _MOVED):
-        ctx.invalidate()
     answer.update(
         error_code=response.error_code,
         error_message=response.error_message or None,
@@ -372,6 +380,49 @@ async def _produce_partition(
         record_errors=[{"batch_index": i, "batch_index_error_message": why} for i, why in response.record_errors],
     )
     return answer
+
+
+def _appends(ctx: BrokerContext, topic: str, partition: int) -> PartitionAppends:
+    """The connection's queue of appends to the partition (a fresh one outside a connection)."""
+    queues = CONNECTION.get({}).setdefault("appends", {})
+    queue = queues.get((topic, partition))
+    if queue is None:
+        queue = queues[(topic, partition)] = PartitionAppends(functools.partial(_send, ctx, topic, partition))
+    return queue
+
+
+async def _send(ctx: BrokerContext, topic: str, partition: int, appends: list[Append]) -> ProduceResponse:
+    """One call to the partition's leader with the batches of ``appends`` (see
+    :mod:`raylog.actors.kafka.appends`).
+
+    Raises:
+        RaylogError: no leader here, or the call failed.
+    """
+    first = appends[0]
+    data = first.batch if len(appends) == 1 else b"".join(bytes(a.batch) for a in appends)
+    sequences = _Sequences.of_connection()
+    try:
+        leader = await _leader(ctx, topic, partition)
+        request = ProduceRequest(
+            records_payload(data),
+            first.acks,
+            first.timeout_ms,
+            first.client_id,
+            first_unacked_sequence=sequences.first_unacked(topic, partition, first.header),
+            transactional_id=first.transactional_id,
+            in_order=True,
+            session=ctx.broker_token(),
+        )
+        response = await _guarded(
+            ctx, ctx.call(leader.produce.remote(request), first.timeout_ms / 1000 + PRODUCE_GRACE_S)
+        )
+    except RaylogError:
+        sequences.answered(topic, partition, first.header, acknowledged=False)
+        raise
+    sequences.answered(topic, partition, first.header, acknowledged=not response.error_code)
+    if response.error_code and issubclass(codec_error(response.error_code), _MOVED):
+        ctx.invalidate()
+    return response
 
 
 class _Sequences:

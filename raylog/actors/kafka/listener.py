@@ -11,7 +11,11 @@ each to the handler of its API key (decoded by :mod:`raylog.kafka.codec`) and a 
 sends the answers in the order the requests came. Requests that only read (:data:`READS`)
 run beside each other; one that changes something runs after everything before it, and
 everything after it waits for it: what a client sees is what Kafka's one-request-at-a-time
-connections give, and a Fetch never queues behind a slow FindCoordinator or Metadata.
+connections give, and a Fetch never queues behind a slow FindCoordinator or Metadata. One
+exception: consecutive Produce requests (of the versions that are throttled by muting,
+:data:`THROTTLE_AT_ONCE`) run beside each other, and each partition's batches keep their
+order in :mod:`raylog.actors.kafka.appends`, so that a client that pipelines gets more than
+one acks=all round trip's worth of requests answered at a time.
 Other connections go on while one waits on an actor, or while its record batches are
 converted (on the context's conversion threads, bounded while they inflate).
 
@@ -68,6 +72,7 @@ from raylog.actors import logs
 from raylog.actors.kafka import (
     acls,
     admin,
+    appends,
     authentication,
     authorization,
     client_quotas,
@@ -88,6 +93,7 @@ logger = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")
+_API_KEY_VERSION = struct.Struct(">hh")
 #: Bytes of a connection's answers computed and not yet written past which the listener
 #: stops reading its requests: a client that does not read its answers must not make the
 #: broker hold them without bound (Kafka reads nothing more from a connection until its
@@ -291,6 +297,8 @@ class KafkaListenerActor:
         sender = asyncio.ensure_future(self._send(answers, writer, peer, backlog))
         change: asyncio.Future | None = None  # the last request that changes something
         reads: list[asyncio.Future] = []  # reads started since (the next change waits for them)
+        produces: list[asyncio.Future] = []  # Produce requests since, running beside each other
+        placed: asyncio.Future | None = None  # set once the last of them reserved its places
         unanswered_reads: set[asyncio.Future] = set()
         try:
             while not sender.done():
@@ -306,7 +314,7 @@ class KafkaListenerActor:
                     self._pool.release(size)
                     raise
                 if connection.get("sasl_raw"):  # a SASL token after SaslHandshake v0, not a request
-                    answer = asyncio.ensure_future(self._raw_sasl_answer(frame, [change, *reads], peer))
+                    answer = asyncio.ensure_future(self._raw_sasl_answer(frame, [change, *reads, *produces], peer))
                     answer.add_done_callback(lambda _, n=size: self._pool.release(n))
                     answer.add_done_callback(backlog.ready)
                     backlog.requests += 1
@@ -315,14 +323,20 @@ class KafkaListenerActor:
                 if not self._may_read(frame, peer):
                     self._pool.release(size)
                     return
-                if size >= _API_KEY.size and _API_KEY.unpack_from(frame)[0] in READS:
-                    answer = asyncio.ensure_future(self._answer_after([change], frame, peer))
+                api_key, version = _API_KEY_VERSION.unpack_from(frame) if size >= _API_KEY_VERSION.size else (-1, -1)
+                if api_key in READS:
+                    answer = asyncio.ensure_future(self._answer_after([change, *produces], frame, peer))
                     reads = [r for r in reads if not r.done()] + [answer]
                     unanswered_reads.add(answer)
                     answer.add_done_callback(unanswered_reads.discard)
+                elif api_key == codec.ApiKey.PRODUCE and version >= THROTTLE_AT_ONCE[api_key]:
+                    before, placed = placed, asyncio.get_running_loop().create_future()
+                    answer = asyncio.ensure_future(self._produce_after([change, *reads, before], placed, frame, peer))
+                    reads = [r for r in reads if not r.done()]
+                    produces = [p for p in produces if not p.done()] + [answer]
                 else:
-                    answer = asyncio.ensure_future(self._answer_after([change, *reads], frame, peer))
-                    change, reads = answer, []
+                    answer = asyncio.ensure_future(self._answer_after([change, *reads, *produces], frame, peer))
+                    change, reads, produces, placed = answer, [], [], None
                 answer.add_done_callback(lambda _, n=size: self._pool.release(n))
                 answer.add_done_callback(backlog.ready)
                 backlog.requests += 1
@@ -428,6 +442,17 @@ class KafkaListenerActor:
         if waiting:
             await asyncio.wait(waiting)
         return await self._answer(frame, peer)
+
+    async def _produce_after(self, earlier: list, placed: asyncio.Future, frame: bytes, peer: Any) -> list | None:
+        """:meth:`_answer_after` for a Produce that runs beside the connection's others:
+        ``placed`` is set once it reserved its places in its partitions' queues
+        (:mod:`raylog.actors.kafka.appends`), or ended without."""
+        appends.ORDERED.set(placed)
+        try:
+            return await self._answer_after(earlier, frame, peer)
+        finally:
+            if not placed.done():
+                placed.set_result(None)
 
     async def _answer(self, frame: bytes, peer: Any) -> list | None:
         """The response to one request frame (None for a Produce with acks=0).

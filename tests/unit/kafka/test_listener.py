@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from raylog.actors.kafka import listener
+from raylog.actors.kafka import appends, listener
 from raylog.actors.kafka.context import broker_addresses
 from raylog.config import ControllerConfig, Listener
 from raylog.errors import UnknownServerError
@@ -279,6 +279,67 @@ def test_a_closed_connections_reads_stop_and_its_writes_finish(monkeypatch):
         release.set()
         wait_until(lambda: outcomes.get("write"), timeout_s=READ_TIMEOUT_S, message="the write finished")
     assert outcomes == {"read": "cancelled", "write": "finished"}
+
+
+def test_a_connections_produce_requests_run_beside_each_other_and_are_answered_in_order(monkeypatch):
+    """Three pipelined Produce requests: the second and third start while the first waits,
+    each once the one before reserved its places in its partitions' queues
+    (raylog.actors.kafka.appends keeps each partition's order), the answers come in the
+    order asked; a request that changes something else (ListGroups stands in for one) and a
+    read (Metadata) wait until every Produce before them is answered; a Produce of a version
+    throttled by delaying its answer (before KIP-219) waits for what came before it."""
+    started: list = []
+    done: list[int] = []
+    release = {i: threading.Event() for i in range(5)}
+
+    async def produce(ctx, header, body):
+        n = body["acks"]  # (the tests' request number)
+        started.append(("produce", n))
+        appends.placed()  # (as the real handler, once its batches hold their places)
+        while not release[n].is_set():
+            await asyncio.sleep(0.01)
+        done.append(n)
+        return {"responses": [], "throttle_time_ms": 0}
+
+    async def after(ctx, header, body):
+        started.append(header.api_key.name)
+        return (
+            {"error_code": 0, "groups": []} if header.api_key == ApiKey.LIST_GROUPS else {"brokers": [], "topics": []}
+        )
+
+    monkeypatch.setitem(listener.HANDLERS, ApiKey.PRODUCE, produce)
+    monkeypatch.setitem(listener.HANDLERS, ApiKey.LIST_GROUPS, after)
+    monkeypatch.setitem(listener.HANDLERS, ApiKey.METADATA, after)
+    monkeypatch.setattr(listener, "READS", listener.READS - {int(ApiKey.LIST_GROUPS)})
+    with running(new_listener()) as port:
+        wire = Wire(f"127.0.0.1:{port}")
+        sent = [wire.send(ApiKey.PRODUCE, 9, {"acks": n, "timeout_ms": 1, "topic_data": []}) for n in (0, 1, 2)]
+        sent.append(wire.send(ApiKey.LIST_GROUPS, 2, {}))
+        sent.append(wire.send(ApiKey.METADATA, 12, metadata_body()))
+        wait_until(
+            lambda: started == [("produce", 0), ("produce", 1), ("produce", 2)],
+            timeout_s=READ_TIMEOUT_S,
+            message="all three Produce requests started",
+        )
+        release[2].set()
+        release[1].set()
+        wait_until(lambda: sorted(done) == [1, 2], timeout_s=READ_TIMEOUT_S, message="the later two done")
+        time.sleep(SETTLE_S)
+        assert started == [("produce", 0), ("produce", 1), ("produce", 2)]  # the others wait for the first Produce
+        release[0].set()
+        answers = [wire.receive()[0].correlation_id for _ in sent]
+        assert answers == [h.correlation_id for h in sent]
+        assert started[3:] == ["LIST_GROUPS", "METADATA"]
+
+        held = wire.send(ApiKey.PRODUCE, 9, {"acks": 4, "timeout_ms": 1, "topic_data": []})
+        old = wire.send(ApiKey.PRODUCE, 5, {"acks": 3, "timeout_ms": 1, "topic_data": []})
+        wait_until(lambda: ("produce", 4) in started, timeout_s=READ_TIMEOUT_S, message="the held Produce started")
+        time.sleep(SETTLE_S)
+        assert ("produce", 3) not in started  # a Produce v5 waits as any change does
+        release[4].set()
+        release[3].set()
+        assert [wire.receive()[0].correlation_id for _ in range(2)] == [held.correlation_id, old.correlation_id]
+        wire.close()
 
 
 def test_a_listener_that_names_no_host_binds_the_loopback_only():

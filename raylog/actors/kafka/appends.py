@@ -1,0 +1,182 @@
+"""A connection's appends to each partition: in the order its Produce requests came, one call
+to the leader at a time, and what queued behind a call sent together in the next.
+
+Kafka's broker takes a connection's requests one at a time, and so keeps each partition's
+batches in the order the client sent them. The listener lets a connection's consecutive
+Produce requests run beside each other (see :mod:`raylog.actors.kafka.listener`), so that a
+client that pipelines (librdkafka sends without waiting, up to ``max.in.flight``) is not held
+to one acks=all round trip per request; the order is kept here instead, per partition
+(Kafka promises no order across partitions). Each request reserves its places in its
+partitions' queues before anything else (:meth:`PartitionAppends.reserve`), and the listener
+starts a connection's next Produce only once the one before has (:func:`placed`), so the
+places follow the order of the requests, whichever batch is converted first; each place is
+filled once its batch is converted. While a call to the leader is under way, the
+batches that arrive for the partition wait; then those without a producer id (not idempotent,
+not transactional) that share acks, timeout and client id go in one call of several batches,
+which the leader appends in order and atomically (all or none, see
+:meth:`raylog.storage.log.Log.append_as_leader`), and each request is answered with its own
+batch's offsets. An idempotent batch goes alone: the leader checks one producer's sequence
+per call, and the connection's record of unacknowledged sequences (``_Sequences`` in
+:mod:`raylog.actors.kafka.data`) is kept per call.
+
+Where the shared call is refused for what one batch may hold (a corrupt or too large batch,
+a record the log does not take), nothing was appended, and each batch is sent again alone, so
+that only its own request fails, as it would have at Kafka's broker. Any other refusal (no
+leader here, too few in-sync replicas, a timeout) is every batch's.
+
+Plain asyncio on the listener's loop, no Ray: the call to the leader is the caller's ``send``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from raylog.coordination.producer_state import NO_PRODUCER_ID
+from raylog.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from raylog.protocol import ProduceResponse
+
+#: Error codes of a shared call that one batch may have caused: each batch is sent again alone.
+BATCH_ERRORS = frozenset({CorruptRecordError.code, InvalidRecordError.code, RecordTooLargeError.code})
+#: At most this many bytes of batches go in one shared call.
+SHARED_CALL_MAX_BYTES = 8 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Append:
+    """One Produce request's batch for the partition, converted to raylog's format, and what
+    its request asks (``header``: the batch's header, :func:`raylog.storage.record_batch.read_header`)."""
+
+    batch: Any
+    header: Any
+    acks: int
+    timeout_ms: int
+    client_id: str
+    transactional_id: str | None
+
+    def shares_a_call_with(self, other: Append) -> bool:
+        """Whether the two batches may go to the leader in one call."""
+        return self.header.producer_id == other.header.producer_id == NO_PRODUCER_ID and (
+            self.acks,
+            self.timeout_ms,
+            self.client_id,
+            self.transactional_id,
+        ) == (other.acks, other.timeout_ms, other.client_id, other.transactional_id)
+
+
+#: The future a Produce request sets once its batches hold their places (:func:`placed`): the
+#: listener starts the connection's next Produce then (see the module docstring).
+ORDERED: contextvars.ContextVar[asyncio.Future | None] = contextvars.ContextVar("raylog_produce_ordered", default=None)
+
+
+def placed() -> None:
+    """The running Produce request reserved its places in its partitions' queues."""
+    ordered = ORDERED.get()
+    if ordered is not None and not ordered.done():
+        ordered.set_result(None)
+
+
+#: ``send(appends)``: one call to the partition's leader with the batches of ``appends`` in
+#: order, its answer (a :class:`ProduceResponse`) or the error that kept it from one
+#: (raised); more than one append only when they share a call.
+Send = Callable[[list[Append]], Awaitable[ProduceResponse]]
+
+
+class Slot:
+    """One request's place in a partition's queue: its append once converted (None: nothing
+    to send, its conversion failed), and then its answer."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.append: asyncio.Future = loop.create_future()
+        self.answer: asyncio.Future = loop.create_future()
+
+    def fill(self, append: Append | None) -> None:
+        if not self.append.done():
+            self.append.set_result(append)
+
+
+class PartitionAppends:
+    """One connection's queue of appends to one partition (see the module docstring)."""
+
+    def __init__(self, send: Send):
+        self._send = send
+        self._waiting: list[Slot] = []
+        self._draining: asyncio.Task | None = None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing waits and no call is under way."""
+        return self._draining is None and not self._waiting
+
+    def reserve(self) -> Slot:
+        """A place after every one reserved before; :meth:`Slot.fill` it (always: the appends
+        after it wait for it), then await its ``answer`` (what ``send`` answered or raised)."""
+        slot = Slot(asyncio.get_running_loop())
+        self._waiting.append(slot)
+        if self._draining is None:
+            self._draining = asyncio.ensure_future(self._drain())
+        return slot
+
+    async def _drain(self) -> None:
+        try:
+            while self._waiting:
+                head = await self._waiting[0].append
+                if head is None:
+                    self._waiting.pop(0)
+                    continue
+                group = self._next_group(head)
+                try:
+                    answers = await self._answers([head] + [slot.append.result() for slot in group[1:]])
+                except Exception as exc:  # noqa: BLE001 — each waiting request gets the error
+                    answers = [exc] * len(group)
+                for slot, answer in zip(group, answers, strict=True):
+                    if slot.answer.done():
+                        continue  # its request was cancelled (the listener stops)
+                    if isinstance(answer, BaseException):
+                        slot.answer.set_exception(answer)
+                    else:
+                        slot.answer.set_result(answer)
+        finally:
+            self._draining = None
+
+    def _next_group(self, head: Append) -> list[Slot]:
+        """The first waiting slot (holding ``head``) and the converted ones right after it
+        that share its call."""
+        size, taken = len(head.batch), 1
+        for slot in self._waiting[1:]:
+            append = slot.append.result() if slot.append.done() else None
+            if (
+                append is None
+                or not head.shares_a_call_with(append)
+                or size + len(append.batch) > SHARED_CALL_MAX_BYTES
+            ):
+                break
+            size += len(append.batch)
+            taken += 1
+        group, self._waiting = self._waiting[:taken], self._waiting[taken:]
+        return group
+
+    async def _answers(self, appends: list[Append]) -> list[ProduceResponse | BaseException]:
+        """Each append's answer from one shared call, or from one call each where the shared
+        one was refused for what a batch may hold."""
+        response = await self._send(appends)
+        if len(appends) == 1:
+            return [response]
+        if response.error_code in BATCH_ERRORS:
+            answers: list[ProduceResponse | BaseException] = []
+            for append in appends:
+                try:
+                    answers.append(await self._send([append]))
+                except Exception as exc:  # noqa: BLE001 — this request's error
+                    answers.append(exc)
+            return answers
+        if response.error_code:
+            return [response] * len(appends)
+        answers, offset = [], response.base_offset
+        for append in appends:
+            answers.append(dataclasses.replace(response, base_offset=offset))
+            offset += append.header.record_count
+        return answers
