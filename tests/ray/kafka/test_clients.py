@@ -689,3 +689,32 @@ def test_confluent_topic_with_a_compression_type_stores_and_serves_its_codec(boo
         assert consumed == values
     finally:
         kafka_admin.delete_topics([topic])
+
+
+def test_confluent_pipelined_batches_keep_their_order_per_partition(bootstrap, kafka_topic, read_back):
+    """librdkafka sends a partition's batches without waiting for the answers (up to
+    max.in.flight, a million by default); the listener runs a connection's Produce requests
+    beside each other, and sends what queued for a partition together. One record per batch,
+    two partitions of three replicas, acks=all (the client's default): each record is
+    delivered once, at an offset above the one sent before it, and read back in the order
+    sent."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    topic = kafka_topic(num_partitions=2, replication_factor=3)
+    config = {"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1}
+    producer = KafkaProducer(config)
+    offsets: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
+
+    def delivered(error, message):
+        assert error is None, error
+        offsets[message.partition()].append((int(message.value()), message.offset()))
+
+    for i in range(1_000):
+        producer.produce(topic, b"%d" % i, partition=i % 2, on_delivery=delivered)
+        producer.poll(0)
+    assert producer.flush(DEADLINE_S) == 0
+    for partition, reports in offsets.items():
+        sent = list(range(partition, 1_000, 2))
+        assert sorted(reports) == sorted(zip(sent, range(len(sent)), strict=True)), partition
+    values = [int(r.value) for r in read_back(topic, partitions=2)]
+    assert values == list(range(0, 1_000, 2)) + list(range(1, 1_000, 2))

@@ -6,12 +6,14 @@ nothing. Certificates come from a test CA (trustme).
 
 ``tls_cluster`` is a raylog cluster of one broker on the session's Ray whose listeners speak
 TLS and ask clients for certificates (``ssl.client.auth=requested``), with the authorizer on
-and nothing allowed that no ACL allows. Its second listener, UPPER, maps certificates to
-principals by rules of its own.
+and nothing allowed that no ACL allows. Its second listener, UPPER, presents a certificate
+of its own and maps clients' certificates to principals by rules of its own.
 """
 
 from __future__ import annotations
 
+import socket
+import ssl
 import uuid
 
 import pytest
@@ -26,11 +28,14 @@ TIMEOUT_S = 30.0
 RULES = r"RULE:^CN=([^,]*),.*$/$1/,DEFAULT"
 #: The second listener's own rules (listener.name.upper.ssl.principal.mapping.rules): upper-cased.
 UPPER_RULES = r"RULE:^CN=([^,]*),.*$/$1/U,DEFAULT"
+#: The common name of the UPPER listener's own certificate (listener.name.upper.ssl.keystore.location).
+UPPER_CN = "raylog-upper-listener"
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """The CA's PEM, the broker's keystore, and alice's and bob's key-and-chain PEMs."""
+    """The CA's PEM, the broker's keystore, the UPPER listener's own keystore, and alice's and
+    bob's key-and-chain PEMs."""
     import trustme
 
     ca = trustme.CA()
@@ -38,6 +43,9 @@ def pki(tmp_path_factory):
     files = {"ca": folder / "ca.pem", "broker": folder / "broker.pem"}
     ca.cert_pem.write_to_path(str(files["ca"]))
     ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(files["broker"]))
+    files["upper"] = folder / "upper.pem"
+    upper = ca.issue_cert("127.0.0.1", "localhost", common_name=UPPER_CN)
+    upper.private_key_and_cert_chain_pem.write_to_path(str(files["upper"]))
     for user in ("alice", "bob"):
         files[user] = folder / f"{user}.pem"
         leaf = ca.issue_cert(f"{user}@example.org", common_name=user, organization_name="acme")
@@ -57,6 +65,7 @@ def tls_cluster(cluster, pki, tmp_path_factory):
             "listeners": "SSL://127.0.0.1:0,UPPER://127.0.0.1:0",
             "listener.security.protocol.map": "SSL:SSL,UPPER:SSL",
             "listener.name.upper.ssl.principal.mapping.rules": UPPER_RULES,
+            "listener.name.upper.ssl.keystore.location": pki["upper"],
             "ssl.keystore.location": pki["broker"],
             "ssl.truststore.location": pki["ca"],
             "ssl.client.auth": "requested",
@@ -123,6 +132,25 @@ def test_each_listener_maps_a_certificate_to_a_principal_by_its_own_rules(tls_bo
     assert deliver(upper, topic, b"as ALICE", **ssl_config(pki, "alice")) is None
     assert deliver(tls_bootstrap, topic, b"as alice", **ssl_config(pki, "alice")) == "TOPIC_AUTHORIZATION_FAILED"
     assert records_of(tls_cluster, topic) == [b"as ALICE"]
+
+
+def test_each_listener_presents_its_own_certificate(tls_bootstrap, tls_cluster, pki):
+    """Kafka's listener.name.<listener>.ssl.keystore.location: UPPER presents its own
+    certificate, SSL the broker-wide one; both verify against the CA for 127.0.0.1 (and
+    confluent-kafka, which checks a broker's host name by default, talks to UPPER in the test
+    of its principal mapping rules)."""
+    upper = wait_until(lambda: tls_cluster.bootstrap_servers("UPPER") or None, timeout_s=60, message="UPPER")
+
+    def common_name(address: str) -> str | None:
+        host, port = address.split(",")[0].rsplit(":", 1)
+        context = ssl.create_default_context(cafile=pki["ca"])
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as raw:
+            with context.wrap_socket(raw, server_hostname=host) as tls:
+                subject = dict(item for rdn in tls.getpeercert()["subject"] for item in rdn)
+        return subject.get("commonName")
+
+    assert common_name(upper) == UPPER_CN
+    assert common_name(tls_bootstrap) != UPPER_CN
 
 
 def test_a_client_without_a_certificate_is_anonymous_and_refused(tls_bootstrap, tls_cluster, pki, granted_topic):
