@@ -16,8 +16,8 @@ not transactional) that share acks, timeout and client id go in one call of seve
 which the leader appends in order and atomically (all or none, see
 :meth:`raylog.storage.log.Log.append_as_leader`), and each request is answered with its own
 batch's offsets. An idempotent batch goes alone: the leader checks one producer's sequence
-per call, and the connection's record of unacknowledged sequences (``_Sequences`` in
-:mod:`raylog.actors.kafka.data`) is kept per call.
+per call, and the connection's record of unacknowledged sequences (:class:`Sequences`) is
+kept per call.
 
 Where the shared call is refused for what one batch may hold (a corrupt or too large batch,
 a record the log does not take), nothing was appended, and each batch is sent again alone, so
@@ -35,7 +35,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raylog.coordination.producer_state import NO_PRODUCER_ID
+from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE
 from raylog.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from raylog.protocol import ProduceResponse
 
@@ -180,3 +180,45 @@ class PartitionAppends:
             answers.append(dataclasses.replace(response, base_offset=offset))
             offset += append.header.record_count
         return answers
+
+
+class Sequences:
+    """The idempotent batches a connection sent that were not acknowledged: per partition and
+    producer id, the epoch and base sequence of the oldest (the first unacknowledged sequence
+    that raylog's own Producer tells the leader itself).
+
+    A Kafka client sends a partition's batches in order on one connection, and Kafka's broker
+    takes them one at a time: a batch after one that was not appended is refused as out of
+    order. But a leader that knows nothing of the producer yet (its first batches) takes any
+    sequence, and here a batch can fail on the way to the leader (a look-up or a call that timed
+    out) while the next one arrives: appended, it makes the retry of the earlier one out of
+    order, which Kafka clients take as fatal. So the leader is told the oldest unacknowledged
+    sequence, and refuses what comes after it until it arrives. A batch acknowledged, or one of
+    a newer epoch, replaces what was held; at most :data:`HELD_MAX` are held per connection
+    (the oldest is forgotten first). The listener keeps one per connection.
+    """
+
+    HELD_MAX = 4096
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, int, int], tuple[int, int]] = {}
+
+    def first_unacked(self, topic: str, partition: int, batch: Any) -> int:
+        """The base sequence of the oldest unacknowledged batch of ``batch``'s producer and
+        epoch to the partition, or ``NO_SEQUENCE``."""
+        held = self._held.get((topic, partition, batch.producer_id))
+        return held[1] if held is not None and held[0] == batch.producer_epoch else NO_SEQUENCE
+
+    def answered(self, topic: str, partition: int, batch: Any, acknowledged: bool) -> None:
+        if batch.producer_id == NO_PRODUCER_ID or batch.base_sequence == NO_SEQUENCE:
+            return
+        key = (topic, partition, batch.producer_id)
+        held = self._held.get(key)
+        if acknowledged:
+            if held is not None and held[0] <= batch.producer_epoch:
+                del self._held[key]
+        elif held is None or held[0] < batch.producer_epoch:
+            self._held.pop(key, None)
+            self._held[key] = (batch.producer_epoch, batch.base_sequence)
+            if len(self._held) > self.HELD_MAX:
+                del self._held[next(iter(self._held))]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylog.actors.kafka.admin import ask_each
-from raylog.actors.kafka.appends import Append, PartitionAppends, Slot, placed
+from raylog.actors.kafka.appends import Append, PartitionAppends, Sequences, Slot, placed
 from raylog.actors.kafka.authorization import CLUSTER, allows, authorized_operations
 from raylog.actors.kafka.context import (
     CONNECTION,
@@ -52,7 +52,6 @@ from raylog.actors.kafka.context import (
 from raylog.actors.kafka.coordinator_errors import code_of
 from raylog.coordination.acls import ACLOperation, ResourceType
 from raylog.coordination.placement import INTERNAL_TOPICS, validate_topic_name
-from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE
 from raylog.errors import (
     FencedLeaderEpochError,
     FetchSessionIdNotFoundError,
@@ -400,7 +399,7 @@ async def _send(ctx: BrokerContext, topic: str, partition: int, appends: list[Ap
     """
     first = appends[0]
     data = first.batch if len(appends) == 1 else b"".join(bytes(a.batch) for a in appends)
-    sequences = _Sequences.of_connection()
+    sequences = CONNECTION.get({}).setdefault("sequences", Sequences())
     try:
         leader = await _leader(ctx, topic, partition)
         request = ProduceRequest(
@@ -423,53 +422,6 @@ async def _send(ctx: BrokerContext, topic: str, partition: int, appends: list[Ap
     if response.error_code and issubclass(codec_error(response.error_code), _MOVED):
         ctx.invalidate()
     return response
-
-
-class _Sequences:
-    """The idempotent batches a connection sent that were not acknowledged: per partition and
-    producer id, the epoch and base sequence of the oldest (the first unacknowledged sequence
-    that raylog's own Producer tells the leader itself).
-
-    A Kafka client sends a partition's batches in order on one connection, and Kafka's broker
-    takes them one at a time: a batch after one that was not appended is refused as out of
-    order. But a leader that knows nothing of the producer yet (its first batches) takes any
-    sequence, and here a batch can fail on the way to the leader (a look-up or a call that timed
-    out) while the next one arrives: appended, it makes the retry of the earlier one out of
-    order, which Kafka clients take as fatal. So the leader is told the oldest unacknowledged
-    sequence, and refuses what comes after it until it arrives. A batch acknowledged, or one of
-    a newer epoch, replaces what was held; at most :data:`HELD_MAX` are held per connection
-    (the oldest is forgotten first).
-    """
-
-    HELD_MAX = 4096
-
-    def __init__(self) -> None:
-        self._held: dict[tuple[str, int, int], tuple[int, int]] = {}
-
-    @classmethod
-    def of_connection(cls) -> _Sequences:
-        """The connection's (a fresh one for a handler called outside a connection)."""
-        return CONNECTION.get({}).setdefault("sequences", cls())
-
-    def first_unacked(self, topic: str, partition: int, batch: Any) -> int:
-        """The base sequence of the oldest unacknowledged batch of ``batch``'s producer and
-        epoch to the partition, or ``NO_SEQUENCE``."""
-        held = self._held.get((topic, partition, batch.producer_id))
-        return held[1] if held is not None and held[0] == batch.producer_epoch else NO_SEQUENCE
-
-    def answered(self, topic: str, partition: int, batch: Any, acknowledged: bool) -> None:
-        if batch.producer_id == NO_PRODUCER_ID or batch.base_sequence == NO_SEQUENCE:
-            return
-        key = (topic, partition, batch.producer_id)
-        held = self._held.get(key)
-        if acknowledged:
-            if held is not None and held[0] <= batch.producer_epoch:
-                del self._held[key]
-        elif held is None or held[0] < batch.producer_epoch:
-            self._held.pop(key, None)
-            self._held[key] = (batch.producer_epoch, batch.base_sequence)
-            if len(self._held) > self.HELD_MAX:
-                del self._held[next(iter(self._held))]
 
 
 def _one_batch(topic: str, partition: int, data: Any) -> Any:
