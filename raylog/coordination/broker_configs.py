@@ -123,7 +123,7 @@ def alter(
         elif isinstance(change, bool) or not isinstance(change, str | int | float):
             raise InvalidConfigError(f"{name}: {change!r} is not a config value (a string)")
         else:
-            configs[name] = _validated(name, str(change), static or ControllerConfig())
+            configs[name] = _validated(name, str(change), static)
     return configs
 
 
@@ -192,9 +192,9 @@ def advertised_overrides(
     return overrides, refused
 
 
-def _validated(name: str, value: str, static: ControllerConfig) -> str:
+def _validated(name: str, value: str, static: ControllerConfig | None) -> str:
     if name == "advertised.listeners":
-        static.advertised(value)
+        (static or ControllerConfig()).advertised(value)
         return value
     topic_property = TOPIC_DEFAULTS.get(name)
     if topic_property is None:
