@@ -43,7 +43,7 @@ LIMITS = (
     ("raylog.storage.compression", "MAX_UNCOMPRESSED_BYTES"),
     ("raylog.actors.kafka.listener", "UNSENT_ANSWER_BYTES_MAX"),
     ("raylog.storage.log", "MAX_READ_BYTES"),
-    ("raylog.clients.consumer", "MAX_FETCH_BYTES"),
+    ("raylog.clients.consumer.consumer_config", "MAX_FETCH_BYTES"),
     ("raylog.coordination.fetcher", "REPLICA_FETCH_MAX_BYTES"),
     ("raylog.storage.record_batch", "MAX_HEADERS_PER_RECORD"),
     ("raylog.storage.record_batch", "MAX_HEADER_KEY_BYTES"),

@@ -10,7 +10,7 @@ from typing import Any
 
 from raylog.actors.transport import call
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster, client_handle, require_cluster
-from raylog.clients.consumer import list_offset
+from raylog.clients.consumer.offset_fetcher import list_offset
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
 from raylog.coordination import broker_configs, group_configs, scram
 from raylog.coordination.acls import ACL, ACLFilter
@@ -624,7 +624,7 @@ class Admin:
         return getattr(self._cluster.controller, method).remote(*args, session=self._session.token())
 
     def _offset(self, tp: TopicPartition, timestamp: int) -> int:
-        """The offset of ``tp`` for ``timestamp`` (see :func:`~raylog.clients.consumer.list_offset`)."""
+        """The offset of ``tp`` for ``timestamp`` (see :func:`~raylog.clients.consumer.offset_fetcher.list_offset`)."""
         return list_offset(self._cluster, tp, timestamp, self._timeout_s, session=self._session.token()).offset
 
     def describe_producers(self, partitions: list[TopicPartition]) -> dict[TopicPartition, list[ProducerState]]:

@@ -131,8 +131,7 @@ def test_partitions_share_fetch_max_bytes_and_every_record_comes_once_in_order(c
         table = consumer.poll_arrow(timeout_ms=500)
         for p, value in zip(table.column("partition").to_pylist(), table.column("value").to_pylist(), strict=True):
             got[p].append(value[:9])
-        buffered = sum(b.nbytes for queue in consumer._buffers.values() for b in queue)
-        most = max(most, buffered + sum(e for *_, e in consumer._in_flight.values()))
+        most = max(most, consumer._fetcher.bytes_used())
     consumer.close()
     assert all(got[p] == [b"%d:%06d:" % (p, i) for i in range(rows)] for p in range(8))
     assert most <= 150_000 + 100_000  # the limit, passed by one batch at most

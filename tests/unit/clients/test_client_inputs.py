@@ -49,15 +49,15 @@ def test_a_long_poll_asks_its_partitions_share_of_fetch_max_bytes():
     """A caught-up partition's long poll asks its share of fetch_max_bytes among the partitions
     assigned (as partitions share one Kafka fetch request), at most max_partition_fetch_bytes."""
     consumer = Consumer(NoCluster(), fetch_max_bytes=1_000)
-    assert consumer._max_bytes() == 1_000
-    consumer._assignment = [TopicPartition("t", p) for p in range(4)]
-    assert consumer._max_bytes() == 250
+    assert consumer._fetcher.max_bytes() == 1_000
+    consumer._subscriptions.assignment = [TopicPartition("t", p) for p in range(4)]
+    assert consumer._fetcher.max_bytes() == 250
     many = Consumer(NoCluster(), max_partition_fetch_bytes=8 << 20, fetch_max_bytes=50 << 20)
-    many._assignment = [TopicPartition("t", p) for p in range(256)]
-    assert many._max_bytes() * 256 <= 50 << 20
-    many._assignment = many._assignment[:2]
-    assert many._max_bytes() == 8 << 20
-    assert Consumer(NoCluster(), max_partition_fetch_bytes=500)._max_bytes() == 500
+    many._subscriptions.assignment = [TopicPartition("t", p) for p in range(256)]
+    assert many._fetcher.max_bytes() * 256 <= 50 << 20
+    many._subscriptions.assignment = many._subscriptions.assignment[:2]
+    assert many._fetcher.max_bytes() == 8 << 20
+    assert Consumer(NoCluster(), max_partition_fetch_bytes=500)._fetcher.max_bytes() == 500
 
 
 def test_fetches_of_partitions_with_records_share_fetch_max_bytes_in_turn():

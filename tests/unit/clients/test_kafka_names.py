@@ -13,9 +13,8 @@ import pytest
 import raylog
 import raylog.errors as errors
 from raylog.clients import admin as admin_module
-from raylog.clients import consumer as consumer_module
 from raylog.clients.admin import _config_changes, _total_count
-from raylog.clients.consumer import log_append_time_ranges, timestamp_types
+from raylog.clients.consumer import Consumer, consumer_coordinator, log_append_time_ranges, timestamp_types
 from raylog.clients.group import ConsumerRebalanceListener, offsets_to_commit
 from raylog.clients.security import ClientSession
 from raylog.coordination.metadata import MetadataImage
@@ -472,11 +471,11 @@ def test_committed_takes_one_partition_as_kafka_python_does(monkeypatch):
     None, as kafka-python's; a list of partitions answers raylog's dict."""
     answers = {TopicPartition("t", 0): OffsetAndMetadata(9, "m")}
     monkeypatch.setattr(
-        consumer_module,
+        consumer_coordinator,
         "committed_offsets",
         lambda coordinator, wanted: {tp: answers[tp] for tp in wanted if tp in answers},
     )
-    consumer = consumer_module.Consumer(NoCluster(), group_id="g")
+    consumer = Consumer(NoCluster(), group_id="g")
     assert consumer.committed(TopicPartition("t", 0)) == 9
     assert consumer.committed(TopicPartition("t", 0), metadata=True) == OffsetAndMetadata(9, "m")
     assert consumer.committed(TopicPartition("t", 1)) is None
@@ -500,17 +499,18 @@ def test_commits_carry_the_leader_epoch_of_the_last_record_read_and_a_committed_
     last record read before it (known once every fetched record was handed out), and a
     position taken from a committed offset with an epoch makes the next fetch ask the leader
     where that epoch ends, so that a log truncated under the offset is not skipped."""
-    consumer = consumer_module.Consumer(NoCluster(), group_id="g")
+    consumer = Consumer(NoCluster(), group_id="g")
     tp = TopicPartition("t", 0)
-    consumer._assignment = [tp]
-    consumer._positions[tp], consumer._next_fetch[tp], consumer._fetched_epochs[tp] = 10, 10, 3
-    assert consumer._commit_offsets(None) == {tp: OffsetAndMetadata(10, "", 3)}
-    consumer._next_fetch[tp] = 25  # records fetched past the position are not read yet
-    assert consumer._commit_offsets(None) == {tp: OffsetAndMetadata(10, "", -1)}
+    state = consumer._subscriptions
+    state.assignment = [tp]
+    state.positions[tp], state.next_fetch[tp], state.fetched_epochs[tp] = 10, 10, 3
+    assert consumer._coordinator._commit_offsets(None) == {tp: OffsetAndMetadata(10, "", 3)}
+    state.next_fetch[tp] = 25  # records fetched past the position are not read yet
+    assert consumer._coordinator._commit_offsets(None) == {tp: OffsetAndMetadata(10, "", -1)}
     assert offsets_to_commit({tp: raylog.OffsetAndMetadata(4, None, 2)}) == {tp: OffsetAndMetadata(4, "", 2)}
 
-    consumer._set_committed_position(tp, OffsetAndMetadata(8, "", 0))
-    assert consumer._positions[tp] == 8 and consumer._fetched_epochs[tp] == 0
-    assert consumer._validated_epochs[tp] != 0  # the fetch loop validates before any epoch's fetch
-    consumer._set_committed_position(tp, OffsetAndMetadata(9))  # no epoch committed: nothing to check
-    assert tp not in consumer._fetched_epochs
+    consumer._fetcher.seek(tp, 8, 0)  # a committed offset's, as a rebalance starts an added partition
+    assert state.positions[tp] == 8 and state.fetched_epochs[tp] == 0
+    assert state.validated_epochs[tp] != 0  # the fetch loop validates before any epoch's fetch
+    consumer._fetcher.seek(tp, 9)  # no epoch committed (-1): nothing to check
+    assert tp not in state.fetched_epochs

@@ -1,0 +1,107 @@
+"""A fetched answer decoded and waiting to be handed out, and what a poll makes of it
+(Kafka's CompletedFetch and FetchCollector): :class:`Record` objects for ``poll``, labelled
+Arrow tables for ``poll_arrow``, without a Python loop per record but the one building each
+Record."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from raylog.storage import record_batch
+from raylog.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Record, TopicPartition
+
+#: The columns of ``poll_arrow``'s table.
+ARROW_SCHEMA = pa.schema(
+    [pa.field("topic", pa.string()), pa.field("partition", pa.int32()), *record_batch.OUTPUT_SCHEMA]
+)
+
+#: Which records of a fetch carry the leader's append time: None (none), True (all), or the
+#: ``(first, last)`` offsets of each batch that does.
+LogAppendTime = bool | list[tuple[int, int]] | None
+
+
+class CompletedFetch:
+    """A decoded fetch not yet handed out (``nbytes``: the batches it came in;
+    ``log_append_time``: see :func:`log_append_time_ranges`)."""
+
+    __slots__ = ("table", "cursor", "nbytes", "log_append_time")
+
+    def __init__(self, table: pa.Table, nbytes: int, log_append_time: LogAppendTime):
+        self.table, self.cursor, self.nbytes, self.log_append_time = table, 0, nbytes, log_append_time
+
+
+def log_append_time_ranges(headers: list) -> LogAppendTime:
+    """Where the fetched batches' timestamps are LogAppendTime, from their ``(position,
+    BatchHeader)`` pairs (a batch attribute, as in Kafka; control batches are never read)."""
+    data = [h for _, h in headers if not h.attributes & record_batch.CONTROL]
+    stamped = [(h.base_offset, h.last_offset) for h in data if h.attributes & record_batch.LOG_APPEND_TIME]
+    if not stamped:
+        return None
+    return True if len(stamped) == len(data) else stamped
+
+
+def timestamp_types(offsets: list[int], log_append_time: LogAppendTime) -> Iterable[int]:
+    """Each record's ``Record.timestamp_type``, by offset."""
+    if log_append_time is None or log_append_time is True:
+        return itertools.repeat(TIMESTAMP_LOG_APPEND_TIME if log_append_time else TIMESTAMP_CREATE_TIME, len(offsets))
+    at = np.asarray(offsets, dtype=np.int64)
+    types = np.full(len(at), TIMESTAMP_CREATE_TIME, dtype=np.int64)
+    for first, last in log_append_time:
+        types[(at >= first) & (at <= last)] = TIMESTAMP_LOG_APPEND_TIME
+    return types.tolist()
+
+
+def records_of(
+    tp: TopicPartition,
+    table: pa.Table,
+    log_append_time: LogAppendTime,
+    key_deserializer: Callable[[bytes], Any] | None,
+    value_deserializer: Callable[[bytes], Any] | None,
+) -> list[Record]:
+    """The :class:`Record` objects of ``table``, records of ``tp``, keys and values deserialized."""
+    n = table.num_rows
+    offsets = table.column("offset").to_pylist()
+    keys = table.column("key").to_pylist()
+    values = table.column("value").to_pylist()
+    if key_deserializer is not None:
+        keys = [None if k is None else key_deserializer(k) for k in keys]
+    if value_deserializer is not None:
+        values = [None if v is None else value_deserializer(v) for v in values]
+    header_column = table.column("headers")
+    if header_column.null_count == n:
+        headers: list = [[] for _ in range(n)]
+    else:
+        headers = [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in header_column.to_pylist()]
+    # tuple.__new__ builds each Record in C (Record(...) runs its Python __new__ per record).
+    fields = zip(
+        itertools.repeat(tp.topic, n),
+        itertools.repeat(tp.partition, n),
+        offsets,
+        table.column("timestamp").to_pylist(),
+        keys,
+        values,
+        headers,
+        timestamp_types(offsets, log_append_time),
+        strict=True,
+    )
+    return list(map(tuple.__new__, itertools.repeat(Record, n), fields))
+
+
+def labelled(tp: TopicPartition, table: pa.Table) -> pa.Table:
+    """``table`` with the topic and partition columns of :data:`ARROW_SCHEMA` in front."""
+    return table.add_column(0, "topic", repeated_string(tp.topic, table.num_rows)).add_column(
+        1, "partition", record_batch.arrow_of(np.full(table.num_rows, tp.partition, dtype=np.int32))
+    )
+
+
+def repeated_string(text: str, count: int) -> pa.Array:
+    """``text`` ``count`` times as a string column, made from buffers (not ``pa.repeat``,
+    whose first call in a process imports pandas: see :func:`record_batch.values_of`)."""
+    data = text.encode()
+    offsets = np.arange(count + 1, dtype=np.int32) * len(data)
+    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data * count)])
