@@ -72,8 +72,11 @@ class FakeLeader:
         self.epoch = epoch
         self.answers: list = []
         self.requests: list = []
+        self.refs: list[FakeRef] = []  # each fetch's answer, in order
+        self.hold = False  # True: fetches stay unanswered until their ref is made ready
         self.epoch_queries: list[int] = []
         self.epoch_ends: dict[int, tuple[int, int]] = {}
+        self.epoch_error = 0  # the error code KIP-320 queries answer
         self.log_start = 0
         self.fetch = SimpleNamespace(remote=self._fetch)
         self.list_offsets = SimpleNamespace(remote=self._list_offsets)
@@ -81,6 +84,12 @@ class FakeLeader:
 
     def _fetch(self, request):
         self.requests.append(request)
+        ref = self._answer(request)
+        ref.ready = ref.ready and not self.hold
+        self.refs.append(ref)
+        return ref
+
+    def _answer(self, request) -> FakeRef:
         if self.answers:
             answer = self.answers.pop(0)
             return FakeRef(error=answer) if isinstance(answer, BaseException) else FakeRef(answer)
@@ -109,7 +118,7 @@ class FakeLeader:
     def _end_offset_for_epoch(self, epoch, session=None):
         self.epoch_queries.append(epoch)
         found, end = self.epoch_ends.get(epoch, (epoch, self.end))
-        return FakeRef((0, found, end))
+        return FakeRef((self.epoch_error, found, end))
 
 
 def failed_fetch(error: Exception) -> FetchResponse:
