@@ -163,21 +163,21 @@ class Fetcher:
         if code:
             self._cluster.metadata(refresh=True)
             return False
-        subscriptions.validated_epochs[tp] = epoch
         position = subscriptions.fetch_offset(tp)
-        if found < 0 or end >= position:
-            return True
-        consumed = subscriptions.positions[tp]
-        log.warning(
-            "%s: log truncated at %d (epoch %d) below our position %d: reading on from there",
-            tp,
-            end,
-            fetched,
-            position,
-        )
-        if subscriptions.reset == "none":
-            raise LogTruncationError(f"{tp}: the log diverged at offset {end}, before our position {position}")
-        self.seek(tp, min(end, consumed) if consumed is not None else end)
+        if found >= 0 and end < position:
+            if subscriptions.reset == "none":
+                # Left unvalidated: every poll raises it until the application seeks.
+                raise LogTruncationError(f"{tp}: the log diverged at offset {end}, before our position {position}")
+            consumed = subscriptions.positions[tp]
+            log.warning(
+                "%s: log truncated at %d (epoch %d) below our position %d: reading on from there",
+                tp,
+                end,
+                fetched,
+                position,
+            )
+            self.seek(tp, min(end, consumed) if consumed is not None else end)
+        subscriptions.validated_epochs[tp] = epoch
         return True
 
     # --- fetching -------------------------------------------------------------------------
@@ -225,6 +225,8 @@ class Fetcher:
                 validated = self._subscriptions.validated_epochs.get(tp, epoch)
                 if validated != epoch and not self._validate_position(tp, leader, epoch):
                     continue
+            except LogTruncationError:
+                raise  # (a RaylogError, but the application's to handle, not a metadata refresh's)
             except RaylogError:
                 self._cluster.metadata(refresh=True)
                 continue

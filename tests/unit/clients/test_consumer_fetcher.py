@@ -15,6 +15,7 @@ from raylog.clients.consumer.offset_fetcher import OffsetFetcher
 from raylog.clients.consumer.subscription_state import SubscriptionState
 from raylog.coordination.partition import READ_COMMITTED
 from raylog.errors import (
+    LogTruncationError,
     NoOffsetForPartitionError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
@@ -234,6 +235,19 @@ def test_after_a_leader_change_a_log_not_truncated_is_read_on():
     assert leader.epoch_queries == [0] and subscriptions.positions[T0] == 8
     fetcher.send_fetches()
     assert leader.epoch_queries == [0]  # checked once per epoch
+
+
+def test_a_truncation_with_auto_offset_reset_none_raises():
+    leader = FakeLeader(small_batches(2, 4))
+    _, subscriptions, fetcher = read_under_epoch_0(leader, reset="none")
+    leader.epoch_ends[0] = (0, 6)
+    for _ in range(2):  # every poll, until the application seeks
+        with pytest.raises(LogTruncationError, match="diverged at offset 6"):
+            fetcher.send_fetches()
+    assert subscriptions.positions[T0] == 8 and leader.requests[-1].offset == 0
+    fetcher.seek(T0, 6)
+    fetcher.send_fetches()
+    assert leader.requests[-1].offset == 6 and subscriptions.validated_epochs[T0] == 1
 
 
 def test_a_failed_epoch_query_refreshes_the_metadata_and_fetches_nothing_yet():
