@@ -159,10 +159,10 @@ class FakeCluster:
         return ClientSession(self, "PLAINTEXT")  # an anonymous client
 
 
-def small_batches(count: int, per_batch: int, value: bytes = b"v" * 10) -> list[bytes]:
-    """``count`` batches of ``per_batch`` small records each, stamped from offset 0."""
+def small_batches(count: int, per_batch: int, value: bytes = b"v" * 10, epoch: int = 0) -> list[bytes]:
+    """``count`` batches of ``per_batch`` small records each, stamped from offset 0 under ``epoch``."""
     batch = record_batch.build([value] * per_batch, now_ms=1)
-    return stamped([batch] * count)
+    return stamped([batch] * count, epoch=epoch)
 
 
 class FakeCoordinatorClient:
