@@ -11,14 +11,11 @@ from raylog.clients.consumer import ARROW_SCHEMA, Consumer
 from raylog.errors import IllegalStateError, NoOffsetForPartitionError
 from raylog.storage import record_batch
 from raylog.types import TIMESTAMP_CREATE_TIME, Record, TopicPartition
-from tests.unit.clients.consumer_fakes import FakeCluster, FakeLeader, patch_ray, small_batches, stamped
+from tests.unit.clients.consumer_fakes import FakeCluster, FakeLeader, small_batches, stamped
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
-
-@pytest.fixture(autouse=True)
-def fake_ray(monkeypatch):
-    patch_ray(monkeypatch)
+pytestmark = pytest.mark.usefixtures("fake_ray")
 
 
 def consumer_of(*leaders: FakeLeader, **options) -> Consumer:

@@ -16,16 +16,12 @@ from tests.unit.clients.consumer_fakes import (
     FakeCluster,
     FakeCoordinatorClient,
     FakeLeader,
-    patch_ray,
     small_batches,
 )
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
 
-
-@pytest.fixture(autouse=True)
-def fake_ray(monkeypatch):
-    patch_ray(monkeypatch)
+pytestmark = pytest.mark.usefixtures("fake_ray")
 
 
 class Revocations(ConsumerRebalanceListener):

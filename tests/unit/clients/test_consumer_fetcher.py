@@ -28,17 +28,13 @@ from tests.unit.clients.consumer_fakes import (
     FakeCluster,
     FakeLeader,
     failed_fetch,
-    patch_ray,
     small_batches,
     stamped,
 )
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
-
-@pytest.fixture(autouse=True)
-def fake_ray(monkeypatch):
-    patch_ray(monkeypatch)
+pytestmark = pytest.mark.usefixtures("fake_ray")
 
 
 def fetcher_of(*leaders: FakeLeader, reset: str = "earliest", group_id: str | None = None, **config):
