@@ -60,7 +60,7 @@ def test_ruff_is_clean():
 
 #: Where a newcomer reads each piece in one sitting (issue 30): no class over
 #: MAX_CLASS_LINES lines and no function over MAX_FUNCTION_LINES, docstrings included.
-SIZED_PACKAGES = ["raylog/clients/producer", "raylog/clients/consumer"]
+SIZED_PACKAGES = ["raylog/clients/producer", "raylog/clients/consumer", "raylog/clients/admin"]
 MAX_CLASS_LINES = 400
 MAX_FUNCTION_LINES = 70
 

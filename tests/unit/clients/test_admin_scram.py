@@ -10,7 +10,7 @@ import types
 import pytest
 
 import raylog
-from raylog.clients import admin as admin_module
+from raylog.clients.admin import base as admin_base
 from raylog.clients.security import ClientSession
 from raylog.coordination import scram
 from raylog.coordination.metadata import MetadataImage
@@ -51,7 +51,7 @@ class _ScramController:
 
 @pytest.fixture
 def admin(monkeypatch):
-    monkeypatch.setattr(admin_module, "call", lambda ref, timeout_s: ref)
+    monkeypatch.setattr(admin_base, "call", lambda ref, timeout_s: ref)
     controller = _ScramController()
     cluster = types.SimpleNamespace(controller=controller)
     cluster.session = lambda: ClientSession(cluster, "PLAINTEXT")

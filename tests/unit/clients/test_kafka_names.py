@@ -12,8 +12,9 @@ import pytest
 
 import raylog
 import raylog.errors as errors
-from raylog.clients import admin as admin_module
-from raylog.clients.admin import _config_changes, _total_count
+from raylog.clients.admin import base as admin_base
+from raylog.clients.admin.configs import _config_changes
+from raylog.clients.admin.topics import _total_count
 from raylog.clients.consumer import Consumer, consumer_coordinator, log_append_time_ranges, timestamp_types
 from raylog.clients.group import ConsumerRebalanceListener, offsets_to_commit
 from raylog.clients.security import ClientSession
@@ -329,7 +330,7 @@ class _ConfigController:
 @pytest.fixture
 def stand_in(monkeypatch):
     """``stand_in(refused=None)``: an Admin on a stand-in cluster, and its controller."""
-    monkeypatch.setattr(admin_module, "call", lambda ref, timeout_s: ref)
+    monkeypatch.setattr(admin_base, "call", lambda ref, timeout_s: ref)
 
     def make(refused: dict[str, int] | None = None) -> tuple[raylog.Admin, _ConfigController]:
         controller = _ConfigController(refused)
