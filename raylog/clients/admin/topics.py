@@ -163,7 +163,8 @@ class TopicAdmin(AdminBase):
             RequestTimedOutError: as :meth:`create_topics`.
         """
         counts = {name: _total_count(name, wanted) for name, wanted in dict(new_partitions).items()}
-        results = self._answer(self._ask("create_partitions", counts), self._call_timeout_s(timeout_ms))
+        timeout_s = self._call_timeout_s(timeout_ms)
+        results = self._answer(self._ask("create_partitions", counts), timeout_s)
         self._cluster.metadata(refresh=True)
         grown = [name for name, (code, _) in results.items() if not code]
         if wait_for_leaders_ms is not None and grown:
