@@ -90,6 +90,8 @@ from .producer_state import (
     ClosedTransaction,
     ProducerStateManager,
     Verdict,
+    increment_sequence,
+    last_sequence_of,
 )
 from .txn_verification import TxnVerifications, VerificationNeeded
 
@@ -344,7 +346,11 @@ class Partition:
         """Validate and append a producer's batches.
 
         Args:
-            data: one or more whole batches; exactly one from an idempotent producer.
+            data: one or more whole batches; from an idempotent producer, one, or a chain of
+                its next batches (same producer and epoch, no transaction, consecutive
+                sequences), which the first batch's sequence admits or refuses whole (a
+                chain whose first batch is a duplicate is refused as out of order: send each
+                alone).
             acks: 0, 1 or -1 (all).
             first_unacked_sequence: for an idempotent batch, the base sequence of the oldest
                 batch of this partition its producer has not had acknowledged (see
@@ -476,11 +482,16 @@ class Partition:
         if header.base_sequence == NO_SEQUENCE:  # a transactional write without sequence (offsets)
             self.producers.check_epoch(header.producer_id, header.producer_epoch)
             return None
-        if header.size != len(data):
-            raise InvalidRequestError("an idempotent produce request carries exactly one batch")
+        chained = header.size != len(data)
+        if chained:
+            _require_chain(header, data)
         verdict, original = self.producers.check(header, first_unacked_sequence)
         if verdict is Verdict.GAP:
             raise SequenceGap()
+        if verdict is Verdict.DUPLICATE and chained:
+            raise OutOfOrderSequenceError(
+                f"{self.name}: a chain of producer {header.producer_id}'s batches whose first was appended before"
+            )
         return original if verdict is Verdict.DUPLICATE else None
 
     def _verify_transactional(self, header, transactional_id: str | None) -> None:
@@ -940,3 +951,26 @@ class Partition:
         if current_leader_epoch < self.leader_epoch:
             raise FencedLeaderEpochError(f"{self.name}: epoch {current_leader_epoch} is older than {self.leader_epoch}")
         raise UnknownLeaderEpochError(f"{self.name}: epoch {current_leader_epoch} is newer than {self.leader_epoch}")
+
+
+def _require_chain(first: record_batch.BatchHeader, data) -> None:
+    """Several batches of one idempotent producer in one append: they must be a chain, the
+    producer's next batches in order (same producer id and epoch, no transaction, each
+    sequence right after the one before), so that the first one's verdict is every one's: all
+    new, or the whole append refused.
+
+    Raises:
+        InvalidRequestError: batches of another producer or epoch, a transactional or control
+            batch, or a break in the sequence.
+    """
+    previous = None
+    for _, header in record_batch.iter_headers(data):
+        if (header.producer_id, header.producer_epoch) != (first.producer_id, first.producer_epoch) or (
+            header.attributes & (record_batch.TRANSACTIONAL | record_batch.CONTROL)
+        ):
+            raise InvalidRequestError("an idempotent append of several batches holds another producer's or kind's")
+        if previous is not None and header.base_sequence != increment_sequence(last_sequence_of(previous), 1):
+            raise InvalidRequestError(
+                f"an idempotent append of several batches breaks its sequence at {header.base_sequence}"
+            )
+        previous = header

@@ -15,13 +15,16 @@ batches that arrive for the partition wait; then those without a producer id (no
 not transactional) that share acks, timeout and client id go in one call of several batches,
 which the leader appends in order and atomically (all or none, see
 :meth:`raylog.storage.log.Log.append_as_leader`), and each request is answered with its own
-batch's offsets. An idempotent batch goes alone: the leader checks one producer's sequence
-per call, and the connection's record of unacknowledged sequences (:class:`Sequences`) is
-kept per call.
+batch's offsets. An idempotent producer's batches go together when they are a chain (the
+same producer and epoch, no transaction, consecutive sequences: librdkafka keeps up to five
+in flight per partition), which the leader admits or refuses whole by the first one's
+sequence; a transaction's batches go alone. The connection's record of unacknowledged
+sequences (:class:`Sequences`) is kept per call, by its first batch.
 
 Where the shared call is refused for what one batch may hold (a corrupt or too large batch,
-a record the log does not take), nothing was appended, and each batch is sent again alone, so
-that only its own request fails, as it would have at Kafka's broker. Any other refusal (no
+a record the log does not take, a chain whose first batch is a duplicate or out of order),
+nothing was appended, and each batch is sent again alone, so that each request gets the
+answer it would have had at Kafka's broker (a duplicate its original offsets). Any other refusal (no
 leader here, too few in-sync replicas, a timeout) is every batch's.
 
 Plain asyncio on the listener's loop, no Ray: the call to the leader is the caller's ``send``.
@@ -35,12 +38,16 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE
-from raylog.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE, increment_sequence, last_sequence_of
+from raylog.errors import CorruptRecordError, InvalidRecordError, OutOfOrderSequenceError, RecordTooLargeError
 from raylog.protocol import ProduceResponse
+from raylog.storage.record_batch import CONTROL, TRANSACTIONAL
 
-#: Error codes of a shared call that one batch may have caused: each batch is sent again alone.
-BATCH_ERRORS = frozenset({CorruptRecordError.code, InvalidRecordError.code, RecordTooLargeError.code})
+#: Error codes of a shared call that one batch may have caused (or, for a chain of an idempotent
+#: producer's batches, a first batch appended before): each batch is sent again alone.
+BATCH_ERRORS = frozenset(
+    {CorruptRecordError.code, InvalidRecordError.code, RecordTooLargeError.code, OutOfOrderSequenceError.code}
+)
 #: At most this many bytes of batches go in one shared call.
 SHARED_CALL_MAX_BYTES = 8 << 20
 
@@ -57,14 +64,28 @@ class Append:
     client_id: str
     transactional_id: str | None
 
-    def shares_a_call_with(self, other: Append) -> bool:
-        """Whether the two batches may go to the leader in one call."""
-        return self.header.producer_id == other.header.producer_id == NO_PRODUCER_ID and (
-            self.acks,
-            self.timeout_ms,
-            self.client_id,
-            self.transactional_id,
-        ) == (other.acks, other.timeout_ms, other.client_id, other.transactional_id)
+    def may_precede(self, other: Append) -> bool:
+        """Whether ``other`` may follow this batch in one call to the leader: both ask the
+        same (acks, timeout, client), and either neither has a producer id, or ``other`` is
+        the next batch of this one's idempotent producer (same id and epoch, no transaction,
+        its sequence right after this one's last)."""
+        if (self.acks, self.timeout_ms, self.client_id, self.transactional_id) != (
+            other.acks,
+            other.timeout_ms,
+            other.client_id,
+            other.transactional_id,
+        ):
+            return False
+        mine, theirs = self.header, other.header
+        if mine.producer_id == theirs.producer_id == NO_PRODUCER_ID:
+            return True
+        return (
+            self.transactional_id is None
+            and (mine.producer_id, mine.producer_epoch) == (theirs.producer_id, theirs.producer_epoch)
+            and mine.base_sequence != NO_SEQUENCE
+            and not (mine.attributes | theirs.attributes) & (TRANSACTIONAL | CONTROL)
+            and theirs.base_sequence == increment_sequence(last_sequence_of(mine), 1)
+        )
 
 
 #: The future a Produce request sets once its batches hold their places (:func:`placed`): the
@@ -144,18 +165,14 @@ class PartitionAppends:
 
     def _next_group(self, head: Append) -> list[Slot]:
         """The first waiting slot (holding ``head``) and the converted ones right after it
-        that share its call."""
-        size, taken = len(head.batch), 1
+        that may follow it in its call."""
+        size, taken, last = len(head.batch), 1, head
         for slot in self._waiting[1:]:
             append = slot.append.result() if slot.append.done() else None
-            if (
-                append is None
-                or not head.shares_a_call_with(append)
-                or size + len(append.batch) > SHARED_CALL_MAX_BYTES
-            ):
+            if append is None or not last.may_precede(append) or size + len(append.batch) > SHARED_CALL_MAX_BYTES:
                 break
             size += len(append.batch)
-            taken += 1
+            taken, last = taken + 1, append
         group, self._waiting = self._waiting[:taken], self._waiting[taken:]
         return group
 

@@ -15,6 +15,7 @@ from raylog.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     PolicyViolationError,
     UnknownLeaderEpochError,
 )
@@ -94,6 +95,33 @@ def test_idempotent_batches_append_in_sequence_order_once(partition):
     retry = part.append_as_leader(second, acks=1)  # a retry: its original offsets, nothing written
     assert (retry.first_offset, retry.last_offset, retry.batches) == (1, 2, ())
     assert part.log.log_end_offset == 4
+
+
+def test_a_chain_of_a_producers_next_batches_is_admitted_or_refused_whole(partition):
+    """Several batches of one idempotent producer in one append (a Kafka connection's
+    pipelined batches, sent together) are appended when they are its next batches in
+    order; a chain whose first batch was appended before is refused as out of order (each
+    is then sent alone), and a chain that breaks its sequence, mixes producers or epochs,
+    or holds a transaction's batch is refused as a bad request, nothing written."""
+    part = partition()
+    part.append_as_leader(idempotent([b"a"], 0), acks=1)
+    chain = idempotent([b"b"], 1) + idempotent([b"c", b"d"], 2) + idempotent([b"e"], 4)
+    info = part.append_as_leader(chain, acks=1)
+    assert (info.first_offset, info.last_offset, len(info.batches)) == (1, 4, 3)
+    assert part.append_as_leader(idempotent([b"f"], 5), acks=1).first_offset == 5  # the state follows the chain
+    with pytest.raises(OutOfOrderSequenceError):
+        part.append_as_leader(idempotent([b"f"], 5) + idempotent([b"g"], 6), acks=1)
+    refused = (
+        idempotent([b"g"], 6) + idempotent([b"h"], 8),  # sequence 7 missing
+        idempotent([b"g"], 6) + idempotent([b"h"], 7, producer_id=9),
+        idempotent([b"g"], 6) + record_batch.build([b"h"], producer_id=5, producer_epoch=1, base_sequence=0),
+        idempotent([b"g"], 6) + idempotent([b"h"], 7, transactional=True),
+    )
+    for data in refused:
+        with pytest.raises(InvalidRequestError):
+            part.append_as_leader(data, acks=1)
+    assert part.log.log_end_offset == 6
+    assert part.append_as_leader(idempotent([b"g"], 6), acks=1).first_offset == 6
 
 
 def test_a_producer_not_known_waits_for_its_first_unacknowledged_batch(partition):

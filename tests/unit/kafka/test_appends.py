@@ -1,7 +1,8 @@
 """A connection's appends to a partition (raylog.actors.kafka.appends) without Ray: against a
 leader that appends to a real Partition, each partition's batches reach the log in the order
-they came, one call at a time; those that queued behind a call share the next (unless
-idempotent), each request gets its own offsets, and one bad batch fails only its request."""
+they came, one call at a time; those that queued behind a call share the next (an idempotent
+producer's only as a chain of its next batches), each request gets its own offsets, and one
+bad batch fails only its request."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from raylog.actors.kafka import appends
 from raylog.actors.kafka.appends import Append, PartitionAppends
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
-from raylog.errors import CorruptRecordError, NotLeaderOrFollowerError, RaylogError
+from raylog.errors import CorruptRecordError, NotLeaderOrFollowerError, OutOfOrderSequenceError, RaylogError
 from raylog.protocol import ProduceResponse, error_fields
 from raylog.storage import record_batch as rb
 
@@ -106,7 +107,7 @@ def test_what_queued_behind_a_call_shares_the_next_and_each_gets_its_own_offsets
     assert logged(leader) == [b"a", b"b", b"c", b"d", b"e", b"f", b"g"]
 
 
-def test_batches_of_other_acks_or_clients_and_idempotent_ones_go_in_calls_of_their_own(leader):
+def test_batches_of_other_acks_clients_or_producers_go_in_calls_of_their_own(leader):
     answers = asyncio.run(
         queued_behind_a_held_call(
             leader,
@@ -122,8 +123,40 @@ def test_batches_of_other_acks_or_clients_and_idempotent_ones_go_in_calls_of_the
     )
     assert all(a.error_code == 0 for a in answers), answers
     assert [a.base_offset for a in answers] == list(range(8))
-    assert [len(call) for call in leader.calls] == [1, 1, 1, 1, 1, 1, 2]
+    assert [len(call) for call in leader.calls] == [1, 1, 1, 1, 2, 2]  # e and f: one producer's chain
     assert logged(leader) == [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h"]
+
+
+def test_an_idempotent_producers_next_batches_share_a_call_as_a_chain(leader):
+    """What queued of one producer's batches in sequence order goes in one call (librdkafka
+    keeps five in flight per partition); a batch past a gap starts a call of its own, and
+    is refused as out of order there (the Kafka connection sent it after a lost one)."""
+    answers = asyncio.run(
+        queued_behind_a_held_call(
+            leader,
+            idempotent(0, b"a"),
+            idempotent(1, b"b"),
+            idempotent(2, b"c", b"d"),
+            idempotent(4, b"e"),
+            idempotent(6, b"f"),  # 5 never came
+        )
+    )
+    assert [a.error_code for a in answers] == [0, 0, 0, 0, OutOfOrderSequenceError.code]
+    assert [a.base_offset for a in answers[:4]] == [0, 1, 2, 4]
+    assert [len(call) for call in leader.calls] == [1, 3, 1]
+    assert logged(leader) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_a_chain_whose_first_batch_was_appended_before_is_sent_again_batch_by_batch(leader):
+    """librdkafka resends its batches from the first unanswered one after a timeout; where
+    that one was appended meanwhile, the chain is refused whole and each batch sent alone:
+    the duplicate gets its original offsets, the next is appended once."""
+    answers = asyncio.run(
+        queued_behind_a_held_call(leader, idempotent(0, b"a"), idempotent(0, b"a"), idempotent(1, b"b"))
+    )
+    assert [(a.error_code, a.base_offset) for a in answers] == [(0, 0), (0, 0), (0, 1)]
+    assert [len(call) for call in leader.calls] == [1, 2, 1, 1]
+    assert logged(leader) == [b"a", b"b"]
 
 
 def test_a_corrupt_batch_in_a_shared_call_fails_only_its_own_request(leader):
