@@ -40,7 +40,6 @@ from raylog.chaos.history import (
     Recorder,
     Revoke,
     Send,
-    Txn,
 )
 from raylog.chaos.workload import (
     CLOSE_TIMEOUT_S,
@@ -437,7 +436,7 @@ class KafkaTransactionalWorker(TransactionalLoop):
                 record_send(self.recorder, invocation, OK, offset, None)
             else:
                 record_send(self.recorder, invocation, UNKNOWN, None, RaylogError(str(error)) if error else None)
-        self.recorder.add(Txn(self.name, txn, outcome, start, end))
+        self._ended(txn, outcome, start, end)
         if outcome == UNKNOWN:
             self._abandon()
         return len(sends)

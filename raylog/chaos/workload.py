@@ -243,7 +243,10 @@ class TransactionalLoop:
     coordinator, and its ``__transaction_state`` partition, exists before the nemesis can kill
     it) and again after a transaction that ended unknown (``producer`` is None meanwhile); one
     that ended unknown when the worker is stopped is settled by one more init, so that no
-    transaction is open at the final read.
+    transaction is open at the final read. A worker stopped before any of its transactions
+    committed goes on until one does, for at most :data:`TXN_INIT_TIMEOUT_S`: the run then
+    shows whether transactions complete once its faults have healed (the clients are stopped
+    once the cluster is in sync again), however long the faults kept them from it under load.
 
     Subclasses make and initialise a producer (:meth:`_initialised`), run and record one
     transaction (:meth:`_transaction`) and close a producer (:meth:`_close`)."""
@@ -269,7 +272,9 @@ class TransactionalLoop:
         self._interval_s = 1.0 / rate_per_s
         self._sequence = 0
         self._transactions = 0
+        self._committed = 0
         self._stop = threading.Event()
+        self._owed_until = 0.0  # (monotonic) once stopped: how long to go on for a first commit
         self._thread = client_thread(name, self.crashes, self._run, random.Random(rng.random()))
         self._init()
 
@@ -288,7 +293,7 @@ class TransactionalLoop:
         self._thread.start()
 
     def _run(self, rng: random.Random) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set() or (self._committed == 0 and time.monotonic() < self._owed_until):
             if self.producer is None:
                 self._init()
                 continue
@@ -318,6 +323,12 @@ class TransactionalLoop:
         self._sequence += 1
         return Send(self.name, rng.randrange(self.partitions), value, UNKNOWN, txn=txn, start=self.recorder.now())
 
+    def _ended(self, txn: str, outcome: str, start: float, end: float) -> None:
+        """Record transaction ``txn``'s outcome."""
+        self.recorder.add(Txn(self.name, txn, outcome, start, end))
+        if outcome == COMMITTED:
+            self._committed += 1
+
     def _next_txn(self) -> str:
         txn = f"{self.name}#{self._transactions}"
         self._transactions += 1
@@ -332,9 +343,11 @@ class TransactionalLoop:
         self.errors.append(f"{self.name} {what}: {type(exc).__name__}: {exc}")
 
     def stop(self) -> None:
-        """Stop after the transaction under way (and the init that settles it, if any)."""
+        """Stop after the transaction under way (and the init that settles it, if any), or
+        after the first commit of a worker that has none yet (see the class docstring)."""
+        self._owed_until = time.monotonic() + TXN_INIT_TIMEOUT_S
         self._stop.set()
-        self._thread.join(CLOSE_TIMEOUT_S + TXN_INIT_TIMEOUT_S)
+        self._thread.join(CLOSE_TIMEOUT_S + 2 * TXN_INIT_TIMEOUT_S)
 
 
 class TransactionalWorker(TransactionalLoop):
@@ -405,7 +418,7 @@ class TransactionalWorker(TransactionalLoop):
         end = self.recorder.now()
         for invocation, future in sends:
             _record_future(self.recorder, invocation, future)
-        self.recorder.add(Txn(self.name, txn, outcome, start, end))
+        self._ended(txn, outcome, start, end)
         if outcome == UNKNOWN:
             self._abandon()
         return len(sends)
