@@ -90,8 +90,7 @@ from .producer_state import (
     ClosedTransaction,
     ProducerStateManager,
     Verdict,
-    increment_sequence,
-    last_sequence_of,
+    require_chain,
 )
 from .txn_verification import TxnVerifications, VerificationNeeded
 
@@ -484,7 +483,7 @@ class Partition:
             return None
         chained = header.size != len(data)
         if chained:
-            _require_chain(header, data)
+            require_chain(record_batch.iter_headers(data))
         verdict, original = self.producers.check(header, first_unacked_sequence)
         if verdict is Verdict.GAP:
             raise SequenceGap()
@@ -951,26 +950,3 @@ class Partition:
         if current_leader_epoch < self.leader_epoch:
             raise FencedLeaderEpochError(f"{self.name}: epoch {current_leader_epoch} is older than {self.leader_epoch}")
         raise UnknownLeaderEpochError(f"{self.name}: epoch {current_leader_epoch} is newer than {self.leader_epoch}")
-
-
-def _require_chain(first: record_batch.BatchHeader, data) -> None:
-    """Several batches of one idempotent producer in one append: they must be a chain, the
-    producer's next batches in order (same producer id and epoch, no transaction, each
-    sequence right after the one before), so that the first one's verdict is every one's: all
-    new, or the whole append refused.
-
-    Raises:
-        InvalidRequestError: batches of another producer or epoch, a transactional or control
-            batch, or a break in the sequence.
-    """
-    previous = None
-    for _, header in record_batch.iter_headers(data):
-        if (header.producer_id, header.producer_epoch) != (first.producer_id, first.producer_epoch) or (
-            header.attributes & (record_batch.TRANSACTIONAL | record_batch.CONTROL)
-        ):
-            raise InvalidRequestError("an idempotent append of several batches holds another producer's or kind's")
-        if previous is not None and header.base_sequence != increment_sequence(last_sequence_of(previous), 1):
-            raise InvalidRequestError(
-                f"an idempotent append of several batches breaks its sequence at {header.base_sequence}"
-            )
-        previous = header

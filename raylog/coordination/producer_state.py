@@ -67,7 +67,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from ..errors import InvalidProducerEpochError, InvalidRequestError, OutOfOrderSequenceError
 from ..storage.producer_snapshot import SnapshotBatch
 from ..storage.record_batch import COMMIT_MARKER, CONTROL, TRANSACTIONAL, BatchHeader
 from ..types import ProducerState
@@ -89,6 +89,38 @@ def increment_sequence(sequence: int, increment: int) -> int:
 def sequence_after(sequence: int, other: int) -> bool:
     """Whether ``sequence`` comes after ``other`` (by less than half the sequence space)."""
     return 0 < (sequence - other) % SEQUENCE_MODULUS < SEQUENCE_MODULUS // 2
+
+
+def chained(previous: BatchHeader, header: BatchHeader) -> bool:
+    """Whether ``header``'s batch is the next of ``previous``'s idempotent producer: the same
+    producer id and epoch, neither batch transactional or a control batch, and its sequence
+    right after ``previous``'s last."""
+    return (
+        previous.producer_id != NO_PRODUCER_ID
+        and previous.base_sequence != NO_SEQUENCE
+        and (previous.producer_id, previous.producer_epoch) == (header.producer_id, header.producer_epoch)
+        and not (previous.attributes | header.attributes) & (TRANSACTIONAL | CONTROL)
+        and header.base_sequence == increment_sequence(last_sequence_of(previous), 1)
+    )
+
+
+def require_chain(headers: Iterable[tuple[int, BatchHeader]]) -> None:
+    """Several batches of one idempotent producer in one append (``headers``: each batch's
+    ``(position, header)``) must be a chain, each :func:`chained` to the one before, so that
+    the first one's verdict is every one's: all new, or the whole append refused.
+
+    Raises:
+        InvalidRequestError: batches of another producer or epoch, a transactional or control
+            batch, or a break in the sequence.
+    """
+    previous = None
+    for _, header in headers:
+        if previous is not None and not chained(previous, header):
+            raise InvalidRequestError(
+                f"an idempotent append of several batches breaks its chain at producer {header.producer_id} "
+                f"epoch {header.producer_epoch} sequence {header.base_sequence}"
+            )
+        previous = header
 
 
 class Verdict(enum.Enum):

@@ -38,10 +38,9 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE, increment_sequence, last_sequence_of
+from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE, chained
 from raylog.errors import CorruptRecordError, InvalidRecordError, OutOfOrderSequenceError, RecordTooLargeError
 from raylog.protocol import ProduceResponse
-from raylog.storage.record_batch import CONTROL, TRANSACTIONAL
 
 #: Error codes of a shared call that one batch may have caused (or, for a chain of an idempotent
 #: producer's batches, a first batch appended before): each batch is sent again alone.
@@ -76,16 +75,9 @@ class Append:
             other.transactional_id,
         ):
             return False
-        mine, theirs = self.header, other.header
-        if mine.producer_id == theirs.producer_id == NO_PRODUCER_ID:
+        if self.header.producer_id == other.header.producer_id == NO_PRODUCER_ID:
             return True
-        return (
-            self.transactional_id is None
-            and (mine.producer_id, mine.producer_epoch) == (theirs.producer_id, theirs.producer_epoch)
-            and mine.base_sequence != NO_SEQUENCE
-            and not (mine.attributes | theirs.attributes) & (TRANSACTIONAL | CONTROL)
-            and theirs.base_sequence == increment_sequence(last_sequence_of(mine), 1)
-        )
+        return self.transactional_id is None and chained(self.header, other.header)
 
 
 #: The future a Produce request sets once its batches hold their places (:func:`placed`): the

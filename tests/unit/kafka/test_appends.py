@@ -216,3 +216,29 @@ def test_places_keep_the_order_they_were_reserved_in_whichever_is_filled_first(l
     answers = asyncio.run(scenario())
     assert [a.base_offset for a in answers] == [0, 1, 2]
     assert logged(leader) == [b"first", b"second", b"last"]
+
+
+def test_a_chain_refused_whole_by_a_moved_leader_is_appended_once_when_sent_again(leader):
+    """A call of a chain that fails (the leader moved) fails each request of the chain, and
+    nothing is appended; librdkafka's retry of the same batches then goes through as one
+    chain, each at its own offset, once."""
+
+    async def scenario():
+        queue = PartitionAppends(leader.send)
+        chain = [idempotent(0, b"a"), idempotent(1, b"b"), idempotent(2, b"c")]
+        leader.held.clear()
+        leader.fail_with = NotLeaderOrFollowerError("moved")
+        first = asyncio.ensure_future(appended(queue, chain[0]))
+        await asyncio.sleep(0)
+        rest = [asyncio.ensure_future(appended(queue, a)) for a in chain[1:]]
+        await asyncio.sleep(0)
+        leader.held.set()
+        failed = await asyncio.gather(first, *rest, return_exceptions=True)
+        leader.fail_with = None
+        retried = await queued_behind_a_held_call(leader, *chain)
+        return failed, retried
+
+    failed, retried = asyncio.run(scenario())
+    assert [type(f) for f in failed] == [NotLeaderOrFollowerError] * 3
+    assert [(a.error_code, a.base_offset) for a in retried] == [(0, 0), (0, 1), (0, 2)]
+    assert logged(leader) == [b"a", b"b", b"c"]
