@@ -93,3 +93,27 @@ def test_the_suite_and_its_settings_are_where_the_command_looks():
 def test_the_results_name_the_python_without_the_machines_folders():
     assert history.portable_path("/home/ci/raylog/.venv/bin/python", "/home/ci/raylog") == ".venv/bin/python"
     assert history.portable_path("/usr/bin/python3", "/home/ci/raylog") == "bin/python3"
+
+
+def test_the_ray_workers_get_the_tree_under_test_first_on_their_path(monkeypatch, tmp_path):
+    """asv puts the tree on the benchmark process's sys.path only: Ray's workers (the
+    controller, the replicas) imported the installed checkout's raylog."""
+    from benchmarks.asv import suite
+
+    monkeypatch.setenv("RAYLOG_HISTORY_TREE", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", "/other")
+    suite.tree_for_workers()
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [
+        str(tmp_path),
+        str(tmp_path / "integrations" / "spark"),
+        "/other",
+    ]
+
+
+def test_a_raylog_imported_outside_the_tree_under_test_is_refused(monkeypatch, tmp_path):
+    from benchmarks.asv import suite
+
+    monkeypatch.setenv("RAYLOG_HISTORY_TREE", str(tmp_path))
+    suite.check_tree("a Ray worker", str(tmp_path / "raylog" / "__init__.py"))
+    with pytest.raises(RuntimeError, match="a Ray worker imported raylog from /elsewhere"):
+        suite.check_tree("a Ray worker", "/elsewhere/raylog/__init__.py")

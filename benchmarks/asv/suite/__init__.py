@@ -49,13 +49,39 @@ MILLION = 1_000_000
 Samples = dict[str, list[float]]
 
 
-def check_tree() -> None:
-    """Refuse to measure another raylog than the one the history command put first."""
-    import raylog
+def check_tree(where: str = "this process", imported: str | None = None) -> None:
+    """Refuse to measure another raylog than the one the history command put first: the one
+    this process imports, or ``imported``, the file ``where`` imported."""
+    if imported is None:
+        import raylog
 
+        imported = raylog.__file__
     wanted = os.environ.get("RAYLOG_HISTORY_TREE")
-    if wanted and not os.path.abspath(raylog.__file__).startswith(os.path.abspath(wanted) + os.sep):
-        raise RuntimeError(f"raylog imported from {raylog.__file__}, not from the tree under test {wanted}")
+    if wanted and not os.path.abspath(imported).startswith(os.path.abspath(wanted) + os.sep):
+        raise RuntimeError(f"{where} imported raylog from {imported}, not from the tree under test {wanted}")
+
+
+def tree_for_workers() -> None:
+    """Put the tree under test first on the path of the Ray workers this process starts (the
+    controller's, the replicas'): asv puts it on this process's ``sys.path`` only, and Ray
+    starts its workers from the environment, with the checkout's raylog installed."""
+    tree = os.environ.get("RAYLOG_HISTORY_TREE")
+    if tree:
+        paths = [tree, os.path.join(tree, "integrations", "spark"), os.environ.get("PYTHONPATH", "")]
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+
+
+def raylog_of_workers() -> str:
+    """The raylog a Ray worker of this job imports (the replicas' and the controller's)."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def imported() -> str:
+        import raylog
+
+        return raylog.__file__
+
+    return ray.get(imported.remote())
 
 
 @contextlib.contextmanager
@@ -68,9 +94,11 @@ def embedded_cluster(prefix: str, ship: tuple[str, ...] = (), **connect: Any) ->
     from benchmarks import common
 
     check_tree()
+    tree_for_workers()
     with contextlib.ExitStack() as stack:
         workdir = common.temp_workdir(stack, prefix, None)
         common.start_local_ray(stack)
+        check_tree("a Ray worker", raylog_of_workers())
         for module in ship:
             ray.cloudpickle.register_pickle_by_value(sys.modules[module])
         cluster = raylog.connect(
