@@ -83,8 +83,8 @@ from raylog.actors.replica import MAX_CONCURRENCY
 from raylog.bench import StampReader, high_watermarks, nearest_rank
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.producer.sender import Sender
+from raylog.common import record_batch
 from raylog.errors import KafkaTimeoutError
-from raylog.storage import record_batch
 
 #: (label, value size): the record shapes measured.
 SIZES = (("100 B", 100), ("1 KiB", 1024))

@@ -45,7 +45,7 @@ import raylog
 from benchmarks.client_bench import CountingProducer, CountingSender, make_workload
 from benchmarks.common import create_started, make_values, send_at_rate, start_local_ray, temp_workdir
 from raylog import Admin, Consumer, NewTopic
-from raylog.storage import record_batch
+from raylog.common import record_batch
 
 
 def listing(profile: cProfile.Profile, top: int, title: str, dump: str | None) -> None:

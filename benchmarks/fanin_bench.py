@@ -43,8 +43,8 @@ from benchmarks.common import BenchError, get
 from raylog import Admin, NewTopic
 from raylog.actors.replica import MAX_CONCURRENCY
 from raylog.bench import nearest_rank
+from raylog.common import record_batch
 from raylog.protocol import ProduceRequest
-from raylog.storage import record_batch
 
 NUM_BROKERS = 3
 SAFE_TOPIC = {"min.insync.replicas": "2"}

@@ -50,9 +50,9 @@ from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBat
 
 from benchmarks import common
 from benchmarks.common import Target, make_values
+from raylog.common import compression
+from raylog.common import record_batch as rb
 from raylog.kafka import records
-from raylog.storage import compression
-from raylog.storage import record_batch as rb
 
 RECORDS = 10_000
 VALUE_SIZE = 100

@@ -57,10 +57,10 @@ from raylog import Admin, NewTopic, Producer
 from raylog.actors.replica import MAX_CONCURRENCY
 from raylog.bench import StampReader
 from raylog.clients.producer.sender import Sender
+from raylog.common import record_batch
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
 from raylog.protocol import ProduceRequest
-from raylog.storage import record_batch
 from raylog.storage.log import Log
 
 VALUE_BYTES = 100

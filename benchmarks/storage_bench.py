@@ -49,9 +49,9 @@ if __package__ in (None, ""):  # run as a file: make the ``benchmarks`` package 
 
 from benchmarks import common
 from benchmarks.common import MB, MIB, Target, best, make_values, timed_calls
+from raylog.common import record_batch
+from raylog.common.compression import codec_id
 from raylog.config import LogConfig
-from raylog.storage import record_batch
-from raylog.storage.compression import codec_id
 from raylog.storage.log import Log
 from raylog.storage.segment import file_name
 

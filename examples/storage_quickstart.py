@@ -17,8 +17,8 @@ import time
 import pyarrow as pa
 from _support import arguments, configure_output
 
+from raylog.common import compression, record_batch
 from raylog.config import LogConfig
-from raylog.storage import compression, record_batch
 from raylog.storage.log import Log
 
 RECORDS = 200_000

@@ -53,8 +53,8 @@ from raylog.clients.admin import Admin
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.consumer import Consumer
 from raylog.clients.producer import RECORD_OVERHEAD_BYTES, Producer
+from raylog.common import compression as codecs
 from raylog.errors import InvalidConfigError, KafkaTimeoutError, RaylogError
-from raylog.storage import compression as codecs
 from raylog.types import NewTopic, TopicPartition
 
 WORKLOADS = ("produce", "consume", "e2e")

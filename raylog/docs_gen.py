@@ -40,13 +40,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Documented limits that are not settings: ``(module, constant)``.
 LIMITS = (
     ("raylog.protocol", "MAX_REQUEST_BYTES"),
-    ("raylog.storage.compression", "MAX_UNCOMPRESSED_BYTES"),
+    ("raylog.common.compression", "MAX_UNCOMPRESSED_BYTES"),
     ("raylog.actors.kafka.listener", "UNSENT_ANSWER_BYTES_MAX"),
     ("raylog.storage.log", "MAX_READ_BYTES"),
     ("raylog.clients.consumer.consumer_config", "MAX_FETCH_BYTES"),
     ("raylog.coordination.fetcher", "REPLICA_FETCH_MAX_BYTES"),
-    ("raylog.storage.record_batch", "MAX_HEADERS_PER_RECORD"),
-    ("raylog.storage.record_batch", "MAX_HEADER_KEY_BYTES"),
+    ("raylog.common.record_batch", "MAX_HEADERS_PER_RECORD"),
+    ("raylog.common.record_batch", "MAX_HEADER_KEY_BYTES"),
     ("raylog.coordination.producer_state", "RETAINED_BATCHES"),
     ("raylog.coordination.placement", "MAX_PARTITIONS"),
     ("raylog.coordination.placement", "MAX_ID_BYTES"),

@@ -95,7 +95,7 @@ class FetchResponse:
     records: np.ndarray = field(default_factory=lambda: EMPTY_RECORDS)
     last_stable_offset: int = -1
     #: read_committed: ``(producer_id, first_offset)`` of each aborted transaction the
-    #: records may hold (see raylog.storage.record_batch.decode_table).
+    #: records may hold (see raylog.common.record_batch.decode_table).
     aborted_transactions: tuple = ()
 
 

@@ -54,10 +54,10 @@ from raylog.actors import logs, metrics
 from raylog.actors.access import Access, Guard
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.kafka.fleet import ListenerFleet
-from raylog.actors.names import DEFAULT_DATA_DIR, NAMESPACE, replica_name
 from raylog.actors.pushes import Pushes
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
+from raylog.common.names import DEFAULT_DATA_DIR, NAMESPACE, replica_name
 from raylog.config import ControllerConfig
 from raylog.coordination import broker_configs, elections, scram, sessions
 from raylog.coordination.acls import CLUSTER_NAME, Authorizer, ResourceType, covers, parse_super_users

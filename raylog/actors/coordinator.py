@@ -27,9 +27,9 @@ import time
 from typing import Any
 
 from raylog.actors.replica import PartitionReplicaActor
+from raylog.common import record_batch
 from raylog.coordination.replay import LogReplay
 from raylog.errors import CoordinatorLoadInProgressError, NotCoordinatorError, RaylogError
-from raylog.storage import record_batch
 
 #: Bytes read per step when loading the state after becoming leader.
 LOAD_READ_BYTES = 8 << 20

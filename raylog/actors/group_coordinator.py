@@ -52,6 +52,7 @@ from typing import Any
 import ray
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
+from raylog.common import record_batch
 from raylog.coordination import group_configs
 from raylog.coordination.acls import CLUSTER_NAME, ResourceType
 from raylog.coordination.acls import ACLOperation as Op
@@ -60,7 +61,6 @@ from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Out
 from raylog.coordination.replay import LogReplay
 from raylog.errors import NotCoordinatorError, RaylogError
 from raylog.protocol import GroupResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse, error_fields
-from raylog.storage import record_batch
 from raylog.types import OffsetAndMetadata, TopicPartition
 
 #: Calls a coordinator serves at once besides joins, heartbeats and commits (Ray's

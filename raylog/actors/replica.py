@@ -68,7 +68,7 @@ import ray
 
 from raylog.actors import logs, metrics
 from raylog.actors.access import Guard
-from raylog.actors.names import NAMESPACE, controller_name
+from raylog.common.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig
 from raylog.coordination.acls import CLUSTER_NAME, ACLOperation, Authorizer, ResourceType
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next

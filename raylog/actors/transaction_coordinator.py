@@ -33,6 +33,7 @@ import ray
 from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.actors.producer_ids import SharedProducerIdPool
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
+from raylog.common import record_batch
 from raylog.coordination.acls import ACLOperation as Op
 from raylog.coordination.acls import ResourceType
 from raylog.coordination.placement import OFFSETS_TOPIC
@@ -44,7 +45,6 @@ from raylog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raylog.protocol import TxnResponse, error_fields, error_of
-from raylog.storage import record_batch
 from raylog.types import TopicPartition
 
 #: Calls a coordinator serves at once (each producer's calls are short; end_txn waits for

@@ -56,8 +56,8 @@ from typing import Any
 from raylog.cli.arguments import UsageError, command, non_negative_int, positive_float, positive_int
 from raylog.cli.connection import connected
 from raylog.cli.output import Progress
+from raylog.common import compression
 from raylog.errors import InvalidConfigError
-from raylog.storage import compression
 
 #: ``raylog bench`` options -> BenchConfig fields (options left out keep BenchConfig's defaults).
 _BENCH_OPTIONS = {

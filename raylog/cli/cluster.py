@@ -32,11 +32,11 @@ import sys
 import time
 from typing import Any
 
-from raylog.actors.names import NAMESPACE, controller_name
 from raylog.cli.arguments import command, pairs_argument, port, positive_int
 from raylog.cli.connection import ClusterNotRunningError, connected, head_file, reachable, read_head
 from raylog.cli.output import table
 from raylog.cli.topics import is_offline, is_under_replicated, topic_json
+from raylog.common.names import NAMESPACE, controller_name
 from raylog.errors import InvalidConfigError, RaylogError
 
 #: A local head's object store: raylog's batches pass through it briefly.

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import raylog
-from raylog.actors.names import NAMESPACE, controller_name
 from raylog.cli.arguments import UsageError
+from raylog.common.names import NAMESPACE, controller_name
 from raylog.errors import RaylogError
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ import os
 import sys
 from typing import Any
 
+from raylog.common import record_batch
 from raylog.errors import RaylogError
-from raylog.storage import record_batch
 
 
 def _dump_log(args: argparse.Namespace) -> int:

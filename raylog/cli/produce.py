@@ -21,8 +21,8 @@ import raylog
 from raylog.cli.arguments import UsageError, command, non_negative_int
 from raylog.cli.connection import connected
 from raylog.cli.output import Progress
+from raylog.common import compression
 from raylog.errors import InvalidRecordError
-from raylog.storage import compression
 
 
 class _Tally:

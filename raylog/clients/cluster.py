@@ -22,9 +22,9 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raylog.actors.names import DEFAULT_DATA_DIR, HEAD_RESOURCE, LISTENER_START_TIMEOUT_S, NAMESPACE, controller_name
 from raylog.actors.transport import call
 from raylog.clients.security import ClientSession
+from raylog.common.names import DEFAULT_DATA_DIR, HEAD_RESOURCE, LISTENER_START_TIMEOUT_S, NAMESPACE, controller_name
 from raylog.config import ControllerConfig
 from raylog.coordination import scram
 from raylog.coordination.placement import INTERNAL_TOPICS

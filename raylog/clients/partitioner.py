@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raylog.storage import record_batch
+from raylog.common import record_batch
 
 #: Keys whose partition is remembered; enough for typical key sets, bounded for memory.
 KEY_CACHE_ENTRIES = 100_000

@@ -66,6 +66,8 @@ from typing import Any
 
 import msgpack
 
+from raylog.common import record_batch
+
 from ..errors import (
     ApiError,
     CoordinatorNotAvailableError,
@@ -94,7 +96,6 @@ from ..protocol import (
     SyncGroupResponse,
     error_fields,
 )
-from ..storage import record_batch
 from ..types import OffsetAndMetadata, TopicPartition
 from .assignors import ASSIGNORS, COOPERATIVE, Subscription, assign, choose_strategy, current_claims
 from .consumer_group import (

@@ -60,6 +60,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raylog.common import record_batch
+
 from ..config import TopicConfig
 from ..errors import (
     CorruptRecordError,
@@ -79,7 +81,7 @@ from ..errors import (
     UnknownLeaderEpochError,
 )
 from ..protocol import MAX_REQUEST_BYTES, FetchRequest, FetchResponse, error_fields
-from ..storage import producer_snapshot, record_batch, txn_index
+from ..storage import producer_snapshot, txn_index
 from ..storage.leader_epoch import UNDEFINED, LeaderEpochCache
 from ..storage.log import AppendInfo, Log, wall_clock_ms
 from ..types import PartitionInfo

@@ -67,9 +67,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from raylog.common.record_batch import COMMIT_MARKER, CONTROL, TRANSACTIONAL, BatchHeader
+
 from ..errors import InvalidProducerEpochError, InvalidRequestError, OutOfOrderSequenceError
 from ..storage.producer_snapshot import SnapshotBatch
-from ..storage.record_batch import COMMIT_MARKER, CONTROL, TRANSACTIONAL, BatchHeader
 from ..types import ProducerState
 
 #: Batches remembered per producer for duplicate detection (Kafka keeps 5, matching the

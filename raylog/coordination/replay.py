@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..storage import record_batch
+from raylog.common import record_batch
+
 from ..storage.log import Log
 
 #: A batch's header and its ``(key, value)`` records (none for a control batch, or for a

@@ -1,6 +1,6 @@
 """Kafka record batches (magic 2) to raylog record batches (magic 1) and back.
 
-Both formats share the 61-byte batch header (:mod:`raylog.storage.record_batch`); they
+Both formats share the 61-byte batch header (:mod:`raylog.common.record_batch`); they
 differ in the magic byte and the body. A Kafka v2 body is a run of records, each
 ``length varint | attributes i8 | timestampDelta varlong | offsetDelta varint | keyLength
 varint | key | valueLength varint | value | headerCount varint | headers`` (every varint
@@ -31,9 +31,9 @@ formats, which is kept.
 
 Compression: the Kafka body is inflated (gzip, snappy raw or xerial-framed as the Java
 client writes it, LZ4 frame, zstd), bounded while it inflates: a body that would pass
-:data:`raylog.storage.compression.MAX_UNCOMPRESSED_BYTES` is refused (CorruptRecordError)
+:data:`raylog.common.compression.MAX_UNCOMPRESSED_BYTES` is refused (CorruptRecordError)
 after at most a chunk more than that, whatever it asks for. The raylog batch keeps the producer's codec when this
-pyarrow build has it (:func:`raylog.storage.compression.codec_id`), else it is stored
+pyarrow build has it (:func:`raylog.common.compression.codec_id`), else it is stored
 uncompressed. On the way out a Kafka body is compressed with the raylog batch's codec in
 Kafka's framing (gzip level 1, xerial-framed snappy in 32 KiB blocks, LZ4 frames of
 independent 64 KiB blocks, zstd level 3).
@@ -69,9 +69,10 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from raylog.common import compression
+from raylog.common import record_batch as rb
+
 from ..errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
-from ..storage import compression
-from ..storage import record_batch as rb
 
 __all__ = ["KAFKA_MAGIC", "to_raylog", "to_kafka", "warm_up"]
 

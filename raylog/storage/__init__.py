@@ -1,7 +1,6 @@
-"""raylog's storage engine: plain Python, no Ray.
+"""raylog's storage engine: plain Python, no Ray. Its batches are in the format of
+:mod:`raylog.common.record_batch`.
 
-- :mod:`record_batch` — the batch format shared by producer, disk and consumer;
-- :mod:`compression` — body codecs;
 - :mod:`file_records` — an append-only file of batches;
 - :mod:`index` — sparse offset and time indexes;
 - :mod:`segment` — a log file with its indexes;

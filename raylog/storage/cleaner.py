@@ -84,11 +84,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from raylog.common import record_batch
+from raylog.common.record_batch import CONTROL, HAS_KEY, HEADER_SIZE, TRANSACTIONAL, BatchHeader
+
 from ..errors import CorruptRecordError, StorageError
-from . import faults, record_batch
+from . import faults
 from .file_records import FileRecords
 from .files import fsync_directory, remove, write_atomically
-from .record_batch import CONTROL, HAS_KEY, HEADER_SIZE, TRANSACTIONAL, BatchHeader
 from .segment import MAX_RELATIVE_OFFSET, AppendedBatch, LogSegment, file_name
 from .throttler import Throttler
 from .txn_index import AbortedTxn

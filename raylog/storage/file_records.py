@@ -1,6 +1,6 @@
 """An append-only file of whole record batches (Kafka's ``FileRecords``).
 
-The file holds batches back to back in the format of :mod:`raylog.storage.record_batch`;
+The file holds batches back to back in the format of :mod:`raylog.common.record_batch`;
 nothing else. Positions are byte offsets into the file.
 
 Concurrency: one writer thread calls :meth:`append`, :meth:`truncate_to`, :meth:`flush`;
@@ -16,9 +16,10 @@ import os
 import weakref
 from collections.abc import Iterator, Sequence
 
+from raylog.common.record_batch import HEADER_SIZE, BatchHeader, read_header
+
 from ..errors import CorruptRecordError, StorageError
 from . import faults
-from .record_batch import HEADER_SIZE, BatchHeader, read_header
 
 #: Bytes read at a time when walking batch headers without their bodies.
 HEADER_WALK_CHUNK_BYTES = 8192

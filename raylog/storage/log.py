@@ -59,6 +59,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from raylog.common import compression, record_batch
+from raylog.common.record_batch import BatchHeader
+
 from ..config import LogConfig
 from ..errors import (
     CorruptRecordError,
@@ -68,10 +71,9 @@ from ..errors import (
     RecordTooLargeError,
     StorageError,
 )
-from . import cleaner, compression, record_batch
+from . import cleaner
 from .cleaner import CleanerStats
 from .files import fsync_directory, write_atomically
-from .record_batch import BatchHeader
 from .segment import DELETED_SUFFIX, AppendedBatch, LogSegment
 from .throttler import Throttler
 from .txn_index import AbortedTxn

@@ -23,11 +23,13 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from raylog.common import record_batch
+from raylog.common.record_batch import HEADER_SIZE
+
 from ..errors import CorruptRecordError, StorageError
-from . import faults, record_batch
+from . import faults
 from .file_records import FileRecords
 from .index import OffsetIndex, TimeIndex
-from .record_batch import HEADER_SIZE
 
 #: Bytes read at a time when recovery verifies a segment's batches.
 RECOVERY_CHUNK_BYTES = 8 * 1024 * 1024

@@ -7,7 +7,7 @@ transactions whose abort marker lies in that segment, as :class:`AbortedTxn` ent
 A fetch from offset ``o`` up to ``u`` needs every entry with ``marker_offset >= o`` and
 ``first_offset < u`` (:meth:`TransactionIndex.collect`); the consumer drops those
 producers' transactional batches from ``first_offset`` up to the marker, from their
-headers alone (:func:`raylog.storage.record_batch.decode_table`).
+headers alone (:func:`raylog.common.record_batch.decode_table`).
 
 A file ``<base offset>.txnindex`` (20 digits, as segment files) holds the entries of the
 segment at that base, rewritten whole and atomically (:func:`~raylog.storage.files.write_atomically`)

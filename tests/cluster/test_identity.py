@@ -10,8 +10,8 @@ import shutil
 import ray
 
 from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from raylog.common.record_batch import decode_table
 from raylog.storage.log import Log
-from raylog.storage.record_batch import decode_table
 from tests.cluster.conftest import NODE_OBJECT_STORE_BYTES, out_of_sync
 from tests.cluster.test_replication import SAFE, describe
 from tests.helpers import wait_until

@@ -433,8 +433,8 @@ def test_256_concurrent_acks_all_produces_on_one_leader_all_answer(multinode, re
     times its produce pool: every one is acknowledged within its timeout, at an offset of its
     own, the leader keeps its epoch and the ISR never shrinks (a follower's fetch never waits
     behind the parked produces)."""
+    from raylog.common import record_batch
     from raylog.protocol import ProduceRequest
-    from raylog.storage import record_batch
 
     cluster, _ = multinode
     topic = replicated_topic(**STEADY)

@@ -23,7 +23,7 @@ import ray
 
 from raylog import Admin, Consumer, NewTopic, Producer, RaylogCluster, TopicPartition
 from raylog.actors.controller import BROKER_LABEL
-from raylog.actors.names import NAMESPACE, controller_name
+from raylog.common.names import NAMESPACE, controller_name
 from raylog.errors import RaylogError
 
 _cluster: RaylogCluster | None = None

@@ -20,9 +20,9 @@ import ray
 
 import raylog
 from raylog import Producer
-from raylog.actors.names import NAMESPACE, controller_name
 from raylog.cli import cluster as cluster_cli
 from raylog.cli import connection
+from raylog.common.names import NAMESPACE, controller_name
 
 
 @pytest.fixture

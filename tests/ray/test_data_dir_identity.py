@@ -14,9 +14,9 @@ import ray
 
 import raylog
 from raylog import Admin, NewTopic, Producer
-from raylog.actors.names import NAMESPACE, controller_name
 from raylog.actors.replica import HOUSEKEEPING_INTERVAL_S
 from raylog.cli import cluster as cluster_cli
+from raylog.common.names import NAMESPACE, controller_name
 from raylog.errors import InconsistentClusterIdError
 from raylog.storage.log import Log
 

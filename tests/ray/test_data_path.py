@@ -13,6 +13,7 @@ import ray
 import raylog
 from raylog import Consumer, NewTopic, Producer, TopicPartition
 from raylog.clients.partitioner import partition_for_key
+from raylog.common import record_batch
 from raylog.errors import (
     CorruptRecordError,
     IllegalStateError,
@@ -25,7 +26,6 @@ from raylog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raylog.protocol import ProduceRequest, error_of
-from raylog.storage import record_batch
 from tests.helpers import wait_until
 
 

@@ -16,10 +16,10 @@ import ray
 
 import raylog
 from raylog import Admin, NewTopic, Producer, TopicPartition
+from raylog.common import record_batch
 from raylog.coordination.producer_state import SEQUENCE_MODULUS
 from raylog.errors import KafkaTimeoutError
 from raylog.protocol import FetchRequest
-from raylog.storage import record_batch
 from tests.helpers import paused_controller, wait_until
 
 #: Bound on a write made while the controller is paused (the controller is resumed after it).

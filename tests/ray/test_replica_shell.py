@@ -9,9 +9,9 @@ import numpy as np
 import ray
 
 from raylog.actors.replica import CONCURRENCY_GROUPS, MAX_CONCURRENCY, PartitionReplicaActor
+from raylog.common import record_batch
 from raylog.coordination.sessions import new_key
 from raylog.protocol import FetchResponse
-from raylog.storage import record_batch
 from raylog.types import PartitionInfo
 
 WAIT_S = 60.0

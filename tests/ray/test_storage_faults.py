@@ -14,6 +14,7 @@ import ray
 
 import raylog
 from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from raylog.common import record_batch
 from raylog.errors import (
     InvalidRecordError,
     InvalidRequestError,
@@ -21,7 +22,6 @@ from raylog.errors import (
     StorageError,
 )
 from raylog.protocol import FetchRequest, ProduceRequest, error_of
-from raylog.storage import record_batch
 from tests.helpers import wait_until
 
 

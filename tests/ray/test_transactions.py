@@ -12,6 +12,7 @@ import ray
 
 import raylog.data
 from raylog import Consumer, Producer, TopicPartition
+from raylog.common import record_batch
 from raylog.errors import (
     IllegalStateError,
     InvalidConfigError,
@@ -20,7 +21,6 @@ from raylog.errors import (
     ProducerFencedError,
 )
 from raylog.protocol import ProduceRequest, error_of
-from raylog.storage import record_batch
 from tests.helpers import read_values, wait_until
 
 TIMEOUT_S = 30

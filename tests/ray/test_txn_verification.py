@@ -11,9 +11,9 @@ import uuid
 import ray
 
 from raylog import Consumer, Producer, TopicPartition
+from raylog.common import record_batch
 from raylog.errors import InvalidTxnStateError, RetriableError
 from raylog.protocol import ProduceRequest, error_of
-from raylog.storage import record_batch
 from tests.helpers import read_values, wait_until
 
 MADE_UP_PID = 987_654_321

@@ -14,7 +14,7 @@ from raylog.cli import connection
 from raylog.cli.acls import acls_named
 from raylog.cli.arguments import UsageError
 from raylog.cli.output import Progress
-from raylog.storage import record_batch
+from raylog.common import record_batch
 
 
 def test_dump_log_prints_batches_and_records(open_log, capsys):

@@ -102,7 +102,7 @@ def test_a_replica_process_imports_no_more_than_it_needs():
     """A replica is a process of its own, one per partition: importing pandas (which a first
     ``pa.array`` call does) costs each about 200 ms at start and tens of MB, so neither the
     replica's modules nor its append and fetch path may pull it in."""
-    from raylog.storage import record_batch
+    from raylog.common import record_batch
 
     batch = record_batch.build([b"a", b"b"], keys=[b"k", None], headers=[[("h", b"v")], []])
     result = subprocess.run(
@@ -135,7 +135,7 @@ def test_a_client_process_imports_none_of_the_brokers_code():
 CONSUMER_PROCESS = """
 import sys
 from raylog.clients.consumer import completed_fetch
-from raylog.storage import record_batch
+from raylog.common import record_batch
 batch = sys.stdin.buffer.read()
 table = record_batch.decode_table(batch + batch[:0], min_offset=1)
 assert table.num_rows == 1 and table.column("offset").to_pylist() == [1]
@@ -150,7 +150,7 @@ def test_a_consumers_first_read_imports_no_pandas():
     """A fresh consumer's first poll_arrow paid pyarrow's lazy import of pandas (0.2-0.5 s,
     issue 27's 10x slower first read): decoding fetched batches and the columns poll_arrow adds
     are made from buffers, never with to_numpy, pa.array, pa.scalar or pa.repeat."""
-    from raylog.storage import record_batch
+    from raylog.common import record_batch
 
     batch = record_batch.build([b"a", b"b"], keys=[b"k", None], headers=[[("h", b"v")], []], timestamps_ms=[5, 9])
     result = subprocess.run(
@@ -163,7 +163,7 @@ def test_a_consumers_first_read_imports_no_pandas():
 PRODUCER_PROCESS = """
 import sys
 from raylog.clients.producer import arrow_batches
-from raylog.storage import record_batch
+from raylog.common import record_batch
 values, keys, headers = [b"a", None, "\u00e9"], [b"k", None, b"j"], [[("h", b"v")], None, []]
 batch = record_batch.build(values, keys=keys, headers=headers, timestamps_ms=[5, 9, 9])
 table = record_batch.decode_table(batch)

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from raylog.common import record_batch
 from raylog.config import TopicConfig
 from raylog.coordination import elections
 from raylog.coordination.fetcher import (
@@ -26,7 +27,6 @@ from raylog.coordination.quotas import PRODUCER_BYTE_RATE, QuotaManager
 from raylog.coordination.transactions import TransactionCoordinator
 from raylog.errors import ProducerFencedError
 from raylog.protocol import JoinGroupRequest
-from raylog.storage import record_batch
 from raylog.storage.segment import file_name
 from raylog.types import PartitionInfo, TopicPartition
 

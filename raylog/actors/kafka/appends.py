@@ -54,7 +54,7 @@ SHARED_CALL_MAX_BYTES = 8 << 20
 @dataclasses.dataclass(frozen=True)
 class Append:
     """One Produce request's batch for the partition, converted to raylog's format, and what
-    its request asks (``header``: the batch's header, :func:`raylog.storage.record_batch.read_header`)."""
+    its request asks (``header``: the batch's header, :func:`raylog.common.record_batch.read_header`)."""
 
     batch: Any
     header: Any

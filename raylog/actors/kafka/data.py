@@ -50,6 +50,7 @@ from raylog.actors.kafka.context import (
     topic_ids,
 )
 from raylog.actors.kafka.coordinator_errors import code_of
+from raylog.common.record_batch import CONTROL, LOG_OVERHEAD, read_header
 from raylog.coordination.acls import ACLOperation, ResourceType
 from raylog.coordination.placement import INTERNAL_TOPICS, validate_topic_name
 from raylog.errors import (
@@ -80,7 +81,6 @@ from raylog.protocol import (
     error_fields,
     records_payload,
 )
-from raylog.storage.record_batch import CONTROL, LOG_OVERHEAD, read_header
 from raylog.types import NewTopic
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.actors.kafka.listener import KafkaListenerActor
-from raylog.actors.names import LISTENER_START_TIMEOUT_S, NAMESPACE
+from raylog.common.names import LISTENER_START_TIMEOUT_S, NAMESPACE
 from raylog.config import ControllerConfig
 from raylog.coordination import broker_configs
 from raylog.types import BrokerInfo

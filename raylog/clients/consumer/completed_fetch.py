@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from raylog.storage import record_batch
+from raylog.common import record_batch
 from raylog.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Record, TopicPartition
 
 #: The columns of ``poll_arrow``'s table.

@@ -12,8 +12,8 @@ import pyarrow.compute as pc
 
 from raylog.clients.partitioner import DefaultPartitioner
 from raylog.clients.producer.record_accumulator import RECORD_OVERHEAD_BYTES
+from raylog.common import record_batch
 from raylog.errors import InvalidRecordError
-from raylog.storage import record_batch
 
 #: A batch's rows, their bytes in buffer memory and their record_size_bound, summed.
 Chunk = tuple[dict, int, int]

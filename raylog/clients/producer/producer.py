@@ -50,6 +50,8 @@ from raylog.clients.producer.producer_metadata import ProducerMetadata
 from raylog.clients.producer.record_accumulator import RECORD_OVERHEAD_BYTES, RecordAccumulator
 from raylog.clients.producer.sender import Sender
 from raylog.clients.producer.transaction_manager import TransactionManager
+from raylog.common import compression as codecs
+from raylog.common import record_batch
 from raylog.coordination.placement import validate_client_id
 from raylog.coordination.producer_state import RETAINED_BATCHES
 from raylog.errors import (
@@ -60,8 +62,6 @@ from raylog.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from raylog.storage import compression as codecs
-from raylog.storage import record_batch
 from raylog.types import OffsetAndMetadata, TopicPartition
 
 _ACKS = {"all": -1, "-1": -1, -1: -1, "1": 1, 1: 1, "0": 0, 0: 0}
@@ -215,7 +215,7 @@ class Producer:
                 not a ``(str, bytes or None)`` pair, or the timestamp is not an integer.
             ValueError: a negative timestamp.
             InvalidRecordError: more than MAX_HEADERS_PER_RECORD headers, or a header key
-                longer than MAX_HEADER_KEY_BYTES (see :mod:`raylog.storage.record_batch`).
+                longer than MAX_HEADER_KEY_BYTES (see :mod:`raylog.common.record_batch`).
             RecordTooLargeError: the record cannot fit a batch of ``max_request_size`` or of
                 the topic's ``max.message.bytes``, or is larger than ``buffer_memory``.
             InvalidTopicError: not a legal topic name.

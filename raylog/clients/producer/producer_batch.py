@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 
 from raylog.clients.producer.future import CALLBACK_LOCK, run_callback
+from raylog.common import record_batch
 from raylog.errors import RaylogError
-from raylog.storage import record_batch
 from raylog.types import TopicPartition
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import pyarrow as pa
 
 from raylog.clients.cluster import RaylogCluster
+from raylog.common import record_batch
 from raylog.config import LogConfig
 from raylog.coordination.placement import validate_topic_name
 from raylog.errors import RecordTooLargeError
-from raylog.storage import record_batch
 from raylog.types import TopicPartition
 
 

@@ -12,10 +12,10 @@ import ray
 
 from raylog import Producer
 from raylog.actors.kafka.fleet import listener_name
-from raylog.actors.names import NAMESPACE
+from raylog.common import record_batch
+from raylog.common.names import NAMESPACE
 from raylog.kafka import codec, records
 from raylog.protocol import MAX_REQUEST_BYTES
-from raylog.storage import record_batch
 from tests.helpers import wait_until
 from tests.kafka_wire import READ_TIMEOUT_S, Wire
 

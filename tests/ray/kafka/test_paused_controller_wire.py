@@ -16,7 +16,7 @@ from confluent_kafka import Producer as KafkaProducer
 
 from raylog.actors.kafka.context import METADATA_MAX_AGE_S
 from raylog.actors.kafka.fleet import listener_name
-from raylog.actors.names import NAMESPACE
+from raylog.common.names import NAMESPACE
 from tests.helpers import paused_controller, wait_until
 
 #: Bound on each step made while the controller is paused (it is resumed after the test).

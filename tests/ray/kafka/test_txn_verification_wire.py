@@ -6,8 +6,8 @@ reading what comes after."""
 
 from __future__ import annotations
 
+from raylog.common import record_batch
 from raylog.kafka import codec, records
-from raylog.storage import record_batch
 from tests.ray.kafka.test_listener import Wire, _leader_address, _produce_body, wire  # noqa: F401 (wire: fixture)
 from tests.ray.kafka.test_transactions_wire import NONE, add_partitions, end, fresh, handle, init_txn  # noqa: F401
 

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 from raylog.clients.cluster import Metadata
 from raylog.clients.security import ClientSession
+from raylog.common import record_batch
 from raylog.protocol import ProduceResponse, TxnResponse, error_fields
-from raylog.storage import record_batch
 
 PRODUCER_ID = 42
 

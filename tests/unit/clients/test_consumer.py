@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from raylog.clients.consumer import ARROW_SCHEMA, Consumer
+from raylog.common import record_batch
 from raylog.errors import IllegalStateError, NoOffsetForPartitionError
-from raylog.storage import record_batch
 from raylog.types import TIMESTAMP_CREATE_TIME, Record, TopicPartition
 from tests.unit.clients.consumer_fakes import FakeCluster, FakeLeader, small_batches, stamped
 

@@ -13,6 +13,7 @@ from raylog.actors import metrics
 from raylog.clients.consumer.fetcher import BUFFERED_FETCHES, Fetcher
 from raylog.clients.consumer.offset_fetcher import OffsetFetcher
 from raylog.clients.consumer.subscription_state import SubscriptionState
+from raylog.common import record_batch
 from raylog.coordination.partition import READ_COMMITTED
 from raylog.errors import (
     LogTruncationError,
@@ -22,7 +23,6 @@ from raylog.errors import (
     TopicAuthorizationFailedError,
 )
 from raylog.protocol import FetchResponse
-from raylog.storage import record_batch
 from raylog.types import TopicPartition
 from tests.unit.clients.consumer_fakes import (
     FakeCluster,

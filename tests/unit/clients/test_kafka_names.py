@@ -18,8 +18,8 @@ from raylog.clients.admin.topics import _total_count
 from raylog.clients.consumer import Consumer, consumer_coordinator, log_append_time_ranges, timestamp_types
 from raylog.clients.group import ConsumerRebalanceListener, offsets_to_commit
 from raylog.clients.security import ClientSession
+from raylog.common import record_batch
 from raylog.coordination.metadata import MetadataImage
-from raylog.storage import record_batch
 from raylog.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,

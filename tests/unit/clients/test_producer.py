@@ -11,6 +11,8 @@ import pytest
 
 from raylog.clients.producer import BatchMetadata, Producer
 from raylog.clients.producer import sender as sender_module
+from raylog.common import compression as codecs
+from raylog.common import record_batch
 from raylog.coordination.producer_state import SEQUENCE_MODULUS
 from raylog.errors import (
     IllegalStateError,
@@ -20,8 +22,6 @@ from raylog.errors import (
     RequestTimedOutError,
     RetriableError,
 )
-from raylog.storage import compression as codecs
-from raylog.storage import record_batch
 from tests.helpers import wait_until
 from tests.unit.clients.producer_fakes import PRODUCER_ID, FakeCluster, FakeLeader
 

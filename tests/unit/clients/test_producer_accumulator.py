@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from raylog.clients.producer.record_accumulator import RecordAccumulator
+from raylog.common import record_batch
 from raylog.errors import IllegalStateError, KafkaTimeoutError
-from raylog.storage import record_batch
 from raylog.types import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -10,8 +10,8 @@ import pytest
 
 from raylog.clients.producer.future import ArrowPart, BatchMetadata, FutureRecordMetadata, gather
 from raylog.clients.producer.producer_batch import ProducerBatch, merged
+from raylog.common import record_batch
 from raylog.errors import InvalidRecordError, KafkaTimeoutError
-from raylog.storage import record_batch
 from raylog.types import TopicPartition
 
 TP = TopicPartition("t", 3)

@@ -12,11 +12,11 @@ import pytest
 from raylog.clients.cluster import Metadata
 from raylog.clients.producer import Producer
 from raylog.clients.security import ClientSession
+from raylog.common import record_batch as rb
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
 from raylog.errors import InvalidRecordError, InvalidTopicError, RecordTooLargeError
 from raylog.protocol import ProduceResponse, error_fields
-from raylog.storage import record_batch as rb
 from raylog.storage.log import Log
 from raylog.types import PartitionInfo, TopicDescription
 

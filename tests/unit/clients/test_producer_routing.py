@@ -14,8 +14,8 @@ from raylog.clients.partitioner import DefaultPartitioner, partition_for_key
 from raylog.clients.producer import arrow_batches
 from raylog.clients.producer.producer_metadata import ProducerMetadata
 from raylog.clients.producer.record_accumulator import RECORD_OVERHEAD_BYTES
+from raylog.common import record_batch
 from raylog.errors import InvalidTopicError, RecordTooLargeError, UnknownTopicOrPartitionError
-from raylog.storage import record_batch
 from raylog.types import TopicPartition
 
 

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raylog.common import record_batch
 from raylog.config import TopicConfig
 from raylog.coordination import elections
 from raylog.coordination.elections import NO_LEADER
@@ -54,7 +55,6 @@ from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher
 from raylog.coordination.partition import LATEST_TIMESTAMP, Partition, SequenceGap
 from raylog.errors import RaylogError
 from raylog.protocol import FetchRequest
-from raylog.storage import record_batch
 from raylog.storage.log import Log
 from raylog.types import PartitionInfo
 from tests.unit.conftest import FakeClock

@@ -89,7 +89,7 @@ def test_a_follower_tells_its_log_start_and_deletes_what_the_leader_deleted(fetc
     watermark waits for it) and the leader's log start in the answer moves it, up to the HW."""
     import numpy as np
 
-    from raylog.storage import record_batch
+    from raylog.common import record_batch
 
     assert fetcher.on_answer(fetcher.next_request(), EpochAnswer(0, UNDEFINED, 0)) is Next.AGAIN  # an empty log
     request = fetcher.next_request()

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from raylog.common import record_batch
 from raylog.config import LogConfig, TopicConfig
 from raylog.coordination.partition import Partition, SequenceGap
 from raylog.coordination.producer_state import SEQUENCE_MODULUS, increment_sequence
-from raylog.storage import record_batch
 from raylog.storage.log import Log
 
 SEEDS = range(100)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from raylog.common import record_batch
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
-from raylog.storage import record_batch
 from raylog.types import PartitionInfo
 
 LAG_MS = 1000

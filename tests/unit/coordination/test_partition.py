@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from raylog.common import record_batch
 from raylog.config import TopicConfig
 from raylog.coordination import partition as partition_module
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition, SequenceGap
@@ -20,7 +21,7 @@ from raylog.errors import (
     UnknownLeaderEpochError,
 )
 from raylog.protocol import FetchRequest, error_of
-from raylog.storage import producer_snapshot, record_batch
+from raylog.storage import producer_snapshot
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import struct
 import crc32c
 import pytest
 
+from raylog.common import record_batch
 from raylog.config import LogConfig, TopicConfig
 from raylog.coordination.partition import (
     EARLIEST_TIMESTAMP,
@@ -21,7 +22,7 @@ from raylog.coordination.partition import (
 )
 from raylog.coordination.transactions import MAX_EPOCH
 from raylog.errors import InvalidProducerEpochError, InvalidRequestError, OutOfOrderSequenceError, StorageError
-from raylog.storage import faults, producer_snapshot, record_batch, txn_index
+from raylog.storage import faults, producer_snapshot, txn_index
 from raylog.storage.log import Log
 from raylog.storage.txn_index import AbortedTxn
 

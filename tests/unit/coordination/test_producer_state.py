@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from raylog.common.record_batch import BatchHeader
 from raylog.coordination.producer_state import (
     SEQUENCE_MODULUS,
     ProducerStateManager,
@@ -12,7 +13,6 @@ from raylog.coordination.producer_state import (
     sequence_after,
 )
 from raylog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from raylog.storage.record_batch import BatchHeader
 
 TOP = SEQUENCE_MODULUS - 1  # the largest sequence: 2**31 - 1
 

@@ -10,10 +10,10 @@ import itertools
 import msgpack
 import pytest
 
+from raylog.common import record_batch
 from raylog.coordination.group import GroupCoordinator, offset_record
 from raylog.coordination.replay import LogReplay
 from raylog.errors import UnstableOffsetCommitError
-from raylog.storage import record_batch
 from raylog.storage.log import Log
 from raylog.types import OffsetAndMetadata, TopicPartition
 

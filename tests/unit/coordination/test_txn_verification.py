@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from raylog.common import record_batch
 from raylog.coordination.partition import Partition
 from raylog.coordination.transactions import TransactionCoordinator
 from raylog.coordination.txn_verification import (
@@ -26,7 +27,6 @@ from raylog.errors import (
     NotEnoughReplicasError,
     RequestTimedOutError,
 )
-from raylog.storage import record_batch
 from raylog.types import ProducerState, TopicPartition, TransactionDescription
 from tests.unit.coordination.test_partition_transactions import COORDINATOR_EPOCH, plain, reopen, txn, values
 from tests.unit.coordination.test_transactions import TIMEOUT_MS, Ids, apply, init, open_txn

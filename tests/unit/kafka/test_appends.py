@@ -12,11 +12,11 @@ import pytest
 
 from raylog.actors.kafka import appends
 from raylog.actors.kafka.appends import Append, PartitionAppends
+from raylog.common import record_batch as rb
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
 from raylog.errors import CorruptRecordError, NotLeaderOrFollowerError, OutOfOrderSequenceError, RaylogError
 from raylog.protocol import ProduceResponse, error_fields
-from raylog.storage import record_batch as rb
 
 
 class Leader:

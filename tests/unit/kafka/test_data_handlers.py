@@ -10,13 +10,13 @@ import threading
 
 from raylog.actors.kafka import data
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
+from raylog.common import record_batch as rb
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
 from raylog.errors import CorruptRecordError, OutOfOrderSequenceError, RaylogError, RequestTimedOutError
 from raylog.kafka import codec, records
 from raylog.kafka.fetch_sessions import FetchContext
 from raylog.protocol import FetchResponse, ProduceRequest, ProduceResponse, error_fields
-from raylog.storage import record_batch as rb
 
 
 def watched(monkeypatch, name: str) -> list[threading.Thread]:

@@ -11,11 +11,11 @@ import pytest
 
 from raylog.actors.kafka import data
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
+from raylog.common import record_batch as rb
 from raylog.errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
 from raylog.kafka import codec
 from raylog.kafka.fetch_sessions import EVICTION_MS, FINAL_EPOCH, INITIAL_EPOCH, NO_SESSION_ID, FetchSessionCache
 from raylog.protocol import FetchResponse
-from raylog.storage import record_batch as rb
 
 NOW = 1_000_000
 

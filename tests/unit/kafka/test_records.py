@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 from kafka import codec as kafka_python_codec
 from kafka.record import default_records as kp
 
+from raylog.common import compression
+from raylog.common import record_batch as rb
 from raylog.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
 from raylog.kafka import records
-from raylog.storage import compression
-from raylog.storage import record_batch as rb
 
 CODECS = [compression.NONE, compression.GZIP, compression.SNAPPY, compression.LZ4, compression.ZSTD]
 KAFKA_PYTHON_CODECS = [
@@ -576,7 +576,7 @@ _PEAK_SCRIPT = """
 import resource, sys
 from raylog.errors import CorruptRecordError
 from raylog.kafka import records
-from raylog.storage import compression
+from raylog.common import compression
 compression.MAX_UNCOMPRESSED_BYTES = int(sys.argv[2])
 batch = open(sys.argv[1], "rb").read()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

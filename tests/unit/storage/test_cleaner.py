@@ -12,10 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raylog import errors
+from raylog.common import compression
+from raylog.common import record_batch as rb
 from raylog.config import NEVER, LogConfig
 from raylog.coordination.producer_state import ProducerStateManager
-from raylog.storage import cleaner, compression
-from raylog.storage import record_batch as rb
+from raylog.storage import cleaner
 from raylog.storage.log import Log
 from raylog.storage.segment import file_name
 

@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from raylog.common import compression
+from raylog.common import record_batch as rb
 from raylog.config import LogConfig
 from raylog.errors import CorruptRecordError
-from raylog.storage import compression
-from raylog.storage import record_batch as rb
 from raylog.storage.log import RECOVERY_POINT_FILE, Log, TimestampOffset
 from raylog.storage.segment import file_name
 from tests.helpers import record_rows

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from raylog.common import record_batch as rb
 from raylog.errors import StorageError
 from raylog.storage import cleaner, faults, producer_snapshot
-from raylog.storage import record_batch as rb
 from raylog.storage.leader_epoch import LeaderEpochCache
 from tests.unit.storage.test_log import batch, read_all
 

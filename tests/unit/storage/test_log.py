@@ -8,6 +8,8 @@ import threading
 
 import pytest
 
+from raylog.common import compression
+from raylog.common import record_batch as rb
 from raylog.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -16,8 +18,6 @@ from raylog.errors import (
     RecordTooLargeError,
     StorageError,
 )
-from raylog.storage import compression
-from raylog.storage import record_batch as rb
 from raylog.storage.log import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE
 
 

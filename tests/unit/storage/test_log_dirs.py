@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from raylog.common import record_batch as rb
 from raylog.errors import InconsistentClusterIdError, InconsistentTopicIdError, InvalidConfigError, StorageError
 from raylog.storage import log_dirs
-from raylog.storage import record_batch as rb
 from raylog.storage.log import Log
 
 OLD, NEW = "a" * 32, "b" * 32

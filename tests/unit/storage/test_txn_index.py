@@ -10,11 +10,11 @@ import struct
 import crc32c
 import pytest
 
+from raylog.common.record_batch import COMMIT_MARKER, CONTROL, TRANSACTIONAL, BatchHeader
 from raylog.coordination.producer_state import ProducerStateManager
 from raylog.errors import CorruptRecordError
 from raylog.storage import producer_snapshot, txn_index
 from raylog.storage.producer_snapshot import SnapshotBatch
-from raylog.storage.record_batch import COMMIT_MARKER, CONTROL, TRANSACTIONAL, BatchHeader
 from raylog.storage.txn_index import AbortedTxn, TransactionIndex
 
 BASES = (0, 100, 200)

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from raylog.common import compression
+from raylog.common import record_batch as rb
 from raylog.config import LogConfig
 from raylog.errors import CorruptRecordError, InvalidRequestError
-from raylog.storage import compression
-from raylog.storage import record_batch as rb
 from raylog.storage.log import Log
 from tests.helpers import record_rows
 

@@ -24,7 +24,7 @@ int32 (int64 when WIDE_TIMESTAMP_DELTA), ``offset_delta`` int32, ``headers``
 list<struct<key: string, value: binary>>. Columns that carry nothing are left out: keys
 when all are null, headers when none were sent, timestamp deltas when all timestamps are
 equal, offset deltas until compaction leaves gaps. The body may be compressed as a whole
-(see :mod:`raylog.storage.compression`).
+(see :mod:`raylog.common.compression`).
 
 Compaction (:func:`retain`) rewrites a batch keeping some of its records, as Kafka's
 cleaner does: the batch keeps its base offset, ``last_offset_delta``, leader epoch and
@@ -135,7 +135,7 @@ MAX_HEADERS_PER_RECORD = 1_000
 MAX_HEADER_KEY_BYTES = 32_767
 
 # --- Upper bounds on encoded sizes, so a producer can tell before building a batch
-# whether it fits max.message.bytes (tests/unit/storage/test_record_batch.py checks them).
+# whether it fits max.message.bytes (tests/unit/common/test_record_batch.py checks them).
 
 #: Per record beyond its key, value and header bytes: the Arrow offsets of value, key and
 #: headers (4 each), a timestamp delta (8), validity bits, and slack.
@@ -280,7 +280,7 @@ def build_arrow(
         keys: keys of the same length, or None.
         timestamps_ms: int64 timestamps of the same length, or None for ``now_ms``.
         headers: a ``HEADERS_TYPE`` array of the same length, or None.
-        codec: a :mod:`raylog.storage.compression` codec id.
+        codec: a :mod:`raylog.common.compression` codec id.
         now_ms: the timestamp for records without one (default: the wall clock).
         producer_id, producer_epoch, base_sequence: idempotence fields.
         transactional, control, commit_marker: the transaction flags.

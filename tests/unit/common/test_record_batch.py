@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raylog.common import compression
+from raylog.common import record_batch as rb
 from raylog.errors import CorruptRecordError, InvalidConfigError, RecordTooLargeError
-from raylog.storage import compression
-from raylog.storage import record_batch as rb
 
 CODECS = ["none", "lz4", "zstd", "gzip", "snappy"]
 

@@ -1,0 +1,7 @@
+"""What raylog's clients and brokers both speak: plain Python, no Ray (Kafka's clients'
+``common`` package, which its broker depends on).
+
+- :mod:`record_batch` — the batch format shared by producer, disk and consumer;
+- :mod:`compression` — body codecs;
+- :mod:`names` — names of raylog's Ray actors, and where they run.
+"""
