@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
-from raylog.actors import metrics
+from raylog import metrics
 from raylog.coordination.acls import ACLOperation, Authorizer, ResourceType
 from raylog.coordination.sessions import SessionKeys
 from raylog.errors import (

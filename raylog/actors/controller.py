@@ -50,7 +50,8 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raylog.actors import logs, metrics
+from raylog import metrics
+from raylog.actors import logs
 from raylog.actors.access import Access, Guard
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.kafka.fleet import ListenerFleet

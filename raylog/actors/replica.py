@@ -66,7 +66,8 @@ from typing import Any
 
 import ray
 
-from raylog.actors import logs, metrics
+from raylog import metrics
+from raylog.actors import logs
 from raylog.actors.access import Guard
 from raylog.common.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig

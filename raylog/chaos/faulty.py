@@ -6,7 +6,7 @@ leaders from :meth:`RaylogCluster.metadata` and a group's coordinator from the c
 :class:`CallDelays` is switched on, a call goes through a small proxy actor that waits a
 random delay before making it (two calls made in one order may reach the actor in the
 other), and otherwise straight to the actor. The proxy turns Ray's failures into raylog's
-errors (:func:`raylog.actors.transport.translate`), so clients see what they would have
+errors (:func:`raylog.transport.translate`), so clients see what they would have
 seen without it. Calls to the controller itself are not delayed (pause it instead).
 
 Wrapped handles compare equal to their wrapped handles' wrappers (the producer compares
@@ -26,8 +26,8 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
-from raylog.actors.transport import translate
 from raylog.clients.cluster import RaylogCluster
+from raylog.transport import translate
 
 #: The :class:`CallDelays` of this process, by key (wrapped handles find theirs here).
 _DELAYS: dict[str, CallDelays] = {}

@@ -62,11 +62,11 @@ from typing import Any
 
 import ray
 
-from raylog.actors.transport import call
 from raylog.clients.admin import Admin
 from raylog.coordination.group import partition_for
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import RaylogError
+from raylog.transport import call
 
 logger = logging.getLogger(__name__)
 

@@ -46,7 +46,6 @@ from ray.cluster_utils import Cluster
 
 import raylog
 from raylog.actors.replica import PartitionReplicaActor
-from raylog.actors.transport import call
 from raylog.chaos import checker, kafka_workload, leadership, workload
 from raylog.chaos.faulty import CallDelays, DelayedCluster, start_proxy
 from raylog.chaos.history import OK, FinalRead, Poll, Recorder, Send, Txn
@@ -54,6 +53,7 @@ from raylog.chaos.nemesis import FAULT_KINDS, TRANSACTION_FAULTS, FaultEvent, Ne
 from raylog.clients.admin import Admin
 from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import InvalidConfigError, RaylogError
+from raylog.transport import call
 from raylog.types import NewTopic
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,6 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raylog.actors.transport import call
 from raylog.clients.security import ClientSession
 from raylog.common.names import DEFAULT_DATA_DIR, HEAD_RESOURCE, LISTENER_START_TIMEOUT_S, NAMESPACE, controller_name
 from raylog.config import ControllerConfig
@@ -35,6 +34,7 @@ from raylog.errors import (
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
+from raylog.transport import call
 from raylog.types import BrokerInfo, TopicDescription, TopicPartition
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from raylog.actors.transport import call
 from raylog.clients.group import (
     CALL_MARGIN_S,
     ConsumerRebalanceListener,
@@ -49,6 +48,7 @@ from raylog.errors import (
     StaleMemberEpochError,
     UnknownMemberIdError,
 )
+from raylog.transport import call
 from raylog.types import OffsetAndMetadata, TopicPartition
 
 #: The heartbeat interval until the coordinator has told its own.

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from raylog.actors.transport import call
 from raylog.coordination.assignors import COOPERATIVE
 from raylog.coordination.group import check_group_id
 from raylog.coordination.member import MemberState, assignment_change
@@ -44,6 +43,7 @@ from raylog.errors import (
     UnknownMemberIdError,
 )
 from raylog.protocol import JoinGroupRequest, error_of
+from raylog.transport import call
 from raylog.types import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:

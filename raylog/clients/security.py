@@ -26,8 +26,8 @@ from typing import Any
 import ray
 import scramp
 
-from raylog.actors.transport import call
 from raylog.errors import InvalidConfigError, SaslAuthenticationError
+from raylog.transport import call
 
 #: The security protocols raylog's clients take (kafka-python's names).
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")

@@ -9,10 +9,10 @@ import random
 import pytest
 import ray
 
-from raylog.actors.transport import call
 from raylog.chaos.faulty import CallDelays, _DelayedHandle
 from raylog.chaos.nemesis import corrupt_last_segment
 from raylog.errors import BrokerUnavailableError, InvalidRequestError
+from raylog.transport import call
 
 
 class Target:

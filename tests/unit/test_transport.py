@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError
 
-from raylog.actors.transport import translate
 from raylog.errors import BrokerUnavailableError, NotLeaderOrFollowerError, RequestTimedOutError
+from raylog.transport import translate
 
 
 def test_dead_restarting_or_unplaceable_actors_mean_refresh_and_retry():

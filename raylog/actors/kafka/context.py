@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from raylog.actors.transport import acall
 from raylog.config import ControllerConfig
 from raylog.coordination.acls import ACL, Authorizer, parse_super_users
 from raylog.coordination.group import partition_for
@@ -40,6 +39,7 @@ from raylog.coordination.scram import Credentials
 from raylog.coordination.sessions import SessionKeys
 from raylog.errors import RaylogError
 from raylog.kafka.fetch_sessions import FetchSessionCache
+from raylog.transport import acall
 
 #: How long a cached metadata answer serves before it is asked again.
 METADATA_MAX_AGE_S = 1.0

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from raylog.actors.transport import call
 from raylog.clients.consumer.offset_fetcher import list_offset
 from raylog.clients.group import CoordinatorClient
 from raylog.clients.security import ClientSession
 from raylog.errors import InvalidConfigError, for_code
 from raylog.protocol import error_of
+from raylog.transport import call
 from raylog.types import TopicPartition
 
 #: Pause between retries of a group or transaction coordinator call.

@@ -12,7 +12,6 @@ from typing import Any
 
 import ray
 
-from raylog.actors.transport import call
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.consumer.consumer_metadata import ConsumerMetadata
 from raylog.clients.consumer.fetcher import Fetcher
@@ -27,6 +26,7 @@ from raylog.clients.group import (
 )
 from raylog.clients.security import ClientSession
 from raylog.errors import CommitFailedError, RaylogError
+from raylog.transport import call
 from raylog.types import OffsetAndMetadata, TopicPartition
 
 

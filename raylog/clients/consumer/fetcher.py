@@ -23,8 +23,7 @@ import pyarrow as pa
 import ray
 from ray.exceptions import RayError
 
-from raylog.actors import metrics
-from raylog.actors.transport import translate
+from raylog import metrics
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.consumer.completed_fetch import CompletedFetch, LogAppendTime, log_append_time_ranges
 from raylog.clients.consumer.offset_fetcher import OffsetFetcher
@@ -34,6 +33,7 @@ from raylog.common import record_batch
 from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED
 from raylog.errors import LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError, RaylogError
 from raylog.protocol import FetchRequest, FetchResponse, error_of
+from raylog.transport import translate
 from raylog.types import TopicPartition
 
 log = logging.getLogger(__name__)

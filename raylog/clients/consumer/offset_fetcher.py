@@ -7,12 +7,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from raylog.actors.transport import call
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.security import ClientSession
 from raylog.coordination.partition import READ_UNCOMMITTED
 from raylog.errors import RaylogError
 from raylog.protocol import error_of
+from raylog.transport import call
 from raylog.types import OffsetAndTimestamp, TopicPartition
 
 #: Pause before an offset look-up is asked again after a retriable error.

@@ -23,8 +23,7 @@ import threading
 import time
 from typing import Any
 
-from raylog.actors import metrics
-from raylog.actors.transport import call, translate
+from raylog import metrics
 from raylog.clients.cluster import METADATA_TIMEOUT_S, RaylogCluster
 from raylog.clients.producer.producer_batch import ProducerBatch
 from raylog.clients.producer.record_accumulator import RecordAccumulator
@@ -40,6 +39,7 @@ from raylog.errors import (
     RaylogError,
 )
 from raylog.protocol import ProduceRequest, error_of, records_payload
+from raylog.transport import call, translate
 from raylog.types import TopicPartition
 
 #: After a leader's process dies, how long a batch waits for metadata naming another leader

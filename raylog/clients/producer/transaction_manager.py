@@ -13,7 +13,6 @@ import threading
 import time
 from typing import Any
 
-from raylog.actors.transport import call
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.group import CoordinatorClient, offsets_to_commit
 from raylog.clients.security import ClientSession
@@ -28,6 +27,7 @@ from raylog.errors import (
     TransactionAbortableError,
 )
 from raylog.protocol import error_of
+from raylog.transport import call
 from raylog.types import OffsetAndMetadata, TopicPartition
 
 #: Pause before asking a transaction coordinator again after CONCURRENT_TRANSACTIONS (a

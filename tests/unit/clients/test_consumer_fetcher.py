@@ -9,7 +9,7 @@ import time
 import pytest
 from ray.exceptions import RayActorError
 
-from raylog.actors import metrics
+from raylog import metrics
 from raylog.clients.consumer.fetcher import BUFFERED_FETCHES, Fetcher
 from raylog.clients.consumer.offset_fetcher import OffsetFetcher
 from raylog.clients.consumer.subscription_state import SubscriptionState
