@@ -58,7 +58,7 @@ from raylog.actors.kafka.fleet import ListenerFleet
 from raylog.actors.pushes import Pushes
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
-from raylog.common.names import DEFAULT_DATA_DIR, NAMESPACE, replica_name
+from raylog.common.names import DEFAULT_DATA_DIR, NAMESPACE, OFFSETS_TOPIC, TRANSACTION_TOPIC, replica_name
 from raylog.config import ControllerConfig
 from raylog.coordination import broker_configs, elections, scram, sessions
 from raylog.coordination.acls import CLUSTER_NAME, Authorizer, ResourceType, covers, parse_super_users
@@ -66,7 +66,6 @@ from raylog.coordination.acls import ACLOperation as Op
 from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, partition_record
-from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import (
     ClusterAuthorizationFailedError,
     CoordinatorNotAvailableError,

@@ -69,12 +69,11 @@ import ray
 from raylog import metrics
 from raylog.actors import logs
 from raylog.actors.access import Guard
-from raylog.common.names import NAMESPACE, controller_name
+from raylog.common.names import NAMESPACE, controller_name, validate_client_id
 from raylog.config import TopicConfig
 from raylog.coordination.acls import CLUSTER_NAME, ACLOperation, Authorizer, ResourceType
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
 from raylog.coordination.partition import Partition, SequenceGap
-from raylog.coordination.placement import validate_client_id
 from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager
 from raylog.coordination.txn_verification import VerificationNeeded, verification_error
 from raylog.errors import (

@@ -63,8 +63,8 @@ from typing import Any
 import ray
 
 from raylog.clients.admin import Admin
+from raylog.common.names import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination.group import partition_for
-from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import RaylogError
 from raylog.transport import call
 

@@ -51,7 +51,7 @@ from raylog.chaos.faulty import CallDelays, DelayedCluster, start_proxy
 from raylog.chaos.history import OK, FinalRead, Poll, Recorder, Send, Txn
 from raylog.chaos.nemesis import FAULT_KINDS, TRANSACTION_FAULTS, FaultEvent, Nemesis
 from raylog.clients.admin import Admin
-from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from raylog.common.names import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import InvalidConfigError, RaylogError
 from raylog.transport import call
 from raylog.types import NewTopic

@@ -40,7 +40,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from raylog.chaos import wait_until
-from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from raylog.common.names import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.errors import KafkaTimeoutError, ProducerFencedError, RaylogError
 
 #: Records preloaded into the input (Kafka's system test copies 100,000).

@@ -23,10 +23,16 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.clients.security import ClientSession
-from raylog.common.names import DEFAULT_DATA_DIR, HEAD_RESOURCE, LISTENER_START_TIMEOUT_S, NAMESPACE, controller_name
+from raylog.common.names import (
+    DEFAULT_DATA_DIR,
+    HEAD_RESOURCE,
+    INTERNAL_TOPICS,
+    LISTENER_START_TIMEOUT_S,
+    NAMESPACE,
+    controller_name,
+)
 from raylog.config import ControllerConfig
 from raylog.coordination import scram
-from raylog.coordination.placement import INTERNAL_TOPICS
 from raylog.errors import (
     InvalidConfigError,
     LeaderNotAvailableError,

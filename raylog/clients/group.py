@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from raylog.common.names import check_group_id
 from raylog.coordination.assignors import COOPERATIVE
-from raylog.coordination.group import check_group_id
 from raylog.coordination.member import MemberState, assignment_change
 from raylog.errors import (
     CommitFailedError,

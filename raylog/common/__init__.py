@@ -3,5 +3,6 @@
 
 - :mod:`record_batch` — the batch format shared by producer, disk and consumer;
 - :mod:`compression` — body codecs;
-- :mod:`names` — names of raylog's Ray actors, and where they run.
+- :mod:`names` — names and their rules: topics, client, transactional and group ids, and
+  raylog's Ray actors (and where they run).
 """

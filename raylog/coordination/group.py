@@ -67,6 +67,7 @@ from typing import Any
 import msgpack
 
 from raylog.common import record_batch
+from raylog.common.names import check_group_id
 
 from ..errors import (
     ApiError,
@@ -76,7 +77,6 @@ from ..errors import (
     GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
-    InvalidGroupIdError,
     InvalidSessionTimeoutError,
     MemberIdRequiredError,
     NonEmptyGroupError,
@@ -117,9 +117,6 @@ MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 30 * 60_000
 #: Longest metadata string kept with a committed offset (offset.metadata.max.bytes).
 MAX_OFFSET_METADATA_BYTES = 4096
-#: Longest group id, in bytes of UTF-8: the longest string Kafka's protocol carries (an
-#: int16 length), so any group id Kafka accepts is accepted here and no longer one.
-MAX_GROUP_ID_BYTES = 32_767
 #: How long the group's topics must stay changed before a heartbeat rebalances the group
 #: (see :meth:`GroupCoordinator.heartbeat`): about what a consumer fetching from a deleted
 #: topic takes to see it gone (its fetch fails, it refreshes its metadata).
@@ -1098,18 +1095,6 @@ class GroupCoordinator:
             ],
         }
         return msgpack.packb([_GROUP_KEY, group.group_id]), msgpack.packb(value)
-
-
-def check_group_id(group_id: Any) -> None:
-    """Kafka's rule for a group id: a non-empty string (of at most MAX_GROUP_ID_BYTES).
-
-    Raises:
-        InvalidGroupIdError: any other value.
-    """
-    if not isinstance(group_id, str) or not group_id:
-        raise InvalidGroupIdError(f"a group id must be a non-empty string, got {group_id!r}")
-    if len(group_id.encode("utf-8", "surrogatepass")) > MAX_GROUP_ID_BYTES:
-        raise InvalidGroupIdError(f"a group id is at most {MAX_GROUP_ID_BYTES} bytes of UTF-8, got {group_id[:40]!r}…")
 
 
 def _check_strategies(group: Group, protocol_type: str, strategies: Iterable[str], replacing: str | None) -> None:

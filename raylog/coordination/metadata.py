@@ -59,6 +59,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from raylog.common.names import INTERNAL_TOPICS, validate_topic_name
+
 from ..config import LIST_PROPERTIES, ControllerConfig, TopicConfig, list_operation
 from ..errors import (
     InvalidConfigError,
@@ -84,7 +86,7 @@ from .acls import (
     validate_filter,
 )
 from .consumer_group import ConsumerGroupConfig
-from .placement import INTERNAL_TOPICS, MAX_PARTITIONS, assign_replicas, validate_topic_name
+from .placement import MAX_PARTITIONS, assign_replicas
 from .quotas import alter_client_quotas
 
 #: Every topic property's built-in default.

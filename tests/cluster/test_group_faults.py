@@ -8,7 +8,7 @@ import uuid
 import ray
 
 from raylog import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition
-from raylog.coordination.placement import OFFSETS_TOPIC
+from raylog.common.names import OFFSETS_TOPIC
 from raylog.errors import RaylogError
 from tests.helpers import wait_until
 

@@ -21,8 +21,8 @@ import ray
 
 from raylog import Consumer, NewTopic, OffsetAndMetadata, Producer, TopicPartition, cli
 from raylog.clients.group import ConsumerRebalanceListener
+from raylog.common.names import OFFSETS_TOPIC
 from raylog.coordination.group import partition_for
-from raylog.coordination.placement import OFFSETS_TOPIC
 from raylog.errors import (
     CommitFailedError,
     GroupIdNotFoundError,

@@ -39,7 +39,7 @@ from typing import Any
 
 from raylog.actors.kafka.context import BrokerContext
 from raylog.actors.kafka.coordinator_errors import coordinator_code
-from raylog.coordination.placement import OFFSETS_TOPIC, validate_transactional_id
+from raylog.common.names import OFFSETS_TOPIC, validate_transactional_id
 from raylog.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,

@@ -27,7 +27,7 @@ from typing import Any
 
 from raylog.actors.kafka.context import BrokerContext
 from raylog.actors.kafka.coordinator_errors import code_of
-from raylog.coordination.placement import TRANSACTION_TOPIC
+from raylog.common.names import TRANSACTION_TOPIC
 from raylog.coordination.transactions import TxnState
 from raylog.errors import (
     CoordinatorNotAvailableError,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raylog.clients.admin.base import AdminBase, names, raise_first
-from raylog.coordination.placement import INTERNAL_TOPICS, validate_topic_name
+from raylog.common.names import INTERNAL_TOPICS, validate_topic_name
 from raylog.errors import InvalidReplicaAssignmentError, InvalidTopicError, RequestTimedOutError
 from raylog.types import NewPartitions, NewTopic, TopicDescription
 

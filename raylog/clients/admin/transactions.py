@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from raylog.clients.admin.base import AdminBase, checked
-from raylog.coordination.placement import TRANSACTION_TOPIC
+from raylog.common.names import TRANSACTION_TOPIC
 from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
 from raylog.coordination.txn_verification import HangingTransaction, find_hanging
 from raylog.errors import InvalidTxnStateError, TransactionalIdNotFoundError

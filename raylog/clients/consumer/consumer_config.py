@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from raylog.common.names import check_group_id, validate_client_id, validate_topic_name
 from raylog.coordination.assignors import ASSIGNORS
 from raylog.coordination.consumer_group import SERVER_ASSIGNORS
-from raylog.coordination.group import check_group_id
 from raylog.coordination.partition import READ_COMMITTED, READ_UNCOMMITTED
-from raylog.coordination.placement import validate_client_id, validate_topic_name
 from raylog.errors import InvalidConfigError
 from raylog.storage.log import MAX_READ_BYTES
 

@@ -9,7 +9,7 @@ import time
 
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.consumer.subscription_state import SubscriptionState
-from raylog.coordination.placement import INTERNAL_TOPICS
+from raylog.common.names import INTERNAL_TOPICS
 from raylog.errors import TopicAuthorizationFailedError, UnknownTopicOrPartitionError
 from raylog.types import TopicPartition
 

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from raylog.coordination.placement import validate_topic_name
+from raylog.common.names import validate_topic_name
 from raylog.errors import IllegalStateError
 from raylog.types import OffsetAndMetadata, TopicPartition
 

@@ -10,8 +10,8 @@ import pyarrow as pa
 
 from raylog.clients.cluster import RaylogCluster
 from raylog.common import record_batch
+from raylog.common.names import validate_topic_name
 from raylog.config import LogConfig
-from raylog.coordination.placement import validate_topic_name
 from raylog.errors import RecordTooLargeError
 from raylog.types import TopicPartition
 

@@ -16,7 +16,7 @@ from typing import Any
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.group import CoordinatorClient, offsets_to_commit
 from raylog.clients.security import ClientSession
-from raylog.coordination.placement import OFFSETS_TOPIC
+from raylog.common.names import OFFSETS_TOPIC
 from raylog.errors import (
     ConcurrentTransactionsError,
     IllegalStateError,

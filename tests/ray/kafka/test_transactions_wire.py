@@ -27,7 +27,7 @@ import pytest
 from raylog import TopicPartition, errors
 from raylog.actors.kafka import transactions
 from raylog.actors.kafka.context import BrokerContext
-from raylog.coordination.placement import TRANSACTION_TOPIC
+from raylog.common.names import TRANSACTION_TOPIC
 from raylog.kafka import codec
 from tests.helpers import wait_until
 
@@ -233,7 +233,7 @@ def test_offsets_of_a_transaction_count_once_it_commits_and_after_a_reload(
     (its replica restarted) finds them committed, not pending."""
     import ray
 
-    from raylog.coordination.placement import OFFSETS_TOPIC
+    from raylog.common.names import OFFSETS_TOPIC
 
     topic, group = kafka_topic(num_partitions=2), fresh("g")
     commit_offsets_in_a_transaction(handle, topic, group)

@@ -7,7 +7,7 @@ import pytest
 
 from raylog import Admin, Consumer
 from raylog.clients.group import CoordinatorClient
-from raylog.coordination.group import MAX_GROUP_ID_BYTES
+from raylog.common.names import MAX_GROUP_ID_BYTES
 from raylog.errors import InvalidGroupIdError
 
 BAD_GROUP_IDS = ["", None, 7, b"bytes", "x" * (MAX_GROUP_ID_BYTES + 1), "é" * (MAX_GROUP_ID_BYTES // 2 + 1)]

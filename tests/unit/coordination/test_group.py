@@ -8,11 +8,11 @@ import itertools
 
 import pytest
 
+from raylog.common.names import MAX_GROUP_ID_BYTES
 from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
 from raylog.coordination.group import (
     COMPLETING_REBALANCE,
     EMPTY,
-    MAX_GROUP_ID_BYTES,
     MAX_OFFSET_METADATA_BYTES,
     MAX_SESSION_TIMEOUT_MS,
     MIN_SESSION_TIMEOUT_MS,

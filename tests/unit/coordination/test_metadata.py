@@ -7,9 +7,10 @@ import random
 
 import pytest
 
+from raylog.common.names import INTERNAL_TOPICS
 from raylog.config import TopicConfig
 from raylog.coordination.metadata import MetadataImage
-from raylog.coordination.placement import INTERNAL_TOPICS, assign_replicas
+from raylog.coordination.placement import assign_replicas
 from raylog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,

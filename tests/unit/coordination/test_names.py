@@ -6,14 +6,14 @@ import logging
 
 import pytest
 
-from raylog.coordination.metadata import MetadataImage
-from raylog.coordination.placement import (
+from raylog.common.names import (
     MAX_ID_BYTES,
     OFFSETS_TOPIC,
     validate_client_id,
     validate_topic_name,
     validate_transactional_id,
 )
+from raylog.coordination.metadata import MetadataImage
 from raylog.errors import InvalidConfigError, InvalidRequestError, InvalidTopicError
 
 
@@ -32,7 +32,7 @@ def test_illegal_topic_names_raise_invalid_topic_error(name):
 
 def test_a_name_colliding_through_dot_and_underscore_is_refused_and_warned_of(caplog):
     """'a.b' and 'a_b' name the same metrics: creating one when the other exists is refused; either alone warns."""
-    with caplog.at_level(logging.WARNING, logger="raylog.coordination.placement"):
+    with caplog.at_level(logging.WARNING, logger="raylog.common.names"):
         assert validate_topic_name("a.b", existing={"other"}) == "a.b"
     assert "could collide" in caplog.text
     with pytest.raises(InvalidTopicError, match="collides with existing topics: a_b"):

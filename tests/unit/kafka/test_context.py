@@ -13,9 +13,9 @@ import pytest
 
 from raylog.actors.kafka import context
 from raylog.actors.kafka.context import BrokerContext
+from raylog.common.names import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination import producer_ids
 from raylog.coordination.group import partition_for
-from raylog.coordination.placement import OFFSETS_TOPIC, TRANSACTION_TOPIC
 from raylog.coordination.producer_ids import FETCH_COUNT
 from raylog.errors import CoordinatorLoadInProgressError, RequestTimedOutError
 
