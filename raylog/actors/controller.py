@@ -59,6 +59,7 @@ from raylog.actors.pushes import Pushes
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.common.names import DEFAULT_DATA_DIR, NAMESPACE, OFFSETS_TOPIC, TRANSACTION_TOPIC, replica_name
+from raylog.common.requests import PREFERRED_ELECTION
 from raylog.config import ControllerConfig
 from raylog.coordination import broker_configs, elections, scram, sessions
 from raylog.coordination.acls import CLUSTER_NAME, Authorizer, ResourceType, covers, parse_super_users
@@ -1022,7 +1023,7 @@ class ControllerActor:
                         results[key] = _error_result(exc)
                 except RaylogError as exc:
                     results[key] = _error_result(exc)
-            cause = elections.PREFERRED if election_type == elections.PREFERRED_ELECTION else elections.UNCLEAN
+            cause = elections.PREFERRED if election_type == PREFERRED_ELECTION else elections.UNCLEAN
             self._decide(elected, cause)
             self._push(elected)
             return results

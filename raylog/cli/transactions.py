@@ -24,7 +24,7 @@ from raylog.cli.arguments import UsageError, command
 from raylog.cli.connection import connected
 from raylog.cli.output import table
 from raylog.cli.topics import partitions_of
-from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
+from raylog.common.requests import MAX_TRANSACTION_TIMEOUT_MS
 from raylog.types import TopicPartition
 
 

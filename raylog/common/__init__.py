@@ -3,6 +3,7 @@
 
 - :mod:`record_batch` — the batch format shared by producer, disk and consumer;
 - :mod:`compression` — body codecs;
+- :mod:`requests` — words and bounds of requests (timestamps, isolation levels, ...);
 - :mod:`names` — names and their rules: topics, client, transactional and group ids, and
   raylog's Ray actors (and where they run).
 """

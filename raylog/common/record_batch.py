@@ -134,6 +134,19 @@ MAX_HEADERS_PER_RECORD = 1_000
 #: Bytes of a header key in UTF-8 (the largest string Kafka's protocol carries).
 MAX_HEADER_KEY_BYTES = 32_767
 
+# --- An idempotent producer's fields (Kafka's RecordBatch.NO_PRODUCER_ID, NO_SEQUENCE). ---
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+#: Sequences are non-negative int32s that wrap (Kafka's DefaultRecordBatch.incrementSequence).
+SEQUENCE_MODULUS = 2**31
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """``sequence + increment`` wrapped into ``[0, 2**31)``."""
+    return (sequence + increment) % SEQUENCE_MODULUS
+
+
 # --- Upper bounds on encoded sizes, so a producer can tell before building a batch
 # whether it fits max.message.bytes (tests/unit/common/test_record_batch.py checks them).
 

@@ -25,6 +25,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from raylog.common.requests import PREFERRED_ELECTION, UNCLEAN_ELECTION
+
 from ..errors import (
     ElectionNotNeededError,
     EligibleLeadersNotAvailableError,
@@ -34,8 +36,6 @@ from ..errors import (
 from ..types import PartitionInfo
 
 NO_LEADER = -1
-#: Kafka's ElectionType (ElectLeaders v1+; v0 is preferred).
-PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
 #: Causes the controller gives :func:`log_decision` (others are free text).
 PREFERRED = "preferred replica election"
 UNCLEAN = "an operator's unclean election"

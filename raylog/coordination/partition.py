@@ -61,6 +61,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from raylog.common import record_batch
+from raylog.common.record_batch import NO_PRODUCER_ID, NO_SEQUENCE
+from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED
 
 from ..config import TopicConfig
 from ..errors import (
@@ -85,26 +87,13 @@ from ..storage import producer_snapshot, txn_index
 from ..storage.leader_epoch import UNDEFINED, LeaderEpochCache
 from ..storage.log import AppendInfo, Log, wall_clock_ms
 from ..types import PartitionInfo
-from .producer_state import (
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    BatchMetadata,
-    ClosedTransaction,
-    ProducerStateManager,
-    Verdict,
-    require_chain,
-)
+from .producer_state import BatchMetadata, ClosedTransaction, ProducerStateManager, Verdict, require_chain
 from .txn_verification import TxnVerifications, VerificationNeeded
 
 logger = logging.getLogger(__name__)
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
 #: replica_id of a consumer's fetch (followers send their broker id).
 CONSUMER_REPLICA_ID = -1
-#: FetchRequest.isolation_level values (Kafka's).
-READ_UNCOMMITTED = 0
-READ_COMMITTED = 1
 
 
 class SequenceGap(Exception):

@@ -67,24 +67,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from raylog.common.record_batch import COMMIT_MARKER, CONTROL, TRANSACTIONAL, BatchHeader
+from raylog.common.record_batch import (
+    COMMIT_MARKER,
+    CONTROL,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    SEQUENCE_MODULUS,
+    TRANSACTIONAL,
+    BatchHeader,
+    increment_sequence,
+)
+from raylog.common.requests import RETAINED_BATCHES
 
 from ..errors import InvalidProducerEpochError, InvalidRequestError, OutOfOrderSequenceError
 from ..storage.producer_snapshot import SnapshotBatch
 from ..types import ProducerState
-
-#: Batches remembered per producer for duplicate detection (Kafka keeps 5, matching the
-#: largest in-flight window a producer may use with idempotence).
-RETAINED_BATCHES = 5
-NO_PRODUCER_ID = -1
-NO_SEQUENCE = -1
-#: Sequences are non-negative int32s that wrap (Kafka's DefaultRecordBatch.incrementSequence).
-SEQUENCE_MODULUS = 2**31
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """``sequence + increment`` wrapped into ``[0, 2**31)``."""
-    return (sequence + increment) % SEQUENCE_MODULUS
 
 
 def sequence_after(sequence: int, other: int) -> bool:

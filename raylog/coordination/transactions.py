@@ -42,6 +42,8 @@ from dataclasses import dataclass, field, replace
 
 import msgpack
 
+from raylog.common.requests import MAX_TRANSACTION_TIMEOUT_MS
+
 from ..errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
@@ -55,8 +57,6 @@ from ..types import TopicPartition
 
 #: The largest producer epoch (an int16); the epoch after it comes with a new producer id.
 MAX_EPOCH = 2**15 - 1
-#: Kafka's transaction.max.timeout.ms: the longest transaction.timeout.ms accepted.
-MAX_TRANSACTION_TIMEOUT_MS = 15 * 60 * 1000
 
 logger = logging.getLogger(__name__)
 

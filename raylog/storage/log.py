@@ -61,6 +61,7 @@ from typing import Any
 
 from raylog.common import compression, record_batch
 from raylog.common.record_batch import BatchHeader
+from raylog.common.requests import MAX_READ_BYTES
 
 from ..config import LogConfig
 from ..errors import (
@@ -82,10 +83,6 @@ RECOVERY_POINT_FILE = "recovery-point"
 #: The high watermark its partition last checkpointed (a lower bound after a restart).
 HIGH_WATERMARK_FILE = "high-watermark"
 LOG_START_OFFSET_FILE = "log-start-offset"
-#: The most bytes one read returns (beyond its first batch), whatever the fetch asked: a
-#: response is one Ray object, copied whole into the object store (Kafka bounds a fetch
-#: response by its broker's fetch.max.bytes likewise).
-MAX_READ_BYTES = 64 * 1024 * 1024
 _SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
 #: The codec each compression.type stores batches with (``producer``: whichever they came with).
 _CODECS = {("uncompressed" if cid == compression.NONE else name): cid for name, cid in compression.CODEC_IDS.items()}

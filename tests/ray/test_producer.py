@@ -17,7 +17,7 @@ import ray
 import raylog
 from raylog import Admin, NewTopic, Producer, TopicPartition
 from raylog.common import record_batch
-from raylog.coordination.producer_state import SEQUENCE_MODULUS
+from raylog.common.record_batch import SEQUENCE_MODULUS
 from raylog.errors import KafkaTimeoutError
 from raylog.protocol import FetchRequest
 from tests.helpers import paused_controller, wait_until

@@ -77,10 +77,10 @@ from typing import Any
 from raylog.actors.kafka.context import BrokerContext, topic_ids
 from raylog.actors.kafka.coordinator_errors import code_of
 from raylog.common.names import INTERNAL_TOPICS, validate_topic_name
+from raylog.common.requests import PREFERRED_ELECTION
 from raylog.config import LIST_PROPERTIES, ControllerConfig, TopicConfig
 from raylog.coordination import broker_configs, group_configs
 from raylog.coordination.consumer_group import ConsumerGroupConfig
-from raylog.coordination.elections import PREFERRED_ELECTION
 from raylog.coordination.placement import MAX_PARTITIONS, assign_replicas
 from raylog.errors import (
     InvalidPartitionsError,

@@ -38,7 +38,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from raylog.coordination.producer_state import NO_PRODUCER_ID, NO_SEQUENCE, chained
+from raylog.common.record_batch import NO_PRODUCER_ID, NO_SEQUENCE
+from raylog.coordination.producer_state import chained
 from raylog.errors import CorruptRecordError, InvalidRecordError, OutOfOrderSequenceError, RecordTooLargeError
 from raylog.protocol import ProduceResponse
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from raylog.clients.admin.base import AdminBase, raise_first
 from raylog.clients.group import CoordinatorClient, committed_offsets, offsets_to_commit
 from raylog.common.names import OFFSETS_TOPIC
-from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.errors import GroupIdNotFoundError, NonEmptyGroupError, UnknownMemberIdError
 from raylog.types import (
     ConsumerGroupDescription,

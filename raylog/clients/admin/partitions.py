@@ -6,7 +6,7 @@ kafka-leader-election.sh): :class:`PartitionAdmin`."""
 from __future__ import annotations
 
 from raylog.clients.admin.base import AdminBase, checked, raise_first
-from raylog.coordination.elections import PREFERRED_ELECTION, UNCLEAN_ELECTION
+from raylog.common.requests import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from raylog.errors import InvalidConfigError
 from raylog.types import BrokerInfo, TopicPartition
 

@@ -9,7 +9,7 @@ import time
 
 from raylog.clients.admin.base import AdminBase, checked
 from raylog.common.names import TRANSACTION_TOPIC
-from raylog.coordination.transactions import MAX_TRANSACTION_TIMEOUT_MS
+from raylog.common.requests import MAX_TRANSACTION_TIMEOUT_MS
 from raylog.coordination.txn_verification import HangingTransaction, find_hanging
 from raylog.errors import InvalidTxnStateError, TransactionalIdNotFoundError
 from raylog.types import ProducerState, TopicPartition, TransactionDescription

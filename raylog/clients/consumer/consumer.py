@@ -48,8 +48,8 @@ from raylog.clients.consumer.offset_fetcher import OffsetFetcher
 from raylog.clients.consumer.subscription_state import SubscriptionState
 from raylog.clients.group import ConsumerRebalanceListener
 from raylog.common.names import validate_topic_name
+from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.coordination.assignors import COOPERATIVE_STICKY
-from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.errors import IllegalStateError
 from raylog.types import OffsetAndMetadata, OffsetAndTimestamp, Record, TopicPartition
 
@@ -67,7 +67,7 @@ class Consumer:
         fetch_min_bytes, fetch_max_wait_ms: the long poll of each fetch.
         max_partition_fetch_bytes: bytes per partition per fetch (at least one batch); large,
             because a Ray call costs about a millisecond whatever it carries. At most
-            ``raylog.storage.log.MAX_READ_BYTES`` (what a leader returns at most).
+            ``raylog.common.requests.MAX_READ_BYTES`` (what a leader returns at most).
         fetch_max_bytes: bytes buffered and in flight at most, over all partitions (at least
             one batch): each fetch call here reads one partition (its leader is an actor of
             its own), and the partitions with records to read share this limit, in turn, as

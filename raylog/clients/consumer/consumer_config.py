@@ -7,11 +7,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from raylog.common.names import check_group_id, validate_client_id, validate_topic_name
+from raylog.common.requests import MAX_READ_BYTES, READ_COMMITTED, READ_UNCOMMITTED
 from raylog.coordination.assignors import ASSIGNORS
 from raylog.coordination.consumer_group import SERVER_ASSIGNORS
-from raylog.coordination.partition import READ_COMMITTED, READ_UNCOMMITTED
 from raylog.errors import InvalidConfigError
-from raylog.storage.log import MAX_READ_BYTES
 
 #: Consumer(isolation_level=...) values and the fetch's isolation level each asks for.
 ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}

@@ -30,7 +30,7 @@ from raylog.clients.consumer.offset_fetcher import OffsetFetcher
 from raylog.clients.consumer.subscription_state import SubscriptionState
 from raylog.clients.security import ClientSession
 from raylog.common import record_batch
-from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED
+from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED
 from raylog.errors import LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError, RaylogError
 from raylog.protocol import FetchRequest, FetchResponse, error_of
 from raylog.transport import translate

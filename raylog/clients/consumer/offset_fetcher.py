@@ -9,7 +9,7 @@ from typing import Any
 
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.security import ClientSession
-from raylog.coordination.partition import READ_UNCOMMITTED
+from raylog.common.requests import READ_UNCOMMITTED
 from raylog.errors import RaylogError
 from raylog.protocol import error_of
 from raylog.transport import call

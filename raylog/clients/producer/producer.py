@@ -53,7 +53,7 @@ from raylog.clients.producer.transaction_manager import TransactionManager
 from raylog.common import compression as codecs
 from raylog.common import record_batch
 from raylog.common.names import validate_client_id
-from raylog.coordination.producer_state import RETAINED_BATCHES
+from raylog.common.requests import RETAINED_BATCHES
 from raylog.errors import (
     IllegalStateError,
     InvalidConfigError,

@@ -29,7 +29,7 @@ from raylog.clients.producer.producer_batch import ProducerBatch
 from raylog.clients.producer.record_accumulator import RecordAccumulator
 from raylog.clients.producer.transaction_manager import TransactionManager
 from raylog.clients.security import ClientSession
-from raylog.coordination.producer_state import NO_SEQUENCE, increment_sequence
+from raylog.common.record_batch import NO_SEQUENCE, increment_sequence
 from raylog.errors import (
     IllegalStateError,
     InvalidProducerEpochError,

@@ -14,7 +14,7 @@ import ray
 from raylog.clients.cluster import Metadata
 from raylog.clients.security import ClientSession
 from raylog.common import record_batch
-from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.errors import UnknownTopicOrPartitionError
 from raylog.protocol import FetchResponse, ListOffsetsResponse, error_fields
 

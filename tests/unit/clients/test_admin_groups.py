@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.errors import (
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,

@@ -6,8 +6,8 @@ import pytest
 
 from raylog.clients.consumer import MAX_FETCH_BYTES, Consumer, fetch_ask
 from raylog.clients.producer import Producer
+from raylog.common.requests import MAX_READ_BYTES
 from raylog.errors import InvalidConfigError, InvalidTopicError
-from raylog.storage.log import MAX_READ_BYTES
 from raylog.types import TopicPartition
 from tests.unit.clients.test_producer_limits import TOPIC
 

@@ -14,7 +14,7 @@ from raylog.clients.consumer.fetcher import BUFFERED_FETCHES, Fetcher
 from raylog.clients.consumer.offset_fetcher import OffsetFetcher
 from raylog.clients.consumer.subscription_state import SubscriptionState
 from raylog.common import record_batch
-from raylog.coordination.partition import READ_COMMITTED
+from raylog.common.requests import READ_COMMITTED
 from raylog.errors import (
     LogTruncationError,
     NoOffsetForPartitionError,

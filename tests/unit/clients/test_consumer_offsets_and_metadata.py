@@ -12,7 +12,7 @@ from raylog.clients.consumer import Consumer, consumer_config, offset_fetcher
 from raylog.clients.consumer.consumer_metadata import ConsumerMetadata
 from raylog.clients.consumer.offset_fetcher import OffsetFetcher, list_offset, list_offsets
 from raylog.clients.consumer.subscription_state import SubscriptionState
-from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED
+from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED
 from raylog.errors import (
     InvalidConfigError,
     NotLeaderOrFollowerError,

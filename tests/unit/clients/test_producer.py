@@ -13,7 +13,7 @@ from raylog.clients.producer import BatchMetadata, Producer
 from raylog.clients.producer import sender as sender_module
 from raylog.common import compression as codecs
 from raylog.common import record_batch
-from raylog.coordination.producer_state import SEQUENCE_MODULUS
+from raylog.common.record_batch import SEQUENCE_MODULUS
 from raylog.errors import (
     IllegalStateError,
     InvalidConfigError,

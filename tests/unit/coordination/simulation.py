@@ -48,11 +48,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raylog.common import record_batch
+from raylog.common.requests import LATEST_TIMESTAMP
 from raylog.config import TopicConfig
 from raylog.coordination import elections
 from raylog.coordination.elections import NO_LEADER
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
-from raylog.coordination.partition import LATEST_TIMESTAMP, Partition, SequenceGap
+from raylog.coordination.partition import Partition, SequenceGap
 from raylog.errors import RaylogError
 from raylog.protocol import FetchRequest
 from raylog.storage.log import Log

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from raylog.common.requests import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from raylog.coordination.elections import (
     NO_LEADER,
-    PREFERRED_ELECTION,
-    UNCLEAN_ELECTION,
     alter_isr,
     directory_replaced,
     elect_leader,

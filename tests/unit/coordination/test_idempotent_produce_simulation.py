@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import pytest
 
 from raylog.common import record_batch
+from raylog.common.record_batch import SEQUENCE_MODULUS, increment_sequence
 from raylog.config import LogConfig, TopicConfig
 from raylog.coordination.partition import Partition, SequenceGap
-from raylog.coordination.producer_state import SEQUENCE_MODULUS, increment_sequence
 from raylog.storage.log import Log
 
 SEEDS = range(100)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from raylog.common import record_batch
+from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raylog.config import TopicConfig
 from raylog.coordination import partition as partition_module
-from raylog.coordination.partition import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Partition, SequenceGap
+from raylog.coordination.partition import Partition, SequenceGap
 from raylog.errors import (
     FencedLeaderEpochError,
     InvalidRequestError,

@@ -12,14 +12,9 @@ import crc32c
 import pytest
 
 from raylog.common import record_batch
+from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED
 from raylog.config import LogConfig, TopicConfig
-from raylog.coordination.partition import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
-    Partition,
-)
+from raylog.coordination.partition import Partition
 from raylog.coordination.transactions import MAX_EPOCH
 from raylog.errors import InvalidProducerEpochError, InvalidRequestError, OutOfOrderSequenceError, StorageError
 from raylog.storage import faults, producer_snapshot, txn_index

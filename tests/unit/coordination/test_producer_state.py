@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from raylog.common.record_batch import BatchHeader
-from raylog.coordination.producer_state import (
-    SEQUENCE_MODULUS,
-    ProducerStateManager,
-    Verdict,
-    increment_sequence,
-    sequence_after,
-)
+from raylog.common.record_batch import SEQUENCE_MODULUS, BatchHeader, increment_sequence
+from raylog.coordination.producer_state import ProducerStateManager, Verdict, sequence_after
 from raylog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 
 TOP = SEQUENCE_MODULUS - 1  # the largest sequence: 2**31 - 1

@@ -7,14 +7,8 @@ import itertools
 
 import pytest
 
-from raylog.coordination.transactions import (
-    MAX_EPOCH,
-    MAX_TRANSACTION_TIMEOUT_MS,
-    Step,
-    TransactionCoordinator,
-    TxnMetadata,
-    TxnState,
-)
+from raylog.common.requests import MAX_TRANSACTION_TIMEOUT_MS
+from raylog.coordination.transactions import MAX_EPOCH, Step, TransactionCoordinator, TxnMetadata, TxnState
 from raylog.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
