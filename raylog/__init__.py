@@ -38,14 +38,14 @@ _LAZY = {
     "TopicPartition": "raylog.types",
     "transactional_copy": "raylog.clients.exactly_once",
     # ACLs (Kafka's AclBinding and its parts), for Admin.create_acls / describe_acls / delete_acls.
-    "ACL": "raylog.coordination.acls",
-    "ACLFilter": "raylog.coordination.acls",
-    "ACLOperation": "raylog.coordination.acls",
-    "ACLPermissionType": "raylog.coordination.acls",
-    "PatternType": "raylog.coordination.acls",
-    "ResourcePattern": "raylog.coordination.acls",
-    "ResourcePatternFilter": "raylog.coordination.acls",
-    "ResourceType": "raylog.coordination.acls",
+    "ACL": "raylog.common.acl",
+    "ACLFilter": "raylog.common.acl",
+    "ACLOperation": "raylog.common.acl",
+    "ACLPermissionType": "raylog.common.acl",
+    "PatternType": "raylog.common.acl",
+    "ResourcePattern": "raylog.common.acl",
+    "ResourcePatternFilter": "raylog.common.acl",
+    "ResourceType": "raylog.common.acl",
     # The errors a client most often catches (every one is in raylog.errors), by raylog's
     # and kafka-python's names.
     "CommitFailedError": "raylog.errors",

@@ -18,7 +18,8 @@ import logging
 import time
 
 from raylog import metrics
-from raylog.coordination.acls import ACLOperation, Authorizer, ResourceType
+from raylog.common.acl import ACLOperation, ResourceType
+from raylog.coordination.acls import Authorizer
 from raylog.coordination.sessions import SessionKeys
 from raylog.errors import (
     AuthorizationError,

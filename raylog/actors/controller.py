@@ -58,12 +58,14 @@ from raylog.actors.kafka.fleet import ListenerFleet
 from raylog.actors.pushes import Pushes
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
+from raylog.common import scram
+from raylog.common.acl import CLUSTER_NAME, ResourceType, covers
+from raylog.common.acl import ACLOperation as Op
 from raylog.common.names import DEFAULT_DATA_DIR, NAMESPACE, OFFSETS_TOPIC, TRANSACTION_TOPIC, replica_name
 from raylog.common.requests import PREFERRED_ELECTION
 from raylog.config import ControllerConfig
-from raylog.coordination import broker_configs, elections, scram, sessions
-from raylog.coordination.acls import CLUSTER_NAME, Authorizer, ResourceType, covers, parse_super_users
-from raylog.coordination.acls import ACLOperation as Op
+from raylog.coordination import broker_configs, elections, sessions
+from raylog.coordination.acls import Authorizer, parse_super_users
 from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage, partition_record
@@ -801,7 +803,7 @@ class ControllerActor:
         return {client_id: dict(quotas) for client_id, quotas in self.image.client_quotas.items()}
 
     async def create_acls(self, acls: list, session: str | None = None) -> tuple[int, str]:
-        """Create Kafka ACLs (:class:`~raylog.coordination.acls.ACL`), all or nothing,
+        """Create Kafka ACLs (:class:`~raylog.common.acl.ACL`), all or nothing,
         journaled and pushed to the listeners, answered once they apply them. ``(error_code,
         message)``: SECURITY_DISABLED without the authorizer, INVALID_REQUEST for an ACL Kafka
         refuses, CLUSTER_AUTHORIZATION_FAILED without ALTER on the cluster, code 0 on success."""
@@ -819,7 +821,7 @@ class ControllerActor:
         return 0, ""
 
     async def delete_acls(self, filters: list, session: str | None = None) -> tuple[int, str, list[list]]:
-        """Delete every ACL matching one of ``filters`` (:class:`~raylog.coordination.acls.ACLFilter`),
+        """Delete every ACL matching one of ``filters`` (:class:`~raylog.common.acl.ACLFilter`),
         journaled: ``(error_code, message, the ACLs each filter matched)``; needs ALTER on the cluster."""
         await self.start()
         access = self._caller(session)
@@ -867,7 +869,7 @@ class ControllerActor:
         session: str | None = None,
     ) -> dict[str, tuple[int, str]]:
         """Kafka's AlterUserScramCredentials (see
-        :func:`~raylog.coordination.scram.alter`): the accepted users' changes journaled and
+        :func:`~raylog.common.scram.alter`): the accepted users' changes journaled and
         pushed to the listeners before the answer; per user ``(error_code, message)``. Needs
         ALTER on the cluster (else every user is answered CLUSTER_AUTHORIZATION_FAILED)."""
         await self.start()

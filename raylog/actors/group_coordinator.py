@@ -53,9 +53,9 @@ import ray
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.common import record_batch
+from raylog.common.acl import CLUSTER_NAME, ResourceType
+from raylog.common.acl import ACLOperation as Op
 from raylog.coordination import group_configs
-from raylog.coordination.acls import CLUSTER_NAME, ResourceType
-from raylog.coordination.acls import ACLOperation as Op
 from raylog.coordination.consumer_group import ConsumerGroupConfig, Heartbeat
 from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
 from raylog.coordination.replay import LogReplay

@@ -69,9 +69,10 @@ import ray
 from raylog import metrics
 from raylog.actors import logs
 from raylog.actors.access import Guard
+from raylog.common.acl import CLUSTER_NAME, ACLOperation, ResourceType
 from raylog.common.names import NAMESPACE, controller_name, validate_client_id
 from raylog.config import TopicConfig
-from raylog.coordination.acls import CLUSTER_NAME, ACLOperation, Authorizer, ResourceType
+from raylog.coordination.acls import Authorizer
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
 from raylog.coordination.partition import Partition, SequenceGap
 from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager

@@ -34,9 +34,9 @@ from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.actors.producer_ids import SharedProducerIdPool
 from raylog.actors.replica import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
 from raylog.common import record_batch
+from raylog.common.acl import ACLOperation as Op
+from raylog.common.acl import ResourceType
 from raylog.common.names import OFFSETS_TOPIC
-from raylog.coordination.acls import ACLOperation as Op
-from raylog.coordination.acls import ResourceType
 from raylog.coordination.transactions import Step, TransactionCoordinator, TxnMetadata
 from raylog.errors import (
     ConcurrentTransactionsError,

@@ -20,7 +20,7 @@ import raylog
 from raylog.cli.arguments import UsageError, command
 from raylog.cli.connection import connected
 from raylog.cli.output import table
-from raylog.coordination.acls import (
+from raylog.common.acl import (
     ACL,
     CLUSTER_NAME,
     ACLFilter,

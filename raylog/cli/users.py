@@ -22,7 +22,7 @@ import raylog
 from raylog.cli.arguments import UsageError, command, positive_int
 from raylog.cli.connection import connected
 from raylog.cli.output import table
-from raylog.coordination.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
+from raylog.common.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS
 
 SCRAM_MECHANISMS = tuple(MECHANISMS.values())
 

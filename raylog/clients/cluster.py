@@ -23,6 +23,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.clients.security import ClientSession
+from raylog.common import scram
 from raylog.common.names import (
     DEFAULT_DATA_DIR,
     HEAD_RESOURCE,
@@ -32,7 +33,6 @@ from raylog.common.names import (
     controller_name,
 )
 from raylog.config import ControllerConfig
-from raylog.coordination import scram
 from raylog.errors import (
     InvalidConfigError,
     LeaderNotAvailableError,

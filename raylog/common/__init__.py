@@ -5,5 +5,7 @@
 - :mod:`compression` — body codecs;
 - :mod:`requests` — words and bounds of requests (timestamps, isolation levels, ...);
 - :mod:`names` — names and their rules: topics, client, transactional and group ids, and
-  raylog's Ray actors (and where they run).
+  raylog's Ray actors (and where they run);
+- :mod:`acl` — access control lists (Kafka's AclBinding and its parts);
+- :mod:`scram` — SCRAM credentials, as clients salt them and brokers keep them.
 """

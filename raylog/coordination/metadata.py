@@ -59,6 +59,18 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from raylog.common import scram
+from raylog.common.acl import (
+    ACL,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    validate_acl,
+    validate_filter,
+)
 from raylog.common.names import INTERNAL_TOPICS, validate_topic_name
 
 from ..config import LIST_PROPERTIES, ControllerConfig, TopicConfig, list_operation
@@ -73,18 +85,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from ..types import BrokerInfo, ConfigEntry, PartitionInfo, TopicDescription
-from . import broker_configs, group_configs, scram
-from .acls import (
-    ACL,
-    ACLFilter,
-    ACLOperation,
-    ACLPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-    validate_acl,
-    validate_filter,
-)
+from . import broker_configs, group_configs
 from .consumer_group import ConsumerGroupConfig
 from .placement import MAX_PARTITIONS, assign_replicas
 from .quotas import alter_client_quotas
@@ -120,7 +121,7 @@ class MetadataImage:
         self.acls: set[ACL] = set()
         #: How many times ACLs were created or deleted: listeners rebuild their authorizer when it moves.
         self.acls_version = 0
-        #: SCRAM credentials: user -> mechanism -> credential (see :mod:`~raylog.coordination.scram`).
+        #: SCRAM credentials: user -> mechanism -> credential (see :mod:`~raylog.common.scram`).
         self.scram_credentials: dict[str, scram.Credentials] = {}
         #: How many times credentials changed: listeners take them again when it moves.
         self.scram_version = 0
@@ -483,7 +484,7 @@ class MetadataImage:
         """The records creating ``acls`` (Kafka's CreateAcls), those that exist already left out.
 
         Raises:
-            InvalidRequestError: an ACL Kafka would refuse (see :func:`~raylog.coordination.acls.validate_acl`);
+            InvalidRequestError: an ACL Kafka would refuse (see :func:`~raylog.common.acl.validate_acl`);
                 nothing is created.
         """
         for acl in acls:
@@ -517,7 +518,7 @@ class MetadataImage:
         self, deletions: list[tuple[str, int]], upsertions: list[tuple[str, int, int, bytes, bytes]]
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The records of Kafka's AlterUserScramCredentials and per user its refusal (None:
-        accepted; see :func:`~raylog.coordination.scram.alter`)."""
+        accepted; see :func:`~raylog.common.scram.alter`)."""
         changes, results = scram.alter(self.scram_credentials, deletions, upsertions)
         records = []
         for user, mechanism, made in changes:

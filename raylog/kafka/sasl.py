@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import scramp
 
-from raylog.coordination.scram import Credentials
+from raylog.common.scram import Credentials
 from raylog.errors import IllegalSaslStateError, SaslAuthenticationError, UnsupportedSaslMechanismError
 
 #: The one message of every failed authentication (Kafka's).

@@ -155,7 +155,7 @@ def test_bench_txn_copier_refuses_a_size_of_zero(capsys):
 def test_acls_arguments_name_the_acls_kafka_acls_would():
     """``raylog acls add`` reads kafka-acls.sh's options: one ACL per resource, principal,
     host of its permission (default every host) and operation (default All)."""
-    from raylog.coordination.acls import ACLOperation, ACLPermissionType, PatternType, ResourceType
+    from raylog.common.acl import ACLOperation, ACLPermissionType, PatternType, ResourceType
 
     argv = ["acls", "add", "--deny-principal", "User:*", "--operation", "Read", "--operation", "DescribeConfigs"]
     argv += ["--topic", "a", "--group", "g", "--allow-principal", "User:etl", "--allow-host", "10.0.0.1"]

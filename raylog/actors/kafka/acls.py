@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from raylog.actors.kafka.context import BrokerContext
 from raylog.actors.kafka.coordinator_errors import code_of
-from raylog.coordination.acls import (
+from raylog.common.acl import (
     ACL,
     ACLFilter,
     ACLOperation,

@@ -34,7 +34,7 @@ from typing import Any
 from raylog.actors.access import DENIED as access_errors
 from raylog.actors.access import Access
 from raylog.actors.kafka.context import CONNECTION, BrokerContext, topic_ids
-from raylog.coordination.acls import CLUSTER_NAME, ACLOperation, ResourceType
+from raylog.common.acl import CLUSTER_NAME, ACLOperation, ResourceType
 from raylog.kafka import codec
 from raylog.kafka.codec.error_bodies import BUILDERS
 from raylog.principals import ANONYMOUS

@@ -30,12 +30,13 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from raylog.common.acl import ACL
 from raylog.common.names import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_TOPIC
+from raylog.common.scram import Credentials
 from raylog.config import ControllerConfig
-from raylog.coordination.acls import ACL, Authorizer, parse_super_users
+from raylog.coordination.acls import Authorizer, parse_super_users
 from raylog.coordination.group import partition_for
 from raylog.coordination.producer_ids import ProducerIdPool
-from raylog.coordination.scram import Credentials
 from raylog.coordination.sessions import SessionKeys
 from raylog.errors import RaylogError
 from raylog.kafka.fetch_sessions import FetchSessionCache

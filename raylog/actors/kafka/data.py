@@ -50,9 +50,9 @@ from raylog.actors.kafka.context import (
     topic_ids,
 )
 from raylog.actors.kafka.coordinator_errors import code_of
+from raylog.common.acl import ACLOperation, ResourceType
 from raylog.common.names import INTERNAL_TOPICS, validate_topic_name
 from raylog.common.record_batch import CONTROL, LOG_OVERHEAD, read_header
-from raylog.coordination.acls import ACLOperation, ResourceType
 from raylog.errors import (
     FencedLeaderEpochError,
     FetchSessionIdNotFoundError,

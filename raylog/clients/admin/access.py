@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from raylog.clients.admin.base import AdminBase, raise_first
-from raylog.coordination import scram
-from raylog.coordination.acls import ACL, ACLFilter
+from raylog.common import scram
+from raylog.common.acl import ACL, ACLFilter
 from raylog.errors import UnsupportedSaslMechanismError
 
 

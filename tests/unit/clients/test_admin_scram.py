@@ -12,7 +12,7 @@ import pytest
 import raylog
 from raylog.clients.admin import base as admin_base
 from raylog.clients.security import ClientSession
-from raylog.coordination import scram
+from raylog.common import scram
 from raylog.coordination.metadata import MetadataImage
 from raylog.errors import (
     DuplicateResourceError,

@@ -14,7 +14,7 @@ import pytest
 
 from raylog.clients import security
 from raylog.clients.security import ClientSession
-from raylog.coordination import scram
+from raylog.common import scram
 from raylog.coordination.sessions import SessionKeys, new_key
 from raylog.errors import InvalidConfigError, SaslAuthenticationError, UnsupportedSaslMechanismError
 from raylog.kafka.sasl import SaslExchange

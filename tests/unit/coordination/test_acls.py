@@ -12,7 +12,7 @@ import pytest
 
 import raylog
 from raylog import errors
-from raylog.coordination.acls import (
+from raylog.common.acl import (
     ACL,
     CLUSTER_NAME,
     WILDCARD,
@@ -20,16 +20,15 @@ from raylog.coordination.acls import (
     ACLFilter,
     ACLOperation,
     ACLPermissionType,
-    Authorizer,
     PatternType,
     ResourcePattern,
     ResourcePatternFilter,
     ResourceType,
     covers,
-    parse_super_users,
     validate_acl,
     validate_filter,
 )
+from raylog.coordination.acls import Authorizer, parse_super_users
 from raylog.errors import InvalidConfigError, InvalidRequestError
 
 Op, Perm, RT, PT = ACLOperation, ACLPermissionType, ResourceType, PatternType

@@ -256,7 +256,7 @@ def test_acls_are_created_and_deleted_by_journal_records_and_survive_replay(cont
     """CreateAcls and DeleteAcls as records: creating one twice adds it once, an invalid one
     refuses the whole creation, a filter deletes every ACL it matches (and says which), the
     version moves with each change, and a replay rebuilds the same set."""
-    from raylog.coordination.acls import (
+    from raylog.common.acl import (
         ACL,
         ACLFilter,
         ACLOperation,

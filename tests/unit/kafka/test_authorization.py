@@ -12,16 +12,9 @@ import pytest
 
 from raylog.actors.kafka import authorization
 from raylog.actors.kafka.context import CONNECTION, BrokerContext
+from raylog.common.acl import ACL, ACLOperation, ACLPermissionType, PatternType, ResourcePattern, ResourceType
 from raylog.config import ControllerConfig
-from raylog.coordination.acls import (
-    ACL,
-    ACLOperation,
-    ACLPermissionType,
-    Authorizer,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-)
+from raylog.coordination.acls import Authorizer
 from raylog.kafka import codec
 from raylog.kafka.codec.messages import SUPPORTED, ApiKey
 from tests.unit.kafka.test_codec import SAMPLE_REQUESTS, error_codes

@@ -147,8 +147,9 @@ def test_topics_left_out_of_an_all_topics_answer_are_not_denials(caplog):
     that filter); a topic named is answered TOPIC_AUTHORIZATION_FAILED and logged as denied."""
     from raylog.actors.kafka import authorization
     from raylog.actors.kafka.context import CONNECTION
-    from raylog.coordination.acls import ACL, ACLOperation, ACLPermissionType, Authorizer, ResourcePattern
-    from raylog.coordination.acls import ResourceType as Kind
+    from raylog.common.acl import ACL, ACLOperation, ACLPermissionType, ResourcePattern
+    from raylog.common.acl import ResourceType as Kind
+    from raylog.coordination.acls import Authorizer
     from raylog.errors import TopicAuthorizationFailedError
 
     ctx = context(brokers=1, **{"num.partitions": "1", "default.replication.factor": "1"})

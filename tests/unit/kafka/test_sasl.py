@@ -11,8 +11,8 @@ import os
 import pytest
 import scramp
 
+from raylog.common import scram
 from raylog.config import SASL_MECHANISMS as MECHANISMS
-from raylog.coordination import scram
 from raylog.errors import IllegalSaslStateError, SaslAuthenticationError, UnsupportedSaslMechanismError
 from raylog.kafka.sasl import FAILED, MAX_MESSAGE_BYTES, SaslExchange
 

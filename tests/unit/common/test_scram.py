@@ -9,7 +9,7 @@ import os
 import pytest
 import scramp
 
-from raylog.coordination import scram
+from raylog.common import scram
 from raylog.errors import (
     DuplicateResourceError,
     ResourceNotFoundError,
