@@ -75,7 +75,7 @@ from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from raylog.bench import nearest_rank
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.group import ConsumerRebalanceListener
-from raylog.coordination import assignors
+from raylog.common import assignors
 from raylog.errors import RaylogError
 
 PARTITIONS = 6

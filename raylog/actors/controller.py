@@ -61,7 +61,14 @@ from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.common import scram
 from raylog.common.acl import CLUSTER_NAME, ResourceType, covers
 from raylog.common.acl import ACLOperation as Op
-from raylog.common.names import DEFAULT_DATA_DIR, NAMESPACE, OFFSETS_TOPIC, TRANSACTION_TOPIC, replica_name
+from raylog.common.names import (
+    DEFAULT_DATA_DIR,
+    NAMESPACE,
+    OFFSETS_TOPIC,
+    TRANSACTION_TOPIC,
+    broker_id_of,
+    replica_name,
+)
 from raylog.common.requests import PREFERRED_ELECTION
 from raylog.config import ControllerConfig
 from raylog.coordination import broker_configs, elections, sessions
@@ -707,7 +714,7 @@ class ControllerActor:
         ConfigEntry})``; needs DESCRIBE_CONFIGS on the cluster."""
 
         def describe(resource: str) -> dict:
-            static = broker_configs.static_configs(self.config, broker_configs.broker_id_of(resource))
+            static = broker_configs.static_configs(self.config, broker_id_of(resource))
             return self.image.describe_broker_config(resource, static)
 
         return await self._described(resources, session, CLUSTER, describe)

@@ -55,8 +55,9 @@ from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.common import record_batch
 from raylog.common.acl import CLUSTER_NAME, ResourceType
 from raylog.common.acl import ACLOperation as Op
+from raylog.common.group_protocol import Heartbeat
 from raylog.coordination import group_configs
-from raylog.coordination.consumer_group import ConsumerGroupConfig, Heartbeat
+from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
 from raylog.coordination.replay import LogReplay
 from raylog.errors import NotCoordinatorError, RaylogError
@@ -294,7 +295,7 @@ class GroupCoordinatorActor(CoordinatorActor):
     ) -> GroupResponse:
         """A ConsumerGroupHeartbeat of Kafka's consumer protocol (KIP-848); ``topics``: the
         cluster's topics and their partition counts. Its value (a
-        :class:`~raylog.coordination.consumer_group.HeartbeatAnswer`) comes once the group's
+        :class:`~raylog.common.group_protocol.HeartbeatAnswer`) comes once the group's
         record is replicated when the heartbeat changed the group, at once otherwise."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:

@@ -40,7 +40,7 @@ from raylog.clients.group import (
     in_group,
     start_heartbeat_thread,
 )
-from raylog.coordination.member import ConsumerProtocolMember
+from raylog.clients.member import ConsumerProtocolMember
 from raylog.errors import (
     CommitFailedError,
     FencedMemberEpochError,

@@ -15,7 +15,7 @@ rebalancing; like Kafka's, it pauses while a join is outstanding. If
 or falls silent (a static one), like Kafka's consumer; None turns that off. What the member
 may keep through all this (its partitions are lost when it loses its generation, and a join
 claims them with their generation) is decided by
-:class:`raylog.coordination.member.MemberState`.
+:class:`raylog.clients.member.MemberState`.
 
 Concurrency: the heartbeat thread and the polling thread share the member's identity
 under a lock; everything else runs in the polling thread.
@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from raylog.clients.member import MemberState, assignment_change
+from raylog.common.assignors import COOPERATIVE
 from raylog.common.names import check_group_id
-from raylog.coordination.assignors import COOPERATIVE
-from raylog.coordination.member import MemberState, assignment_change
 from raylog.errors import (
     CommitFailedError,
     CoordinatorNotAvailableError,

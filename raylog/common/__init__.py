@@ -7,5 +7,7 @@
 - :mod:`names` — names and their rules: topics, client, transactional and group ids, and
   raylog's Ray actors (and where they run);
 - :mod:`acl` — access control lists (Kafka's AclBinding and its parts);
-- :mod:`scram` — SCRAM credentials, as clients salt them and brokers keep them.
+- :mod:`scram` — SCRAM credentials, as clients salt them and brokers keep them;
+- :mod:`assignors` — partition assignors, run by a group's leader or its coordinator;
+- :mod:`group_protocol` — the consumer group protocol's heartbeat and its words (KIP-848).
 """

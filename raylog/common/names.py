@@ -32,6 +32,8 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
 #: Longest group id, in bytes of UTF-8: the longest string Kafka's protocol carries (an
 #: int16 length), so any group id Kafka accepts is accepted here and no longer one.
 MAX_GROUP_ID_BYTES = 32_767
+#: The resource name of the cluster-wide default broker configs.
+CLUSTER_DEFAULT = ""
 
 logger = logging.getLogger(__name__)
 
@@ -129,3 +131,23 @@ def check_group_id(group_id: Any) -> None:
         raise InvalidGroupIdError(f"a group id must be a non-empty string, got {group_id!r}")
     if len(group_id.encode("utf-8", "surrogatepass")) > MAX_GROUP_ID_BYTES:
         raise InvalidGroupIdError(f"a group id is at most {MAX_GROUP_ID_BYTES} bytes of UTF-8, got {group_id[:40]!r}…")
+
+
+def broker_id_of(resource: str) -> int | None:
+    """The broker id a resource names (None for the cluster default, "").
+
+    Raises:
+        InvalidRequestError: neither "" nor a broker id written as Kafka writes one (ASCII
+            digits, no sign or leading zero).
+    """
+    if resource == CLUSTER_DEFAULT:
+        return None
+    if not (resource.isascii() and resource.isdigit() and (resource == "0" or resource[0] != "0")):
+        raise InvalidRequestError(f'broker resource {resource!r} is not a broker id nor "" (the cluster default)')
+    return int(resource)
+
+
+def check_group_name(group_id: str) -> None:
+    """Raises InvalidRequestError for "" (Kafka has no default group resource)."""
+    if not group_id:
+        raise InvalidRequestError("Default group resources are not allowed: name a group")

@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from raylog.common.names import CLUSTER_DEFAULT
+
 from ..config import LISTENER_PREFIX, ControllerConfig, TopicConfig, list_operation
 from ..errors import InvalidConfigError, InvalidRequestError
 
@@ -74,9 +76,6 @@ LIST_CONFIGS = frozenset({"log.cleanup.policy"})
 #: Configs whose values are secrets: described without their value (Kafka's PASSWORD type) and
 #: not logged.
 _SENSITIVE_SUFFIXES = (".password", "sasl.jaas.config")
-
-#: The resource name of the cluster-wide default.
-CLUSTER_DEFAULT = ""
 
 
 def alter(
@@ -141,20 +140,6 @@ def topic_defaults(*layers: Mapping[str, str]) -> dict[str, str]:
     """The topic properties that dynamic broker configs set, later layers first (a broker's
     own configs after the cluster default)."""
     return {TOPIC_DEFAULTS[name]: value for layer in layers for name, value in layer.items() if name in TOPIC_DEFAULTS}
-
-
-def broker_id_of(resource: str) -> int | None:
-    """The broker id a resource names (None for the cluster default, "").
-
-    Raises:
-        InvalidRequestError: neither "" nor a broker id written as Kafka writes one (ASCII
-            digits, no sign or leading zero).
-    """
-    if resource == CLUSTER_DEFAULT:
-        return None
-    if not (resource.isascii() and resource.isdigit() and (resource == "0" or resource[0] != "0")):
-        raise InvalidRequestError(f'broker resource {resource!r} is not a broker id nor "" (the cluster default)')
-    return int(resource)
 
 
 def static_configs(controller_config: ControllerConfig, broker_id: int | None) -> dict[str, str]:

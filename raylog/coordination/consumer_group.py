@@ -11,7 +11,7 @@ a time:
 - the **target assignment** is computed for the group epoch (which becomes the assignment
   epoch) by the server-side assignor the members ask for: ``uniform`` (balanced, each
   partition kept with its owner where the balance allows: the sticky assignor of
-  :mod:`raylog.coordination.assignors`) or ``range``;
+  :mod:`raylog.common.assignors`) or ``range``;
 - a **member is reconciled** towards its target: the partitions it must give up are revoked
   first, and it stays at its epoch until a heartbeat shows it no longer owns them (past its
   rebalance timeout it is fenced); then it moves to the assignment epoch and gets the
@@ -44,6 +44,19 @@ from typing import Any
 
 import msgpack
 
+from raylog.common import assignors
+from raylog.common.assignors import Subscription
+from raylog.common.group_protocol import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    RANGE,
+    SERVER_ASSIGNORS,
+    STATIC_LEAVE_EPOCH,
+    UNIFORM,
+    Heartbeat,
+    HeartbeatAnswer,
+)
+
 from ..errors import (
     FencedMemberEpochError,
     GroupMaxSizeReachedError,
@@ -55,14 +68,7 @@ from ..errors import (
     UnsupportedAssignorError,
 )
 from ..types import TopicPartition
-from . import assignors
-from .assignors import Subscription
 
-UNIFORM = "uniform"
-RANGE = "range"
-#: The server-side assignors and the assignor of raylog's that each one is.
-SERVER_ASSIGNORS = {UNIFORM: assignors.COOPERATIVE_STICKY, RANGE: assignors.RANGE}
-JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH = 0, -1, -2
 #: Member states (Kafka's MemberState).
 STABLE, UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS = "stable", "unrevoked_partitions", "unreleased_partitions"
 #: Group states as ConsumerGroupDescribe names them.
@@ -93,34 +99,6 @@ class ConsumerGroupConfig:
         """The settings of ``settings`` (the controller's config) that this holds."""
         shared = {f.name for f in dataclass_fields(cls)} & set(vars(settings))
         return cls(**{name: getattr(settings, name) for name in shared})
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    """A ConsumerGroupHeartbeat request, topics by name (the listener maps ids to names).
-    ``None`` fields did not change since the member's last heartbeat."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    topics: tuple[str, ...] | None = None
-    regex: str | None = None
-    assignor: str | None = None
-    owned: frozenset[TopicPartition] | None = None
-
-
-@dataclass(frozen=True)
-class HeartbeatAnswer:
-    """What the member is told: its id and epoch, and its assignment when it changed or the
-    request was a full one (None otherwise, as Kafka answers)."""
-
-    member_id: str
-    member_epoch: int
-    heartbeat_interval_ms: int
-    assignment: frozenset[TopicPartition] | None
 
 
 @dataclass

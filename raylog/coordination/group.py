@@ -67,6 +67,8 @@ from typing import Any
 import msgpack
 
 from raylog.common import record_batch
+from raylog.common.assignors import ASSIGNORS, COOPERATIVE, Subscription, assign, choose_strategy, current_claims
+from raylog.common.group_protocol import Heartbeat
 from raylog.common.names import check_group_id
 
 from ..errors import (
@@ -97,19 +99,11 @@ from ..protocol import (
     error_fields,
 )
 from ..types import OffsetAndMetadata, TopicPartition
-from .assignors import ASSIGNORS, COOPERATIVE, Subscription, assign, choose_strategy, current_claims
-from .consumer_group import (
-    CONSUMER_GROUP_KEY,
-    ConsumerGroup,
-    ConsumerGroupConfig,
-    ConsumerGroups,
-    Heartbeat,
-    group_key,
-)
+from .consumer_group import CONSUMER_GROUP_KEY, ConsumerGroup, ConsumerGroupConfig, ConsumerGroups, group_key
 
 EMPTY, PREPARING_REBALANCE, STABLE, DEAD = "Empty", "PreparingRebalance", "Stable", "Dead"
 #: The protocol type of consumers (raylog's and Kafka's): the only one whose protocols this
-#: coordinator may run itself (the assignors of :mod:`raylog.coordination.assignors`).
+#: coordinator may run itself (the assignors of :mod:`raylog.common.assignors`).
 CONSUMER_PROTOCOL_TYPE = "consumer"
 COMPLETING_REBALANCE = "CompletingRebalance"
 #: Bounds on a member's session timeout (Kafka's group.min/max.session.timeout.ms).
@@ -630,7 +624,7 @@ class GroupCoordinator:
     ) -> Outcome:
         """A ConsumerGroupHeartbeat (KIP-848, :mod:`raylog.coordination.consumer_group`): its
         answer (a :class:`GroupResponse` whose value is the member's
-        :class:`~raylog.coordination.consumer_group.HeartbeatAnswer`) is held until the
+        :class:`~raylog.common.group_protocol.HeartbeatAnswer`) is held until the
         group's record is replicated when the heartbeat changed the group.
 
         Raises:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..errors import InvalidConfigError, InvalidRequestError
+from ..errors import InvalidConfigError
 from .consumer_group import ConsumerGroupConfig
 
 SESSION_TIMEOUT = "consumer.session.timeout.ms"
@@ -45,12 +45,6 @@ _BOUNDS = (
     (HEARTBEAT_INTERVAL, "group.consumer.min.heartbeat.interval.ms", True),
     (HEARTBEAT_INTERVAL, "group.consumer.max.heartbeat.interval.ms", False),
 )
-
-
-def check_group_name(group_id: str) -> None:
-    """Raises InvalidRequestError for "" (Kafka has no default group resource)."""
-    if not group_id:
-        raise InvalidRequestError("Default group resources are not allowed: name a group")
 
 
 def alter(

@@ -71,7 +71,7 @@ from raylog.common.acl import (
     validate_acl,
     validate_filter,
 )
-from raylog.common.names import INTERNAL_TOPICS, validate_topic_name
+from raylog.common.names import CLUSTER_DEFAULT, INTERNAL_TOPICS, broker_id_of, check_group_name, validate_topic_name
 
 from ..config import LIST_PROPERTIES, ControllerConfig, TopicConfig, list_operation
 from ..errors import (
@@ -221,7 +221,7 @@ class MetadataImage:
             before = broker_configs.topic_defaults(self.broker_configs.get(resource, {}))
             _set_or_drop(self.broker_configs, resource, record["configs"])
             after = broker_configs.topic_defaults(self.broker_configs.get(resource, {}))
-            if resource == broker_configs.CLUSTER_DEFAULT:
+            if resource == CLUSTER_DEFAULT:
                 self._take_topic_defaults(before, after)
             elif before != after:
                 for name in self.config_versions:  # the broker's replicas take its new defaults
@@ -345,7 +345,7 @@ class MetadataImage:
         return {key: ConfigEntry(value, source(key)) for key, value in sorted(config.items())}
 
     def _cluster_topic_defaults(self) -> dict[str, str]:
-        return broker_configs.topic_defaults(self.broker_configs.get(broker_configs.CLUSTER_DEFAULT, {}))
+        return broker_configs.topic_defaults(self.broker_configs.get(CLUSTER_DEFAULT, {}))
 
     def alter_broker_config(
         self, resource: str, changes: Mapping[str, Any], *, incremental: bool, static: ControllerConfig | None = None
@@ -365,7 +365,7 @@ class MetadataImage:
         current = self.broker_configs.get(resource, {})
         configs = broker_configs.alter(current, changes, incremental=incremental, resource=resource, static=static)
         defaults = broker_configs.topic_defaults(configs)
-        if resource == broker_configs.CLUSTER_DEFAULT:
+        if resource == CLUSTER_DEFAULT:
             for name in self.topics:
                 self._with_defaults(name, defaults)
                 for broker_id in {b for p in self.topics[name].partitions for b in p.replicas}:
@@ -390,7 +390,7 @@ class MetadataImage:
         self._require_broker_resource(resource)
         layers = [
             (self.broker_configs.get(resource, {}) if resource else {}, "dynamic_broker"),
-            (self.broker_configs.get(broker_configs.CLUSTER_DEFAULT, {}), "dynamic_default_broker"),
+            (self.broker_configs.get(CLUSTER_DEFAULT, {}), "dynamic_default_broker"),
             (static, "static_broker"),
             ({broker: _TOPIC_DEFAULTS[topic] for topic, broker in broker_configs.TOPIC_SYNONYMS.items()}, "default"),
         ]
@@ -412,7 +412,7 @@ class MetadataImage:
             InvalidRequestError: the group id "".
             InvalidConfigError: an unknown config, or a value refused.
         """
-        group_configs.check_group_name(group_id)
+        check_group_name(group_id)
         current = self.group_configs.get(group_id, {})
         configs = group_configs.alter(current, changes, broker, incremental=incremental)
         return {"type": "group_config", "group": group_id, "configs": configs}
@@ -424,7 +424,7 @@ class MetadataImage:
         Raises:
             InvalidRequestError: the group id "".
         """
-        group_configs.check_group_name(group_id)
+        check_group_name(group_id)
         configs = self.group_configs.get(group_id, {})
         described = {}
         for name in sorted(group_configs.BROKER_SYNONYMS):
@@ -433,7 +433,7 @@ class MetadataImage:
         return described
 
     def _require_broker_resource(self, resource: str) -> None:
-        broker_id = broker_configs.broker_id_of(resource)
+        broker_id = broker_id_of(resource)
         if broker_id is not None and broker_id not in self.brokers:
             raise InvalidRequestError(f"no broker {broker_id} (brokers: {sorted(self.brokers)})")
 

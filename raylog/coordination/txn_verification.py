@@ -25,18 +25,10 @@ Produce v3+ does) whether that partition is in that producer's ongoing transacti
 Writers inside the cluster (the group coordinator writing a transaction's offsets) are
 trusted and not verified.
 
-Hanging transactions (``kafka-transactions.sh find-hanging``): :func:`find_hanging` compares
-the transactions open in a partition (its producers) with the coordinators' transactions:
-one open longer than the longest transaction timeout that no coordinator has ongoing with
-that partition will never get its marker; ``abort`` writes one (Admin.abort_transaction).
-
 Concurrency: not thread-safe; the replica actor calls it under its lock.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from typing import NamedTuple
 
 from ..errors import (
     ConcurrentTransactionsError,
@@ -47,7 +39,6 @@ from ..errors import (
     RaylogError,
     RequestTimedOutError,
 )
-from ..types import ProducerState, TopicPartition, TransactionDescription
 
 #: Coordinator answers that only say "not now": the produce is retried (Kafka's list, plus
 #: our own call's timeout, which Kafka sees as NETWORK_EXCEPTION).
@@ -130,40 +121,3 @@ def verification_error(error: RaylogError) -> RaylogError:
     if isinstance(error, _RETRIABLE):
         return NotEnoughReplicasError(f"unable to verify the partition is in the transaction: {error}")
     return error
-
-
-#: The coordinator states of a transaction that will still get its markers.
-_OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")
-
-
-class HangingTransaction(NamedTuple):
-    """A transaction open in a partition that no coordinator will end (find-hanging)."""
-
-    partition: TopicPartition
-    producer_id: int
-    producer_epoch: int
-    start_offset: int
-    last_timestamp: int  # ms, when the partition last appended the producer's batch
-
-
-def find_hanging(
-    partition: TopicPartition,
-    producers: Iterable[ProducerState],
-    transactions: Iterable[TransactionDescription],
-    now_ms: int,
-    max_transaction_timeout_ms: int,
-) -> list[HangingTransaction]:
-    """The transactions open in ``partition`` (from its ``producers``) whose producer last
-    wrote there more than ``max_transaction_timeout_ms`` ago and that no coordinator (of
-    ``transactions``, every transactional id's state) has ongoing, or being ended, with that
-    partition under that producer id."""
-    alive = {t.producer_id for t in transactions if t.state in _OPEN_STATES and partition in t.partitions}
-    return [
-        HangingTransaction(
-            partition, p.producer_id, p.producer_epoch, p.current_transaction_start_offset, p.last_timestamp
-        )
-        for p in producers
-        if p.current_transaction_start_offset >= 0
-        and now_ms - p.last_timestamp > max_transaction_timeout_ms
-        and p.producer_id not in alive
-    ]

@@ -63,9 +63,9 @@ from raylog.actors.kafka.context import (
 )
 from raylog.actors.kafka.coordinator_errors import code_of, coordinator_code
 from raylog.common.acl import ResourceType
+from raylog.common.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
+from raylog.common.group_protocol import JOIN_EPOCH, Heartbeat
 from raylog.common.names import OFFSETS_TOPIC
-from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
-from raylog.coordination.consumer_group import JOIN_EPOCH, Heartbeat
 from raylog.coordination.group import MAX_OFFSET_METADATA_BYTES
 from raylog.errors import (
     CoordinatorLoadInProgressError,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from raylog.clients.admin.base import AdminBase, names, raise_first
-from raylog.coordination import broker_configs, group_configs
+from raylog.common.names import broker_id_of, check_group_name
 from raylog.errors import InvalidConfigError, InvalidRequestError
 from raylog.types import AlterConfigOp, ConfigEntry, ConfigResource, ConfigResourceType
 
@@ -215,9 +215,9 @@ def _resource(resource: Any) -> tuple[ConfigResourceType, str, Mapping[str, Any]
     if not isinstance(name, str):
         raise TypeError(f"a {kind.name.lower()} resource's name must be a string, got {name!r}")
     if kind == ConfigResourceType.BROKER:
-        broker_configs.broker_id_of(name)
+        broker_id_of(name)
     if kind == ConfigResourceType.GROUP:
-        group_configs.check_group_name(name)
+        check_group_name(name)
     return kind, name, configs
 
 

@@ -1,16 +1,22 @@
 """The transactions' family of the Admin (Kafka's Admin.listTransactions,
 describeTransactions, describeProducers, abortTransaction, and kafka-transactions.sh
 find-hanging): :class:`TransactionAdmin`, and how a coordinator's description of a
-transactional id becomes a :class:`~raylog.types.TransactionDescription`."""
+transactional id becomes a :class:`~raylog.types.TransactionDescription`.
+
+Hanging transactions (``kafka-transactions.sh find-hanging``): :func:`find_hanging` compares
+the transactions open in a partition (its producers) with the coordinators' transactions:
+one open longer than the longest transaction timeout that no coordinator has ongoing with
+that partition will never get its marker; ``abort`` writes one (Admin.abort_transaction)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from raylog.clients.admin.base import AdminBase, checked
 from raylog.common.names import TRANSACTION_TOPIC
 from raylog.common.requests import MAX_TRANSACTION_TIMEOUT_MS
-from raylog.coordination.txn_verification import HangingTransaction, find_hanging
 from raylog.errors import InvalidTxnStateError, TransactionalIdNotFoundError
 from raylog.types import ProducerState, TopicPartition, TransactionDescription
 
@@ -105,3 +111,40 @@ def _transaction(described: dict, coordinator_partition: int) -> TransactionDesc
         start_ms=described["start_ms"],
         coordinator_partition=coordinator_partition,
     )
+
+
+#: The coordinator states of a transaction that will still get its markers.
+_OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")
+
+
+class HangingTransaction(NamedTuple):
+    """A transaction open in a partition that no coordinator will end (find-hanging)."""
+
+    partition: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    last_timestamp: int  # ms, when the partition last appended the producer's batch
+
+
+def find_hanging(
+    partition: TopicPartition,
+    producers: Iterable[ProducerState],
+    transactions: Iterable[TransactionDescription],
+    now_ms: int,
+    max_transaction_timeout_ms: int,
+) -> list[HangingTransaction]:
+    """The transactions open in ``partition`` (from its ``producers``) whose producer last
+    wrote there more than ``max_transaction_timeout_ms`` ago and that no coordinator (of
+    ``transactions``, every transactional id's state) has ongoing, or being ended, with that
+    partition under that producer id."""
+    alive = {t.producer_id for t in transactions if t.state in _OPEN_STATES and partition in t.partitions}
+    return [
+        HangingTransaction(
+            partition, p.producer_id, p.producer_epoch, p.current_transaction_start_offset, p.last_timestamp
+        )
+        for p in producers
+        if p.current_transaction_start_offset >= 0
+        and now_ms - p.last_timestamp > max_transaction_timeout_ms
+        and p.producer_id not in alive
+    ]

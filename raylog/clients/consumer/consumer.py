@@ -47,9 +47,9 @@ from raylog.clients.consumer.fetcher import Fetcher
 from raylog.clients.consumer.offset_fetcher import OffsetFetcher
 from raylog.clients.consumer.subscription_state import SubscriptionState
 from raylog.clients.group import ConsumerRebalanceListener
+from raylog.common.assignors import COOPERATIVE_STICKY
 from raylog.common.names import validate_topic_name
 from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raylog.coordination.assignors import COOPERATIVE_STICKY
 from raylog.errors import IllegalStateError
 from raylog.types import OffsetAndMetadata, OffsetAndTimestamp, Record, TopicPartition
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from raylog.common.assignors import ASSIGNORS
+from raylog.common.group_protocol import SERVER_ASSIGNORS
 from raylog.common.names import check_group_id, validate_client_id, validate_topic_name
 from raylog.common.requests import MAX_READ_BYTES, READ_COMMITTED, READ_UNCOMMITTED
-from raylog.coordination.assignors import ASSIGNORS
-from raylog.coordination.consumer_group import SERVER_ASSIGNORS
 from raylog.errors import InvalidConfigError
 
 #: Consumer(isolation_level=...) values and the fetch's isolation level each asks for.

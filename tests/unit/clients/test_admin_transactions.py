@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from raylog.coordination.txn_verification import HangingTransaction
+from raylog.clients.admin.transactions import HangingTransaction, find_hanging
 from raylog.errors import InvalidTxnStateError, NotLeaderOrFollowerError, TransactionalIdNotFoundError
 from raylog.protocol import ProduceResponse, TxnResponse, error_fields
 from raylog.types import ProducerState, TopicPartition, TransactionDescription
@@ -107,3 +107,24 @@ def test_aborting_where_no_transaction_is_open_is_invalid_txn_state(monkeypatch)
         admin.abort_transaction(T0, 10, 2)
     with pytest.raises(NotLeaderOrFollowerError):
         admin.abort_transaction(T0, 10, 2)
+
+
+def test_find_hanging_lists_old_open_transactions_no_coordinator_has_open_here():
+    timeout_ms = 60_000
+    ongoing = TransactionDescription("copier", "Ongoing", 5, 0, timeout_ms, (T0,), 0, 0)
+    elsewhere = TransactionDescription("other", "Ongoing", 6, 0, timeout_ms, (TopicPartition("t", 1),), 0, 0)
+    ended = TransactionDescription("done", "CompleteCommit", 8, 3, timeout_ms, (), -1, 0)
+    producers = [
+        ProducerState(5, 0, 0, 0, 3),  # ongoing at its coordinator
+        ProducerState(6, 0, 0, 0, 4),  # its coordinator's transaction does not have T0: hanging
+        ProducerState(8, 3, 0, 0, 5),  # its transaction ended without a marker here: hanging
+        ProducerState(424242, 0, 0, 0, 7),  # no coordinator knows it: hanging
+        ProducerState(99, 0, 0, 0, -1),  # no transaction open here
+        ProducerState(77, 2, 0, timeout_ms, 9),  # too recent to tell
+    ]
+    hanging = find_hanging(T0, producers, [ongoing, elsewhere, ended], timeout_ms + 1, timeout_ms)
+    assert hanging == [
+        HangingTransaction(T0, 6, 0, 4, 0),
+        HangingTransaction(T0, 8, 3, 5, 0),
+        HangingTransaction(T0, 424242, 0, 7, 0),
+    ]

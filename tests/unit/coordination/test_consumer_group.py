@@ -10,23 +10,19 @@ import random
 
 import pytest
 
+from raylog.clients.member import ConsumerProtocolMember
+from raylog.common.group_protocol import JOIN_EPOCH, LEAVE_EPOCH, RANGE, STATIC_LEAVE_EPOCH, Heartbeat
 from raylog.coordination.consumer_group import (
     ASSIGNING,
     EMPTY,
-    JOIN_EPOCH,
-    LEAVE_EPOCH,
-    RANGE,
     RECONCILING,
     STABLE_GROUP,
-    STATIC_LEAVE_EPOCH,
     UNRELEASED_PARTITIONS,
     UNREVOKED_PARTITIONS,
     ConsumerGroupConfig,
     ConsumerGroups,
-    Heartbeat,
     group_record,
 )
-from raylog.coordination.member import ConsumerProtocolMember
 from raylog.errors import (
     FencedMemberEpochError,
     GroupMaxSizeReachedError,
@@ -275,7 +271,7 @@ class Client:
 
 class RaylogClient:
     """A raylog Consumer with ``group_protocol="consumer"``: the member rules it runs
-    (:class:`raylog.coordination.member.ConsumerProtocolMember`), its heartbeat thread
+    (:class:`raylog.clients.member.ConsumerProtocolMember`), its heartbeat thread
     (:meth:`beat`) and its polls (:meth:`poll`, which apply the last answer), interleaved at
     random. ``owned`` is what it reads."""
 

@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
+from raylog.common.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
 from raylog.common.names import MAX_GROUP_ID_BYTES
-from raylog.coordination.assignors import COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
 from raylog.coordination.group import (
     COMPLETING_REBALANCE,
     EMPTY,

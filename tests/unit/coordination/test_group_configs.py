@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from raylog.common.group_protocol import JOIN_EPOCH, Heartbeat
 from raylog.config import ControllerConfig
 from raylog.coordination import group_configs
-from raylog.coordination.consumer_group import JOIN_EPOCH, ConsumerGroupConfig, ConsumerGroups, Heartbeat
+from raylog.coordination.consumer_group import ConsumerGroupConfig, ConsumerGroups
 from raylog.coordination.metadata import MetadataImage
 from raylog.errors import InvalidConfigError, InvalidRequestError
 from raylog.storage.journal import MetadataJournal

@@ -1,5 +1,5 @@
 """Seeded simulation of a consumer group: members following the consumer's own rules
-(:class:`~raylog.coordination.member.MemberState`) against the real
+(:class:`~raylog.clients.member.MemberState`) against the real
 :class:`~raylog.coordination.group.GroupCoordinator`, behind a shell that does with the
 group records what the coordinator actor does (append them, then release the replies held
 for them), where appends are slow, fail, or are cut short by a fail-over of the coordinator
@@ -31,9 +31,9 @@ from collections import defaultdict
 
 import pytest
 
-from raylog.coordination.assignors import COOPERATIVE, COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
+from raylog.clients.member import NO_GENERATION, MemberState, assignment_change
+from raylog.common.assignors import COOPERATIVE, COOPERATIVE_STICKY, RANGE, ROUND_ROBIN
 from raylog.coordination.group import STABLE, GroupCoordinator, Outcome
-from raylog.coordination.member import NO_GENERATION, MemberState, assignment_change
 from raylog.errors import (
     IllegalGenerationError,
     NotCoordinatorError,

@@ -1,8 +1,7 @@
 """Transactional writes verified against the transaction coordinator (KIP-890 part 1), no
 Ray: a transactional batch whose producer has no transaction open in the partition opens
 one only once the coordinator said the partition is in that producer's ongoing
-transaction; the coordinator's answer; how its errors reach the producer; and finding
-hanging transactions (``kafka-transactions.sh find-hanging``)."""
+transaction; the coordinator's answer; how its errors reach the producer."""
 
 from __future__ import annotations
 
@@ -11,12 +10,7 @@ import pytest
 from raylog.common import record_batch
 from raylog.coordination.partition import Partition
 from raylog.coordination.transactions import TransactionCoordinator
-from raylog.coordination.txn_verification import (
-    HangingTransaction,
-    VerificationNeeded,
-    find_hanging,
-    verification_error,
-)
+from raylog.coordination.txn_verification import VerificationNeeded, verification_error
 from raylog.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
@@ -27,9 +21,9 @@ from raylog.errors import (
     NotEnoughReplicasError,
     RequestTimedOutError,
 )
-from raylog.types import ProducerState, TopicPartition, TransactionDescription
+from raylog.types import ProducerState, TopicPartition
 from tests.unit.coordination.test_partition_transactions import COORDINATOR_EPOCH, plain, reopen, txn, values
-from tests.unit.coordination.test_transactions import TIMEOUT_MS, Ids, apply, init, open_txn
+from tests.unit.coordination.test_transactions import Ids, apply, init, open_txn
 
 TID = "copier"
 T0 = TopicPartition("t", 0)
@@ -210,29 +204,6 @@ def test_a_coordinator_that_cannot_answer_gives_the_producer_a_retriable_error(e
 def test_a_coordinators_refusal_reaches_the_producer_as_it_is():
     refused = InvalidTxnStateError("not in the transaction")
     assert verification_error(refused) is refused
-
-
-# --- find-hanging -------------------------------------------------------------------------
-
-
-def test_find_hanging_lists_old_open_transactions_no_coordinator_has_open_here():
-    ongoing = TransactionDescription(TID, "Ongoing", 5, 0, TIMEOUT_MS, (T0,), 0, 0)
-    elsewhere = TransactionDescription("other", "Ongoing", 6, 0, TIMEOUT_MS, (TopicPartition("t", 1),), 0, 0)
-    ended = TransactionDescription("done", "CompleteCommit", 8, 3, TIMEOUT_MS, (), -1, 0)
-    producers = [
-        ProducerState(5, 0, 0, 0, 3),  # ongoing at its coordinator
-        ProducerState(6, 0, 0, 0, 4),  # its coordinator's transaction does not have T0: hanging
-        ProducerState(8, 3, 0, 0, 5),  # its transaction ended without a marker here: hanging
-        ProducerState(424242, 0, 0, 0, 7),  # no coordinator knows it: hanging
-        ProducerState(99, 0, 0, 0, -1),  # no transaction open here
-        ProducerState(77, 2, 0, TIMEOUT_MS, 9),  # too recent to tell
-    ]
-    hanging = find_hanging(T0, producers, [ongoing, elsewhere, ended], TIMEOUT_MS + 1, TIMEOUT_MS)
-    assert hanging == [
-        HangingTransaction(T0, 6, 0, 4, 0),
-        HangingTransaction(T0, 8, 3, 5, 0),
-        HangingTransaction(T0, 424242, 0, 7, 0),
-    ]
 
 
 def test_the_partition_describes_its_producers(part, clock):

@@ -30,9 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from raylog.common.group_protocol import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, Heartbeat, HeartbeatAnswer
+
 from ..errors import FencedMemberEpochError, IllegalGenerationError, UnknownMemberIdError
 from ..types import TopicPartition
-from .consumer_group import JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH, Heartbeat, HeartbeatAnswer
 
 #: The generation of a member that is in none (Kafka's NO_GENERATION).
 NO_GENERATION = -1

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raylog.coordination.assignors import (
+from raylog.common.assignors import (
     COOPERATIVE_STICKY,
     RANGE,
     ROUND_ROBIN,

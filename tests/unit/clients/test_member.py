@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from raylog.coordination.consumer_group import HeartbeatAnswer
-from raylog.coordination.member import NO_GENERATION, ConsumerProtocolMember, MemberState, assignment_change
+from raylog.clients.member import NO_GENERATION, ConsumerProtocolMember, MemberState, assignment_change
+from raylog.common.group_protocol import HeartbeatAnswer
 from raylog.errors import (
     CoordinatorNotAvailableError,
     FencedMemberEpochError,
