@@ -20,13 +20,9 @@ from functools import cached_property
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.clients.security import ClientSession
-from raylog.common import scram
 from raylog.common.names import (
-    DEFAULT_DATA_DIR,
-    HEAD_RESOURCE,
     INTERNAL_TOPICS,
     LISTENER_START_TIMEOUT_S,
     NAMESPACE,
@@ -40,6 +36,7 @@ from raylog.errors import (
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
+from raylog.launcher import create_controller
 from raylog.transport import call
 from raylog.types import BrokerInfo, TopicDescription, TopicPartition
 
@@ -370,46 +367,12 @@ def connect(
     try:  # a running cluster: its handle is all a client needs
         controller = ray.get_actor(controller_name(cluster_name), namespace=NAMESPACE)
     except ValueError:
-        controller = _create_controller(cluster_name, data_dir, num_brokers or 1, embedded, config, credentials)
+        controller = create_controller(cluster_name, data_dir, num_brokers or 1, embedded, config, credentials)
     call(controller.start.remote(), START_TIMEOUT_S)
     cluster = RaylogCluster(cluster_name, controller, started_ray, credentials)
     cluster.session().token()  # refused credentials fail here
     _report_identity_problems(cluster_name, cluster.metadata())
     return cluster
-
-
-def _create_controller(
-    cluster_name: str, data_dir: str | None, num_brokers: int, embedded: bool, config: dict | None, credentials: dict
-) -> Any:
-    """The cluster's controller, created on the head node (or the one another process just
-    created). Only here does a process import the controller's code, and with it the whole
-    broker (replicas, coordinators, the Kafka listener and its compiled conversions)."""
-    from raylog.actors.controller import ControllerActor
-
-    data_dir = os.path.abspath(data_dir or os.environ.get("RAYLOG_DATA_DIR") or DEFAULT_DATA_DIR)
-    return (
-        ray.remote(ControllerActor)
-        .options(
-            name=controller_name(cluster_name),
-            namespace=NAMESPACE,
-            lifetime="detached",
-            get_if_exists=True,
-            max_restarts=-1,
-            max_task_retries=-1,
-            num_cpus=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(_head_node_id(), soft=False),
-        )
-        .remote(cluster_name, data_dir, num_brokers, embedded, config, _first_user(credentials))
-    )
-
-
-def _first_user(credentials: dict[str, Any]) -> list[tuple]:
-    """The SCRAM credentials a new cluster is made with: those of the user ``connect`` is
-    given, for both SCRAM mechanisms, salted here."""
-    if credentials.get("security_protocol", "PLAINTEXT") == "PLAINTEXT":
-        return []
-    password = {credentials["sasl_plain_username"]: credentials["sasl_plain_password"]}
-    return scram.upsertions(password, scram.MECHANISMS, scram.DEFAULT_ITERATIONS)
 
 
 def _report_identity_problems(cluster_name: str, metadata: Metadata) -> None:
@@ -429,10 +392,3 @@ def _report_identity_problems(cluster_name: str, metadata: Metadata) -> None:
         )
     for node_id, why in sorted(metadata.refused_brokers.items()):
         logger.error("raylog cluster %r refused node %s as a broker: %s", cluster_name, node_id, why)
-
-
-def _head_node_id() -> str:
-    for node in ray.nodes():
-        if node["Alive"] and HEAD_RESOURCE in node.get("Resources", {}):
-            return node["NodeID"]
-    return ray.get_runtime_context().get_node_id()
