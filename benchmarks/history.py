@@ -47,6 +47,16 @@ BASELINE_FILE = os.path.join(ASV_DIR, "BASELINE")
 #: What each commit's raylog is run from (the package and the Spark integration).
 SOURCES = ("raylog", "integrations/spark/raylog_spark")
 #: A figure counts as worse past this factor (asv's --factor): 10% more time.
+#: The benchmark modules the asv suite measures with (benchmarks/asv/suite): the checkout's
+#: own, run against every commit's raylog, so each must import against the base's.
+MEASURING_MODULES = (
+    "benchmarks.client_bench",
+    "benchmarks.replication_bench",
+    "benchmarks.latency_trace",
+    "benchmarks.spark_bench",
+    "benchmarks.txn_bench",
+    "benchmarks.kafka_bench",
+)
 FACTOR = 1.1
 ROUNDS = 2
 SAMPLES = 4
@@ -155,6 +165,21 @@ def extract(commit: str, parent: str) -> str:
     return tree
 
 
+def unmeasurable(tree: str) -> str | None:
+    """Why the measuring code cannot run against the raylog of ``tree`` (the error of
+    importing :data:`MEASURING_MODULES` with it first on the path), or None."""
+    script = (
+        "import sys; sys.path.append(sys.argv[1]); import raylog\n"
+        "assert raylog.__file__.startswith(sys.argv[2]), raylog.__file__\n"
+        f"for name in {MEASURING_MODULES!r}: __import__(name)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, os.path.join(tree, "integrations", "spark")]))
+    done = subprocess.run(
+        [sys.executable, "-c", script, ROOT, os.path.join(tree, "")], cwd=tree, env=env, capture_output=True, text=True
+    )
+    return None if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
+
+
 def asv(*args: str, env: dict[str, str] | None = None, capture: bool = False) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "asv", *args]
     print("$ asv " + " ".join(args), flush=True)
@@ -216,6 +241,13 @@ def measure(commits: dict[str, str], order: list[str], samples: int, bench: str 
     parent = tempfile.mkdtemp(prefix="raylog-history-")
     try:
         trees = {role: extract(sha, parent) for role, sha in commits.items()}
+        for role, tree in trees.items():
+            why = unmeasurable(tree)
+            if why:
+                raise SystemExit(
+                    f"the benchmarks cannot measure the {role} {commits[role][:8]}: {why} (the measuring code is "
+                    "this checkout's; pass a newer --base, or move benchmarks/asv/BASELINE forward)"
+                )
         seen: set[str] = set()
         for number, role in enumerate(order, 1):
             sha = commits[role]
