@@ -230,11 +230,14 @@ def test_a_restarted_listener_listens_again(wire, kafka_cluster):
     name = listener_name(kafka_cluster.cluster_name, broker, metadata.brokers[broker].node_id)
     killed = ray.get_actor(name, namespace=NAMESPACE)
     ray.kill(killed)
-    # ray.kill returns at once and the process answers for a moment after it: the waits below
-    # passed on the dying listener, and the controller then dropped it from the metadata while
-    # the next test's `raylog start` ran (2 of 3 brokers printed, the full suite beside a busy
-    # core). So first the killed actor is gone.
+    # ray.kill returns at once; the dying process answers for a moment after it, and the
+    # controller goes on listing it until its next round finds it dead, drops it and starts
+    # another. The waits below passed on that stale state, and the controller dropped the
+    # broker from the metadata while the next test's `raylog start` ran (2 of 3 brokers
+    # printed, the full suite beside a busy core). So first the killed actor is gone and
+    # another holds its name and answers.
     wait_until(lambda: _gone(killed), timeout_s=60, message=f"broker {broker}'s killed listener gone")
+    wait_until(lambda: _replaced(name, killed), timeout_s=120, message=f"broker {broker}'s listener started again")
     host, port = metadata.listeners[broker]
     address = f"{host}:{port}"  # the controller starts it again on the same port
     answer = wait_until(
@@ -255,6 +258,21 @@ def test_a_restarted_listener_listens_again(wire, kafka_cluster):
         timeout_s=60,
         message="the controller listing every listener where it was",
     )
+
+
+def _replaced(name: str, killed) -> bool:
+    """Another actor than ``killed`` holds listener ``name``, and it answers."""
+    try:
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return False
+    if actor._actor_id == killed._actor_id:
+        return False
+    try:
+        ray.get(actor.start.remote(), timeout=5)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return False
+    return True
 
 
 def _gone(actor) -> bool:
