@@ -391,3 +391,38 @@ def test_import_without_the_spark_extra_says_what_to_install(missing):
         done.stdout + done.stderr
     )
     assert "pip install 'raylog[spark]'" in done.stdout
+
+
+def test_rows_null_only_the_headers_of_records_without_any_in_sliced_and_chunked_columns():
+    """Spark's Kafka source has null headers for a record without any; raylog's reads give
+    empty lists, in chunks that may be slices of a larger fetch. Each record keeps its own
+    headers, whatever its chunk's offset into the fetch's buffers."""
+    import pyarrow as pa
+
+    from raylog.clients.consumer import ARROW_SCHEMA
+    from raylog_spark.topics import RowShape
+
+    def headers_of(i: int) -> list[tuple[str, bytes]]:
+        return [(f"k{i}", b"%d" % i)] * (i % 3 == 0) + [("x", b"")] * (i % 5 == 0)
+
+    n = 40
+    fetched = pa.table(
+        {
+            "topic": ["t"] * n,
+            "partition": [0] * n,
+            "offset": range(n),
+            "timestamp": [1_700_000_000_000] * n,
+            "key": [b"k"] * n,
+            "value": [b"v"] * n,
+            "headers": [[{"key": k, "value": v} for k, v in headers_of(i)] for i in range(n)],
+        },
+        schema=ARROW_SCHEMA,
+    )
+    read = pa.concat_tables([fetched.slice(0, 7), fetched.slice(7, 20), fetched.slice(27, 0), fetched.slice(27)])
+    assert read.column("headers").num_chunks == 4
+
+    headers = RowShape({"t": 0}, include_headers=True).rows(read).column("headers").to_pylist()
+
+    assert [None if h is None else [(e["key"], e["value"]) for e in h] for h in headers] == [
+        headers_of(i) or None for i in range(n)
+    ]

@@ -127,11 +127,26 @@ class RowShape:
 
 def _null_when_empty(headers: pa.ChunkedArray) -> pa.ChunkedArray:
     """Headers with null for a record without any, as Spark's Kafka source has them (raylog's
-    reads give an empty list)."""
+    reads give an empty list): each chunk's lists over the same values, with a validity
+    bitmap (``pc.if_else`` on the nested type took ~1.7 µs a record, more than the read)."""
+    return pa.chunked_array([_null_when_empty_chunk(chunk) for chunk in headers.chunks], headers.type)
+
+
+def _null_when_empty_chunk(headers: pa.ListArray) -> pa.ListArray:
     empty = pc.equal(pc.list_value_length(headers), 0)
     if not pc.any(empty).as_py():
         return headers
-    return pc.if_else(empty, pa.scalar(None, headers.type), headers)
+    if headers.null_count:
+        empty = pc.or_kleene(empty, pc.is_null(headers))
+    # Arrow takes a validity bitmap only with offsets from 0: rebase a slice's.
+    offsets = headers.offsets
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    return pa.ListArray.from_arrays(
+        pc.subtract(offsets, pa.scalar(first, offsets.type)),
+        headers.values.slice(first, last - first),
+        type=headers.type,
+        mask=empty,
+    )
 
 
 def read_topic(
