@@ -112,7 +112,7 @@ def test_a_kafka_python_program_runs_on_raylog(cluster):
                 messages.extend(batch)
         assert len(messages) == 11
         first = next(m for m in messages if m.key == "user-1" and m.value == {"page": "/home"})
-        assert first.headers == [("source", b"web")]
+        assert first.headers == (("source", b"web"),)
         assert first.timestamp == metadata.timestamp and first.timestamp_type == 0
         assert {m.timestamp for m in messages if isinstance(m.value, dict) and m.value["page"].startswith("/p/")} == {
             sent_ms + i for i in range(9)

@@ -72,11 +72,13 @@ def records_of(
         keys = [None if k is None else key_deserializer(k) for k in keys]
     if value_deserializer is not None:
         values = [None if v is None else value_deserializer(v) for v in values]
+    # Tuples, not lists: a record of bytes then holds nothing Python's cycle collector must
+    # track, which stops tracking it at its first collection (see Record).
     header_column = table.column("headers")
     if header_column.null_count == n:
-        headers: list = [[] for _ in range(n)]
+        headers: list = [()] * n
     else:
-        headers = [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in header_column.to_pylist()]
+        headers = [tuple((h["key"], h["value"]) for h in hs) if hs else () for hs in header_column.to_pylist()]
     # tuple.__new__ builds each Record in C (Record(...) runs its Python __new__ per record).
     fields = zip(
         itertools.repeat(tp.topic, n),

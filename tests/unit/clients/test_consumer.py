@@ -40,7 +40,7 @@ def test_poll_returns_every_record_once_in_order_and_moves_positions_past_them()
     assert [r.offset for r in got[T0]] == list(range(12))
     assert [r.offset for r in got[T1]] == list(range(5))
     record = got[T0][0]
-    assert (record.topic, record.partition, record.value, record.key, record.headers) == ("t", 0, b"v" * 10, None, [])
+    assert (record.topic, record.partition, record.value, record.key, record.headers) == ("t", 0, b"v" * 10, None, ())
     assert record.timestamp == 1 and record.timestamp_type == TIMESTAMP_CREATE_TIME
     assert consumer.position(T0) == 12 and consumer.position(T1) == 5
     assert consumer.poll(timeout_ms=0) == {}
@@ -61,7 +61,23 @@ def test_deserializers_and_headers_come_with_the_records():
         FakeLeader(stamped([batch])), key_deserializer=bytes.decode, value_deserializer=lambda v: int(v) * 10
     )
     records = poll_all(consumer, 2)[T0]
-    assert [(r.key, r.value, r.headers) for r in records] == [("a", 10, [("h", b"x")]), (None, 20, [])]
+    assert [(r.key, r.value, r.headers) for r in records] == [("a", 10, (("h", b"x"),)), (None, 20, ())]
+
+
+def test_a_record_of_bytes_holds_no_container_for_pythons_cycle_collector():
+    """Each record is one object the cycle collector tracks, nothing more: its headers are
+    tuples of untracked items (``()`` when none), not a list per record. A list per record
+    doubled the tracked objects a poll made and, in a Ray client's heap, brought a full
+    collection (~80 ms) once per ~110,000 records polled: 1.1M records/s built, against
+    5.3M/s with tuples (benchmarks in docs/performance.md)."""
+    import gc
+
+    batch = record_batch.build([b"1", b"2", None], keys=[b"a", None, b"c"], headers=[[("h", b"x")], [], [("n", None)]])
+    records = poll_all(consumer_of(FakeLeader(stamped([batch]))), 3)[T0]
+    for _ in range(2):  # a collection stops tracking the tuples holding untracked items only: pairs, then headers
+        gc.collect()
+    assert [r.headers for r in records] == [(("h", b"x"),), (), (("n", None),)]
+    assert not any(gc.is_tracked(field) for record in records for field in record)
 
 
 def test_poll_arrow_labels_each_partitions_rows():
