@@ -425,8 +425,9 @@ def read_range(
     deadline_s: float | None = None,
 ) -> Iterator[pa.Table]:
     """The records of ``tp`` in ``[start, end)``, one Arrow table per fetched response (no
-    empty ones: an empty range yields nothing), headers as empty lists where none: what a
-    read task of :class:`RaylogDatasource` runs per range, in any process that can reach Ray.
+    empty ones: an empty range yields nothing) as ``Consumer.poll_arrow`` gives them (headers
+    null where a batch carries none): what a read task of :class:`RaylogDatasource` runs per
+    range (it then gives empty lists for null headers), in any process that can reach Ray.
 
     Args:
         consumer_config: keyword arguments for the :class:`Consumer` (not group settings).
@@ -464,7 +465,7 @@ def read_range(
             progress_s = time.monotonic()
             keep = int(np.searchsorted(table.column("offset").to_numpy(), end))
             if keep:
-                yield _headers_not_null(table if keep == table.num_rows else table.slice(0, keep))
+                yield table if keep == table.num_rows else table.slice(0, keep)
 
 
 def _read_pieces(
@@ -478,6 +479,7 @@ def _read_pieces(
     deadline_s = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
     for tp, start, end in pieces:
         for table in read_range(cluster, tp, start, end, consumer_config=consumer_config, deadline_s=deadline_s):
+            table = _headers_not_null(table)
             yield table if columns is None else table.select(columns)
 
 
@@ -486,9 +488,8 @@ def _empty_block(schema: pa.Schema) -> list[pa.Table]:
 
 
 def _headers_not_null(table: pa.Table) -> pa.Table:
-    """``table`` with an empty list, not null, for records without headers, as
-    :class:`Record` has (and as Spark needs: PySpark 3.5 fails to convert a batch whose
-    array<struct> column is all null)."""
+    """``table`` with an empty list, not null, for records without headers: the shape of
+    :func:`read_topic`'s blocks, one for every block however its batches were written."""
     headers = table.column("headers")
     if not headers.null_count:
         return table

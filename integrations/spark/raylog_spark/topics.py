@@ -126,9 +126,10 @@ class RowShape:
 
 
 def _null_when_empty(headers: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Headers with null for a record without any, as Spark's Kafka source has them (raylog's
-    reads give an empty list): each chunk's lists over the same values, with a validity
-    bitmap (``pc.if_else`` on the nested type took ~1.7 µs a record, more than the read)."""
+    """Headers with null for a record without any, as Spark's Kafka source has them (a fetch
+    gives null or, from a batch that carries headers, an empty list): each chunk's lists over
+    the same values, with a validity bitmap (``pc.if_else`` on the nested type took ~1.7 µs a
+    record, more than the read)."""
     return pa.chunked_array([_null_when_empty_chunk(chunk) for chunk in headers.chunks], headers.type)
 
 

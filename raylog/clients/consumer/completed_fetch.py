@@ -72,8 +72,8 @@ def records_of(
         keys = [None if k is None else key_deserializer(k) for k in keys]
     if value_deserializer is not None:
         values = [None if v is None else value_deserializer(v) for v in values]
-    # Tuples, not lists: a record of bytes then holds nothing Python's cycle collector must
-    # track, which stops tracking it at its first collection (see Record).
+    # Tuples, not a list per record: a poll makes one object per record for Python's cycle
+    # collector to track, not two (see Record).
     header_column = table.column("headers")
     if header_column.null_count == n:
         headers: list = [()] * n
