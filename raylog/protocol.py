@@ -122,6 +122,12 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
     return {"error_code": UnknownServerError.code, "error_message": f"{type(exc).__name__}: {exc}"}
 
 
+def error_result(exc: BaseException) -> tuple[int, str]:
+    """``(error_code, error_message)`` of a per-resource answer reporting ``exc``."""
+    fields = error_fields(exc)
+    return fields["error_code"], fields["error_message"]
+
+
 def error_of(response: Any) -> RaylogError | None:
     """The typed exception a response reports, or None if it succeeded."""
     if response.error_code == NONE:

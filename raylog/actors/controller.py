@@ -69,17 +69,28 @@ from raylog.common.names import (
     broker_id_of,
     replica_name,
 )
-from raylog.common.requests import PREFERRED_ELECTION
 from raylog.config import ControllerConfig
-from raylog.coordination import broker_configs, elections, sessions
+from raylog.coordination import broker_configs, sessions
 from raylog.coordination.acls import Authorizer, parse_super_users
 from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.group import partition_for
-from raylog.coordination.metadata import MetadataImage, partition_record
+from raylog.coordination.metadata import MetadataImage
+from raylog.coordination.replication_control import (
+    AlterIsr,
+    BalanceLeaders,
+    BrokersFound,
+    CheckReassignment,
+    ControllerResult,
+    ElectLeaders,
+    LeaderDead,
+    LeaderUnreachable,
+    ReactToLiveness,
+    ReplicaRestarted,
+    ReplicationControl,
+)
 from raylog.errors import (
     ClusterAuthorizationFailedError,
     CoordinatorNotAvailableError,
-    ElectionNotNeededError,
     InvalidRequestError,
     RaylogError,
     SaslAuthenticationError,
@@ -87,7 +98,7 @@ from raylog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raylog.kafka.sasl import SaslExchange
-from raylog.protocol import error_fields
+from raylog.protocol import error_result
 from raylog.storage import log_dirs
 from raylog.storage.journal import MetadataJournal
 from raylog.types import BrokerInfo, NewTopic, PartitionInfo, TopicDescription
@@ -166,9 +177,10 @@ class ControllerActor:
         self.journal = MetadataJournal(os.path.join(data_dir, "controller", "metadata.journal"))
         for record in self.journal.replay():
             self.image.apply(record)
+        #: Leaders and ISRs: the core this actor steps (and the live brokers, its view).
+        self.replication = ReplicationControl(self.image)
         # (topic, partition, broker) -> (node the actor is pinned to, actor handle)
         self.replicas: dict[tuple[str, int, int], tuple[str, Any]] = {}
-        self.live: set[int] = set()
         # Ids of the block journaled last may have been handed out before a restart: skip it.
         self._next_producer_id = self.image.producer_id_block_end
         self._lock: asyncio.Lock | None = None
@@ -218,22 +230,24 @@ class ControllerActor:
         if records:
             logger.info("cluster created with the SCRAM credentials of %s", sorted({r["user"] for r in records}))
 
-    def _commit(self, records: list[dict[str, Any]]) -> None:
-        if records:
-            self.journal.append(records)
-            for record in records:
-                self.image.apply(record)
-            self._notify_leaders()
+    @property
+    def live(self) -> set[int]:
+        """The brokers found live in the last round."""
+        return self.replication.live
 
-    def _decide(
-        self, changed: list[PartitionInfo], cause: str, before: Sequence[dict] = (), after: Sequence[dict] = ()
-    ) -> None:
-        """Journal the partitions ``changed`` (with the records ``before`` and ``after`` them, in
-        one batch) and log each decision with its ``cause`` (:func:`~raylog.coordination.elections.log_decision`)."""
-        old = [self.image.partition(p.topic, p.partition) for p in changed]
-        self._commit([*before, *(partition_record(p) for p in changed), *after])
-        for previous, new in zip(old, changed, strict=True):
-            elections.log_decision(previous, new, cause)
+    def _commit(self, records: list[dict[str, Any]]) -> None:
+        self._carry_out(ControllerResult(tuple(records)))
+
+    def _carry_out(self, result: ControllerResult) -> Any:
+        """A step's effects but its leader check (see :mod:`~raylog.coordination.replication_control`):
+        journal its records, replay them, push the partitions that changed; its response."""
+        if result.records:
+            self.journal.append(list(result.records))
+        self.replication.replay(result)
+        if result.records:
+            self._notify_leaders()
+        self._push(list(result.push))
+        return result.response
 
     def _guard(self) -> asyncio.Lock:
         if self._lock is None:
@@ -268,61 +282,16 @@ class ControllerActor:
         return {"cluster_id": self.image.cluster_id, "brokers": sorted(self.image.brokers)}
 
     async def _register_brokers(self) -> None:
-        """Find the brokers, journal what changed (node, data directory, directory id) and
-        take them as the live set, then tell the replicas what that decided. In the same batch
-        (:func:`~raylog.coordination.elections.brokers_registered`): a broker on another node
-        than journaled restarted from its disk (it hands over leadership and leaves the ISR
-        until it catches up); one back with another directory id lost every replica (a wiped
-        or replaced disk) and leaves every ISR and any leadership."""
+        """Find the brokers and step :class:`~raylog.coordination.replication_control.BrokersFound`:
+        what changed is journaled, the found brokers are the live set, and the replicas are
+        told what that decided (a moved broker's replicas start on its new node with their state).
+        A returning broker is live only once its stray logs are out of the way."""
         found = await (self._embedded_brokers() if self.embedded else self._node_brokers())
         for b, (node_id, d, _) in list(found.items()):
             returning = b not in self.live or self.image.brokers[b].node_id != node_id
             if returning and not await self._remove_stray_logs(b, node_id, d):
                 del found[b]  # live only once its stray logs are out of the way: next round
-        records: list[dict[str, Any]] = [
-            {"type": "broker", "broker_id": b, "node_id": node_id, "data_dir": d, "directory_id": directory_id}
-            for b, (node_id, d, directory_id) in sorted(found.items())
-            if b not in self.image.brokers
-            or (self.image.brokers[b].node_id, self.image.brokers[b].data_dir) != (node_id, d)
-            or self.image.directory_ids.get(b) != directory_id
-        ]
-        replaced = [
-            b
-            for b, (_, _, directory_id) in found.items()
-            if self.image.directory_ids.get(b, directory_id) != directory_id
-        ]
-        moved = [
-            b
-            for b, (node_id, _, _) in found.items()
-            if b in self.image.brokers and self.image.brokers[b].node_id != node_id
-        ]
-        changed = elections.brokers_registered(self.image.partitions(), moved, replaced, set(found), self._unclean)
-        cause = f"brokers registered on another node {sorted(moved)} or with a new log directory {sorted(replaced)}"
-        self._decide(changed, cause, before=records)
-        for b in replaced:
-            self._log_directory_replaced(b, found[b][1], found[b][2], changed)
-        gone, back = sorted(self.live - set(found)), sorted(set(found) - self.live)
-        if gone:
-            logger.warning("brokers %s are not live any more (live: %s)", gone, sorted(found))
-        if back:
-            logger.info("brokers %s are live (live: %s)", back, sorted(found))
-        self.live = set(found)
-        self._push(changed)  # the moved broker's replicas start on its new node with their state
-
-    def _log_directory_replaced(
-        self, broker_id: int, data_dir: str, directory_id: str, changed: list[PartitionInfo]
-    ) -> None:
-        left = [f"{p.topic}-{p.partition}" for p in changed if broker_id in p.replicas and not p.isr]
-        logger.warning(
-            "broker %d came back with a new log directory %s (id %s): a wiped or replaced disk holds none of its "
-            "replicas, so it left every ISR and leads nothing until it has caught up; %d partition(s) have no "
-            "in-sync replica left and stay offline unless unclean.leader.election.enable: %s",
-            broker_id,
-            data_dir,
-            directory_id,
-            len(left),
-            left,
-        )
+        self._carry_out(self.replication.step(BrokersFound(found)))
 
     async def _embedded_brokers(self) -> dict[int, tuple[str, str, str]]:
         """Raises: InconsistentClusterIdError, InvalidConfigError or StorageError when a broker's
@@ -494,11 +463,9 @@ class ControllerActor:
             rebalance_due = self._since_rebalance_s >= self.config.leader_imbalance_check_interval_seconds
             if self.config.auto_leader_rebalance_enable and rebalance_due:
                 self._since_rebalance_s = 0.0
-                if (
-                    elections.imbalance(self.image.partitions()) * 100
-                    > self.config.leader_imbalance_per_broker_percentage
-                ):
-                    self._move_to_preferred(self.image.partitions())
+                self._carry_out(
+                    self.replication.step(BalanceLeaders(self.config.leader_imbalance_per_broker_percentage))
+                )
 
     async def _reconcile_listeners(self) -> None:
         """Every live broker gets a Kafka listener that listens (when ``listeners`` is set)."""
@@ -520,14 +487,7 @@ class ControllerActor:
         )
 
     async def _react_to_liveness(self) -> None:
-        """New leaders for partitions whose leader is not live, and ISRs without dead
-        brokers; offline partitions elect again when an ISR member is back. One batch."""
-        changed = elections.react_to_liveness(self.image.partitions(), self.live, self._unclean)
-        self._decide(changed, f"live brokers {sorted(self.live)}")
-        self._push(changed)
-
-    def _unclean(self, topic: str) -> bool:
-        return self.image.topics[topic].config.get("unclean.leader.election.enable", "false") == "true"
+        self._carry_out(self.replication.step(ReactToLiveness()))
 
     # --- requests from replicas ---------------------------------------------------------
 
@@ -538,16 +498,9 @@ class ControllerActor:
         :func:`~raylog.coordination.elections.alter_isr`), None if the partition is gone."""
         await self.start()
         async with self._guard():
-            try:
-                info = self.image.partition(topic, partition)
-            except RaylogError:
-                return None
-            accepted, new = elections.alter_isr(info, leader, leader_epoch, partition_epoch, tuple(isr), self.live)
-            if new is info:
-                return accepted, new
-            self._decide([new], elections.ISR_PROPOSAL)
-        self._push([new])
-        return accepted, new
+            return self._carry_out(
+                self.replication.step(AlterIsr(topic, partition, leader, leader_epoch, partition_epoch, tuple(isr)))
+            )
 
     async def replica_restarted(self, topic: str, partition: int, broker_id: int) -> tuple | None:
         """A replica actor was restarted by Ray: it loses leadership to another ISR member
@@ -561,10 +514,9 @@ class ControllerActor:
         """
         await self.start()
         try:
-            await self._demote(topic, partition, broker_id, None)
-            try:
-                info = self.image.partition(topic, partition)
-            except RaylogError:
+            async with self._guard():
+                info = self._carry_out(self.replication.step(ReplicaRestarted(topic, partition, broker_id)))
+            if info is None:
                 return None
             leader, config = self._role(info, broker_id)
             if self._cached_replica((topic, partition, broker_id)) is not None:
@@ -579,42 +531,20 @@ class ControllerActor:
 
     async def leader_unreachable(self, topic: str, partition: int, leader_epoch: int) -> None:
         """A follower found the leader of ``leader_epoch`` dead (Ray said so) or unresponsive:
-        once this controller finds it so too, another ISR member leads, without waiting for Ray
-        to restart a dead one or for a hung one to wake. One follower's word is not enough:
-        its call may have failed for a reason of its own."""
+        once this controller finds it so too, another ISR member leads (see
+        :class:`~raylog.coordination.replication_control.LeaderUnreachable`)."""
         await self.start()
-        try:
-            info = self.image.partition(topic, partition)
-        except RaylogError:
-            return
-        if info.leader_epoch != leader_epoch or info.leader not in self.live:
-            return
-        handle = self._live_leader(info)
+        check = self.replication.step(LeaderUnreachable(topic, partition, leader_epoch)).check
+        handle = None if check is None else self._live_leader(self.image.partition(topic, partition))
         if handle is None:
-            return  # its actor is starting: nothing to judge yet
+            return  # nothing to check, or its actor is starting: nothing to judge yet
         try:
             await asyncio.wait_for(handle.ready.remote(), LEADER_CHECK_TIMEOUT_S)
             return  # it answers: alive
         except (asyncio.TimeoutError, ray.exceptions.RayError):
             pass
-        await self._demote(topic, partition, info.leader, leader_epoch)
-
-    async def _demote(self, topic: str, partition: int, broker_id: int, leader_epoch: int | None) -> None:
-        """See :func:`~raylog.coordination.elections.demote`: journaled, then pushed."""
         async with self._guard():
-            try:
-                info = self.image.partition(topic, partition)
-            except RaylogError:
-                return
-            new = elections.demote(info, broker_id, self.live, leader_epoch)
-            if new is None:
-                return
-            if leader_epoch is None:
-                cause = f"the replica on broker {broker_id} restarted"
-            else:
-                cause = f"leader {broker_id} of leader epoch {leader_epoch} is unreachable"
-            self._decide([new], cause)
-        self._push([new])
+            self._carry_out(self.replication.step(LeaderDead(topic, partition, check.broker, check.leader_epoch)))
 
     # --- admin --------------------------------------------------------------------------
 
@@ -737,7 +667,7 @@ class ControllerActor:
                 _require(access, Op.DESCRIBE_CONFIGS, resource_type, CLUSTER_NAME if resource_type == CLUSTER else name)
                 results[name] = (0, "", describe(name))
             except RaylogError as exc:
-                results[name] = (*_error_result(exc), {})
+                results[name] = (*error_result(exc), {})
         return results
 
     async def alter_client_quotas(self, changes: dict, session: str | None = None) -> tuple[int, str]:
@@ -754,7 +684,7 @@ class ControllerActor:
                 _require(access, Op.ALTER_CONFIGS, CLUSTER)
                 self._commit(self.image.alter_client_quotas(changes))
             except RaylogError as exc:
-                return _error_result(exc)
+                return error_result(exc)
             keys = [key for key in self.replicas if key[2] in self.live]
         await _awaited(self._push_quotas(keys), f"client quotas version {self.image.client_quotas_version}")
         return 0, ""
@@ -823,7 +753,7 @@ class ControllerActor:
                 created = [acl for acl in dict.fromkeys(acls) if acl not in self.image.acls]
                 self._commit(self.image.create_acls(acls))
             except RaylogError as exc:
-                return _error_result(exc)
+                return error_result(exc)
         await self._push_acls(created)
         return 0, ""
 
@@ -839,7 +769,7 @@ class ControllerActor:
                 records, matched = self.image.delete_acls(filters)
                 self._commit(records)
             except RaylogError as exc:
-                return (*_error_result(exc), [])
+                return (*error_result(exc), [])
         await self._push_acls([acl for found in matched for acl in found])
         return 0, "", matched
 
@@ -851,7 +781,7 @@ class ControllerActor:
             _require(self._caller(session), Op.DESCRIBE, CLUSTER)
             return 0, "", self.image.describe_acls(acl_filter)
         except RaylogError as exc:
-            return (*_error_result(exc), [])
+            return (*error_result(exc), [])
 
     async def _push_acls(self, changed: list) -> None:
         """Every listener and live replica gets the ACLs. The listeners and the running
@@ -883,14 +813,14 @@ class ControllerActor:
         try:
             _require(self._caller(session), Op.ALTER, CLUSTER)
         except ClusterAuthorizationFailedError as exc:
-            return {user: _error_result(exc) for user, *_ in [*deletions, *upsertions]}
+            return {user: error_result(exc) for user, *_ in [*deletions, *upsertions]}
         async with self._guard():
             records, results = self.image.alter_scram_credentials(deletions, upsertions)
             self._commit(records)
         if records:
             logger.info("SCRAM credentials altered: %s", sorted({r["user"] for r in records}))
             await self._push_credentials()
-        return {user: (0, "") if refusal is None else _error_result(refusal) for user, refusal in results.items()}
+        return {user: (0, "") if refusal is None else error_result(refusal) for user, refusal in results.items()}
 
     async def authenticate(self, exchange_id: str, mechanism: str, message: bytes, host: str) -> tuple:
         """One step of a raylog client's SASL exchange (``mechanism`` of ``sasl.enabled.mechanisms``
@@ -942,7 +872,7 @@ class ControllerActor:
         _require(self._caller(session), Op.DESCRIBE, CLUSTER)
         described = scram.describe(self.image.scram_credentials, users)
         return {
-            user: ((0, "") if refusal is None else _error_result(refusal)) + (infos,)
+            user: ((0, "") if refusal is None else error_result(refusal)) + (infos,)
             for user, (refusal, infos) in described.items()
         }
 
@@ -997,13 +927,13 @@ class ControllerActor:
                     pending[key] = step(item)
                     results[key] = (0, "")
                 except RaylogError as exc:
-                    results[key] = _error_result(exc)
+                    results[key] = error_result(exc)
         for key, then in pending.items():
             try:
                 if then is not None:
                     await then
             except RaylogError as exc:
-                results[key] = _error_result(exc)
+                results[key] = error_result(exc)
         return results
 
     async def elect_leaders(
@@ -1020,22 +950,9 @@ class ControllerActor:
         """
         await self.start()
         _require(self._caller(session), Op.ALTER, CLUSTER)
+        keys = None if partitions is None else tuple(tuple(key) for key in partitions)
         async with self._guard():
-            keys = [(p.topic, p.partition) for p in self.image.partitions()] if partitions is None else partitions
-            results, elected = {}, []
-            for key in keys:
-                try:
-                    elected.append(elections.requested_election(self.image.partition(*key), self.live, election_type))
-                    results[key] = (0, "")
-                except ElectionNotNeededError as exc:
-                    if partitions is not None:
-                        results[key] = _error_result(exc)
-                except RaylogError as exc:
-                    results[key] = _error_result(exc)
-            cause = elections.PREFERRED if election_type == PREFERRED_ELECTION else elections.UNCLEAN
-            self._decide(elected, cause)
-            self._push(elected)
-            return results
+            return self._carry_out(self.replication.step(ElectLeaders(election_type, keys)))
 
     async def alter_partition_reassignments(
         self,
@@ -1085,29 +1002,12 @@ class ControllerActor:
         while (topic, partition) in self.image.reassignments:
             await asyncio.sleep(self.config.node_check_interval_ms / 1000)
             async with self._guard():
-                target = self.image.reassignments.get((topic, partition))
-                if target is None or topic not in self.image.topics:
-                    return
-                before = self.image.partition(topic, partition)
-                final = elections.finish_reassignment(before, target)
-                if final is None:
+                removed = self._carry_out(self.replication.step(CheckReassignment(topic, partition)))
+                if removed is None:
                     continue
-                done = {"type": "reassignment", "topic": topic, "partition": partition, "target": []}
-                self._decide([final], f"reassignment to {list(target)} complete", after=[done])
-                removed = [
-                    self.replicas.pop((topic, partition, b), (None, None))[1]
-                    for b in before.replicas
-                    if b not in target
-                ]
-            self._push([final])
-            await self._remove_replica_actors([h for h in removed if h is not None])
+                handles = [self.replicas.pop((topic, partition, b), (None, None))[1] for b in removed]
+            await self._remove_replica_actors([h for h in handles if h is not None])
             return
-
-    def _move_to_preferred(self, partitions: list[PartitionInfo]) -> list[PartitionInfo]:
-        moved = [new for p in partitions if (new := elections.preferred_leader(p, self.live)) is not None]
-        self._decide(moved, elections.PREFERRED)
-        self._push(moved)
-        return moved
 
     async def find_coordinator(self, group_id: str, session: str | None = None) -> tuple[int, Any]:
         """``(partition, leader actor or None)`` of the ``__consumer_offsets`` partition whose
@@ -1604,7 +1504,7 @@ class ControllerActor:
             for name in topics:
                 topic = self.image.topics.get(name)
                 if topic is None:
-                    counts[name] = (*_error_result(UnknownTopicOrPartitionError(f"unknown topic {name!r}")), 0, 0)
+                    counts[name] = (*error_result(UnknownTopicOrPartitionError(f"unknown topic {name!r}")), 0, 0)
                 else:
                     led = sum(self._partition_ready(p, followers) for p in topic.partitions)
                     counts[name] = (0, "", led, len(topic.partitions))
@@ -1675,11 +1575,6 @@ def _decides(changed: list, topic: str) -> bool:
         ):
             return True
     return False
-
-
-def _error_result(exc: RaylogError) -> tuple[int, str]:
-    fields = error_fields(exc)
-    return fields["error_code"], fields["error_message"]
 
 
 async def wait_for_event(event: asyncio.Event, timeout_s: float) -> None:

@@ -52,6 +52,34 @@ def test_coordination_does_no_io_and_has_no_threads_or_clock():
     assert broken == []
 
 
+def _methods(path: str, class_name: str) -> set[str]:
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
+    return {n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def test_the_simulation_steps_the_controllers_core_and_restates_none_of_its_rules():
+    """tests/unit/coordination/simulation.py plays the controller by stepping the shipped
+    ReplicationControl: it has no handler for a call the controller actor answers (no
+    ``_on_alter_isr``) and calls none of the election rules itself, so the sequencing it
+    checks is the sequencing that runs in the cluster."""
+    simulation = "tests/unit/coordination/simulation.py"
+    answered = {m for m in _methods("raylog/actors/controller.py", "ControllerActor") if not m.startswith("_")}
+    handlers = {m.removeprefix("_on_") for m in _methods(simulation, "Cluster") if m.startswith("_on_")}
+    assert handlers & answered == set()
+    with open(os.path.join(ROOT, simulation), encoding="utf-8") as f:
+        tree = ast.parse(f.read(), simulation)
+    rules = [
+        f"{simulation}:{node.lineno}"
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "elections")
+        or (isinstance(node, ast.ImportFrom) and node.module == "raylog.coordination.elections"
+            and any(alias.name != "NO_LEADER" for alias in node.names))
+    ]  # fmt: skip
+    assert rules == []
+
+
 def test_ruff_is_clean():
     """ruff finds nothing to complain about in the package, integrations, tests, benchmarks and examples."""
     result = _run("ruff", "check", "raylog", "integrations", "tests", "benchmarks", "examples")

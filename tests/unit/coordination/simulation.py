@@ -16,10 +16,12 @@ The simulation plays only what the actors do around them, the I/O:
   machine (the unflushed tail of its last segment is cut, the controller sees the node die and,
   later, come back; never the last in-sync replica, see ``may_lose_unflushed``), or come back
   with a new, empty disk (any replica, the last in-sync one too: the controller must notice).
-- The controller: one :class:`PartitionInfo` and the live brokers. It journals (here: keeps)
-  each change, pushes it to the replicas (pushes are calls too: delayed, reordered, lost, sent
-  again with the same epochs), answers ISR proposals and restart reports, and checks a leader
-  that a follower reports unreachable before it moves leadership.
+- The controller: the shipped :class:`ReplicationControl` over a :class:`MetadataImage`, stepped
+  with the events the actor steps it with (ISR proposals, restart reports, a follower's report
+  of an unreachable leader, the brokers each round finds, elections); the simulation carries
+  out its effects as :class:`ControllerActor` does: journal (here: keep) and replay the records,
+  push the changed states to the replicas (pushes are calls too: delayed, reordered, lost, sent
+  again with the same epochs), call the reported leader (here: it answers if it runs), answer.
 - Clients: an idempotent producer whose batch is retried until answered (a retry may reach the
   leader that has it already), plain acks=all sends, and 'latest' offset look-ups.
 
@@ -48,12 +50,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raylog.common import record_batch
-from raylog.common.requests import LATEST_TIMESTAMP
+from raylog.common.requests import LATEST_TIMESTAMP, PREFERRED_ELECTION
 from raylog.config import TopicConfig
-from raylog.coordination import elections
 from raylog.coordination.elections import NO_LEADER
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
+from raylog.coordination.metadata import MetadataImage
 from raylog.coordination.partition import Partition, SequenceGap
+from raylog.coordination.replication_control import (
+    AlterIsr,
+    BrokersFound,
+    ControllerResult,
+    ElectLeaders,
+    LeaderDead,
+    LeaderUnreachable,
+    ReactToLiveness,
+    ReplicaRestarted,
+    ReplicationControl,
+)
 from raylog.errors import RaylogError
 from raylog.protocol import FetchRequest
 from raylog.storage.log import Log
@@ -71,6 +84,8 @@ BACKOFF_MS = 100
 LONG_POLL_MS = 500
 #: At most this many messages in flight: further sends wait (the steps deliver or lose some first).
 MAX_IN_FLIGHT = 24
+#: The replicas' calls to the controller, and the kinds of their answers (None: not waited for).
+CONTROLLER_CALLS = {"alter_isr": "isr_answer", "restarted": "restart_answer", "leader_unreachable": None}
 
 #: Relative weights of the random step kinds.
 STEP_WEIGHTS = {
@@ -219,9 +234,14 @@ class Cluster:
         self.weights = {k: w * scale if k in FAULTS else w for k, w in STEP_WEIGHTS.items()}
         self.weights.update(weights or {})
         # The controller: the single writer of leader, leader epoch and ISR.
-        self.info = PartitionInfo(TOPIC, 0, leader=0, leader_epoch=0, replicas=BROKERS, isr=BROKERS)
-        self.live = set(BROKERS)  # brokers whose node is up (the controller's view)
+        self.controller = ReplicationControl(MetadataImage())
+        #: Each broker's node as a round finds it: (node id, data directory, directory id).
+        self.nodes = {b: (f"node-{b}", f"broker-{b}", f"directory-{b}") for b in BROKERS}
+        self.nodes_down: set[int] = set()
         self.wiped: set[int] = set()  # brokers whose node is down and whose disk was replaced
+        topic = {"type": "topic", "name": TOPIC, "topic_id": TOPIC, "replicas": [list(BROKERS)]}
+        self.controller.replay(ControllerResult(({**topic, "config": self.config.to_properties()},)))
+        self._find_brokers()
         self.replicas: dict[int, Replica | None] = {}
         self.incarnations = dict.fromkeys(BROKERS, 0)
         self.in_flight: dict[int, Message] = {}
@@ -310,6 +330,16 @@ class Cluster:
             self.stats.offline_steps += 1
 
     @property
+    def info(self) -> PartitionInfo:
+        """The partition's state as the controller journaled it."""
+        return self.controller.image.partition(TOPIC, 0)
+
+    @property
+    def live(self) -> set[int]:
+        """Brokers whose node is up (the controller's view)."""
+        return self.controller.live
+
+    @property
     def down(self) -> list[int]:
         """Brokers whose process is not running, or paused."""
         return [b for b in BROKERS if self.replicas[b] is None or self.replicas[b].paused]
@@ -365,8 +395,10 @@ class Cluster:
             if target is not None and target.paused:
                 return
         del self.in_flight[message_id]
-        handler = getattr(self, f"_on_{message.kind}")
-        handler(message)
+        if message.kind in CONTROLLER_CALLS:
+            self._control(message.payload, message)
+        else:
+            getattr(self, f"_on_{message.kind}")(message)
 
     def _answer(self, request: Message, kind: str, payload: Any) -> None:
         """Answer ``request``: only the process that sent it, still waiting for it, takes it."""
@@ -388,7 +420,7 @@ class Cluster:
         sends nothing now); a restarted replica still waiting for its role reports again."""
         replica = self.running(broker)
         if replica is not None and replica.awaiting_role and replica.report not in self.in_flight:
-            replica.report = self._send("restarted", broker, CONTROLLER, None)
+            replica.report = self._send("restarted", broker, CONTROLLER, ReplicaRestarted(TOPIC, 0, broker))
         if replica is None or self.clock() < replica.backoff_until_ms:
             return False
         return self._send_next(replica)
@@ -500,7 +532,8 @@ class Cluster:
     def _after(self, replica: Replica, then: Next) -> None:
         """What the fetch loop does after an answer: the next request at once, or a pause."""
         if then is Next.REPORT_LEADER and replica.fetcher is not None:
-            self._send("leader_unreachable", replica.broker, CONTROLLER, replica.fetcher.leader_epoch)
+            report = LeaderUnreachable(TOPIC, 0, replica.fetcher.leader_epoch)
+            self._send("leader_unreachable", replica.broker, CONTROLLER, report)
         if then is Next.AGAIN:
             self._send_next(replica)
         else:
@@ -540,9 +573,8 @@ class Cluster:
         p = leader.partition
         proposal = p.propose_isr() or p.isr_to_resend()
         if proposal is not None:
-            message_id = self._send(
-                "alter_isr", leader.broker, CONTROLLER, (p.leader_epoch, p.partition_epoch, proposal)
-            )
+            proposed = AlterIsr(TOPIC, 0, leader.broker, p.leader_epoch, p.partition_epoch, proposal)
+            message_id = self._send("alter_isr", leader.broker, CONTROLLER, proposed)
             leader.isr_requests[message_id] = proposal
             self._log(
                 f"ISR proposal {list(proposal)} from {leader.broker} (epochs {p.leader_epoch}/{p.partition_epoch})"
@@ -555,25 +587,6 @@ class Cluster:
         proposal = replica.isr_requests.pop(message.reply_to)
         self._take_role(replica, replica.partition.isr_answer(proposal, answer))
 
-    # --- the controller -------------------------------------------------------------------
-
-    def _on_alter_isr(self, message: Message) -> None:
-        leader_epoch, partition_epoch, proposal = message.payload
-        accepted, new = elections.alter_isr(self.info, message.src, leader_epoch, partition_epoch, proposal, self.live)
-        self.stats.refused_isr_proposals += not accepted
-        self._log(
-            f"controller: ISR proposal {list(proposal)} from {message.src}: {'accepted' if accepted else 'refused'}"
-        )
-        if new is not self.info:
-            self.stats.isr_changes += 1
-            self._change(new)
-        self._answer(message, "isr_answer", (accepted, new))
-
-    def _on_restarted(self, message: Message) -> None:
-        new = elections.demote(self.info, message.src, self.live)
-        self._change(new)
-        self._answer(message, "restart_answer", self.info)
-
     def _on_restart_answer(self, message: Message) -> None:
         replica, state = self._answered(message)
         if replica is None or not replica.awaiting_role:
@@ -581,33 +594,42 @@ class Cluster:
         replica.awaiting_role = False
         self._take(replica, state)
 
-    def _on_leader_unreachable(self, message: Message) -> None:
-        info = self.info
-        if info.leader_epoch != message.payload or info.leader not in self.live:
-            return
-        if self.running(info.leader) is not None:
-            return  # the controller's own call reaches it: alive
-        new = elections.demote(info, info.leader, self.live, message.payload)
-        if new is not None:
-            self._change(new)
+    # --- the controller -------------------------------------------------------------------
 
-    def _change(self, info: PartitionInfo) -> None:
-        """Journal (keep) a new state and push it to every live replica."""
-        if info == self.info:
-            return
-        self._log(
-            f"controller: leader {self.info.leader} -> {info.leader}, epoch {info.leader_epoch}, "
-            f"ISR {list(info.isr)}, partition epoch {info.partition_epoch}"
-        )
-        if info.leader != self.info.leader:
-            self.stats.leader_changes += 1
-        self.info = info
-        for broker in sorted(self.live):
-            self._send("push", CONTROLLER, broker, info)
+    def _control(self, event: Any, request: Message | None = None) -> ControllerResult:
+        """Step the controller with ``event`` and carry out the effects as the actor does:
+        journal (keep) and replay, push each changed state to its live replicas, call a
+        reported leader (it answers if it runs), answer ``request``."""
+        before = self.info
+        result = self.controller.step(event)
+        self.controller.replay(result)
+        if self.info != before:
+            self._log(
+                f"controller: leader {before.leader} -> {self.info.leader}, epoch {self.info.leader_epoch}, "
+                f"ISR {list(self.info.isr)}, partition epoch {self.info.partition_epoch} ({type(event).__name__})"
+            )
+            self.stats.leader_changes += self.info.leader != before.leader
+        for info in result.push:
+            for broker in info.replicas:
+                if broker in self.live:
+                    self._send("push", CONTROLLER, broker, info)
+        check = result.check
+        if check is not None and self.running(check.broker) is None:
+            self._control(LeaderDead(check.topic, check.partition, check.broker, check.leader_epoch))
+        if isinstance(event, AlterIsr) and result.response is not None:
+            accepted = result.response[0]
+            self.stats.refused_isr_proposals += not accepted
+            self.stats.isr_changes += bool(result.push)
+            verdict = "accepted" if accepted else "refused"
+            self._log(f"controller: ISR proposal {list(event.isr)} from {event.leader}: {verdict}")
+        if request is not None and CONTROLLER_CALLS[request.kind] is not None:
+            self._answer(request, CONTROLLER_CALLS[request.kind], result.response)
+        return result
 
-    def _react_to_liveness(self) -> None:
-        for new in elections.react_to_liveness([self.info], self.live, lambda topic: False):
-            self._change(new)
+    def _find_brokers(self) -> None:
+        """A round of the controller's: the brokers whose node is up, then its reaction."""
+        self._control(BrokersFound({b: node for b, node in self.nodes.items() if b not in self.nodes_down}))
+        self._control(ReactToLiveness())
 
     @_step
     def repush(self, broker: int) -> None:
@@ -618,9 +640,7 @@ class Cluster:
 
     @_step
     def elect_preferred(self) -> None:
-        elected = elections.preferred_leader(self.info, self.live)
-        if elected is not None:
-            self._change(elected)
+        self._control(ElectLeaders(PREFERRED_ELECTION, ((TOPIC, 0),)))
 
     # --- faults ---------------------------------------------------------------------------
 
@@ -654,8 +674,8 @@ class Cluster:
         # Calls from the dead machine's processes die with it (it is down far longer than any call lives).
         for message_id in [m.id for m in self.in_flight.values() if m.src == broker]:
             del self.in_flight[message_id]
-        self.live.discard(broker)
-        self._react_to_liveness()
+        self.nodes_down.add(broker)
+        self._find_brokers()
 
     def _stop(self, broker: int) -> None:
         """The process is gone: its files stay (no flush), and every call waiting in it fails."""
@@ -703,7 +723,7 @@ class Cluster:
         assert self.replicas[broker] is None and broker in self.live
         replica = self.replicas[broker] = self._start(broker)
         replica.awaiting_role = True
-        replica.report = self._send("restarted", broker, CONTROLLER, None)
+        replica.report = self._send("restarted", broker, CONTROLLER, ReplicaRestarted(TOPIC, 0, broker))
         self._log(
             f"restart {broker}: LEO {replica.partition.log.log_end_offset}, recovery {replica.partition.log.recovery}"
         )
@@ -714,14 +734,13 @@ class Cluster:
         (leaving the ISR until it catches up, as ``_heal_replicas``), and a new replica actor
         starts there with the current state (a first start: no report)."""
         assert broker not in self.live and self.replicas[broker] is None
-        self.live.add(broker)
+        node_id, data_dir, directory_id = self.nodes[broker]
         if broker in self.wiped:  # a new directory id: it lost every replica
             self.wiped.discard(broker)
-            for new in elections.directory_replaced([self.info], broker, self.live, lambda topic: False):
-                self._change(new)
-        else:
-            self._change(elections.after_restart(self.info, broker, self.live))
-        self._react_to_liveness()
+            directory_id = f"directory-{broker}-{self.incarnations[broker]}"
+        self.nodes[broker] = (f"node-{broker}-{self.incarnations[broker]}", data_dir, directory_id)
+        self.nodes_down.discard(broker)
+        self._find_brokers()
         replica = self.replicas[broker] = self._start(broker)
         self._take(replica, self.info)
         self._log(f"node back {broker}: LEO {replica.partition.log.log_end_offset}")
