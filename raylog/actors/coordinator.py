@@ -78,8 +78,7 @@ class CoordinatorActor(PartitionReplicaActor):
 
     # --- leadership ---------------------------------------------------------------------
 
-    def _take_role(self, role_moved: bool, leader_handle) -> None:
-        super()._take_role(role_moved, leader_handle)
+    def _role_taken(self) -> None:
         p = self.partition
         if p.is_leader and self._coordinator_epoch != p.leader_epoch and not self._stopped.is_set():
             self._unload()

@@ -76,6 +76,18 @@ from raylog.coordination.acls import Authorizer
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
 from raylog.coordination.partition import Partition, SequenceGap
 from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager
+from raylog.coordination.replica_core import (
+    Changed,
+    Follow,
+    IsrAnswered,
+    ProposeIsr,
+    ReplicaCore,
+    ReportRestart,
+    Restarted,
+    RoleAnswered,
+    StatePushed,
+    StopFollowing,
+)
 from raylog.coordination.txn_verification import VerificationNeeded, verification_error
 from raylog.errors import (
     AuthorizationError,
@@ -176,11 +188,11 @@ class PartitionReplicaActor:
         self._dir = open_log_dir(data_dir, topic, partition, topic_id)
         log = Log.open(self._dir, topic_config.log_config())
         self.partition = Partition(topic, partition, broker_id, log, topic_config)
+        #: The role's rules: what to follow, ISR proposals, the restart report (this actor
+        #: carries out what it asks: see :meth:`_carry_out`).
+        self.core = ReplicaCore(self.partition)
         self._follower: threading.Event | None = None  # the running fetch loop's stop signal
-        self._fetcher: FollowerFetcher | None = None
-        self._proposing: concurrent.futures.Future | None = None  # the ISR proposal in flight
         self._cleaning: concurrent.futures.Future | None = None  # the cleaning round under way
-        self._leader_handle = None  # the actor the follower loop fetches from
         self._metric_tags = metrics.partition_tags(topic, partition, broker_id)
         # The constructor's config may be older than any pushed: Ray restarts an actor with
         # the arguments it was created with, not the topic's config as altered since.
@@ -195,7 +207,7 @@ class PartitionReplicaActor:
         self._waiting: collections.Counter = collections.Counter()  # pool -> calls parked (under _lock)
         with self._lock:
             if ray.get_runtime_context().was_current_actor_reconstructed:
-                self._start(self._report_restart)
+                self._carry_out(self.core.step(Restarted()))
             else:
                 self._apply_state(state, leader_handle)
         self._start(self._housekeep)
@@ -222,7 +234,8 @@ class PartitionReplicaActor:
     def _report_restart(self) -> None:
         """Tell the controller that Ray restarted this replica, until it has heard (it may be
         restarting itself), and take what it answers. The answer, not a push, carries them:
-        the controller's calls may still go to this actor's dead process for a while."""
+        the controller's calls may still go to this actor's dead process for a while, and a
+        push the new process gets first is held until then (see :mod:`~raylog.coordination.replica_core`)."""
         p = self.partition
         attempts = 0
         while not self._stopped.is_set():
@@ -237,13 +250,16 @@ class PartitionReplicaActor:
                 self._stopped.wait(REPLICA_BACKOFF_S)
         else:
             return
-        if answer is not None:  # None: the partition was deleted meanwhile
+        with self._lock:
+            if answer is None:  # the partition was deleted meanwhile
+                self._carry_out(self.core.step(RoleAnswered(None)))
+                return
             state, leader_handle, config, quotas, acls = answer
-            with self._lock:
-                self._apply_config(*config)
-                self._apply_state(state, leader_handle)
-                self._apply_quotas(*quotas)
-                self._guard.apply(*acls)
+            self._apply_config(*config)
+            self._carry_out(self.core.step(RoleAnswered(state, leader_handle)))
+            self._apply_quotas(*quotas)
+            self._guard.apply(*acls)
+            self._notify()
 
     @ray.method(concurrency_group="control")
     def update_state(self, state: PartitionInfo, leader_handle=None, config: tuple[int, dict] | None = None) -> None:
@@ -282,27 +298,27 @@ class PartitionReplicaActor:
     def _apply_state(self, state: PartitionInfo, leader_handle) -> None:
         """Take the controller's state (ignored unless newer, see :meth:`Partition.apply_state`)
         and follow ``leader_handle`` when this replica follows."""
-        self._take_role(self.partition.apply_state(state), leader_handle)
+        self._carry_out(self.core.step(StatePushed(state, leader_handle)))
         self._notify()
 
-    def _take_role(self, role_moved: bool, leader_handle) -> None:
-        """Act on the role the partition holds now (after every state or ISR answer): (re)start
-        the fetch loop when the role moved, the leader's actor changed (re-created on a new
-        node) or the loop is not running; stop it when this replica does not follow. A role
-        that moved without the new leader's actor (an ISR answer) waits for the push."""
-        p = self.partition
-        if p.is_leader or p.leader < 0 or p.broker_id not in p.replicas:
-            self._stop_following()
-            return
-        handle = leader_handle if leader_handle is not None or role_moved else self._leader_handle
-        if self._follower is not None and not role_moved and handle == self._leader_handle:
-            return
-        self._stop_following()
-        self._leader_handle = handle
-        if handle is not None and not self._stopped.is_set():
-            self._fetcher = FollowerFetcher(p, p.leader, p.leader_epoch)
-            self._follower = threading.Event()
-            self._start(self._fetch_loop, self._fetcher, handle, self._follower)
+    def _carry_out(self, effects: list) -> None:
+        """Do what a step of the core asks (holding ``_lock``; see :mod:`~raylog.coordination.replica_core`)."""
+        for effect in effects:
+            if isinstance(effect, StopFollowing):
+                self._stop_following()
+            elif isinstance(effect, Follow):
+                self._stop_following()
+                if not self._stopped.is_set():
+                    self._follower = threading.Event()
+                    self._start(self._fetch_loop, effect.fetcher, effect.leader, self._follower)
+            elif isinstance(effect, ProposeIsr):
+                _peer_thread().submit(self._propose_isr, effect)
+            elif isinstance(effect, ReportRestart):
+                self._start(self._report_restart)
+        self._role_taken()
+
+    def _role_taken(self) -> None:
+        """After every step of the core (holding ``_lock``): the role is what the partition holds."""
 
     @ray.method(concurrency_group="control")
     def close(self) -> None:
@@ -611,7 +627,7 @@ class PartitionReplicaActor:
                 "leader_epoch": p.leader_epoch,
                 "isr": list(p.isr),
                 "pending_isr": None if p.pending_isr is None else list(p.pending_isr),
-                "isr_proposal_in_flight": self._proposing is not None and not self._proposing.done(),
+                "isr_proposal_in_flight": self.core.proposing is not None,
                 "replicas": list(p.replicas),
                 "partition_epoch": p.partition_epoch,
                 "high_watermark": p.high_watermark,
@@ -627,8 +643,8 @@ class PartitionReplicaActor:
                 "size_bytes": p.log.size_bytes,
                 "segments": p.log.segment_count,
                 "pid": os.getpid(),
-                "fetch_errors": self._fetcher.errors if self._fetcher is not None else 0,
-                "last_fetch_error": self._fetcher.last_error if self._fetcher is not None else None,
+                "fetch_errors": self.core.fetcher.errors if self.core.fetcher is not None else 0,
+                "last_fetch_error": self.core.fetcher.last_error if self.core.fetcher is not None else None,
                 "client_quotas_version": self._quotas_version,
                 "log_dir": self._dir,
                 "log_offline": p.log.offline is not None,
@@ -641,27 +657,24 @@ class PartitionReplicaActor:
     def _maybe_propose_isr(self) -> None:
         """Send the ISR change the partition proposes, if any and none is in flight (holding
         ``_lock``): one at a time, from the peer-call thread."""
-        if self._proposing is not None and not self._proposing.done():
-            return  # its answer, or the next housekeeping round, looks again
-        p = self.partition
-        proposal = p.propose_isr() or p.isr_to_resend()
-        if proposal is not None:
-            self._proposing = _peer_thread().submit(self._propose_isr, proposal, p.leader_epoch, p.partition_epoch)
+        self._carry_out(self.core.step(Changed()))
 
-    def _propose_isr(self, isr: tuple[int, ...], leader_epoch: int, partition_epoch: int) -> None:
+    def _propose_isr(self, proposal: ProposeIsr) -> None:
         """Ask the controller (the single writer of the ISR) and take its answer; without one
         the proposal stays pending and the next housekeeping round sends it again."""
         p = self.partition
+        answer = None
         try:
             call = self._controller().alter_isr.remote(
-                p.topic, p.partition, p.broker_id, leader_epoch, partition_epoch, isr
+                p.topic, p.partition, p.broker_id, proposal.leader_epoch, proposal.partition_epoch, proposal.isr
             )
             answer = ray.get(call, timeout=PEER_CALL_TIMEOUT_S)
         except (ValueError, ray.exceptions.RayError):
-            answer = None
-        with self._lock:
-            self._take_role(p.isr_answer(isr, answer), None)
-            self._notify()
+            pass
+        finally:  # the core waits for this answer (None: none came) before it proposes again
+            with self._lock:
+                self._carry_out(self.core.step(IsrAnswered(proposal.isr, answer)))
+                self._notify()
 
     # --- follower -----------------------------------------------------------------------
 
@@ -706,7 +719,6 @@ class PartitionReplicaActor:
         if self._follower is not None:
             self._follower.set()
             self._follower = None
-        self._fetcher = None
 
     # --- plumbing -----------------------------------------------------------------------
 

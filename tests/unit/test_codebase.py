@@ -59,11 +59,17 @@ def _methods(path: str, class_name: str) -> set[str]:
     return {n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
 
 
-def test_the_simulation_steps_the_controllers_core_and_restates_none_of_its_rules():
+#: The role rules a replica's core applies: the simulation reaches them only through ReplicaCore.
+ROLE_RULES = {"apply_state", "isr_answer", "propose_isr", "isr_to_resend", "FollowerFetcher"}
+
+
+def test_the_simulation_steps_the_shipped_cores_and_restates_none_of_their_rules():
     """tests/unit/coordination/simulation.py plays the controller by stepping the shipped
-    ReplicationControl: it has no handler for a call the controller actor answers (no
-    ``_on_alter_isr``) and calls none of the election rules itself, so the sequencing it
-    checks is the sequencing that runs in the cluster."""
+    ReplicationControl and each replica's role by stepping its ReplicaCore: it has no handler
+    for a call the controller actor answers (no ``_on_alter_isr``), calls none of the election
+    rules and none of the role rules (taking a state, proposing or answering an ISR change,
+    starting a fetcher) itself, so the sequencing it checks is the sequencing that runs in
+    the cluster."""
     simulation = "tests/unit/coordination/simulation.py"
     answered = {m for m in _methods("raylog/actors/controller.py", "ControllerActor") if not m.startswith("_")}
     handlers = {m.removeprefix("_on_") for m in _methods(simulation, "Cluster") if m.startswith("_on_")}
@@ -76,6 +82,8 @@ def test_the_simulation_steps_the_controllers_core_and_restates_none_of_its_rule
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "elections")
         or (isinstance(node, ast.ImportFrom) and node.module == "raylog.coordination.elections"
             and any(alias.name != "NO_LEADER" for alias in node.names))
+        or (isinstance(node, ast.Attribute) and node.attr in ROLE_RULES)
+        or (isinstance(node, ast.Name) and node.id in ROLE_RULES)
     ]  # fmt: skip
     assert rules == []
 

@@ -9,8 +9,10 @@ The simulation plays only what the actors do around them, the I/O:
 - Transport: every call is a message in flight, delivered after any number of other steps
   (calls are delayed and reordered) or lost. A caller that stops waiting (a timeout) drops the
   answer, but its request may still reach its target later, as a Ray call does.
-- Replica processes: their loops as :class:`PartitionReplicaActor` runs them (the follower's
-  fetch loop, the leader's ISR proposals, its delayed acks=all answers). A process may crash
+- Replica processes: the shipped :class:`ReplicaCore` (what to follow, one ISR proposal at a
+  time, no role after a restart until the controller answered its report), whose effects
+  the simulation carries out as :class:`PartitionReplicaActor` does, and the actor's loops
+  around it (the follower's fetch loop, its delayed acks=all answers). A process may crash
   (its files stay; it restarts, takes no role, and reports to the controller until it gets its
   state in the answer), be paused (SIGSTOP: it handles nothing until resumed) or lose its
   machine (the unflushed tail of its last segment is cut, the controller sees the node die and,
@@ -53,9 +55,21 @@ from raylog.common import record_batch
 from raylog.common.requests import LATEST_TIMESTAMP, PREFERRED_ELECTION
 from raylog.config import TopicConfig
 from raylog.coordination.elections import NO_LEADER
-from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
+from raylog.coordination.fetcher import EpochAnswer, EpochQuery, Next
 from raylog.coordination.metadata import MetadataImage
 from raylog.coordination.partition import Partition, SequenceGap
+from raylog.coordination.replica_core import (
+    Changed,
+    Follow,
+    IsrAnswered,
+    ProposeIsr,
+    ReplicaCore,
+    ReportRestart,
+    Restarted,
+    RoleAnswered,
+    StatePushed,
+    StopFollowing,
+)
 from raylog.coordination.replication_control import (
     AlterIsr,
     BrokersFound,
@@ -158,16 +172,22 @@ class Replica:
 
     broker: int
     incarnation: int
-    partition: Partition
-    fetcher: FollowerFetcher | None = None
+    core: ReplicaCore
     request: tuple[int, EpochQuery | FetchRequest] | None = None  # awaiting an answer
     backoff_until_ms: int = 0
-    awaiting_role: bool = False  # restarted: no role until the controller answers its report
     report: int | None = None  # the restart report in flight
     paused: bool = False
     purgatory: list[Pending] = field(default_factory=list)
     parked: list[tuple[Message, int]] = field(default_factory=list)  # long-polling fetches, deadline (ms)
-    isr_requests: dict[int, tuple[int, ...]] = field(default_factory=dict)  # message id -> proposal
+    isr_request: int | None = None  # the message id of the ISR proposal whose answer is awaited
+
+    @property
+    def partition(self) -> Partition:
+        return self.core.partition
+
+    @property
+    def fetcher(self):
+        return self.core.fetcher
 
 
 @dataclass
@@ -267,7 +287,7 @@ class Cluster:
         self._contents: dict[int, list[bytes]] = {}
         for broker in BROKERS:
             self.replicas[broker] = self._start(broker)
-            self._take(self.replicas[broker], self.info)
+            self._replica_step(self.replicas[broker], StatePushed(self.info, self._handle(self.info)))
 
     # --- the random driver ----------------------------------------------------------------
 
@@ -383,8 +403,9 @@ class Cluster:
             proposer = message.src if message.kind == "alter_isr" else message.dst
             request_id = message.id if message.kind == "alter_isr" else message.reply_to
             replica = self.replicas[proposer]
-            if replica is not None and request_id in replica.isr_requests:
-                self._take_role(replica, replica.partition.isr_answer(replica.isr_requests.pop(request_id), None))
+            if replica is not None and replica.isr_request == request_id:
+                replica.isr_request = None
+                self._replica_step(replica, IsrAnswered(replica.core.proposing, None))
 
     @_step
     def deliver(self, message_id: int) -> None:
@@ -419,7 +440,7 @@ class Cluster:
         """The follower loop of ``broker`` sends its next request after a pause (False if it
         sends nothing now); a restarted replica still waiting for its role reports again."""
         replica = self.running(broker)
-        if replica is not None and replica.awaiting_role and replica.report not in self.in_flight:
+        if replica is not None and replica.core.awaiting_role and replica.report not in self.in_flight:
             replica.report = self._send("restarted", broker, CONTROLLER, ReplicaRestarted(TOPIC, 0, broker))
         if replica is None or self.clock() < replica.backoff_until_ms:
             return False
@@ -431,8 +452,7 @@ class Cluster:
             return False
         request = replica.fetcher.next_request()
         if request is None:
-            replica.fetcher = None
-            return False
+            return False  # the loop ended on its own (the core starts another on a new role)
         if isinstance(request, FetchRequest):
             request = FetchRequest(
                 request.offset,
@@ -461,7 +481,7 @@ class Cluster:
             f"{response.error_code or len(response.records)} (HW {before} -> {response.high_watermark})"
         )
         if not response.error_code:
-            self._propose_isr(leader)
+            self._replica_step(leader, Changed())
         if not response.error_code and not len(response.records):
             leader.parked.append((message, self.clock() + LONG_POLL_MS))  # the long poll waits
         else:
@@ -541,58 +561,51 @@ class Cluster:
 
     # --- replica processes: roles and the leader's ISR proposals --------------------------
 
-    def _take(self, replica: Replica, state: PartitionInfo) -> None:
-        """The actor's ``_apply_state`` and ``_take_role``."""
-        self._take_role(replica, replica.partition.apply_state(state))
+    def _replica_step(self, replica: Replica, event: Any) -> None:
+        """Step ``replica``'s core and carry out its effects as the actor's ``_carry_out``."""
+        broker = replica.broker
+        for effect in replica.core.step(event):
+            if isinstance(effect, StopFollowing):
+                replica.request = None
+            elif isinstance(effect, Follow):
+                replica.request, replica.backoff_until_ms = None, 0
+                self._send_next(replica)
+            elif isinstance(effect, ProposeIsr):
+                epochs = (effect.leader_epoch, effect.partition_epoch)
+                replica.isr_request = self._send(
+                    "alter_isr", broker, CONTROLLER, AlterIsr(TOPIC, 0, broker, *epochs, effect.isr)
+                )
+                self._log(f"ISR proposal {list(effect.isr)} from {broker} (epochs {epochs[0]}/{epochs[1]})")
+            elif isinstance(effect, ReportRestart):
+                replica.report = self._send("restarted", broker, CONTROLLER, ReplicaRestarted(TOPIC, 0, broker))
 
-    def _take_role(self, replica: Replica, role_moved: bool) -> None:
-        p = replica.partition
-        if p.is_leader or p.leader < 0 or p.broker_id not in p.replicas:
-            replica.fetcher, replica.request = None, None
-            return
-        if replica.fetcher is not None and replica.fetcher.active and not role_moved:
-            return
-        replica.fetcher = FollowerFetcher(p, p.leader, p.leader_epoch, clock=self.clock)
-        replica.request, replica.backoff_until_ms = None, 0
-        self._send_next(replica)
+    def _handle(self, info: PartitionInfo) -> int | None:
+        """The leader's "actor" the controller names with a state: its broker, if live."""
+        return info.leader if info.leader in self.live else None
 
     def _on_push(self, message: Message) -> None:
         replica = self.replicas[message.dst]
-        if replica is None or replica.awaiting_role:
-            return  # a push to a process that is gone, or one not yet answered, is lost
-        self._take(replica, message.payload)
+        if replica is not None:  # (a push to a process that is gone is lost)
+            self._replica_step(replica, StatePushed(*message.payload))
 
     @_step
     def housekeeping(self, broker: int) -> None:
         """A leader's housekeeping round: it proposes an ISR change, or sends again one unanswered."""
         replica = self.running(broker)
         if replica is not None:
-            self._propose_isr(replica)
-
-    def _propose_isr(self, leader: Replica) -> None:
-        p = leader.partition
-        proposal = p.propose_isr() or p.isr_to_resend()
-        if proposal is not None:
-            proposed = AlterIsr(TOPIC, 0, leader.broker, p.leader_epoch, p.partition_epoch, proposal)
-            message_id = self._send("alter_isr", leader.broker, CONTROLLER, proposed)
-            leader.isr_requests[message_id] = proposal
-            self._log(
-                f"ISR proposal {list(proposal)} from {leader.broker} (epochs {p.leader_epoch}/{p.partition_epoch})"
-            )
+            self._replica_step(replica, Changed())
 
     def _on_isr_answer(self, message: Message) -> None:
         replica, answer = self._answered(message)
-        if replica is None:
+        if replica is None or replica.isr_request != message.reply_to:
             return
-        proposal = replica.isr_requests.pop(message.reply_to)
-        self._take_role(replica, replica.partition.isr_answer(proposal, answer))
+        replica.isr_request = None
+        self._replica_step(replica, IsrAnswered(replica.core.proposing, answer))
 
     def _on_restart_answer(self, message: Message) -> None:
-        replica, state = self._answered(message)
-        if replica is None or not replica.awaiting_role:
-            return
-        replica.awaiting_role = False
-        self._take(replica, state)
+        replica, answer = self._answered(message)
+        if replica is not None:
+            self._replica_step(replica, RoleAnswered(*answer))
 
     # --- the controller -------------------------------------------------------------------
 
@@ -612,7 +625,7 @@ class Cluster:
         for info in result.push:
             for broker in info.replicas:
                 if broker in self.live:
-                    self._send("push", CONTROLLER, broker, info)
+                    self._send("push", CONTROLLER, broker, (info, self._handle(info)))
         check = result.check
         if check is not None and self.running(check.broker) is None:
             self._control(LeaderDead(check.topic, check.partition, check.broker, check.leader_epoch))
@@ -622,8 +635,11 @@ class Cluster:
             self.stats.isr_changes += bool(result.push)
             verdict = "accepted" if accepted else "refused"
             self._log(f"controller: ISR proposal {list(event.isr)} from {event.leader}: {verdict}")
+        answer = result.response
+        if isinstance(event, ReplicaRestarted) and answer is not None:
+            answer = (answer, self._handle(answer))  # the actor answers with the leader's actor too
         if request is not None and CONTROLLER_CALLS[request.kind] is not None:
-            self._answer(request, CONTROLLER_CALLS[request.kind], result.response)
+            self._answer(request, CONTROLLER_CALLS[request.kind], answer)
         return result
 
     def _find_brokers(self) -> None:
@@ -636,7 +652,7 @@ class Cluster:
         """The controller tells ``broker`` the current state again (a retried push, alter_configs,
         a healing round): the same epochs as it may hold already."""
         if broker in self.live:
-            self._send("push", CONTROLLER, broker, self.info)
+            self._send("push", CONTROLLER, broker, (self.info, self._handle(self.info)))
 
     @_step
     def elect_preferred(self) -> None:
@@ -722,8 +738,7 @@ class Cluster:
         reports to the controller (as the actor does after a restart)."""
         assert self.replicas[broker] is None and broker in self.live
         replica = self.replicas[broker] = self._start(broker)
-        replica.awaiting_role = True
-        replica.report = self._send("restarted", broker, CONTROLLER, ReplicaRestarted(TOPIC, 0, broker))
+        self._replica_step(replica, Restarted())
         self._log(
             f"restart {broker}: LEO {replica.partition.log.log_end_offset}, recovery {replica.partition.log.recovery}"
         )
@@ -742,7 +757,7 @@ class Cluster:
         self.nodes_down.discard(broker)
         self._find_brokers()
         replica = self.replicas[broker] = self._start(broker)
-        self._take(replica, self.info)
+        self._replica_step(replica, StatePushed(self.info, self._handle(self.info)))
         self._log(f"node back {broker}: LEO {replica.partition.log.log_end_offset}")
 
     # --- clients --------------------------------------------------------------------------
@@ -814,7 +829,7 @@ class Cluster:
         if not outcome.batches:  # a retry of a batch already appended: its original offsets
             self.stats.duplicates += 1
         else:
-            self._propose_isr(replica)
+            self._replica_step(replica, Changed())
         self._log(f"produce at {message.dst}: offsets {first}..{end - 1}, HW {p.high_watermark}")
         if self.acks == 1:
             self._answer(message, "produce_answer", first)
@@ -911,9 +926,8 @@ class Cluster:
         )
         self._contents[broker] = []
         self.incarnations[broker] += 1
-        return Replica(
-            broker, self.incarnations[broker], Partition(TOPIC, 0, broker, log, self.config, clock=self.clock)
-        )
+        partition = Partition(TOPIC, 0, broker, log, self.config, clock=self.clock)
+        return Replica(broker, self.incarnations[broker], ReplicaCore(partition, clock=self.clock))
 
     # --- reading logs ---------------------------------------------------------------------
 

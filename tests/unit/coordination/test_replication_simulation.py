@@ -1,7 +1,8 @@
 """Replication safety of one partition on three brokers, simulated step by step (no Ray, no sleeps).
 
-The simulator (``simulation.Cluster``) runs raylog's own replication rules (``Partition``,
-``FollowerFetcher``, the controller's ``elections``) over an in-memory transport that delays,
+The simulator (``simulation.Cluster``) runs raylog's own replication rules (each replica's
+``ReplicaCore`` over its ``Partition`` and ``FollowerFetcher``, the controller's
+``ReplicationControl``) over an in-memory transport that delays,
 reorders and loses calls, through produce and retries, follower fetches, ISR proposals, re-pushed
 states, process crashes, pauses, machine crashes and restarts, chosen by a seeded
 ``random.Random``. After every step it checks that a leader epoch has one leader and epochs only
