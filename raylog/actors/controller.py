@@ -28,17 +28,15 @@ id. Leadership returns to preferred replicas on request (:meth:`elect_leaders`)
 and automatically when more than ``leader.imbalance.per.broker.percentage`` of partitions
 are led elsewhere.
 
-Brokers: in the embedded mode, ``num_brokers`` brokers share the head node, each with its
-own data directory ``<data_dir>/broker-<id>``. Otherwise a node labelled
-``raylog.broker=<id>`` is broker <id> (data directory from the label ``raylog.data_dir``,
-else ``RAYLOG_DATA_DIR`` on that node, else ``DEFAULT_DATA_DIR``); with no labelled node,
-every node is a broker whose id is assigned once and kept in ``<data_dir>/meta.json``.
+Brokers: :class:`~raylog.actors.broker_finder.BrokerFinder` finds them each round (embedded:
+``num_brokers`` on the head node; else labelled nodes, or every node), and the leaders and ISRs
+are decided by stepping :class:`~raylog.coordination.replication_control.ReplicationControl`,
+whose effects this actor carries out (journal, replay, push).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
 import os
@@ -48,30 +46,24 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog import metrics
 from raylog.actors import logs
 from raylog.actors.access import Access, Guard
-from raylog.actors.group_coordinator import GroupCoordinatorActor
+from raylog.actors.broker_finder import BrokerFinder
 from raylog.actors.kafka.fleet import ListenerFleet
-from raylog.actors.pushes import Pushes
-from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
-from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
+from raylog.actors.replica import PEER_CALL_TIMEOUT_S
+from raylog.actors.replica_fleet import REPLICA_START_TIMEOUT_S, ReplicaFleet, wait_for_event
 from raylog.common import scram
 from raylog.common.acl import CLUSTER_NAME, ResourceType, covers
 from raylog.common.acl import ACLOperation as Op
 from raylog.common.names import (
-    DEFAULT_DATA_DIR,
-    NAMESPACE,
     OFFSETS_TOPIC,
     TRANSACTION_TOPIC,
     broker_id_of,
-    replica_name,
 )
 from raylog.config import ControllerConfig
 from raylog.coordination import broker_configs, sessions
-from raylog.coordination.acls import Authorizer, parse_super_users
 from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.group import partition_for
 from raylog.coordination.metadata import MetadataImage
@@ -99,56 +91,20 @@ from raylog.errors import (
 )
 from raylog.kafka.sasl import SaslExchange
 from raylog.protocol import error_result
-from raylog.storage import log_dirs
 from raylog.storage.journal import MetadataJournal
-from raylog.types import BrokerInfo, NewTopic, PartitionInfo, TopicDescription
+from raylog.types import NewTopic, PartitionInfo
 
 logger = logging.getLogger(__name__)
 
 TOPIC, CLUSTER, GROUP = ResourceType.TOPIC, ResourceType.CLUSTER, ResourceType.GROUP
-BROKER_LABEL = "raylog.broker"
-DATA_DIR_LABEL = "raylog.data_dir"
 #: Producer ids are journaled a block at a time, not one fsync per producer.
 PRODUCER_ID_BLOCK = 1000
-#: How long the controller waits for a new replica actor to answer (process start and log
-#: recovery); one that has not answered by then is tried again in the next watch round.
-REPLICA_START_TIMEOUT_S = 60.0
-#: Replica actors started at once, in the background. Each is a process that imports Ray and
-#: raylog and recovers its log: more at once only queue behind the node's cores and Ray's
-#: worker start-up, and would hold up the leaders that are started first.
-MAX_STARTING_REPLICAS = 8
-#: The pause before a push to a replica is made again (its actor was unreachable, e.g. Ray
-#: is restarting it or this process has not yet heard where it restarted, or did not answer).
-PUSH_RETRY_S = 0.5
 #: How long a raylog client's SASL exchange may take between its steps, and how many may be
 #: under way at once (a bound on what clients that never finish can leave behind).
 SASL_EXCHANGE_TIMEOUT_S = 30.0
 MAX_SASL_EXCHANGES = 1024
 #: How long a leader reported by a follower has to answer the controller itself.
 LEADER_CHECK_TIMEOUT_S = 2.0
-
-
-def broker_identity(data_dir: str | None, cluster_id: str, broker_id: int | None) -> tuple[int, str, str] | None:
-    """Read (or, given ``broker_id``, format) the data directory of the broker on this node
-    (:func:`raylog.storage.log_dirs.load_data_dir`).
-
-    Returns:
-        ``(broker_id, data_dir, directory_id)`` kept on disk, or None when there is none and
-        no id to give.
-
-    Raises:
-        InconsistentClusterIdError: the directory belongs to another cluster.
-        InvalidConfigError: it belongs to another broker id.
-        StorageError: its ``meta.json`` cannot be read or written.
-    """
-    data_dir = data_dir or os.environ.get("RAYLOG_DATA_DIR") or DEFAULT_DATA_DIR
-    identity = log_dirs.load_data_dir(data_dir, cluster_id, broker_id)
-    return None if identity is None else (identity.broker_id, data_dir, identity.directory_id)
-
-
-_remote_broker_identity = ray.remote(num_cpus=0, max_retries=0)(broker_identity)
-_remote_mark_stray_logs = ray.remote(num_cpus=0, max_retries=0)(log_dirs.mark_stray_logs)
-_remote_delete_stray_logs = ray.remote(num_cpus=0, max_retries=0)(log_dirs.delete_stray_logs)
 
 
 class ControllerActor:
@@ -179,32 +135,18 @@ class ControllerActor:
             self.image.apply(record)
         #: Leaders and ISRs: the core this actor steps (and the live brokers, its view).
         self.replication = ReplicationControl(self.image)
-        # (topic, partition, broker) -> (node the actor is pinned to, actor handle)
-        self.replicas: dict[tuple[str, int, int], tuple[str, Any]] = {}
         # Ids of the block journaled last may have been handed out before a restart: skip it.
         self._next_producer_id = self.image.producer_id_block_end
         self._lock: asyncio.Lock | None = None
         self._started = False
         self._tasks: set[asyncio.Task] = set()
         self._since_rebalance_s = 0.0  # since the last check of the leaders' balance
-        self._pushes = Pushes(self._spawn, PEER_CALL_TIMEOUT_S, PUSH_RETRY_S)
-        # Replica start-up (see _start_replicas): keys waiting, leaders first, and those whose
-        # actor, as cached, answered ``ready``; the event wakes await_leaders.
-        self._leaders_to_start: collections.deque[tuple[str, int, int]] = collections.deque()
-        self._followers_to_start: collections.deque[tuple[str, int, int]] = collections.deque()
-        self._starting: set[tuple[str, int, int]] = set()
-        self._starting_leaders: set[tuple[str, int, int]] = set()
-        self._leaders_starting = 0  # leaders taken from the queue, not started yet
-        self._starters = 0
-        self._ready: set[tuple[str, int, int]] = set()
-        self._leaders_changed: asyncio.Event | None = None
-        #: Node id -> why it was refused as a broker (e.g. a disk of another cluster).
-        self.refused: dict[str, str] = {}
-        # Broker id -> its scan for stray logs, unfinished when last looked at.
-        self._stray_scans: dict[int, Any] = {}
-        #: (node id, data dir, broker id) -> the broker-identity task that has not answered
-        #: yet (awaited again by the next round).
-        self._identity_asks: dict[tuple, Any] = {}
+        #: The replica actors: started, found, told their state (see ReplicaFleet).
+        self.fleet = ReplicaFleet(
+            cluster_name, self.image, self.replication, self.config, self._consumer_groups, self._spawn
+        )
+        #: Where the brokers are (and the nodes refused as brokers).
+        self.broker_finder = BrokerFinder(self.image, data_dir, num_brokers, embedded, self._spawn)
         #: Each broker's Kafka listener, when the ``listeners`` setting asks for them.
         self.listeners: ListenerFleet | None = None
         if self.image.cluster_id is None:
@@ -216,8 +158,6 @@ class ControllerActor:
         self._callers = Guard(self.image.session_key)
         #: SASL exchanges of raylog's clients under way: id -> (exchange, when it started).
         self._exchanges: dict[str, tuple[SaslExchange, float]] = {}
-        #: The ACLs as an authorizer for the replicas, and the ACLs' version it was built at.
-        self._authorizer: tuple[int, Authorizer | None] = (-1, None)
 
     def _create_first_users(self, upsertions: Sequence[tuple]) -> None:
         """The SCRAM credentials a new cluster is made with (Kafka's ``kafka-storage format
@@ -245,8 +185,8 @@ class ControllerActor:
             self.journal.append(list(result.records))
         self.replication.replay(result)
         if result.records:
-            self._notify_leaders()
-        self._push(list(result.push))
+            self.fleet.notify_leaders()
+        self.fleet.push(list(result.push))
         return result.response
 
     def _guard(self) -> asyncio.Lock:
@@ -270,8 +210,8 @@ class ControllerActor:
             if not self._started:
                 await self._register_brokers()
                 await self._react_to_liveness()
-                await self._find_running_replicas()
-                self._start_missing_replicas()
+                await self.fleet.find_running_replicas()
+                self.fleet.start_missing_replicas()
                 await self._reconcile_listeners()
                 self._spawn(self._every_round(self._watch_round))
                 if self.config.listeners:
@@ -286,157 +226,8 @@ class ControllerActor:
         what changed is journaled, the found brokers are the live set, and the replicas are
         told what that decided (a moved broker's replicas start on its new node with their state).
         A returning broker is live only once its stray logs are out of the way."""
-        found = await (self._embedded_brokers() if self.embedded else self._node_brokers())
-        for b, (node_id, d, _) in list(found.items()):
-            returning = b not in self.live or self.image.brokers[b].node_id != node_id
-            if returning and not await self._remove_stray_logs(b, node_id, d):
-                del found[b]  # live only once its stray logs are out of the way: next round
+        found = await self.broker_finder.find(self.live)
         self._carry_out(self.replication.step(BrokersFound(found)))
-
-    async def _embedded_brokers(self) -> dict[int, tuple[str, str, str]]:
-        """Raises: InconsistentClusterIdError, InvalidConfigError or StorageError when a broker's
-        data directory is refused (the start fails with it)."""
-        node_id = ray.get_runtime_context().get_node_id()
-        found = {}
-        for b in range(self.num_brokers):
-            data_dir = os.path.join(self.data_dir, f"broker-{b}")
-            try:
-                broker_id, d, directory_id = broker_identity(data_dir, self.image.cluster_id, b)
-            except RaylogError as exc:
-                logger.error("broker %d refused: %s", b, exc)
-                raise
-            found[broker_id] = (node_id, d, directory_id)
-        return found
-
-    async def _node_brokers(self) -> dict[int, tuple[str, str, str]]:
-        every_node = ray.nodes()
-        nodes = [n for n in every_node if n["Alive"]]
-        alive = {n["NodeID"] for n in nodes}
-        self.refused = {node_id: why for node_id, why in self.refused.items() if node_id in alive}
-        labelled = [n for n in nodes if BROKER_LABEL in n.get("Labels", {}) and n["NodeID"] not in self.refused]
-        found: dict[int, tuple[str, str, str]] = {}
-        # A cluster with labelled brokers stays one even while all of them are down (dead
-        # nodes stay in Ray's table): the unlabelled nodes must not become brokers then.
-        if any(BROKER_LABEL in n.get("Labels", {}) for n in every_node):
-            for node in labelled:
-                labels = node["Labels"]
-                known = self.image.brokers.get(int(labels[BROKER_LABEL]))
-                try:
-                    if known is not None and known.node_id in alive:
-                        # The registered node still lives: it stays the broker, even while a
-                        # replacement with the same label joins before Ray declares it dead.
-                        identity = self._known_identity(known) or await self._identity(
-                            known.node_id, known.data_dir, known.broker_id
-                        )
-                        node_id = known.node_id
-                    else:
-                        identity = await self._identity(
-                            node["NodeID"], labels.get(DATA_DIR_LABEL), int(labels[BROKER_LABEL])
-                        )
-                        node_id = node["NodeID"]
-                except _Unanswered:
-                    continue
-                if identity is not None:
-                    found[identity[0]] = (node_id, *identity[1:])
-            return found
-        unknown = []
-        for node in (n for n in nodes if n["NodeID"] not in self.refused):
-            known = [b for b in self.image.brokers.values() if b.node_id == node["NodeID"]]
-            try:
-                identity = (known and self._known_identity(known[0])) or await self._identity(
-                    node["NodeID"], None, None
-                )
-            except _Unanswered:
-                continue
-            if identity is None:
-                unknown.append(node)
-            else:
-                found[identity[0]] = (node["NodeID"], *identity[1:])
-        next_id = max([*found, *self.image.brokers, -1]) + 1
-        for node in sorted((n for n in unknown if n["NodeID"] not in self.refused), key=lambda n: n["NodeID"]):
-            try:
-                identity = await self._identity(node["NodeID"], None, next_id)
-            except _Unanswered:
-                continue
-            if identity is not None:
-                found[identity[0]] = (node["NodeID"], *identity[1:])
-                next_id += 1
-        return found
-
-    def _known_identity(self, known: BrokerInfo) -> tuple[int, str, str] | None:
-        """A registered broker's identity as journaled; None when its directory id is not
-        (a journal from before directory ids): then it is read from its disk once."""
-        directory_id = self.image.directory_ids.get(known.broker_id)
-        return None if directory_id is None else (known.broker_id, known.data_dir, directory_id)
-
-    async def _remove_stray_logs(self, broker_id: int, node_id: str, data_dir: str) -> bool:
-        """Move the stray logs of a broker that (re)joins out of the way (topics deleted,
-        created again or moved off it while it was away: see :mod:`raylog.storage.log_dirs`),
-        then delete them in the background. Returns whether the broker may be live: not
-        while a scan of its directory is unfinished, for a late scan would take the logs of
-        replicas created since for strays. In the embedded mode the scan runs here and a
-        failure fails the start.
-
-        Raises:
-            StorageError: embedded mode, the scan failed.
-        """
-        assigned = {
-            (p.topic, p.partition): self.image.topics[p.topic].topic_id
-            for p in self.image.partitions()
-            if broker_id in p.replicas
-        }
-        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
-        if self.embedded:
-            stray = log_dirs.mark_stray_logs(data_dir, assigned)
-        else:
-            pending = self._stray_scans.pop(broker_id, None)
-            if pending is not None and not ray.wait([pending], timeout=0)[0]:
-                self._stray_scans[broker_id] = pending
-                return False
-            scan = _remote_mark_stray_logs.options(scheduling_strategy=strategy).remote(data_dir, assigned)
-            try:
-                stray = await asyncio.wait_for(scan, PEER_CALL_TIMEOUT_S)
-            except asyncio.TimeoutError:
-                self._stray_scans[broker_id] = scan
-                return False
-            except ray.exceptions.RayError as exc:
-                logger.warning("broker %d: cannot look for stray logs in %s: %s", broker_id, data_dir, exc)
-                return False
-        if stray:
-            logger.warning("broker %d: stray logs in %s, deleting them: %s", broker_id, data_dir, stray)
-        # Also those that an earlier deletion left behind.
-        self._spawn(quietly(_remote_delete_stray_logs.options(scheduling_strategy=strategy).remote(data_dir)))
-        return True
-
-    async def _identity(self, node_id: str, data_dir: str | None, broker_id: int | None) -> tuple | None:
-        """:func:`broker_identity` run on node ``node_id``; None when it has none to give, or
-        when the node is refused (its data directory belongs to another cluster or broker, or
-        cannot be read): logged, kept in :attr:`refused` (shown by ``raylog status``) and not
-        asked again while the node lives.
-
-        Raises:
-            _Unanswered: the node did not answer within ``PEER_CALL_TIMEOUT_S`` (its first
-                worker is still starting): the next round awaits the same task again.
-        """
-        strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
-        question = (node_id, data_dir, broker_id)
-        ask = self._identity_asks.pop(question, None) or _remote_broker_identity.options(
-            scheduling_strategy=strategy
-        ).remote(data_dir, self.image.cluster_id, broker_id)
-        try:
-            return await asyncio.wait_for(ask, PEER_CALL_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            # A node still starting its first worker (a loaded machine): not a broker yet,
-            # asked again (the same task) by the next round of the watch.
-            self._identity_asks[question] = ask
-            logger.warning("node %s: no broker identity within %.0f s; asked again", node_id, PEER_CALL_TIMEOUT_S)
-            raise _Unanswered(node_id) from None
-        except RaylogError as exc:
-            cause = getattr(exc, "cause", exc)  # the error raised on the node, without Ray's traceback
-            why = f"{type(cause).__name__}: {cause}"
-            self.refused[node_id] = why
-            logger.error("node %s refused as a broker of cluster %s: %s", node_id, self.image.cluster_id, why)
-            return None
 
     # --- watching the cluster -----------------------------------------------------------
 
@@ -458,7 +249,7 @@ class ControllerActor:
             if not self.embedded:
                 await self._register_brokers()
             await self._react_to_liveness()
-            self._start_missing_replicas()
+            self.fleet.start_missing_replicas()
             self._record_metrics()
             rebalance_due = self._since_rebalance_s >= self.config.leader_imbalance_check_interval_seconds
             if self.config.auto_leader_rebalance_enable and rebalance_due:
@@ -518,16 +309,16 @@ class ControllerActor:
                 info = self._carry_out(self.replication.step(ReplicaRestarted(topic, partition, broker_id)))
             if info is None:
                 return None
-            leader, config = self._role(info, broker_id)
-            if self._cached_replica((topic, partition, broker_id)) is not None:
-                self._ready.add((topic, partition, broker_id))  # it answers: it runs
-                self._notify_leaders()
+            leader, config = self.fleet.role(info, broker_id)
+            if self.fleet.cached((topic, partition, broker_id)) is not None:
+                self.fleet.ready.add((topic, partition, broker_id))  # it answers: it runs
+                self.fleet.notify_leaders()
         except Exception:  # the replica serves nothing until answered: say why it was not
             logger.exception("restart report of %s-%d from broker %d failed", topic, partition, broker_id)
             raise
         quotas = (self.image.client_quotas_version, dict(self.image.client_quotas))
-        self._push_group_configs([(topic, partition, broker_id)])  # (a coordinator restarts without them)
-        return info, leader, config, quotas, self._replica_authorizer()
+        self.fleet.push_group_configs([(topic, partition, broker_id)])  # (a coordinator restarts without them)
+        return info, leader, config, quotas, self.fleet.authorizer()
 
     async def leader_unreachable(self, topic: str, partition: int, leader_epoch: int) -> None:
         """A follower found the leader of ``leader_epoch`` dead (Ray said so) or unresponsive:
@@ -535,7 +326,7 @@ class ControllerActor:
         :class:`~raylog.coordination.replication_control.LeaderUnreachable`)."""
         await self.start()
         check = self.replication.step(LeaderUnreachable(topic, partition, leader_epoch)).check
-        handle = None if check is None else self._live_leader(self.image.partition(topic, partition))
+        handle = None if check is None else self.fleet.live_leader(self.image.partition(topic, partition))
         if handle is None:
             return  # nothing to check, or its actor is starting: nothing to judge yet
         try:
@@ -563,7 +354,7 @@ class ControllerActor:
                     )
                 ]
             )
-            self._ensure_replicas(new.name)
+            self.fleet.ensure_replicas(new.name)
 
         return await self._each({new.name: new for new in topics}, create)
 
@@ -577,7 +368,7 @@ class ControllerActor:
             record = self.image.delete_topic(name)
             topic = self.image.topics[name]
             self._commit([record])
-            return self._remove_replicas(topic)
+            return self.fleet.remove_replicas(topic)
 
         return await self._each({name: name for name in names}, delete)
 
@@ -601,7 +392,7 @@ class ControllerActor:
             record = self.image.alter_config(name, change, incremental=incremental)
             if not validate_only:
                 self._commit([record])
-                self._push(list(self.image.topics[name].partitions))
+                self.fleet.push(list(self.image.topics[name].partitions))
 
         return await self._each({name: (name, change) for name, change in changes.items()}, alter)
 
@@ -633,7 +424,7 @@ class ControllerActor:
                 broker_configs.masked(record["configs"]),
             )
             only = None if resource == "" else int(resource)
-            self._push([p for topic in self.image.topics.values() for p in topic.partitions], only=only)
+            self.fleet.push([p for topic in self.image.topics.values() for p in topic.partitions], only=only)
 
         return await self._each({resource: (resource, change) for resource, change in changes.items()}, alter)
 
@@ -685,8 +476,8 @@ class ControllerActor:
                 self._commit(self.image.alter_client_quotas(changes))
             except RaylogError as exc:
                 return error_result(exc)
-            keys = [key for key in self.replicas if key[2] in self.live]
-        await _awaited(self._push_quotas(keys), f"client quotas version {self.image.client_quotas_version}")
+            keys = [key for key in self.fleet.replicas if key[2] in self.live]
+        await _awaited(self.fleet.push_quotas(keys), f"client quotas version {self.image.client_quotas_version}")
         return 0, ""
 
     async def alter_group_configs(
@@ -716,8 +507,10 @@ class ControllerActor:
 
         results = await self._each({group_id: (group_id, change) for group_id, change in changes.items()}, alter)
         if not validate_only and any(code == 0 for code, _ in results.values()):
-            keys = [key for key in self.replicas if key[0] == OFFSETS_TOPIC and key[2] in self.live]
-            await _awaited(self._push_group_configs(keys), f"group configs version {self.image.group_configs_version}")
+            keys = [key for key in self.fleet.replicas if key[0] == OFFSETS_TOPIC and key[2] in self.live]
+            await _awaited(
+                self.fleet.push_group_configs(keys), f"group configs version {self.image.group_configs_version}"
+            )
         return results
 
     async def describe_group_configs(
@@ -791,10 +584,10 @@ class ControllerActor:
         that do not answer (they get them when they do). The others, and replicas still
         starting (as their first call), get them without the answer waiting: an ACL on one
         topic does not wait for hundreds of replicas of others, nor for processes to start."""
-        live = [key for key in self.replicas if key[2] in self.live]
-        awaited = {key for key in live if self._is_ready(key) and _decides(changed, key[0])}
-        self._push_acls_to_replicas([key for key in live if key not in awaited])
-        pushes = self._push_acls_to_replicas(list(awaited))
+        live = [key for key in self.fleet.replicas if key[2] in self.live]
+        awaited = {key for key in live if self.fleet.is_ready(key) and _decides(changed, key[0])}
+        self.fleet.push_acls([key for key in live if key not in awaited])
+        pushes = self.fleet.push_acls(list(awaited))
         if self.listeners is not None:
             await self.listeners.push("update_acls", self.image.acls_version, frozenset(self.image.acls))
         await _awaited(pushes, f"ACLs version {self.image.acls_version}")
@@ -891,7 +684,7 @@ class ControllerActor:
         Raises:
             SaslAuthenticationError: a token the cluster did not sign, or one that expired.
         """
-        self._callers.apply(*self._replica_authorizer())
+        self._callers.apply(*self.fleet.authorizer())
         return self._callers.access(session)
 
     def _require_authorizer(self) -> None:
@@ -909,7 +702,7 @@ class ControllerActor:
             name, total_count = item
             _require(access, Op.ALTER, TOPIC, name)
             self._commit([self.image.add_partitions(name, total_count, live=self.live)])
-            self._ensure_replicas(name)
+            self.fleet.ensure_replicas(name)
 
         return await self._each({name: (name, count) for name, count in counts.items()}, add)
 
@@ -993,8 +786,8 @@ class ControllerActor:
     def _start_reassignment(self, topic: str, partition: int) -> None:
         """The new replicas' actors, the partition's new state to every replica, then wait
         until they are in sync to complete it (in the background)."""
-        self._ensure_replicas(topic)
-        self._push([self.image.partition(topic, partition)])
+        self.fleet.ensure_replicas(topic)
+        self.fleet.push([self.image.partition(topic, partition)])
         self._spawn(self._complete_reassignment(topic, partition))
 
     async def _complete_reassignment(self, topic: str, partition: int) -> None:
@@ -1005,8 +798,8 @@ class ControllerActor:
                 removed = self._carry_out(self.replication.step(CheckReassignment(topic, partition)))
                 if removed is None:
                     continue
-                handles = [self.replicas.pop((topic, partition, b), (None, None))[1] for b in removed]
-            await self._remove_replica_actors([h for h in handles if h is not None])
+                handles = [self.fleet.replicas.pop((topic, partition, b), (None, None))[1] for b in removed]
+            await self.fleet.remove_replica_actors([h for h in handles if h is not None])
             return
 
     async def find_coordinator(self, group_id: str, session: str | None = None) -> tuple[int, Any]:
@@ -1034,7 +827,7 @@ class ControllerActor:
                     await self._create_internal_topic(name)
         topic = self.image.topics[name]
         partition = topic.partitions[partition_for(key, len(topic.partitions))]
-        return partition.partition, self._live_leader(partition)
+        return partition.partition, self.fleet.live_leader(partition)
 
     async def _create_internal_topic(self, name: str) -> None:
         """Create ``__consumer_offsets`` or ``__transaction_state`` with its configured
@@ -1072,7 +865,7 @@ class ControllerActor:
         }
         record = self.image.create_topic(name, partitions, replication, config, live=self.live)
         self._commit([record])
-        self._ensure_replicas(name)
+        self.fleet.ensure_replicas(name)
 
     async def init_producer_id(self, session: str | None = None) -> int:
         """A producer id never handed out before (Kafka's InitProducerId of an idempotent
@@ -1107,298 +900,6 @@ class ControllerActor:
             return list(range(first, first + count))
 
     # --- replicas -----------------------------------------------------------------------
-
-    def _ensure_replicas(self, name: str) -> None:
-        """Start every live replica actor of topic ``name`` that is not running (in the
-        background: see :meth:`_start_replicas`)."""
-        topic = self.image.topic(name)
-        keys = [(name, p.partition, b) for p in topic.partitions for b in p.replicas if b in self.live]
-        self._start_replicas([k for k in keys if not self._is_ready(k)])
-
-    async def _find_running_replicas(self) -> None:
-        """After a controller restart: take the replica actors that still run (found by name,
-        in a thread: each look-up asks Ray's GCS) as running, so that clients keep their
-        leaders, and tell them the current state (a push may have been lost in the restart)."""
-        keys = [(t.name, p.partition, b) for t in self.image.topics.values() for p in t.partitions for b in p.replicas]
-        names = {key: self._replica_name(key) for key in keys if key[2] in self.live}
-        found = await asyncio.to_thread(lambda: {key: h for key, name in names.items() if (h := _running(name))})
-        for key, handle in found.items():
-            self._keep_replica(key, handle)
-            self._ready.add(key)
-        self._push(self.image.partitions())
-
-    def _start_missing_replicas(self) -> None:
-        """:meth:`_ensure_replicas` for every topic: after a (controller) start, for brokers
-        back on new nodes, and for replicas whose start failed. Checked every watch round."""
-        for name in list(self.image.topics):
-            self._ensure_replicas(name)
-
-    def _start_replicas(self, keys: list[tuple[str, int, int]]) -> None:
-        """Queue replica actors to start, at most :data:`MAX_STARTING_REPLICAS` at a time, as
-        Kafka brokers do after a topic is created: the topic exists once journaled, and its
-        partitions get leaders as their actors answer (clients get LEADER_NOT_AVAILABLE and
-        retry meanwhile). Leaders first: a partition serves once its leader runs, and a
-        follower is created with its leader's actor."""
-        for key in keys:
-            if key in self._starting:
-                continue
-            self._starting.add(key)
-            if self.image.topics[key[0]].partitions[key[1]].leader == key[2]:
-                self._starting_leaders.add(key)
-                self._leaders_to_start.append(key)
-            else:
-                self._followers_to_start.append(key)
-        while self._starters < MAX_STARTING_REPLICAS and (self._leaders_to_start or self._followers_to_start):
-            self._starters += 1
-            self._spawn(self._run_starter())
-
-    async def _run_starter(self) -> None:
-        """Start queued replicas one after another: leaders first, and followers only once no
-        leader is starting (on a node of few cores, a follower's process start would slow
-        the leaders' down, and a partition serves once its leader runs)."""
-        try:
-            while self._leaders_to_start or self._followers_to_start:
-                if self._leaders_to_start:
-                    key = self._leaders_to_start.popleft()
-                    self._leaders_starting += 1
-                elif self._leaders_starting:
-                    await wait_for_event(self._leaders_event(), REPLICA_START_TIMEOUT_S)
-                    continue
-                else:
-                    key = self._followers_to_start.popleft()
-                leads = key in self._starting_leaders
-                try:
-                    await self._start_replica(key)
-                except Exception:  # noqa: BLE001 — the next watch round tries it again
-                    logger.exception("starting replica %s-%d on broker %d failed", *key)
-                finally:
-                    self._starting.discard(key)
-                    if leads:
-                        self._starting_leaders.discard(key)
-                        self._leaders_starting -= 1
-                        self._notify_leaders()
-        finally:
-            self._starters -= 1
-
-    async def _start_replica(self, key: tuple[str, int, int]) -> None:
-        """Create the replica actor of ``key`` (or find it, after a controller restart), wait
-        until it answers, and tell it the partition's state if that moved meanwhile (pushes
-        skip replicas that are not running yet). Created in a thread: creating a named actor
-        waits for Ray's GCS, which on the event loop would hold up elections meanwhile."""
-        name, partition, broker_id = key
-        topic = self.image.topics.get(name)
-        if topic is None or broker_id not in self.live or broker_id not in topic.partitions[partition].replicas:
-            return
-        config_version = self.image.config_versions[name]
-        handle = self._cached_replica(key)
-        created = handle is None
-        if created:
-            cls, options, args, kwargs = self._replica_spec(key)
-            handle = await asyncio.to_thread(lambda: _remote(cls).options(**options).remote(*args, **kwargs))
-            now = self.image.topics.get(name)
-            if now is None or now.topic_id != topic.topic_id:
-                await self._remove_replica_actors([handle])  # deleted meanwhile
-                return
-            self._keep_replica(key, handle)
-        try:
-            answer = await asyncio.wait_for(handle.ready.remote(), REPLICA_START_TIMEOUT_S)
-        except (asyncio.TimeoutError, ray.exceptions.RayError) as exc:
-            logger.warning("replica %s-%d on broker %d did not start (tried again later): %r", *key, exc)
-            return
-        if self._cached_replica(key) is not handle or name not in self.image.topics:
-            return  # deleted or moved meanwhile
-        self._ready.add(key)
-        info = self.image.partition(name, partition)
-        if created and info.leader == broker_id:
-            # Its running followers were told of no actor of it, or of one on the node its
-            # broker left: they follow this one from now on.
-            self._push([info])
-        elif (answer["leader_epoch"], answer["partition_epoch"]) != (info.leader_epoch, info.partition_epoch) or (
-            config_version != self.image.config_versions[name]
-        ):
-            self._push([info], only=broker_id)
-        self._notify_leaders()
-
-    def _is_ready(self, key: tuple[str, int, int]) -> bool:
-        return key in self._ready and self._cached_replica(key) is not None
-
-    def _notify_leaders(self) -> None:
-        if self._leaders_changed is not None:
-            self._leaders_changed.set()
-            self._leaders_changed = None
-
-    def _leaders_event(self) -> asyncio.Event:
-        if self._leaders_changed is None:
-            self._leaders_changed = asyncio.Event()
-        return self._leaders_changed
-
-    def _live_leader(self, info: PartitionInfo):
-        """The running actor of ``info``'s leader, or None (not live, or not started yet)."""
-        key = (info.topic, info.partition, info.leader)
-        return self._cached_replica(key) if info.leader in self.live and self._is_ready(key) else None
-
-    def _partition_ready(self, info: PartitionInfo, followers: bool) -> bool:
-        """Whether ``info``'s leader runs, and with ``followers`` every replica on a live broker."""
-        if self._live_leader(info) is None:
-            return False
-        live = (b for b in info.replicas if b in self.live)
-        return not followers or all(self._is_ready((info.topic, info.partition, b)) for b in live)
-
-    def _replica_actor(self, topic_name: str, partition: int, broker_id: int):
-        """The replica actor of ``broker_id`` for the partition on its broker's current node,
-        created here if this controller has none (blocking the event loop: only for the
-        leader of a follower being created, which is normally started already)."""
-        key = (topic_name, partition, broker_id)
-        handle = self._cached_replica(key)
-        if handle is None:
-            cls, options, args, kwargs = self._replica_spec(key)
-            handle = self._keep_replica(key, _remote(cls).options(**options).remote(*args, **kwargs))
-        return handle
-
-    def _cached_replica(self, key: tuple[str, int, int]):
-        cached = self.replicas.get(key)
-        return cached[1] if cached is not None and cached[0] == self.image.brokers[key[2]].node_id else None
-
-    def _keep_replica(self, key: tuple[str, int, int], handle):
-        self.replicas[key] = (self.image.brokers[key[2]].node_id, handle)
-        self._ready.discard(key)
-        self._push_quotas([key])
-        self._push_acls_to_replicas([key])
-        self._push_group_configs([key])
-        return handle
-
-    def _replica_name(self, key: tuple[str, int, int]) -> str:
-        topic_name, partition, broker_id = key
-        node_id = self.image.brokers[broker_id].node_id
-        return replica_name(self.cluster_name, self.image.topics[topic_name].topic_id, partition, broker_id, node_id)
-
-    def _replica_spec(self, key: tuple[str, int, int]) -> tuple[type, dict, tuple, dict]:
-        """How to create the replica actor of ``key``: its class, options and arguments (the
-        partition's state and, for a follower, its live leader's actor; a group coordinator's
-        settings)."""
-        topic_name, partition, broker_id = key
-        broker = self.image.brokers[broker_id]
-        topic = self.image.topics[topic_name]
-        state = topic.partitions[partition]
-        leader = None
-        if state.leader >= 0 and state.leader != broker_id and state.leader in self.live:
-            leader = self._replica_actor(topic_name, partition, state.leader)
-        options = {
-            "name": self._replica_name(key),
-            "namespace": NAMESPACE,
-            "lifetime": "detached",
-            "get_if_exists": True,
-            "max_restarts": -1,
-            "max_task_retries": 0,
-            "num_cpus": 0,
-            "scheduling_strategy": NodeAffinitySchedulingStrategy(broker.node_id, soft=False),
-        }
-        args = (
-            self.cluster_name,
-            topic.name,
-            topic.topic_id,
-            partition,
-            broker_id,
-            broker.data_dir,
-            self.image.replica_config(topic.name, broker_id),
-            state,
-            leader,
-        )
-        actor_class = {OFFSETS_TOPIC: GroupCoordinatorActor, TRANSACTION_TOPIC: TransactionCoordinatorActor}.get(
-            topic_name, PartitionReplicaActor
-        )
-        options["max_concurrency"] = actor_class.MAX_CONCURRENCY
-        kwargs: dict[str, Any] = {"session_key": self.image.session_key, "acls": self._replica_authorizer()}
-        if actor_class is GroupCoordinatorActor:
-            kwargs["initial_rebalance_delay_ms"] = self.config.group_initial_rebalance_delay_ms
-            kwargs["consumer_groups"] = self._consumer_groups
-        return actor_class, options, args, kwargs
-
-    def _push(self, partitions: list[PartitionInfo], only: int | None = None) -> None:
-        """Tell every running replica of each partition (or broker ``only``'s) its new state and
-        its topic's config, in the background until it answers (see :class:`Pushes`). A
-        replica not started yet gets the state it will start with, or is told once it answers."""
-        for info in partitions:
-            for broker_id in info.replicas:
-                key = (info.topic, info.partition, broker_id)
-                handle = self._cached_replica(key)
-                if broker_id in self.live and handle is not None and only in (None, broker_id):
-                    leader, config = self._role(info, broker_id)
-                    self._pushes.push(
-                        ("state", *key), self._still(key, handle), handle.update_state, info, leader, config
-                    )
-
-    def _still(self, key: tuple[str, int, int], handle) -> Callable[[], bool]:
-        """Whether pushes to ``handle`` are still wanted: its broker is live and it is still
-        the replica's actor (not deleted with its topic, nor replaced on a new node)."""
-        return lambda: key[2] in self.live and self._cached_replica(key) is handle
-
-    def _role(self, info: PartitionInfo, broker_id: int) -> tuple[Any, tuple[int, dict]]:
-        """What broker ``broker_id``'s replica of ``info``'s partition is told with its state:
-        the leader's actor (None when the leader is not live or its actor not created yet: it
-        is told when the leader answers) and ``(config version, config)``, the topic's under
-        the broker's own dynamic defaults."""
-        key = (info.topic, info.partition, info.leader)
-        leader = self._cached_replica(key) if info.leader in self.live else None
-        return leader, (self.image.config_versions[info.topic], self.image.replica_config(info.topic, broker_id))
-
-    def _push_quotas(self, keys: list[tuple[str, int, int]]) -> list[asyncio.Future]:
-        """Tell the replicas of ``keys`` the client quotas and their version (as :meth:`_push`);
-        the pushes, to await."""
-        if not self.image.client_quotas_version:
-            return []  # never set: replicas start without quotas
-        version, quotas = self.image.client_quotas_version, dict(self.image.client_quotas)
-        return self._push_to_replicas(keys, "quotas", "update_quotas", version, quotas)
-
-    def _push_group_configs(self, keys: list[tuple[str, int, int]]) -> list[asyncio.Future]:
-        """Tell the group coordinators among the replicas of ``keys`` the groups' dynamic
-        configs and their version (as :meth:`_push`); the pushes, to await."""
-        if not self.image.group_configs_version:
-            return []  # never set: coordinators start with the broker's settings
-        version, configs = self.image.group_configs_version, dict(self.image.group_configs)
-        coordinators = [key for key in keys if key[0] == OFFSETS_TOPIC]
-        return self._push_to_replicas(coordinators, "group_configs", "update_group_configs", version, configs)
-
-    def _push_acls_to_replicas(self, keys: list[tuple[str, int, int]]) -> list[asyncio.Future]:
-        """Tell the replicas of ``keys`` the ACLs as an authorizer (as :meth:`_push`); the
-        pushes, to await."""
-        if not self.config.authorizer:
-            return []  # replicas start without an authorizer
-        return self._push_to_replicas(keys, "acls", "update_acls", *self._replica_authorizer())
-
-    def _push_to_replicas(self, keys: list[tuple[str, int, int]], kind: str, method: str, *args) -> list:
-        pushes = []
-        for key in keys:
-            handle = self._cached_replica(key)
-            if handle is not None:
-                pushes.append(self._pushes.push((kind, *key), self._still(key, handle), getattr(handle, method), *args))
-        return pushes
-
-    def _replica_authorizer(self) -> tuple[int, Authorizer | None]:
-        """``(ACLs version, authorizer)`` for the replicas (None without the authorizer
-        setting), built once per version of the ACLs."""
-        if not self.config.authorizer:
-            return self.image.acls_version, None
-        if self._authorizer[0] != self.image.acls_version:
-            super_users = parse_super_users(self.config.super_users)
-            everyone = self.config.allow_everyone_if_no_acl_found
-            self._authorizer = (self.image.acls_version, Authorizer(self.image.acls, super_users, everyone))
-        return self._authorizer
-
-    def _remove_replicas(self, topic: TopicDescription) -> Awaitable[None]:
-        """Forget ``topic``'s replica actors; the removal of their data and processes, to await."""
-        keys = [(topic.name, p.partition, b) for p in topic.partitions for b in p.replicas]
-        self._ready.difference_update(keys)
-        handles = [self.replicas.pop(key, (None, None))[1] for key in keys]
-        return self._remove_replica_actors([h for h in handles if h is not None])
-
-    async def _remove_replica_actors(self, handles: list) -> None:
-        """Delete the replicas' data and stop their actors."""
-        await asyncio.gather(
-            *(asyncio.wait_for(h.delete_data.remote(), PEER_CALL_TIMEOUT_S) for h in handles), return_exceptions=True
-        )
-        for handle in handles:
-            ray.kill(handle, no_restart=True)
 
     # --- metadata -----------------------------------------------------------------------
 
@@ -1439,7 +940,7 @@ class ControllerActor:
         leaders = {}
         for topic in described.values():
             for p in topic.partitions:
-                handle = self._live_leader(p)
+                handle = self.fleet.live_leader(p)
                 if handle is not None:
                     leaders[(topic.name, p.partition)] = handle
         return {
@@ -1450,7 +951,7 @@ class ControllerActor:
             "leaders": leaders,
             "denied": denied,
             "reassignments": {key: r for key, r in reassignments.items() if access is None or key[0] in described},
-            "refused_brokers": dict(self.refused),
+            "refused_brokers": dict(self.broker_finder.refused),
             "listeners": {}
             if self.listeners is None
             else self.listeners.endpoints(self.live, self.image.broker_configs),
@@ -1473,7 +974,7 @@ class ControllerActor:
         """The running replica actors of broker ``broker_id`` by ``(topic, partition)`` (its
         listener's DescribeLogDirs)."""
         await self.start()
-        return {(t, p): handle for (t, p, b), (_, handle) in self.replicas.items() if b == broker_id}
+        return {(t, p): handle for (t, p, b), (_, handle) in self.fleet.replicas.items() if b == broker_id}
 
     async def replica_handles(self, topic: str, wait_s: float = REPLICA_START_TIMEOUT_S) -> dict[tuple[int, int], Any]:
         """Every live replica actor of ``topic`` by ``(partition, broker_id)`` (tests, tools),
@@ -1481,12 +982,12 @@ class ControllerActor:
         await self.start()
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
-            changed = self._leaders_event()
+            changed = self.fleet.leaders_event()
             described = self.image.topic(topic)
             keys = [(topic, p.partition, b) for p in described.partitions for b in p.replicas if b in self.live]
             remaining = deadline - asyncio.get_running_loop().time()
-            if all(self._is_ready(k) for k in keys) or remaining <= 0:
-                return {(k[1], k[2]): h for k in keys if (h := self._cached_replica(k)) is not None}
+            if all(self.fleet.is_ready(k) for k in keys) or remaining <= 0:
+                return {(k[1], k[2]): h for k in keys if (h := self.fleet.cached(k)) is not None}
             await wait_for_event(changed, remaining)
 
     async def await_leaders(
@@ -1499,14 +1000,14 @@ class ControllerActor:
         await self.start()
         deadline = asyncio.get_running_loop().time() + max(0, timeout_ms) / 1000
         while True:
-            changed = self._leaders_event()
+            changed = self.fleet.leaders_event()
             counts: dict[str, tuple[int, str, int, int]] = {}
             for name in topics:
                 topic = self.image.topics.get(name)
                 if topic is None:
                     counts[name] = (*error_result(UnknownTopicOrPartitionError(f"unknown topic {name!r}")), 0, 0)
                 else:
-                    led = sum(self._partition_ready(p, followers) for p in topic.partitions)
+                    led = sum(self.fleet.partition_ready(p, followers) for p in topic.partitions)
                     counts[name] = (0, "", led, len(topic.partitions))
             remaining = deadline - asyncio.get_running_loop().time()
             if all(led == total for _, _, led, total in counts.values()) or remaining <= 0:
@@ -1517,10 +1018,10 @@ class ControllerActor:
         """Close every replica's log (each within ``PEER_CALL_TIMEOUT_S``; see
         :meth:`PartitionReplicaActor.close`), then kill every replica and listener actor (data
         stays on disk); the caller then kills this actor."""
-        logger.info("raylog cluster %s stops: %d replica actors", self.cluster_name, len(self.replicas))
+        logger.info("raylog cluster %s stops: %d replica actors", self.cluster_name, len(self.fleet.replicas))
         for task in list(self._tasks):
             task.cancel()
-        handles = [handle for _, handle in self.replicas.values()]
+        handles = [handle for _, handle in self.fleet.replicas.values()]
         closed = await asyncio.gather(
             *(asyncio.wait_for(h.close.remote(), PEER_CALL_TIMEOUT_S) for h in handles), return_exceptions=True
         )
@@ -1529,29 +1030,10 @@ class ControllerActor:
             logger.warning("%d replica(s) did not close their logs: %r", len(unclosed), unclosed[0])
         for handle in handles:
             ray.kill(handle, no_restart=True)
-        self.replicas.clear()
-        self._ready.clear()
+        self.fleet.replicas.clear()
+        self.fleet.ready.clear()
         if self.listeners is not None:
             self.listeners.shutdown()
-
-
-class _Unanswered(Exception):
-    """A node did not answer in time whether it is a broker (see ``ControllerActor._identity``)."""
-
-
-@functools.cache
-def _remote(actor_class: type):
-    """The Ray actor class of ``actor_class`` with its concurrency groups (which ``.options()``
-    cannot set), made once (each ``ray.remote`` exports the class anew)."""
-    return ray.remote(concurrency_groups=actor_class.CONCURRENCY_GROUPS)(actor_class)
-
-
-def _running(name: str):
-    """The actor named ``name`` in raylog's namespace, or None."""
-    try:
-        return ray.get_actor(name, namespace=NAMESPACE)
-    except ValueError:
-        return None
 
 
 def _require(access: Access | None, operation: Op, resource_type: ResourceType, name: str = CLUSTER_NAME) -> None:
@@ -1577,14 +1059,6 @@ def _decides(changed: list, topic: str) -> bool:
     return False
 
 
-async def wait_for_event(event: asyncio.Event, timeout_s: float) -> None:
-    """Wait until ``event`` is set or ``timeout_s`` passes."""
-    try:
-        await asyncio.wait_for(event.wait(), timeout_s)
-    except asyncio.TimeoutError:
-        pass
-
-
 async def _awaited(pushes: list[asyncio.Future], what: str) -> None:
     """Wait for ``pushes`` for at most :data:`PEER_CALL_TIMEOUT_S` (the replicas that do not
     answer get ``what`` when they do)."""
@@ -1592,11 +1066,3 @@ async def _awaited(pushes: list[asyncio.Future], what: str) -> None:
         _, late = await asyncio.wait(pushes, timeout=PEER_CALL_TIMEOUT_S)
         if late:
             logger.info("%d replica(s) did not take %s at once", len(late), what)
-
-
-async def quietly(ref) -> None:
-    """Await a fire-and-forget call to another actor; a failure is left to retries elsewhere."""
-    try:
-        await asyncio.wait_for(ref, PEER_CALL_TIMEOUT_S)
-    except (asyncio.TimeoutError, ray.exceptions.RayError):
-        pass

@@ -22,7 +22,7 @@ import traceback
 import ray
 
 from raylog import Admin, Consumer, NewTopic, Producer, RaylogCluster, TopicPartition
-from raylog.actors.controller import BROKER_LABEL
+from raylog.actors.broker_finder import BROKER_LABEL
 from raylog.common.names import NAMESPACE, controller_name
 from raylog.errors import RaylogError
 

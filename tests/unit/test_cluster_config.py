@@ -21,7 +21,7 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.scripts.scripts import cli as ray_cli
 
 from raylog import cli
-from raylog.actors.controller import BROKER_LABEL
+from raylog.actors.broker_finder import BROKER_LABEL
 from raylog.cli import cluster as cluster_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
