@@ -58,7 +58,7 @@ LIMITS = (
     ("raylog.common.requests", "MAX_TRANSACTION_TIMEOUT_MS"),
     ("raylog.actors.replica", "MAX_CONCURRENCY"),
     ("raylog.actors.replica", "CONCURRENCY_GROUPS"),
-    ("raylog.actors.replica", "FETCH_MAX_WAIT_MS_MAX"),
+    ("raylog.actors.replica_reads", "FETCH_MAX_WAIT_MS_MAX"),
     ("raylog.actors.group_coordinator", "MAX_CONCURRENCY"),
     ("raylog.actors.group_coordinator", "JOIN_CONCURRENCY"),
     ("raylog.actors.group_coordinator", "HEARTBEAT_CONCURRENCY"),

@@ -26,7 +26,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raylog.actors.replica import PEER_CALL_TIMEOUT_S
+from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S
 from raylog.common.names import DEFAULT_DATA_DIR
 from raylog.coordination.metadata import MetadataImage
 from raylog.errors import RaylogError

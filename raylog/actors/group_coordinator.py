@@ -52,9 +52,10 @@ from typing import Any
 import ray
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
+from raylog.actors.group_admin import GroupAdmin
 from raylog.common import record_batch
-from raylog.common.acl import CLUSTER_NAME, ResourceType
 from raylog.common.acl import ACLOperation as Op
+from raylog.common.acl import ResourceType
 from raylog.common.group_protocol import Heartbeat
 from raylog.coordination import group_configs
 from raylog.coordination.consumer_group import ConsumerGroupConfig
@@ -92,7 +93,7 @@ logger = logging.getLogger(__name__)
 GROUP = ResourceType.GROUP
 
 
-class GroupCoordinatorActor(CoordinatorActor):
+class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
     """See the module docstring."""
 
     MAX_CONCURRENCY = MAX_CONCURRENCY
@@ -321,7 +322,7 @@ class GroupCoordinatorActor(CoordinatorActor):
     ) -> GroupResponse:
         return self._step(lambda groups: groups.leave(group_id, member_id, instance_id, now_ms()), (session, group_id))
 
-    # --- offsets and admin --------------------------------------------------------------
+    # --- offsets --------------------------------------------------------------
 
     @ray.method(concurrency_group="commits")
     def commit_offsets(
@@ -339,19 +340,8 @@ class GroupCoordinatorActor(CoordinatorActor):
         ``after``: the caller's previous commit, still unanswered when it sent this one (an
         object reference, not its value): Ray starts this call only once that one answered,
         so one consumer's commits take effect in the order it made them (its value is not
-        used). Needs READ on the group and on each topic."""
-        offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
-        with self._lock:
-            try:
-                self._require_commit(session, group_id, offsets)
-                records = self._coordinator().prepare_commit(
-                    group_id, member_id, generation, instance_id, offsets, now_ms()
-                )
-                self._await_records(self._append_records(records))
-                self._catch_up()
-            except Exception as exc:  # noqa: BLE001
-                return GroupResponse(**error_fields(exc))
-        return GroupResponse()
+        used)."""
+        return self._commit_offsets(session, group_id, member_id, generation, instance_id, offsets)
 
     @ray.method(concurrency_group="commits")
     def txn_commit_offsets(
@@ -367,14 +357,26 @@ class GroupCoordinatorActor(CoordinatorActor):
     ) -> GroupResponse:
         """Offsets committed in the producer's transaction: appended as its transactional
         batch (a fenced producer's is refused), held until its marker comes."""
+        batch = {"producer_id": producer_id, "producer_epoch": producer_epoch, "transactional": True}
+        return self._commit_offsets(session, group_id, member_id, generation, instance_id, offsets, **batch)
+
+    def _commit_offsets(
+        self, session: str | None, group_id: str, member_id: str, generation: int, instance_id: str | None,
+        offsets: dict, **batch_fields,
+    ) -> GroupResponse:  # fmt: skip
+        """Append the commit (as the transactional batch of ``batch_fields`` if given) and
+        answer once the ISR has it. Needs READ on the group and on each topic (Kafka's OffsetCommit)."""
         offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
         with self._lock:
             try:
-                self._require_commit(session, group_id, offsets)
+                access = self._guard.access(session)
+                if access is not None:
+                    access.require(Op.READ, GROUP, group_id)
+                    for topic in sorted({tp.topic for tp in offsets}):
+                        access.require(Op.READ, ResourceType.TOPIC, topic)
                 records = self._coordinator().prepare_commit(
                     group_id, member_id, generation, instance_id, offsets, now_ms()
                 )
-                batch_fields = {"producer_id": producer_id, "producer_epoch": producer_epoch, "transactional": True}
                 self._await_records(self._append_records(records, **batch_fields))
                 self._catch_up()
             except Exception as exc:  # noqa: BLE001
@@ -394,52 +396,7 @@ class GroupCoordinatorActor(CoordinatorActor):
             lambda groups: groups.committed(group_id, partitions, require_stable), (session, Op.DESCRIBE, group_id)
         )
 
-    def list_groups(self, session: str | None = None) -> GroupResponse:
-        """Every group here, or those the caller may DESCRIBE unless it may DESCRIBE the cluster."""
-        access = self._guard.access(session)
-        if access is None or access.allows(Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-            return self._answer(lambda groups: groups.list_groups())
-        return self._answer(lambda groups: [g for g in groups.list_groups() if access.allows(Op.DESCRIBE, GROUP, g[0])])
-
-    def describe_group(self, group_id: str, session: str | None = None) -> GroupResponse:
-        return self._answer(lambda groups: groups.describe(group_id), (session, Op.DESCRIBE, group_id))
-
-    @ray.method(concurrency_group="commits")
-    def delete_group(self, group_id: str, session: str | None = None) -> GroupResponse:
-        with self._lock:
-            try:
-                self._guard.require(session, Op.DELETE, GROUP, group_id)
-                self._await_records(self._append_records(self._coordinator().delete(group_id)))
-            except Exception as exc:  # noqa: BLE001
-                return GroupResponse(**error_fields(exc))
-        return GroupResponse()
-
-    @ray.method(concurrency_group="commits")
-    def delete_offsets(
-        self, group_id: str, partitions: list[tuple[str, int]], session: str | None = None
-    ) -> GroupResponse:
-        """Forget the group's committed offsets of ``partitions`` (Kafka's OffsetDelete), once
-        their tombstones are replicated; the value is ``{(topic, partition): error code}``
-        (GROUP_SUBSCRIBED_TO_TOPIC where a member reads the topic)."""
-        with self._lock:
-            try:
-                self._guard.require(session, Op.DELETE, GROUP, group_id)
-                records, results = self._coordinator().delete_offsets(group_id, partitions)
-                if records:
-                    self._await_records(self._append_records(records))
-            except Exception as exc:  # noqa: BLE001
-                return GroupResponse(**error_fields(exc))
-        return GroupResponse(value={tuple(tp): 0 if e is None else e.code for tp, e in results.items()})
-
     # --- plumbing -----------------------------------------------------------------------
-
-    def _require_commit(self, session: str | None, group_id: str, offsets: dict) -> None:
-        """A commit needs READ on the group and on each topic (Kafka's OffsetCommit)."""
-        access = self._guard.access(session)
-        if access is not None:
-            access.require(Op.READ, GROUP, group_id)
-            for topic in sorted({tp.topic for tp in offsets}):
-                access.require(Op.READ, ResourceType.TOPIC, topic)
 
     def _answer(self, question, needs: tuple[str | None, Op, str] | None = None) -> GroupResponse:
         """``question(groups)``'s answer as a response's value, or its error; ``needs``: the

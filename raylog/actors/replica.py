@@ -45,36 +45,38 @@ actor, that is per partition leader, not per broker as in Kafka: a client readin
 writing N partitions led on one broker may move up to N times its quota there.
 
 The actor only translates: requests in, :class:`Partition` steps, responses out; every
-raylog error becomes a response error code.
+raylog error becomes a response error code. Its role (what to follow, ISR proposals, the
+restart report) is :class:`~raylog.coordination.replica_core.ReplicaCore`'s, whose effects
+:meth:`PartitionReplicaActor._carry_out` carries out. Writes, reads and housekeeping are the
+actor's parts, one module each (:mod:`~raylog.actors.replica_parts`).
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
-import ctypes
-import ctypes.util
 import dataclasses
 import functools
 import gc
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
-from typing import Any
 
 import ray
 
 from raylog import metrics
 from raylog.actors import logs
 from raylog.actors.access import Guard
-from raylog.common.acl import CLUSTER_NAME, ACLOperation, ResourceType
-from raylog.common.names import NAMESPACE, controller_name, validate_client_id
+from raylog.actors.replica_housekeeping import Housekeeping
+from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
+from raylog.actors.replica_reads import LeaderReads
+from raylog.actors.replica_writes import LeaderWrites
+from raylog.common.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig
 from raylog.coordination.acls import Authorizer
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
-from raylog.coordination.partition import Partition, SequenceGap
+from raylog.coordination.partition import Partition
 from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager
 from raylog.coordination.replica_core import (
     Changed,
@@ -88,31 +90,10 @@ from raylog.coordination.replica_core import (
     StatePushed,
     StopFollowing,
 )
-from raylog.coordination.txn_verification import VerificationNeeded, verification_error
-from raylog.errors import (
-    AuthorizationError,
-    CoordinatorNotAvailableError,
-    InvalidRequestError,
-    NotLeaderOrFollowerError,
-    OutOfOrderSequenceError,
-    RaylogError,
-    RequestTimedOutError,
-    SaslAuthenticationError,
-)
-from raylog.protocol import (
-    DeleteRecordsResponse,
-    FetchRequest,
-    FetchResponse,
-    ListOffsetsResponse,
-    ProduceRequest,
-    ProduceResponse,
-    error_fields,
-    error_of,
-)
-from raylog.storage import faults
+from raylog.errors import RaylogError
 from raylog.storage.log import Log
 from raylog.storage.log_dirs import open_log_dir, remove_log_dir
-from raylog.types import PartitionInfo, ProducerState
+from raylog.types import PartitionInfo
 
 #: Produces and offset look-ups a replica serves at once, each on its own thread (Ray's
 #: ``max_concurrency``, the default concurrency group): acks=all produces in flight hold one
@@ -125,23 +106,6 @@ MAX_CONCURRENCY = 32
 #: transaction markers waiting for the ISR (``markers``) and the controller's pushes and
 #: probes (``control``).
 CONCURRENCY_GROUPS = {"fetch": 32, "replication": 8, "markers": 8, "control": 4}
-#: The longest a fetch waits for records, whatever its ``max_wait_ms`` asks (a follower's
-#: replica.fetch.wait.max.ms too): a consumer's holds one of the ``fetch`` threads meanwhile,
-#: and a client that asks days and goes away (a Kafka fetch of max_wait_ms 2**31 - 1 over a
-#: connection it closes) must not keep it. An answer with no records before the client's wait
-#: ends is one Kafka may give too; a Kafka consumer's request.timeout.ms (30 s by default) ends
-#: its own wait no later.
-FETCH_MAX_WAIT_MS_MAX = 30_000
-#: How often the actor applies retention, the flush.ms policy and the HW checkpoint while its
-#: partition changes; rounds that find nothing changed double the pause up to the idle
-#: maximum (a node hosts hundreds of idle replicas), and at most a quarter of
-#: replica.lag.time.max.ms.
-HOUSEKEEPING_INTERVAL_S = 1.0
-HOUSEKEEPING_IDLE_MAX_S = 8.0
-#: Pause before a follower retries a failed fetch (the leader may be moving).
-REPLICA_BACKOFF_S = 0.1
-#: Bound on any call a replica makes to another actor.
-PEER_CALL_TIMEOUT_S = 10.0
 #: A restarted replica that cannot report to the controller logs every this many tries.
 RESTART_REPORT_LOG_EVERY = 50
 
@@ -149,13 +113,7 @@ RESTART_REPORT_LOG_EVERY = 50
 logger = logging.getLogger(__name__)
 
 
-@functools.cache
-def _cleaner_thread() -> concurrent.futures.ThreadPoolExecutor:
-    """This process's cleaner thread (one replica per process: one cleaner per replica)."""
-    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="raylog-cleaner")
-
-
-class PartitionReplicaActor:
+class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
     """See the module docstring. Concurrency: every step on the partition holds ``_lock``;
     ``_changed`` (a condition of that lock) wakes the calls waiting for a change."""
 
@@ -358,204 +316,7 @@ class PartitionReplicaActor:
 
     # --- leader: produce ----------------------------------------------------------------
 
-    def produce(self, request: ProduceRequest) -> ProduceResponse:
-        """Append a producer's batch; for acks=all, wait until the ISR has it; the response
-        says how long the client is to hold back for its producer quota.
-
-        An idempotent batch that arrives before an earlier one of its producer waits for it
-        (Ray may run pipelined calls out of order), unless the request says its batches come
-        in order (a Kafka connection): then it is refused at once. A retry of a batch already
-        appended is answered with the original offsets, after the same wait for the ISR. A
-        transaction's first batch here is verified with its coordinator first
-        (:meth:`_verify_transaction`)."""
-        try:
-            validate_client_id(request.client_id)
-            self._guard.require(request.session, ACLOperation.WRITE, ResourceType.TOPIC, self.partition.topic)
-        except (InvalidRequestError, AuthorizationError, SaslAuthenticationError) as exc:
-            return _produce_error(exc)
-        response = self._append(request)
-        with self._lock:
-            throttle_ms = self._produce_quotas.record(request.client_id, len(request.records), _now_ms())
-        return self._throttled(response, throttle_ms, "producer")
-
-    def _append(self, request: ProduceRequest) -> ProduceResponse:
-        started = time.monotonic()
-        deadline = started + request.timeout_ms / 1000
-        with self._lock:
-            while True:
-                try:
-                    outcome = self.partition.append_as_leader(
-                        request.records,
-                        request.acks,
-                        request.first_unacked_sequence,
-                        request.transactional_id,
-                        verify=True,
-                        in_order=request.in_order,
-                    )
-                    break
-                except VerificationNeeded as needed:
-                    error = self._verify_transaction(needed, deadline)
-                    if error is not None:
-                        return _produce_error(error)
-                except SequenceGap:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return _produce_error(
-                            OutOfOrderSequenceError("an earlier batch of this producer never arrived")
-                        )
-                    self._wait("produce", remaining)
-                except Exception as exc:  # noqa: BLE001 — every error travels back as a code
-                    return ProduceResponse(**error_fields(exc), record_errors=getattr(exc, "record_errors", ()))
-            self._notify()
-            self._maybe_propose_isr()
-            if request.acks == -1:
-                error = self._await_replication(outcome.last_offset + 1, deadline, "produce")
-                if error is not None:
-                    return _produce_error(error)
-            log_start_offset = self.partition.log.log_start_offset
-        latency_s = time.monotonic() - started
-        metrics.record_produce(self._metric_tags, outcome.record_count, len(request.records), latency_s)
-        return ProduceResponse(
-            base_offset=outcome.first_offset,
-            log_append_time_ms=outcome.log_append_time_ms,
-            log_start_offset=log_start_offset,
-        )
-
-    @ray.method(concurrency_group="control")
-    def describe_producers(self, session: str | None = None) -> list[ProducerState]:
-        """The producers this leader knows (Kafka's DescribeProducers), for finding hanging
-        transactions (see :mod:`raylog.coordination.txn_verification`).
-
-        Raises:
-            NotLeaderOrFollowerError: this replica does not lead.
-            TopicAuthorizationFailedError: the caller of ``session`` may not read the topic.
-        """
-        self._guard.require(session, ACLOperation.READ, ResourceType.TOPIC, self.partition.topic)
-        with self._lock:
-            p = self.partition
-            if not p.is_leader:
-                raise NotLeaderOrFollowerError(f"{p.name}: broker {p.broker_id} does not lead")
-            return p.producers.describe()
-
-    def _verify_transaction(self, needed: VerificationNeeded, deadline: float) -> RaylogError | None:
-        """Ask the coordinator of ``needed``'s transactional id whether this partition is in
-        the producer's ongoing transaction (holding ``_lock`` once, released while it asks);
-        None when it is (recorded in the partition), else what to answer the producer."""
-        p = self.partition
-        timeout_s = min(PEER_CALL_TIMEOUT_S, max(0.0, deadline - time.monotonic()))
-        self._lock.release()
-        try:
-            error = _ask_transaction_coordinator(
-                self._controller, needed, p.topic, p.partition, timeout_s, self._guard.broker_token()
-            )
-        finally:
-            self._lock.acquire()
-        p.verification_answered(needed, error is None)
-        return error
-
-    @ray.method(concurrency_group="markers")
-    def write_txn_marker(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
-        timeout_ms: int = 30_000,
-        bumps_epoch: bool = True,
-    ) -> ProduceResponse:
-        """A transaction coordinator's marker (see :meth:`Partition.append_marker`), answered
-        once the ISR has it; a stale marker is answered once the ISR has everything this
-        replica holds (the first attempt, written but not answered, may still be
-        replicating). Either way it is then told to :meth:`_marker_written`."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        with self._lock:
-            try:
-                self._require_markers_accepted()
-                info = self.partition.append_marker(producer_id, producer_epoch, commit, coordinator_epoch, bumps_epoch)
-            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
-                return ProduceResponse(**error_fields(exc))
-            self._notify()
-            self._maybe_propose_isr()
-            end = self.partition.log.log_end_offset if info is None else info.last_offset + 1
-            error = self._await_replication(end, deadline, "markers")
-            if error is not None:
-                return _produce_error(error)
-            self._marker_written(producer_id, producer_epoch, commit, bumps_epoch)
-        return ProduceResponse(base_offset=-1 if info is None else info.first_offset)
-
-    def _require_markers_accepted(self) -> None:
-        """Raise a retriable error while this replica cannot take markers (holding ``_lock``)."""
-
-    def _marker_written(self, producer_id: int, producer_epoch: int, commit: bool, bumps_epoch: bool) -> None:
-        """A marker of ``producer_id`` with ``producer_epoch`` (bumped, or the producer's
-        current epoch) is replicated, now or before (holding ``_lock``)."""
-
-    def _await_replication(self, offset: int, deadline: float, pool: str) -> RaylogError | None:
-        """Wait (holding ``_lock``, released meanwhile, counted as parked in ``pool``) until
-        the HW reaches ``offset`` (see :meth:`Partition.replication_done`)."""
-        p = self.partition
-        epoch = p.leader_epoch
-        while True:
-            done, error = p.replication_done(offset, epoch)
-            if done:
-                return error
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return RequestTimedOutError(f"{p.name}: the ISR {list(p.isr)} did not get the batch in time")
-            self._wait(pool, remaining)
-
     # --- leader: fetch and offsets ------------------------------------------------------
-
-    @ray.method(concurrency_group="fetch")
-    def fetch(self, request: FetchRequest) -> FetchResponse:
-        """Batches from ``request.offset``; waits (long poll) for ``min_bytes``; for a consumer,
-        the response says how long to hold back for its consumer quota."""
-        try:
-            validate_client_id(request.client_id)
-            self._authorize_fetch(request)
-        except (InvalidRequestError, AuthorizationError, SaslAuthenticationError) as exc:
-            return FetchResponse(**error_fields(exc))
-        response = self._read(request)
-        if request.replica_id >= 0:
-            return response  # replication is never throttled
-        with self._lock:
-            throttle_ms = self._fetch_quotas.record(request.client_id, len(response.records), _now_ms())
-        return self._throttled(response, throttle_ms, "consumer")
-
-    def _authorize_fetch(self, request: FetchRequest) -> None:
-        """A consumer needs READ on the topic, a follower (a replica id) is the broker."""
-        access = self._guard.access(request.session)
-        if access is None:
-            return
-        if request.replica_id >= 0:
-            access.require(ACLOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
-        access.require(ACLOperation.READ, ResourceType.TOPIC, self.partition.topic)
-
-    def delete_records(self, offset: int, timeout_ms: int, session: str | None = None) -> DeleteRecordsResponse:
-        """Kafka's DeleteRecords on this leader: the records below ``offset`` (-1: the HW) are
-        deleted here at once and answered once every ISR member deleted them too (the low
-        watermark reached ``offset``), or REQUEST_TIMED_OUT after ``timeout_ms`` (they are
-        deleted all the same, followers on their next fetches). The caller of ``session``
-        needs DELETE on the topic."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        p = self.partition
-        with self._lock:
-            try:
-                self._guard.require(session, ACLOperation.DELETE, ResourceType.TOPIC, p.topic)
-                target, epoch = p.delete_records(offset), p.leader_epoch
-            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
-                return DeleteRecordsResponse(**error_fields(exc))
-            self._notify()  # parked follower fetches end now, with the new log start
-            while p.low_watermark < target:
-                if not p.is_leader or p.leader_epoch != epoch:
-                    moved = NotLeaderOrFollowerError(f"{p.name}: leadership moved before every replica deleted")
-                    return DeleteRecordsResponse(**error_fields(moved))
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    late = RequestTimedOutError(f"{p.name}: the ISR's low watermark is {p.low_watermark}, not {target}")
-                    return DeleteRecordsResponse(**error_fields(late), low_watermark=p.low_watermark)
-                self._wait("produce", remaining)
-            return DeleteRecordsResponse(low_watermark=p.low_watermark)
 
     def _throttled(self, response, throttle_ms: int, client_type: str):
         """``response`` telling the client to hold back ``throttle_ms`` (KIP-219: answered at
@@ -564,59 +325,6 @@ class PartitionReplicaActor:
             return response
         metrics.record_broker_throttle(self._metric_tags, client_type, throttle_ms)
         return dataclasses.replace(response, throttle_time_ms=throttle_ms)
-
-    def _read(self, request: FetchRequest) -> FetchResponse:
-        wait_s = min(max(0, request.max_wait_ms), FETCH_MAX_WAIT_MS_MAX) / 1000
-        deadline = time.monotonic() + wait_s
-        first = True
-        with self._lock:
-            while True:
-                watermarks = (self.partition.high_watermark, self.partition.low_watermark)
-                response = self.partition.fetch(request, record_fetch=first)
-                if response.error_code:
-                    return response
-                if request.replica_id >= 0 and first:
-                    # Only when the HW (or the low watermark) moved: a notify wakes the other
-                    # followers' long polls too, and theirs would wake this one, a busy loop
-                    # while the partition is idle.
-                    moved = (self.partition.high_watermark, self.partition.low_watermark) != watermarks
-                    if moved:
-                        self._notify()  # wake acks=all producers, consumers, DeleteRecords
-                    self._maybe_propose_isr()
-                if first:
-                    first, start = False, response.log_start_offset
-                remaining = deadline - time.monotonic()
-                if len(response.records) >= request.min_bytes or remaining <= 0:
-                    break
-                if request.replica_id >= 0 and response.log_start_offset != start:
-                    break  # DeleteRecords moved the log start: the follower follows it now
-                self._wait("replication" if request.replica_id >= 0 else "fetch", remaining)
-        latency_s = time.monotonic() - deadline + wait_s
-        metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_s)
-        return response
-
-    def list_offsets(
-        self, timestamp_ms: int, current_leader_epoch: int = -1, isolation_level: int = 0, session: str | None = None
-    ) -> ListOffsetsResponse:
-        """Kafka's ListOffsets of this partition; the caller of ``session`` needs DESCRIBE on the topic."""
-        with self._lock:
-            try:
-                self._guard.require(session, ACLOperation.DESCRIBE, ResourceType.TOPIC, self.partition.topic)
-                offset, timestamp = self.partition.list_offset(timestamp_ms, current_leader_epoch, isolation_level)
-            except Exception as exc:  # noqa: BLE001
-                return ListOffsetsResponse(**error_fields(exc))
-            return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp, leader_epoch=self.partition.leader_epoch)
-
-    @ray.method(concurrency_group="replication")
-    def end_offset_for_epoch(self, epoch: int, session: str | None = None) -> tuple[int, int, int]:
-        """``(error_code, epoch', end_offset)`` for a follower truncating (KIP-101), or a
-        consumer checking its position (KIP-320; DESCRIBE on the topic)."""
-        try:
-            self._guard.require(session, ACLOperation.DESCRIBE, ResourceType.TOPIC, self.partition.topic)
-        except (AuthorizationError, SaslAuthenticationError) as exc:
-            return exc.code, -1, -1
-        with self._lock:
-            return self.partition.answer_epoch_query(epoch)
 
     @ray.method(concurrency_group="control")
     def state(self) -> dict:
@@ -752,136 +460,8 @@ class PartitionReplicaActor:
         sequence gaps."""
         self._changed.notify_all()
 
-    def _housekeep(self) -> None:
-        """Each round: ISR proposals, bringing back a log a disk error took offline (once no
-        cleaning round runs), retention (below the HW), deleting the files of removed
-        segments once file.delete.delay.ms has passed, the flush.ms policy, the HW
-        checkpoint, producer expiry and snapshot and, for a compacted topic, a cleaning round
-        (below the HW, keeping each producer's last batch) in the cleaner thread; a disk
-        error (e.g. a full disk) skips the round instead of ending the loop."""
-        interval_s, seen, idle = HOUSEKEEPING_INTERVAL_S, None, True
-        while not self._stopped.wait(interval_s):
-            if not idle:
-                _release_free_memory()
-            with self._lock:
-                p = self.partition
-                log = p.log
-                now = (log.log_end_offset, p.high_watermark, log.log_start_offset, p.leader_epoch, p.isr, p.pending_isr)
-                idle = now == seen and log.offline is None and not log.config.compact
-                # An idle leader still drops a follower that stopped fetching, within 1.25 lag times.
-                longest_s = min(HOUSEKEEPING_IDLE_MAX_S, p.config.replica_lag_time_max_ms / 4000)
-                longest_s = max(HOUSEKEEPING_INTERVAL_S, longest_s)
-                interval_s = min(2 * interval_s, longest_s) if idle else HOUSEKEEPING_INTERVAL_S
-                seen = now
-                self._maybe_propose_isr()
-                if log.offline is not None and not self._cleaning_now():
-                    if log.revive():
-                        self._notify()
-                try:
-                    log.apply_retention(p.high_watermark)
-                    log.delete_retired_segments()
-                    log.maybe_flush()
-                    p.checkpoint_high_watermark()
-                    p.checkpoint_producer_state()
-                    if log.config.compact and not self._cleaning_now():
-                        self._cleaning = _cleaner_thread().submit(
-                            self._clean, p.last_stable_offset, p.producers.last_offsets(), p.txn_index.all()
-                        )
-                    if not idle:
-                        metrics.record_partition_state(self._metric_tags, p)
-                except RaylogError:
-                    continue
-
-    def _cleaning_now(self) -> bool:
-        return self._cleaning is not None and not self._cleaning.done()
-
-    def _clean(self, last_stable_offset: int, producer_last_offsets: dict[int, int], aborted: list) -> None:
-        """One cleaning round below the LSO (transactions there are decided), in this
-        process's cleaner thread without ``_lock`` (the log swaps segments under its own
-        lock; see :class:`~raylog.storage.log.Log`)."""
-        try:
-            cleaned = self.partition.log.clean(
-                max_offset=last_stable_offset, producer_last_offsets=producer_last_offsets, aborted=aborted
-            )
-        except RaylogError as exc:
-            logger.warning("%s: cleaning round failed, the next one retries: %s", self.partition.name, exc)
-            return
-        if cleaned is not None:
-            metrics.record_cleaning(self._metric_tags, cleaned)
-
-    @ray.method(concurrency_group="control")
-    def inject_disk_fault(self, errno: int | None, duration_s: float | None = None) -> None:
-        """Test only: make every storage write in this replica's process fail with
-        ``OSError(errno)`` (``errno.ENOSPC``: a full disk, ``errno.EIO``: a failing one), for
-        ``duration_s`` if given, or stop with None (:mod:`raylog.storage.faults`). Produces
-        are then answered with KAFKA_STORAGE_ERROR; once the fault stops, the next
-        housekeeping round brings a log that went offline back."""
-        faults.inject(errno, duration_s)
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none."""
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def _release_free_memory() -> None:
-    """Give the C heap's free pages back to the system. Calls on many threads interleave
-    their large buffers (batches, fetch answers) in the heap, so freed ones stay pinned
-    below live ones: a replica held ~310 MB after a load that left 78 MB on one thread;
-    trimmed after each busy round, ~200 MB (fixing glibc's mmap threshold instead cost a
-    third of fetch throughput)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
 
 @functools.cache
 def _peer_thread() -> concurrent.futures.ThreadPoolExecutor:
     """This process's thread for calls to other actors whose answers it waits for."""
     return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="raylog-peer")
-
-
-def _now_ms() -> float:
-    return time.monotonic() * 1000
-
-
-def _ask_transaction_coordinator(
-    controller: Callable[[], Any],
-    needed: VerificationNeeded,
-    topic: str,
-    partition: int,
-    timeout_s: float,
-    session: str,
-) -> RaylogError | None:
-    """The coordinator's word on ``needed`` within ``timeout_s`` (Kafka's AddPartitionsToTxn
-    with verifyOnly), asked as the broker (``session``): None if the partition is in the
-    producer's ongoing transaction, else the error to answer the producer (see
-    :func:`verification_error`)."""
-    started = time.monotonic()
-    try:
-        _, coordinator = ray.get(
-            controller().find_transaction_coordinator.remote(needed.transactional_id, session=session),
-            timeout=timeout_s,
-        )
-        if coordinator is None:
-            raise CoordinatorNotAvailableError(f"no coordinator for {needed.transactional_id!r} right now")
-        answer = ray.get(
-            coordinator.verify_transaction.remote(
-                needed.transactional_id, needed.producer_id, needed.producer_epoch, topic, partition
-            ),
-            timeout=max(0.0, timeout_s - (time.monotonic() - started)),
-        )
-        error = error_of(answer)
-    except (ValueError, ray.exceptions.RayError) as exc:  # (a timeout is a RayError)
-        error = RequestTimedOutError(f"the transaction coordinator did not answer: {exc!r}")
-    except RaylogError as exc:
-        error = exc
-    return None if error is None else verification_error(error)
-
-
-def _produce_error(error: RaylogError) -> ProduceResponse:
-    return ProduceResponse(**error_fields(error))

@@ -27,7 +27,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raylog.actors.group_coordinator import GroupCoordinatorActor
 from raylog.actors.pushes import Pushes
-from raylog.actors.replica import PEER_CALL_TIMEOUT_S, PartitionReplicaActor
+from raylog.actors.replica import PartitionReplicaActor
+from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.common.names import NAMESPACE, OFFSETS_TOPIC, TRANSACTION_TOPIC, replica_name
 from raylog.config import ControllerConfig

@@ -32,7 +32,7 @@ import ray
 
 from raylog.actors.coordinator import CoordinatorActor, now_ms
 from raylog.actors.producer_ids import SharedProducerIdPool
-from raylog.actors.replica import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
+from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
 from raylog.common import record_batch
 from raylog.common.acl import ACLOperation as Op
 from raylog.common.acl import ResourceType

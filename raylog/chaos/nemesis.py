@@ -95,7 +95,7 @@ WAIT_TIMEOUT_S = 30.0
 #: Pause between faults, and how long a paused controller or delayed calls last.
 GAP_S = (0.3, 1.5)
 CONTROLLER_PAUSE_S = (1.0, 3.0)
-#: A long pause: past the replicas' 10 s call timeout (raylog.actors.replica.PEER_CALL_TIMEOUT_S).
+#: A long pause: past the replicas' 10 s call timeout (raylog.actors.replica_parts.PEER_CALL_TIMEOUT_S).
 LONG_CONTROLLER_PAUSE_S = (10.5, 12.0)
 DELAY_WINDOW_S = (1.5, 3.0)
 DISK_FULL_S = (1.0, 3.0)

@@ -14,7 +14,7 @@ import ray
 
 import raylog
 from raylog import Admin, NewTopic, Producer
-from raylog.actors.replica import HOUSEKEEPING_INTERVAL_S
+from raylog.actors.replica_housekeeping import HOUSEKEEPING_INTERVAL_S
 from raylog.cli import cluster as cluster_cli
 from raylog.common.names import NAMESPACE, controller_name
 from raylog.errors import InconsistentClusterIdError

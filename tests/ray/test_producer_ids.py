@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import ray
 
-from raylog.actors.controller import PRODUCER_ID_BLOCK
+from raylog.actors.controller_lookup import PRODUCER_ID_BLOCK
 from raylog.errors import InvalidRequestError, RaylogError
 from tests.helpers import wait_until
 

@@ -1,0 +1,121 @@
+"""A leader's reads: consumers' and followers' fetches (long polls, quotas, ACLs), offset look-
+ups and the leader-epoch queries of followers (KIP-101) and consumers (KIP-320).
+
+A part of :class:`~raylog.actors.replica.PartitionReplicaActor` (see
+:class:`~raylog.actors.replica_parts.ReplicaPart` for what the parts share).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import ray
+
+from raylog import metrics
+from raylog.actors.replica_parts import ReplicaPart, now_ms
+from raylog.common.acl import CLUSTER_NAME, ACLOperation, ResourceType
+from raylog.common.names import validate_client_id
+from raylog.errors import (
+    AuthorizationError,
+    InvalidRequestError,
+    SaslAuthenticationError,
+)
+from raylog.protocol import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsResponse,
+    error_fields,
+)
+
+logger = logging.getLogger(__name__)
+
+#: The longest a fetch waits for records, whatever its ``max_wait_ms`` asks (a follower's
+#: replica.fetch.wait.max.ms too): a consumer's holds one of the ``fetch`` threads meanwhile,
+#: and a client that asks days and goes away (a Kafka fetch of max_wait_ms 2**31 - 1 over a
+#: connection it closes) must not keep it. An answer with no records before the client's wait
+#: ends is one Kafka may give too; a Kafka consumer's request.timeout.ms (30 s by default) ends
+#: its own wait no later.
+FETCH_MAX_WAIT_MS_MAX = 30_000
+
+
+class LeaderReads(ReplicaPart):
+    """See the module docstring."""
+
+    @ray.method(concurrency_group="fetch")
+    def fetch(self, request: FetchRequest) -> FetchResponse:
+        """Batches from ``request.offset``; waits (long poll) for ``min_bytes``; for a consumer,
+        the response says how long to hold back for its consumer quota."""
+        try:
+            validate_client_id(request.client_id)
+            self._authorize_fetch(request)
+        except (InvalidRequestError, AuthorizationError, SaslAuthenticationError) as exc:
+            return FetchResponse(**error_fields(exc))
+        response = self._read(request)
+        if request.replica_id >= 0:
+            return response  # replication is never throttled
+        with self._lock:
+            throttle_ms = self._fetch_quotas.record(request.client_id, len(response.records), now_ms())
+        return self._throttled(response, throttle_ms, "consumer")
+
+    def _authorize_fetch(self, request: FetchRequest) -> None:
+        """A consumer needs READ on the topic, a follower (a replica id) is the broker."""
+        access = self._guard.access(request.session)
+        if access is None:
+            return
+        if request.replica_id >= 0:
+            access.require(ACLOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        access.require(ACLOperation.READ, ResourceType.TOPIC, self.partition.topic)
+
+    def _read(self, request: FetchRequest) -> FetchResponse:
+        wait_s = min(max(0, request.max_wait_ms), FETCH_MAX_WAIT_MS_MAX) / 1000
+        deadline = time.monotonic() + wait_s
+        first = True
+        with self._lock:
+            while True:
+                watermarks = (self.partition.high_watermark, self.partition.low_watermark)
+                response = self.partition.fetch(request, record_fetch=first)
+                if response.error_code:
+                    return response
+                if request.replica_id >= 0 and first:
+                    # Only when the HW (or the low watermark) moved: a notify wakes the other
+                    # followers' long polls too, and theirs would wake this one, a busy loop
+                    # while the partition is idle.
+                    moved = (self.partition.high_watermark, self.partition.low_watermark) != watermarks
+                    if moved:
+                        self._notify()  # wake acks=all producers, consumers, DeleteRecords
+                    self._maybe_propose_isr()
+                if first:
+                    first, start = False, response.log_start_offset
+                remaining = deadline - time.monotonic()
+                if len(response.records) >= request.min_bytes or remaining <= 0:
+                    break
+                if request.replica_id >= 0 and response.log_start_offset != start:
+                    break  # DeleteRecords moved the log start: the follower follows it now
+                self._wait("replication" if request.replica_id >= 0 else "fetch", remaining)
+        latency_s = time.monotonic() - deadline + wait_s
+        metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_s)
+        return response
+
+    def list_offsets(
+        self, timestamp_ms: int, current_leader_epoch: int = -1, isolation_level: int = 0, session: str | None = None
+    ) -> ListOffsetsResponse:
+        """Kafka's ListOffsets of this partition; the caller of ``session`` needs DESCRIBE on the topic."""
+        with self._lock:
+            try:
+                self._guard.require(session, ACLOperation.DESCRIBE, ResourceType.TOPIC, self.partition.topic)
+                offset, timestamp = self.partition.list_offset(timestamp_ms, current_leader_epoch, isolation_level)
+            except Exception as exc:  # noqa: BLE001
+                return ListOffsetsResponse(**error_fields(exc))
+            return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp, leader_epoch=self.partition.leader_epoch)
+
+    @ray.method(concurrency_group="replication")
+    def end_offset_for_epoch(self, epoch: int, session: str | None = None) -> tuple[int, int, int]:
+        """``(error_code, epoch', end_offset)`` for a follower truncating (KIP-101), or a
+        consumer checking its position (KIP-320; DESCRIBE on the topic)."""
+        try:
+            self._guard.require(session, ACLOperation.DESCRIBE, ResourceType.TOPIC, self.partition.topic)
+        except (AuthorizationError, SaslAuthenticationError) as exc:
+            return exc.code, -1, -1
+        with self._lock:
+            return self.partition.answer_epoch_query(epoch)
