@@ -165,7 +165,7 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
         self._waiting: collections.Counter = collections.Counter()  # pool -> calls parked (under _lock)
         with self._lock:
             if ray.get_runtime_context().was_current_actor_reconstructed:
-                self._carry_out(self.core.step(Restarted()))
+                self._take(Restarted())
             else:
                 self._apply_state(state, leader_handle)
         self._start(self._housekeep)
@@ -210,11 +210,11 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
             return
         with self._lock:
             if answer is None:  # the partition was deleted meanwhile
-                self._carry_out(self.core.step(RoleAnswered(None)))
+                self._take(RoleAnswered(None))
                 return
             state, leader_handle, config, quotas, acls = answer
             self._apply_config(*config)
-            self._carry_out(self.core.step(RoleAnswered(state, leader_handle)))
+            self._take(RoleAnswered(state, leader_handle))
             self._apply_quotas(*quotas)
             self._guard.apply(*acls)
             self._notify()
@@ -256,8 +256,14 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
     def _apply_state(self, state: PartitionInfo, leader_handle) -> None:
         """Take the controller's state (ignored unless newer, see :meth:`Partition.apply_state`)
         and follow ``leader_handle`` when this replica follows."""
-        self._carry_out(self.core.step(StatePushed(state, leader_handle)))
+        self._take(StatePushed(state, leader_handle))
         self._notify()
+
+    def _take(self, event) -> None:
+        """Step the core with an event that may move the role, carry out what it asks, and
+        tell subclasses the role the partition holds now (holding ``_lock``)."""
+        self._carry_out(self.core.step(event))
+        self._role_taken()
 
     def _carry_out(self, effects: list) -> None:
         """Do what a step of the core asks (holding ``_lock``; see :mod:`~raylog.coordination.replica_core`)."""
@@ -273,10 +279,10 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
                 _peer_thread().submit(self._propose_isr, effect)
             elif isinstance(effect, ReportRestart):
                 self._start(self._report_restart)
-        self._role_taken()
 
     def _role_taken(self) -> None:
-        """After every step of the core (holding ``_lock``): the role is what the partition holds."""
+        """After every step that may move the role (holding ``_lock``): the role is what the
+        partition holds. A ``Changed`` step (each produce and fetch) only proposes ISR changes."""
 
     @ray.method(concurrency_group="control")
     def close(self) -> None:
@@ -381,7 +387,7 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
             pass
         finally:  # the core waits for this answer (None: none came) before it proposes again
             with self._lock:
-                self._carry_out(self.core.step(IsrAnswered(proposal.isr, answer)))
+                self._take(IsrAnswered(proposal.isr, answer))
                 self._notify()
 
     # --- follower -----------------------------------------------------------------------
