@@ -200,7 +200,7 @@ class CoordinatorActor(PartitionReplicaActor):
         if isinstance(appended, Exception):
             raise appended
         if appended >= 0:
-            error = self._await_replication(appended, time.monotonic() + APPEND_TIMEOUT_S, "produce")
+            error = self._await_replication(appended, (time.monotonic() + APPEND_TIMEOUT_S) * 1000, "produce")
             if error is not None:
                 raise error
 

@@ -14,14 +14,19 @@ the topic's config, which the replica re-reads when it was altered. A leader ser
 produce, fetch and offset look-ups, waits for the ISR on acks=all, and proposes ISR changes
 to the controller. A follower runs a fetch loop against its leader: it first truncates
 what diverged (asking the leader where its latest epoch ends, KIP-101), then appends what
-it fetches, unchanged. One condition wakes everything that waits on a change of the
-log or high watermark: long-polling fetches, acks=all producers, out-of-order batches.
+it fetches, unchanged. Calls that wait (acks=all produces and markers for the ISR,
+long-polling fetches for records, DeleteRecords for the low watermark, a batch after a
+sequence gap for the missing one) are parked in a purgatory under what they wait for
+(:mod:`raylog.coordination.purgatory`), each on a condition of its own: a change wakes only
+the calls it may complete.
 
 Concurrency: a threaded actor, not an async one (Ray hands each call of an async actor to its
 event loop and back, which cost ~300 us more CPU per call, measured by
 ``benchmarks.latency_trace``). One lock guards the partition, so each :class:`Partition` step
 runs alone, as it did on one event loop; a waiting call (a long poll, an acks=all produce)
-releases it while it waits, and holds only its thread. Each kind of
+releases it while it waits, and holds only its thread (a call to a threaded actor is
+answered from the thread that took it; an async actor would hold a coroutine instead, for
+~300 us more CPU per call). Each kind of
 call has a pool of threads of its own (Ray concurrency groups, :data:`CONCURRENCY_GROUPS`),
 so that calls parked in one pool never keep another kind from running, as Kafka parks its
 delayed operations in purgatories and frees its request threads: produces and offset
@@ -29,7 +34,7 @@ look-ups in the default pool (:data:`MAX_CONCURRENCY`), consumers' fetches in ``
 followers' fetches and epoch queries in ``replication``, transaction markers in ``markers``,
 the controller's pushes and probes in ``control``. The HW therefore moves however many
 clients wait on it. Calls beyond a pool's size wait in Ray's queue until one of its calls
-answers. :meth:`state` reports how many calls wait in each pool (Kafka's purgatory size).
+answers. :meth:`state` reports how many calls are parked in each pool (Kafka's purgatory size).
 Background threads: the housekeeping rounds, the follower's fetch loop, ISR proposals, the
 restart report, the cleaner.
 
@@ -53,7 +58,6 @@ actor's parts, one module each (:mod:`~raylog.actors.replica_parts`).
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 import functools
@@ -69,7 +73,7 @@ from raylog import metrics
 from raylog.actors import logs
 from raylog.actors.access import Guard
 from raylog.actors.replica_housekeeping import Housekeeping
-from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S
+from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S, now_ms
 from raylog.actors.replica_reads import LeaderReads
 from raylog.actors.replica_writes import LeaderWrites
 from raylog.common.names import NAMESPACE, controller_name
@@ -77,6 +81,7 @@ from raylog.config import TopicConfig
 from raylog.coordination.acls import Authorizer
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next
 from raylog.coordination.partition import Partition
+from raylog.coordination.purgatory import Delayed, Purgatory
 from raylog.coordination.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, QuotaManager
 from raylog.coordination.replica_core import (
     Changed,
@@ -115,7 +120,7 @@ logger = logging.getLogger(__name__)
 
 class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
     """See the module docstring. Concurrency: every step on the partition holds ``_lock``;
-    ``_changed`` (a condition of that lock) wakes the calls waiting for a change."""
+    a call that waits is parked in ``_purgatory`` on a condition of that lock."""
 
     #: Ray's ``max_concurrency`` and ``concurrency_groups`` for this actor class (the
     #: controller creates it with them).
@@ -140,7 +145,7 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
         logs.configure()
         topic_config = TopicConfig.from_properties(config)
         self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
+        self._purgatory = Purgatory()  # the calls that wait, under what they wait for
         self._stopped = threading.Event()  # set once the data is deleted: every loop ends
         self._cluster_name = cluster_name
         self._dir = open_log_dir(data_dir, topic, partition, topic_id)
@@ -162,7 +167,6 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
         # them (so that it never serves unchecked), then as pushed (see raylog.actors.access).
         self._guard = Guard(session_key)
         self._guard.apply(*acls)
-        self._waiting: collections.Counter = collections.Counter()  # pool -> calls parked (under _lock)
         with self._lock:
             if ray.get_runtime_context().was_current_actor_reconstructed:
                 self._take(Restarted())
@@ -363,7 +367,7 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
                 "log_dir": self._dir,
                 "log_offline": p.log.offline is not None,
                 "cleaning": self._cleaning_now(),
-                "waiting": dict(self._waiting),
+                "waiting": self._purgatory.sizes(),
             }
 
     # --- leader: ISR --------------------------------------------------------------------
@@ -452,19 +456,27 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
         thread.start()
         return thread
 
-    def _wait(self, pool: str, timeout_s: float) -> None:
-        """Wait (holding ``_lock``, released meanwhile) for a change or ``timeout_s``, counted
-        as a call parked in ``pool``."""
-        self._waiting[pool] += 1
-        try:
-            self._changed.wait(timeout_s)
-        finally:
-            self._waiting[pool] -= 1
+    def _await(self, op: Delayed):
+        """``op``'s answer once it completes (holding ``_lock``, released while it is parked in
+        the purgatory, on a condition of its own, until a change wakes it or its deadline)."""
+        while not op.try_complete(self.partition, now_ms()):
+            if op.token is None:
+                op.token = self._condition()
+            self._purgatory.park(op)
+            try:
+                op.token.wait(max(0.0, op.deadline_ms - now_ms()) / 1000)
+            finally:
+                self._purgatory.unpark(op)  # (if its deadline, not a change, woke it)
+        return op.answer
+
+    def _condition(self) -> threading.Condition:
+        """A condition of ``_lock`` for one parked call."""
+        return threading.Condition(self._lock)
 
     def _notify(self) -> None:
-        """Wake every waiter (holding ``_lock``): long-polling fetches, acks=all producers,
-        sequence gaps."""
-        self._changed.notify_all()
+        """Wake the parked calls that the partition's change may complete (holding ``_lock``)."""
+        for op in self._purgatory.wake(self.partition):
+            op.token.notify()
 
 
 @functools.cache

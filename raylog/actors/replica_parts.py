@@ -5,8 +5,8 @@ parts, each a class of its own module, one job each:
 
 - :mod:`~raylog.actors.replica`: the actor's life (start, restart report, the controller's
   pushes, close), its :class:`~raylog.coordination.replica_core.ReplicaCore` and the effects
-  it asks for (the follower's fetch loop, ISR proposals), its state, and the lock and
-  condition every part waits on;
+  it asks for (the follower's fetch loop, ISR proposals), its state, the lock every part
+  holds and the purgatory where calls wait;
 - :mod:`~raylog.actors.replica_writes`: produce, transaction markers, DeleteRecords;
 - :mod:`~raylog.actors.replica_reads`: fetch, offset and leader-epoch look-ups;
 - :mod:`~raylog.actors.replica_housekeeping`: retention, flush, checkpoints, compaction.
@@ -17,7 +17,6 @@ takes the steps :class:`ReplicaPart` lists, which ``PartitionReplicaActor`` owns
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 from raylog.actors.access import Guard
 from raylog.coordination.partition import Partition
+from raylog.coordination.purgatory import Delayed, Purgatory
 from raylog.coordination.quotas import QuotaManager
 from raylog.coordination.replica_core import ReplicaCore
 
@@ -41,19 +41,18 @@ class ReplicaPart:
 
     partition: Partition
     core: ReplicaCore
-    #: Guards every step on the partition; ``_changed`` (its condition) wakes the waiting calls.
+    #: Guards every step on the partition; a call that waits is parked in ``_purgatory``.
     _lock: threading.RLock
-    _changed: threading.Condition
+    _purgatory: Purgatory
     _stopped: threading.Event  # set once the data is deleted: every loop ends
     #: Who may call: the cluster's session key and the ACLs (see raylog.actors.access).
     _guard: Guard
     _metric_tags: dict
     _produce_quotas: QuotaManager
     _fetch_quotas: QuotaManager
-    _waiting: collections.Counter  # pool -> calls parked (under _lock)
     _cleaning: concurrent.futures.Future | None  # the cleaning round under way
     _notify: Callable[[], None]
-    _wait: Callable[[str, float], None]
+    _await: Callable[[Delayed], Any]
     _maybe_propose_isr: Callable[[], None]
     _throttled: Callable[[Any, int, str], Any]
     _controller: Callable[[], Any]

@@ -8,7 +8,6 @@ A part of :class:`~raylog.actors.replica.PartitionReplicaActor` (see
 from __future__ import annotations
 
 import logging
-import time
 
 import ray
 
@@ -16,6 +15,7 @@ from raylog import metrics
 from raylog.actors.replica_parts import ReplicaPart, now_ms
 from raylog.common.acl import CLUSTER_NAME, ACLOperation, ResourceType
 from raylog.common.names import validate_client_id
+from raylog.coordination.purgatory import DelayedFetch
 from raylog.errors import (
     AuthorizationError,
     InvalidRequestError,
@@ -31,7 +31,8 @@ from raylog.protocol import (
 logger = logging.getLogger(__name__)
 
 #: The longest a fetch waits for records, whatever its ``max_wait_ms`` asks (a follower's
-#: replica.fetch.wait.max.ms too): a consumer's holds one of the ``fetch`` threads meanwhile,
+#: replica.fetch.wait.max.ms too): a consumer's holds one of the ``fetch`` threads while it
+#: is parked (:class:`~raylog.coordination.purgatory.DelayedFetch`),
 #: and a client that asks days and goes away (a Kafka fetch of max_wait_ms 2**31 - 1 over a
 #: connection it closes) must not keep it. An answer with no records before the client's wait
 #: ends is one Kafka may give too; a Kafka consumer's request.timeout.ms (30 s by default) ends
@@ -68,32 +69,20 @@ class LeaderReads(ReplicaPart):
         access.require(ACLOperation.READ, ResourceType.TOPIC, self.partition.topic)
 
     def _read(self, request: FetchRequest) -> FetchResponse:
-        wait_s = min(max(0, request.max_wait_ms), FETCH_MAX_WAIT_MS_MAX) / 1000
-        deadline = time.monotonic() + wait_s
-        first = True
+        started = now_ms()
+        deadline_ms = started + min(max(0, request.max_wait_ms), FETCH_MAX_WAIT_MS_MAX)
         with self._lock:
-            while True:
-                watermarks = (self.partition.high_watermark, self.partition.low_watermark)
-                response = self.partition.fetch(request, record_fetch=first)
-                if response.error_code:
-                    return response
-                if request.replica_id >= 0 and first:
-                    # Only when the HW (or the low watermark) moved: a notify wakes the other
-                    # followers' long polls too, and theirs would wake this one, a busy loop
-                    # while the partition is idle.
-                    moved = (self.partition.high_watermark, self.partition.low_watermark) != watermarks
-                    if moved:
-                        self._notify()  # wake acks=all producers, consumers, DeleteRecords
-                    self._maybe_propose_isr()
-                if first:
-                    first, start = False, response.log_start_offset
-                remaining = deadline - time.monotonic()
-                if len(response.records) >= request.min_bytes or remaining <= 0:
-                    break
-                if request.replica_id >= 0 and response.log_start_offset != start:
-                    break  # DeleteRecords moved the log start: the follower follows it now
-                self._wait("replication" if request.replica_id >= 0 else "fetch", remaining)
-        latency_s = time.monotonic() - deadline + wait_s
+            p = self.partition
+            watermarks = (p.high_watermark, p.low_watermark)
+            response = p.fetch(request)
+            if response.error_code:
+                return response
+            if request.replica_id >= 0:
+                if (p.high_watermark, p.low_watermark) != watermarks:
+                    self._notify()  # wake acks=all producers, consumers, DeleteRecords
+                self._maybe_propose_isr()
+            response = self._await(DelayedFetch(request, response, deadline_ms))
+        latency_s = (now_ms() - started) / 1000
         metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_s)
         return response
 

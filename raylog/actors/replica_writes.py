@@ -20,6 +20,7 @@ from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S, ReplicaPart, now_ms
 from raylog.common.acl import ACLOperation, ResourceType
 from raylog.common.names import validate_client_id
 from raylog.coordination.partition import SequenceGap
+from raylog.coordination.purgatory import DelayedDelete, DelayedProduce, DelayedRetry
 from raylog.coordination.txn_verification import VerificationNeeded, verification_error
 from raylog.errors import (
     AuthorizationError,
@@ -67,8 +68,8 @@ class LeaderWrites(ReplicaPart):
         return self._throttled(response, throttle_ms, "producer")
 
     def _append(self, request: ProduceRequest) -> ProduceResponse:
-        started = time.monotonic()
-        deadline = started + request.timeout_ms / 1000
+        started = now_ms()
+        deadline_ms = started + request.timeout_ms
         with self._lock:
             while True:
                 try:
@@ -82,26 +83,24 @@ class LeaderWrites(ReplicaPart):
                     )
                     break
                 except VerificationNeeded as needed:
-                    error = self._verify_transaction(needed, deadline)
+                    error = self._verify_transaction(needed, deadline_ms)
                     if error is not None:
                         return _produce_error(error)
-                except SequenceGap:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return _produce_error(
-                            OutOfOrderSequenceError("an earlier batch of this producer never arrived")
-                        )
-                    self._wait("produce", remaining)
+                except SequenceGap:  # tried again once another batch is appended
+                    gap = OutOfOrderSequenceError("an earlier batch of this producer never arrived")
+                    error = self._await(DelayedRetry(gap, deadline_ms))
+                    if error is not None:
+                        return _produce_error(error)
                 except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                     return ProduceResponse(**error_fields(exc), record_errors=getattr(exc, "record_errors", ()))
             self._notify()
             self._maybe_propose_isr()
             if request.acks == -1:
-                error = self._await_replication(outcome.last_offset + 1, deadline, "produce")
+                error = self._await_replication(outcome.last_offset + 1, deadline_ms, "produce")
                 if error is not None:
                     return _produce_error(error)
             log_start_offset = self.partition.log.log_start_offset
-        latency_s = time.monotonic() - started
+        latency_s = (now_ms() - started) / 1000
         metrics.record_produce(self._metric_tags, outcome.record_count, len(request.records), latency_s)
         return ProduceResponse(
             base_offset=outcome.first_offset,
@@ -125,12 +124,12 @@ class LeaderWrites(ReplicaPart):
                 raise NotLeaderOrFollowerError(f"{p.name}: broker {p.broker_id} does not lead")
             return p.producers.describe()
 
-    def _verify_transaction(self, needed: VerificationNeeded, deadline: float) -> RaylogError | None:
+    def _verify_transaction(self, needed: VerificationNeeded, deadline_ms: float) -> RaylogError | None:
         """Ask the coordinator of ``needed``'s transactional id whether this partition is in
         the producer's ongoing transaction (holding ``_lock`` once, released while it asks);
         None when it is (recorded in the partition), else what to answer the producer."""
         p = self.partition
-        timeout_s = min(PEER_CALL_TIMEOUT_S, max(0.0, deadline - time.monotonic()))
+        timeout_s = min(PEER_CALL_TIMEOUT_S, max(0.0, deadline_ms - now_ms()) / 1000)
         self._lock.release()
         try:
             error = _ask_transaction_coordinator(
@@ -155,7 +154,7 @@ class LeaderWrites(ReplicaPart):
         once the ISR has it; a stale marker is answered once the ISR has everything this
         replica holds (the first attempt, written but not answered, may still be
         replicating). Either way it is then told to :meth:`_marker_written`."""
-        deadline = time.monotonic() + timeout_ms / 1000
+        deadline_ms = now_ms() + timeout_ms
         with self._lock:
             try:
                 self._require_markers_accepted()
@@ -165,7 +164,7 @@ class LeaderWrites(ReplicaPart):
             self._notify()
             self._maybe_propose_isr()
             end = self.partition.log.log_end_offset if info is None else info.last_offset + 1
-            error = self._await_replication(end, deadline, "markers")
+            error = self._await_replication(end, deadline_ms, "markers")
             if error is not None:
                 return _produce_error(error)
             self._marker_written(producer_id, producer_epoch, commit, bumps_epoch)
@@ -178,19 +177,11 @@ class LeaderWrites(ReplicaPart):
         """A marker of ``producer_id`` with ``producer_epoch`` (bumped, or the producer's
         current epoch) is replicated, now or before (holding ``_lock``)."""
 
-    def _await_replication(self, offset: int, deadline: float, pool: str) -> RaylogError | None:
-        """Wait (holding ``_lock``, released meanwhile, counted as parked in ``pool``) until
-        the HW reaches ``offset`` (see :meth:`Partition.replication_done`)."""
-        p = self.partition
-        epoch = p.leader_epoch
-        while True:
-            done, error = p.replication_done(offset, epoch)
-            if done:
-                return error
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return RequestTimedOutError(f"{p.name}: the ISR {list(p.isr)} did not get the batch in time")
-            self._wait(pool, remaining)
+    def _await_replication(self, offset: int, deadline_ms: float, pool: str) -> RaylogError | None:
+        """Wait (holding ``_lock``, released meanwhile, parked in the purgatory as a call of
+        ``pool``) until the HW reaches ``offset`` in this leader epoch (see
+        :class:`~raylog.coordination.purgatory.DelayedProduce`); None, or the error to answer."""
+        return self._await(DelayedProduce(offset, self.partition.leader_epoch, deadline_ms, pool))
 
     def delete_records(self, offset: int, timeout_ms: int, session: str | None = None) -> DeleteRecordsResponse:
         """Kafka's DeleteRecords on this leader: the records below ``offset`` (-1: the HW) are
@@ -198,7 +189,7 @@ class LeaderWrites(ReplicaPart):
         watermark reached ``offset``), or REQUEST_TIMED_OUT after ``timeout_ms`` (they are
         deleted all the same, followers on their next fetches). The caller of ``session``
         needs DELETE on the topic."""
-        deadline = time.monotonic() + timeout_ms / 1000
+        deadline_ms = now_ms() + timeout_ms
         p = self.partition
         with self._lock:
             try:
@@ -207,16 +198,12 @@ class LeaderWrites(ReplicaPart):
             except Exception as exc:  # noqa: BLE001 — every error travels back as a code
                 return DeleteRecordsResponse(**error_fields(exc))
             self._notify()  # parked follower fetches end now, with the new log start
-            while p.low_watermark < target:
-                if not p.is_leader or p.leader_epoch != epoch:
-                    moved = NotLeaderOrFollowerError(f"{p.name}: leadership moved before every replica deleted")
-                    return DeleteRecordsResponse(**error_fields(moved))
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    late = RequestTimedOutError(f"{p.name}: the ISR's low watermark is {p.low_watermark}, not {target}")
-                    return DeleteRecordsResponse(**error_fields(late), low_watermark=p.low_watermark)
-                self._wait("produce", remaining)
-            return DeleteRecordsResponse(low_watermark=p.low_watermark)
+            error = self._await(DelayedDelete(target, epoch, deadline_ms))
+            if error is None:
+                return DeleteRecordsResponse(low_watermark=p.low_watermark)
+            if isinstance(error, RequestTimedOutError):
+                return DeleteRecordsResponse(**error_fields(error), low_watermark=p.low_watermark)
+            return DeleteRecordsResponse(**error_fields(error))
 
 
 def _ask_transaction_coordinator(

@@ -35,6 +35,13 @@ raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-f
         second per producer thread; --replica-lag-time-max-ms MS the topic's lag bound. A run
         also fails if a leader was demoted while no fault disturbed its process or node; its
         line gives throughput and p50/p99 send latency
+raylog bench simulate [--schedules N] [--first-seed S] [--steps K] [--workers W]
+        the seeded simulation of one partition on three brokers and the controller (see
+        raylog.chaos.simulation: the shipped ReplicationControl, ReplicaCore, Purgatory,
+        Partition and Log over an in-memory network with loss, reordering, crashes, pauses,
+        lost machines and replaced disks), every invariant checked after every step; no Ray.
+        Prints the schedules run, the time and the failures (each with its seed and trace).
+        Exit code 1 if a schedule broke an invariant
 raylog bench txn-copier [--records N] [--rounds R] [--txn-records T] [--records-per-s C]
         Kafka's transactional copier test (see raylog.chaos.txn_copier): starts its own Ray
         cluster as soak does, preloads N records (100,000) and copies them in transactions
@@ -154,6 +161,16 @@ def _bench_soak(args: argparse.Namespace) -> int:
     return 1 if any(r.failed for r in results) else 0
 
 
+def _bench_simulate(args: argparse.Namespace) -> int:
+    from raylog.chaos import simulation
+
+    report = simulation.campaign(args.schedules, args.first_seed, args.steps, args.workers)
+    print(report.summary())
+    for failure in report.failures[:3]:
+        print("\n" + failure)
+    return 1 if report.failures else 0
+
+
 def _bench_txn_copier(args: argparse.Namespace) -> int:
     from raylog.chaos import soak, txn_copier  # imports Ray and starts nodes: only when copying
 
@@ -267,6 +284,14 @@ def add_commands(commands: Any) -> None:
     fuzz.add_argument("--max-duration-s", type=positive_float, default=3600.0, help="stop early after (3,600)")
     _add_bench_soak(workloads)
     _add_bench_txn_copier(workloads)
+    simulate = workloads.add_parser(
+        "simulate", help="seeded schedules of the replication simulation, invariants checked after each step (no Ray)"
+    )
+    simulate.set_defaults(run=_bench_simulate)
+    simulate.add_argument("--schedules", type=positive_int, default=10_000, help="seeds to run (10,000)")
+    simulate.add_argument("--first-seed", type=non_negative_int, default=0, help="(0)")
+    simulate.add_argument("--steps", type=positive_int, default=200, help="random steps per schedule (200)")
+    simulate.add_argument("--workers", type=positive_int, help="processes (default: one per core)")
 
 
 def _add_bench_soak(workloads: Any) -> None:

@@ -3,7 +3,7 @@ what it takes from the controller after a restart.
 
 :class:`ReplicaCore` holds a :class:`Partition` and the sequencing around it that the replica
 actor (:class:`~raylog.actors.replica.PartitionReplicaActor`) and the seeded simulation
-(``tests/unit/coordination/simulation.py``) both run: :meth:`ReplicaCore.step` takes one
+(``raylog/chaos/simulation.py``) both run: :meth:`ReplicaCore.step` takes one
 event and returns the effects to carry out, in order:
 
 - :class:`Follow`: run a fetch loop with ``fetcher`` against ``leader`` (an actor handle in

@@ -18,7 +18,7 @@ Nothing is decided from a state that is not journaled: a step reads the image as
 and a step whose journal write failed changes nothing (its result is dropped, the event is
 tried again by the caller or by the next round). The controller actor
 (:class:`~raylog.actors.controller.ControllerActor`) and the seeded simulation
-(``tests/unit/coordination/simulation.py``) are both pumps over this class: the rules run
+(``raylog/chaos/simulation.py``) are both pumps over this class: the rules run
 under test are the rules that run in the cluster.
 
 The rules themselves are the pure functions of :mod:`raylog.coordination.elections`.

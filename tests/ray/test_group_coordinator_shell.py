@@ -4,7 +4,6 @@ first, the offsets in memory are those of the log, in log order (issue 25, defec
 
 from __future__ import annotations
 
-import collections
 import threading
 from collections.abc import Callable
 
@@ -14,6 +13,7 @@ from raylog.config import TopicConfig
 from raylog.coordination.consumer_group import ConsumerGroup, ConsumerMember, group_record
 from raylog.coordination.group import GroupCoordinator
 from raylog.coordination.partition import Partition
+from raylog.coordination.purgatory import Purgatory
 from raylog.coordination.sessions import new_key
 from raylog.errors import StorageError
 from raylog.protocol import error_of
@@ -63,8 +63,9 @@ class Shell:
         self.partition.become_leader(1, replicas=(1, FOLLOWER), isr=(1, FOLLOWER))
         actor = object.__new__(GroupCoordinatorActor)
         actor._lock = threading.RLock()
-        actor._changed = self.wakeups = ScriptedWakeups(actor._lock)
-        actor._waiting = collections.Counter()
+        self.wakeups = ScriptedWakeups(actor._lock)
+        actor._condition = lambda: self.wakeups  # every parked call waits on the test's scheduler
+        actor._purgatory = Purgatory()
         actor._guard = Guard(new_key())  # no authorizer: every call is allowed
         actor._maybe_propose_isr = lambda: None
         actor._joins, actor._rebalancing = set(), set()

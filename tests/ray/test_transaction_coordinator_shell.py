@@ -17,6 +17,7 @@ from raylog.actors.replica import PartitionReplicaActor
 from raylog.actors.transaction_coordinator import TransactionCoordinatorActor
 from raylog.config import TopicConfig
 from raylog.coordination.partition import Partition
+from raylog.coordination.purgatory import Purgatory
 from raylog.coordination.sessions import new_key
 from raylog.coordination.transactions import TransactionCoordinator
 from raylog.errors import ConcurrentTransactionsError
@@ -106,7 +107,7 @@ def coordinator(peers, tmp_path, monkeypatch):
     def replica_init(self, *args, **kwargs):
         self._guard = Guard(new_key())  # no authorizer: every call is allowed
         self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
+        self._purgatory = Purgatory()
         self._stopped = threading.Event()
         self.partition = part
 

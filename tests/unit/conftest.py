@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from raylog.chaos.simulation import ManualClock as FakeClock
 from raylog.config import LogConfig
 from raylog.storage.log import Log
-
-
-class FakeClock:
-    """A millisecond clock that moves only when told to."""
-
-    def __init__(self, now_ms: int = 1_700_000_000_000):
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
 
 
 @pytest.fixture

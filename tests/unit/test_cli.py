@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 
@@ -206,3 +207,27 @@ def test_command_config_takes_kafka_tools_properties(tmp_path):
     args = cli._parser().parse_args(["status", "--command-config", str(tmp_path / "missing")])
     with pytest.raises(UsageError, match="--command-config"):
         connection._credentials(args)
+
+
+def test_bench_simulate_runs_seeded_schedules_and_fails_on_a_broken_invariant(capsys, monkeypatch):
+    """``raylog bench simulate`` runs the replication simulation's campaign from the installed
+    package: every schedule checked, exit 1 with the failing seed when one breaks an invariant."""
+    from raylog.chaos import simulation
+
+    assert (
+        cli.main(["bench", "simulate", "--schedules", "6", "--first-seed", "10", "--steps", "60", "--workers", "1"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("6 schedules x 60 steps (seeds 10..15)") and ": 0 failed" in out
+
+    def broken(cluster, step):
+        assert cluster.seed != 12 or step < 30, "a planted failure"
+
+    monkeypatch.setattr(simulation, "run", functools.partial(simulation.run, check=broken))
+    assert (
+        cli.main(["bench", "simulate", "--schedules", "6", "--first-seed", "10", "--steps", "60", "--workers", "1"])
+        == 1
+    )
+    out = capsys.readouterr().out
+    assert ": 1 failed" in out and "seed 12, step 30: a planted failure" in out

@@ -64,13 +64,13 @@ ROLE_RULES = {"apply_state", "isr_answer", "propose_isr", "isr_to_resend", "Foll
 
 
 def test_the_simulation_steps_the_shipped_cores_and_restates_none_of_their_rules():
-    """tests/unit/coordination/simulation.py plays the controller by stepping the shipped
+    """raylog/chaos/simulation.py plays the controller by stepping the shipped
     ReplicationControl and each replica's role by stepping its ReplicaCore: it has no handler
     for a call the controller actor answers (no ``_on_alter_isr``), calls none of the election
     rules and none of the role rules (taking a state, proposing or answering an ISR change,
     starting a fetcher) itself, so the sequencing it checks is the sequencing that runs in
     the cluster."""
-    simulation = "tests/unit/coordination/simulation.py"
+    simulation = "raylog/chaos/simulation.py"
     answered = {m for m in _methods("raylog/actors/controller.py", "ControllerActor") if not m.startswith("_")}
     handlers = {m.removeprefix("_on_") for m in _methods(simulation, "Cluster") if m.startswith("_on_")}
     assert handlers & answered == set()

@@ -10,7 +10,7 @@ grow, that a leader's HW never goes down, that no acknowledged record is lost, t
 idempotent producer's records are written once, that replicas agree below the HW, that every ISR
 member holds the committed log and that the log's end as told to clients never goes back.
 
-The full run: ``python -m tests.unit.coordination.simulation --schedules 10000``.
+The full run: ``raylog bench simulate --schedules 10000``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import os
 
 import pytest
 
-from tests.unit.coordination import simulation
-from tests.unit.coordination.simulation import Cluster, Stats
+from raylog.chaos import simulation
+from raylog.chaos.simulation import Cluster, Stats
 
 SEEDS = range(120)
 STEPS = 300

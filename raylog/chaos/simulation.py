@@ -11,8 +11,10 @@ The simulation plays only what the actors do around them, the I/O:
   answer, but its request may still reach its target later, as a Ray call does.
 - Replica processes: the shipped :class:`ReplicaCore` (what to follow, one ISR proposal at a
   time, no role after a restart until the controller answered its report), whose effects
-  the simulation carries out as :class:`PartitionReplicaActor` does, and the actor's loops
-  around it (the follower's fetch loop, its delayed acks=all answers). A process may crash
+  the simulation carries out as :class:`PartitionReplicaActor` does, the actor's loops
+  around it (the follower's fetch loop), and the shipped :class:`Purgatory` of each leader:
+  acks=all produces, long-polling fetches and batches after a sequence gap wait there, and are
+  answered when their operation says it is done. A process may crash
   (its files stay; it restarts, takes no role, and reports to the controller until it gets its
   state in the answer), be paused (SIGSTOP: it handles nothing until resumed) or lose its
   machine (the unflushed tail of its last segment is cut, the controller sees the node die and,
@@ -31,12 +33,12 @@ The simulation plays only what the actors do around them, the I/O:
 method, so a test can play a scenario step by step. ``check_invariants()`` raises
 ``AssertionError`` naming the broken invariant; ``report()`` tells what happened.
 
-Run many seeds: ``python -m tests.unit.coordination.simulation --schedules 10000``.
+Run many seeds: ``raylog bench simulate --schedules 100000`` (:func:`campaign`); the suite
+runs a seeded slice (``tests/unit/coordination/test_replication_simulation.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import itertools
 import logging
@@ -44,7 +46,6 @@ import multiprocessing
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -58,6 +59,7 @@ from raylog.coordination.elections import NO_LEADER
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, Next
 from raylog.coordination.metadata import MetadataImage
 from raylog.coordination.partition import Partition, SequenceGap
+from raylog.coordination.purgatory import Delayed, DelayedFetch, DelayedProduce, DelayedRetry, Purgatory
 from raylog.coordination.replica_core import (
     Changed,
     Follow,
@@ -85,7 +87,6 @@ from raylog.errors import RaylogError
 from raylog.protocol import FetchRequest
 from raylog.storage.log import Log
 from raylog.types import PartitionInfo
-from tests.unit.conftest import FakeClock
 
 BROKERS = (0, 1, 2)
 TOPIC = "sim"
@@ -96,6 +97,8 @@ FETCH_MAX_BYTES = (1, 300, 1 << 20)  # 1: exactly one batch per fetch
 BACKOFF_MS = 100
 #: How long a leader holds a follower's fetch that finds nothing new (replica.fetch.wait.max.ms).
 LONG_POLL_MS = 500
+#: How long an acks=all produce (or a batch after a sequence gap) may wait at its leader.
+PRODUCE_TIMEOUT_MS = 30_000
 #: At most this many messages in flight: further sends wait (the steps deliver or lose some first).
 MAX_IN_FLIGHT = 24
 #: The replicas' calls to the controller, and the kinds of their answers (None: not waited for).
@@ -129,15 +132,14 @@ FAULT_SCALES = (0.25, 0.5, 1, 2, 4)
 
 
 def _step(method):
-    """A step method: once it is done, the leaders answer the long-polling fetches and the
-    produce requests they can."""
+    """A step method: once it is done, the leaders answer what waits in their purgatories and is
+    done now."""
 
     @functools.wraps(method)
     def run(self, *args, **kwargs):
         self.actions += 1
         result = method(self, *args, **kwargs)
-        self.complete_fetches()
-        self.complete_produce_requests()
+        self.complete_delayed()
         return result
 
     return run
@@ -157,16 +159,6 @@ class Message:
 
 
 @dataclass
-class Pending:
-    """An acks=all produce waiting in its leader's purgatory (Kafka's delayed produce)."""
-
-    request_id: int
-    end_offset: int
-    leader_epoch: int
-    first_offset: int
-
-
-@dataclass
 class Replica:
     """One replica process: its partition, and the state of the actor's loops around it."""
 
@@ -177,8 +169,8 @@ class Replica:
     backoff_until_ms: int = 0
     report: int | None = None  # the restart report in flight
     paused: bool = False
-    purgatory: list[Pending] = field(default_factory=list)
-    parked: list[tuple[Message, int]] = field(default_factory=list)  # long-polling fetches, deadline (ms)
+    #: The calls waiting at this leader; each operation's token: (request, first offset of its batch).
+    purgatory: Purgatory = field(default_factory=Purgatory)
     isr_request: int | None = None  # the message id of the ISR proposal whose answer is awaited
 
     @property
@@ -240,7 +232,7 @@ class Cluster:
         self.directory = directory
         self.seed = seed
         self.rng = random.Random(seed)
-        self.clock = FakeClock()
+        self.clock = ManualClock()
         self.config = TopicConfig.from_properties(
             {
                 "min.insync.replicas": "2",
@@ -271,7 +263,6 @@ class Cluster:
         self.next_value = 0
         self.acknowledged: dict[int, bytes] = {}  # offset -> value, every record a client was told is safe
         self.sent_values: dict[int, list[bytes]] = {}  # produce request id -> values (plain sends)
-        self._produce_requests: dict[int, Message] = {}  # acks=all requests in the leaders' purgatories
         self.idempotent_values: set[bytes] = set()
         self.latest_answers: list[tuple[int, int]] = []  # (leader epoch, offset) a client was told
         self.stats = Stats()
@@ -482,25 +473,30 @@ class Cluster:
         )
         if not response.error_code:
             self._replica_step(leader, Changed())
-        if not response.error_code and not len(response.records):
-            leader.parked.append((message, self.clock() + LONG_POLL_MS))  # the long poll waits
-        else:
-            self._answer(message, "fetch_answer", response)
+        self._delay(leader, DelayedFetch(message.payload, response, self.clock() + LONG_POLL_MS, (message, None)))
 
-    def complete_fetches(self) -> None:
-        """Each running leader answers the long-polling fetches that now find data (read again,
-        without recording the fetch again) or whose wait is over, as the actor's ``_read``."""
+    def _delay(self, replica: Replica, op: Delayed) -> None:
+        """Answer ``op``'s request if the operation is done, else park it in ``replica``'s
+        purgatory (the actor's ``_await``)."""
+        if not op.try_complete(replica.partition, self.clock()):
+            replica.purgatory.park(op)
+            return
+        message, first_offset = op.token
+        if isinstance(op, DelayedFetch):
+            self._answer(message, "fetch_answer", op.answer)
+        elif isinstance(op, DelayedRetry) and op.answer is None:
+            self._on_produce(message)  # another batch came: the producer's batch is tried again
+        else:
+            self.stats.failed_after_append += isinstance(op, DelayedProduce) and op.answer is not None
+            self._answer(message, "produce_answer", first_offset if op.answer is None else op.answer)
+
+    def complete_delayed(self) -> None:
+        """Each running leader tries again what its purgatory wakes (the operations its last
+        change or the clock may complete), as the actor's parked calls wake."""
         for replica in self.replicas.values():
-            if replica is None or replica.paused or not replica.parked:
-                continue
-            still = []
-            for message, deadline in replica.parked:
-                response = replica.partition.fetch(message.payload, record_fetch=False)
-                if response.error_code or len(response.records) or self.clock() >= deadline:
-                    self._answer(message, "fetch_answer", response)
-                else:
-                    still.append((message, deadline))
-            replica.parked = still
+            if replica is not None and not replica.paused:
+                for op in replica.purgatory.wake(replica.partition) + replica.purgatory.expired(self.clock()):
+                    self._delay(replica, op)
 
     def _on_epoch_query(self, message: Message) -> None:
         leader = self.replicas[message.dst]
@@ -700,10 +696,12 @@ class Cluster:
             segment.close()
         self.replicas[broker] = None
         self._contents.pop(broker, None)
-        for message, _ in replica.parked:
-            self._failed_call(message)
-        for pending in replica.purgatory:
-            self._answer(self._produce_requests.pop(pending.request_id), "produce_answer", RaylogError("died"))
+        for op in replica.purgatory:
+            message = op.token[0]
+            if message.kind == "fetch":
+                self._failed_call(message)
+            else:
+                self._answer(message, "produce_answer", RaylogError("died"))
 
     @_step
     def disk_replaced(self, broker: int) -> None:
@@ -803,7 +801,7 @@ class Cluster:
         flight, or it waits in a leader's purgatory."""
         return request_id is not None and (
             request_id in self.in_flight
-            or request_id in self._produce_requests
+            or any(op.token[0].id == request_id for r in self.replicas.values() if r for op in r.purgatory)
             or any(m.reply_to == request_id for m in self.in_flight.values())
         )
 
@@ -818,8 +816,9 @@ class Cluster:
         first_unacked = record_batch.parse_header(memoryview(data).cast("B")).base_sequence if idempotent else -1
         try:
             outcome = p.append_as_leader(data, self.acks, first_unacked_sequence=first_unacked)
-        except SequenceGap:
-            self._answer(message, "produce_answer", RaylogError("an earlier batch never came"))
+        except SequenceGap:  # waits for the earlier batch (or its deadline), as the actor's
+            gap = RaylogError("an earlier batch never came")
+            self._delay(replica, DelayedRetry(gap, self.clock() + PRODUCE_TIMEOUT_MS, (message, None)))
             return
         except RaylogError as exc:
             self.stats.refused += 1
@@ -834,24 +833,8 @@ class Cluster:
         if self.acks == 1:
             self._answer(message, "produce_answer", first)
         else:
-            replica.purgatory.append(Pending(message.id, end, p.leader_epoch, first))
-            self._produce_requests[message.id] = message
-
-    def complete_produce_requests(self) -> None:
-        """Each running leader answers the acks=all requests whose replication is done."""
-        for replica in self.replicas.values():
-            if replica is None or replica.paused or not replica.purgatory:
-                continue
-            still = []
-            for pending in replica.purgatory:
-                done, error = replica.partition.replication_done(pending.end_offset, pending.leader_epoch)
-                if not done:
-                    still.append(pending)
-                    continue
-                self.stats.failed_after_append += error is not None
-                request = self._produce_requests.pop(pending.request_id)
-                self._answer(request, "produce_answer", error if error is not None else pending.first_offset)
-            replica.purgatory = still
+            deadline = self.clock() + PRODUCE_TIMEOUT_MS
+            self._delay(replica, DelayedProduce(end, p.leader_epoch, deadline, token=(message, first)))
 
     def _on_produce_answer(self, message: Message) -> None:
         _, answer = message.payload
@@ -1175,36 +1158,53 @@ def _no_fsync() -> None:
     os.fdatasync = lambda fd: None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--schedules", type=int, default=10_000, help="how many seeds to run")
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=200, help="random steps per schedule")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    args = parser.parse_args(argv)
+@dataclass
+class CampaignReport:
+    """What a campaign of seeded schedules found."""
+
+    schedules: int
+    first_seed: int
+    steps: int
+    workers: int
+    elapsed_s: float
+    failures: list[str]  # each: the seed, the step, the broken invariant and the trace
+    totals: dict[str, int]  # the runs' Stats, summed
+
+    def summary(self) -> str:
+        last = self.first_seed + self.schedules - 1
+        return (
+            f"{self.schedules} schedules x {self.steps} steps (seeds {self.first_seed}..{last}) "
+            f"in {self.elapsed_s:.1f} s on {self.workers} workers: {len(self.failures)} failed\n"
+            "totals: " + ", ".join(f"{k} {v}" for k, v in sorted(self.totals.items()))
+        )
+
+
+def campaign(schedules: int, first_seed: int = 0, steps: int = 200, workers: int | None = None) -> CampaignReport:
+    """Run seeds ``first_seed .. first_seed + schedules - 1``, ``steps`` random steps each,
+    checking every invariant after every step, on ``workers`` processes (default: one per core)."""
+    workers = workers or os.cpu_count() or 1
     started = time.monotonic()
     chunk = 50
-    jobs = [
-        (s, min(s + chunk, args.first_seed + args.schedules), args.steps)
-        for s in range(args.first_seed, args.first_seed + args.schedules, chunk)
-    ]
+    end = first_seed + schedules
+    jobs = [(s, min(s + chunk, end), steps) for s in range(first_seed, end, chunk)]
     done, failures, totals = 0, [], {}
-    with multiprocessing.get_context("fork").Pool(args.workers) as pool:
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
         for count, failed, stats in pool.imap_unordered(_run_seeds, jobs):
             done += count
             failures += failed
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0) + value
-    elapsed = time.monotonic() - started
-    print(
-        f"{done} schedules x {args.steps} steps (seeds {args.first_seed}..{args.first_seed + args.schedules - 1}) "
-        f"in {elapsed:.1f} s on {args.workers} workers: {len(failures)} failed"
-    )
-    print("totals: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())))
-    for failure in failures[:3]:
-        print("\n" + failure)
-    return 1 if failures else 0
+    return CampaignReport(done, first_seed, steps, workers, time.monotonic() - started, failures, totals)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+class ManualClock:
+    """A millisecond clock that moves only when told to."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000):
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
