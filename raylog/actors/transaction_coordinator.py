@@ -37,12 +37,13 @@ from raylog.common import record_batch
 from raylog.common.acl import ACLOperation as Op
 from raylog.common.acl import ResourceType
 from raylog.common.names import OFFSETS_TOPIC
+from raylog.coordination.fetcher import Next
 from raylog.coordination.transactions import Step, TransactionCoordinator, TxnMetadata
+from raylog.coordination.txn_markers import FindLeaders, MarkerWriter, WriteMarkers
 from raylog.errors import (
     ConcurrentTransactionsError,
     NotCoordinatorError,
     RaylogError,
-    UnknownTopicOrPartitionError,
 )
 from raylog.protocol import TxnResponse, error_fields, error_of
 from raylog.types import TopicPartition
@@ -295,55 +296,44 @@ class TransactionCoordinatorActor(CoordinatorActor):
 
     def _write_markers(self, metadata: TxnMetadata, stop: threading.Event | None) -> None:
         """A marker in every partition of the transaction, each retried against the
-        partition's current leader until written, or until this coordinator stops.
+        partition's current leader until written, or until this coordinator stops: the
+        rounds are :class:`~raylog.coordination.txn_markers.MarkerWriter`'s, the calls here.
 
         Raises:
             NotCoordinatorError: the coordinator stopped first.
         """
-        remaining = set(metadata.partitions)
-        commit = metadata.committing
-        while remaining:
+        writer = MarkerWriter(metadata, self._marker_leaders, self.partition.leader_epoch)
+        while (request := writer.next_request()) is not None:
             if stop is None or stop.is_set():
                 raise NotCoordinatorError("the coordinator moved before the markers were written")
-            known = self._marker_leaders
-            unknown = sorted({tp.topic for tp in remaining if tp not in known})
-            leaders = self._leaders(unknown) if unknown else {"topics": {}, "leaders": {}}
-            if leaders is None:
+            if isinstance(request, FindLeaders):
+                then = writer.on_leaders(self._leaders(list(request.topics)))
+            else:
+                then = writer.on_answers(self._send_markers(request))
+            if then is Next.BACKOFF:
                 stop.wait(REPLICA_BACKOFF_S)
-                continue
-            calls = {}
-            for tp in remaining:
-                if tp in known:
-                    leader = known[tp]
-                elif tp.topic not in leaders["topics"]:
-                    calls[tp] = None  # the topic was deleted: nothing to mark
-                    continue
-                else:
-                    leader = leaders["leaders"].get((tp.topic, tp.partition))
-                if leader is not None:
-                    known[tp] = leader
-                    calls[tp] = leader.write_txn_marker.remote(
-                        metadata.marker_producer_id,
-                        metadata.marker_epoch,
-                        commit,
-                        self.partition.leader_epoch,
-                        bumps_epoch=metadata.bumps_epoch,
-                    )
-            for tp, ref in calls.items():
-                if ref is None:
-                    remaining.discard(tp)
-                    continue
-                try:
-                    error = error_of(ray.get(ref, timeout=PEER_CALL_TIMEOUT_S))
-                except ray.exceptions.RayError as exc:  # (a timeout is a RayError)
-                    error = exc
-                if error is None or isinstance(error, UnknownTopicOrPartitionError):
-                    remaining.discard(tp)
-                else:
-                    known.pop(tp, None)  # ask the controller for its leader again
-                    logger.info("%s: marker for %s not written yet: %s", self.partition.name, tp, error)
-            if remaining and stop is not None:
-                stop.wait(REPLICA_BACKOFF_S)
+
+    def _send_markers(self, request: WriteMarkers) -> dict[TopicPartition, BaseException | None]:
+        """Each marker of ``request`` sent to its leader at once; what each answered (None: written)."""
+        calls = {
+            tp: leader.write_txn_marker.remote(
+                request.producer_id,
+                request.producer_epoch,
+                request.commit,
+                request.coordinator_epoch,
+                bumps_epoch=request.bumps_epoch,
+            )
+            for tp, leader in request.leaders.items()
+        }
+        answers: dict[TopicPartition, BaseException | None] = {}
+        for tp, ref in calls.items():
+            try:
+                answers[tp] = error_of(ray.get(ref, timeout=PEER_CALL_TIMEOUT_S))
+            except ray.exceptions.RayError as exc:  # (a timeout is a RayError)
+                answers[tp] = exc
+            if answers[tp] is not None:
+                logger.info("%s: marker for %s not written yet: %s", self.partition.name, tp, answers[tp])
+        return answers
 
     def _leaders(self, topics: list[str]) -> dict | None:
         """The controller's metadata of ``topics`` (those deleted are missing), or None."""
