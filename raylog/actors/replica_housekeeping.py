@@ -61,11 +61,7 @@ class Housekeeping(ReplicaPart):
                     if log.revive():
                         self._notify()
                 try:
-                    log.apply_retention(p.high_watermark)
-                    log.delete_retired_segments()
-                    log.maybe_flush()
-                    p.checkpoint_high_watermark()
-                    p.checkpoint_producer_state()
+                    p.housekeep()
                     if log.config.compact and not self._cleaning_now():
                         self._cleaning = _cleaner_thread().submit(
                             self._clean, p.last_stable_offset, p.producers.last_offsets(), p.txn_index.all()

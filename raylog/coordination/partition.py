@@ -503,6 +503,21 @@ class Partition:
 
     # --- producer state -----------------------------------------------------------------
 
+    def housekeep(self) -> None:
+        """One housekeeping round's storage work: retention below the HW, the files of removed
+        segments once file.delete.delay.ms passed, the flush.ms policy, the HW checkpoint,
+        producer expiry and the producer snapshot (the replica actor runs it each round, the
+        simulation as a step).
+
+        Raises:
+            StorageError: a disk error; the next round tries again.
+        """
+        self.log.apply_retention(self.high_watermark)
+        self.log.delete_retired_segments()
+        self.log.maybe_flush()
+        self.checkpoint_high_watermark()
+        self.checkpoint_producer_state()
+
     def checkpoint_producer_state(self) -> None:
         """Forget producers idle for producer.id.expiration.ms, snapshot the state at the LEO
         if it changed since the newest snapshot, and delete snapshots that serve no more.
