@@ -1,5 +1,6 @@
-"""A deterministic simulation of one partition replicated on brokers 0, 1 and 2 that runs
-raylog's own replication code over an in-memory transport (no Ray, no threads, no sleeps).
+"""A deterministic simulation of one partition replicated on brokers 0, 1 and 2, its
+controller and a transaction coordinator, that runs raylog's own code over an in-memory
+transport (no Ray, no threads, no sleeps).
 
 What decides is the shipped code: every running replica process holds a real
 :class:`Partition` over a real :class:`Log` in a temporary directory and, while it follows, a
@@ -7,8 +8,9 @@ What decides is the shipped code: every running replica process holds a real
 The simulation plays only what the actors do around them, the I/O:
 
 - Transport: every call is a message in flight, delivered after any number of other steps
-  (calls are delayed and reordered) or lost. A caller that stops waiting (a timeout) drops the
-  answer, but its request may still reach its target later, as a Ray call does.
+  (calls are reordered), held up for a while (delayed past younger ones) or lost. A caller
+  that stops waiting (a timeout) drops the answer, but its request may still reach its target
+  later, as a Ray call does.
 - Replica processes: the shipped :class:`ReplicaCore` (what to follow, one ISR proposal at a
   time, no role after a restart until the controller answered its report), whose effects
   the simulation carries out as :class:`PartitionReplicaActor` does, the actor's loops
@@ -19,22 +21,45 @@ The simulation plays only what the actors do around them, the I/O:
   state in the answer), be paused (SIGSTOP: it handles nothing until resumed) or lose its
   machine (the unflushed tail of its last segment is cut, the controller sees the node die and,
   later, come back; never the last in-sync replica, see ``may_lose_unflushed``), or come back
-  with a new, empty disk (any replica, the last in-sync one too: the controller must notice).
+  with a new, empty disk (any replica, the last in-sync one too: the controller must notice),
+  or fail one write of its aborted-transaction index. Its housekeeping rounds run the
+  partition's own (:meth:`Partition.housekeep`: retention, the HW checkpoint, the producer
+  snapshot).
 - The controller: the shipped :class:`ReplicationControl` over a :class:`MetadataImage`, stepped
   with the events the actor steps it with (ISR proposals, restart reports, a follower's report
   of an unreachable leader, the brokers each round finds, elections); the simulation carries
   out its effects as :class:`ControllerActor` does: journal (here: keep) and replay the records,
   push the changed states to the replicas (pushes are calls too: delayed, reordered, lost, sent
   again with the same epochs), call the reported leader (here: it answers if it runs), answer.
+- The transaction coordinator: the shipped :class:`TransactionCoordinator` over a journal
+  that outlives its process (its ``__transaction_state`` partition), answering
+  InitProducerId, AddPartitionsToTxn, EndTxn and the leaders' verification questions
+  (KIP-890), and completing prepared transactions with the shipped :class:`MarkerWriter`
+  (markers are calls to the leader, which appends them and answers once the ISR has them);
+  its tick aborts expired transactions and completes prepared ones. It crashes, and the next
+  process loads the journal with a higher epoch.
 - Clients: an idempotent producer whose batch is retried until answered (a retry may reach the
-  leader that has it already), plain acks=all sends, and 'latest' offset look-ups.
+  leader that has it already), plain acks=all sends, 'latest' offset look-ups, and a
+  transactional producer: transactions of a few batches, committed or aborted, some ended as a
+  Kafka client at EndTxn v0-4 ends them (no epoch bump); a batch not acknowledged in time may
+  make it abort and start anew (KIP-360), while that batch is still on its way.
+
+The invariants (``check_invariants``): 1. one leader per leader epoch, epochs only grow; 2. a
+leader's HW never goes down; 3. no acknowledged record lost; 4. replicas agree below the HW;
+5. every ISR member holds the committed log; 6. the log's end told to clients never goes back;
+7. the idempotent producer's records are written once; 8. read_committed shows no record of a
+transaction aborted or not decided; 9. every acknowledged record of a committed transaction
+below the LSO is shown (no torn transaction); 10. a leader's LSO never goes down and never
+passes its HW; 11. no transaction is open at the leader that its coordinator does not have open
+(none hangs).
 
 ``step()`` draws the next step from ``random.Random(seed)``; every kind of step is also a
 method, so a test can play a scenario step by step. ``check_invariants()`` raises
 ``AssertionError`` naming the broken invariant; ``report()`` tells what happened.
 
 Run many seeds: ``raylog bench simulate --schedules 100000`` (:func:`campaign`); the suite
-runs a seeded slice (``tests/unit/coordination/test_replication_simulation.py``).
+runs seeded slices (``tests/unit/coordination/test_replication_simulation.py``,
+``test_transaction_simulation.py``) and the scripted scenarios of past defects.
 """
 
 from __future__ import annotations
@@ -53,7 +78,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raylog.common import record_batch
-from raylog.common.requests import LATEST_TIMESTAMP, PREFERRED_ELECTION
+from raylog.common.requests import LATEST_TIMESTAMP, PREFERRED_ELECTION, READ_COMMITTED
 from raylog.config import TopicConfig
 from raylog.coordination.elections import NO_LEADER
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, Next
@@ -83,14 +108,25 @@ from raylog.coordination.replication_control import (
     ReplicaRestarted,
     ReplicationControl,
 )
-from raylog.errors import RaylogError
+from raylog.coordination.transactions import TransactionCoordinator, TxnMetadata, TxnState
+from raylog.coordination.txn_markers import FindLeaders, MarkerWriter
+from raylog.coordination.txn_verification import VerificationNeeded, verification_error
+from raylog.errors import RaylogError, RequestTimedOutError, StorageError
 from raylog.protocol import FetchRequest
 from raylog.storage.log import Log
-from raylog.types import PartitionInfo
+from raylog.types import PartitionInfo, TopicPartition
 
 BROKERS = (0, 1, 2)
 TOPIC = "sim"
-CONTROLLER = -1
+CONTROLLER = -1  # the controller; also the address of the plain and idempotent producers
+TXN_COORDINATOR = -2  # the transaction coordinator's process
+TXN_CLIENT = -3  # the transactional producer
+TRANSACTIONAL_ID = "tx"
+TXN_TIMEOUT_MS = 5_000
+#: Values of a transactional batch: b"t<producer id>.<epoch>.<n>" (the transaction it belongs to).
+TXN_VALUE = b"t"
+#: What a transaction marker's offset holds in the simulation's copy of a log.
+MARKER = b"\x00marker"
 PRODUCER_ID = 7
 FETCH_MAX_BYTES = (1, 300, 1 << 20)  # 1: exactly one batch per fetch
 #: A follower's pause after a failed fetch (the actor's REPLICA_BACKOFF_S).
@@ -101,6 +137,8 @@ LONG_POLL_MS = 500
 PRODUCE_TIMEOUT_MS = 30_000
 #: At most this many messages in flight: further sends wait (the steps deliver or lose some first).
 MAX_IN_FLIGHT = 24
+#: The answer's kind to each call a leader may park.
+ANSWERS = {"fetch": "fetch_answer", "produce": "produce_answer", "txn_marker": "marker_answer"}
 #: The replicas' calls to the controller, and the kinds of their answers (None: not waited for).
 CONTROLLER_CALLS = {"alter_isr": "isr_answer", "restarted": "restart_answer", "leader_unreachable": None}
 
@@ -108,6 +146,7 @@ CONTROLLER_CALLS = {"alter_isr": "isr_answer", "restarted": "restart_answer", "l
 STEP_WEIGHTS = {
     "deliver": 400,
     "lose": 4,
+    "delay": 6,
     "follow": 50,
     "time_out": 3,
     "housekeeping": 16,
@@ -124,10 +163,26 @@ STEP_WEIGHTS = {
     "restart": 20,
     "node_back": 12,
     "elect_preferred": 2,
+    "txn": 60,
+    "txn_tick": 10,
+    "txn_time_out": 4,
+    "txn_crash": 1,
+    "index_fault": 2,
 }
 #: The faults, whose weights each run scales by one of FAULT_SCALES (drawn from its seed): some
 #: runs see a fault every few hundred steps, others one every few dozen.
-FAULTS = ("lose", "time_out", "crash", "machine_crash", "disk_replaced", "pause")
+FAULTS = (
+    "lose",
+    "delay",
+    "time_out",
+    "crash",
+    "machine_crash",
+    "disk_replaced",
+    "pause",
+    "txn_time_out",
+    "txn_crash",
+    "index_fault",
+)
 FAULT_SCALES = (0.25, 0.5, 1, 2, 4)
 
 
@@ -156,6 +211,7 @@ class Message:
     payload: Any
     src_incarnation: int = -1  # the sending process (answers go back to it only)
     reply_to: int = -1  # for an answer: the id of the request
+    not_before_ms: int = 0  # a delayed message is not delivered before then
 
 
 @dataclass
@@ -171,6 +227,9 @@ class Replica:
     paused: bool = False
     #: The calls waiting at this leader; each operation's token: (request, first offset of its batch).
     purgatory: Purgatory = field(default_factory=Purgatory)
+    #: Transactional batches whose coordinator is asked (KIP-890): the question's id -> (what, the produce).
+    verifying: dict[int, tuple[VerificationNeeded, Message]] = field(default_factory=dict)
+    index_fault: bool = False  # its next aborted-transaction index write fails (a disk error)
     isr_request: int | None = None  # the message id of the ISR proposal whose answer is awaited
 
     @property
@@ -189,6 +248,50 @@ class Batch:
     sequence: int
     values: list[bytes]
     attempt: int | None = None  # the message id of the attempt it waits on
+
+
+@dataclass
+class Completion:
+    """A prepared transaction's completion at the coordinator: its markers' rounds
+    (the shipped MarkerWriter), then the Complete record."""
+
+    writer: MarkerWriter
+    round: dict[int, TopicPartition] = field(default_factory=dict)  # marker message id -> partition
+    answers: dict = field(default_factory=dict)  # the round's answers so far
+    backoff_until_ms: int = 0
+    end_txn: Message | None = None  # the producer's EndTxn, answered once complete
+
+
+@dataclass
+class TxnCoordinatorProcess:
+    """The transaction coordinator: the shipped state machine over a journal that outlives it
+    (its ``__transaction_state`` partition, whose replication the brokers' part covers)."""
+
+    incarnation: int
+    epoch: int  # its partition's leader epoch, which markers carry
+    state: TransactionCoordinator = field(default_factory=TransactionCoordinator)
+    completions: dict[str, Completion] = field(default_factory=dict)
+    leaders: dict = field(default_factory=dict)  # the markers' leaders it knows
+
+
+@dataclass
+class TxnClient:
+    """The transactional producer: an id, then transactions of a few batches, each committed or
+    aborted; a batch not acknowledged in time may make it abort, then start anew (KIP-360)."""
+
+    phase: str = "init"  # init, begin, send, end
+    producer_id: int = -1
+    producer_epoch: int = -1
+    sequence: int = 0
+    request: int | None = None  # the message id of the call it waits on
+    batch: Batch | None = None
+    txn: int = -1  # the transaction's number (in its values)
+    batches: int = 0  # batches it is to have
+    sent: int = 0  # batches acknowledged
+    commit: bool = True
+    bump: bool = True  # False: ended as a Kafka client at EndTxn v0-4 does (no epoch bump)
+    then: str = "begin"  # the phase after the end (init: it aborted over a lost batch)
+    next_value: int = 0
 
 
 @dataclass
@@ -214,6 +317,12 @@ class Stats:
     truncations: int = 0
     latest_answers: int = 0
     offsets_not_available: int = 0
+    txn_commits: int = 0  # transactions the producer was told committed
+    txn_aborts: int = 0
+    txn_inits: int = 0
+    txn_crashes: int = 0
+    marker_failures: int = 0
+    verifications_refused: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
@@ -265,6 +374,16 @@ class Cluster:
         self.sent_values: dict[int, list[bytes]] = {}  # produce request id -> values (plain sends)
         self.idempotent_values: set[bytes] = set()
         self.latest_answers: list[tuple[int, int]] = []  # (leader epoch, offset) a client was told
+        # Transactions: the coordinator, its journal, the transactional producer, and what the
+        # coordinator decided (transaction number -> commit), which the invariants read against.
+        self.tc = TxnCoordinatorProcess(0, 0)
+        self.txn_journal: list[tuple[bytes, bytes]] = []
+        self.txn_client = TxnClient()
+        self._producer_ids = itertools.count(1000)
+        self._txn_numbers = itertools.count()
+        self._txn_of: dict[tuple[int, int], int] = {}  # (producer id, epoch) -> the transaction it runs
+        self.decisions: dict[int, bool] = {}
+        self._leader_lso: dict[tuple[int, int, int], int] = {}
         self.stats = Stats()
         self.trace: list[str] = []
         self.steps = 0
@@ -295,6 +414,8 @@ class Cluster:
                 self.deliver(ready[min(int(rng.expovariate(1.0)), len(ready) - 1)])
         elif kind == "lose" and self.in_flight:
             self.lose(rng.choice(sorted(self.in_flight)))
+        elif kind == "delay" and self.in_flight:
+            self.delay(rng.choice(sorted(self.in_flight)), rng.choice((100, 500, 2000, 5000)))
         elif kind == "follow":
             self.follow(rng.choice(BROKERS))
         elif kind == "time_out":
@@ -335,6 +456,16 @@ class Cluster:
                 self.node_back(dead[0])
         elif kind == "elect_preferred":
             self.elect_preferred()
+        elif kind == "txn":
+            self.txn()
+        elif kind == "txn_tick":
+            self.txn_tick()
+        elif kind == "txn_time_out":
+            self.txn_time_out()
+        elif kind == "txn_crash":
+            self.txn_crash()
+        elif kind == "index_fault":
+            self.index_fault(rng.choice(BROKERS))
         self.clock.advance(rng.randint(0, 30))
         self.steps += 1
         if self.info.leader == NO_LEADER:
@@ -370,17 +501,21 @@ class Cluster:
     # --- the transport --------------------------------------------------------------------
 
     def _send(self, kind: str, src: int, dst: int, payload: Any, reply_to: int = -1) -> int:
-        incarnation = self.replicas[src].incarnation if src != CONTROLLER and self.replicas[src] else -1
+        if src == TXN_COORDINATOR:
+            incarnation = self.tc.incarnation
+        else:
+            incarnation = self.replicas[src].incarnation if src >= 0 and self.replicas[src] else -1
         message = Message(next(self._ids), kind, src, dst, payload, incarnation, reply_to)
         self.in_flight[message.id] = message
         return message.id
 
     def deliverable(self) -> list[int]:
         """Messages that can be delivered now, oldest first (not those to a paused process)."""
+        now = self.clock()
         return [
             m.id
             for m in self.in_flight.values()
-            if m.dst == CONTROLLER or self.replicas[m.dst] is None or not self.replicas[m.dst].paused
+            if m.not_before_ms <= now and (m.dst < 0 or self.replicas[m.dst] is None or not self.replicas[m.dst].paused)
         ]
 
     @_step
@@ -399,10 +534,18 @@ class Cluster:
                 self._replica_step(replica, IsrAnswered(replica.core.proposing, None))
 
     @_step
+    def delay(self, message_id: int, ms: int) -> None:
+        """A message is held up on the way for ``ms`` (it arrives after younger ones: a request
+        its caller stopped waiting for may arrive after the caller moved on)."""
+        message = self.in_flight[message_id]
+        message.not_before_ms = self.clock() + ms
+        self._log(f"delayed {message.kind} {message.src}->{message.dst} by {ms} ms")
+
+    @_step
     def deliver(self, message_id: int) -> None:
         """Deliver one message in flight (a paused target leaves it in flight)."""
         message = self.in_flight[message_id]
-        if message.dst != CONTROLLER:
+        if message.dst >= 0:
             target = self.replicas[message.dst]
             if target is not None and target.paused:
                 return
@@ -482,13 +625,12 @@ class Cluster:
             replica.purgatory.park(op)
             return
         message, first_offset = op.token
-        if isinstance(op, DelayedFetch):
-            self._answer(message, "fetch_answer", op.answer)
-        elif isinstance(op, DelayedRetry) and op.answer is None:
+        if isinstance(op, DelayedRetry) and op.answer is None:
             self._on_produce(message)  # another batch came: the producer's batch is tried again
-        else:
-            self.stats.failed_after_append += isinstance(op, DelayedProduce) and op.answer is not None
-            self._answer(message, "produce_answer", first_offset if op.answer is None else op.answer)
+            return
+        self.stats.failed_after_append += isinstance(op, DelayedProduce) and op.answer is not None
+        answer = op.answer if isinstance(op, DelayedFetch) or op.answer is not None else first_offset
+        self._answer(message, ANSWERS[message.kind], answer)
 
     def complete_delayed(self) -> None:
         """Each running leader tries again what its purgatory wakes (the operations its last
@@ -586,10 +728,16 @@ class Cluster:
 
     @_step
     def housekeeping(self, broker: int) -> None:
-        """A leader's housekeeping round: it proposes an ISR change, or sends again one unanswered."""
+        """A replica's housekeeping round, as the actor's: a leader proposes an ISR change (or
+        sends again one unanswered), then retention, flush policy, the HW checkpoint and the
+        producer snapshot (a disk error skips the rest of the round)."""
         replica = self.running(broker)
         if replica is not None:
             self._replica_step(replica, Changed())
+            try:
+                replica.partition.housekeep()
+            except RaylogError as exc:
+                self._log(f"housekeeping {broker}: {exc}")
 
     def _on_isr_answer(self, message: Message) -> None:
         replica, answer = self._answered(message)
@@ -701,7 +849,7 @@ class Cluster:
             if message.kind == "fetch":
                 self._failed_call(message)
             else:
-                self._answer(message, "produce_answer", RaylogError("died"))
+                self._answer(message, ANSWERS[message.kind], RaylogError("died"))
 
     @_step
     def disk_replaced(self, broker: int) -> None:
@@ -781,7 +929,7 @@ class Cluster:
         data = record_batch.build(
             batch.values, producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=batch.sequence, now_ms=self.clock()
         )
-        batch.attempt = self._send("produce", CONTROLLER, leader, (data, True))
+        batch.attempt = self._send("produce", CONTROLLER, leader, (data, "idempotent"))
         self.stats.produced += 1
 
     @_step
@@ -792,7 +940,8 @@ class Cluster:
             return
         values = [f"v{self.next_value + i}".encode() for i in range(count)]
         self.next_value += count
-        message_id = self._send("produce", CONTROLLER, leader, (record_batch.build(values, now_ms=self.clock()), False))
+        data = record_batch.build(values, now_ms=self.clock())
+        message_id = self._send("produce", CONTROLLER, leader, (data, "plain"))
         self.sent_values[message_id] = values
         self.stats.produced += 1
 
@@ -802,20 +951,29 @@ class Cluster:
         return request_id is not None and (
             request_id in self.in_flight
             or any(op.token[0].id == request_id for r in self.replicas.values() if r for op in r.purgatory)
+            or any(m.id == request_id for r in self.replicas.values() if r for _, m in r.verifying.values())
+            or any(c.end_txn is not None and c.end_txn.id == request_id for c in self.tc.completions.values())
             or any(m.reply_to == request_id for m in self.in_flight.values())
         )
 
     def _on_produce(self, message: Message) -> None:
         replica = self.replicas[message.dst]
-        data, idempotent = message.payload
+        data, mode = message.payload
         if replica is None:
             self._answer(message, "produce_answer", RaylogError("the leader's process is gone"))
             return
         p = replica.partition
-        # The producer sends one batch at a time: the oldest it has not had acknowledged.
-        first_unacked = record_batch.parse_header(memoryview(data).cast("B")).base_sequence if idempotent else -1
+        # The producers send one batch at a time: the oldest they have not had acknowledged.
+        first_unacked = record_batch.parse_header(memoryview(data).cast("B")).base_sequence if mode != "plain" else -1
+        transactional_id = TRANSACTIONAL_ID if mode == "transactional" else None
         try:
-            outcome = p.append_as_leader(data, self.acks, first_unacked_sequence=first_unacked)
+            outcome = p.append_as_leader(
+                data, self.acks, first_unacked, transactional_id, verify=transactional_id is not None
+            )
+        except VerificationNeeded as needed:  # ask the coordinator first (KIP-890), as the actor
+            question = self._send("verify", message.dst, TXN_COORDINATOR, needed)
+            replica.verifying[question] = (needed, message)
+            return
         except SequenceGap:  # waits for the earlier batch (or its deadline), as the actor's
             gap = RaylogError("an earlier batch never came")
             self._delay(replica, DelayedRetry(gap, self.clock() + PRODUCE_TIMEOUT_MS, (message, None)))
@@ -837,6 +995,9 @@ class Cluster:
             self._delay(replica, DelayedProduce(end, p.leader_epoch, deadline, token=(message, first)))
 
     def _on_produce_answer(self, message: Message) -> None:
+        if message.dst == TXN_CLIENT:
+            self._on_txn_answer(message)
+            return
         _, answer = message.payload
         values = self.sent_values.pop(message.reply_to, None)
         batch = self.batch
@@ -855,6 +1016,316 @@ class Cluster:
             self.idempotent_values.update(values)
             self.batch = None
         self._log(f"  acknowledged offsets {records[0][0]}..{records[-1][0]}")
+
+    # --- transactions: the producer ---------------------------------------------------------
+
+    @_step
+    def txn(self) -> None:
+        """The transactional producer's next call, unless it waits for an answer."""
+        c = self.txn_client
+        if c.request is not None and self._waiting(c.request):
+            return
+        c.request = None
+        if c.phase == "init":
+            c.request = self._send("init_pid", TXN_CLIENT, TXN_COORDINATOR, (TRANSACTIONAL_ID, TXN_TIMEOUT_MS))
+        elif c.phase == "begin":
+            ids = (TRANSACTIONAL_ID, c.producer_id, c.producer_epoch)
+            c.request = self._send("add_partitions", TXN_CLIENT, TXN_COORDINATOR, ids)
+        elif c.phase == "end":
+            ids = (TRANSACTIONAL_ID, c.producer_id, c.producer_epoch, c.commit, c.bump)
+            c.request = self._send("end_txn", TXN_CLIENT, TXN_COORDINATOR, ids)
+        elif self.info.leader != NO_LEADER and len(self.in_flight) < MAX_IN_FLIGHT:
+            if c.batch is None:
+                count = self.rng.randint(1, 3)
+                values = [TXN_VALUE + f"{c.txn}.{c.next_value + i}".encode() for i in range(count)]
+                c.next_value += count
+                c.batch = Batch(c.sequence, values)
+            data = record_batch.build(
+                c.batch.values,
+                producer_id=c.producer_id,
+                producer_epoch=c.producer_epoch,
+                base_sequence=c.batch.sequence,
+                transactional=True,
+                now_ms=self.clock(),
+            )
+            c.request = c.batch.attempt = self._send("produce", TXN_CLIENT, self.info.leader, (data, "transactional"))
+
+    def _on_txn_answer(self, message: Message) -> None:
+        """The answer to the producer's call it waits on (others: it stopped waiting)."""
+        c = self.txn_client
+        _, answer = message.payload
+        if message.reply_to != c.request:
+            return
+        c.request = None
+        if isinstance(answer, RaylogError):
+            self._log(f"  txn {c.phase} failed: {answer!r}")
+            if not answer.retriable and not (c.phase == "send" and type(answer) is RaylogError):
+                # Fenced, or the transaction is gone: a new producer instance (KIP-360).
+                c.phase, c.batch = "init", None
+            return
+        if c.phase == "init":
+            c.producer_id, c.producer_epoch = answer
+            c.sequence, c.phase = 0, "begin"
+            self.stats.txn_inits += 1
+            self._begin_txn()
+        elif c.phase == "begin":
+            c.phase, c.sent, c.batches = "send", 0, self.rng.randint(1, 3)
+            c.commit, c.bump, c.then = self.rng.random() < 0.7, self.rng.random() < 0.7, "begin"
+        elif c.phase == "send":
+            records = list(zip(range(answer, answer + len(c.batch.values)), c.batch.values, strict=True))
+            self.acknowledged.update(records)
+            self._log(f"  transaction {c.txn}: acknowledged offsets {records[0][0]}..{records[-1][0]}")
+            c.sequence += len(c.batch.values)
+            c.batch, c.sent = None, c.sent + 1
+            if c.sent >= c.batches:
+                c.phase = "end"
+        else:
+            if c.commit:
+                self.stats.txn_commits += 1
+            else:
+                self.stats.txn_aborts += 1
+            self._log(f"  transaction {c.txn} {'committed' if c.commit else 'aborted'}")
+            if answer != (c.producer_id, c.producer_epoch):
+                c.sequence = 0
+            c.producer_id, c.producer_epoch = answer
+            c.phase = c.then
+            if c.phase == "begin":
+                self._begin_txn()
+
+    def _begin_txn(self) -> None:
+        """The producer's next transaction gets its number (in its values), known by the
+        (producer id, epoch) it runs with until the coordinator decides it."""
+        c = self.txn_client
+        c.txn = next(self._txn_numbers)
+        self._txn_of[(c.producer_id, c.producer_epoch)] = c.txn
+
+    # --- transactions: the coordinator ------------------------------------------------------
+
+    def _on_init_pid(self, message: Message) -> None:
+        tid, timeout_ms = message.payload
+        state, now = self.tc.state, self.clock()
+        try:
+            abort = state.abort_open(tid, now, self._new_producer_id)
+            if abort is not None:
+                self._tc_run(abort)
+                self._tc_complete_later(abort.metadata)
+            step = state.init_producer(tid, timeout_ms, now, self._new_producer_id)
+            self._tc_run(step)
+        except RaylogError as exc:
+            self._answer(message, "txn_answer", exc)
+            return
+        self._answer(message, "txn_answer", (step.metadata.producer_id, step.metadata.producer_epoch))
+
+    def _on_add_partitions(self, message: Message) -> None:
+        tid, producer_id, producer_epoch = message.payload
+        try:
+            step = self.tc.state.add_partitions(
+                tid, producer_id, producer_epoch, [TopicPartition(TOPIC, 0)], self.clock()
+            )
+            if step is not None:
+                self._tc_run(step)
+        except RaylogError as exc:
+            self._answer(message, "txn_answer", exc)
+            return
+        self._answer(message, "txn_answer", None)
+
+    def _on_end_txn(self, message: Message) -> None:
+        tid, producer_id, producer_epoch, commit, bump = message.payload
+        try:
+            outcome = self.tc.state.end(
+                tid, producer_id, producer_epoch, commit, self.clock(), self._new_producer_id, bump
+            )
+            if isinstance(outcome, TxnMetadata):
+                self._answer(message, "txn_answer", (outcome.producer_id, outcome.producer_epoch))
+                return
+            self._tc_run(outcome)
+        except RaylogError as exc:
+            self._answer(message, "txn_answer", exc)
+            return
+        self._tc_complete_later(outcome.metadata).end_txn = message
+        self._tc_drive(tid)
+
+    def _on_verify(self, message: Message) -> None:
+        needed: VerificationNeeded = message.payload
+        try:
+            self.tc.state.verify(
+                needed.transactional_id, needed.producer_id, needed.producer_epoch, TopicPartition(TOPIC, 0)
+            )
+        except RaylogError as exc:
+            self._answer(message, "verify_answer", exc)
+            return
+        self._answer(message, "verify_answer", None)
+
+    def _new_producer_id(self) -> int:
+        return next(self._producer_ids)
+
+    def _tc_run(self, step) -> None:
+        """Journal ``step``'s record, then the move counts (the actor's ``_run``; the journal is
+        the coordinator's replicated partition, which never fails here)."""
+        self.txn_journal.append(step.record)
+        self.tc.state.applied(step)
+        m = step.metadata
+        if m.state.prepared:
+            ran_with = (m.marker_producer_id, m.marker_epoch - 1 if m.bumps_epoch else m.marker_epoch)
+            txn = self._txn_of.get(ran_with)
+            if txn is not None:
+                self.decisions.setdefault(txn, m.committing)
+            self._log(f"coordinator: transaction {txn} prepared to {'commit' if m.committing else 'abort'}")
+
+    def _tc_complete_later(self, metadata: TxnMetadata) -> Completion:
+        """The completion of a prepared transaction (one per transactional id at a time)."""
+        tc = self.tc
+        completion = tc.completions.get(metadata.transactional_id)
+        if completion is None:
+            writer = MarkerWriter(metadata, tc.leaders, tc.epoch)
+            completion = tc.completions[metadata.transactional_id] = Completion(writer)
+        return completion
+
+    def _tc_drive(self, tid: str) -> None:
+        """The completion's next moves, as the actor's ``_complete`` makes them: MarkerWriter's
+        rounds (leaders from the controller's metadata, one marker message per partition),
+        then the Complete record and the waiting EndTxn's answer."""
+        tc = self.tc
+        completion = tc.completions.get(tid)
+        while completion is not None and not completion.round and self.clock() >= completion.backoff_until_ms:
+            request = completion.writer.next_request()
+            if request is None:
+                del tc.completions[tid]
+                step = tc.state.complete(tid, self.clock())
+                if step is not None:
+                    self._tc_run(step)
+                m = completion.writer.metadata
+                if completion.end_txn is not None:
+                    self._answer(completion.end_txn, "txn_answer", (m.producer_id, m.producer_epoch))
+                return
+            if isinstance(request, FindLeaders):
+                leader = None if self.info.leader == NO_LEADER else self.info.leader
+                then = completion.writer.on_leaders({"topics": {TOPIC: None}, "leaders": {(TOPIC, 0): leader}})
+            else:
+                for tp, broker in request.leaders.items():
+                    fields = (request.producer_id, request.producer_epoch, request.commit)
+                    marker = (*fields, request.coordinator_epoch, request.bumps_epoch)
+                    completion.round[self._send("txn_marker", TXN_COORDINATOR, broker, marker)] = tp
+                if completion.round:
+                    return  # the round's answers come as messages
+                then = completion.writer.on_answers({})
+            if then is Next.BACKOFF:
+                completion.backoff_until_ms = self.clock() + BACKOFF_MS
+
+    def _on_marker_answer(self, message: Message) -> None:
+        incarnation, answer = message.payload
+        if incarnation != self.tc.incarnation:
+            return  # for a coordinator process that is gone
+        for tid, completion in self.tc.completions.items():
+            if message.reply_to in completion.round:
+                completion.answers[completion.round.pop(message.reply_to)] = answer
+                if not completion.round:
+                    self._tc_round_done(tid)
+                return
+
+    def _tc_round_done(self, tid: str) -> None:
+        completion = self.tc.completions[tid]
+        answers, completion.answers = completion.answers, {}
+        self.stats.marker_failures += sum(a is not None for a in answers.values())
+        if completion.writer.on_answers(answers) is Next.BACKOFF:
+            completion.backoff_until_ms = self.clock() + BACKOFF_MS
+        self._tc_drive(tid)
+
+    @_step
+    def txn_tick(self) -> None:
+        """The coordinator's tick (the actor's ``_tick``): prepared transactions completed
+        again, those past their timeout aborted, completions past their pause go on."""
+        state, now = self.tc.state, self.clock()
+        for metadata in state.prepared():
+            self._tc_complete_later(metadata)
+        for step in state.expired(now, self._new_producer_id):
+            self._tc_run(step)
+            self._tc_complete_later(step.metadata)
+        for tid in list(self.tc.completions):
+            self._tc_drive(tid)
+
+    @_step
+    def txn_time_out(self) -> None:
+        """The producer stops waiting for its call (a batch not acknowledged in time may make it
+        abort the transaction, and then start anew), or the coordinator for a round of
+        markers; the calls stay in flight."""
+        c = self.txn_client
+        rounds = [tid for tid, completion in self.tc.completions.items() if completion.round]
+        if rounds and self.rng.random() < 0.5:
+            completion = self.tc.completions[rounds[0]]
+            late = RequestTimedOutError("the marker was not answered in time")
+            completion.answers.update(dict.fromkeys(completion.round.values(), late))
+            completion.round.clear()
+            self._tc_round_done(rounds[0])
+        elif c.request is not None:
+            self._log(f"transactional producer: stops waiting in {c.phase}")
+            if c.request in self.in_flight:  # what made it late: the call is held up on the way
+                self.in_flight[c.request].not_before_ms = self.clock() + self.rng.choice((500, 2000))
+            c.request = None
+            if c.phase == "send" and self.rng.random() < 0.5:
+                c.phase, c.commit, c.then, c.batch = "end", False, "init", None
+
+    @_step
+    def txn_crash(self) -> None:
+        """The coordinator's process dies; the next one (its partition's next leader: epoch + 1)
+        loads the journal, and its tick completes what was prepared."""
+        old = self.tc
+        self.tc = TxnCoordinatorProcess(old.incarnation + 1, old.epoch + 1)
+        self.tc.state.load(self.txn_journal)
+        self.stats.txn_crashes += 1
+        self._log(f"transaction coordinator crashed: epoch {self.tc.epoch}")
+
+    # --- transactions: the partition's side ---------------------------------------------------
+
+    def _on_verify_answer(self, message: Message) -> None:
+        replica, answer = self._answered(message)
+        if replica is None or message.reply_to not in replica.verifying:
+            return
+        needed, produce = replica.verifying.pop(message.reply_to)
+        error = None if answer is None else verification_error(answer)
+        replica.partition.verification_answered(needed, error is None)
+        if error is None:
+            self._on_produce(produce)
+        else:
+            self.stats.verifications_refused += 1
+            self._answer(produce, "produce_answer", error)
+
+    @_step
+    def index_fault(self, broker: int) -> None:
+        """``broker``'s next write of its aborted-transaction index fails (the disk errs once):
+        the abort is indexed in memory only until a later write gets it to disk."""
+        replica = self.running(broker)
+        if replica is None or replica.index_fault:
+            return
+        replica.index_fault = True
+        index = replica.partition.txn_index
+        unbroken = index.flush
+
+        def flush() -> None:
+            del index.flush  # one write fails; the next is the index's own
+            replica.index_fault = False
+            self._log(f"broker {broker}: the aborted-transaction index was not written")
+            raise StorageError(f"broker {broker}: injected: the aborted-transaction index was not written")
+
+        index.flush = flush
+        assert index.flush is not unbroken
+
+    def _on_txn_marker(self, message: Message) -> None:
+        replica = self.replicas[message.dst]
+        if replica is None:
+            self._answer(message, "marker_answer", RaylogError("the leader's process is gone"))
+            return
+        p = replica.partition
+        try:
+            info = p.append_marker(*message.payload)
+        except RaylogError as exc:
+            self._answer(message, "marker_answer", exc)
+            return
+        if info is not None:
+            self._replica_step(replica, Changed())
+        end = p.log.log_end_offset if info is None else info.last_offset + 1
+        deadline = self.clock() + PRODUCE_TIMEOUT_MS
+        self._delay(replica, DelayedProduce(end, p.leader_epoch, deadline, "markers", token=(message, None)))
 
     @_step
     def list_latest(self) -> None:
@@ -940,10 +1411,17 @@ class Cluster:
                 assert whole == self.values(broker), f"broker {broker}'s log changed below its end"
         self._check_epochs(running)
         self._check_high_watermarks(running)
+        self._check_stable_offsets(running)
         self._check_latest()
         # The checks of log contents hold or fail on what this signature covers: skip them when it
         # did not change since they last passed (most steps change nothing they read).
-        signature = (self.info, len(self.acknowledged), *(self._replica_signature(b) for b in running))
+        signature = (
+            self.info,
+            len(self.acknowledged),
+            len(self.decisions),
+            len(self.txn_journal),
+            *(self._replica_signature(b) for b in running),
+        )
         if signature == self._checked and not reread:
             return
         if self.replicas.get(self.info.leader) is not None:
@@ -951,6 +1429,7 @@ class Cluster:
             self._check_no_duplicates()
             self._check_agreement(running)
             self._check_isr(running)
+            self._check_transactions()
         self._checked = signature
 
     def _replica_signature(self, broker: int) -> tuple:
@@ -1046,6 +1525,58 @@ class Cluster:
             )
             assert _first_difference(theirs, ours, hw) is None, f"5. ISR member {broker} diverges below the HW {hw}"
 
+    def _check_stable_offsets(self, running: list[int]) -> None:
+        """10. A leader's LSO never goes down while it leads one epoch, and is never past its HW."""
+        for broker in running:
+            replica = self.replicas[broker]
+            part = replica.partition
+            if part.is_leader:
+                lso = part.last_stable_offset
+                assert lso <= part.high_watermark, f"10. leader {broker}'s LSO {lso} is past its HW"
+                key = (broker, replica.incarnation, part.leader_epoch)
+                before = self._leader_lso.get(key, -1)
+                assert lso >= before, f"10. leader {broker}'s LSO went down from {before} to {lso} in epoch {key[2]}"
+                self._leader_lso[key] = lso
+
+    def _check_transactions(self) -> None:
+        """On the controller's leader: 8. read_committed shows no record of a transaction its
+        coordinator aborted or has not decided; 9. every acknowledged record of a committed
+        transaction below the LSO is shown (no transaction read torn); 11. every transaction
+        open there is one the coordinator has open (none hangs, pinning the LSO for good)."""
+        leader = self.info.leader
+        p = self.replicas[leader].partition
+        if not p.is_leader or p.leader_epoch != self.info.leader_epoch:
+            return  # it has not taken the role yet
+        shown = read_committed(p)
+        for offset, value in shown.items():
+            if value.startswith(TXN_VALUE):
+                txn = _txn_of(value)
+                decided = {True: "committed", False: "aborted", None: "not decided"}[self.decisions.get(txn)]
+                assert decided == "committed", (
+                    f"8. read_committed at leader {leader} shows offset {offset} of transaction {txn}, {decided}"
+                )
+        lso = p.last_stable_offset
+        for offset, value in self.acknowledged.items():
+            if offset < lso and value.startswith(TXN_VALUE) and self.decisions.get(_txn_of(value)):
+                assert shown.get(offset) == value, (
+                    f"9. offset {offset} of committed transaction {_txn_of(value)} is below leader {leader}'s "
+                    f"LSO {lso}, but read_committed does not show it"
+                )
+        current = self.tc.state.describe(TRANSACTIONAL_ID)
+        running = None  # the (producer id, epoch) of the transaction the coordinator has open
+        if current is not None and current.state is TxnState.ONGOING:
+            running = (current.producer_id, current.producer_epoch)
+        elif current is not None and current.state.prepared:
+            running = (current.marker_producer_id, current.marker_epoch - current.bumps_epoch)
+        for producer in p.producers.describe():
+            if producer.current_transaction_start_offset < 0:
+                continue
+            assert (producer.producer_id, producer.producer_epoch) == running, (
+                f"11. a transaction of producer id {producer.producer_id} epoch {producer.producer_epoch} is open "
+                f"at leader {leader} from offset {producer.current_transaction_start_offset}, which its coordinator "
+                f"does not have open ({current})"
+            )
+
     # --- reporting ------------------------------------------------------------------------
 
     def state(self) -> str:
@@ -1078,16 +1609,45 @@ class Cluster:
 
 
 def read_values(log: Log, start: int) -> list[bytes]:
-    """The values of ``log`` from offset ``start`` (a batch boundary or inside a batch) to its end."""
+    """The values of ``log`` from offset ``start`` (a batch boundary or inside a batch) to its
+    end, :data:`MARKER` at a transaction marker's offset."""
     out: list[bytes] = []
     offset = start
     while offset < log.log_end_offset:
-        table = record_batch.decode_table(log.read(offset, 1 << 20), min_offset=offset)
-        offsets = table.column("offset").to_pylist()
-        assert offsets and offsets == list(range(offset, offset + len(offsets))), f"offsets not contiguous at {offset}"
-        out.extend(table.column("value").to_pylist())
-        offset += len(offsets)
+        data = log.read(offset, 1 << 20)
+        markers, end = set(), offset
+        for _, header in record_batch.iter_headers(memoryview(data).cast("B")):
+            end = max(end, header.next_offset)
+            if header.attributes & record_batch.CONTROL:
+                markers.update(range(header.base_offset, header.next_offset))
+        table = record_batch.decode_table(data, min_offset=offset)
+        values = dict(zip(table.column("offset").to_pylist(), table.column("value").to_pylist(), strict=True))
+        assert end > offset and all(o in values or o in markers for o in range(offset, end)), (
+            f"offsets not contiguous at {offset}"
+        )
+        out.extend(values.get(o, MARKER) for o in range(offset, end))
+        offset = end
     return out
+
+
+def read_committed(p: Partition) -> dict[int, bytes]:
+    """What a read_committed consumer reads from leader ``p``, from its log start to its LSO
+    (offset -> value), one fetch at a time, aborted transactions dropped as the consumer drops them."""
+    shown: dict[int, bytes] = {}
+    offset = p.log.log_start_offset
+    while offset < p.last_stable_offset:
+        result = p.read(offset, 1 << 20, isolation_level=READ_COMMITTED)
+        if not result.data:
+            break
+        table = record_batch.decode_table(result.data, min_offset=offset, aborted=result.aborted)
+        shown.update(zip(table.column("offset").to_pylist(), table.column("value").to_pylist(), strict=True))
+        offset = max(h.next_offset for _, h in record_batch.iter_headers(memoryview(result.data).cast("B")))
+    return shown
+
+
+def _txn_of(value: bytes) -> int:
+    """The transaction number a transactional value carries (b"t<number>.<n>")."""
+    return int(value[len(TXN_VALUE) :].split(b".")[0])
 
 
 def _first_difference(theirs: list[bytes], ours: list[bytes], bound: int) -> int | None:

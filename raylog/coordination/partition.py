@@ -424,13 +424,15 @@ class Partition:
                 abort was not (then a stale retry writes that file before answering).
         """
         self._require_leader()
+        # Stale or not, the transaction is over: a coordinator's yes asked for before this
+        # marker (a first batch here of that transaction) must open nothing when it arrives.
+        self.verifications.ended(producer_id)
         if self.producers.marker_is_stale(producer_id, producer_epoch, bumps_epoch):
             self.txn_index.flush()  # the first attempt may have failed to index it
             return None
         marker = record_batch.build_marker(producer_id, producer_epoch, commit, coordinator_epoch, self._clock())
         info = self.log.append_as_leader(marker, self.leader_epoch)
         closed = self.producers.apply(info.batches, self._clock())
-        self.verifications.ended(producer_id)
         self._advance_high_watermark()
         self._index_aborted(closed)
         return info

@@ -15,34 +15,17 @@ The full run: ``raylog bench simulate --schedules 10000``.
 
 from __future__ import annotations
 
-import logging
-import os
-
 import pytest
 
 from raylog.chaos import simulation
 from raylog.chaos.simulation import Cluster, Stats
+from tests.unit.coordination.simulation_fixtures import no_fsync, quiet  # noqa: F401 (autouse)
 
 SEEDS = range(120)
 STEPS = 300
-
-
-@pytest.fixture(autouse=True)
-def no_fsync(monkeypatch):
-    """Durability is the simulator's business (a machine crash cuts files past the recovery
-    point), so real fsyncs only cost time."""
-    monkeypatch.setattr(os, "fsync", lambda fd: None)
-    monkeypatch.setattr(os, "fdatasync", lambda fd: None)
-
-
-@pytest.fixture(autouse=True)
-def quiet():
-    """The replicas log every failed fetch; a failing run's trace tells more."""
-    logger = logging.getLogger("raylog")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(level)
+#: Stats that 40 random runs may not reach: scripted below (an offline partition, KIP-207's
+#: OFFSET_NOT_AVAILABLE) or in test_transaction_simulation.py (its own weights and scenarios).
+RARE_OR_ELSEWHERE = {"offline_steps", "offsets_not_available", "verifications_refused"}
 
 
 def _run(directory: str, seed: int, steps: int = STEPS, **kwargs) -> Cluster:
@@ -68,7 +51,7 @@ def test_the_simulation_reaches_every_kind_of_step_and_fault(tmp_path):
             if isinstance(value, int):
                 setattr(total, name, getattr(total, name) + value)
     for name, value in vars(total).items():
-        if isinstance(value, int) and name != "offline_steps":  # rare at random: scripted below
+        if isinstance(value, int) and name not in RARE_OR_ELSEWHERE:
             assert value > 0, f"no {name} in 40 runs: {total}"
 
 

@@ -96,17 +96,22 @@ def test_a_late_batch_after_a_marker_that_kept_the_epoch_is_verified_again(part)
 def test_a_marker_while_the_coordinator_is_asked_voids_the_answer(part):
     """The coordinator is asked without the partition lock; a marker for the producer that
     lands meanwhile ends what was verified, so the answer opens nothing: the batch is
-    verified again (Kafka's verification guard)."""
+    verified again (Kafka's verification guard). A stale marker too (it writes nothing: this
+    partition had nothing of the transaction it ends), else a yes given before the coordinator
+    aborted that transaction opens it after its marker, for good (found by the seeded
+    simulation, seed 806: see test_transaction_simulation.py)."""
     verified_produce(part, txn([b"a0"], pid=5))
     part.append_marker(5, 0, True, COORDINATOR_EPOCH, bumps_epoch=False)
     needed = needs_verifying(part, txn([b"a1"], pid=5, seq=1))
-    part.append_marker(5, 0, False, COORDINATOR_EPOCH, bumps_epoch=False)  # stale: writes nothing
+    assert part.append_marker(5, 0, False, COORDINATOR_EPOCH, bumps_epoch=False) is None  # stale
     produce(part, plain([b"p"]))
     other = needs_verifying(part, txn([b"x"], pid=9))
     part.append_marker(9, 1, False, COORDINATOR_EPOCH)  # the coordinator aborts pid 9 meanwhile
     part.verification_answered(other, True)
     needs_verifying(part, txn([b"x"], pid=9, epoch=1))
     part.verification_answered(needed, True)
+    again = needs_verifying(part, txn([b"a1"], pid=5, seq=1))  # the yes came before the stale marker
+    part.verification_answered(again, True)  # (a coordinator with a new transaction open says yes again)
     assert produce(part, txn([b"a1"], pid=5, seq=1)) == 4
     assert part.producers.first_open_offset() == 4
 
