@@ -184,6 +184,12 @@ FAULTS = (
     "index_fault",
 )
 FAULT_SCALES = (0.25, 0.5, 1, 2, 4)
+#: Weights that replace some of STEP_WEIGHTS, by name (``raylog bench simulate --profile``):
+#: "transactions" makes a schedule mostly transactions and the coordinator's faults.
+PROFILES = {
+    "default": {},
+    "transactions": {"txn": 160, "txn_tick": 30, "txn_time_out": 12, "txn_crash": 3, "send": 6, "produce": 4},
+}
 
 
 def _step(method):
@@ -1688,9 +1694,10 @@ def run(
     return cluster
 
 
-def _run_seeds(args: tuple[int, int, int]) -> tuple[int, list[str], dict[str, int]]:
-    """Run seeds ``range(start, stop)``; returns (schedules run, failures, summed stats)."""
-    start, stop, steps = args
+def _run_seeds(args: tuple[int, int, int, str]) -> tuple[int, list[str], dict[str, int]]:
+    """Run seeds ``range(start, stop)`` with a profile's weights; returns (schedules run,
+    failures, summed stats)."""
+    start, stop, steps, profile = args
     _no_fsync()
     logging.disable(logging.CRITICAL)  # the replicas log every failed fetch: the trace tells more
     failures, totals = [], {}
@@ -1699,7 +1706,7 @@ def _run_seeds(args: tuple[int, int, int]) -> tuple[int, list[str], dict[str, in
         for seed in range(start, stop):
             directory = os.path.join(root, str(seed))
             try:
-                cluster = run(directory, seed, steps)
+                cluster = run(directory, seed, steps, weights=PROFILES[profile])
                 for name, value in vars(cluster.stats).items():
                     if isinstance(value, int):
                         totals[name] = totals.get(name, 0) + value
@@ -1725,6 +1732,7 @@ class CampaignReport:
     schedules: int
     first_seed: int
     steps: int
+    profile: str
     workers: int
     elapsed_s: float
     failures: list[str]  # each: the seed, the step, the broken invariant and the trace
@@ -1733,20 +1741,24 @@ class CampaignReport:
     def summary(self) -> str:
         last = self.first_seed + self.schedules - 1
         return (
-            f"{self.schedules} schedules x {self.steps} steps (seeds {self.first_seed}..{last}) "
-            f"in {self.elapsed_s:.1f} s on {self.workers} workers: {len(self.failures)} failed\n"
+            f"{self.schedules} schedules x {self.steps} steps (seeds {self.first_seed}..{last}, "
+            f"profile {self.profile}) in {self.elapsed_s:.1f} s on {self.workers} workers: "
+            f"{len(self.failures)} failed\n"
             "totals: " + ", ".join(f"{k} {v}" for k, v in sorted(self.totals.items()))
         )
 
 
-def campaign(schedules: int, first_seed: int = 0, steps: int = 200, workers: int | None = None) -> CampaignReport:
-    """Run seeds ``first_seed .. first_seed + schedules - 1``, ``steps`` random steps each,
-    checking every invariant after every step, on ``workers`` processes (default: one per core)."""
+def campaign(
+    schedules: int, first_seed: int = 0, steps: int = 200, workers: int | None = None, profile: str = "default"
+) -> CampaignReport:
+    """Run seeds ``first_seed .. first_seed + schedules - 1``, ``steps`` random steps each with
+    the weights of ``profile`` (:data:`PROFILES`), checking every invariant after every step, on
+    ``workers`` processes (default: one per core)."""
     workers = workers or os.cpu_count() or 1
     started = time.monotonic()
     chunk = 50
     end = first_seed + schedules
-    jobs = [(s, min(s + chunk, end), steps) for s in range(first_seed, end, chunk)]
+    jobs = [(s, min(s + chunk, end), steps, profile) for s in range(first_seed, end, chunk)]
     done, failures, totals = 0, [], {}
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         for count, failed, stats in pool.imap_unordered(_run_seeds, jobs):
@@ -1754,7 +1766,7 @@ def campaign(schedules: int, first_seed: int = 0, steps: int = 200, workers: int
             failures += failed
             for name, value in stats.items():
                 totals[name] = totals.get(name, 0) + value
-    return CampaignReport(done, first_seed, steps, workers, time.monotonic() - started, failures, totals)
+    return CampaignReport(done, first_seed, steps, profile, workers, time.monotonic() - started, failures, totals)
 
 
 class ManualClock:

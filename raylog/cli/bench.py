@@ -35,13 +35,14 @@ raylog bench soak [--runs N] [--seed S] [--faults K,K] [--duration-s D] [--max-f
         second per producer thread; --replica-lag-time-max-ms MS the topic's lag bound. A run
         also fails if a leader was demoted while no fault disturbed its process or node; its
         line gives throughput and p50/p99 send latency
-raylog bench simulate [--schedules N] [--first-seed S] [--steps K] [--workers W]
+raylog bench simulate [--schedules N] [--first-seed S] [--steps K] [--workers W] [--profile P]
         the seeded simulation of one partition on three brokers and the controller (see
         raylog.chaos.simulation: the shipped ReplicationControl, ReplicaCore, Purgatory,
         Partition and Log over an in-memory network with loss, reordering, crashes, pauses,
         lost machines and replaced disks), every invariant checked after every step; no Ray.
-        Prints the schedules run, the time and the failures (each with its seed and trace).
-        Exit code 1 if a schedule broke an invariant
+        Prints the schedules run, the time and the failures (each with its seed and trace);
+        --profile transactions makes the schedules mostly transactions (the coordinator's
+        faults too). Exit code 1 if a schedule broke an invariant
 raylog bench txn-copier [--records N] [--rounds R] [--txn-records T] [--records-per-s C]
         Kafka's transactional copier test (see raylog.chaos.txn_copier): starts its own Ray
         cluster as soak does, preloads N records (100,000) and copies them in transactions
@@ -164,7 +165,7 @@ def _bench_soak(args: argparse.Namespace) -> int:
 def _bench_simulate(args: argparse.Namespace) -> int:
     from raylog.chaos import simulation
 
-    report = simulation.campaign(args.schedules, args.first_seed, args.steps, args.workers)
+    report = simulation.campaign(args.schedules, args.first_seed, args.steps, args.workers, args.profile)
     print(report.summary())
     for failure in report.failures[:3]:
         print("\n" + failure)
@@ -292,6 +293,9 @@ def add_commands(commands: Any) -> None:
     simulate.add_argument("--first-seed", type=non_negative_int, default=0, help="(0)")
     simulate.add_argument("--steps", type=positive_int, default=200, help="random steps per schedule (200)")
     simulate.add_argument("--workers", type=positive_int, help="processes (default: one per core)")
+    simulate.add_argument(
+        "--profile", choices=["default", "transactions"], default="default", help="the steps' weights (default)"
+    )
 
 
 def _add_bench_soak(workloads: Any) -> None:

@@ -219,7 +219,7 @@ def test_bench_simulate_runs_seeded_schedules_and_fails_on_a_broken_invariant(ca
         == 0
     )
     out = capsys.readouterr().out
-    assert out.startswith("6 schedules x 60 steps (seeds 10..15)") and ": 0 failed" in out
+    assert out.startswith("6 schedules x 60 steps (seeds 10..15, profile default)") and ": 0 failed" in out
 
     def broken(cluster, step):
         assert cluster.seed != 12 or step < 30, "a planted failure"

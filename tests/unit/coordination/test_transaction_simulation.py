@@ -17,8 +17,7 @@ from tests.unit.coordination.simulation_fixtures import no_fsync, quiet  # noqa:
 
 SEEDS = range(40)
 STEPS = 300
-#: Weights that make a schedule mostly transactions (and the coordinator's faults).
-TXN_HEAVY = {"txn": 160, "txn_tick": 30, "txn_time_out": 12, "txn_crash": 3, "send": 6, "produce": 4}
+TXN_HEAVY = simulation.PROFILES["transactions"]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
