@@ -1,7 +1,9 @@
 """The transaction coordinator: a replica of a ``__transaction_state`` partition that, while
 it leads, serves the transactional ids that hash to its partition (Kafka's design; loading,
 acks=all appends and hand-over are :mod:`raylog.actors.coordinator`'s, the state machine is
-:mod:`raylog.coordination.transactions`).
+:mod:`raylog.coordination.transactions`, the order of its moves and answers
+:class:`~raylog.coordination.txn_core.TransactionCore`'s, of which this actor is a pump:
+:meth:`TransactionCoordinatorActor._run_txn`).
 
 Ending a transaction takes three steps: the Prepare record (acks=all: from then on the
 outcome is decided, whoever coordinates), a marker in every partition of the transaction
@@ -26,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -38,7 +41,19 @@ from raylog.common.acl import ACLOperation as Op
 from raylog.common.acl import ResourceType
 from raylog.common.names import OFFSETS_TOPIC
 from raylog.coordination.fetcher import Next
-from raylog.coordination.transactions import Step, TransactionCoordinator, TxnMetadata
+from raylog.coordination.transactions import TransactionCoordinator, TxnMetadata
+from raylog.coordination.txn_core import (
+    AddPartitions,
+    CompleteTransaction,
+    EndTxn,
+    InitProducerId,
+    Journal,
+    Journaled,
+    MarkersWritten,
+    Reply,
+    Tick,
+    TransactionCore,
+)
 from raylog.coordination.txn_markers import FindLeaders, MarkerWriter, WriteMarkers
 from raylog.errors import (
     ConcurrentTransactionsError,
@@ -67,7 +82,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
     TICK_INTERVAL_S = 0.5
 
     def __init__(self, *args: Any, **kwargs: Any):
-        self._completions: dict[str, concurrent.futures.Future] = {}
+        self._core: TransactionCore | None = None  # the loaded state's sequencing
         #: The leader actor each marker last went to (asked of the controller when unknown
         #: or after a failed marker): markers of a steady pipeline cost no controller call.
         self._marker_leaders: dict[TopicPartition, Any] = {}
@@ -84,35 +99,15 @@ class TransactionCoordinatorActor(CoordinatorActor):
             state.load(records)
 
     def _loaded(self, state: TransactionCoordinator) -> None:
-        for metadata in state.prepared():
-            self._complete_later(state, metadata)
+        self._core = TransactionCore(state, self._new_producer_id)
+        self._run_txn(self._core, self._core.step(Tick(now_ms())))  # what was prepared completes
         self._fetch_producer_ids_later()
 
     def _describe_state(self, state: TransactionCoordinator) -> str:
         return f"{len(state.transactions)} transactional id(s), {len(state.prepared())} to complete"
 
     def _tick(self, state: TransactionCoordinator) -> None:
-        for metadata in state.prepared():  # one whose Complete record failed: try again
-            self._complete_later(state, metadata)
-        for step in state.expired(now_ms(), self._new_producer_id):
-            m = step.metadata
-            logger.info(
-                "%s: transaction %r of producer id %d epoch %d timed out after %d ms (%d partitions): aborting it; "
-                "that producer is fenced (epoch now %d)",
-                self.partition.name,
-                m.transactional_id,
-                m.marker_producer_id,
-                m.marker_epoch - 1,
-                m.timeout_ms,
-                len(m.partitions),
-                m.producer_epoch,
-            )
-            try:
-                self._run(state, step)
-            except Exception as exc:  # noqa: BLE001 — the next tick tries again
-                logger.warning("%s: timed-out abort not written: %s", self.partition.name, exc)
-                continue
-            self._complete_later(state, step.metadata)
+        self._run_txn(self._core, self._core.step(Tick(now_ms())))
 
     # --- requests -----------------------------------------------------------------------
 
@@ -130,18 +125,7 @@ class TransactionCoordinatorActor(CoordinatorActor):
         if not self._producer_ids.available():
             self._fetch_producer_ids_later()
             self._producer_ids.wait(PEER_CALL_TIMEOUT_S)
-        with self._lock:
-            try:
-                state = self._loaded_state()
-                abort = state.abort_open(transactional_id, now_ms(), self._new_producer_id)
-                if abort is not None:
-                    self._run(state, abort)
-                    self._complete_later(state, abort.metadata)
-                step = state.init_producer(transactional_id, timeout_ms, now_ms(), self._new_producer_id)
-                self._run(state, step)
-            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
-                return TxnResponse(**error_fields(exc))
-        return _answer(step.metadata)
+        return self._request(lambda request: InitProducerId(request, transactional_id, timeout_ms, now_ms()))
 
     def add_partitions(
         self,
@@ -152,16 +136,12 @@ class TransactionCoordinatorActor(CoordinatorActor):
         session: str | None = None,
     ) -> TxnResponse:
         """Partitions (and group offset partitions) join the producer's transaction."""
-        with self._lock:
-            try:
-                self._require_partitions(session, transactional_id, partitions)
-                state = self._loaded_state()
-                step = state.add_partitions(transactional_id, producer_id, producer_epoch, partitions, now_ms())
-                if step is not None:
-                    self._run(state, step)
-            except Exception as exc:  # noqa: BLE001
-                return TxnResponse(**error_fields(exc))
-        return TxnResponse(producer_id=producer_id, producer_epoch=producer_epoch)
+
+        def event(request: concurrent.futures.Future) -> AddPartitions:
+            self._require_partitions(session, transactional_id, partitions)
+            return AddPartitions(request, transactional_id, producer_id, producer_epoch, tuple(partitions), now_ms())
+
+        return self._request(event)
 
     def end_txn(
         self,
@@ -176,27 +156,13 @@ class TransactionCoordinatorActor(CoordinatorActor):
         (CONCURRENT_TRANSACTIONS after ``END_TXN_WAIT_S``: ask again), with the producer id
         and epoch to use next (the same with ``bump_epoch=False``: a
         Kafka client at EndTxn v0-4, see :mod:`raylog.coordination.transactions`)."""
-        with self._lock:
-            try:
-                self._guard.require(session, Op.WRITE, TXN, transactional_id)
-                state = self._loaded_state()
-                outcome = state.end(
-                    transactional_id, producer_id, producer_epoch, commit, now_ms(), self._new_producer_id, bump_epoch
-                )
-                if isinstance(outcome, TxnMetadata):
-                    return _answer(outcome)
-                self._run(state, outcome)
-                completion = self._complete_later(state, outcome.metadata)
-            except Exception as exc:  # noqa: BLE001
-                return TxnResponse(**error_fields(exc))
         try:
-            completion.result(timeout=END_TXN_WAIT_S)
-        except concurrent.futures.TimeoutError:
-            error = ConcurrentTransactionsError(f"transaction {transactional_id!r}: markers not all written yet")
-            return TxnResponse(**error_fields(error))
-        except Exception as exc:  # noqa: BLE001
+            self._guard.require(session, Op.WRITE, TXN, transactional_id)
+        except RaylogError as exc:
             return TxnResponse(**error_fields(exc))
-        return _answer(outcome.metadata)
+        return self._request(
+            lambda request: EndTxn(request, transactional_id, producer_id, producer_epoch, commit, bump_epoch, now_ms())
+        )
 
     def verify_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
@@ -243,56 +209,64 @@ class TransactionCoordinatorActor(CoordinatorActor):
             for topic in sorted({topic for topic, _ in partitions} - {OFFSETS_TOPIC}):
                 access.require(Op.WRITE, ResourceType.TOPIC, topic)
 
-    # --- completion ---------------------------------------------------------------------
+    # --- the pump ---------------------------------------------------------------------
 
-    def _run(self, state: TransactionCoordinator, step: Step) -> None:
-        """Append ``step``'s record with acks=all and wait for the ISR (holding ``_lock``);
-        the move counts once it is replicated.
-
-        Raises:
-            NotEnoughReplicasError, NotLeaderOrFollowerError, RequestTimedOutError, ...
-        """
+    def _request(self, make_event: Callable[[concurrent.futures.Future], Any]) -> TxnResponse:
+        """Step the core with the request ``make_event`` makes and answer it: at once, or once
+        its transaction completed (EndTxn: CONCURRENT_TRANSACTIONS after ``END_TXN_WAIT_S``,
+        the completion goes on)."""
+        request: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            try:
+                self._loaded_state()
+                core = self._core
+                self._run_txn(core, core.step(make_event(request)))
+            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
+                return TxnResponse(**error_fields(exc))
         try:
-            self._await_records(self._append_records([step.record]))
-        except Exception:
-            state.failed(step)
-            raise
-        state.applied(step)
+            answer = request.result(timeout=END_TXN_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            answer = ConcurrentTransactionsError("the transaction's markers are not all written yet")
+        if isinstance(answer, Exception):
+            return TxnResponse(**error_fields(answer))
+        return TxnResponse(producer_id=answer[0], producer_epoch=answer[1])
 
-    def _complete_later(self, state: TransactionCoordinator, metadata: TxnMetadata) -> concurrent.futures.Future:
-        """The prepared transaction's completion, on a thread of its own (one per id)."""
-        tid = metadata.transactional_id
-        running = self._completions.get(tid)
-        if running is not None and not running.done():
-            return running
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self._completions[tid] = future
-        stop = self._coordinator_stop
-        self._start(self._complete, state, metadata, future, stop)
-        return future
+    def _run_txn(self, core: TransactionCore, effects: list) -> None:
+        """Do what ``core`` asks, in order (holding ``_lock``; see
+        :mod:`~raylog.coordination.txn_core`): journal a move (acks=all; the lock is released
+        while the ISR gets it) and step the outcome, answer a request, start a completion."""
+        effects = list(effects)
+        while effects:
+            effect = effects.pop(0)
+            if isinstance(effect, Journal):
+                error = None
+                try:
+                    self._await_records(self._append_records([effect.step.record]))
+                except Exception as exc:  # noqa: BLE001 — the core decides what it means
+                    error = exc
+                effects[:0] = core.step(Journaled(effect.step, error))
+            elif isinstance(effect, Reply):
+                if not effect.request.done():
+                    effect.request.set_result(effect.answer)
+            elif isinstance(effect, CompleteTransaction):
+                self._start(self._complete, core, effect.metadata, self._coordinator_stop)
 
-    def _complete(
-        self,
-        state: TransactionCoordinator,
-        metadata: TxnMetadata,
-        future: concurrent.futures.Future,
-        stop: threading.Event | None,
-    ) -> None:
-        """Write every marker of ``metadata``'s transaction, then its Complete record."""
+    def _complete(self, core: TransactionCore, metadata: TxnMetadata, stop: threading.Event | None) -> None:
+        """Write every marker of ``metadata``'s transaction (without the lock), then step the
+        core (which journals the Complete record)."""
+        error = None
         try:
             self._write_markers(metadata, stop)
-            with self._lock:
-                if stop is None or stop.is_set():
-                    raise NotCoordinatorError("the coordinator moved before the transaction completed")
-                step = state.complete(metadata.transactional_id, now_ms())
-                if step is not None:
-                    self._run(state, step)
-                future.set_result(None)
-        except Exception as exc:  # noqa: BLE001 — told to the waiting end_txn, if any
-            logger.warning("%s: transaction %r not completed: %s", self.partition.name, metadata.transactional_id, exc)
-            with self._lock:
-                if not future.done():  # (dropping the state fails it first)
-                    future.set_exception(exc)
+        except Exception as exc:  # noqa: BLE001 — told to the waiting EndTxn, if any
+            error = exc
+        with self._lock:
+            if error is None and (stop is None or stop.is_set()):
+                error = NotCoordinatorError("the coordinator moved before the transaction completed")
+            if error is not None:
+                logger.warning(
+                    "%s: transaction %r not completed: %s", self.partition.name, metadata.transactional_id, error
+                )
+            self._run_txn(core, core.step(MarkersWritten(metadata.transactional_id, now_ms(), error)))
 
     def _write_markers(self, metadata: TxnMetadata, stop: threading.Event | None) -> None:
         """A marker in every partition of the transaction, each retried against the
@@ -388,10 +362,11 @@ class TransactionCoordinatorActor(CoordinatorActor):
                 return
 
     def _unloaded(self) -> None:
-        for future in self._completions.values():
-            if not future.done():
-                future.set_exception(NotCoordinatorError("the coordinator moved"))
-        self._completions.clear()
+        core, self._core = self._core, None
+        for requests in core.completing.values() if core is not None else ():
+            for request in requests:
+                if not request.done():
+                    request.set_result(NotCoordinatorError("the coordinator moved"))
 
 
 def _described(m: TxnMetadata) -> dict:
@@ -404,7 +379,3 @@ def _described(m: TxnMetadata) -> dict:
         "partitions": sorted(m.partitions),
         "start_ms": m.start_ms,
     }
-
-
-def _answer(metadata: TxnMetadata) -> TxnResponse:
-    return TxnResponse(producer_id=metadata.producer_id, producer_epoch=metadata.producer_epoch)

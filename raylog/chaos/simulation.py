@@ -31,7 +31,8 @@ The simulation plays only what the actors do around them, the I/O:
   out its effects as :class:`ControllerActor` does: journal (here: keep) and replay the records,
   push the changed states to the replicas (pushes are calls too: delayed, reordered, lost, sent
   again with the same epochs), call the reported leader (here: it answers if it runs), answer.
-- The transaction coordinator: the shipped :class:`TransactionCoordinator` over a journal
+- The transaction coordinator: the shipped :class:`TransactionCore` (the order of its journal
+  writes, completions and answers) over a :class:`TransactionCoordinator` and a journal
   that outlives its process (its ``__transaction_state`` partition), answering
   InitProducerId, AddPartitionsToTxn, EndTxn and the leaders' verification questions
   (KIP-890), and completing prepared transactions with the shipped :class:`MarkerWriter`
@@ -109,6 +110,18 @@ from raylog.coordination.replication_control import (
     ReplicationControl,
 )
 from raylog.coordination.transactions import TransactionCoordinator, TxnMetadata, TxnState
+from raylog.coordination.txn_core import (
+    AddPartitions,
+    CompleteTransaction,
+    EndTxn,
+    InitProducerId,
+    Journal,
+    Journaled,
+    MarkersWritten,
+    Reply,
+    Tick,
+    TransactionCore,
+)
 from raylog.coordination.txn_markers import FindLeaders, MarkerWriter
 from raylog.coordination.txn_verification import VerificationNeeded, verification_error
 from raylog.errors import RaylogError, RequestTimedOutError, StorageError
@@ -258,14 +271,13 @@ class Batch:
 
 @dataclass
 class Completion:
-    """A prepared transaction's completion at the coordinator: its markers' rounds
-    (the shipped MarkerWriter), then the Complete record."""
+    """A prepared transaction's markers being written by the coordinator (the shipped
+    MarkerWriter's rounds)."""
 
     writer: MarkerWriter
     round: dict[int, TopicPartition] = field(default_factory=dict)  # marker message id -> partition
     answers: dict = field(default_factory=dict)  # the round's answers so far
     backoff_until_ms: int = 0
-    end_txn: Message | None = None  # the producer's EndTxn, answered once complete
 
 
 @dataclass
@@ -275,7 +287,7 @@ class TxnCoordinatorProcess:
 
     incarnation: int
     epoch: int  # its partition's leader epoch, which markers carry
-    state: TransactionCoordinator = field(default_factory=TransactionCoordinator)
+    core: TransactionCore
     completions: dict[str, Completion] = field(default_factory=dict)
     leaders: dict = field(default_factory=dict)  # the markers' leaders it knows
 
@@ -382,7 +394,7 @@ class Cluster:
         self.latest_answers: list[tuple[int, int]] = []  # (leader epoch, offset) a client was told
         # Transactions: the coordinator, its journal, the transactional producer, and what the
         # coordinator decided (transaction number -> commit), which the invariants read against.
-        self.tc = TxnCoordinatorProcess(0, 0)
+        self.tc = TxnCoordinatorProcess(0, 0, TransactionCore(TransactionCoordinator(), self._new_producer_id))
         self.txn_journal: list[tuple[bytes, bytes]] = []
         self.txn_client = TxnClient()
         self._producer_ids = itertools.count(1000)
@@ -958,7 +970,7 @@ class Cluster:
             request_id in self.in_flight
             or any(op.token[0].id == request_id for r in self.replicas.values() if r for op in r.purgatory)
             or any(m.id == request_id for r in self.replicas.values() if r for _, m in r.verifying.values())
-            or any(c.end_txn is not None and c.end_txn.id == request_id for c in self.tc.completions.values())
+            or any(m.id == request_id for waiting in self.tc.core.completing.values() for m in waiting)
             or any(m.reply_to == request_id for m in self.in_flight.values())
         )
 
@@ -1109,52 +1121,21 @@ class Cluster:
 
     def _on_init_pid(self, message: Message) -> None:
         tid, timeout_ms = message.payload
-        state, now = self.tc.state, self.clock()
-        try:
-            abort = state.abort_open(tid, now, self._new_producer_id)
-            if abort is not None:
-                self._tc_run(abort)
-                self._tc_complete_later(abort.metadata)
-            step = state.init_producer(tid, timeout_ms, now, self._new_producer_id)
-            self._tc_run(step)
-        except RaylogError as exc:
-            self._answer(message, "txn_answer", exc)
-            return
-        self._answer(message, "txn_answer", (step.metadata.producer_id, step.metadata.producer_epoch))
+        self._tc_step(InitProducerId(message, tid, timeout_ms, self.clock()))
 
     def _on_add_partitions(self, message: Message) -> None:
         tid, producer_id, producer_epoch = message.payload
-        try:
-            step = self.tc.state.add_partitions(
-                tid, producer_id, producer_epoch, [TopicPartition(TOPIC, 0)], self.clock()
-            )
-            if step is not None:
-                self._tc_run(step)
-        except RaylogError as exc:
-            self._answer(message, "txn_answer", exc)
-            return
-        self._answer(message, "txn_answer", None)
+        partitions = (TopicPartition(TOPIC, 0),)
+        self._tc_step(AddPartitions(message, tid, producer_id, producer_epoch, partitions, self.clock()))
 
     def _on_end_txn(self, message: Message) -> None:
         tid, producer_id, producer_epoch, commit, bump = message.payload
-        try:
-            outcome = self.tc.state.end(
-                tid, producer_id, producer_epoch, commit, self.clock(), self._new_producer_id, bump
-            )
-            if isinstance(outcome, TxnMetadata):
-                self._answer(message, "txn_answer", (outcome.producer_id, outcome.producer_epoch))
-                return
-            self._tc_run(outcome)
-        except RaylogError as exc:
-            self._answer(message, "txn_answer", exc)
-            return
-        self._tc_complete_later(outcome.metadata).end_txn = message
-        self._tc_drive(tid)
+        self._tc_step(EndTxn(message, tid, producer_id, producer_epoch, commit, bump, self.clock()))
 
     def _on_verify(self, message: Message) -> None:
         needed: VerificationNeeded = message.payload
         try:
-            self.tc.state.verify(
+            self.tc.core.state.verify(
                 needed.transactional_id, needed.producer_id, needed.producer_epoch, TopicPartition(TOPIC, 0)
             )
         except RaylogError as exc:
@@ -1165,12 +1146,28 @@ class Cluster:
     def _new_producer_id(self) -> int:
         return next(self._producer_ids)
 
-    def _tc_run(self, step) -> None:
-        """Journal ``step``'s record, then the move counts (the actor's ``_run``; the journal is
-        the coordinator's replicated partition, which never fails here)."""
-        self.txn_journal.append(step.record)
-        self.tc.state.applied(step)
-        m = step.metadata
+    def _tc_step(self, event: Any) -> None:
+        """Step the coordinator's shipped core and carry out its effects, as the actor's
+        ``_run_txn``: journal a move (the journal is its replicated partition, which never
+        fails here) and step the outcome, answer a request, start a completion."""
+        effects = self.tc.core.step(event)
+        while effects:
+            effect = effects.pop(0)
+            if isinstance(effect, Journal):
+                self.txn_journal.append(effect.step.record)
+                self._decided(effect.step.metadata)
+                effects[:0] = self.tc.core.step(Journaled(effect.step))
+            elif isinstance(effect, Reply):
+                self._answer(effect.request, "txn_answer", effect.answer)
+            elif isinstance(effect, CompleteTransaction):
+                tid = effect.metadata.transactional_id
+                if tid not in self.tc.completions:
+                    self.tc.completions[tid] = Completion(MarkerWriter(effect.metadata, self.tc.leaders, self.tc.epoch))
+                self._tc_drive(tid)
+
+    def _decided(self, m: TxnMetadata) -> None:
+        """What the coordinator decided, for the invariants: a journaled Prepare decides the
+        transaction the producer ran with (producer id, epoch before the bump)."""
         if m.state.prepared:
             ran_with = (m.marker_producer_id, m.marker_epoch - 1 if m.bumps_epoch else m.marker_epoch)
             txn = self._txn_of.get(ran_with)
@@ -1178,31 +1175,16 @@ class Cluster:
                 self.decisions.setdefault(txn, m.committing)
             self._log(f"coordinator: transaction {txn} prepared to {'commit' if m.committing else 'abort'}")
 
-    def _tc_complete_later(self, metadata: TxnMetadata) -> Completion:
-        """The completion of a prepared transaction (one per transactional id at a time)."""
-        tc = self.tc
-        completion = tc.completions.get(metadata.transactional_id)
-        if completion is None:
-            writer = MarkerWriter(metadata, tc.leaders, tc.epoch)
-            completion = tc.completions[metadata.transactional_id] = Completion(writer)
-        return completion
-
     def _tc_drive(self, tid: str) -> None:
-        """The completion's next moves, as the actor's ``_complete`` makes them: MarkerWriter's
-        rounds (leaders from the controller's metadata, one marker message per partition),
-        then the Complete record and the waiting EndTxn's answer."""
+        """A completion's next rounds (MarkerWriter's: leaders from the controller's metadata, one
+        marker message per partition), then the core is told the markers are written."""
         tc = self.tc
         completion = tc.completions.get(tid)
         while completion is not None and not completion.round and self.clock() >= completion.backoff_until_ms:
             request = completion.writer.next_request()
             if request is None:
                 del tc.completions[tid]
-                step = tc.state.complete(tid, self.clock())
-                if step is not None:
-                    self._tc_run(step)
-                m = completion.writer.metadata
-                if completion.end_txn is not None:
-                    self._answer(completion.end_txn, "txn_answer", (m.producer_id, m.producer_epoch))
+                self._tc_step(MarkersWritten(tid, self.clock()))
                 return
             if isinstance(request, FindLeaders):
                 leader = None if self.info.leader == NO_LEADER else self.info.leader
@@ -1239,14 +1221,9 @@ class Cluster:
 
     @_step
     def txn_tick(self) -> None:
-        """The coordinator's tick (the actor's ``_tick``): prepared transactions completed
-        again, those past their timeout aborted, completions past their pause go on."""
-        state, now = self.tc.state, self.clock()
-        for metadata in state.prepared():
-            self._tc_complete_later(metadata)
-        for step in state.expired(now, self._new_producer_id):
-            self._tc_run(step)
-            self._tc_complete_later(step.metadata)
+        """The coordinator's tick: the core completes prepared transactions again and aborts
+        those past their timeout; completions past their pause go on."""
+        self._tc_step(Tick(self.clock()))
         for tid in list(self.tc.completions):
             self._tc_drive(tid)
 
@@ -1274,12 +1251,17 @@ class Cluster:
     @_step
     def txn_crash(self) -> None:
         """The coordinator's process dies; the next one (its partition's next leader: epoch + 1)
-        loads the journal, and its tick completes what was prepared."""
+        loads the journal and ticks at once (as the actor does once loaded): what was prepared
+        completes."""
+        state = TransactionCoordinator()
+        state.load(self.txn_journal)
         old = self.tc
-        self.tc = TxnCoordinatorProcess(old.incarnation + 1, old.epoch + 1)
-        self.tc.state.load(self.txn_journal)
+        self.tc = TxnCoordinatorProcess(
+            old.incarnation + 1, old.epoch + 1, TransactionCore(state, self._new_producer_id)
+        )
         self.stats.txn_crashes += 1
         self._log(f"transaction coordinator crashed: epoch {self.tc.epoch}")
+        self._tc_step(Tick(self.clock()))
 
     # --- transactions: the partition's side ---------------------------------------------------
 
@@ -1568,7 +1550,7 @@ class Cluster:
                     f"9. offset {offset} of committed transaction {_txn_of(value)} is below leader {leader}'s "
                     f"LSO {lso}, but read_committed does not show it"
                 )
-        current = self.tc.state.describe(TRANSACTIONAL_ID)
+        current = self.tc.core.state.describe(TRANSACTIONAL_ID)
         running = None  # the (producer id, epoch) of the transaction the coordinator has open
         if current is not None and current.state is TxnState.ONGOING:
             running = (current.producer_id, current.producer_epoch)
