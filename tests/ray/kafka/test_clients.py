@@ -564,13 +564,22 @@ def test_confluent_lists_every_topic_with_its_admin_client_and_its_consumer(boot
     from confluent_kafka import Consumer as KafkaConsumer
     from confluent_kafka.admin import AdminClient
 
-    topic = kafka_topic(num_partitions=2)
-    listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=DEADLINE_S)
-    assert topic in listed.topics and sorted(listed.topics[topic].partitions) == [0, 1]
-    assert len(listed.brokers) == 3
+    topic = kafka_topic(num_partitions=2)  # created through raylog's Admin, not this listener
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     consumer = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}"})
+
+    def listing(client):
+        """The client's listing once it shows the topic: a listener's metadata follows the
+        controller's within about a second, and serves its cache while the controller is slow
+        to answer (as a Kafka broker's does), so a topic created a moment ago through another
+        client may be missing from the first listing, as from a Kafka broker's."""
+        listed = client.list_topics(timeout=DEADLINE_S)
+        return listed if topic in listed.topics else None
+
     try:
-        assert topic in consumer.list_topics(timeout=DEADLINE_S).topics
+        listed = wait_until(lambda: listing(admin), DEADLINE_S, message=f"{topic} listed by the admin client")
+        assert sorted(listed.topics[topic].partitions) == [0, 1] and len(listed.brokers) == 3
+        wait_until(lambda: listing(consumer), DEADLINE_S, message=f"{topic} listed by the consumer")
     finally:
         consumer.close()
 
