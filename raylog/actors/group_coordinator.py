@@ -24,19 +24,24 @@ offset commits, transactional offsets and markers take effect in log order, whic
 wakes first, and a commit that timed out waiting but was replicated after all counts as the
 next leader would count it.
 
+The order of appends and answers is :class:`~raylog.coordination.group_core.GroupCore`'s (a
+step core the seeded simulation runs too); this actor is its pump (:meth:`_run_groups`): it
+appends what the core asks, waits for the ISR, steps the outcome, and answers the callers.
+
 Concurrency: as the replica's, each call on a thread of its own and every step under the
-replica's lock, so each state-machine step runs alone; a join or a sync waits for its
-reply on a future (set by whichever step completes the join, or brings and replicates the
-leader member's assignment), a heartbeat on a condition that wakes when a group starts
-rebalancing, a commit or a leader's assignment for the ISR. The calls that wait run in Ray
-concurrency groups of their own (:data:`CONCURRENCY_GROUPS`), each a bounded pool of
-threads, so that however many members wait, the calls that end their waits never queue
-behind them: the replica's own calls (followers' fetches, markers, the controller's), and
-leaves and offset fetches, run in the default pool (:data:`MAX_CONCURRENCY`). Beyond a
-pool's bound a call waits in Ray's queue: a heartbeat for at most another's ``wait_ms``, a
-commit for at most another's wait for the ISR, a join until the join it waits behind
-completes (at the latest at its rebalance deadline, without the members still queued), a
-sync until the leader's assignment or the sync deadline.
+replica's lock, so each step of the core runs alone. A join, a sync, a commit or a
+ConsumerGroupHeartbeat waits for its reply on a future the core's Reply sets (its own
+thread first waits for the appends its step made); a heartbeat waits on its future up to
+``wait_ms`` and is answered early when its group starts rebalancing. Appends a tick makes
+are awaited on a thread of their own. The calls that wait run in Ray concurrency groups of
+their own (:data:`CONCURRENCY_GROUPS`), each a bounded pool of threads, so that however many
+members wait, the calls that end their waits never queue behind them: the replica's own
+calls (followers' fetches, markers, the controller's), and leaves and offset fetches, run in
+the default pool (:data:`MAX_CONCURRENCY`). Beyond a pool's bound a call waits in Ray's
+queue: a heartbeat for at most another's ``wait_ms``, a commit for at most another's wait for
+the ISR, a join until the join it waits behind completes (at the latest at its rebalance
+deadline, without the members still queued), a sync until the leader's assignment or the
+sync deadline.
 """
 
 from __future__ import annotations
@@ -44,9 +49,8 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
-import threading
-import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -59,9 +63,24 @@ from raylog.common.acl import ResourceType
 from raylog.common.group_protocol import Heartbeat
 from raylog.coordination import group_configs
 from raylog.coordination.consumer_group import ConsumerGroupConfig
-from raylog.coordination.group import PREPARING_REBALANCE, GroupCoordinator, Outcome
+from raylog.coordination.group import GroupCoordinator
+from raylog.coordination.group_core import (
+    Append,
+    Beat,
+    BeatDue,
+    Commit,
+    ConsumerBeat,
+    GroupCore,
+    Join,
+    Leave,
+    Persisted,
+    Reply,
+    Sync,
+    Tick,
+    Unload,
+)
 from raylog.coordination.replay import LogReplay
-from raylog.errors import NotCoordinatorError, RaylogError
+from raylog.errors import RaylogError
 from raylog.protocol import GroupResponse, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse, error_fields
 from raylog.types import OffsetAndMetadata, TopicPartition
 
@@ -111,9 +130,7 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
         self._consumer_groups = consumer_groups  # group.consumer.* (KIP-848)
         #: The controller's dynamic group configs and their version (:meth:`update_group_configs`).
         self._group_configs: tuple[int, dict[str, dict[str, str]]] = (0, {})
-        #: Joins and syncs waiting for their reply -> the kind of reply they wait for.
-        self._awaiting_reply: dict[concurrent.futures.Future, type] = {}
-        self._rebalancing: set[str] = set()  # groups in PreparingRebalance at the last _deliver
+        self._core: GroupCore | None = None  # the loaded groups' step core
         self._replay: LogReplay | None = None  # brings the loaded groups up to the HW
         super().__init__(*args, **kwargs)
 
@@ -130,25 +147,25 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
     def _loaded(self, state: GroupCoordinator) -> None:
         self._apply_group_configs(state)  # (configs pushed while it loaded)
         state.serve()
+        self._core = GroupCore(state)
         self._replay = LogReplay(functools.partial(self._load_batch, state), state.next_offset)
         self._catch_up()
 
     def _tick(self, state: GroupCoordinator) -> None:
         self._catch_up_or_later()
-        self._deliver(state.tick(now_ms()))
+        core = self._core
+        if core is not None:
+            for append in self._run_groups(core, core.step(Tick(now_ms()))):
+                self._start(self._persist, core, *append)
 
     def _describe_state(self, state: GroupCoordinator) -> str:
         return f"{len(state.groups)} group(s)"
 
     def _unloaded(self) -> None:
-        """Answer every waiting join and sync."""
-        moved = error_fields(NotCoordinatorError("the coordinator moved"))
-        for future, kind in self._awaiting_reply.items():
-            if not future.done():
-                future.set_result(kind(**moved))
-        self._awaiting_reply.clear()
-        self._replay = None
-        self._pulse()
+        """Answer every waiting call."""
+        core, self._core, self._replay = self._core, None, None
+        if core is not None:
+            self._run_groups(core, core.step(Unload()))
 
     @ray.method(concurrency_group="control")
     def update_group_configs(self, version: int, configs: dict[str, dict[str, str]]) -> None:
@@ -191,7 +208,8 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
 
     def _catch_up_or_later(self) -> None:
         """:meth:`_catch_up` where no caller can be told it failed (the tick, a written
-        marker): what is left is applied by the next step, which reports the error."""
+        marker, a persisted append): what is left is applied by the next step, which reports
+        the error."""
         try:
             self._catch_up()
         except RaylogError as exc:
@@ -204,16 +222,11 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
         """Join (or rejoin) a group; answers when the join completes. ``session``: the
         caller's token (every method here: READ on the group to be a member or commit,
         DESCRIBE to read it, DELETE to delete it; see :class:`~raylog.actors.access.Guard`)."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            try:
-                self._guard.require(session, Op.READ, GROUP, request.group_id)
-                outcome = self._coordinator().join(request, future, now_ms())
-            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
-                return JoinGroupResponse(**error_fields(exc))
-            self._awaiting_reply[future] = JoinGroupResponse
-            self._deliver(outcome)
-        return self._reply(future)
+        return self._call(
+            JoinGroupResponse,
+            lambda: self._guard.require(session, Op.READ, GROUP, request.group_id),
+            lambda future: Join(future, request, now_ms()),
+        )
 
     @ray.method(concurrency_group="syncs")
     def sync_group(
@@ -247,18 +260,11 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
         assignments: dict[str, bytes] | None,
         session: str | None,
     ) -> SyncGroupResponse:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            try:
-                self._guard.require(session, Op.READ, GROUP, group_id)
-                outcome = self._coordinator().sync(
-                    group_id, member_id, generation, instance_id, future, now_ms(), assignments
-                )
-            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
-                return SyncGroupResponse(**error_fields(exc))
-            self._awaiting_reply[future] = SyncGroupResponse
-            self._deliver(outcome)
-        return self._reply(future)
+        return self._call(
+            SyncGroupResponse,
+            lambda: self._guard.require(session, Op.READ, GROUP, group_id),
+            lambda future: Sync(future, group_id, member_id, generation, instance_id, now_ms(), assignments),
+        )
 
     @ray.method(concurrency_group="heartbeats")
     def heartbeat(
@@ -275,20 +281,12 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
         starts rebalancing, which it reports at once. ``topics``: the cluster's topics and
         their partition counts, from a Kafka listener (a change to the group's starts a
         rebalance where raylog assigns: see ``GroupCoordinator.heartbeat``)."""
-        deadline = time.monotonic() + wait_ms / 1000
-        with self._lock:
-            try:
-                self._guard.require(session, Op.READ, GROUP, group_id)
-                beat = self._coordinator().heartbeat(group_id, member_id, generation, instance_id, now_ms(), topics)
-                self._deliver(beat)
-                while True:  # (the groups may be reloaded while it waits: asked afresh)
-                    self._coordinator().heartbeat(group_id, member_id, generation, instance_id, None)
-                    if (remaining := deadline - time.monotonic()) <= 0:
-                        break
-                    self._group_changed.wait(remaining)
-            except Exception as exc:  # noqa: BLE001
-                return GroupResponse(**error_fields(exc))
-        return GroupResponse()
+        return self._call(
+            GroupResponse,
+            lambda: self._guard.require(session, Op.READ, GROUP, group_id),
+            lambda future: Beat(future, group_id, member_id, generation, instance_id, now_ms(), wait_ms, topics),
+            wait_ms,
+        )
 
     @ray.method(concurrency_group="commits")
     def consumer_heartbeat(
@@ -298,18 +296,11 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
         cluster's topics and their partition counts. Its value (a
         :class:`~raylog.common.group_protocol.HeartbeatAnswer`) comes once the group's
         record is replicated when the heartbeat changed the group, at once otherwise."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            try:
-                self._guard.require(session, Op.READ, GROUP, request.group_id)
-                outcome = self._coordinator().consumer_heartbeat(
-                    request, topics, future, now_ms(), lambda: str(uuid.uuid4())
-                )
-            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
-                return GroupResponse(**error_fields(exc))
-            self._awaiting_reply[future] = GroupResponse
-            self._deliver(outcome)
-        return self._reply(future)
+        return self._call(
+            GroupResponse,
+            lambda: self._guard.require(session, Op.READ, GROUP, request.group_id),
+            lambda future: ConsumerBeat(future, request, topics, now_ms(), str(uuid.uuid4())),
+        )
 
     def describe_consumer_group(self, group_id: str, session: str | None = None) -> GroupResponse:
         """A consumer group of Kafka's consumer protocol as ConsumerGroupDescribe reports it
@@ -320,7 +311,12 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
     def leave_group(
         self, group_id: str, member_id: str, instance_id: str | None, session: str | None = None
     ) -> GroupResponse:
-        return self._step(lambda groups: groups.leave(group_id, member_id, instance_id, now_ms()), (session, group_id))
+        return self._call(
+            GroupResponse,
+            lambda: self._guard.require(session, Op.READ, GROUP, group_id),
+            lambda future: Leave(future, group_id, member_id, instance_id, now_ms()),
+            inline=False,
+        )
 
     # --- offsets --------------------------------------------------------------
 
@@ -341,7 +337,7 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
         object reference, not its value): Ray starts this call only once that one answered,
         so one consumer's commits take effect in the order it made them (its value is not
         used)."""
-        return self._commit_offsets(session, group_id, member_id, generation, instance_id, offsets)
+        return self._commit_offsets(session, group_id, member_id, generation, instance_id, offsets, None)
 
     @ray.method(concurrency_group="commits")
     def txn_commit_offsets(
@@ -357,31 +353,29 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
     ) -> GroupResponse:
         """Offsets committed in the producer's transaction: appended as its transactional
         batch (a fenced producer's is refused), held until its marker comes."""
-        batch = {"producer_id": producer_id, "producer_epoch": producer_epoch, "transactional": True}
-        return self._commit_offsets(session, group_id, member_id, generation, instance_id, offsets, **batch)
+        producer = (producer_id, producer_epoch)
+        return self._commit_offsets(session, group_id, member_id, generation, instance_id, offsets, producer)
 
     def _commit_offsets(
         self, session: str | None, group_id: str, member_id: str, generation: int, instance_id: str | None,
-        offsets: dict, **batch_fields,
+        offsets: dict, producer: tuple[int, int] | None,
     ) -> GroupResponse:  # fmt: skip
-        """Append the commit (as the transactional batch of ``batch_fields`` if given) and
-        answer once the ISR has it. Needs READ on the group and on each topic (Kafka's OffsetCommit)."""
+        """Append the commit (as ``producer``'s transactional batch if given) and answer once
+        the ISR has it. Needs READ on the group and on each topic (Kafka's OffsetCommit)."""
         offsets = {TopicPartition(*tp): OffsetAndMetadata(*o) for tp, o in offsets.items()}
-        with self._lock:
-            try:
-                access = self._guard.access(session)
-                if access is not None:
-                    access.require(Op.READ, GROUP, group_id)
-                    for topic in sorted({tp.topic for tp in offsets}):
-                        access.require(Op.READ, ResourceType.TOPIC, topic)
-                records = self._coordinator().prepare_commit(
-                    group_id, member_id, generation, instance_id, offsets, now_ms()
-                )
-                self._await_records(self._append_records(records, **batch_fields))
-                self._catch_up()
-            except Exception as exc:  # noqa: BLE001
-                return GroupResponse(**error_fields(exc))
-        return GroupResponse()
+
+        def check() -> None:
+            access = self._guard.access(session)
+            if access is not None:
+                access.require(Op.READ, GROUP, group_id)
+                for topic in sorted({tp.topic for tp in offsets}):
+                    access.require(Op.READ, ResourceType.TOPIC, topic)
+
+        return self._call(
+            GroupResponse,
+            check,
+            lambda future: Commit(future, group_id, member_id, generation, instance_id, offsets, now_ms(), producer),
+        )
 
     def fetch_offsets(
         self,
@@ -396,7 +390,7 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
             lambda groups: groups.committed(group_id, partitions, require_stable), (session, Op.DESCRIBE, group_id)
         )
 
-    # --- plumbing -----------------------------------------------------------------------
+    # --- the pump -----------------------------------------------------------------------
 
     def _answer(self, question, needs: tuple[str | None, Op, str] | None = None) -> GroupResponse:
         """``question(groups)``'s answer as a response's value, or its error; ``needs``: the
@@ -409,69 +403,75 @@ class GroupCoordinatorActor(GroupAdmin, CoordinatorActor):
             except Exception as exc:  # noqa: BLE001
                 return GroupResponse(**error_fields(exc))
 
-    def _step(self, step, member: tuple[str | None, str]) -> GroupResponse:
-        """``step(groups)``'s outcome delivered; ``member``: the caller's session and the group
-        it needs READ on."""
+    def _call(
+        self,
+        kind: type,
+        check: Callable[[], None],
+        event_of: Callable[[concurrent.futures.Future], Any],
+        wait_ms: int | None = None,
+        inline: bool = True,
+    ) -> Any:
+        """Step the core with the request ``event_of`` makes (once ``check`` allowed the
+        caller), carry out the effects, and return its reply: a heartbeat's after at most
+        ``wait_ms`` (then its wait is over). The appends the step made are awaited first,
+        on this thread; ``inline`` False: on threads of their own (a call of the default pool,
+        which the followers' fetches that replicate them need)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             try:
-                self._guard.require(member[0], Op.READ, GROUP, member[1])
-                outcome: Outcome = step(self._coordinator())
-            except Exception as exc:  # noqa: BLE001
-                return GroupResponse(**error_fields(exc))
-            self._deliver(outcome)
-        return GroupResponse()
-
-    def _deliver(self, outcome: Outcome) -> None:
-        """Release the replies that promise nothing, and append the group records now (in
-        the order the steps were made) while a thread of their own waits for the ISR; the
-        replies held for them go out once they are replicated. Holding ``_lock``."""
-        for future, response in outcome.replies:
-            if not future.done():
-                future.set_result(response)
-        if outcome.records:
-            assert self._groups is not None, "records come from a step of the loaded groups"
-            try:
-                appended: int | Exception = self._append_records(outcome.records)
-            except Exception as exc:  # noqa: BLE001 — the thread tells the members
-                appended = exc
-            self._start(self._persist, self._groups, outcome, appended)
-        # A group that starts rebalancing (a join, a leave, an expired session) wakes the
-        # long-polling heartbeats, so its members rejoin now rather than at their next beat.
-        groups = self._groups.groups.values() if self._groups is not None else ()
-        rebalancing = {g.group_id for g in groups if g.state == PREPARING_REBALANCE}
-        if outcome.replies or outcome.records or rebalancing - self._rebalancing:
-            self._pulse()
-        self._rebalancing = rebalancing
-
-    def _persist(self, groups: GroupCoordinator, outcome: Outcome, appended: int | Exception) -> None:
-        """Wait until ``outcome``'s records (appended up to offset ``appended``, or failed with
-        it) are replicated, then release its held replies, or tell their members the append
-        failed."""
-        with self._lock:
-            try:
-                self._await_records(appended)
-            except Exception as exc:  # noqa: BLE001 — every failure must release the held replies
-                logger.warning("%s: group records not replicated (%s); their members rejoin", self.partition.name, exc)
-                after = groups.append_failed(outcome, exc, now_ms())
+                check()
+                self._coordinator()
+                core = self._core
+                assert core is not None, "a loaded coordinator has its core"
+                appends = self._run_groups(core, core.step(event_of(future)))
+            except Exception as exc:  # noqa: BLE001 — every error travels back as a code
+                return kind(**error_fields(exc))
+        for append in appends:  # (this caller's reply waits for them, or comes after them)
+            if inline:
+                self._persist(core, *append)
             else:
-                after = groups.persisted(outcome, now_ms())
-            if groups is self._groups:
-                self._deliver(after)
-            # Else the groups were unloaded meanwhile, which answered every waiting join.
+                self._start(self._persist, core, *append)
+        if wait_ms is not None and not future.done():
+            try:
+                return future.result(timeout=wait_ms / 1000)
+            except concurrent.futures.TimeoutError:
+                with self._lock:
+                    if core is self._core:
+                        self._run_groups(core, core.step(BeatDue(future)))
+        return future.result()  # (unloading the core answers every call waiting on it)
 
-    def _reply(self, future: concurrent.futures.Future) -> Any:
-        """The reply a waiting join or sync gets: a step completes ``future``, or
-        :meth:`_unloaded` does."""
-        try:
-            return future.result()
-        finally:
-            with self._lock:
-                self._awaiting_reply.pop(future, None)
+    def _run_groups(self, core: GroupCore, effects: list) -> list[tuple[int, int | Exception]]:
+        """Do what ``core`` asks, in order (holding ``_lock``): answer the callers, append the
+        records (in the order the steps made them). Returns each append's token and the
+        offset the HW must reach (or the append's error), for :meth:`_persist`."""
+        appends = []
+        for effect in effects:
+            if isinstance(effect, Reply):
+                if not effect.waiter.done():
+                    effect.waiter.set_result(effect.response)
+            elif isinstance(effect, Append):
+                try:
+                    appended: int | Exception = self._append_records(effect.records, **effect.batch)
+                except Exception as exc:  # noqa: BLE001 — the core tells the callers
+                    appended = exc
+                appends.append((effect.token, appended))
+        return appends
 
-    @functools.cached_property
-    def _group_changed(self) -> threading.Condition:
-        """Wakes the long-polling heartbeats when a group starts rebalancing."""
-        return threading.Condition(self._lock)
-
-    def _pulse(self) -> None:
-        self._group_changed.notify_all()
+    def _persist(self, core: GroupCore, token: int, appended: int | Exception) -> None:
+        """Wait until the records of append ``token`` (appended up to offset ``appended``, or
+        failed with it) are replicated, then step the core with it, and so on for the appends
+        that step makes."""
+        pending = [(token, appended)]
+        with self._lock:
+            while pending:
+                token, appended = pending.pop(0)
+                try:
+                    self._await_records(appended)
+                    error = None
+                except Exception as exc:  # noqa: BLE001 — every failure must release the waiting calls
+                    logger.warning("%s: group records not replicated (%s)", self.partition.name, exc)
+                    error = exc
+                if core is not self._core:
+                    return  # the groups were unloaded meanwhile, which answered every waiting call
+                self._catch_up_or_later()  # (offsets follow the log: a commit's own records first)
+                pending += self._run_groups(core, core.step(Persisted(token, now_ms(), error)))

@@ -68,7 +68,6 @@ class Shell:
         actor._purgatory = Purgatory()
         actor._guard = Guard(new_key())  # no authorizer: every call is allowed
         actor._maybe_propose_isr = lambda: None
-        actor._joins, actor._rebalancing = set(), set()
         actor._initial_rebalance_delay_ms, actor._consumer_groups = 0, None
         actor._group_configs = (0, {})  # no group has configs of its own
         actor.partition, actor._state = self.partition, GroupCoordinator()
