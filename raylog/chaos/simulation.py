@@ -78,6 +78,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raylog.chaos import group_simulation
 from raylog.common import record_batch
 from raylog.common.requests import LATEST_TIMESTAMP, PREFERRED_ELECTION, READ_COMMITTED
 from raylog.config import TopicConfig
@@ -202,6 +203,7 @@ FAULT_SCALES = (0.25, 0.5, 1, 2, 4)
 PROFILES = {
     "default": {},
     "transactions": {"txn": 160, "txn_tick": 30, "txn_time_out": 12, "txn_crash": 3, "send": 6, "produce": 4},
+    "groups": {},  # not this cluster's: :mod:`raylog.chaos.group_simulation`'s schedules
 }
 
 
@@ -1686,8 +1688,11 @@ def _run_seeds(args: tuple[int, int, int, str]) -> tuple[int, list[str], dict[st
         for seed in range(start, stop):
             directory = os.path.join(root, str(seed))
             try:
-                cluster = run(directory, seed, steps, weights=PROFILES[profile])
-                for name, value in vars(cluster.stats).items():
+                if profile == "groups":
+                    stats = group_simulation.run(directory, seed, steps=steps).stats
+                else:
+                    stats = vars(run(directory, seed, steps, weights=PROFILES[profile]).stats)
+                for name, value in stats.items():
                     if isinstance(value, int):
                         totals[name] = totals.get(name, 0) + value
             except AssertionError as exc:

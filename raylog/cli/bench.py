@@ -42,7 +42,10 @@ raylog bench simulate [--schedules N] [--first-seed S] [--steps K] [--workers W]
         lost machines and replaced disks), every invariant checked after every step; no Ray.
         Prints the schedules run, the time and the failures (each with its seed and trace);
         --profile transactions makes the schedules mostly transactions (the coordinator's
-        faults too). Exit code 1 if a schedule broke an invariant
+        faults too); --profile groups runs raylog.chaos.group_simulation instead (a consumer
+        group's coordinator, the shipped GroupCore over a real partition, with members, commits,
+        a transactional producer, slow and failed appends and fail-overs). Exit code 1 if a
+        schedule broke an invariant
 raylog bench txn-copier [--records N] [--rounds R] [--txn-records T] [--records-per-s C]
         Kafka's transactional copier test (see raylog.chaos.txn_copier): starts its own Ray
         cluster as soak does, preloads N records (100,000) and copies them in transactions
@@ -294,7 +297,10 @@ def add_commands(commands: Any) -> None:
     simulate.add_argument("--steps", type=positive_int, default=200, help="random steps per schedule (200)")
     simulate.add_argument("--workers", type=positive_int, help="processes (default: one per core)")
     simulate.add_argument(
-        "--profile", choices=["default", "transactions"], default="default", help="the steps' weights (default)"
+        "--profile",
+        choices=["default", "transactions", "groups"],
+        default="default",
+        help="the steps' weights (default)",
     )
 
 

@@ -231,3 +231,14 @@ def test_bench_simulate_runs_seeded_schedules_and_fails_on_a_broken_invariant(ca
     )
     out = capsys.readouterr().out
     assert ": 1 failed" in out and "seed 12, step 30: a planted failure" in out
+
+
+def test_bench_simulate_groups_runs_the_group_coordinators_schedules(capsys):
+    """``--profile groups`` runs the group coordinator's simulation: its totals show members
+    told generations, commits acknowledged and fail-overs."""
+    argv = ["bench", "simulate", "--profile", "groups", "--schedules", "4", "--steps", "150", "--workers", "1"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("4 schedules x 150 steps (seeds 0..3, profile groups)") and ": 0 failed" in out
+    totals = dict(item.rsplit(" ", 1) for item in out.split("totals: ", 1)[1].strip().split(", "))
+    assert int(totals["generations told"]) > 0 and int(totals["fail-overs"]) > 0

@@ -91,6 +91,29 @@ def test_the_simulation_steps_the_shipped_cores_and_restates_none_of_their_rules
     assert rules == []
 
 
+#: The group coordinator's sequencing the group simulation reaches only through the shipped
+#: GroupCore (when held replies go out, what a failed append does, how a commit is prepared)
+#: and the offsets it reaches only through the log (LogReplay).
+GROUP_CORE_RULES = {"persisted", "append_failed", "prepare_commit", "apply_commit", "add_pending", "load_pending"}
+
+
+def test_the_group_simulation_steps_the_shipped_group_core():
+    """raylog/chaos/group_simulation.py steps the coordinator's GroupCore and applies offsets
+    only by replaying the log, as the actor does: it calls none of the rules the core
+    sequences, and imports no Ray."""
+    simulation = "raylog/chaos/group_simulation.py"
+    with open(os.path.join(ROOT, simulation), encoding="utf-8") as f:
+        tree = ast.parse(f.read(), simulation)
+    rules = [
+        f"{simulation}:{node.lineno}"
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Attribute) and node.attr in GROUP_CORE_RULES)
+        or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ray" for a in node.names))
+        or (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ray")
+    ]  # fmt: skip
+    assert rules == []
+
+
 def test_ruff_is_clean():
     """ruff finds nothing to complain about in the package, integrations, tests, benchmarks and examples."""
     result = _run("ruff", "check", "raylog", "integrations", "tests", "benchmarks", "examples")
