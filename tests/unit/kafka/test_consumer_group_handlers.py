@@ -5,9 +5,9 @@ topics by id on the wire. No Ray."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import uuid
 
+from raylog.coordination.group_core import ConsumerBeat
 from raylog.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
@@ -16,7 +16,6 @@ from raylog.errors import (
     UnsupportedAssignorError,
 )
 from raylog.kafka import codec
-from raylog.protocol import GroupResponse, error_fields
 from tests.unit.kafka.test_groups_handlers import NOW, TOPIC, FakeContext, FakeCoordinator, Method, roundtrip
 
 A = codec.ApiKey
@@ -30,12 +29,7 @@ class Coordinator(FakeCoordinator):
         self.describe_consumer_group = Method(self._describe_consumer_group)
 
     def _consumer_heartbeat(self, request, topics):
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        try:
-            self._deliver(self.groups.consumer_heartbeat(request, topics, future, NOW, lambda: "made-here"))
-        except Exception as exc:  # noqa: BLE001 — as the actor: errors travel as codes
-            return GroupResponse(**error_fields(exc))
-        return future.result()
+        return self._call(lambda waiter: ConsumerBeat(waiter, request, topics, NOW, "made-here"))
 
     def _describe_consumer_group(self, group_id):
         return self._answer(lambda: self.groups.describe_consumer_group(group_id))

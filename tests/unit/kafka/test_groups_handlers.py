@@ -7,7 +7,6 @@ back."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from raylog.actors.kafka import groups
 from raylog.actors.kafka.context import CONNECTION
 from raylog.coordination.group import TOPICS_CHANGED_GRACE_MS, GroupCoordinator
+from raylog.coordination.group_core import Beat, Commit, GroupCore, Join, Leave, Persisted, Reply, Sync
 from raylog.errors import (
     CoordinatorNotAvailableError,
     MemberIdRequiredError,
@@ -31,7 +31,7 @@ from raylog.kafka.consumer_protocol import (
     decode_subscription,
     encode_subscription,
 )
-from raylog.protocol import GroupResponse, JoinGroupResponse, SyncGroupResponse, error_fields
+from raylog.protocol import GroupResponse, error_fields
 from raylog.types import OffsetAndMetadata, TopicPartition
 
 A = codec.ApiKey
@@ -48,11 +48,14 @@ class Method:
 
 
 class FakeCoordinator:
-    """raylog's group state machine behind the group coordinator actor's methods: records
-    count as replicated at once (what the actor does once the ISR has them)."""
+    """raylog's group coordinator core behind the group coordinator actor's methods, pumped
+    as the actor pumps it, except that records count as replicated at once (the log's
+    replay applies them, then the core hears they are persisted)."""
 
     def __init__(self) -> None:
         self.groups = GroupCoordinator()
+        self.groups.serve()
+        self.core = GroupCore(self.groups)
         self.pending_txn: set[str] = set()
         self.now = NOW  # the heartbeats' clock
         for name in ("join_group", "sync_group", "assign_group", "heartbeat", "leave_group", "commit_offsets"):
@@ -60,29 +63,25 @@ class FakeCoordinator:
         for name in ("fetch_offsets", "describe_group", "list_groups"):
             setattr(self, name, Method(getattr(self, f"_{name}")))
 
-    def _deliver(self, outcome) -> None:
-        for future, reply in outcome.replies:
-            future.set_result(reply)
-        if outcome.records:
-            self._deliver(self.groups.persisted(outcome, NOW))
+    def _call(self, event_of) -> Any:
+        """Step the core with the request ``event_of(waiter)`` makes: its reply."""
+        waiter, replies = object(), {}
+        events = [event_of(waiter)]
+        while events:
+            for effect in self.core.step(events.pop(0)):
+                if isinstance(effect, Reply):
+                    replies[effect.waiter] = effect.response
+                else:  # replicated at once: the replay applies the records, then they are persisted
+                    self.groups.load(effect.records, NOW)
+                    events.append(Persisted(effect.token, NOW))
+        assert waiter in replies, "the tests' calls are answered at once"
+        return replies[waiter]
 
     def _join_group(self, request):
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        try:
-            self._deliver(self.groups.join(request, future, NOW))
-        except Exception as exc:  # noqa: BLE001 — as the actor: errors travel as codes
-            return JoinGroupResponse(**error_fields(exc))
-        assert future.done(), "a lone member's join completes at once"
-        return future.result()
+        return self._call(lambda waiter: Join(waiter, request, NOW))
 
     def _sync_group(self, group_id, member_id, generation, instance_id, assignments=None):
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        try:
-            self._deliver(self.groups.sync(group_id, member_id, generation, instance_id, future, NOW, assignments))
-        except Exception as exc:  # noqa: BLE001
-            return SyncGroupResponse(**error_fields(exc))
-        assert future.done(), "these tests sync a leader-assigned group's followers after its leader"
-        return future.result()
+        return self._call(lambda waiter: Sync(waiter, group_id, member_id, generation, instance_id, NOW, assignments))
 
     def _assign_group(self, group_id, member_id, generation, instance_id, assignments):
         return self._sync_group(group_id, member_id, generation, instance_id, assignments)
@@ -95,22 +94,15 @@ class FakeCoordinator:
 
     def _heartbeat(self, group_id, member_id, generation, instance_id, wait_ms, topics):
         assert wait_ms == 0, "Kafka clients heartbeat on their own interval"
-
-        def beat():  # as the actor: a rebalance the heartbeat started is what it answers
-            self._deliver(self.groups.heartbeat(group_id, member_id, generation, instance_id, self.now, topics))
-            self.groups.heartbeat(group_id, member_id, generation, instance_id, None)
-
-        return self._answer(beat)
+        return self._call(
+            lambda waiter: Beat(waiter, group_id, member_id, generation, instance_id, self.now, 0, topics)
+        )
 
     def _leave_group(self, group_id, member_id, instance_id):
-        return self._answer(lambda: self._deliver(self.groups.leave(group_id, member_id, instance_id, NOW)))
+        return self._call(lambda waiter: Leave(waiter, group_id, member_id, instance_id, NOW))
 
     def _commit_offsets(self, group_id, member_id, generation, instance_id, offsets):
-        def commit():
-            self.groups.prepare_commit(group_id, member_id, generation, instance_id, offsets, NOW)
-            self.groups.apply_commit(group_id, offsets)
-
-        return self._answer(commit)
+        return self._call(lambda waiter: Commit(waiter, group_id, member_id, generation, instance_id, offsets, NOW))
 
     def _fetch_offsets(self, group_id, partitions, require_stable):
         if group_id in self.pending_txn:
