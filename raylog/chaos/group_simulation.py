@@ -44,6 +44,7 @@ import functools
 import itertools
 import random
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,14 +113,15 @@ ACTIONS = {
 }
 
 
-class Coordinator:
-    """The coordinator's process and its partition's leader: the shipped core, pumped as the
-    actor pumps it (see the module docstring)."""
+class GroupPump:
+    """A coordinator's process on the leader of its partition: the shipped core, pumped as the
+    actor pumps it (load the log, catch up with the HW before every step, append what the core
+    asks with acks=all and wait for the ISR in a :class:`DelayedProduce`, step the outcome);
+    ``on_reply(waiter, response)`` carries each answer to its caller."""
 
-    def __init__(self, log: Log, epoch: int, clock: Any, config: TopicConfig, on_reply: Any, isr: tuple) -> None:
-        self.clock, self.on_reply = clock, on_reply
-        self.partition = Partition("__consumer_offsets", 0, LEADER, log, config, clock=clock)
-        self.partition.become_leader(epoch, replicas=(LEADER, FOLLOWER), isr=isr)
+    def __init__(self, partition: Partition, clock: Any, on_reply: Any) -> None:
+        self.partition, self.clock, self.on_reply = partition, clock, on_reply
+        log = partition.log
         groups = load(log, log.log_end_offset, clock())
         groups.serve()
         self.core = GroupCore(groups)
@@ -127,17 +129,14 @@ class Coordinator:
         #: Appends waiting for the ISR (each operation's token: the core's).
         self.waiting: list[DelayedProduce] = []
         self.beats: dict[Any, int] = {}  # a long-polling heartbeat -> when its wait is over
-        self.answers: dict[Any, Any] = {}  # the replies, until their caller takes them
 
     def step(self, event: Any) -> None:
         """Catch the groups up with the HW, step the core and carry out its effects."""
         self.replay.catch_up(self.partition.log, self.partition.high_watermark, 1 << 20)
         for effect in self.core.step(event):
             if isinstance(effect, Reply):
-                assert effect.waiter not in self.answers, f"7. {effect.waiter} answered twice"
-                self.on_reply(effect.waiter, effect.response)
-                self.answers[effect.waiter] = effect.response
                 self.beats.pop(effect.waiter, None)
+                self.on_reply(effect.waiter, effect.response)
             elif isinstance(effect, Append):
                 keys, values = zip(*effect.records, strict=True)
                 batch = record_batch.build(list(values), keys=list(keys), **effect.batch)
@@ -149,6 +148,8 @@ class Coordinator:
                 end = info.last_offset + 1
                 deadline = self.clock() + APPEND_TIMEOUT_MS
                 self.waiting.append(DelayedProduce(end, self.partition.leader_epoch, deadline, token=effect.token))
+        if isinstance(event, Beat) and event.waiter in self.core.beats:
+            self.beats[event.waiter] = event.now_ms + event.wait_ms
 
     def persist(self, rng: random.Random) -> bool:
         """One append whose wait is over (a random one: waiting threads wake in any order)
@@ -161,11 +162,6 @@ class Coordinator:
         self.waiting.remove(op)
         self.step(Persisted(op.token, now, op.answer))
         return True
-
-    def beat(self, waiter: Any, event: Beat) -> None:
-        self.step(event)
-        if waiter not in self.answers:
-            self.beats[waiter] = event.now_ms + event.wait_ms
 
     def tick(self) -> None:
         now = self.clock()
@@ -199,7 +195,7 @@ class Client:
         return (self.name, kind, next(self.calls))
 
     def poll(self, sim: Simulation) -> None:
-        c = sim.coordinator
+        c = sim
         lost = self.state.lost(self.held)
         if lost:
             self.held -= set(lost)
@@ -227,7 +223,7 @@ class Client:
             self.beat_sent_as = (self.state.member_id, self.state.generation)
             self.beat_waiter = self._waiter("beat")
             wait_ms = sim.rng.choice((0, 500, 3_000))
-            c.beat(self.beat_waiter, Beat(self.beat_waiter, GROUP, *self.beat_sent_as, None, sim.clock(), wait_ms))
+            sim.call(Beat(self.beat_waiter, GROUP, *self.beat_sent_as, None, sim.clock(), wait_ms))
 
     def start_join(self, sim: Simulation) -> None:
         plan = self.state.prepare_join(self.held, self.strategy in COOPERATIVE)
@@ -244,10 +240,10 @@ class Client:
             owned=plan.owned,
             owned_generation=plan.generation,
             client_id=self.name,
-            session_timeout_ms=SESSION_MS,
-            rebalance_timeout_ms=REBALANCE_MS,
+            session_timeout_ms=sim.session_ms,
+            rebalance_timeout_ms=sim.rebalance_ms,
         )
-        sim.coordinator.step(Join(self.waiter, request, sim.clock()))
+        sim.call(Join(self.waiter, request, sim.clock()))
 
     def finish_join(self, sim: Simulation, response: JoinGroupResponse) -> None:
         error = error_of(response)
@@ -264,8 +260,8 @@ class Client:
             assignments = {m: ",".join(map(str, ps)).encode() for m, ps in plan.items()}
         self.sync_waiter = self._waiter("sync")
         sim.syncs[self.sync_waiter] = (response.member_id, response.generation)
-        sim.coordinator.step(Sync(self.sync_waiter, GROUP, *self.sent_as, None, sim.clock(), assignments))
-        synced = sim.coordinator.answers.pop(self.sync_waiter, None)  # where the coordinator assigns: at once
+        sim.call(Sync(self.sync_waiter, GROUP, *self.sent_as, None, sim.clock(), assignments))
+        synced = sim.answers.pop(self.sync_waiter, None)  # where the coordinator assigns: at once
         if synced is not None:
             self.sync_waiter = None
             self.finish_sync(synced, self.sent_as)
@@ -299,20 +295,19 @@ class Client:
         waiter = self._waiter("commit")
         self.commits[waiter] = offsets
         committed = {tp: OffsetAndMetadata(o) for tp, o in offsets.items()}
-        sim.coordinator.step(Commit(waiter, GROUP, *self.sent_as, None, committed, sim.clock()))
+        sim.call(Commit(waiter, GROUP, *self.sent_as, None, committed, sim.clock()))
 
     def committed(self, sim: Simulation, offsets: dict[TopicPartition, int], response: Any) -> None:
         if error_of(response) is None:
-            sim.stats["commits acknowledged"] += 1
-            for tp, offset in offsets.items():
-                sim.acknowledged[tp] = max(sim.acknowledged.get(tp, -1), offset)
+            sim.group_stats["commits acknowledged"] += 1
+            sim.acked_commits.update(offsets.items())
         elif isinstance(error_of(response), RebalanceInProgressError | UnknownMemberIdError | IllegalGenerationError):
             self.failed(error_of(response), self.sent_as)
 
     def leave(self, sim: Simulation) -> None:
         self.held = set()
         if self.state.member_id:
-            sim.coordinator.step(Leave(self._waiter("leave"), GROUP, self.state.member_id, None, sim.clock()))
+            sim.call(Leave(self._waiter("leave"), GROUP, self.state.member_id, None, sim.clock()))
 
 
 @dataclass
@@ -330,44 +325,44 @@ class TxnProducer:
     calls: Any = field(default_factory=itertools.count)
 
 
-class Simulation:
-    """See the module docstring."""
+class GroupWorld:
+    """The consumers and what the invariants remember, whatever runs the coordinator: a
+    subclass says how a call reaches it (:meth:`call`; its answer lands in :attr:`answers`)
+    and calls :meth:`check_reply` on every answer its coordinator gives and
+    :meth:`check_groups` after every step."""
 
-    def __init__(self, directory: str, seed: int, strategy: str, clock: Any) -> None:
-        self.seed, self.strategy, self.clock = seed, strategy, clock
-        self.rng = random.Random(seed)
-        self.config = TopicConfig.from_properties({"cleanup.policy": "compact", "min.insync.replicas": "2"})
-        self.log = Log.open(directory, self.config.log_config(), clock=clock)
-        self.epoch = 1
-        self.coordinator = Coordinator(self.log, self.epoch, clock, self.config, self.check_reply, (LEADER, FOLLOWER))
-        self.copied = 0  # how far the follower copied the log
+    rng: random.Random
+    clock: Any
+    #: The members' session and rebalance timeouts.
+    session_ms, rebalance_ms = SESSION_MS, REBALANCE_MS
+
+    def __init__(self, strategy: str) -> None:
+        self.strategy = strategy
         self.clients: list[Client] = []
         self.names = (f"c{i}" for i in itertools.count())
+        self.answers: dict[Any, Any] = {}  # the replies, until their caller takes them
         self.offsets = itertools.count(1)  # commits carry rising offsets
-        self.acknowledged: dict[TopicPartition, int] = {}  # the highest offset acknowledged per partition of GROUP
-        self.aborted: set[int] = set()  # offsets committed in transactions that aborted
+        self.acked_commits: set[tuple[TopicPartition, int]] = set()  # commits of GROUP acknowledged
         self.syncs: dict[Any, tuple[str, int]] = {}  # a sync's waiter -> (member id, generation)
         self.told = -1  # the highest generation any member was told
         self.owners: dict[tuple[int, TopicPartition], set[str]] = defaultdict(set)
-        self.txn = TxnProducer()
-        self.steps = 0
         #: What happened, for a campaign's totals.
-        self.stats = {
-            "generations told": 0,
-            "commits acknowledged": 0,
-            "fail-overs": 0,
-            "txn commits": 0,
-            "txn aborts": 0,
-        }
-        self.hw = 0  # see committed_end
+        self.group_stats = {"generations told": 0, "commits acknowledged": 0, "fail-overs": 0}
+        self._commits: dict[Log, tuple[LogReplay, set]] = {}  # see commits()
 
-    # --- the schedule -------------------------------------------------------------------
+    def call(self, event: Any) -> None:
+        raise NotImplementedError
 
-    def step(self) -> None:
+    def answered(self, waiter: Any, response: Any) -> None:
+        """7. each call is answered once."""
+        assert waiter not in self.answers, f"7. {waiter} answered twice"
+        self.answers[waiter] = response
+
+    def client_step(self, action: str) -> None:
+        """A consumer's move: ``start``, ``leave``, ``crash``, ``pause``, ``wake``, ``poll``,
+        ``commit``, or ``beats`` (every awake member polls, as their heartbeat threads do)."""
         rng = self.rng
-        (action,) = rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))
         awake = [c for c in self.clients if not c.paused]
-        c = self.coordinator
         if action == "start" and len(self.clients) < 6:
             self.clients.append(Client(next(self.names), self.strategy))
         elif action == "leave" and awake:
@@ -382,7 +377,145 @@ class Simulation:
             client = rng.choice([x for x in self.clients if x.paused])  # ... back, maybe after its session
             client.paused, client.rejoin = False, client.rejoin or rng.random() < 0.5
             client.poll(self)
-        elif action == "copy":
+        elif action == "poll" and awake:
+            rng.choice(awake).poll(self)
+        elif action == "commit" and awake:
+            rng.choice(awake).start_commit(self)
+        elif action == "beats":
+            for client in awake:
+                client.poll(self)
+
+    def settled(self, pump: GroupPump | None) -> bool:
+        """Every partition owned once, balanced, and the group Stable (or empty)."""
+        if not self.clients:
+            return True
+        counts = sorted(len(c.held) for c in self.clients)
+        held = [tp for c in self.clients for tp in c.held]
+        return (
+            pump is not None
+            and set(held) == EVERYTHING
+            and len(held) == PARTITIONS
+            and counts[-1] - counts[0] <= 1
+            and not pump.waiting
+            and pump.core.groups.describe(GROUP)["state"] == STABLE
+            and all(c.waiter is None and c.sync_waiter is None and not c.rejoin and not c.commits for c in self.clients)
+        )
+
+    # --- the invariants -----------------------------------------------------------------
+
+    def commits(self, log: Log, end_offset: int) -> set[tuple[TopicPartition, int]]:
+        """Every offset committed to :data:`GROUP` outside transactions in ``log`` below
+        ``end_offset`` (read on from the last call: nothing below a committed end is ever
+        truncated, which the replication simulation checks)."""
+        if log not in self._commits:
+            found: set[tuple[TopicPartition, int]] = set()
+
+            def apply(header: record_batch.BatchHeader, records: list) -> None:
+                if not header.attributes & (record_batch.CONTROL | record_batch.TRANSACTIONAL):
+                    seen = GroupCoordinator()
+                    seen.load(records, 0)
+                    found.update((tp, o.offset) for tp, o in seen.committed(GROUP, require_stable=False).items())
+
+            self._commits[log] = (LogReplay(apply, log.log_start_offset), found)
+        replay, found = self._commits[log]
+        replay.catch_up(log, end_offset, 1 << 20)
+        return found
+
+    def check_reply(self, waiter: Any, response: Any, log: Log, committed_end: int) -> None:
+        """4. a member is told its generation (and its leader's assignment) only once its group
+        record is below ``committed_end`` in ``log`` (its coordinator's), and only in that
+        generation."""
+        if response.error_code or not isinstance(response, JoinGroupResponse | SyncGroupResponse):
+            return
+        # (A reply held for a record may be released after a younger record is replicated too.)
+        durable = generations(log, committed_end, self.clock())
+        if isinstance(response, JoinGroupResponse):
+            members = durable.get(response.generation, {})
+            assert response.member_id in members, f"4. generation {response.generation} told before it was durable"
+            self.told = max(self.told, response.generation)
+            self.group_stats["generations told"] += 1
+        else:
+            member_id, generation = self.syncs.pop(waiter)
+            members = durable.get(generation, {})
+            assert member_id in members, f"4. a sync answered in generation {generation}, never durable"
+            if response.assigned is not None:
+                assert members[member_id] == response.assigned, "4. an assignment not durable"
+
+    def check_loaded(self, pump: GroupPump) -> None:
+        """4. no fail-over loads a generation below one a member was told."""
+        loaded = pump.core.groups.groups.get(GROUP)
+        assert (loaded.generation if loaded else -1) >= self.told, "4. the loaded generation went backwards"
+
+    def check_groups(self, pump: GroupPump | None, committed_end: int, aborted: Iterable[int] = ()) -> None:
+        """1-3 at ``pump`` (the coordinator, if one serves) and 6 everywhere."""
+        if pump is not None:
+            log = pump.partition.log
+            pump.replay.catch_up(log, pump.partition.high_watermark, 1 << 20)
+            assert pump.replay.next_offset >= pump.partition.high_watermark, "1. the groups did not catch up"
+            groups = pump.core.groups
+            durable = load(log, pump.replay.next_offset, self.clock())  # what the groups applied, as the log says
+            for group_id in (GROUP, TXN_GROUP):
+                served = groups.committed(group_id, require_stable=False)
+                logged = durable.committed(group_id, require_stable=False)
+                assert served == logged, f"1. group {group_id} serves offsets {served}, its log says {logged}"
+                for tp, offset in served.items():
+                    assert offset.offset not in aborted, f"3. {group_id} serves {tp} at {offset.offset}, aborted"
+            assert groups.pending == durable.pending, (
+                f"1. pending offsets {groups.pending}, the log's {durable.pending}"
+            )
+            lost = self.acked_commits - self.commits(log, committed_end)
+            assert not lost, f"2. acknowledged commits lost: {sorted(lost)[:3]}"
+            group = groups.groups.get(GROUP)
+            members = [x for x in self.clients if group is not None and x.state.member_id in group.members]
+            for x, y in itertools.combinations(members, 2):
+                assert not x.held & y.held, f"6. {sorted(x.held & y.held)} held by {x.name} and {y.name} at once"
+        for client in self.clients:
+            if client.state.generation != NO_GENERATION:
+                for tp in client.held:
+                    owners = self.owners[client.state.generation, tp]
+                    owners.add(client.name)
+                    assert len(owners) == 1, (
+                        f"6. {tp} had owners {sorted(owners)} in generation {client.state.generation}"
+                    )
+
+
+class Simulation(GroupWorld):
+    """See the module docstring."""
+
+    def __init__(self, directory: str, seed: int, strategy: str, clock: Any) -> None:
+        super().__init__(strategy)
+        self.seed, self.clock = seed, clock
+        self.rng = random.Random(seed)
+        self.config = TopicConfig.from_properties({"cleanup.policy": "compact", "min.insync.replicas": "2"})
+        self.log = Log.open(directory, self.config.log_config(), clock=clock)
+        self.epoch = 1
+        self.coordinator = self._lead((LEADER, FOLLOWER))
+        self.copied = 0  # how far the follower copied the log
+        self.aborted: set[int] = set()  # offsets committed in transactions that aborted
+        self.txn = TxnProducer()
+        self.steps = 0
+        self.group_stats.update({"txn commits": 0, "txn aborts": 0})
+        self.hw = 0  # see committed_end
+
+    def _lead(self, isr: tuple[int, ...]) -> GroupPump:
+        partition = Partition("__consumer_offsets", 0, LEADER, self.log, self.config, clock=self.clock)
+        partition.become_leader(self.epoch, replicas=(LEADER, FOLLOWER), isr=isr)
+        return GroupPump(partition, self.clock, self._replied)
+
+    def _replied(self, waiter: Any, response: Any) -> None:
+        self.check_reply(waiter, response, self.log, self.committed_end())
+        self.answered(waiter, response)
+
+    def call(self, event: Any) -> None:
+        self.coordinator.step(event)
+
+    # --- the schedule -------------------------------------------------------------------
+
+    def step(self) -> None:
+        rng = self.rng
+        (action,) = rng.choices(list(ACTIONS), weights=list(ACTIONS.values()))
+        c = self.coordinator
+        if action == "copy":
             self.copied = self.log.log_end_offset
         elif action == "acknowledge":
             self.acknowledge()
@@ -395,17 +528,14 @@ class Simulation:
         elif action == "fail_over":
             self.fail_over()
         elif action == "tick":
-            for client in awake:
-                client.poll(self)
+            self.client_step("beats")
             long = rng.random() < 0.05  # past the sessions
             self.clock.advance(rng.randrange(SESSION_MS, 3 * SESSION_MS) if long else rng.randrange(0, 3_000))
-            self.tick()
-        elif action == "poll" and awake:
-            rng.choice(awake).poll(self)
-        elif action == "commit" and awake:
-            rng.choice(awake).start_commit(self)
+            self.coordinator.tick()
         elif action == "txn":
             self.txn_step()
+        else:
+            self.client_step(action)
         self.steps += 1
         self.check()
 
@@ -414,13 +544,10 @@ class Simulation:
         if len(self.coordinator.partition.isr) > 1:
             self.coordinator.partition.read(self.copied, 1 << 20, replica_id=FOLLOWER)
 
-    def tick(self) -> None:
-        self.coordinator.tick()
-
     def fail_over(self) -> None:
         """The coordinator's process dies; the follower's copy leads from the next epoch."""
         old = self.coordinator
-        self.stats["fail-overs"] += 1
+        self.group_stats["fail-overs"] += 1
         old.step(Unload())  # (its callers hear of it: their calls fail)
         isr = old.partition.isr
         if FOLLOWER in isr:  # the follower's copy leads
@@ -428,10 +555,8 @@ class Simulation:
             isr = (LEADER, FOLLOWER)
         # else the follower may not lead (not in the ISR): the leader's process starts again
         self.epoch += 1
-        self.coordinator = Coordinator(self.log, self.epoch, self.clock, self.config, self.check_reply, isr)
-        self.coordinator.answers = old.answers
-        loaded = self.coordinator.core.groups.groups.get(GROUP)
-        assert (loaded.generation if loaded else -1) >= self.told, "the loaded generation went backwards"
+        self.coordinator = self._lead(isr)
+        self.check_loaded(self.coordinator)
 
     def txn_step(self) -> None:
         """The transactional producer's next move."""
@@ -460,15 +585,15 @@ class Simulation:
             t.waiter, t.acknowledged = ("txn", next(t.calls)), False
             committed = {tp: OffsetAndMetadata(o) for tp, o in t.offsets.items()}
             c.step(Commit(t.waiter, TXN_GROUP, "", -1, None, committed, self.clock(), (PRODUCER_ID, t.epoch)))
-        elif t.waiter in c.answers:
-            t.acknowledged = error_of(c.answers.pop(t.waiter)) is None
+        elif t.waiter in self.answers:
+            t.acknowledged = error_of(self.answers.pop(t.waiter)) is None
             t.marker = t.acknowledged and self.rng.random() < 0.8
         elif self.rng.random() < 0.3:
             t.marker = False  # it gave up waiting: it aborts while its commit may still be on its way
 
     def _txn_ended(self) -> None:
         t = self.txn
-        self.stats["txn commits" if t.marker else "txn aborts"] += 1
+        self.group_stats["txn commits" if t.marker else "txn aborts"] += 1
         if not t.marker:
             self.aborted.update(t.offsets.values())
         t.epoch, t.marker, t.waiter, t.offsets = t.epoch + 1, None, None, {}
@@ -500,85 +625,19 @@ class Simulation:
                 client.poll(self)
                 self.check()
             self.clock.advance(1_000)
-            self.tick()
+            self.coordinator.tick()
             self.check()
-            if round >= COMMIT_ROUNDS and self.settled():
+            if round >= COMMIT_ROUNDS and self.settled(self.coordinator):
                 return
-        assert self.settled(), f"not settled: {[sorted(c.held) for c in self.clients]}"
-
-    def settled(self) -> bool:
-        """Every partition owned once, balanced, and the group Stable (or empty)."""
-        if not self.clients:
-            return True
-        counts = sorted(len(c.held) for c in self.clients)
-        held = [tp for c in self.clients for tp in c.held]
-        return (
-            set(held) == EVERYTHING
-            and len(held) == PARTITIONS
-            and counts[-1] - counts[0] <= 1
-            and not self.coordinator.waiting
-            and self.coordinator.core.groups.describe(GROUP)["state"] == STABLE
-            and all(c.waiter is None and c.sync_waiter is None and not c.rejoin and not c.commits for c in self.clients)
-        )
-
-    # --- the invariants -----------------------------------------------------------------
+        assert self.settled(self.coordinator), f"not settled: {[sorted(c.held) for c in self.clients]}"
 
     def committed_end(self) -> int:
         """The end of what the ISR ever had (a new leader's HW starts lower, and catches up)."""
         self.hw = max(self.hw, self.coordinator.partition.high_watermark)
         return self.hw
 
-    def check_reply(self, waiter: Any, response: Any) -> None:
-        """4. a member is told its generation (and its leader's assignment) only once its group
-        record is replicated, and only in that generation."""
-        if response.error_code or not isinstance(response, JoinGroupResponse | SyncGroupResponse):
-            return
-        # (A reply held for a record may be released after a younger record is replicated too.)
-        durable = generations(self.log, self.committed_end(), self.clock())
-        if isinstance(response, JoinGroupResponse):
-            members = durable.get(response.generation, {})
-            assert response.member_id in members, f"4. generation {response.generation} told before it was durable"
-            self.told = max(self.told, response.generation)
-            self.stats["generations told"] += 1
-        else:
-            member_id, generation = self.syncs.pop(waiter)
-            members = durable.get(generation, {})
-            assert member_id in members, f"4. a sync answered in generation {generation}, never durable"
-            if response.assigned is not None:
-                assert members[member_id] == response.assigned, "4. an assignment not durable"
-
     def check(self) -> None:
-        c = self.coordinator
-        c.replay.catch_up(self.log, c.partition.high_watermark, 1 << 20)
-        assert c.replay.next_offset >= c.partition.high_watermark, "1. the groups did not catch up with the HW"
-        groups = c.core.groups
-        durable = load(self.log, c.replay.next_offset, self.clock())  # what the groups applied, as the log says
-        for group_id in (GROUP, TXN_GROUP):
-            served = groups.committed(group_id, require_stable=False)
-            logged = durable.committed(group_id, require_stable=False)
-            assert served == logged, f"1. group {group_id} serves offsets {served}, its log says {logged}"
-            for tp, offset in served.items():
-                assert offset.offset not in self.aborted, (
-                    f"3. {group_id} serves {tp} at {offset.offset}, of an aborted transaction"
-                )
-        assert groups.pending == durable.pending, f"1. pending offsets {groups.pending}, the log's {durable.pending}"
-        served = groups.committed(GROUP, require_stable=False)
-        for tp, offset in self.acknowledged.items():
-            assert tp in served and served[tp].offset >= offset, (
-                f"2. {tp}: commit {offset} acknowledged, served {served.get(tp)}"
-            )
-        for client in self.clients:
-            if client.state.generation != NO_GENERATION:
-                for tp in client.held:
-                    owners = self.owners[client.state.generation, tp]
-                    owners.add(client.name)
-                    assert len(owners) == 1, (
-                        f"6. {tp} had owners {sorted(owners)} in generation {client.state.generation}"
-                    )
-        group = groups.groups.get(GROUP)
-        members = [x for x in self.clients if group is not None and x.state.member_id in group.members]
-        for x, y in itertools.combinations(members, 2):
-            assert not x.held & y.held, f"6. {sorted(x.held & y.held)} held by members {x.name} and {y.name} at once"
+        self.check_groups(self.coordinator, self.committed_end(), self.aborted)
 
 
 def load(log: Log, end_offset: int, now_ms: int) -> GroupCoordinator:

@@ -204,6 +204,7 @@ PROFILES = {
     "default": {},
     "transactions": {"txn": 160, "txn_tick": 30, "txn_time_out": 12, "txn_crash": 3, "send": 6, "produce": 4},
     "groups": {},  # not this cluster's: :mod:`raylog.chaos.group_simulation`'s schedules
+    "whole": {},  # this cluster with a consumer group's coordinator: :mod:`raylog.chaos.group_cluster`
 }
 
 
@@ -486,6 +487,8 @@ class Cluster:
             self.txn_crash()
         elif kind == "index_fault":
             self.index_fault(rng.choice(BROKERS))
+        elif hasattr(self, f"step_{kind}"):  # a step kind of a subclass (a group coordinator's)
+            getattr(self, f"step_{kind}")()
         self.clock.advance(rng.randint(0, 30))
         self.steps += 1
         if self.info.leader == NO_LEADER:
@@ -1689,7 +1692,12 @@ def _run_seeds(args: tuple[int, int, int, str]) -> tuple[int, list[str], dict[st
             directory = os.path.join(root, str(seed))
             try:
                 if profile == "groups":
-                    stats = group_simulation.run(directory, seed, steps=steps).stats
+                    stats = group_simulation.run(directory, seed, steps=steps).group_stats
+                elif profile == "whole":
+                    from raylog.chaos import group_cluster  # (it builds on this module)
+
+                    cluster = group_cluster.run(directory, seed, steps)
+                    stats = {**vars(cluster.stats), **cluster.group_stats}
                 else:
                     stats = vars(run(directory, seed, steps, weights=PROFILES[profile]).stats)
                 for name, value in stats.items():

@@ -44,8 +44,10 @@ raylog bench simulate [--schedules N] [--first-seed S] [--steps K] [--workers W]
         --profile transactions makes the schedules mostly transactions (the coordinator's
         faults too); --profile groups runs raylog.chaos.group_simulation instead (a consumer
         group's coordinator, the shipped GroupCore over a real partition, with members, commits,
-        a transactional producer, slow and failed appends and fail-overs). Exit code 1 if a
-        schedule broke an invariant
+        a transactional producer, slow and failed appends and fail-overs); --profile whole runs
+        the replication simulation with a consumer group's coordinator on the partition's
+        leader (raylog.chaos.group_cluster: every invariant of both; 600 steps suit it). Exit
+        code 1 if a schedule broke an invariant
 raylog bench txn-copier [--records N] [--rounds R] [--txn-records T] [--records-per-s C]
         Kafka's transactional copier test (see raylog.chaos.txn_copier): starts its own Ray
         cluster as soak does, preloads N records (100,000) and copies them in transactions
@@ -298,7 +300,7 @@ def add_commands(commands: Any) -> None:
     simulate.add_argument("--workers", type=positive_int, help="processes (default: one per core)")
     simulate.add_argument(
         "--profile",
-        choices=["default", "transactions", "groups"],
+        choices=["default", "transactions", "groups", "whole"],
         default="default",
         help="the steps' weights (default)",
     )

@@ -161,8 +161,9 @@ class Reply:
     response: JoinGroupResponse | SyncGroupResponse | GroupResponse
 
 
-#: The kind of response each request gets.
-_RESPONSES: dict[type, type] = {Join: JoinGroupResponse, Sync: SyncGroupResponse}
+def response_type(event: Any) -> type:
+    """The kind of response a request gets (its errors too)."""
+    return {Join: JoinGroupResponse, Sync: SyncGroupResponse}.get(type(event), GroupResponse)
 
 
 class GroupCore:
@@ -197,7 +198,7 @@ class GroupCore:
             for waiter, kind in list(self.waiting.items()):
                 self._reply(waiter, kind(**moved), effects)
         else:
-            self.waiting[event.waiter] = _RESPONSES.get(type(event), GroupResponse)
+            self.waiting[event.waiter] = response_type(event)
             try:
                 self._request(event, effects)
             except (RaylogError, ValueError) as exc:

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
 
@@ -97,11 +99,11 @@ def test_the_simulation_steps_the_shipped_cores_and_restates_none_of_their_rules
 GROUP_CORE_RULES = {"persisted", "append_failed", "prepare_commit", "apply_commit", "add_pending", "load_pending"}
 
 
-def test_the_group_simulation_steps_the_shipped_group_core():
-    """raylog/chaos/group_simulation.py steps the coordinator's GroupCore and applies offsets
-    only by replaying the log, as the actor does: it calls none of the rules the core
-    sequences, and imports no Ray."""
-    simulation = "raylog/chaos/group_simulation.py"
+@pytest.mark.parametrize("simulation", ["raylog/chaos/group_simulation.py", "raylog/chaos/group_cluster.py"])
+def test_the_group_simulations_step_the_shipped_group_core(simulation):
+    """The group simulations step the coordinator's GroupCore and apply offsets only by
+    replaying the log, as the actor does: they call none of the rules the core sequences, and
+    import no Ray."""
     with open(os.path.join(ROOT, simulation), encoding="utf-8") as f:
         tree = ast.parse(f.read(), simulation)
     rules = [
