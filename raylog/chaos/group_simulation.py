@@ -25,17 +25,20 @@ What decides is the shipped code; the simulation plays only the I/O and the sche
   commit marker if that commit was acknowledged, else an abort marker (a client that timed out
   aborts while its TxnOffsetCommit may still be waiting for the ISR).
 
-Checked after every step (``check``): 1. the offsets the coordinator serves (caught up with the
-HW) are those a new leader would load from the log up to the HW, pending transactions included;
-2. no acknowledged commit is lost: a partition's committed offset never falls below the last
-one acknowledged (commits carry rising offsets); 3. no offset of an aborted transaction is
-ever served; 4. no member is told a generation before its group record is below the HW, and no
-fail-over loads a generation below one a member was told; 5. each member is told ever higher
-generations; 6. a partition has at most one owner per generation over the run, and the members
-the coordinator counts never hold a partition at once; 7. each call is answered once. Once
-quiet, every partition has one owner and the load is balanced.
+Checked after every step (:class:`GroupWorld`, which :mod:`raylog.chaos.group_cluster` shares):
+1. the offsets the coordinator serves (caught up with the HW) are those a load of its log gives
+up to where it applied it, pending transactions included; 2. no acknowledged commit is lost:
+its record is in the log below the committed end; 3. no offset of an aborted transaction is
+ever served; 4. no member is told a generation or an assignment before its group record is
+below the committed end, and no fail-over loads a generation below one a member was told; 5.
+each member is told ever higher generations; 6. a partition has at most one owner per
+generation over the run, and the members the coordinator counts never hold a partition at
+once; 7. each call is answered once. Once quiet (the members commit twice at once each for a
+few rounds, every append goes through), every partition has one owner and the load is
+balanced.
 
-``run(seed, strategy)`` plays one schedule; a failure raises ``AssertionError`` naming the seed.
+``run(directory, seed, strategy)`` plays one schedule; a failure raises ``AssertionError``
+naming the seed.
 """
 
 from __future__ import annotations
