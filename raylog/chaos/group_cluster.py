@@ -95,7 +95,18 @@ class GroupCluster(GroupWorld, Cluster):
         if self.calls.pop(waiter, None) is not None:  # (else its caller stopped waiting)
             self.answered(waiter, response)
 
-    def step_group_time_out(self) -> None:
+    def more_step(self, kind: str) -> None:
+        """The group's steps: a consumer's move (``group_start``, ``group_poll``, ...: see
+        :meth:`~raylog.chaos.group_simulation.GroupWorld.client_step`), the coordinators' tick,
+        and the consumers' call timeouts."""
+        if kind == "group_tick":
+            self._tick_coordinators()
+        elif kind == "group_time_out":
+            self._time_out_calls()
+        elif kind.startswith("group_"):
+            self.client_step(kind.removeprefix("group_"))
+
+    def _time_out_calls(self) -> None:
         """Calls not answered in time fail at their callers (their messages may still arrive)."""
         now = self.clock()
         for waiter, (sent, kind) in list(self.calls.items()):
@@ -103,33 +114,7 @@ class GroupCluster(GroupWorld, Cluster):
                 del self.calls[waiter]
                 self.answered(waiter, kind(**error_fields(RequestTimedOutError("no answer in time"))))
 
-    # --- the consumers ------------------------------------------------------------------
-
-    def step_group_start(self) -> None:
-        self.client_step("start")
-
-    def step_group_leave(self) -> None:
-        self.client_step("leave")
-
-    def step_group_crash(self) -> None:
-        self.client_step("crash")
-
-    def step_group_pause(self) -> None:
-        self.client_step("pause")
-
-    def step_group_wake(self) -> None:
-        self.client_step("wake")
-
-    def step_group_poll(self) -> None:
-        self.client_step("poll")
-
-    def step_group_commit(self) -> None:
-        self.client_step("commit")
-
-    def step_group_beats(self) -> None:
-        self.client_step("beats")
-
-    def step_group_tick(self) -> None:
+    def _tick_coordinators(self) -> None:
         """Each coordinator's tick (sessions, rebalance deadlines, long polls whose wait is over)."""
         for broker, (_, pump) in list(self.pumps.items()):
             if not self.replicas[broker].paused:
