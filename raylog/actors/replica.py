@@ -22,7 +22,7 @@ the calls it may complete.
 
 Concurrency: a threaded actor, not an async one (Ray hands each call of an async actor to its
 event loop and back, which cost ~300 us more CPU per call, measured by
-``benchmarks.latency_trace``). One lock guards the partition, so each :class:`Partition` step
+``raylog.benchmarks.latency_trace``). One lock guards the partition, so each :class:`Partition` step
 runs alone, as it did on one event loop; a waiting call (a long poll, an acks=all produce)
 releases it while it waits, and holds only its thread (a call to a threaded actor is
 answered from the thread that took it; an async actor would hold a coroutine instead, for

@@ -12,7 +12,7 @@ command.
 - :mod:`raylog.cli.quotas`: ``raylog quotas ...`` (kafka-configs.sh --entity-type clients)
 - :mod:`raylog.cli.acls`: ``raylog acls ...`` (kafka-acls.sh)
 - :mod:`raylog.cli.users`: ``raylog users ...`` (kafka-configs.sh --entity-type users)
-- :mod:`raylog.cli.bench`: ``raylog bench ...`` (Kafka's perf tests, fault campaigns)
+- :mod:`raylog.cli.bench`: ``raylog bench ...`` (Kafka's perf tests, the benchmarks, fault campaigns)
 - :mod:`raylog.cli.dump_log`: ``raylog dump-log`` (kafka-dump-log.sh)
 
 Each module's docstring gives its commands' usage. They share :mod:`raylog.cli.connection`

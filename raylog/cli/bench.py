@@ -1,13 +1,19 @@
-"""``raylog bench``: Kafka's perf tests, Kafka clients against raylog's, and the fault campaigns.
+"""``raylog bench``: Kafka's perf tests, every benchmark of :mod:`raylog.benchmarks`, and the
+fault campaigns of :mod:`raylog.chaos`.
 
 raylog bench produce|consume|e2e [--topic T] [--num-records N] [--record-size B] [--partitions P]
              [--replication-factor R] [--acks all|1|0] [--batch-size B] [--linger-ms L]
              [--compression C] [--arrow] [--throughput R] [--timeout-ms T] [--json] [--sync]
         Kafka's perf tests: records/s, MB/s, acknowledgement and end-to-end latency
-        percentiles (see raylog.bench); on a temporary topic unless --topic names one;
+        percentiles (see raylog.benchmarks.perf); on a temporary topic unless --topic names one;
         a progress bar on stderr; --arrow uses send_arrow/poll_arrow; --sync (produce)
         sends one record at a time, each acknowledged before the next; --json: the report
         as JSON
+raylog bench NAME [OPTIONS]
+        the benchmark NAME of raylog.benchmarks.BENCHMARKS (storage, client, replication,
+        kafka, history, ...; `raylog bench --help` lists them) with its own options (`raylog
+        bench NAME --help`), as `python -m raylog.benchmarks.<module>` runs it; exit code 2 if
+        a package it needs is missing (with the extra to install), 1 if it failed
 raylog bench fuzz-wire [--frames N] [--seed S] [--connections C] [--max-duration-s D]
         request frames mutated from real Kafka clients' captured requests (a checkout's
         tests/unit/kafka/captures) sent to the cluster's first Kafka listener over loopback
@@ -61,11 +67,13 @@ raylog bench txn-copier [--records N] [--rounds R] [--txn-records T] [--records-
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
 from typing import Any
 
+from raylog.benchmarks import BENCHMARKS
 from raylog.cli.arguments import UsageError, command, non_negative_int, positive_float, positive_int
 from raylog.cli.connection import connected
 from raylog.cli.output import Progress
@@ -91,37 +99,32 @@ _BENCH_OPTIONS = {
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from raylog import bench  # imports Ray: only when benchmarking
+    from raylog.benchmarks import perf  # imports Ray: only when benchmarking
 
     given = {field: getattr(args, option, None) for option, field in _BENCH_OPTIONS.items()}
     try:
-        config = bench.BenchConfig(args.action, **{k: v for k, v in given.items() if v is not None})
+        config = perf.BenchConfig(args.action, **{k: v for k, v in given.items() if v is not None})
     except InvalidConfigError as exc:
         raise UsageError(str(exc)) from None
     progress = Progress()
     try:
         with connected(args) as cluster:
-            report = bench.run(cluster, config, show_progress=progress.show)
+            report = perf.run(cluster, config, show_progress=progress.show)
     finally:
         progress.clear()
-    print(json.dumps(report, indent=2) if args.json else bench.format_report(report))
+    print(json.dumps(report, indent=2) if args.json else perf.format_report(report))
     return 0
 
 
-def _bench_kafka(args: argparse.Namespace) -> int:
+def _run_benchmark(args: argparse.Namespace) -> int:
+    from raylog.benchmarks import common  # the benchmark's own imports: only when running it
+
+    module = importlib.import_module(f"raylog.benchmarks.{BENCHMARKS[args.action][0]}")
+    prog = f"raylog bench {args.action}"
     try:
-        from benchmarks import kafka_bench  # a raylog checkout's benchmarks (not installed)
-    except ImportError:
-        raise UsageError(
-            "raylog bench kafka runs from a raylog checkout (its benchmarks/ directory): "
-            "cd there, or run python -m benchmarks.kafka_bench"
-        ) from None
-    scale = kafka_bench.QUICK if args.quick else kafka_bench.FULL
-    with connected(args) as cluster:
-        try:
-            return kafka_bench.report(scale, args.json, lambda: kafka_bench.measure(cluster, scale))
-        except kafka_bench.BenchError as exc:
-            raise UsageError(str(exc)) from None
+        return common.run(lambda: module.main(args.arguments, prog), prog)
+    except SystemExit as exc:  # its own parser's --help (0) or usage error (2), returned as main() does
+        return exc.code if isinstance(exc.code, int) else 2
 
 
 #: RSS the listener may grow by over a fuzz campaign (issue 25's bound).
@@ -247,7 +250,9 @@ def _soak_config(args: argparse.Namespace):
 
 
 def add_commands(commands: Any) -> None:
-    bench = commands.add_parser("bench", help="measure throughput and latency (Kafka's perf tests)")
+    bench = commands.add_parser(
+        "bench", help="measure throughput and latency (Kafka's perf tests, the benchmarks, the fault campaigns)"
+    )
     workloads = bench.add_subparsers(dest="action", required=True)
     for name, summary in (
         ("produce", "records/s, MB/s and acknowledgement latency of one producer"),
@@ -270,14 +275,12 @@ def add_commands(commands: Any) -> None:
         sub.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "produce":
             sub.add_argument("--sync", action="store_true", help="one record at a time, each acknowledged first")
-    kafka = command(
-        workloads,
-        "kafka",
-        _bench_kafka,
-        "Kafka clients over the Kafka listeners against raylog's own clients, same run (from a checkout)",
-    )
-    kafka.add_argument("--quick", action="store_true", help="a short run")
-    kafka.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    for name, (_, summary) in BENCHMARKS.items():
+        # Its options are the benchmark's own (--help included): argparse takes every word after
+        # the name as they are, options too, with a prefix no argument can start with.
+        sub = workloads.add_parser(name, help=summary, description=summary, add_help=False, prefix_chars="\0")
+        sub.add_argument("arguments", nargs=argparse.REMAINDER, help="the benchmark's options")
+        sub.set_defaults(run=_run_benchmark)
     fuzz = command(
         workloads,
         "fuzz-wire",

@@ -1,4 +1,4 @@
-"""The benchmark history's own logic (benchmarks/history.py): which commit is the baseline,
+"""The benchmark history's own logic (raylog/benchmarks/history.py): which commit is the baseline,
 the order of the runs, and reading asv compare's tables into the figures that got worse."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from benchmarks import history
+from raylog.benchmarks import history
 
 #: ``asv compare --split --factor 1.1`` as asv 0.6.6 prints it (abridged).
 COMPARE = """\
@@ -98,7 +98,7 @@ def test_the_results_name_the_python_without_the_machines_folders():
 def test_the_ray_workers_get_the_tree_under_test_first_on_their_path(monkeypatch, tmp_path):
     """asv puts the tree on the benchmark process's sys.path only: Ray's workers (the
     controller, the replicas) imported the installed checkout's raylog."""
-    from benchmarks.asv import suite
+    from raylog.benchmarks.asv import suite
 
     monkeypatch.setenv("RAYLOG_HISTORY_TREE", str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", "/other")
@@ -111,7 +111,7 @@ def test_the_ray_workers_get_the_tree_under_test_first_on_their_path(monkeypatch
 
 
 def test_a_raylog_imported_outside_the_tree_under_test_is_refused(monkeypatch, tmp_path):
-    from benchmarks.asv import suite
+    from raylog.benchmarks.asv import suite
 
     monkeypatch.setenv("RAYLOG_HISTORY_TREE", str(tmp_path))
     suite.check_tree("a Ray worker", str(tmp_path / "raylog" / "__init__.py"))
@@ -132,4 +132,5 @@ def test_the_measuring_code_runs_against_the_baseline(tmp_path):
 def test_a_tree_the_measuring_code_cannot_import_is_named(tmp_path):
     (tmp_path / "raylog").mkdir()
     (tmp_path / "raylog" / "__init__.py").write_text("")
+    history.put_measuring_code(str(tmp_path))
     assert "cannot import name" in history.unmeasurable(str(tmp_path))

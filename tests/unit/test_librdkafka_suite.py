@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import librdkafka_suite as suite
+from raylog.benchmarks import librdkafka_suite as suite
 
 TEST_C = """
 struct test tests[] = {

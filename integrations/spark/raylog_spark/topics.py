@@ -173,7 +173,7 @@ def read_topic(
         via: "executors" (each partition range read by a Spark task on RayDP's executors,
             lazily, when Spark runs the query) or "ray_data" (read at once by Ray Data's
             tasks, the blocks handed to Spark through Ray's object store). See
-            ``benchmarks/spark_bench.py`` for both measured.
+            ``raylog bench spark`` (``raylog/benchmarks/spark_bench.py``) for both measured.
         **options: Spark's Kafka source options, Spark's meaning (see
             :mod:`raylog_spark.options`): ``subscribe`` (comma-separated topics),
             ``subscribePattern`` (a regular expression matching whole topic names),
