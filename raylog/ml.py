@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from raylog.clients.admin import Admin
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.consumer import Consumer
-from raylog.errors import KafkaTimeoutError
+from raylog.errors import GroupIdNotFoundError, KafkaTimeoutError
 from raylog.types import OffsetAndMetadata, TopicPartition
 
 #: How long one poll waits for records.
@@ -127,8 +127,14 @@ class TrainingStream:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.consumer.pause(*self.consumer.assignment())
-            self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
-            (described,) = admin.describe_consumer_groups([self.group_id])
+            # A poll that completes the join may fetch from the partitions it was just given:
+            # those records are not handed out, so they are read again from where they start.
+            for tp, records in self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS).items():
+                self.consumer.seek(tp, records[0].offset)
+            try:
+                (described,) = admin.describe_consumer_groups([self.group_id])
+            except GroupIdNotFoundError:
+                continue  # no member's first join has completed yet: the group does not exist
             mine = self.consumer.group_metadata()
             wanted = sum(self.cluster.metadata().num_partitions(t) for t in self.consumer.subscription())
             if (
