@@ -311,3 +311,38 @@ def test_the_kafka_api_table_is_what_the_listener_serves():
         low, high = versions.split("-")
         documented[int(key)] = (int(low), int(high))
     assert documented == {int(k): v for k, v in codec.SUPPORTED.items()}
+
+
+# --- the tutorials run, and every page is on the map ------------------------------------
+
+#: A test's run of a tutorial: ``tutorials.run("<page>.md", ...)`` (tests/tutorials.py).
+TUTORIAL_RUN = re.compile(r"""tutorials\.run\(\s*["']([\w.-]+\.md)["']""")
+
+
+def test_every_tutorial_has_a_test_that_runs_it(tracked):
+    """Each page of docs/tutorials is run by a test (its code blocks as one program, its
+    output checked), so a tutorial cannot be added, or go wrong, untested."""
+    from tests import tutorials
+
+    pages = sorted(os.path.basename(p) for p in tracked if re.fullmatch(r"docs/tutorials/[^/]+\.md", p))
+    assert pages, "docs/tutorials has no pages"
+    run = {
+        name
+        for path, text in tracked.items()
+        if re.fullmatch(r"tests/.*test_tutorials\.py", path)
+        for name in TUTORIAL_RUN.findall(text)
+    }
+    assert not set(pages) - run, f"tutorials no test runs (add a tutorials.run call): {sorted(set(pages) - run)}"
+    assert not run - set(pages), f"tests run tutorials that do not exist: {sorted(run - set(pages))}"
+    for page in pages:
+        compile(tutorials.program(page), f"docs/tutorials/{page}", "exec")  # a SyntaxError names the line
+        assert tutorials.expected_output(page), f"docs/tutorials/{page} shows no output (```text blocks)"
+
+
+def test_every_page_under_docs_is_on_the_map(tracked):
+    """docs/README.md links every page of docs/ and its folders (tutorials, how-tos): the
+    table is the map of the documentation."""
+    with open(os.path.join(ROOT, "docs", "README.md"), encoding="utf-8") as f:
+        linked = {os.path.normpath(os.path.join("docs", t.partition("#")[0])) for t in MD_LINK.findall(f.read())}
+    pages = {p for p in tracked if p.startswith("docs/") and p.endswith(".md") and p != "docs/README.md"}
+    assert not pages - linked, f"pages docs/README.md does not link: {sorted(pages - linked)}"
