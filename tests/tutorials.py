@@ -10,7 +10,9 @@ its cluster or Spark down in code (the end of a reader's program stops the local
 ``connect()`` started, and RayDP stops Spark at exit), and deletes the topics it made.
 
 Each test_tutorials.py calls :func:`run` with a page's file name; tests/unit/test_docs.py
-checks that every page of docs/tutorials has such a call.
+checks that every page of docs/tutorials has such a call. :func:`run` writes each step's
+time (a block, under its section's heading) to stderr, which pytest shows with a failure or
+``-rP``: where a tutorial's test got slow.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import doctest
 import os
 import re
+import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,17 +39,28 @@ def blocks(name: str, kind: str) -> list[str]:
         return [text for info, text in FENCED.findall(f.read()) if info == kind]
 
 
-def program(name: str) -> str:
-    """The tutorial's program: its python blocks, in order, each at its own lines of the page
-    (the lines between them blank), so that a traceback names the page's line."""
+def steps(name: str) -> list[tuple[str, str]]:
+    """The tutorial's python blocks in order, each as ``(its section's heading, its code)``,
+    the code at its own lines of the page (the lines before it blank), so that a traceback
+    names the page's line."""
     with open(os.path.join(TUTORIALS, name), encoding="utf-8") as f:
         page = f.read()
-    lines = [""] * page.count("\n")
+    found = []
     for block in FENCED.finditer(page):
         if block.group(1) == "python":
-            first = page.count("\n", 0, block.start(2))
-            for i, line in enumerate(block.group(2).splitlines()):
-                lines[first + i] = line
+            headings = re.findall(r"(?m)^#+ (.+)$", FENCED.sub("", page[: block.start()]))
+            found.append(
+                (headings[-1] if headings else name, "\n" * page.count("\n", 0, block.start(2)) + block.group(2))
+            )
+    return found
+
+
+def program(name: str) -> str:
+    """The tutorial's program: its python blocks, in order, at their lines of the page."""
+    lines: list[str] = []
+    for _, code in steps(name):
+        block = code.splitlines()
+        lines[len(lines) :] = block[len(lines) :]
     return "\n".join(lines) + "\n"
 
 
@@ -77,11 +92,15 @@ def run(
     """
     for module, attribute, value in handles:
         monkeypatch.setattr(module, attribute, lambda *args, _value=value, **kwargs: _value)
-    source = program(name)
     namespace: dict[str, Any] = {"__name__": f"tutorial_{name.removesuffix('.md').replace('-', '_')}"}
+    took: list[str] = []
     capsys.readouterr()
-    exec(compile(source, os.path.join(TUTORIALS, name), "exec"), namespace)  # noqa: S102 -- the page's code
+    for heading, code in steps(name):  # one program: each block runs in the names the others made
+        started = time.monotonic()
+        exec(compile(code, os.path.join(TUTORIALS, name), "exec"), namespace)  # noqa: S102 -- the page's code
+        took.append(f"{time.monotonic() - started:6.1f} s  {heading}")
     printed = capsys.readouterr().out
+    print(f"docs/tutorials/{name}, each step's time:", *took, sep="\n  ", file=sys.stderr)
     want = expected_output(name)
     for page_text, here in (shown or {}).items():
         assert page_text in want, f"docs/tutorials/{name} does not show {page_text!r}"
