@@ -94,6 +94,44 @@ def test_continuous_stream_commits_what_it_handed_out_and_survives_a_long_step(c
     stream.close()
 
 
+def test_records_the_joining_poll_fetched_are_handed_out(cluster, topic, monkeypatch):
+    """wait_for_members polls to join the group, and on a quiet machine the poll that completes
+    the join goes on to fetch from the partitions it was just given: the stream hands those
+    records out rather than skipping them (one handed out 4,620 of 5,120 records and committed
+    all 5,120). The joining poll here goes on until it fetched, whatever the machine's load."""
+    name = topic(2)
+    _produce_vectors(cluster, name, 300)
+    stream = TrainingStream(
+        cluster,
+        [name],
+        group_id=f"joined-{name}",
+        batch_size=50,
+        decode=values_as_float32(WIDTH),
+        idle_timeout_s=3.0,
+        consumer_config=FAST_GROUP,
+    )
+    poll = stream.consumer.poll
+    fetched: list[int] = []
+
+    def joining_poll(timeout_ms: int):
+        if fetched:
+            return poll(timeout_ms=timeout_ms)
+        deadline = time.monotonic() + 60
+        while not (got := poll(timeout_ms=timeout_ms)) and time.monotonic() < deadline:
+            pass
+        fetched.append(sum(len(records) for records in got.values()))
+        return got
+
+    monkeypatch.setattr(stream.consumer, "poll", joining_poll)
+    assert len(stream.wait_for_members(1, timeout_s=90)) == 2
+    assert fetched[0] > 0, "the joining poll fetched nothing"
+    ids = sorted(float(x) for batch in stream for x in batch[:, 0])
+    assert ids == [float(i) for i in range(300)], f"{len(ids)} of 300 records handed out"
+    committed = stream.consumer.committed(stream.consumer.assignment())
+    assert sum(c.offset for c in committed.values()) == 300
+    stream.close()
+
+
 def test_batch_size_must_be_positive(cluster, topic):
     with pytest.raises(ValueError, match="batch_size"):
         TrainingStream(cluster, [topic()], group_id="g", batch_size=0)
