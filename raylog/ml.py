@@ -120,6 +120,11 @@ class TrainingStream:
         partition is assigned (call on every worker before the first epoch; a cooperative
         rebalance hands moved partitions on in a second round). Returns the assignment.
 
+        Every worker must have returned from it before any worker closes its stream: a
+        worker that closes leaves the group, and one still waiting then waits for a member
+        that is gone. Workers that run an epoch each keep their streams open until all
+        are done, as Ray Train's workers do until training ends.
+
         Raises:
             KafkaTimeoutError: the group did not reach ``count`` members in time.
         """
