@@ -346,3 +346,44 @@ def test_every_page_under_docs_is_on_the_map(tracked):
         linked = {os.path.normpath(os.path.join("docs", t.partition("#")[0])) for t in MD_LINK.findall(f.read())}
     pages = {p for p in tracked if p.startswith("docs/") and p.endswith(".md") and p != "docs/README.md"}
     assert not pages - linked, f"pages docs/README.md does not link: {sorted(pages - linked)}"
+
+
+SHELL_BLOCK = re.compile(r"(?ms)^```(?:bash|sh|shell|console)\n(.*?)^```")
+
+
+def _raylog_commands(markdown: str) -> list[str]:
+    """The ``raylog ...`` command lines of a page's shell blocks (continuation lines joined)
+    and its inline ``raylog ...`` spans that give options, but for synopses (those with
+    ``<seed>``, ``[--all]``, ``(a | b)`` or ``...`` in them) and spans that only name a
+    command, such as `raylog topics create`."""
+    commands = []
+    for block in SHELL_BLOCK.findall(markdown):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.strip().removeprefix("$ ")
+            if line.startswith("raylog "):
+                commands.append(line)
+    for span in re.findall(r"`(raylog [a-z][^`]*)`", FENCE.sub("", markdown)):
+        if " --" in span and "--help" not in span and not re.search(r"\.\.\.|[<\[(|]", span):
+            commands.append(span.replace("\n", " "))
+    return commands
+
+
+def test_every_raylog_command_in_the_docs_parses(tracked):
+    """Each ``raylog`` command line a page tells its reader to run is one the CLI accepts:
+    its command, subcommand and options exist and their values have the right types."""
+    import shlex
+
+    from raylog import cli
+
+    refused, seen = [], 0
+    for path, text in tracked.items():
+        if not path.endswith(".md"):
+            continue
+        for command in _raylog_commands(text):
+            seen += 1
+            try:
+                cli._parser().parse_args(shlex.split(command, comments=True)[1:])
+            except SystemExit:
+                refused.append(f"{path}: {command}")
+    assert seen >= 40, f"only {seen} raylog commands found: the pattern no longer finds them"
+    assert not refused, "\n".join(refused)
