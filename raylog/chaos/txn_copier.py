@@ -6,11 +6,13 @@ A transactional copier (a Ray actor on the head node, so that it can be killed f
 reads an input topic and copies every record, in transactions of up to ``txn_records``
 records, to the same partition of an output topic, committing its consumer group's offsets in
 each transaction. Meanwhile (:func:`copy_through_faults`) the copier is killed and replaced
-(same ``transactional_id``), the broker node leading an output partition is killed and
-brought back, and the transaction coordinator (the leader of the id's
-``__transaction_state`` partition) is killed, as an actor or with its node: ``rounds`` times
-each kind, every variant of each kind once in two rounds. A read_committed reader follows the
-output all along.
+(same ``transactional_id``) once it has written a transaction and once while it commits
+one, the broker node leading an output partition is killed and brought back, and the
+transaction coordinator (the leader of the id's ``__transaction_state`` partition) is killed
+as an actor and with its node: one round is each of these five faults once, and the next
+fault starts as soon as the last one healed and the copy went on. A read_committed reader
+follows the output all along. The copy is paced until the last fault healed (so that it
+outlasts them, and most faults find a transaction open), then copies the rest at full speed.
 
 At the end the output, read with read_committed, must equal the input partition by
 partition: same keys and values, same order, none lost, none twice. The reader must never
@@ -48,12 +50,12 @@ RECORDS = 100_000
 PARTITIONS = 3
 #: Records a copier transaction takes at most.
 TXN_RECORDS = 1_000
-#: The copier's pace (it "processes" each transaction's records, its transaction open,
-#: for as long as this rate allows): the copy then lasts long enough for every fault, and
-#: most faults find a transaction open with its records written.
+#: The copier's pace until the faults are done (it "processes" each transaction's records,
+#: its transaction open, for as long as this rate allows): the copy then lasts long enough for
+#: every fault, and most faults find a transaction open with its records written.
 COPY_RECORDS_PER_S = 800
-#: Each fault kind is injected this many times, spread over the copy.
-ROUNDS = 3
+#: Rounds of faults: each round injects every fault (every variant of each kind) once.
+ROUNDS = 2
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
 TRANSACTIONAL_ID = "copier-0"
 GROUP = "copier-group"
@@ -87,6 +89,14 @@ class Ledger:
     def __init__(self) -> None:
         self.events: dict[str, dict[str, float]] = collections.defaultdict(dict)
         self.errors: list[str] = []  # what the copiers met, killed ones' too
+        self.paced = True  # until the campaign's faults are done
+
+    def pace(self) -> bool:
+        """Whether the copiers keep to their pace (they copy at full speed once the faults are done)."""
+        return self.paced
+
+    def faults_done(self) -> None:
+        self.paced = False
 
     def note(self, tag: str, kind: str, at: float) -> None:
         self.events[tag][kind] = at
@@ -254,7 +264,7 @@ class Copier:
         for future in futures:
             future.result(timeout=0)  # raises the send's error, if any
         self._note("written")
-        if self.records_per_s:
+        if self.records_per_s and ray.get(self.ledger.pace.remote(), timeout=60):
             time.sleep(max(0.0, len(records) / self.records_per_s - (time.monotonic() - began)))
         self.producer.send_offsets_to_transaction(self.positions_of(), GROUP)
         self._note("commit")
@@ -708,13 +718,13 @@ def copy_through_faults(
 ) -> CopyReport:
     """Kafka's transactions system test (see the module docstring) on ``cluster``, whose
     brokers ``kill_broker`` removes (its node) and ``start_broker`` brings back: ``records``
-    preloaded, copied in transactions of ``txn_records`` at ``records_per_s`` while each fault
-    kind is injected ``rounds`` times, then the output checked against the input and the
-    reader's view. Makes its own topics and deletes them.
+    preloaded, copied in transactions of ``txn_records`` at ``records_per_s`` through
+    ``rounds`` rounds of faults (then at full speed), then the output checked against the
+    input and the reader's view. Makes its own topics and deletes them.
 
     Raises:
-        CopyFailed: a promise was broken, the copy ended before each fault was injected in
-            each of its variants, or no fault aborted a written transaction.
+        CopyFailed: a promise was broken, the copy ended before the first round of faults was
+            done, or no fault aborted a written transaction.
     """
     admin = Admin(cluster)
     source, sink = make_topics(admin, "txn")
@@ -777,11 +787,11 @@ def _copy_through_faults(
         except AssertionError:
             raise CopyFailed(f"replicas not back in sync: {quietly(out_of_sync, admin, watched)}") from None
 
-    def kill_copier(round_: int) -> str:
-        """Kill the copier once it has written a transaction and before it ends it (its
-        successor aborts it), or, every other round, once it has begun to commit one (its
-        successor's init_transactions waits for the commit, and resumes after it)."""
-        when = "written_open" if round_ % 2 == 0 else "committing"
+    def kill_copier(when: str, round_: int) -> str:
+        """Kill the copier once it has written a transaction and before it ends it
+        (``written_open``: its successor aborts it), or once it has begun to commit one
+        (``committing``: its successor's init_transactions waits for the commit, and resumes
+        after it)."""
         before = ray.get(getattr(ledger, when).remote(), timeout=60)
         tags = copying(
             lambda: ray.get(getattr(ledger, when).remote(), timeout=60) - before,
@@ -793,7 +803,7 @@ def _copy_through_faults(
         what = "written, not ended" if when == "written_open" else "committing"
         return f"copier killed in transaction {min(tags)} ({what}), and replaced"
 
-    def kill_output_leader(round_: int) -> str:
+    def kill_output_leader(_: str, round_: int) -> str:
         partition = round_ % PARTITIONS
         before = partition_info(admin, sink, partition)
         dead.add(before.leader)
@@ -807,10 +817,10 @@ def _copy_through_faults(
         progress(reader.count + progress_records, f"with broker {before.leader} down")
         return f"broker {before.leader} (leader of {sink}-{partition}) killed"
 
-    def kill_coordinator(round_: int) -> str:
-        """Kill the copier's transaction coordinator (its actor, or its broker's node) as
-        soon as the copier has begun to commit a transaction: often while it writes the
-        markers."""
+    def kill_coordinator(what: str, round_: int) -> str:
+        """Kill the copier's transaction coordinator (``actor``: its process, which Ray
+        restarts; ``node``: its broker's node) as soon as the copier has begun to commit a
+        transaction: often while it writes the markers."""
         partition, handle = ray.get(
             cluster.controller.find_transaction_coordinator.remote(TRANSACTIONAL_ID), timeout=60
         )
@@ -822,7 +832,7 @@ def _copy_through_faults(
             "a transaction committing",
             interval_s=0.01,
         )
-        if round_ % 2 == 0:
+        if what == "actor":
             ray.kill(handle, no_restart=False)  # its process dies; Ray restarts the actor
             return f"coordinator {TRANSACTION_TOPIC}-{partition} actor killed committing {min(tags)}"
         dead.add(leader)
@@ -830,21 +840,28 @@ def _copy_through_faults(
         progress(reader.count + progress_records, f"with the coordinator's broker {leader} down")
         return f"broker {leader} (coordinator {TRANSACTION_TOPIC}-{partition}) killed committing {min(tags)}"
 
-    schedule = [(kill_copier, kill_output_leader, kill_coordinator)[i % 3] for i in range(3 * rounds)]
+    # One round: every variant of each kind once, the node kills between the others.
+    one_round = [
+        (kill_copier, "written_open"),
+        (kill_output_leader, "node"),
+        (kill_coordinator, "actor"),
+        (kill_copier, "committing"),
+        (kill_coordinator, "node"),
+    ]
+    schedule = [(fault, variant, round_) for round_ in range(rounds) for fault, variant in one_round]
     healthy = False
     try:
-        after = 0  # the reader's count when the last fault healed
-        for i, fault in enumerate(schedule):
-            # Spread over the copy: fault i once (i + 1) / (faults + 1) of it is copied.
-            progress(max((i + 1) * records // (len(schedule) + 1), after + progress_records), f"before fault {i}")
+        for i, (fault, variant, round_) in enumerate(schedule):
+            # Each fault once the copy went on after the last one healed.
+            progress(reader.count + progress_records, f"before fault {i}")
             if run.finished():
                 break
             at, count = time.monotonic() - began, reader.count
-            done = fault(i // 3)
+            done = fault(variant, round_)
             heal()
             faults.append(f"{at:.0f}s at {count} records: {done}; healed in {time.monotonic() - began - at:.0f}s")
-            after = reader.count
         faulted_s = time.monotonic() - began
+        ray.get(ledger.faults_done.remote(), timeout=60)
         wait_until(run.finished, timeout_s=COPY_TIMEOUT_S, interval_s=0.5, message="the copy finished")
         copied_s = time.monotonic() - began
         wait_until(lambda: reader.count >= records, timeout_s=READ_TIMEOUT_S, message="the reader at the end")
@@ -865,12 +882,10 @@ def _copy_through_faults(
         + "\n  copier errors: "
         + "\n    ".join(ray.get(ledger.all_errors.remote(), timeout=60))
     )
-    # Every variant of each kind (the copier killed with a transaction written or committing,
-    # the coordinator killed as an actor or with its node) needs two rounds.
-    wanted = 3 * min(rounds, 2)
     _require(
-        len(faults) >= wanted,
-        f"the copy ended after {len(faults)} faults, before the first {wanted}: copy slower\n{report}",
+        len(faults) >= len(one_round),
+        f"the copy ended after {len(faults)} faults, before every variant of each was injected: copy more "
+        f"records, or slower\n{report}",
     )
 
     committed = read_all(cluster, sink, "read_committed")
