@@ -94,6 +94,9 @@ CALL_TIMEOUT_S = 20.0
 WAIT_TIMEOUT_S = 30.0
 #: Pause between faults, and how long a paused controller or delayed calls last.
 GAP_S = (0.3, 1.5)
+#: Once every fault was tried, the workload runs this long after the last one healed (then
+#: the run ends, before its duration if that is later): the healed cluster under load.
+AFTER_FAULTS_S = 3.0
 CONTROLLER_PAUSE_S = (1.0, 3.0)
 #: A long pause: past the replicas' 10 s call timeout (raylog.actors.replica_parts.PEER_CALL_TIMEOUT_S).
 LONG_CONTROLLER_PAUSE_S = (10.5, 12.0)
@@ -199,7 +202,9 @@ class Nemesis:
     def run(self, duration_s: float) -> None:
         """Faults with pauses between, until ``duration_s`` has passed (a fault under way is
         finished and healed first) or ``max_faults`` were tried; with ``overlap=2`` a
-        lingering fault stays in effect while the next one runs."""
+        lingering fault stays in effect while the next one runs. Returns at the end of
+        ``duration_s``, or AFTER_FAULTS_S after the last fault healed once ``max_faults``
+        were tried, whichever comes first."""
         began = self.began = time.monotonic()
         end = began + duration_s
         while len(self.events) < self.max_faults and self.kinds:
@@ -231,6 +236,8 @@ class Nemesis:
                 if event.until_healed:
                     event.end_s = healed_s
             self.events += events
+        if len(self.events) >= self.max_faults:
+            end = min(end, time.monotonic() + AFTER_FAULTS_S)
         time.sleep(max(0.0, end - time.monotonic()))  # the workload runs to the end
 
     def _inject(self, event: FaultEvent) -> None:

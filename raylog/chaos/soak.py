@@ -5,7 +5,8 @@ with its own data directory, with Ray's fast failure detection; a broker can be 
 for real (its node removed) and brought back on a new node with the same label and disk.
 
 :func:`run_once` is one run: a fresh topic, the workload (:mod:`raylog.chaos.workload`)
-for ``duration_s`` while the :class:`~raylog.chaos.nemesis.Nemesis` injects faults, then
+for ``duration_s`` while the :class:`~raylog.chaos.nemesis.Nemesis` injects faults (a few
+seconds past the last fault's heal when all ``max_faults`` were tried before), then
 every fault healed, the cluster back in sync, clients stopped, a final read, the checker,
 and the topic deleted. Its :class:`RunResult` prints as one line with the seed, so any run
 can be replayed (``raylog bench soak --runs 1 --seed S``). An anomaly in a configuration

@@ -318,7 +318,11 @@ def _add_bench_soak(workloads: Any) -> None:
     soak.add_argument("--runs", type=positive_int, default=1, help="how many runs (default 1)")
     soak.add_argument("--seed", type=int, default=1, help="of the first run; run i uses seed + i (default 1)")
     soak.add_argument("--faults", help="comma-separated fault kinds (default: all this build supports)")
-    soak.add_argument("--duration-s", type=positive_float, help="workload time per run (default 6)")
+    soak.add_argument(
+        "--duration-s",
+        type=positive_float,
+        help="workload time per run at most (default 6; it ends 3 s after the last fault once all were tried)",
+    )
     soak.add_argument("--max-faults", type=non_negative_int, help="faults per run at most (default 3)")
     soak.add_argument("--acks", choices=["all", "1"], help="of the producers (default all)")
     soak.add_argument("--min-insync-replicas", type=positive_int, help="of the topic (default 2)")

@@ -22,7 +22,8 @@ from raylog.chaos.soak import RunConfig, run_once
 #: partition (each replica is a process to start: the soak's runs have two partitions). Long
 #: enough for each seed below to start its third fault on a loaded machine too: the nemesis
 #: starts no fault past the run's duration, and its first two faults took up to 19.5 s here
-#: (a leader kill took 16 s under load, 9 s otherwise).
+#: (a leader kill took 16 s under load, 9 s otherwise). A bound, not a wait: a run ends 3 s
+#: after its third fault healed (11-27 s here on a quiet machine).
 SWEEP = RunConfig(duration_s=30.0, max_faults=3, partitions=1)
 #: Four seeds that together draw every kind of DEFAULT_FAULTS once: 49 kill-leader, disk-full,
 #: replace-disk; 79 kill-coordinator, kill-leader-pid, kill-node; 90 lose-tail,

@@ -83,3 +83,51 @@ def test_a_replace_disk_that_completes_allows_offline_only_when_the_partition_st
     target = chaos._replace_disk()
     assert chaos.offline_ok == (set() if online else {0})
     assert target.endswith("stays offline") != online
+
+
+class _Clock:
+    """``time.monotonic`` and ``time.sleep`` of a clock that only sleeping moves."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _Scheduled(nemesis.Nemesis):
+    """The schedule alone: each fault takes ``fault_s`` of the clock and is healed at once."""
+
+    def __init__(self, clock: _Clock, max_faults: int, fault_s: float):
+        self.rng = random.Random(1)
+        self.kinds, self._lingering, self.overlap = ("kill-node",), [], 1
+        self.max_faults, self.events, self._linger_until = max_faults, [], None
+        self.clock, self.fault_s = clock, fault_s
+
+    def _inject(self, event):
+        self.clock.sleep(self.fault_s)
+
+    def heal(self):
+        pass
+
+
+@pytest.mark.parametrize(("max_faults", "fault_s", "ends_at"), [(2, 4.0, None), (3, 15.0, 30.0), (5, 7.0, 30.0)])
+def test_the_run_ends_soon_after_its_last_fault_once_every_fault_was_tried(monkeypatch, max_faults, fault_s, ends_at):
+    """All faults tried well before the duration: the workload runs AFTER_FAULTS_S past the
+    last heal, not to the end of the duration (the suite's fault runs waited for it). Faults
+    that run past the duration: the run ends with it (or with the heal of the fault under way
+    then), the faults not started skipped."""
+    clock = _Clock()
+    monkeypatch.setattr(nemesis, "time", clock)
+    chaos = _Scheduled(clock, max_faults, fault_s)
+    chaos.run(30.0)
+    last_healed = chaos.events[-1].end_s
+    if ends_at is None:
+        assert len(chaos.events) == max_faults
+        assert clock.now == pytest.approx(last_healed + nemesis.AFTER_FAULTS_S)
+    else:
+        assert len(chaos.events) < max_faults
+        assert clock.now == pytest.approx(max(ends_at, last_healed))
