@@ -724,9 +724,11 @@ def test_delete_records_ends_the_followers_long_polls_rather_than_waiting_them_o
         for i in range(10):
             producer.send(topic, b"%d" % i, partition=0)
     replicas = ray.get(kafka_cluster.controller.replica_handles.remote(topic), timeout=CALL_TIMEOUT_S)
+    leader = replicas[(0, kafka_cluster.metadata(refresh=True).topics[topic].partitions[0].leader)]
 
-    def followers_parked() -> bool:  # every replica knows the HW: the followers' next fetches wait
-        return [s["high_watermark"] for s in ray.get([h.state.remote() for h in replicas.values()])] == [10] * 3
+    def followers_parked() -> bool:  # every replica has the records, both followers' fetches wait
+        ends = [s["log_end_offset"] for s in ray.get([h.state.remote() for h in replicas.values()])]
+        return ends == [10] * 3 and ray.get(leader.state.remote())["waiting"].get("replication") == 2
 
     wait_until(followers_parked, timeout_s=CALL_TIMEOUT_S)
     assert kafka_admin.delete_records({tp: 5}, timeout_ms=10_000) == {tp: 5}
