@@ -204,7 +204,8 @@ class Nemesis:
         finished and healed first) or ``max_faults`` were tried; with ``overlap=2`` a
         lingering fault stays in effect while the next one runs. Returns at the end of
         ``duration_s``, or AFTER_FAULTS_S after the last fault healed once ``max_faults``
-        were tried, whichever comes first."""
+        (at least one) were tried, whichever comes first: a run without faults (a baseline)
+        lasts its duration."""
         began = self.began = time.monotonic()
         end = began + duration_s
         while len(self.events) < self.max_faults and self.kinds:
@@ -236,7 +237,7 @@ class Nemesis:
                 if event.until_healed:
                     event.end_s = healed_s
             self.events += events
-        if len(self.events) >= self.max_faults:
+        if self.events and len(self.events) >= self.max_faults:
             end = min(end, time.monotonic() + AFTER_FAULTS_S)
         time.sleep(max(0.0, end - time.monotonic()))  # the workload runs to the end
 

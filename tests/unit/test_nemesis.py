@@ -131,3 +131,13 @@ def test_the_run_ends_soon_after_its_last_fault_once_every_fault_was_tried(monke
     else:
         assert len(chaos.events) < max_faults
         assert clock.now == pytest.approx(max(ends_at, last_healed))
+
+
+def test_a_run_without_faults_lasts_its_duration(monkeypatch):
+    """``--max-faults 0`` (a baseline run): every fault was tried, none ran; the workload runs
+    its whole duration, not AFTER_FAULTS_S."""
+    clock = _Clock()
+    monkeypatch.setattr(nemesis, "time", clock)
+    chaos = _Scheduled(clock, 0, 4.0)
+    chaos.run(30.0)
+    assert chaos.events == [] and clock.now == pytest.approx(30.0)
