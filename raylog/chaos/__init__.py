@@ -1,6 +1,6 @@
 """Jepsen-style fault runs against raylog: a history recorder and its checker (plain
 Python, no Ray), the workloads that record histories, the nemesis that injects faults,
-and the soak runner shared by ``tests/faults`` and ``raylog bench soak``.
+and the soak runner shared by ``tests/cluster/test_fault_runs.py`` and ``raylog bench soak``.
 
 - :mod:`raylog.chaos.history`: the operations clients attempted, with their outcomes.
 - :mod:`raylog.chaos.checker`: Jepsen's anomaly classes for Kafka-like logs, counted.

@@ -95,16 +95,24 @@ DEFAULT_FAULTS = tuple(
 
 class SoakCluster:
     """A head node plus ``num_brokers`` labelled broker nodes, and raylog on them; with
-    ``listeners`` each broker also runs a Kafka listener (for runs with Kafka clients).
+    ``listeners`` each broker also runs a Kafka listener (for runs with Kafka clients);
+    ``config`` is raylog settings on top of CONTROLLER_CONFIG.
 
     Use as a context manager; ``cluster`` is the raylog cluster handle, ``bootstrap`` the
     listeners as a ``bootstrap.servers`` string ("" without listeners)."""
 
-    def __init__(self, data_root: str | None = None, num_brokers: int = 3, listeners: bool = False):
+    def __init__(
+        self,
+        data_root: str | None = None,
+        num_brokers: int = 3,
+        listeners: bool = False,
+        config: dict[str, str] | None = None,
+    ):
         self._tmp = None if data_root is not None else tempfile.TemporaryDirectory(prefix="raylog-soak-")
         self.data_root = data_root or self._tmp.name
         self.num_brokers = num_brokers
         self.listeners = listeners
+        self.config = {**CONTROLLER_CONFIG, **(config or {}), **({"listeners": KAFKA_LISTENERS} if listeners else {})}
         self.ray_cluster: Cluster | None = None
         self.nodes: dict[int, Any] = {}
         self.cluster: Any = None
@@ -134,7 +142,7 @@ class SoakCluster:
             address=self.ray_cluster.address,
             data_dir=f"{self.data_root}/controller",
             cluster_name=f"soak{uuid.uuid4().hex[:8]}",
-            config={**CONTROLLER_CONFIG, **({"listeners": KAFKA_LISTENERS} if self.listeners else {})},
+            config=self.config,
         )
         self.proxy = start_proxy(ray.get_runtime_context().get_node_id())
         # A broker node still starting its first worker on a loaded machine registers a

@@ -1,78 +1,44 @@
-"""A real multi-node Ray cluster (ray.cluster_utils.Cluster) for replication and fault tests.
+"""A real multi-node Ray cluster (ray.cluster_utils.Cluster) for the replication, identity,
+group and transaction fault tests and the seeded fault runs judged by the checker.
 
-The head node hosts only the controller; three worker nodes labelled ``raylog.broker`` are
-brokers 0, 1 and 2, each with its own data directory, so that removing a node kills a broker
-for real. Nodes are declared dead fast (the soak's FAST_FAILURE_DETECTION). Package-scoped: the
-cluster is gone before tests/ray starts its own single-node Ray.
+One :class:`raylog.chaos.soak.SoakCluster` serves them all: the head node hosts only the
+controller; three worker nodes labelled ``raylog.broker`` are brokers 0, 1 and 2, each with
+its own data directory and a Kafka listener, so that removing a node kills a broker for real.
+Nodes are declared dead fast (FAST_FAILURE_DETECTION). Its internal topics have one partition
+each (each partition is three processes, started again with every broker brought back).
+Tests that kill brokers bring them back; each fault run makes its own topic and groups and
+deletes them. Package-scoped: the cluster is gone before tests/ray starts its own single-node
+Ray.
 """
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 import ray
-from ray.cluster_utils import Cluster
 
-import raylog
 from raylog import Admin, NewTopic
-from raylog.chaos.soak import FAST_FAILURE_DETECTION, NODE_OBJECT_STORE_BYTES
+from raylog.chaos.soak import SoakCluster
 from raylog.chaos.txn_copier import out_of_sync
 from raylog.errors import RaylogError
 from tests.helpers import wait_until
 
-
-class Brokers:
-    """The worker nodes that are brokers: kill one for real, bring it back on a new node."""
-
-    def __init__(self, ray_cluster: Cluster, data_root):
-        self.ray_cluster = ray_cluster
-        self.data_root = data_root
-        self.nodes: dict[int, object] = {}
-
-    def start(self, broker_id: int) -> None:
-        self.nodes[broker_id] = self.ray_cluster.add_node(
-            num_cpus=1,
-            object_store_memory=NODE_OBJECT_STORE_BYTES,
-            labels={"raylog.broker": str(broker_id), "raylog.data_dir": str(self.data_root / f"broker-{broker_id}")},
-        )
-
-    def kill(self, broker_id: int) -> None:
-        self.ray_cluster.remove_node(self.nodes.pop(broker_id), allow_graceful=False)
+#: On top of the soak's controller settings: a group's first rebalance does not wait for more
+#: members (as Kafka's own integration tests set it).
+CONFIG = {"group.initial.rebalance.delay.ms": "0"}
 
 
 @pytest.fixture(scope="package")
-def multinode(tmp_path_factory):
-    """``(raylog cluster, Brokers)`` on a head plus three broker nodes."""
-    ray_cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "object_store_memory": NODE_OBJECT_STORE_BYTES,
-            "_system_config": FAST_FAILURE_DETECTION,
-        },
-    )
-    brokers = Brokers(ray_cluster, tmp_path_factory.mktemp("brokers"))
-    for broker_id in range(3):
-        brokers.start(broker_id)
-    ray_cluster.wait_for_nodes()
-    ray.init(address=ray_cluster.address, configure_logging=False, log_to_driver=False)
-    cluster = raylog.connect(
-        address=ray_cluster.address,
-        data_dir=str(tmp_path_factory.mktemp("controller")),
-        cluster_name=f"m{uuid.uuid4().hex[:8]}",
-        config={
-            "node.check.interval.ms": "200",
-            "auto.leader.rebalance.enable": "false",
-            "group.initial.rebalance.delay.ms": "0",
-        },
-    )
-    # A node still starting its first worker on a loaded machine registers a round later.
-    wait_until(lambda: len(cluster.metadata(refresh=True).live) == 3, timeout_s=90, message="three brokers")
-    yield cluster, brokers
-    cluster.shutdown()
-    ray.shutdown()
-    ray_cluster.shutdown()
+def soak_env(tmp_path_factory):
+    """The package's SoakCluster (its ``cluster`` the raylog cluster, ``kill_broker`` and
+    ``start_broker`` a broker's node)."""
+    with SoakCluster(data_root=str(tmp_path_factory.mktemp("brokers")), listeners=True, config=CONFIG) as env:
+        yield env
+
+
+@pytest.fixture
+def multinode(soak_env):
+    """``(raylog cluster, SoakCluster)``; a test that uses it leaves every partition whole."""
+    return soak_env.cluster, soak_env
 
 
 def not_told(cluster, admin: Admin, topics: list[str]) -> list[str]:
@@ -111,7 +77,7 @@ def leaves_the_cluster_whole(request):
     yield
     if "multinode" not in request.fixturenames:
         return
-    cluster, _ = request.getfixturevalue("multinode")
+    cluster = request.getfixturevalue("soak_env").cluster
     admin = Admin(cluster)
 
     left: list[str] = []

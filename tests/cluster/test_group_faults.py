@@ -73,7 +73,7 @@ def test_coordinator_node_dies_and_no_committed_offset_is_lost(multinode, replic
         before = offsets_partition(admin, partition)
 
         killed = before.leader
-        brokers.kill(killed)
+        brokers.kill_broker(killed)
         after = wait_until(
             lambda: (p := quietly(offsets_partition, admin, partition)) and p.leader not in (killed, -1) and p,
             timeout_s=60,
@@ -96,7 +96,7 @@ def test_coordinator_node_dies_and_no_committed_offset_is_lost(multinode, replic
     finally:
         member.close()
         if killed is not None:
-            brokers.start(killed)
+            brokers.start_broker(killed)
     wait_until(
         lambda: all(len(p.isr) == 3 for p in admin.describe_topics([OFFSETS_TOPIC])[0].partitions),
         timeout_s=90,

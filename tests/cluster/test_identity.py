@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import ray
 
 from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from raylog.chaos.soak import NODE_OBJECT_STORE_BYTES
+from raylog.chaos.txn_copier import out_of_sync
 from raylog.common.record_batch import decode_table
 from raylog.storage.log import Log
-from tests.cluster.conftest import NODE_OBJECT_STORE_BYTES, out_of_sync
 from tests.cluster.test_replication import SAFE, describe
 from tests.helpers import wait_until
 
@@ -59,10 +61,10 @@ def test_a_topic_deleted_while_a_broker_is_down_comes_back_without_its_old_recor
             producer.send(topic, b"old-%d" % i, partition=i % partitions).result(timeout=30)
     old_id = admin.describe_topics([topic])[0].topic_id
     down = 2
-    brokers.kill(down)
+    brokers.kill_broker(down)
     wait_until(lambda: down not in _live(cluster), timeout_s=30, message="the broker seen down")
     admin.delete_topics([topic])
-    brokers.start(down)
+    brokers.start_broker(down)
     wait_until(lambda: down in _live(cluster), timeout_s=60, message="the broker back")
 
     admin.create_topics([NewTopic(topic, partitions, replication_factor=3, config=SAFE)])
@@ -76,7 +78,7 @@ def test_a_topic_deleted_while_a_broker_is_down_comes_back_without_its_old_recor
         assert sorted(values) == sorted(b"new-%d" % i for i in range(6)), "old records in the new topic"
         ends = {key: state["log_end_offset"] for key, state in _replica_states(cluster, topic).items()}
         assert ends == {(p, b): 2 for p in range(partitions) for b in range(3)}, ends
-        broker_dir = brokers.data_root / f"broker-{down}"
+        broker_dir = Path(brokers.data_root) / f"broker-{down}"
         names = [n for n in os.listdir(broker_dir) if n.startswith(topic)]
         assert not [n for n in names if new_id not in n], f"old directories left: {names} (old id {old_id})"
     finally:
@@ -99,20 +101,20 @@ def test_a_broker_back_with_a_wiped_disk_never_leads_and_nothing_acknowledged_is
         info = describe(cluster, topic)
         last, others = info.leader, [r for r in info.replicas if r != info.leader]
         for broker in others:
-            brokers.kill(broker)
+            brokers.kill_broker(broker)
         wait_until(lambda: describe(cluster, topic).isr == (last,), timeout_s=30, message="ISR down to the leader")
-        brokers.kill(last)
+        brokers.kill_broker(last)
         wait_until(lambda: describe(cluster, topic).leader == -1, timeout_s=30, message="the partition offline")
-        shutil.rmtree(brokers.data_root / f"broker-{last}")
+        shutil.rmtree(Path(brokers.data_root) / f"broker-{last}")
         for broker in others:
-            brokers.start(broker)
-        brokers.start(last)
+            brokers.start_broker(broker)
+        brokers.start_broker(last)
         wait_until(lambda: _live(cluster) == {0, 1, 2}, timeout_s=60, message="every broker back")
         after = wait_until(lambda: _decided(cluster, topic), timeout_s=60, message="a leader, or the ISR emptied")
         assert after.leader != last, f"broker {last} leads with a wiped log: {after}"
         assert after.leader == -1 and after.isr == (), after  # lost: only an unclean election could bring it back
         for broker in others:
-            assert _values_on_disk(brokers.data_root / f"broker-{broker}", topic) == acknowledged
+            assert _values_on_disk(Path(brokers.data_root) / f"broker-{broker}", topic) == acknowledged
     finally:
         admin.delete_topics([topic])
         # The whole disk went, and with it the broker's replicas of the internal topics,

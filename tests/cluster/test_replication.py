@@ -8,6 +8,7 @@ import pickle
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -90,7 +91,7 @@ def test_leader_node_dies_during_acks_all_writes_and_nothing_acknowledged_is_los
     writer.start()
     wait_until(lambda: len(writer.acknowledged) >= 500, timeout_s=60)
     old = describe(cluster, topic)
-    brokers.kill(old.leader)
+    brokers.kill_broker(old.leader)
     wait_until(lambda: describe(cluster, topic).leader not in (old.leader, -1), timeout_s=30, message="a new leader")
     count = len(writer.acknowledged)
     wait_until(lambda: len(writer.acknowledged) >= count + 500, timeout_s=60, message="writes after fail-over")
@@ -98,7 +99,7 @@ def test_leader_node_dies_during_acks_all_writes_and_nothing_acknowledged_is_los
     values = read_values(cluster, topic)
     assert set(acknowledged) <= set(values), "an acknowledged record was lost"
     assert values == sorted(values), "records out of order"
-    brokers.start(old.leader)
+    brokers.start_broker(old.leader)
     wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=60, message="the broker rejoining")
 
 
@@ -110,10 +111,10 @@ def test_follower_dies_isr_shrinks_and_writes_go_on(multinode, replicated_topic)
         producer.send(topic, b"before").result(timeout=30)
         info = describe(cluster, topic)
         follower = next(r for r in info.replicas if r != info.leader)
-        brokers.kill(follower)
+        brokers.kill_broker(follower)
         wait_until(lambda: follower not in describe(cluster, topic).isr, timeout_s=30, message="ISR shrink")
         assert producer.send(topic, b"after").result(timeout=30).offset == 1
-    brokers.start(follower)
+    brokers.start_broker(follower)
     wait_until(lambda: follower in describe(cluster, topic).isr, timeout_s=60, message="ISR expand")
     assert read_values(cluster, topic) == [b"before", b"after"]
 
@@ -134,8 +135,8 @@ def test_a_leader_back_on_a_new_node_before_its_death_was_seen_hands_over_and_wr
     # catch up (the broker then rightly leads again from its disk, as the suite saw once).
     wait_until(lambda: len(describe(cluster, topic).isr) == 3, timeout_s=60, message="every replica in sync")
     old = describe(cluster, topic).leader
-    brokers.kill(old)
-    brokers.start(old)
+    brokers.kill_broker(old)
+    brokers.start_broker(old)
     wait_until(lambda: describe(cluster, topic).leader not in (-1, old), timeout_s=60, message="another leader")
     with Producer(cluster, acks="all") as producer:
         assert producer.send(topic, b"after").result(timeout=30).offset == 1
@@ -155,11 +156,11 @@ def test_records_deleted_while_a_follower_is_down_are_deleted_on_it_when_it_is_b
             producer.send(topic, b"%d" % i).result(timeout=30)
     info = describe(cluster, topic)
     follower = next(r for r in info.replicas if r != info.leader)
-    brokers.kill(follower)
+    brokers.kill_broker(follower)
     # (Its process may outlive its node for a moment and delete too: wait until it is out.)
     wait_until(lambda: follower not in describe(cluster, topic).isr, timeout_s=30, message="ISR shrink")
     assert Admin(cluster).delete_records({tp: 6}, timeout_ms=60_000) == {tp: 6}  # without it
-    brokers.start(follower)
+    brokers.start_broker(follower)
     wait_until(lambda: follower in describe(cluster, topic).isr, timeout_s=60, message="the follower back in the ISR")
     handles = ray.get(cluster.controller.replica_handles.remote(topic), timeout=60)
 
@@ -180,13 +181,13 @@ def test_two_of_three_die_not_enough_replicas_then_they_rejoin(multinode, replic
     info = describe(cluster, topic)
     followers = [r for r in info.replicas if r != info.leader]
     for broker in followers:
-        brokers.kill(broker)
+        brokers.kill_broker(broker)
     wait_until(lambda: describe(cluster, topic).isr == (info.leader,), timeout_s=30, message="ISR down to the leader")
     with Producer(cluster, acks="all", retries=0) as producer:
         with pytest.raises(NotEnoughReplicasError):
             producer.send(topic, b"refused").result(timeout=30)
     for broker in followers:
-        brokers.start(broker)
+        brokers.start_broker(broker)
     wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90, message="both rejoining")
     with Producer(cluster, acks="all") as producer:
         producer.send(topic, b"again").result(timeout=30)
@@ -253,7 +254,7 @@ def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks, reader=N
     info = describe(cluster, topic)
     followers = [r for r in info.replicas if r != info.leader]
     for broker in followers:
-        brokers.kill(broker)
+        brokers.kill_broker(broker)
     wait_until(
         lambda: describe(cluster, topic).isr == (info.leader,),
         timeout_s=30,
@@ -272,7 +273,7 @@ def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks, reader=N
     if reader is not None:
         seen = {}
         wait_until(lambda: _poll_into(reader, seen) and set(acknowledged) <= set(seen.values()), timeout_s=30)
-    brokers.kill(info.leader)
+    brokers.kill_broker(info.leader)
     # Followers come back only once the controller has seen the leader die: a killed node's
     # worker may answer calls for a moment, and a follower fetching from it would copy the writes.
     wait_until(
@@ -281,7 +282,7 @@ def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks, reader=N
         message="the controller to notice the leader's death",
     )
     for broker in followers:
-        brokers.start(broker)
+        brokers.start_broker(broker)
     if acknowledged:
         # The old leader may only come back once a follower leads: were it back first, it would
         # still be the whole ISR and a clean election would hand it its acknowledged writes back.
@@ -292,7 +293,7 @@ def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks, reader=N
         )
     else:
         wait_until(lambda: _describe_quietly(cluster, topic) is not None, timeout_s=60)
-    brokers.start(info.leader)
+    brokers.start_broker(info.leader)
     try:
         wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90)
     except AssertionError:
@@ -346,7 +347,7 @@ def test_a_follower_keeps_fetching_after_a_corrupt_batch(multinode, replicated_t
                 message="the parked follower fetches answered",
             )
             producer.send(topic, b"x" * 1000).result(timeout=30)
-        (segment,) = glob.glob(str(brokers.data_root / f"broker-{info.leader}" / f"{topic}-0*" / "*.log"))
+        (segment,) = glob.glob(str(Path(brokers.data_root) / f"broker-{info.leader}" / f"{topic}-0*" / "*.log"))
         with open(segment, "r+b") as f:
             f.seek(-10, os.SEEK_END)  # inside the last batch's value: its CRC no longer matches
             original = f.read(1)

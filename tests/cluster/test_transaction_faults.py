@@ -86,8 +86,8 @@ def test_transactional_copier_copies_exactly_once_through_faults(multinode):
     cluster, brokers = multinode
     report = copy_through_faults(
         cluster,
-        brokers.start,
-        brokers.kill,
+        brokers.start_broker,
+        brokers.kill_broker,
         records=SLICE_RECORDS,
         rounds=SLICE_ROUNDS,
         txn_records=SLICE_TXN_RECORDS,
