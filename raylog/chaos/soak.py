@@ -182,7 +182,7 @@ class SoakCluster:
         self.nodes[broker] = self.ray_cluster.add_node(
             num_cpus=1,
             object_store_memory=NODE_OBJECT_STORE_BYTES,
-            labels={"raylog.broker": str(broker), "raylog.data_dir": self._data_dir(broker)},
+            labels={"raylog.broker": str(broker), "raylog.data_dir": self.data_dir(broker)},
         )
 
     def kill_broker(self, broker: int) -> None:
@@ -192,9 +192,10 @@ class SoakCluster:
     def wipe_broker(self, broker: int) -> None:
         """Empty a dead broker's data directory, as a replaced disk would be."""
         assert broker not in self.nodes, f"broker {broker} is running"
-        shutil.rmtree(self._data_dir(broker), ignore_errors=True)
+        shutil.rmtree(self.data_dir(broker), ignore_errors=True)
 
-    def _data_dir(self, broker: int) -> str:
+    def data_dir(self, broker: int) -> str:
+        """Broker ``broker``'s data directory (its node's ``raylog.data_dir`` label)."""
         return os.path.join(self.data_root, f"broker-{broker}")
 
 

@@ -78,7 +78,7 @@ def test_a_topic_deleted_while_a_broker_is_down_comes_back_without_its_old_recor
         assert sorted(values) == sorted(b"new-%d" % i for i in range(6)), "old records in the new topic"
         ends = {key: state["log_end_offset"] for key, state in _replica_states(cluster, topic).items()}
         assert ends == {(p, b): 2 for p in range(partitions) for b in range(3)}, ends
-        broker_dir = Path(brokers.data_root) / f"broker-{down}"
+        broker_dir = Path(brokers.data_dir(down))
         names = [n for n in os.listdir(broker_dir) if n.startswith(topic)]
         assert not [n for n in names if new_id not in n], f"old directories left: {names} (old id {old_id})"
     finally:
@@ -105,7 +105,7 @@ def test_a_broker_back_with_a_wiped_disk_never_leads_and_nothing_acknowledged_is
         wait_until(lambda: describe(cluster, topic).isr == (last,), timeout_s=30, message="ISR down to the leader")
         brokers.kill_broker(last)
         wait_until(lambda: describe(cluster, topic).leader == -1, timeout_s=30, message="the partition offline")
-        shutil.rmtree(Path(brokers.data_root) / f"broker-{last}")
+        brokers.wipe_broker(last)
         for broker in others:
             brokers.start_broker(broker)
         brokers.start_broker(last)
@@ -114,7 +114,7 @@ def test_a_broker_back_with_a_wiped_disk_never_leads_and_nothing_acknowledged_is
         assert after.leader != last, f"broker {last} leads with a wiped log: {after}"
         assert after.leader == -1 and after.isr == (), after  # lost: only an unclean election could bring it back
         for broker in others:
-            assert _values_on_disk(Path(brokers.data_root) / f"broker-{broker}", topic) == acknowledged
+            assert _values_on_disk(Path(brokers.data_dir(broker)), topic) == acknowledged
     finally:
         admin.delete_topics([topic])
         # The whole disk went, and with it the broker's replicas of the internal topics,

@@ -8,7 +8,6 @@ import pickle
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import ray
@@ -347,7 +346,7 @@ def test_a_follower_keeps_fetching_after_a_corrupt_batch(multinode, replicated_t
                 message="the parked follower fetches answered",
             )
             producer.send(topic, b"x" * 1000).result(timeout=30)
-        (segment,) = glob.glob(str(Path(brokers.data_root) / f"broker-{info.leader}" / f"{topic}-0*" / "*.log"))
+        (segment,) = glob.glob(os.path.join(brokers.data_dir(info.leader), f"{topic}-0*", "*.log"))
         with open(segment, "r+b") as f:
             f.seek(-10, os.SEEK_END)  # inside the last batch's value: its CRC no longer matches
             original = f.read(1)
