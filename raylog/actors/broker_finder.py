@@ -29,7 +29,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S
 from raylog.common.names import DEFAULT_DATA_DIR
 from raylog.coordination.metadata import MetadataImage
-from raylog.errors import RaylogError
+from raylog.errors import RaylogError, StorageError
 from raylog.storage import log_dirs
 from raylog.types import BrokerInfo
 
@@ -208,8 +208,12 @@ class BrokerFinder:
                 return False
         if stray:
             logger.warning("broker %d: stray logs in %s, deleting them: %s", broker_id, data_dir, stray)
-        # Also those that an earlier deletion left behind.
-        self._spawn(quietly(_remote_delete_stray_logs.options(scheduling_strategy=strategy).remote(data_dir)))
+        # Also those that an earlier deletion left behind. In the embedded mode in a thread
+        # here: a Ray task would start a worker process for it.
+        if self.embedded:
+            self._spawn(_delete_stray_logs_here(broker_id, data_dir))
+        else:
+            self._spawn(quietly(_remote_delete_stray_logs.options(scheduling_strategy=strategy).remote(data_dir)))
         return True
 
     async def _identity(self, node_id: str, data_dir: str | None, broker_id: int | None) -> tuple | None:
@@ -245,6 +249,13 @@ class BrokerFinder:
 
 class _Unanswered(Exception):
     """A node did not answer in time whether it is a broker (see ``BrokerFinder._identity``)."""
+
+
+async def _delete_stray_logs_here(broker_id: int, data_dir: str) -> None:
+    try:
+        await asyncio.to_thread(log_dirs.delete_stray_logs, data_dir)
+    except StorageError as exc:
+        logger.warning("broker %d: %s", broker_id, exc)
 
 
 async def quietly(ref) -> None:
