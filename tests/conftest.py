@@ -60,17 +60,24 @@ def restored_raylog_logging():
 def cluster(tmp_path_factory):
     # Imported here so that tests/unit, which never asks for this fixture, stays free of Ray.
     import ray
+    from ray.cluster_utils import Cluster
 
     import raylog
 
-    ray.init(
-        address="local",
-        num_cpus=2,
-        object_store_memory=OBJECT_STORE_BYTES,
-        include_dashboard=False,
-        configure_logging=False,
-        log_to_driver=False,
+    # A one-node Ray, started as ray.init(address="local") would but without the log monitor:
+    # it reads the session's log directory every 0.1 s to publish workers' output to drivers,
+    # which these tests do not take (log_to_driver=False); with the ~700 workers of a session
+    # behind it, it took about 30 s of CPU per 15 minutes.
+    head = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 2,
+            "object_store_memory": OBJECT_STORE_BYTES,
+            "include_dashboard": False,
+            "include_log_monitor": False,
+        },
     )
+    ray.init(address=head.address, configure_logging=False, log_to_driver=False)
     handle = raylog.connect(
         data_dir=str(tmp_path_factory.mktemp("raylog")),
         cluster_name=f"t{uuid.uuid4().hex[:8]}",
@@ -88,6 +95,7 @@ def cluster(tmp_path_factory):
     yield handle
     handle.shutdown()
     ray.shutdown()
+    head.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -68,7 +68,10 @@ FAST_FAILURE_DETECTION = {
     "health_check_failure_threshold": 5,
     "health_check_timeout_ms": 3000,
 }
-NODE_OBJECT_STORE_BYTES = 80 * 1024 * 1024
+#: Every node of the cluster: small, and without Ray's log monitor. Each node's monitor reads
+#: the session's log directory (shared by all the nodes here) every 0.1 s to publish workers'
+#: output to drivers, which this driver does not take (``log_to_driver=False``).
+NODE_ARGS = {"object_store_memory": 80 * 1024 * 1024, "include_log_monitor": False}
 #: Controller settings: fast node checks, no leadership moves but the faults'; one
 #: ``__consumer_offsets`` and one ``__transaction_state`` partition (each partition is three
 #: processes).
@@ -128,11 +131,7 @@ class SoakCluster:
     def _start(self) -> SoakCluster:
         self.ray_cluster = Cluster(
             initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,
-                "object_store_memory": NODE_OBJECT_STORE_BYTES,
-                "_system_config": FAST_FAILURE_DETECTION,
-            },
+            head_node_args={"num_cpus": 1, **NODE_ARGS, "_system_config": FAST_FAILURE_DETECTION},
         )
         for broker in range(self.num_brokers):
             self.start_broker(broker)
@@ -181,7 +180,7 @@ class SoakCluster:
         """Broker ``broker`` on a new node, with its data directory (kept across restarts)."""
         self.nodes[broker] = self.ray_cluster.add_node(
             num_cpus=1,
-            object_store_memory=NODE_OBJECT_STORE_BYTES,
+            **NODE_ARGS,
             labels={"raylog.broker": str(broker), "raylog.data_dir": self.data_dir(broker)},
         )
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import ray
 
 from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
-from raylog.chaos.soak import NODE_OBJECT_STORE_BYTES
+from raylog.chaos.soak import NODE_ARGS
 from raylog.chaos.txn_copier import out_of_sync
 from raylog.common.record_batch import decode_table
 from raylog.storage.log import Log
@@ -169,7 +169,7 @@ def test_a_node_whose_disk_belongs_to_another_cluster_is_refused_and_the_others_
     meta.write_text(written)
     node = brokers.ray_cluster.add_node(
         num_cpus=1,
-        object_store_memory=NODE_OBJECT_STORE_BYTES,
+        **NODE_ARGS,
         labels={"raylog.broker": "3", "raylog.data_dir": str(meta.parent)},
     )
     try:
