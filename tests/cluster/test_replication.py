@@ -213,19 +213,23 @@ def test_acks_1_can_lose_acknowledged_data_where_safe_settings_cannot(multinode,
     """Jepsen's 2013 case: with acks=1 and min.insync.replicas=1 a leader alone in its ISR
     acknowledges writes its followers never copied; when it dies and a follower takes over
     (unclean election) those acknowledged records are gone. With acks=all and
-    min.insync.replicas=2 the same writes are refused, so nothing acknowledged is lost."""
+    min.insync.replicas=2 the same writes, in the same fault (one leader for both topics),
+    are refused, so nothing acknowledged is lost."""
     cluster, brokers = multinode
     unsafe = replicated_topic(
         **{"min.insync.replicas": "1", "unclean.leader.election.enable": "true", "replica.lag.time.max.ms": "2000"}
     )
+    safe = replicated_topic(**SAFE)
+    _lead_from(cluster, safe, describe(cluster, unsafe).leader)
     reader = Consumer(cluster, unsafe, auto_offset_reset="earliest")
-    acknowledged = _writes_while_alone_then_leader_dies(cluster, brokers, unsafe, acks=1, reader=reader)
-    assert acknowledged, "acks=1 should acknowledge writes to a leader alone in its ISR"
-    assert not set(acknowledged) & set(read_values(cluster, unsafe)), "acks=1 lost nothing?"
+    acknowledged = _writes_while_alone_then_leader_dies(cluster, brokers, {unsafe: 1, safe: "all"}, reader=reader)
+    assert acknowledged[safe] == []
+    assert acknowledged[unsafe], "acks=1 should acknowledge writes to a leader alone in its ISR"
+    assert not set(acknowledged[unsafe]) & set(read_values(cluster, unsafe)), "acks=1 lost nothing?"
     # KIP-320: the reader had read the lost records; the new leader reuses their offsets (and
     # goes past them before the reader polls again). It must notice the truncation and read
     # what is there now, not carry on from its position and skip those offsets.
-    count = len(acknowledged) + 3
+    count = len(acknowledged[unsafe]) + 3
     with Producer(cluster, acks="all") as producer:
         written = {
             producer.send(unsafe, b"after-%d" % i).result(timeout=30).offset: b"after-%d" % i for i in range(count)
@@ -235,8 +239,15 @@ def test_acks_1_can_lose_acknowledged_data_where_safe_settings_cannot(multinode,
     assert {o: seen[o] for o in written} == written
     reader.close()
 
-    safe = replicated_topic(**SAFE)
-    assert _writes_while_alone_then_leader_dies(cluster, brokers, safe, acks="all") == []
+
+def _lead_from(cluster, topic: str, broker: int) -> None:
+    """Make ``broker`` the leader of ``topic`` (its replicas reordered, a preferred election)."""
+    replicas = describe(cluster, topic).replicas
+    admin = Admin(cluster)
+    admin.alter_partition_reassignments({TopicPartition(topic, 0): [broker, *(r for r in replicas if r != broker)]})
+    wait_until(lambda: describe(cluster, topic).replicas[0] == broker, timeout_s=60, message="the replicas reordered")
+    admin.elect_leaders([topic])
+    wait_until(lambda: describe(cluster, topic).leader == broker, timeout_s=60, message=f"broker {broker} leading")
 
 
 def _poll_into(consumer, seen: dict) -> bool:
@@ -245,61 +256,77 @@ def _poll_into(consumer, seen: dict) -> bool:
     return True
 
 
-def _writes_while_alone_then_leader_dies(cluster, brokers, topic, acks, reader=None) -> list[bytes]:
-    """Kill the followers, write to the lone leader (``reader`` reads what is acknowledged),
-    kill it, bring the followers back (one of them leads if unclean election allows), then the
-    old leader. Returns what was acked."""
-    wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=60, message="a full ISR")
-    info = describe(cluster, topic)
-    followers = [r for r in info.replicas if r != info.leader]
+def _writes_while_alone_then_leader_dies(cluster, brokers, acks: dict[str, int | str], reader=None) -> dict:
+    """Kill the followers of the topics ``acks`` names (one leader for all), write to the lone
+    leader with each topic's acks (``reader`` reads what is acknowledged), kill it, bring the
+    followers back (one of them leads where unclean election allows), then the old leader.
+    Returns what was acked, by topic."""
+    topics = list(acks)
+
+    def every(predicate) -> bool:
+        return all(predicate(topic) for topic in topics)
+
+    wait_until(lambda: every(lambda t: set(describe(cluster, t).isr) == {0, 1, 2}), timeout_s=60, message="full ISRs")
+    leaders = {describe(cluster, topic).leader for topic in topics}
+    assert len(leaders) == 1, f"one leader for {topics}: {leaders}"
+    (leader,) = leaders
+    followers = [b for b in describe(cluster, topics[0]).replicas if b != leader]
     for broker in followers:
         brokers.kill_broker(broker)
     wait_until(
-        lambda: describe(cluster, topic).isr == (info.leader,),
+        lambda: every(lambda t: describe(cluster, t).isr == (leader,)),
         timeout_s=30,
-        message=f"ISR down to leader {info.leader} of {describe(cluster, topic)}",
+        message=f"ISRs down to leader {leader}",
     )
-    acknowledged = []
-    with Producer(cluster, acks=acks, retries=0) as producer:
-        for i in range(5):
-            try:
-                producer.send(topic, b"alone-%d" % i).result(timeout=30)
-                acknowledged.append(b"alone-%d" % i)
-            except (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError):
-                # After append: the controller's ISR shrink had not reached the leader yet
-                # (its push is asynchronous); either way the write is not acknowledged.
-                pass
+    acknowledged = {topic: [] for topic in topics}
+    for topic, values in acknowledged.items():
+        with Producer(cluster, acks=acks[topic], retries=0) as producer:
+            for i in range(5):
+                try:
+                    producer.send(topic, b"alone-%d" % i).result(timeout=30)
+                    values.append(b"alone-%d" % i)
+                except (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError):
+                    # After append: the controller's ISR shrink had not reached the leader yet
+                    # (its push is asynchronous); either way the write is not acknowledged.
+                    pass
     if reader is not None:
+        read = {v for values in acknowledged.values() for v in values}
         seen = {}
-        wait_until(lambda: _poll_into(reader, seen) and set(acknowledged) <= set(seen.values()), timeout_s=30)
-    brokers.kill_broker(info.leader)
+        wait_until(lambda: _poll_into(reader, seen) and read <= set(seen.values()), timeout_s=30)
+    brokers.kill_broker(leader)
     # Followers come back only once the controller has seen the leader die: a killed node's
     # worker may answer calls for a moment, and a follower fetching from it would copy the writes.
     wait_until(
-        lambda: getattr(_describe_quietly(cluster, topic), "leader", info.leader) != info.leader,
+        lambda: every(lambda t: getattr(_describe_quietly(cluster, t), "leader", leader) != leader),
         timeout_s=60,
         message="the controller to notice the leader's death",
     )
     for broker in followers:
         brokers.start_broker(broker)
-    if acknowledged:
-        # The old leader may only come back once a follower leads: were it back first, it would
-        # still be the whole ISR and a clean election would hand it its acknowledged writes back.
-        wait_until(
-            lambda: getattr(_describe_quietly(cluster, topic), "leader", None) in followers,
-            timeout_s=60,
-            message="an unclean election of a follower",
-        )
-    else:
-        wait_until(lambda: _describe_quietly(cluster, topic) is not None, timeout_s=60)
-    brokers.start_broker(info.leader)
+    # Where writes were acknowledged the old leader may only come back once a follower leads:
+    # were it back first, it would still be the whole ISR and a clean election would hand it
+    # its acknowledged writes back.
+    wait_until(
+        lambda: every(
+            lambda t: (
+                getattr(_describe_quietly(cluster, t), "leader", None) in followers
+                if acknowledged[t]
+                else _describe_quietly(cluster, t) is not None
+            )
+        ),
+        timeout_s=60,
+        message="an unclean election of a follower where writes were acknowledged",
+    )
+    brokers.start_broker(leader)
     try:
-        wait_until(lambda: set(describe(cluster, topic).isr) == {0, 1, 2}, timeout_s=90)
+        wait_until(lambda: every(lambda t: set(describe(cluster, t).isr) == {0, 1, 2}), timeout_s=90)
     except AssertionError:
-        handles = ray.get(cluster.controller.replica_handles.remote(topic))
+        states = {
+            t: {k: _state_quietly(h) for k, h in ray.get(cluster.controller.replica_handles.remote(t)).items()}
+            for t in topics
+        }
         raise AssertionError(
-            f"not back in sync: {describe(cluster, topic)}; replicas: "
-            f"{ {k: _state_quietly(h) for k, h in handles.items()} }"
+            f"not back in sync: {[describe(cluster, t) for t in topics]}; replicas: {states}"
         ) from None
     return acknowledged
 
