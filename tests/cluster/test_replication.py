@@ -245,7 +245,12 @@ def _lead_from(cluster, topic: str, broker: int) -> None:
     replicas = describe(cluster, topic).replicas
     admin = Admin(cluster)
     admin.alter_partition_reassignments({TopicPartition(topic, 0): [broker, *(r for r in replicas if r != broker)]})
-    wait_until(lambda: describe(cluster, topic).replicas[0] == broker, timeout_s=60, message="the replicas reordered")
+
+    def reordered_in_sync() -> bool:  # a preferred election only moves leadership to an in-sync replica
+        partition = describe(cluster, topic)
+        return partition.replicas[0] == broker and set(partition.isr) == {0, 1, 2}
+
+    wait_until(reordered_in_sync, timeout_s=60, message="the replicas reordered and in sync")
     admin.elect_leaders([topic])
     wait_until(lambda: describe(cluster, topic).leader == broker, timeout_s=60, message=f"broker {broker} leading")
 
