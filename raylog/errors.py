@@ -537,6 +537,27 @@ class LogTruncationError(OffsetOutOfRangeError):
     beyond that point are gone from the log."""
 
 
+class RemoteStorageError(RetriableError, ApiError):
+    """Tiered storage's object store failed an operation (Kafka's RemoteStorageException): the
+    store is unreachable, refused the call, or an I/O error cut a transfer short. Retriable: a
+    copy or a read may succeed once the store is back; a copy that failed was not reported as
+    copied. No code: Kafka's RemoteStorageException is broker-internal and has no wire code, and
+    KAFKA_STORAGE_ERROR (56) is :class:`StorageError`'s, on which a broker takes a local log
+    directory offline, which a remote store's failure must not do."""
+
+
+class RemoteResourceNotFoundError(RemoteStorageError):
+    """An object of tiered storage, or the metadata of a remote log segment, is not there
+    (Kafka's RemoteResourceNotFoundException): deleted already, never uploaded (a segment
+    without aborted transactions has no transaction index), or never announced."""
+
+
+class InvalidRemoteLogSegmentStateError(RaylogError):
+    """A remote log segment event that the segment's state does not allow (Kafka's
+    RemoteLogSegmentState.isValidTransition refusing it): for example a copy finished of a
+    segment whose deletion started. Not retriable: the same event is refused again."""
+
+
 # kafka-python's names (``kafka.errors``) where they differ from the class's, and raylog's
 # earlier names. Each is the same class, so ``except`` clauses with either name match.
 KafkaError = RaylogError

@@ -7,5 +7,8 @@
 - :mod:`log` — a partition's log: append, read, roll, truncate, recover, retention;
 - :mod:`cleaner` — compaction (``cleanup.policy=compact``): the latest record per key;
 - :mod:`log_dirs` — identities on a broker's disk: log directories by topic id, stray logs;
-- :mod:`producer_snapshot` — files of idempotent-producer state at an offset.
+- :mod:`producer_snapshot` — files of idempotent-producer state at an offset;
+- :mod:`remote_log_metadata` — tiered storage's remote segments and their events (KIP-405);
+- :mod:`remote_log_metadata_cache` — one partition's remote segments, and what to copy or delete;
+- :mod:`remote_storage` — the object store of tiered storage, over ``pyarrow.fs``.
 """
