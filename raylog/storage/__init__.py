@@ -10,5 +10,6 @@
 - :mod:`producer_snapshot` — files of idempotent-producer state at an offset;
 - :mod:`remote_log_metadata` — tiered storage's remote segments and their events (KIP-405);
 - :mod:`remote_log_metadata_cache` — one partition's remote segments, and what to copy or delete;
-- :mod:`remote_storage` — the object store of tiered storage, over ``pyarrow.fs``.
+- :mod:`remote_storage` — the object store of tiered storage, over ``pyarrow.fs``;
+- :mod:`remote_log_reader` — reads below the local log start, from the remote tier.
 """

@@ -122,6 +122,34 @@ class TimestampOffset:
     timestamp_ms: int
 
 
+def read_max_bytes(max_bytes: int) -> int:
+    """A read's ``max_bytes``, at most MAX_READ_BYTES.
+
+    Raises:
+        InvalidRequestError: ``max_bytes`` is not a non-negative integer.
+    """
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise InvalidRequestError(f"a fetch's max bytes must be a non-negative integer, got {max_bytes!r}")
+    return min(max_bytes, MAX_READ_BYTES)
+
+
+def first_record_at_or_after(batch: bytes, timestamp_ms: int, start_offset: int) -> TimestampOffset | None:
+    """The first record of one whole ``batch`` with a timestamp >= ``timestamp_ms`` and an
+    offset >= ``start_offset``, or None (a control batch has no records to find).
+
+    Raises:
+        CorruptRecordError: the batch fails its checks (CRC included).
+    """
+    table = record_batch.decode_table(batch)
+    timestamps = record_batch.values_of(table.column("timestamp").combine_chunks())
+    offsets = record_batch.values_of(table.column("offset").combine_chunks())
+    found = (timestamps >= timestamp_ms) & (offsets >= start_offset)
+    if not found.any():
+        return None
+    i = int(found.argmax())
+    return TimestampOffset(int(offsets[i]), int(timestamps[i]))
+
+
 class Log:
     """See the module docstring. Open with :meth:`open`."""
 
@@ -466,9 +494,7 @@ class Log:
             StorageError: the log is offline, or the disk failed.
         """
         self._require_online()
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-            raise InvalidRequestError(f"a fetch's max bytes must be a non-negative integer, got {max_bytes!r}")
-        max_bytes = min(max_bytes, MAX_READ_BYTES)
+        max_bytes = read_max_bytes(max_bytes)
         end_offset = self._next_offset  # read before the segments: never past this
         segments, bases = self._snapshot
         start_offset = max(segments[0].base_offset, self._log_start)
@@ -504,13 +530,10 @@ class Log:
                 if header.base_offset >= end_offset:
                     break
                 if header.max_timestamp >= timestamp_ms and header.next_offset > start_offset:
-                    table = record_batch.decode_table(segment.read(position, position + header.size))
-                    timestamps = record_batch.values_of(table.column("timestamp").combine_chunks())
-                    offsets = record_batch.values_of(table.column("offset").combine_chunks())
-                    found = (timestamps >= timestamp_ms) & (offsets >= start_offset)
-                    if found.any():
-                        i = int(found.argmax())
-                        return TimestampOffset(int(offsets[i]), int(timestamps[i]))
+                    batch = segment.read(position, position + header.size)
+                    found = first_record_at_or_after(batch, timestamp_ms, start_offset)
+                    if found is not None:
+                        return found
         return None
 
     def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
