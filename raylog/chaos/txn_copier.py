@@ -715,12 +715,18 @@ def copy_through_faults(
     rounds: int = ROUNDS,
     txn_records: int = TXN_RECORDS,
     records_per_s: float = COPY_RECORDS_PER_S,
+    one_node_kill: bool = False,
 ) -> CopyReport:
     """Kafka's transactions system test (see the module docstring) on ``cluster``, whose
     brokers ``kill_broker`` removes (its node) and ``start_broker`` brings back: ``records``
     preloaded, copied in transactions of ``txn_records`` at ``records_per_s`` through
     ``rounds`` rounds of faults (then at full speed), then the output checked against the
     input and the reader's view. Makes its own topics and deletes them.
+
+    ``one_node_kill``: a round's two node faults are one where they can be (a quick slice: a
+    node kill and its recovery are most of a round's time): the coordinator's node is killed
+    first, as it commits, and the output partitions its broker leads lose their leader with
+    it; the output leader's own node kill follows only when that broker led none of them.
 
     Raises:
         CopyFailed: a promise was broken, the copy ended before the first round of faults was
@@ -731,7 +737,18 @@ def copy_through_faults(
     actors: list = []
     try:
         return _copy_through_faults(
-            cluster, admin, source, sink, actors, start_broker, kill_broker, records, rounds, txn_records, records_per_s
+            cluster,
+            admin,
+            source,
+            sink,
+            actors,
+            start_broker,
+            kill_broker,
+            records,
+            rounds,
+            txn_records,
+            records_per_s,
+            one_node_kill,
         )
     finally:
         kill_actors(actors)
@@ -739,7 +756,18 @@ def copy_through_faults(
 
 
 def _copy_through_faults(
-    cluster, admin, source, sink, actors, start_broker, kill_broker, records, rounds, txn_records, records_per_s
+    cluster,
+    admin,
+    source,
+    sink,
+    actors,
+    start_broker,
+    kill_broker,
+    records,
+    rounds,
+    txn_records,
+    records_per_s,
+    one_node_kill,
 ) -> CopyReport:
     #: Committed output records the reader must see after each fault before the next.
     progress_records = 2 * txn_records
@@ -755,6 +783,8 @@ def _copy_through_faults(
     run.start()
     dead: set[int] = set()
     faults: list[str] = []
+    #: Rounds whose coordinator node kill also took output leaders (``one_node_kill``).
+    leaders_killed: set[int] = set()
 
     def copying(predicate, message: str, interval_s: float):
         """Wait until ``predicate`` holds; if it does not, say what the partitions and the
@@ -826,6 +856,7 @@ def _copy_through_faults(
         )
         _require(handle is not None, "no transaction coordinator")
         leader = partition_info(admin, TRANSACTION_TOPIC, partition).leader
+        led = [p for p in range(PARTITIONS) if partition_info(admin, sink, p).leader == leader]
         before = ray.get(ledger.committing.remote(), timeout=60)
         tags = copying(
             lambda: ray.get(ledger.committing.remote(), timeout=60) - before,
@@ -835,10 +866,13 @@ def _copy_through_faults(
         if what == "actor":
             ray.kill(handle, no_restart=False)  # its process dies; Ray restarts the actor
             return f"coordinator {TRANSACTION_TOPIC}-{partition} actor killed committing {min(tags)}"
+        if one_node_kill and led:
+            leaders_killed.add(round_)
         dead.add(leader)
         kill_broker(leader)
         progress(reader.count + progress_records, f"with the coordinator's broker {leader} down")
-        return f"broker {leader} (coordinator {TRANSACTION_TOPIC}-{partition}) killed committing {min(tags)}"
+        also = f" and leader of {', '.join(f'{sink}-{p}' for p in led)}" if led else ""
+        return f"broker {leader} (coordinator {TRANSACTION_TOPIC}-{partition}{also}) killed committing {min(tags)}"
 
     # One round: every variant of each kind once, the node kills between the others.
     one_round = [
@@ -848,10 +882,14 @@ def _copy_through_faults(
         (kill_copier, "committing"),
         (kill_coordinator, "node"),
     ]
+    if one_node_kill:  # the coordinator's node first: the output leader's kill may be done then
+        one_round.append(one_round.pop(1))
     schedule = [(fault, variant, round_) for round_ in range(rounds) for fault, variant in one_round]
     healthy = False
     try:
         for i, (fault, variant, round_) in enumerate(schedule):
+            if fault is kill_output_leader and round_ in leaders_killed:
+                continue  # the coordinator's node kill took output leaders with it
             # Each fault once the copy went on after the last one healed.
             progress(reader.count + progress_records, f"before fault {i}")
             if run.finished():
@@ -883,7 +921,7 @@ def _copy_through_faults(
         + "\n    ".join(ray.get(ledger.all_errors.remote(), timeout=60))
     )
     _require(
-        len(faults) >= len(one_round),
+        len(faults) + len(leaders_killed) >= len(one_round),
         f"the copy ended after {len(faults)} faults, before every variant of each was injected: copy more "
         f"records, or slower\n{report}",
     )
