@@ -46,7 +46,9 @@ ACKS_1 = RunConfig(
 UNCLEAN = RunConfig(
     min_insync_replicas=1, unclean=True, faults=("isolate-leader",), max_faults=1, duration_s=3.0, partitions=1
 )
-DEMO_SEEDS = (1, 2)
+#: One run each shows it: the fault makes the loss by construction (seeds 1 and 2 lost 160 and
+#: 166 acknowledged writes with acks=1, 268 and 213 with unclean election, here).
+DEMO_SEED = 1
 #: The transactional workload as well (a transactional producer over both partitions,
 #: read_committed consumers, the transaction coordinator's kill among the faults): one run
 #: of the soak's length, long enough for a few transactions on either side of two faults.
@@ -83,13 +85,10 @@ def test_transactions_keep_their_promises_under_seeded_faults(soak_env):
 def test_unsafe_configurations_can_lose_acknowledged_writes(soak_env, config, what):
     """The documented weaknesses are real: the checker reports lost acknowledged writes
     (and the run does not fail, since the configuration promises nothing there)."""
-    results = [run_once(soak_env, seed, config) for seed in DEMO_SEEDS]
-    for result in results:
-        print(result.line(), result.details(), sep="\n")
-    assert not config.safe and not any(r.violations for r in results)
-    assert any(r.report.counts()[LOST_WRITE] for r in results), f"{what} lost nothing: " + "; ".join(
-        r.line() for r in results
-    )
+    result = run_once(soak_env, DEMO_SEED, config)
+    print(result.line(), result.details(), sep="\n")
+    assert not config.safe and not result.violations
+    assert result.report.counts()[LOST_WRITE], f"{what} lost nothing: {result.line()}\n{result.details()}"
 
 
 #: Two faults in effect at once (a paused follower, delayed calls or a full disk left in
