@@ -2,6 +2,8 @@
 ``common`` package, which its broker depends on).
 
 - :mod:`record_batch` — the batch format shared by producer, disk and consumer;
+- :mod:`kafka_columns` — records as Arrow columns: the consumer's table, Spark's Kafka
+  source rows (which the broker's Parquet history has too);
 - :mod:`compression` — body codecs;
 - :mod:`requests` — words and bounds of requests (timestamps, isolation levels, ...);
 - :mod:`names` — names and their rules: topics, client, transactional and group ids, and

@@ -564,9 +564,16 @@ def values_or(column: pa.Array, fill: int) -> np.ndarray:
     values = values_of(column)
     if not column.null_count:
         return values
+    return np.where(validity_of(column), values, fill)
+
+
+def validity_of(column: pa.Array) -> np.ndarray:
+    """Whether each entry of a column (of any type) is not null, as numpy bools read from its
+    validity bitmap (see :func:`values_of`)."""
+    if not column.null_count:
+        return np.ones(len(column), dtype=bool)
     bits = np.frombuffer(column.buffers()[0], dtype=np.uint8)
-    valid = np.unpackbits(bits, count=column.offset + len(column), bitorder="little")[column.offset :]
-    return np.where(valid.astype(bool), values, fill)
+    return np.unpackbits(bits, count=column.offset + len(column), bitorder="little")[column.offset :].astype(bool)
 
 
 def arrow_of(values: np.ndarray) -> pa.Array:

@@ -11,5 +11,7 @@
 - :mod:`remote_log_metadata` — tiered storage's remote segments and their events (KIP-405);
 - :mod:`remote_log_metadata_cache` — one partition's remote segments, and what to copy or delete;
 - :mod:`remote_storage` — the object store of tiered storage, over ``pyarrow.fs``;
-- :mod:`remote_log_reader` — reads below the local log start, from the remote tier.
+- :mod:`remote_log_reader` — reads below the local log start, from the remote tier;
+- :mod:`history` — a partition's history as Parquet in the object store, with its manifest,
+  and the plan of a read that takes the past from it and the live tail from the brokers.
 """

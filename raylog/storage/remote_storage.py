@@ -140,9 +140,34 @@ _OBJECT_STORES = frozenset({"s3", "gcs"})
 _ALL_SUFFIXES = (MANIFEST_SUFFIX, LOG_SUFFIX, *(kind.value for kind in IndexType))
 
 
+def is_object_store(filesystem: pafs.FileSystem) -> bool:
+    """Whether ``filesystem`` is an object store (S3, GCS): no real directories, no rename,
+    and an object appears whole when its upload completes."""
+    return filesystem.type_name in _OBJECT_STORES
+
+
+def filesystem_from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The store a URI names and the path within it (``pyarrow.fs.FileSystem.from_uri``; S3
+    options may ride in the query, e.g. ``s3://bucket/prefix?endpoint_override=host:9000&scheme=http``).
+
+    Raises:
+        InvalidConfigError: the URI is not one pyarrow knows.
+        RemoteStorageError: the store could not be reached to set it up (an S3 URI
+            without a region makes pyarrow ask the bucket's region).
+    """
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except ValueError as exc:  # pyarrow.ArrowInvalid among them
+        raise InvalidConfigError(f"remote storage URI {uri!r} is not valid: {exc}") from exc
+    except (OSError, pa.ArrowException) as exc:
+        raise RemoteStorageError(f"cannot reach remote storage {uri!r}: {exc}") from exc
+
+
 @contextlib.contextmanager
-def _remote_errors(action: str, path: str, *, missing_is_not_found: bool = True) -> Iterator[None]:
-    """Raise the store's failures in the block as raylog's errors."""
+def remote_errors(action: str, path: str, *, missing_is_not_found: bool = True) -> Iterator[None]:
+    """Raise the store's failures in the block as raylog's errors: a missing object as
+    RemoteResourceNotFoundError (or, ``missing_is_not_found`` false, RemoteStorageError),
+    any other ``OSError`` or ``pyarrow.ArrowException`` as RemoteStorageError."""
     try:
         yield
     except FileNotFoundError as exc:
@@ -173,21 +198,12 @@ class RemoteStorageManager:
 
     @classmethod
     def from_uri(cls, uri: str) -> RemoteStorageManager:
-        """The store a URI names (``pyarrow.fs.FileSystem.from_uri``; S3 options may ride in
-        the query, e.g. ``s3://bucket/prefix?endpoint_override=host:9000&scheme=http``).
+        """The store a URI names (see :func:`filesystem_from_uri`).
 
         Raises:
-            InvalidConfigError: the URI is not one pyarrow knows.
-            RemoteStorageError: the store could not be reached to set it up (an S3 URI
-                without a region makes pyarrow ask the bucket's region).
+            InvalidConfigError, RemoteStorageError: as :func:`filesystem_from_uri`.
         """
-        try:
-            filesystem, path = pafs.FileSystem.from_uri(uri)
-        except ValueError as exc:  # pyarrow.ArrowInvalid among them
-            raise InvalidConfigError(f"remote storage URI {uri!r} is not valid: {exc}") from exc
-        except (OSError, pa.ArrowException) as exc:
-            raise RemoteStorageError(f"cannot reach remote storage {uri!r}: {exc}") from exc
-        return cls(filesystem, path)
+        return cls(*filesystem_from_uri(uri))
 
     def partition_path(self, topic: str, partition: int) -> str:
         """The directory of a partition's objects."""
@@ -213,10 +229,10 @@ class RemoteStorageManager:
         uploads = segment_files.uploads()
         expected = {suffix: _local_size(path) for suffix, path in uploads}
         manifest_path = self.object_path(metadata, MANIFEST_SUFFIX)
-        with _remote_errors("prepare", manifest_path, missing_is_not_found=False):
+        with remote_errors("prepare", manifest_path, missing_is_not_found=False):
             with contextlib.suppress(FileNotFoundError):
                 self.filesystem.delete_file(manifest_path)
-            if self.filesystem.type_name not in _OBJECT_STORES:
+            if not is_object_store(self.filesystem):
                 self.filesystem.create_dir(
                     self.partition_path(metadata.segment_id.topic, metadata.segment_id.partition)
                 )
@@ -231,7 +247,7 @@ class RemoteStorageManager:
             "end": metadata.end_offset,
             "objects": expected,
         }
-        with _remote_errors("write", manifest_path, missing_is_not_found=False):
+        with remote_errors("write", manifest_path, missing_is_not_found=False):
             with self.filesystem.open_output_stream(manifest_path, compression=None) as sink:
                 sink.write(msgpack.packb(manifest, use_bin_type=True))
         logger.info(
@@ -250,7 +266,7 @@ class RemoteStorageManager:
         except OSError as exc:
             raise RemoteStorageError(f"cannot read {local_path} to copy it: {exc}") from exc
         copied = 0
-        with source, _remote_errors("write", remote_path, missing_is_not_found=False):
+        with source, remote_errors("write", remote_path, missing_is_not_found=False):
             # compression=None: pyarrow would otherwise pick a codec by the path's extension.
             with self.filesystem.open_output_stream(remote_path, compression=None) as sink:
                 while chunk := source.read(COPY_CHUNK_BYTES):
@@ -266,7 +282,7 @@ class RemoteStorageManager:
             RemoteStorageError: the store failed.
         """
         paths = [self.object_path(metadata, suffix) for suffix in _ALL_SUFFIXES]
-        with _remote_errors("list", self.partition_path(metadata.segment_id.topic, metadata.segment_id.partition)):
+        with remote_errors("list", self.partition_path(metadata.segment_id.topic, metadata.segment_id.partition)):
             infos = self.filesystem.get_file_info(paths)
         sizes = {s: i.size for s, i in zip(_ALL_SUFFIXES, infos, strict=True) if i.type == pafs.FileType.File}
         if not sizes:
@@ -304,7 +320,7 @@ class RemoteStorageManager:
         if start_position < 0 or (end_position is not None and end_position < start_position):
             raise ValueError(f"positions [{start_position}, {end_position}] of a remote segment are not a range")
         path = self.object_path(metadata, LOG_SUFFIX)
-        with _remote_errors("read", path), self.filesystem.open_input_file(path) as source:
+        with remote_errors("read", path), self.filesystem.open_input_file(path) as source:
             size = source.size()
             last = size - 1 if end_position is None else min(end_position, size - 1)
             wanted = max(0, last - start_position + 1)
@@ -324,7 +340,7 @@ class RemoteStorageManager:
         return self._read_whole(self.object_path(metadata, kind.value))
 
     def _read_whole(self, path: str) -> bytes:
-        with _remote_errors("read", path), self.filesystem.open_input_file(path) as source:
+        with remote_errors("read", path), self.filesystem.open_input_file(path) as source:
             return source.read()
 
     # --- deleting ---------------------------------------------------------------------
@@ -339,7 +355,7 @@ class RemoteStorageManager:
         """
         for suffix in _ALL_SUFFIXES:
             path = self.object_path(metadata, suffix)
-            with _remote_errors("delete", path, missing_is_not_found=False):
+            with remote_errors("delete", path, missing_is_not_found=False):
                 with contextlib.suppress(FileNotFoundError):
                     self.filesystem.delete_file(path)
         logger.info(

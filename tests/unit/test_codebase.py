@@ -269,6 +269,32 @@ def test_a_producers_first_batch_imports_no_pandas():
     assert result.stdout.decode().strip() == "[]"
 
 
+HISTORY_PROCESS = """
+import sys, tempfile
+from raylog.storage.history import HistoryWriter, segment_table
+from raylog.storage.remote_log_metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
+rows = segment_table(sys.stdin.buffer.read(), "t", 0, [])
+assert rows.column("headers").null_count == 1
+segment = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate("t", 0), 0, 1, 9, 1, 9, ((0, 0),), 0)
+HistoryWriter.from_uri("file://" + tempfile.mkdtemp()).write_segment(segment, rows)
+print(sorted(m for m in ("pandas", "pyspark", "raydp", "torch") if m in sys.modules))
+"""
+
+
+def test_writing_a_segments_history_imports_no_pandas():
+    """A replica will turn its copied segments into history (raylog.storage.history): Spark's
+    rows (headers nulled, timestamps widened) and the Parquet file are made without pandas,
+    which pyarrow's Python scalars and pa.array would import (0.2 s and tens of MB a replica)."""
+    from raylog.common import record_batch
+
+    batch = record_batch.build([b"a", b"b"], headers=[[("h", b"v")], []], timestamps_ms=[5, 9])
+    result = subprocess.run(
+        [sys.executable, "-c", HISTORY_PROCESS], input=batch, cwd=ROOT, capture_output=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().strip() == "[]"
+
+
 def test_an_idle_replica_process_does_not_import_pyarrow_compute():
     """Every partition replica is a process that imports its modules at start: pyarrow.compute
     (~25 ms) loads only when a batch with headers is checked or a log is compacted."""

@@ -115,23 +115,35 @@ def write_records(writer: Writer, seed: int, batches: int = 120) -> None:
         writer.append(plain_batch(rng, i), epoch)
 
 
-def write_transactions(writer: Writer, seed: int, rounds: int = 160) -> None:
-    """Four transactional producers (ids 1 to 4) and plain batches interleaved: transactions of
-    one to six batches, most aborted, many open across segment boundaries; every one ended."""
+def write_transactions(
+    writer: Writer,
+    seed: int,
+    rounds: int = 160,
+    *,
+    producers: int = 4,
+    longest: int = 6,
+    commit: float = 0.3,
+    batch=None,
+) -> None:
+    """``producers`` transactional producers (ids 1 to ``producers``) and plain batches
+    interleaved: transactions of one to ``longest`` batches, committed with probability
+    ``commit`` (most aborted), many open across segment boundaries; every one ended. ``batch``
+    builds a data batch (default :func:`plain_batch`)."""
+    batch = batch or plain_batch
     rng = random.Random(seed)
     epochs, sequences, left = collections.Counter(), collections.Counter(), {}
     for i in range(rounds):
-        pid = rng.randint(0, 4)
+        pid = rng.randint(0, producers)
         if pid and left.get(pid, 1) == 0:
             del left[pid]
             epochs[pid] += 1
             sequences[pid] = 0
-            writer.append(record_batch.build_marker(pid, epochs[pid], rng.random() < 0.3, 0, now_ms=START_MS))
+            writer.append(record_batch.build_marker(pid, epochs[pid], rng.random() < commit, 0, now_ms=START_MS))
             continue
         if pid:
-            left[pid] = left.get(pid, rng.randint(1, 6)) - 1
+            left[pid] = left.get(pid, rng.randint(1, longest)) - 1
         options = {"producer_id": pid, "producer_epoch": epochs[pid], "base_sequence": sequences[pid]}
-        data = plain_batch(rng, i, transactional=True, **options) if pid else plain_batch(rng, i)
+        data = batch(rng, i, transactional=True, **options) if pid else batch(rng, i)
         sequences[pid] += record_batch.read_header(data).record_count
         writer.append(data)
     for pid in sorted(left):

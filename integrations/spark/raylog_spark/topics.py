@@ -50,6 +50,7 @@ import raylog
 from raylog import Admin, Consumer, Producer, RaylogCluster, TopicPartition, data, errors
 from raylog.clients.consumer import ARROW_SCHEMA
 from raylog.clients.security import security_settings
+from raylog.common import kafka_columns
 from raylog.errors import InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from raylog.types import TopicDescription
 from raylog_spark import options as spark_options
@@ -59,24 +60,12 @@ logger = logging.getLogger(__name__)
 
 #: Where :func:`read_topic` reads: in Spark's tasks, or in Ray Data's.
 READ_PATHS = ("executors", "ray_data")
-#: The ``timestampType`` column's values, Kafka's ids of ``message.timestamp.type``.
-TIMESTAMP_TYPES = {"CreateTime": 0, "LogAppendTime": 1}
-#: The headers type, as Spark's Kafka source and sink have it.
-HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
-_KAFKA_FIELDS = (
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("timestampType", pa.int32()),
-)
-
-
-def kafka_arrow_schema(include_headers: bool = False) -> pa.Schema:
-    """The Arrow schema of a read's record batches (:func:`kafka_schema` in Arrow)."""
-    return pa.schema([*_KAFKA_FIELDS, *([pa.field("headers", HEADERS_TYPE)] if include_headers else [])])
+#: The ``timestampType`` column's values, Kafka's ids of ``message.timestamp.type``; the
+#: headers type, as Spark's Kafka source and sink have it; the source's Arrow schema: all
+#: defined with the broker's history (raylog.common.kafka_columns), which has Spark's shape too.
+TIMESTAMP_TYPES = kafka_columns.TIMESTAMP_TYPES
+HEADERS_TYPE = kafka_columns.HEADERS_TYPE
+kafka_arrow_schema = kafka_columns.kafka_arrow_schema
 
 
 def kafka_schema(include_headers: bool = False) -> StructType:
@@ -109,12 +98,7 @@ class RowShape:
         """Records as read (columns of ``raylog.clients.consumer.ARROW_SCHEMA``) in this shape."""
         if not table.num_rows:
             return self.arrow_schema.empty_table()
-        timestamps = table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
-        columns = [*(table.column(name) for name in ("key", "value", "topic", "partition", "offset")), timestamps]
-        columns.append(self._timestamp_types(table.column("topic")))
-        if self.include_headers:
-            columns.append(_null_when_empty(table.column("headers")))
-        return pa.Table.from_arrays(columns, schema=self.arrow_schema)
+        return kafka_columns.kafka_rows(table, self._timestamp_types(table.column("topic")), self.include_headers)
 
     def _timestamp_types(self, topics: pa.ChunkedArray) -> pa.Array:
         kinds = set(self.timestamp_types.values())
@@ -123,31 +107,6 @@ class RowShape:
         names = list(self.timestamp_types)
         kinds_by_index = pa.array([self.timestamp_types[name] for name in names], pa.int32())
         return kinds_by_index.take(pc.index_in(topics, value_set=pa.array(names)))
-
-
-def _null_when_empty(headers: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Headers with null for a record without any, as Spark's Kafka source has them (a fetch
-    gives null or, from a batch that carries headers, an empty list): each chunk's lists over
-    the same values, with a validity bitmap (``pc.if_else`` on the nested type took ~1.7 µs a
-    record, more than the read)."""
-    return pa.chunked_array([_null_when_empty_chunk(chunk) for chunk in headers.chunks], headers.type)
-
-
-def _null_when_empty_chunk(headers: pa.ListArray) -> pa.ListArray:
-    empty = pc.equal(pc.list_value_length(headers), 0)
-    if not pc.any(empty).as_py():
-        return headers
-    if headers.null_count:
-        empty = pc.or_kleene(empty, pc.is_null(headers))
-    # Arrow takes a validity bitmap only with offsets from 0: rebase a slice's.
-    offsets = headers.offsets
-    first, last = offsets[0].as_py(), offsets[-1].as_py()
-    return pa.ListArray.from_arrays(
-        pc.subtract(offsets, pa.scalar(first, offsets.type)),
-        headers.values.slice(first, last - first),
-        type=headers.type,
-        mask=empty,
-    )
 
 
 def read_topic(

@@ -12,17 +12,26 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from raylog.common import record_batch
+from raylog.common.kafka_columns import (  # (shared with the broker's storage: see there)
+    ARROW_SCHEMA,
+    LogAppendTime,
+    labelled,
+    log_append_time_ranges,
+    repeated_string,
+    timestamp_type_values,
+)
 from raylog.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, Record, TopicPartition
 
-#: The columns of ``poll_arrow``'s table.
-ARROW_SCHEMA = pa.schema(
-    [pa.field("topic", pa.string()), pa.field("partition", pa.int32()), *record_batch.OUTPUT_SCHEMA]
-)
-
-#: Which records of a fetch carry the leader's append time: None (none), True (all), or the
-#: ``(first, last)`` offsets of each batch that does.
-LogAppendTime = bool | list[tuple[int, int]] | None
+__all__ = [
+    "ARROW_SCHEMA",
+    "CompletedFetch",
+    "LogAppendTime",
+    "labelled",
+    "log_append_time_ranges",
+    "records_of",
+    "repeated_string",
+    "timestamp_types",
+]
 
 
 class CompletedFetch:
@@ -35,25 +44,11 @@ class CompletedFetch:
         self.table, self.cursor, self.nbytes, self.log_append_time = table, 0, nbytes, log_append_time
 
 
-def log_append_time_ranges(headers: list) -> LogAppendTime:
-    """Where the fetched batches' timestamps are LogAppendTime, from their ``(position,
-    BatchHeader)`` pairs (a batch attribute, as in Kafka; control batches are never read)."""
-    data = [h for _, h in headers if not h.attributes & record_batch.CONTROL]
-    stamped = [(h.base_offset, h.last_offset) for h in data if h.attributes & record_batch.LOG_APPEND_TIME]
-    if not stamped:
-        return None
-    return True if len(stamped) == len(data) else stamped
-
-
 def timestamp_types(offsets: list[int], log_append_time: LogAppendTime) -> Iterable[int]:
     """Each record's ``Record.timestamp_type``, by offset."""
     if log_append_time is None or log_append_time is True:
         return itertools.repeat(TIMESTAMP_LOG_APPEND_TIME if log_append_time else TIMESTAMP_CREATE_TIME, len(offsets))
-    at = np.asarray(offsets, dtype=np.int64)
-    types = np.full(len(at), TIMESTAMP_CREATE_TIME, dtype=np.int64)
-    for first, last in log_append_time:
-        types[(at >= first) & (at <= last)] = TIMESTAMP_LOG_APPEND_TIME
-    return types.tolist()
+    return timestamp_type_values(np.asarray(offsets, dtype=np.int64), log_append_time).tolist()
 
 
 def records_of(
@@ -92,18 +87,3 @@ def records_of(
         strict=True,
     )
     return list(map(tuple.__new__, itertools.repeat(Record, n), fields))
-
-
-def labelled(tp: TopicPartition, table: pa.Table) -> pa.Table:
-    """``table`` with the topic and partition columns of :data:`ARROW_SCHEMA` in front."""
-    return table.add_column(0, "topic", repeated_string(tp.topic, table.num_rows)).add_column(
-        1, "partition", record_batch.arrow_of(np.full(table.num_rows, tp.partition, dtype=np.int32))
-    )
-
-
-def repeated_string(text: str, count: int) -> pa.Array:
-    """``text`` ``count`` times as a string column, made from buffers (not ``pa.repeat``,
-    whose first call in a process imports pandas: see :func:`record_batch.values_of`)."""
-    data = text.encode()
-    offsets = np.arange(count + 1, dtype=np.int32) * len(data)
-    return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data * count)])
