@@ -4,6 +4,8 @@ and the soak runner shared by ``tests/cluster/test_fault_runs.py`` and ``raylog 
 
 - :mod:`raylog.chaos.history`: the operations clients attempted, with their outcomes.
 - :mod:`raylog.chaos.checker`: Jepsen's anomaly classes for Kafka-like logs, counted.
+- :mod:`raylog.chaos.remote_log_invariants`: tiered storage's promises, checked against a
+  metadata topic, an object store and local logs.
 - :mod:`raylog.chaos.faulty`: a cluster handle whose actor calls can be delayed/reordered.
 - :mod:`raylog.chaos.workload`: producers and consumers that record what they did.
 - :mod:`raylog.chaos.nemesis`: seeded faults, bounded in time and count, each healed.

@@ -16,6 +16,17 @@ moves (:func:`is_valid_transition`), as Kafka's::
 and a state to itself (an event replayed after a fail-over changes nothing). Only a
 COPY_SEGMENT_FINISHED segment is readable.
 
+Leader epochs (raylog's, not Kafka's: its events carry no epoch). Each event carries the leader
+epoch of the leader that decided it (``event_leader_epoch``; -1: not known), and a leader's
+first record in its epoch is a :class:`RemoteLogLeaderEpoch`. From that record on, the
+partition's events of older epochs are refused by every reader
+(:meth:`RemoteLogMetadataCache.apply
+<raylog.storage.remote_log_metadata_cache.RemoteLogMetadataCache.apply>`): an old leader's
+COPY_SEGMENT_FINISHED that lands late cannot make a copy readable once the new leader has
+looked at what is unfinished, so the new leader's clean-up never deletes a readable copy. Kafka
+lives with that race (its RLMCopyTask checks its leadership before each step, which does not
+stop a write already sent).
+
 Invariants of a segment's metadata: ``[start_offset, end_offset]`` is its range, both ends
 inclusive, ``start_offset <= end_offset``; ``segment_leader_epochs`` maps each leader epoch
 whose records the segment holds to the first offset of that epoch in the segment, epochs and
@@ -30,7 +41,7 @@ type, with :class:`~raylog.errors.CorruptRecordError`::
 
     field      type        notes
     v          int         ``VERSION``
-    type       str         ``"add"`` (a RemoteLogSegmentMetadata) or ``"update"``
+    type       str         ``"add"`` (a RemoteLogSegmentMetadata), ``"update"`` or ``"leader"``
     topic      str
     partition  int
     id         str         the segment's uuid, canonical form
@@ -43,6 +54,10 @@ type, with :class:`~raylog.errors.CorruptRecordError`::
     max_ts     int         max_timestamp_ms of the segment's records (-1: none)
     epochs     [[int,int]] segment_leader_epochs as (epoch, first offset) pairs
     size       int         segment_size_bytes
+    -- "add" and "update", optional (absent: -1):
+    leader_epoch  int      event_leader_epoch
+    -- "leader" (a RemoteLogLeaderEpoch) has no id, state or segment fields:
+    leader_epoch  int      the leader epoch it starts
 
 Concurrency: immutable values and pure functions; any thread.
 """
@@ -151,6 +166,8 @@ class RemoteLogSegmentMetadata:
             rising (a mapping epoch -> offset is taken too, in its order).
         segment_size_bytes: the size of the segment's ``.log`` object.
         state: the segment's state.
+        event_leader_epoch: the leader epoch in which the latest event was decided (-1: not
+            known); not ``segment_leader_epochs``, the epochs of the segment's records.
 
     Raises:
         ValueError: the invariants of the module docstring do not hold.
@@ -170,6 +187,7 @@ class RemoteLogSegmentMetadata:
     segment_leader_epochs: tuple[tuple[int, int], ...]
     segment_size_bytes: int
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+    event_leader_epoch: int = -1
 
     def __post_init__(self) -> None:
         epochs = self.segment_leader_epochs
@@ -179,7 +197,9 @@ class RemoteLogSegmentMetadata:
         if not isinstance(self.segment_id, RemoteLogSegmentId):
             raise ValueError(f"segment_id must be a RemoteLogSegmentId, not {self.segment_id!r}")
         _check_ints(self, "start_offset", "end_offset", "max_timestamp_ms", "broker_id", "event_timestamp_ms")
-        _check_ints(self, "segment_size_bytes")
+        _check_ints(self, "segment_size_bytes", "event_leader_epoch")
+        if self.event_leader_epoch < -1:
+            raise ValueError(f"{self.segment_id}: event_leader_epoch {self.event_leader_epoch} is below -1")
         if not 0 <= self.start_offset <= self.end_offset:
             raise ValueError(f"{self.segment_id}: offsets [{self.start_offset}, {self.end_offset}] are not a range")
         if self.max_timestamp_ms < -1 or self.segment_size_bytes < 0:
@@ -215,6 +235,7 @@ class RemoteLogSegmentMetadata:
             state=update.state,
             event_timestamp_ms=update.event_timestamp_ms,
             broker_id=update.broker_id,
+            event_leader_epoch=update.event_leader_epoch,
         )
 
 
@@ -261,6 +282,7 @@ def leader_epochs_in_range(
 class RemoteLogSegmentMetadataUpdate:
     """An event that moves a known remote segment on (Kafka's RemoteLogSegmentMetadataUpdate);
     never to COPY_SEGMENT_STARTED, which only a :class:`RemoteLogSegmentMetadata` announces.
+    ``event_leader_epoch``: the leader epoch in which it was decided (-1: not known).
 
     Raises:
         ValueError: ``state`` is COPY_SEGMENT_STARTED, or a field has the wrong type.
@@ -270,18 +292,55 @@ class RemoteLogSegmentMetadataUpdate:
     event_timestamp_ms: int
     state: RemoteLogSegmentState
     broker_id: int
+    event_leader_epoch: int = -1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", RemoteLogSegmentState(self.state))
         if not isinstance(self.segment_id, RemoteLogSegmentId):
             raise ValueError(f"segment_id must be a RemoteLogSegmentId, not {self.segment_id!r}")
-        _check_ints(self, "event_timestamp_ms", "broker_id")
+        _check_ints(self, "event_timestamp_ms", "broker_id", "event_leader_epoch")
+        if self.event_leader_epoch < -1:
+            raise ValueError(f"{self.segment_id}: event_leader_epoch {self.event_leader_epoch} is below -1")
         if self.state == RemoteLogSegmentState.COPY_SEGMENT_STARTED:
             raise ValueError(f"{self.segment_id}: an update cannot move a segment to COPY_SEGMENT_STARTED")
 
 
+@dataclass(frozen=True)
+class RemoteLogLeaderEpoch:
+    """A leader's first record in ``__remote_log_metadata`` in its leader epoch (raylog's; the
+    nearest in Kafka is KRaft's LeaderChangeMessage): once it is applied, events of older
+    leader epochs are refused (see the module docstring). A record of an epoch not above the
+    highest one applied changes nothing.
+
+    Raises:
+        ValueError: a field has the wrong type, or ``leader_epoch`` is negative.
+    """
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    broker_id: int
+    event_timestamp_ms: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topic, str) or not self.topic:
+            raise ValueError(f"a leader epoch record's topic must be a non-empty string, not {self.topic!r}")
+        _check_ints(self, "partition", "leader_epoch", "broker_id", "event_timestamp_ms")
+        if self.partition < 0 or self.leader_epoch < 0:
+            raise ValueError(f"{self}: negative partition or leader epoch")
+
+
+#: What the internal topic carries about segments.
+RemoteLogSegmentEvent = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
 #: What the internal topic carries.
-RemoteLogEvent = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate
+RemoteLogEvent = RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate | RemoteLogLeaderEpoch
+
+
+def partition_of(event: RemoteLogEvent) -> tuple[str, int]:
+    """The ``(topic, partition)`` an event is about."""
+    if isinstance(event, RemoteLogLeaderEpoch):
+        return event.topic, event.partition
+    return event.segment_id.topic, event.segment_id.partition
 
 
 def record_key(topic: str, partition: int) -> bytes:
@@ -292,17 +351,18 @@ def record_key(topic: str, partition: int) -> bytes:
 
 def encode(event: RemoteLogEvent) -> tuple[bytes, bytes]:
     """The ``(key, value)`` of ``event``'s record in ``__remote_log_metadata``."""
-    sid = event.segment_id
-    fields: dict[str, Any] = {
-        "v": VERSION,
-        "type": "add" if isinstance(event, RemoteLogSegmentMetadata) else "update",
-        "topic": sid.topic,
-        "partition": sid.partition,
-        "id": sid.id,
-        "event_ms": event.event_timestamp_ms,
-        "broker": event.broker_id,
-        "state": int(event.state),
-    }
+    topic, partition = partition_of(event)
+    fields: dict[str, Any] = {"v": VERSION, "topic": topic, "partition": partition}
+    fields.update(event_ms=event.event_timestamp_ms, broker=event.broker_id)
+    if isinstance(event, RemoteLogLeaderEpoch):
+        fields.update(type="leader", leader_epoch=event.leader_epoch)
+        return record_key(topic, partition), msgpack.packb(fields, use_bin_type=True)
+    fields.update(
+        type="add" if isinstance(event, RemoteLogSegmentMetadata) else "update",
+        id=event.segment_id.id,
+        state=int(event.state),
+        leader_epoch=event.event_leader_epoch,
+    )
     if isinstance(event, RemoteLogSegmentMetadata):
         fields.update(
             start=event.start_offset,
@@ -311,7 +371,7 @@ def encode(event: RemoteLogEvent) -> tuple[bytes, bytes]:
             epochs=[list(pair) for pair in event.segment_leader_epochs],
             size=event.segment_size_bytes,
         )
-    return record_key(sid.topic, sid.partition), msgpack.packb(fields, use_bin_type=True)
+    return record_key(topic, partition), msgpack.packb(fields, use_bin_type=True)
 
 
 def decode(key: bytes | None, value: bytes) -> RemoteLogEvent:
@@ -331,18 +391,21 @@ def decode(key: bytes | None, value: bytes) -> RemoteLogEvent:
     if _field(fields, "v", int) != VERSION:
         raise CorruptRecordError(f"remote log metadata record of unknown version {fields['v']}")
     kind = _field(fields, "type", str)
-    if kind not in ("add", "update"):
+    parsers = {"add": _metadata_of, "update": _update_of, "leader": _leader_epoch_of}
+    if kind not in parsers:
         raise CorruptRecordError(f"remote log metadata record of unknown type {kind!r}")
     try:
-        event = _metadata_of(fields) if kind == "add" else _update_of(fields)
+        event = parsers[kind](fields)
     except ValueError as exc:  # the values' invariants (RemoteLogSegmentState too)
         raise CorruptRecordError(f"remote log metadata record is not valid: {exc}") from exc
-    if key != record_key(event.segment_id.topic, event.segment_id.partition):
-        raise CorruptRecordError(f"remote log metadata record of {event.segment_id} has the key {key!r}")
+    if key != record_key(*partition_of(event)):
+        raise CorruptRecordError(f"remote log metadata record of {partition_of(event)} has the key {key!r}")
     return event
 
 
-def _field(fields: dict, name: str, kind: type) -> Any:
+def _field(fields: dict, name: str, kind: type, default: Any = None) -> Any:
+    if default is not None and name not in fields:
+        return default
     value = fields.get(name)
     if type(value) is not kind:
         raise CorruptRecordError(f"remote log metadata record: field {name!r} is {value!r}, not a {kind.__name__}")
@@ -367,6 +430,7 @@ def _metadata_of(fields: dict) -> RemoteLogSegmentMetadata:
         segment_leader_epochs=tuple((e, o) for e, o in epochs),
         segment_size_bytes=_field(fields, "size", int),
         state=RemoteLogSegmentState(_field(fields, "state", int)),
+        event_leader_epoch=_field(fields, "leader_epoch", int, -1),
     )
 
 
@@ -376,4 +440,15 @@ def _update_of(fields: dict) -> RemoteLogSegmentMetadataUpdate:
         event_timestamp_ms=_field(fields, "event_ms", int),
         state=RemoteLogSegmentState(_field(fields, "state", int)),
         broker_id=_field(fields, "broker", int),
+        event_leader_epoch=_field(fields, "leader_epoch", int, -1),
+    )
+
+
+def _leader_epoch_of(fields: dict) -> RemoteLogLeaderEpoch:
+    return RemoteLogLeaderEpoch(
+        topic=_field(fields, "topic", str),
+        partition=_field(fields, "partition", int),
+        leader_epoch=_field(fields, "leader_epoch", int),
+        broker_id=_field(fields, "broker", int),
+        event_timestamp_ms=_field(fields, "event_ms", int),
     )

@@ -8,12 +8,15 @@ COPY_SEGMENT_STARTED, then its updates, each checked against the segment's state
 which remote segment holds an offset written in a leader epoch (only COPY_SEGMENT_FINISHED
 segments are readable), how far copies have got (the copier resumes after the highest copied
 offset), and what a new leader must clean up: copies never finished (their leader died
-mid-copy) and deletions never finished.
+mid-copy) and deletions never finished. It also keeps the highest leader epoch announced
+(:class:`~raylog.storage.remote_log_metadata.RemoteLogLeaderEpoch`) and refuses the events of
+older epochs from then on, so that every reader of the topic refuses the same ones.
 
 Invariants: a segment is known from its COPY_SEGMENT_STARTED event until its
 DELETE_SEGMENT_FINISHED event, after which it is forgotten; the offset index per leader epoch
 holds exactly the COPY_SEGMENT_FINISHED segments; the highest copied offsets only rise (a
-remote segment deleted by retention stays copied: the copier must not copy it again).
+remote segment deleted by retention stays copied: the copier must not copy it again); the
+leader epoch only rises, and no event of an epoch below it is applied after it rose.
 
 The plans are pure functions of explicit inputs: the local segments as
 :class:`LocalSegment` values (not the :class:`~raylog.storage.log.Log`, so each plan is
@@ -32,9 +35,15 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..errors import InvalidConfigError, InvalidRemoteLogSegmentStateError, RemoteResourceNotFoundError
+from ..errors import (
+    FencedLeaderEpochError,
+    InvalidConfigError,
+    InvalidRemoteLogSegmentStateError,
+    RemoteResourceNotFoundError,
+)
 from .remote_log_metadata import (
     RemoteLogEvent,
+    RemoteLogLeaderEpoch,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -106,6 +115,8 @@ class RemoteLogMetadataCache:
         #: Per leader epoch, the highest offset of that epoch ever copied (Kafka's highestLogOffset).
         self._highest_offsets: dict[int, int] = {}
         self._highest_copied_offset = -1
+        #: The highest leader epoch announced in the topic (-1: none).
+        self.leader_epoch = -1
 
     def __len__(self) -> int:
         return len(self._segments)
@@ -113,16 +124,30 @@ class RemoteLogMetadataCache:
     # --- applying events --------------------------------------------------------------
 
     def apply(self, event: RemoteLogEvent) -> None:
-        """Apply the next event of this partition, in the internal topic's order.
+        """Apply the next event of this partition, in the internal topic's order. A
+        :class:`RemoteLogLeaderEpoch` above the cache's leader epoch raises it; one not above
+        changes nothing.
 
         Raises:
+            FencedLeaderEpochError: the event was decided in a leader epoch below the highest
+                announced (an earlier leader's event that landed late); nothing changes.
             InvalidRemoteLogSegmentStateError: the event does not fit its segment's state.
             RemoteResourceNotFoundError: an update of a segment that is not known.
             ValueError: the event belongs to another partition.
         """
+        if isinstance(event, RemoteLogLeaderEpoch):
+            if (event.topic, event.partition) != (self.topic, self.partition):
+                raise ValueError(f"{event} applied to the cache of {self.topic}-{self.partition}")
+            self.leader_epoch = max(self.leader_epoch, event.leader_epoch)
+            return
         sid = event.segment_id
         if (sid.topic, sid.partition) != (self.topic, self.partition):
             raise ValueError(f"event of {sid} applied to the cache of {self.topic}-{self.partition}")
+        if event.event_leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"{type(event).__name__} of {sid} ({event.state.name}) decided in leader epoch "
+                f"{event.event_leader_epoch}, after leader epoch {self.leader_epoch} began"
+            )
         if isinstance(event, RemoteLogSegmentMetadata):
             self.add_copy_in_progress_segment(event)
         else:
@@ -182,7 +207,9 @@ class RemoteLogMetadataCache:
 
     def _unindex(self, metadata: RemoteLogSegmentMetadata) -> None:
         for epoch, start_offset in metadata.segment_leader_epochs:
-            segments = self._epochs[epoch]
+            segments = self._epochs.get(epoch)
+            if segments is None:  # a later copy of the same offsets replaced it, and went first
+                continue
             segments.remove(start_offset, metadata.segment_id)
             if not segments:
                 del self._epochs[epoch]

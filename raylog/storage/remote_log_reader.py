@@ -73,7 +73,13 @@ from ..errors import (
 from . import producer_snapshot, txn_index
 from .index import OffsetEntries, TimeEntries
 from .log import TimestampOffset, first_record_at_or_after, read_max_bytes
-from .remote_log_metadata import RemoteLogEvent, RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from .remote_log_metadata import (
+    RemoteLogEvent,
+    RemoteLogLeaderEpoch,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+)
 from .remote_log_metadata_cache import RemoteLogMetadataCache
 from .remote_storage import IndexType, RemoteStorageManager
 from .txn_index import AbortedTxn
@@ -364,6 +370,8 @@ class RemoteLogReader:
         lock; a segment no longer readable leaves both caches."""
         with self._lock:
             self.metadata_cache.apply(event)
+            if isinstance(event, RemoteLogLeaderEpoch):
+                return
             metadata = self.metadata_cache.segment(event.segment_id)
             if metadata is None or metadata.state != _FINISHED:
                 self._drop(event.segment_id)

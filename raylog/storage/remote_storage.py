@@ -27,6 +27,12 @@ it returned, and deletes what a failed copy left (:meth:`~RemoteStorageManager.d
 after DELETE_SEGMENT_STARTED). Deletion removes the manifest first, so a deletion cut short
 leaves a PARTIAL set, never a COMPLETE one with objects missing.
 
+Orphans: objects of a segment id that ``__remote_log_metadata`` no longer knows (or never
+knew), left by an upload that went on after its segment's deletion (a former leader's, still
+running when the new leader cleaned up its copy). :meth:`~RemoteStorageManager.clean_orphans`
+deletes those of the ids its caller does not keep, once none of their objects is younger than
+a cut-off (an upload in flight is left alone).
+
 Errors: every failure of the store (``OSError``, ``pyarrow.ArrowException``) is raised as
 :class:`~raylog.errors.RemoteStorageError` (retriable); a missing object as its subclass
 :class:`~raylog.errors.RemoteResourceNotFoundError`.
@@ -42,7 +48,8 @@ import contextlib
 import enum
 import logging
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import msgpack
@@ -51,7 +58,7 @@ import pyarrow.fs as pafs
 
 from ..errors import InvalidConfigError, RemoteResourceNotFoundError, RemoteStorageError
 from . import leader_epoch, producer_snapshot, txn_index
-from .remote_log_metadata import RemoteLogSegmentMetadata
+from .remote_log_metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
 from .segment import file_name
 
 logger = logging.getLogger(__name__)
@@ -138,6 +145,8 @@ class LogSegmentData:
 _OBJECT_STORES = frozenset({"s3", "gcs"})
 #: Every suffix a segment's objects may have, the manifest first (the order deletion takes).
 _ALL_SUFFIXES = (MANIFEST_SUFFIX, LOG_SUFFIX, *(kind.value for kind in IndexType))
+#: An object's name: ``<20-digit start offset>-<uuid><suffix>``.
+_OBJECT_NAME = re.compile(r"^\d{20}-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(\..+)$")
 
 
 def is_object_store(filesystem: pafs.FileSystem) -> bool:
@@ -364,6 +373,39 @@ class RemoteStorageManager:
             metadata.start_offset,
             metadata.end_offset,
         )
+
+    def clean_orphans(
+        self, topic: str, partition: int, keep: Iterable[RemoteLogSegmentId], modified_before_ms: int
+    ) -> list[str]:
+        """Delete the objects of the partition's segment ids not in ``keep`` (the ids its
+        metadata knows) whose objects were all last modified before ``modified_before_ms``,
+        each id's manifest first; an id whose store tells no time is kept. Returns the paths
+        deleted.
+
+        Raises:
+            RemoteStorageError: the store failed; what was deleted stays deleted.
+        """
+        kept = {sid.id for sid in keep}
+        directory = self.partition_path(topic, partition)
+        with remote_errors("list", directory, missing_is_not_found=False):
+            infos = self.filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+        by_id: dict[str, list[pafs.FileInfo]] = {}
+        for info in infos:
+            match = _OBJECT_NAME.match(info.base_name) if info.type == pafs.FileType.File else None
+            if match is not None and match.group(1) not in kept:
+                by_id.setdefault(match.group(1), []).append(info)
+        deleted = []
+        for objects in by_id.values():
+            if any(i.mtime_ns is None or i.mtime_ns // 1_000_000 >= modified_before_ms for i in objects):
+                continue  # maybe an upload in flight
+            for info in sorted(objects, key=lambda i: not i.path.endswith(MANIFEST_SUFFIX)):
+                with remote_errors("delete", info.path, missing_is_not_found=False):
+                    with contextlib.suppress(FileNotFoundError):
+                        self.filesystem.delete_file(info.path)
+                deleted.append(info.path)
+        if deleted:
+            logger.info("remote segments of %s-%d: %d orphaned objects deleted", topic, partition, len(deleted))
+        return deleted
 
 
 def _local_size(path: str) -> int:

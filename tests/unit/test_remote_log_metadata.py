@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from raylog.errors import (
     CorruptRecordError,
+    FencedLeaderEpochError,
     InvalidConfigError,
     InvalidRemoteLogSegmentStateError,
     RemoteResourceNotFoundError,
@@ -175,6 +176,29 @@ def _value(event, **changes) -> bytes:
     return msgpack.packb({k: v for k, v in fields.items() if v is not ...})
 
 
+def test_leader_epochs_round_trip_and_default_to_unknown():
+    """An event's leader epoch and a RemoteLogLeaderEpoch go through their records; a record
+    written without the field reads as -1 (not known); an update carries its epoch into the
+    segment's metadata."""
+    leader = rlm.RemoteLogLeaderEpoch(TOPIC, 0, 7, 2, NOW_MS)
+    events = [leader, epoch(meta(1, 0, 99), 7), RemoteLogSegmentMetadataUpdate(sid(1), NOW_MS, 1, 2, 7)]
+    for event in events:
+        key, value = rlm.encode(event)
+        assert key == b"clicks-0" and rlm.decode(key, value) == event
+    assert rlm.decode(b"clicks-0", _value(meta(1, 0, 99), leader_epoch=...)).event_leader_epoch == -1
+    assert meta(1, 0, 99).with_update(events[2]).event_leader_epoch == 7
+    assert rlm.partition_of(leader) == rlm.partition_of(events[1]) == (TOPIC, 0)
+    for bad in ({"leader_epoch": -1}, {"partition": -1}, {"topic": ""}, {"broker_id": "2"}):
+        with pytest.raises(ValueError):
+            rlm.RemoteLogLeaderEpoch(**{**leader.__dict__, **bad})
+    with pytest.raises(ValueError):
+        epoch(meta(1, 0, 99), -2)
+
+
+def epoch(metadata: RemoteLogSegmentMetadata, leader_epoch: int) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(**{**metadata.__dict__, "event_leader_epoch": leader_epoch})
+
+
 @pytest.mark.parametrize(
     "value",
     [
@@ -194,6 +218,9 @@ def _value(event, **changes) -> bytes:
         _value(meta(1, 0, 99), epochs=[0, 0]),
         _value(meta(1, 0, 99), epochs=[[0, 5]]),  # the first epoch not at start
         _value(update(1, State.DELETE_SEGMENT_STARTED), state=0),  # an update to COPY_SEGMENT_STARTED
+        _value(update(1, State.DELETE_SEGMENT_STARTED), leader_epoch="1"),
+        _value(rlm.RemoteLogLeaderEpoch(TOPIC, 0, 1, 1, NOW_MS), leader_epoch=...),  # its epoch missing
+        _value(rlm.RemoteLogLeaderEpoch(TOPIC, 0, 1, 1, NOW_MS), leader_epoch=-1),
         rlm.encode(meta(1, 0, 99))[1][:-3],  # torn
     ],
 )
@@ -291,6 +318,39 @@ def test_the_cache_refuses_events_that_do_not_fit():
         cache.apply(meta(2, 100, 150))
     with pytest.raises(ValueError, match="clicks-1"):
         cache.apply(meta(9, 0, 9, partition=1))
+
+
+def test_a_leader_epoch_record_fences_the_events_of_older_epochs():
+    """Once a RemoteLogLeaderEpoch is applied, an event decided in an older epoch is refused
+    with FencedLeaderEpochError and changes nothing (an old leader's FINISHED landing late
+    cannot make its copy readable); its own epoch's and newer ones' go through; a record of an
+    epoch not above changes nothing."""
+    cache = RemoteLogMetadataCache(TOPIC, 0)
+    cache.apply(epoch(meta(1, 0, 99), 3))
+    cache.apply(rlm.RemoteLogLeaderEpoch(TOPIC, 0, 4, 2, NOW_MS))
+    assert cache.leader_epoch == 4
+    late = RemoteLogSegmentMetadataUpdate(sid(1), NOW_MS, State.COPY_SEGMENT_FINISHED, 1, 3)
+    with pytest.raises(FencedLeaderEpochError, match="leader epoch 3"):
+        cache.apply(late)
+    with pytest.raises(FencedLeaderEpochError):
+        cache.apply(meta(2, 100, 199))  # no epoch (-1) is older too
+    assert cache.segment(sid(1)).state == State.COPY_SEGMENT_STARTED and len(cache) == 1
+    cache.apply(rlm.RemoteLogLeaderEpoch(TOPIC, 0, 2, 1, NOW_MS))  # a stale leader's record
+    assert cache.leader_epoch == 4
+    cache.apply(RemoteLogSegmentMetadataUpdate(sid(1), NOW_MS, State.DELETE_SEGMENT_STARTED, 2, 4))
+    cache.apply(RemoteLogSegmentMetadataUpdate(sid(1), NOW_MS, State.DELETE_SEGMENT_FINISHED, 2, 5))
+    assert len(cache) == 0
+    with pytest.raises(ValueError, match="clicks-0"):
+        cache.apply(rlm.RemoteLogLeaderEpoch(TOPIC, 1, 9, 2, NOW_MS))
+
+
+def test_deleting_both_copies_of_the_same_offsets_in_either_order():
+    """Two readable copies of one segment (the later one replaced the earlier for reads):
+    deleting the later first, then the earlier, works (it raised KeyError)."""
+    cache = cache_of(copied(1, 0, 99), copied(2, 0, 99))
+    cache.apply(update(2, State.DELETE_SEGMENT_STARTED))
+    cache.apply(update(1, State.DELETE_SEGMENT_STARTED))
+    assert cache.segments(State.COPY_SEGMENT_FINISHED) == () and cache.segment_for(0, 10) is None
 
 
 def test_segment_for_finds_the_segment_holding_an_offset_of_an_epoch():

@@ -30,6 +30,7 @@ from raylog.storage import producer_snapshot
 from raylog.storage.leader_epoch import LeaderEpochCache
 from raylog.storage.log import Log, TimestampOffset
 from raylog.storage.remote_log_metadata import (
+    RemoteLogLeaderEpoch,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -416,6 +417,8 @@ def test_offsets_the_remote_tier_does_not_hold_are_out_of_range(writer, store):
     deleting = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
     reader.apply(RemoteLogSegmentMetadataUpdate(segments[0].segment_id, START_MS, deleting, 1))
     dropped = reader.stats()
+    reader.apply(RemoteLogLeaderEpoch(TOPIC, PARTITION, 0, 1, START_MS))  # a leader's record changes no cache
+    assert reader.stats() == dropped
     assert dropped.chunk_cache_bytes == 0 < held.chunk_cache_bytes and dropped.index_cache_bytes == 0
     for offset in (segments[0].start_offset, segments[0].end_offset, segments[-1].end_offset + 1):
         with pytest.raises(OffsetOutOfRangeError):

@@ -21,6 +21,7 @@ from raylog.storage.remote_storage import IndexType, LogSegmentData, RemoteStora
 from raylog.storage.txn_index import AbortedTxn
 
 UUID = "6f1c9a52-3f0e-4c5b-9d2a-0b8e7c4d1a23"
+UUID2 = "0c9d4f1e-7a2b-4c3d-8e5f-6a7b8c9d0e1f"
 CONTENTS = {
     "log_segment": bytes(range(256)) * 40,  # 10_240 bytes
     "offset_index": b"o" * 16,
@@ -226,6 +227,25 @@ def test_delete_removes_every_object_and_may_be_repeated(store, store_dir, segme
         store.fetch_log_segment(metadata(), 0, 10)
     with pytest.raises(RemoteResourceNotFoundError):
         store.fetch_index(metadata(), IndexType.OFFSET)
+
+
+def test_clean_orphans_deletes_only_old_objects_of_ids_not_kept(store, store_dir, segment_files):
+    """The objects of an id not kept go, its manifest first, once all are older than the
+    cut-off; a kept id, or an orphan with an object written since, stays; files of other names
+    are not touched."""
+    kept, orphan, fresh = metadata(), metadata(200, "00000000-0000-4000-8000-000000000001"), metadata(300, UUID2)
+    for m in (kept, orphan, fresh):
+        store.copy_log_segment_data(m, segment_files)
+    with open(os.path.join(store_dir, "clicks-3", "notes.txt"), "w") as f:
+        f.write("not an object")
+    for name in listing(store_dir):
+        os.utime(os.path.join(store_dir, name), (1_000, 1_000))  # every object old: 1 000 s after the epoch
+    os.utime(store.object_path(fresh, ".log"), (5_000, 5_000))  # written since the cut-off
+    deleted = store.clean_orphans("clicks", 3, [kept.segment_id], modified_before_ms=2_000_000)
+    assert deleted[0].endswith(".manifest") and {os.path.basename(p)[:20] for p in deleted} == {f"{200:020d}"}
+    assert store.upload_state(orphan) == UploadState.ABSENT and store.upload_state(kept) == UploadState.COMPLETE
+    assert store.upload_state(fresh) == UploadState.COMPLETE and "clicks-3/notes.txt" in listing(store_dir)
+    assert store.clean_orphans("clicks", 4, [], modified_before_ms=2_000_000) == []  # no such directory
 
 
 def test_a_real_segment_round_trips(tmp_path, store, clock):
