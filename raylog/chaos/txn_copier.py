@@ -736,39 +736,26 @@ def copy_through_faults(
     source, sink = make_topics(admin, "txn")
     actors: list = []
     try:
-        return _copy_through_faults(
-            cluster,
-            admin,
-            source,
-            sink,
-            actors,
-            start_broker,
-            kill_broker,
-            records,
-            rounds,
-            txn_records,
-            records_per_s,
-            one_node_kill,
-        )
+        plan = _Plan(records, rounds, txn_records, records_per_s, one_node_kill)
+        return _copy_through_faults(cluster, admin, source, sink, actors, start_broker, kill_broker, plan)
     finally:
         kill_actors(actors)
         quietly(admin.delete_topics, [source, sink])
 
 
-def _copy_through_faults(
-    cluster,
-    admin,
-    source,
-    sink,
-    actors,
-    start_broker,
-    kill_broker,
-    records,
-    rounds,
-    txn_records,
-    records_per_s,
-    one_node_kill,
-) -> CopyReport:
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """A copy's sizes and pace, and how its node faults are made (see :func:`copy_through_faults`)."""
+
+    records: int
+    rounds: int
+    txn_records: int
+    records_per_s: float
+    one_node_kill: bool
+
+
+def _copy_through_faults(cluster, admin, source, sink, actors, start_broker, kill_broker, plan: _Plan) -> CopyReport:
+    records, rounds, txn_records, records_per_s, one_node_kill = dataclasses.astuple(plan)
     #: Committed output records the reader must see after each fault before the next.
     progress_records = 2 * txn_records
     began = time.monotonic()
