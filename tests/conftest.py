@@ -33,6 +33,18 @@ def pytest_configure(config):
     import raylog
 
     compileall.compile_dir(os.path.dirname(raylog.__file__), quiet=1)
+    _without_ray_usage_stats()
+
+
+def _without_ray_usage_stats():
+    """No usage stats from the test clusters (Ray's default is on). Besides a report agent on
+    each head, they start in this process Ray Data's poller thread, which queries a Prometheus
+    that is not there every 10 s and logs each failure with its traceback, for the rest of the
+    session (it was formatting one while tests/unit parsed sources when CI failed with CPython
+    3.11's "AST constructor recursion depth mismatch"), and a usage collection actor."""
+    import os
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 #: The loggers that raylog.actors.logs.configure() sets up in an actor's process.

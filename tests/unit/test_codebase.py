@@ -3,14 +3,69 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import gc
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
+
+
+def parse(path: str) -> ast.Module:
+    """The module at ``path`` (relative to the repository) as an AST, parsed with the cyclic
+    collector off. CPython 3.11 keeps the AST builder's recursion counter per interpreter, not
+    per thread: a collection during the build runs finalizers, which may hand the GIL to a
+    thread that parses too (traceback.format_exc does, for its carets: a background thread that
+    logs an exception with its traceback), and the build then fails with "SystemError: AST
+    constructor recursion depth mismatch". Without the collector the build runs no Python
+    code, so no other thread runs inside it."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        source = f.read()
+    gc.disable()
+    try:
+        return ast.parse(source, path)
+    finally:
+        gc.enable()
+
+
+def test_parse_holds_while_other_threads_parse_and_the_collector_runs_finalizers():
+    """What failed CI once: in the test process a Ray Data thread logged a traceback while this
+    module parsed the actors' sources. Here another thread parses line-sized snippets in a loop
+    while the collector finds cycles with finalizers; plain ast.parse fails most files so."""
+
+    class Cycle:
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            sum(range(10))
+
+    stop = threading.Event()
+
+    def parse_snippets():  # as traceback does, which suppresses what its parse raises
+        while not stop.is_set():
+            with contextlib.suppress(SystemError):
+                ast.parse("a[b] + c")
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    other = threading.Thread(target=parse_snippets, daemon=True)
+    other.start()
+    try:
+        for name in sorted(os.listdir(os.path.join(ROOT, "raylog", "actors")))[:12]:
+            if name.endswith(".py"):
+                for _ in range(100):
+                    Cycle()
+                parse(os.path.join("raylog", "actors", name))
+    finally:
+        stop.set()
+        other.join()
+        sys.setswitchinterval(previous)
 
 
 def _run(tool: str, *args: str) -> subprocess.CompletedProcess:
@@ -32,15 +87,12 @@ def test_coordination_does_no_io_and_has_no_threads_or_clock():
     """raylog/coordination: no module imports Ray, threading, time, os (or another way to
     files, sockets or the clock) or calls open(); storage owns every file (the HW checkpoint
     and the metadata journal were coordination's), the actors own threads and time."""
-    import ast
-
     broken, forbidden = [], COORDINATION_FORBIDS | {"open()"}
     directory = os.path.join(ROOT, "raylog", "coordination")
     for name in sorted(os.listdir(directory)):
         if not name.endswith(".py"):
             continue
-        with open(os.path.join(directory, name), encoding="utf-8") as f:
-            tree = ast.parse(f.read(), name)
+        tree = parse(os.path.join("raylog", "coordination", name))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 modules = [alias.name for alias in node.names]
@@ -55,8 +107,7 @@ def test_coordination_does_no_io_and_has_no_threads_or_clock():
 
 
 def _methods(path: str, class_name: str) -> set[str]:
-    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
+    tree = parse(path)
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
     return {n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
 
@@ -77,8 +128,7 @@ def test_the_simulation_steps_the_shipped_cores_and_restates_none_of_their_rules
     answered = {m for m in _methods("raylog/actors/controller.py", "ControllerActor") if not m.startswith("_")}
     handlers = {m.removeprefix("_on_") for m in _methods(simulation, "Cluster") if m.startswith("_on_")}
     assert handlers & answered == set()
-    with open(os.path.join(ROOT, simulation), encoding="utf-8") as f:
-        tree = ast.parse(f.read(), simulation)
+    tree = parse(simulation)
     rules = [
         f"{simulation}:{node.lineno}"
         for node in ast.walk(tree)
@@ -104,8 +154,7 @@ def test_the_group_simulations_step_the_shipped_group_core(simulation):
     """The group simulations step the coordinator's GroupCore and apply offsets only by
     replaying the log, as the actor does: they call none of the rules the core sequences, and
     import no Ray."""
-    with open(os.path.join(ROOT, simulation), encoding="utf-8") as f:
-        tree = ast.parse(f.read(), simulation)
+    tree = parse(simulation)
     rules = [
         f"{simulation}:{node.lineno}"
         for node in ast.walk(tree)
@@ -137,8 +186,7 @@ def test_classes_and_functions_stay_small_where_the_limits_are_reached():
             if not name.endswith(".py"):
                 continue
             path = os.path.join(package, name)
-            with open(os.path.join(ROOT, path)) as source:
-                tree = ast.parse(source.read())
+            tree = parse(path)
             for node in ast.walk(tree):
                 limit = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
                 if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -156,8 +204,7 @@ def test_no_actor_class_is_over_the_class_limit():
     for directory, _, names in os.walk(os.path.join(ROOT, "raylog", "actors")):
         for name in sorted(n for n in names if n.endswith(".py")):
             path = os.path.relpath(os.path.join(directory, name), ROOT)
-            with open(os.path.join(ROOT, path)) as source:
-                tree = ast.parse(source.read())
+            tree = parse(path)
             for node in ast.walk(tree):
                 if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
                     too_long.append(f"{path}:{node.lineno} {node.name} has {node.end_lineno - node.lineno + 1} lines")
