@@ -49,6 +49,7 @@ import enum
 import logging
 import os
 import re
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -159,17 +160,42 @@ def filesystem_from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     """The store a URI names and the path within it (``pyarrow.fs.FileSystem.from_uri``; S3
     options may ride in the query, e.g. ``s3://bucket/prefix?endpoint_override=host:9000&scheme=http``).
 
+    Credentials in the URI (``s3://key:secret@bucket``) work, but the environment or the
+    machine's role is the place for them: errors name the URI with its secret starred out.
+
     Raises:
         InvalidConfigError: the URI is not one pyarrow knows.
         RemoteStorageError: the store could not be reached to set it up (an S3 URI
             without a region makes pyarrow ask the bucket's region).
     """
     try:
-        return pafs.FileSystem.from_uri(uri)
+        return pafs.FileSystem.from_uri(_with_defaults(uri))
     except ValueError as exc:  # pyarrow.ArrowInvalid among them
-        raise InvalidConfigError(f"remote storage URI {uri!r} is not valid: {exc}") from exc
+        raise InvalidConfigError(_without_secret(f"remote storage URI {uri!r} is not valid: {exc}", uri)) from None
     except (OSError, pa.ArrowException) as exc:
-        raise RemoteStorageError(f"cannot reach remote storage {uri!r}: {exc}") from exc
+        raise RemoteStorageError(_without_secret(f"cannot reach remote storage {uri!r}: {exc}", uri)) from None
+
+
+def _with_defaults(uri: str) -> str:
+    """``uri`` with raylog's defaults for its store where it does not set them: on S3,
+    ``allow_delayed_open`` (an object that fits in one part is then written with one PutObject
+    request; pyarrow otherwise opens a multipart upload for each, three requests for a
+    1 KiB index: 24 vs 12 ms an object against moto on the loopback)."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme != "s3" or "allow_delayed_open" in urllib.parse.parse_qs(parts.query):
+        return uri
+    return urllib.parse.urlunsplit(
+        parts._replace(query="&".join(filter(None, (parts.query, "allow_delayed_open=true"))))
+    )
+
+
+def _without_secret(message: str, uri: str) -> str:
+    """``message`` with the password of ``uri``'s user info starred out."""
+    try:
+        secret = urllib.parse.urlsplit(uri).password
+    except ValueError:
+        secret = None
+    return message.replace(secret, "***") if secret else message
 
 
 @contextlib.contextmanager

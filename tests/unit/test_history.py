@@ -35,6 +35,7 @@ from raylog.storage.history import (
 from raylog.storage.remote_log_metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
 from raylog.storage.remote_storage import RemoteStorageManager
 from raylog.storage.txn_index import AbortedTxn
+from tests.unit.object_store import object_names, read_object, write_object
 from tests.unit.test_remote_log_reader import START_MS, Writer, tier, write_transactions
 from tests.unit.test_remote_storage import FlakyHandler
 
@@ -103,8 +104,8 @@ def tiered(tmp_path_factory):
 
 
 @pytest.fixture
-def history(tmp_path) -> HistoryWriter:
-    return HistoryWriter.from_uri(f"file://{tmp_path}/store")
+def history(remote_uri) -> HistoryWriter:
+    return HistoryWriter.from_uri(remote_uri)
 
 
 @pytest.fixture
@@ -273,7 +274,7 @@ def test_written_files_are_laid_out_listed_and_read_back(history, tiered):
     write_all(history, tiered)
     directory = partition_path(history.base_path, TOPIC, PARTITION)
     assert directory == f"{history.base_path}/history/{TOPIC}/partition={PARTITION}"
-    names = sorted(os.listdir(directory))
+    names = object_names(history.filesystem, directory)
     assert names[-1] == MANIFEST_NAME and all(FILE_NAME.match(name) for name in names[:-1])
     files = history.manifest(TOPIC, PARTITION).files
     assert len(files) == len(tiered.segments) == len(names) - 1
@@ -284,7 +285,8 @@ def test_written_files_are_laid_out_listed_and_read_back(history, tiered):
             metadata.end_offset,
             metadata.segment_id.id,
         )
-        assert f.record_count == table.num_rows and f.size_bytes == os.path.getsize(f"{directory}/{f.name}")
+        assert f.record_count == table.num_rows
+        assert f.size_bytes == history.filesystem.get_file_info(f"{directory}/{f.name}").size
         timestamps = table.column("timestamp").cast(pa.int64()).to_pylist()
         assert f.max_timestamp_ms == (max(timestamps) // 1_000 if timestamps else -1)
     whole = plan(history, 0)
@@ -370,7 +372,9 @@ def test_deleting_a_segment_unlists_then_deletes_and_may_be_repeated(history, ti
     history.delete_segment(metadata_for(10_000, 10_010))
     names = [f.name for f in history.manifest(TOPIC, PARTITION).files]
     assert len(names) == len(tiered.segments) - 1 and all(doomed.segment_id.id not in n for n in names)
-    assert sorted(os.listdir(partition_path(history.base_path, TOPIC, PARTITION))) == sorted([MANIFEST_NAME, *names])
+    assert object_names(history.filesystem, partition_path(history.base_path, TOPIC, PARTITION)) == sorted(
+        [MANIFEST_NAME, *names]
+    )
     with pytest.raises(RemoteResourceNotFoundError):
         read_history(before)
 
@@ -403,7 +407,9 @@ def test_a_new_leader_continues_without_duplicates(history, tiered):
     history.write_segment(c, tiered.tables[2])
     offsets = offsets_of(read_history(plan(history, 0)))
     assert offsets == offsets_of(pa.concat_tables(tiered.tables[:3]))
-    directory = ds.dataset(f"{history.base_path}/history/{TOPIC}", format="parquet", partitioning="hive")
+    directory = ds.dataset(
+        f"{history.base_path}/history/{TOPIC}", format="parquet", partitioning="hive", filesystem=history.filesystem
+    )
     assert sorted(offsets_of(directory.to_table())) == offsets
 
 
@@ -441,8 +447,7 @@ def test_rows_not_of_the_segment_are_refused(history, tiered):
 
 
 def manifest_bytes(history: HistoryWriter) -> bytes:
-    with open(f"{partition_path(history.base_path, TOPIC, PARTITION)}/{MANIFEST_NAME}", "rb") as f:
-        return f.read()
+    return read_object(history.filesystem, f"{partition_path(history.base_path, TOPIC, PARTITION)}/{MANIFEST_NAME}")
 
 
 def test_an_unavailable_store_raises_remote_storage_error_and_leaves_the_manifest(flaky, tiered):
@@ -538,8 +543,7 @@ def test_a_manifest_that_is_not_valid_raises_remote_storage_error(history, tiere
         good.replace(b'"partition":3', b'"partition":4'),
         overlapping,
     ):
-        with open(path, "wb") as f:
-            f.write(garbage)
+        write_object(history.filesystem, path, garbage)
         with pytest.raises(RemoteStorageError, match="not a valid history manifest"):
             plan(history, 0)
 
@@ -555,9 +559,11 @@ def test_the_directory_reads_as_a_hive_dataset_with_one_partition_column(history
     other = [metadata_for(m.start_offset, m.end_offset, partition=4) for m in tiered.segments[:2]]
     for metadata, data in zip(other, tiered.segment_bytes[:2], strict=True):
         history.write_segment(metadata, segment_table(data, TOPIC, 4, tiered.writer.txns.all()))
-    with open(f"{partition_path(history.base_path, TOPIC, 4)}/.left-over.parquet.0a1b.tmp", "wb") as f:
-        f.write(b"not parquet")
-    dataset = ds.dataset(f"{history.base_path}/history/{TOPIC}", format="parquet", partitioning="hive")
+    write_object(
+        history.filesystem, f"{partition_path(history.base_path, TOPIC, 4)}/.left-over.parquet.0a1b.tmp", b"junk"
+    )
+    root = f"{history.base_path}/history/{TOPIC}"
+    dataset = ds.dataset(root, format="parquet", partitioning="hive", filesystem=history.filesystem)
     assert dataset.schema.equals(HISTORY_SCHEMA)
     table = dataset.to_table()
     assert table.schema.equals(HISTORY_SCHEMA)
@@ -570,8 +576,9 @@ def test_the_directory_reads_as_a_hive_dataset_with_one_partition_column(history
     assert set(fours.column("partition").to_pylist()) == {4}
     assert len(list(dataset.get_fragments(filter=ds.field("partition") == 4))) == 2
     typed = ds.dataset(
-        f"{history.base_path}/history/{TOPIC}",
+        root,
         format="parquet",
         partitioning=ds.partitioning(pa.schema([("partition", pa.int32())]), flavor="hive"),
+        filesystem=history.filesystem,
     )
     assert typed.schema.equals(HISTORY_SCHEMA) and typed.count_rows() == table.num_rows

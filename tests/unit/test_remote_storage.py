@@ -62,8 +62,8 @@ def store_dir(tmp_path) -> str:
 
 
 @pytest.fixture
-def store(store_dir) -> RemoteStorageManager:
-    return RemoteStorageManager.from_uri(f"file://{store_dir}")
+def store(remote_uri) -> RemoteStorageManager:
+    return RemoteStorageManager.from_uri(remote_uri)
 
 
 class FlakyHandler(pafs.FileSystemHandler):
@@ -144,29 +144,26 @@ def flaky(store_dir):
     return RemoteStorageManager(pafs.PyFileSystem(handler), store_dir), handler
 
 
-def listing(directory: str) -> dict[str, int]:
-    """Object name -> size, of every file under ``directory``."""
-    found = {}
-    for root, _, names in os.walk(directory):
-        for name in names:
-            found[os.path.relpath(os.path.join(root, name), directory)] = os.path.getsize(os.path.join(root, name))
-    return found
+def listing(store: RemoteStorageManager) -> dict[str, int]:
+    """Object name (below the store's base path) -> size, of every object in the store."""
+    infos = store.filesystem.get_file_info(pafs.FileSelector(store.base_path, recursive=True, allow_not_found=True))
+    return {i.path[len(store.base_path) + 1 :]: i.size for i in infos if i.type == pafs.FileType.File}
 
 
 # --- copy, read, delete ---------------------------------------------------------------
 
 
-def test_copy_lays_out_one_object_per_file_named_by_offset_and_uuid(store, store_dir, segment_files):
+def test_copy_lays_out_one_object_per_file_named_by_offset_and_uuid(store, segment_files):
     """<base>/<topic>-<partition>/<20-digit start offset>-<uuid>.<kind>, each object the
     local file's bytes, and a manifest; the upload is then COMPLETE."""
     assert store.upload_state(metadata()) == UploadState.ABSENT
     store.copy_log_segment_data(metadata(), segment_files)
     stem = f"clicks-3/00000000000000000100-{UUID}"
     suffixes = (".log", ".index", ".timeindex", ".snapshot", ".leader-epoch-checkpoint", ".txnindex", ".manifest")
-    objects = listing(store_dir)
+    objects = listing(store)
     assert sorted(objects) == sorted(stem + suffix for suffix in suffixes)
     assert objects[stem + ".log"] == 10_240 and objects[stem + ".txnindex"] == 28
-    assert store.object_path(metadata(), ".log") == os.path.join(store_dir, stem + ".log")
+    assert store.object_path(metadata(), ".log") == f"{store.base_path}/{stem}.log"
     assert store.upload_state(metadata()) == UploadState.COMPLETE
 
 
@@ -212,7 +209,7 @@ def test_each_index_is_fetched_whole(store, segment_files):
         store.fetch_index(other, IndexType.TRANSACTION)
 
 
-def test_delete_removes_every_object_and_may_be_repeated(store, store_dir, segment_files):
+def test_delete_removes_every_object_and_may_be_repeated(store, segment_files):
     """Deletion removes the segment's objects (not another segment's); deleting again, or
     deleting what was never copied, is fine; reads then raise RemoteResourceNotFoundError."""
     other = metadata(start_offset=200)
@@ -222,30 +219,44 @@ def test_delete_removes_every_object_and_may_be_repeated(store, store_dir, segme
     store.delete_log_segment_data(metadata())
     store.delete_log_segment_data(metadata(start_offset=900))
     assert store.upload_state(metadata()) == UploadState.ABSENT and store.upload_state(other) == UploadState.COMPLETE
-    assert all(name.startswith("clicks-3/00000000000000000200-") for name in listing(store_dir))
+    assert all(name.startswith("clicks-3/00000000000000000200-") for name in listing(store))
     with pytest.raises(RemoteResourceNotFoundError):
         store.fetch_log_segment(metadata(), 0, 10)
     with pytest.raises(RemoteResourceNotFoundError):
         store.fetch_index(metadata(), IndexType.OFFSET)
 
 
-def test_clean_orphans_deletes_only_old_objects_of_ids_not_kept(store, store_dir, segment_files):
+def test_clean_orphans_deletes_only_old_objects_of_ids_not_kept(store_dir, segment_files):
     """The objects of an id not kept go, its manifest first, once all are older than the
     cut-off; a kept id, or an orphan with an object written since, stays; files of other names
-    are not touched."""
+    are not touched. (A local directory, whose times a test can set.)"""
+    store = RemoteStorageManager.from_uri(f"file://{store_dir}")
     kept, orphan, fresh = metadata(), metadata(200, "00000000-0000-4000-8000-000000000001"), metadata(300, UUID2)
     for m in (kept, orphan, fresh):
         store.copy_log_segment_data(m, segment_files)
     with open(os.path.join(store_dir, "clicks-3", "notes.txt"), "w") as f:
         f.write("not an object")
-    for name in listing(store_dir):
+    for name in listing(store):
         os.utime(os.path.join(store_dir, name), (1_000, 1_000))  # every object old: 1 000 s after the epoch
     os.utime(store.object_path(fresh, ".log"), (5_000, 5_000))  # written since the cut-off
     deleted = store.clean_orphans("clicks", 3, [kept.segment_id], modified_before_ms=2_000_000)
     assert deleted[0].endswith(".manifest") and {os.path.basename(p)[:20] for p in deleted} == {f"{200:020d}"}
     assert store.upload_state(orphan) == UploadState.ABSENT and store.upload_state(kept) == UploadState.COMPLETE
-    assert store.upload_state(fresh) == UploadState.COMPLETE and "clicks-3/notes.txt" in listing(store_dir)
+    assert store.upload_state(fresh) == UploadState.COMPLETE and "clicks-3/notes.txt" in listing(store)
     assert store.clean_orphans("clicks", 4, [], modified_before_ms=2_000_000) == []  # no such directory
+
+
+def test_clean_orphans_goes_by_the_times_the_store_tells(store, segment_files, clock):
+    """Each store tells when an object was written (an object store its upload's time): a
+    cut-off before the upload keeps an orphan, one after it deletes the orphan and only it."""
+    kept, orphan = metadata(), metadata(200, UUID2)
+    for m in (kept, orphan):
+        store.copy_log_segment_data(m, segment_files)
+    written_ms = max(i.mtime_ns for i in store.filesystem.get_file_info([store.object_path(orphan, ".log")])) // 10**6
+    assert store.clean_orphans("clicks", 3, [kept.segment_id], modified_before_ms=written_ms - 60_000) == []
+    deleted = store.clean_orphans("clicks", 3, [kept.segment_id], modified_before_ms=written_ms + 60_000)
+    assert len(deleted) == 7 and all(f"-{UUID2}." in path for path in deleted)
+    assert store.upload_state(orphan) == UploadState.ABSENT and store.upload_state(kept) == UploadState.COMPLETE
 
 
 def test_a_real_segment_round_trips(tmp_path, store, clock):
@@ -280,6 +291,25 @@ def test_from_uri_takes_a_local_directory_and_refuses_unknown_schemes(store_dir)
     assert isinstance(store.filesystem, pafs.LocalFileSystem) and store.base_path == store_dir
     with pytest.raises(InvalidConfigError):
         RemoteStorageManager.from_uri("nosuchscheme://bucket/x")
+
+
+def test_an_s3_uri_names_its_endpoint_and_a_bad_one_is_refused_without_its_secret(s3_server, segment_files):
+    """An S3 URI carries the bucket, the prefix and pyarrow's options (raylog's default:
+    allow_delayed_open); a URI with a bad option is a config error whose message stars out
+    the secret of credentials written in it."""
+    uri = s3_server.new_bucket()
+    store = RemoteStorageManager.from_uri(uri)
+    assert store.filesystem.type_name == "s3" and store.base_path.endswith("/tiered")
+    options = store.filesystem.__reduce__()[1][0]  # pyarrow's own options, as it pickles them
+    assert options["allow_delayed_open"] and options["endpoint_override"] == f"{s3_server.host}:{s3_server.port}"
+    chosen = RemoteStorageManager.from_uri(uri + "&allow_delayed_open=false").filesystem.__reduce__()[1][0]
+    assert not chosen["allow_delayed_open"]  # one PutObject a small object unless the URI says otherwise
+    store.copy_log_segment_data(metadata(), segment_files)
+    assert store.upload_state(metadata()) == UploadState.COMPLETE
+    for uri in ("s3://key:s3cr3t@bucket/x?no_such_option=1", "s3://key:s3cr3t@bucket/x?region=us-east-1&scheme=ftp"):
+        with pytest.raises(InvalidConfigError) as refused:
+            RemoteStorageManager.from_uri(uri)
+        assert "s3cr3t" not in str(refused.value) and "key:***@bucket" in str(refused.value)
 
 
 # --- half-finished uploads ------------------------------------------------------------
@@ -360,14 +390,45 @@ def test_a_missing_local_file_fails_the_copy_before_any_upload(store, segment_fi
 # --- an unavailable store -------------------------------------------------------------
 
 
-def test_every_operation_on_an_unavailable_store_raises_remote_storage_error(flaky, segment_files):
+@pytest.fixture(params=["failing calls", "s3 server stopped"])
+def breakable(request, flaky):
+    """``(store, break_it, mend_it)``: a store whose every call fails (the FlakyHandler), or
+    an S3 bucket whose server stops (connections refused; one attempt per call, where
+    pyarrow's default retries for ~6 s) and starts again with what it held."""
+    if request.param == "failing calls":
+        store, handler = flaky
+        return (
+            store,
+            lambda: setattr(handler, "fail", lambda method, path: True),
+            lambda: setattr(handler, "fail", lambda method, path: False),
+        )
+    server = request.getfixturevalue("s3_server")
+    base = server.new_bucket().split("://", 1)[1].split("?", 1)[0]
+    filesystem = pafs.S3FileSystem(
+        endpoint_override=f"{server.host}:{server.port}",
+        scheme="http",
+        region="us-east-1",
+        retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+    )
+    down = []
+
+    def mend() -> None:
+        if down:
+            server.start_again()
+            down.clear()
+
+    request.addfinalizer(mend)
+    return RemoteStorageManager(filesystem, base), lambda: (server.stop(), down.append(True)), mend
+
+
+def test_every_operation_on_an_unavailable_store_raises_remote_storage_error(breakable, segment_files):
     """With every call of the store failing, each operation raises RemoteStorageError (not
     a pyarrow or OS error, and not "not found"); once it is back, what was copied before is
     intact and the failed copy of another segment is not COMPLETE."""
-    store, handler = flaky
+    store, break_it, mend_it = breakable
     store.copy_log_segment_data(metadata(), segment_files)
     other = metadata(start_offset=200)
-    handler.fail = lambda method, path: True
+    break_it()
     operations = [
         lambda: store.copy_log_segment_data(other, segment_files),
         lambda: store.fetch_log_segment(metadata(), 0, 99),
@@ -378,10 +439,13 @@ def test_every_operation_on_an_unavailable_store_raises_remote_storage_error(fla
     for operation in operations:
         with pytest.raises(RemoteStorageError) as failed:
             operation()
-        assert type(failed.value) is RemoteStorageError and "store unavailable" in str(failed.value)
-    handler.fail = lambda method, path: False
+        assert type(failed.value) is RemoteStorageError and isinstance(failed.value, RetriableError)
+    mend_it()
     assert store.upload_state(metadata()) == UploadState.COMPLETE
     assert store.upload_state(other) == UploadState.ABSENT
+    assert store.fetch_log_segment(metadata(), 0) == CONTENTS["log_segment"]
+    store.copy_log_segment_data(other, segment_files)
+    assert store.upload_state(other) == UploadState.COMPLETE
 
 
 def test_reads_failing_midway_raise_remote_storage_error(flaky, segment_files):
