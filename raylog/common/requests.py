@@ -7,6 +7,11 @@ type) and stays within these bounds; a broker reads and enforces them.
 #: ListOffsets' timestamps that ask for the log start and the log end (Kafka's).
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
+#: ListOffsets' other sentinels (Kafka's): the record with the largest timestamp (KIP-734,
+#: v7+), the local log start (v8+) and the highest offset in the remote tier (v9+, KIP-1005).
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 #: FetchRequest.isolation_level values (Kafka's).
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1

@@ -62,7 +62,15 @@ import numpy as np
 
 from raylog.common import record_batch
 from raylog.common.record_batch import NO_PRODUCER_ID, NO_SEQUENCE
-from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED
+from raylog.common.requests import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+)
 
 from ..config import TopicConfig
 from ..errors import (
@@ -812,9 +820,12 @@ class Partition:
     def list_offset(
         self, timestamp_ms: int, current_leader_epoch: int = -1, isolation_level: int = READ_UNCOMMITTED
     ) -> tuple[int, int]:
-        """``(offset, timestamp_ms)`` for EARLIEST / LATEST (the LSO read_committed) or the
-        first record at or after ``timestamp_ms``; ``(-1, -1)`` when no committed record is
-        that recent.
+        """``(offset, timestamp_ms)`` for EARLIEST / LATEST (the LSO read_committed), the first
+        record at or after ``timestamp_ms``, or Kafka's other sentinels: MAX_TIMESTAMP (the
+        first record with the largest timestamp, with it), EARLIEST_LOCAL (the local log
+        start: the log start, the log having no remote tier) and LATEST_TIERED (-1, for the
+        same reason). ``(-1, -1)`` when no record is found below the HW (the LSO
+        read_committed), as Kafka answers a look-up that lands past what a client may read.
 
         A new leader's HW may lag what its predecessor had exposed: until it reaches the
         start of this leader's epoch, LATEST and time look-ups are refused with the retriable
@@ -826,7 +837,7 @@ class Partition:
         """
         self._check_epoch(current_leader_epoch)
         self._require_leader()
-        if timestamp_ms == EARLIEST_TIMESTAMP:
+        if timestamp_ms in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return self.log.log_start_offset, -1
         if self.high_watermark < self.leader_epoch_start_offset:
             raise OffsetNotAvailableError(
@@ -836,7 +847,13 @@ class Partition:
         end = self.last_stable_offset if isolation_level == READ_COMMITTED else self.high_watermark
         if timestamp_ms == LATEST_TIMESTAMP:
             return end, -1
-        found = self.log.offsets_for_time(timestamp_ms)
+        if timestamp_ms == LATEST_TIERED_TIMESTAMP:
+            return -1, -1
+        found = (
+            self.log.max_timestamp_offset()
+            if timestamp_ms == MAX_TIMESTAMP
+            else self.log.offsets_for_time(timestamp_ms)
+        )
         if found is None or found.offset >= end:
             return -1, -1
         return found.offset, found.timestamp_ms

@@ -536,6 +536,37 @@ class Log:
                         return found
         return None
 
+    def max_timestamp_offset(self) -> TimestampOffset | None:
+        """The first record at or past the log start that carries the largest timestamp the
+        segments recorded, with that timestamp (ListOffsets MAX_TIMESTAMP, KIP-734), as Kafka
+        finds it: in the first segment of that largest timestamp, its first batch of it (where
+        that is a transaction marker, the marker's offset). None for a log without records;
+        None also where DeleteRecords removed every record of that timestamp below the log
+        start, where Kafka answers the offset of a record no longer readable."""
+        self._require_online()
+        end_offset, start_offset = self._next_offset, self.log_start_offset
+        segment = max(self._segments, key=lambda s: s.max_timestamp)  # the first of equals
+        largest = segment.max_timestamp
+        if largest < 0:
+            return None
+        _, size = segment.published
+        start = segment.find_position(segment.time_index.lookup(largest), size)
+        if start is None:
+            return None
+        for position, header in segment.records.batch_headers(start, size):
+            if header.base_offset >= end_offset:
+                break
+            if header.max_timestamp != largest or header.next_offset <= start_offset:
+                continue
+            if header.attributes & record_batch.CONTROL:
+                if header.base_offset >= start_offset:
+                    return TimestampOffset(header.base_offset, largest)
+                continue
+            found = first_record_at_or_after(segment.read(position, position + header.size), largest, start_offset)
+            if found is not None:
+                return found
+        return None
+
     def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch whose base offset is ``from_offset`` or above, in offset order."""
         segments, bases = self._snapshot

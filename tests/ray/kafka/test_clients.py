@@ -545,6 +545,49 @@ def test_offsets_by_earliest_latest_and_timestamp_then_seek(client, bootstrap, k
     assert client.consume(bootstrap, topic, {0: 3}, 7) == expected
 
 
+def test_admin_clients_list_offsets_by_every_spec_kafka_defines(bootstrap, kafka_cluster, kafka_admin, kafka_topic):
+    """ListOffsets' sentinels as Kafka's admin clients send them (kafka-python's every
+    OffsetSpec, each at the lowest version that carries it; confluent's max_timestamp):
+    MAX_TIMESTAMP (-3, KIP-734) is the first record carrying the partition's largest timestamp,
+    with it, and nothing on an empty partition; EARLIEST_LOCAL (-4, KIP-1005) is the local log
+    start, the log start without a remote tier; LATEST_TIERED (-5) is -1 without one."""
+    from confluent_kafka import TopicPartition as ConfluentPartition
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import OffsetSpec as ConfluentSpec
+    from kafka import TopicPartition as KafkaPartition
+    from kafka.admin import KafkaAdminClient, OffsetSpec
+
+    from raylog import TopicPartition
+
+    topic = kafka_topic(num_partitions=2)
+    stamps = [30, 90, 10, 90, 50]  # the largest twice: offsets 1 and 3
+    with Producer(kafka_cluster, linger_ms=0) as producer:
+        for i, stamp in enumerate(stamps):
+            producer.send(topic, b"v%d" % i, partition=0, timestamp_ms=BASE_TIMESTAMP + stamp).get(timeout=DEADLINE_S)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    confluent = AdminClient({"bootstrap.servers": bootstrap})
+
+    def listed(partition: int, spec) -> tuple[int, int]:
+        found = admin.list_partition_offsets({KafkaPartition(topic, partition): spec})[KafkaPartition(topic, partition)]
+        return found.offset, found.timestamp
+
+    def confluent_max() -> tuple[int, int]:
+        tp = ConfluentPartition(topic, 0)
+        found = confluent.list_offsets({tp: ConfluentSpec.max_timestamp()})[tp].result(timeout=DEADLINE_S)
+        return found.offset, found.timestamp
+
+    try:
+        assert listed(0, OffsetSpec.MAX_TIMESTAMP) == confluent_max() == (1, BASE_TIMESTAMP + 90)
+        assert listed(0, OffsetSpec.EARLIEST_LOCAL) == listed(0, OffsetSpec.EARLIEST) == (0, -1)
+        assert listed(0, OffsetSpec.LATEST_TIERED) == (-1, -1) and listed(0, OffsetSpec.LATEST) == (5, -1)
+        assert listed(1, OffsetSpec.MAX_TIMESTAMP) == (-1, -1) and listed(1, OffsetSpec.EARLIEST_LOCAL) == (0, -1)
+        kafka_admin.delete_records({TopicPartition(topic, 0): 2})
+        assert listed(0, OffsetSpec.EARLIEST_LOCAL) == listed(0, OffsetSpec.EARLIEST) == (2, -1)
+        assert listed(0, OffsetSpec.MAX_TIMESTAMP) == confluent_max() == (3, BASE_TIMESTAMP + 90)
+    finally:
+        admin.close()
+
+
 @pytest.mark.parametrize("client", CLIENTS, ids=CLIENT_IDS)
 def test_a_waiting_fetch_returns_when_a_record_arrives(client, bootstrap, kafka_cluster, kafka_topic):
     """The client's fetch waits up to LONG_POLL_WAIT_MS on the broker; a record written while it

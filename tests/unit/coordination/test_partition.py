@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from raylog.common import record_batch
-from raylog.common.requests import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raylog.common.requests import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 from raylog.config import TopicConfig
 from raylog.coordination import partition as partition_module
 from raylog.coordination.partition import Partition, SequenceGap
@@ -43,6 +49,21 @@ def test_leader_appends_and_serves_below_the_high_watermark(partition):
     result = part.read(0, 1 << 20)
     assert record_batch.decode_table(result.data).column("value").to_pylist() == [b"a", b"b"]
     assert part.list_offset(EARLIEST_TIMESTAMP) == (0, -1) and part.list_offset(LATEST_TIMESTAMP) == (2, -1)
+
+
+def test_every_list_offsets_sentinel(partition):
+    """Kafka's sentinels: the local log start is the log start (no remote tier), the highest
+    tiered offset is -1, MAX_TIMESTAMP finds the first record of the largest timestamp with
+    it, and (-1, -1) on an empty partition."""
+    part = partition()
+    assert part.list_offset(MAX_TIMESTAMP) == (-1, -1) and part.list_offset(EARLIEST_LOCAL_TIMESTAMP) == (0, -1)
+    part.append_as_leader(record_batch.build([b"a", b"b", b"c"], timestamps_ms=[20, 70, 70]), acks=1)
+    part.append_as_leader(record_batch.build([b"d"], timestamps_ms=[40]), acks=1)
+    assert part.list_offset(MAX_TIMESTAMP) == (1, 70)
+    assert part.list_offset(LATEST_TIERED_TIMESTAMP) == (-1, -1)
+    part.log.increment_log_start_offset(2)
+    assert part.list_offset(EARLIEST_LOCAL_TIMESTAMP) == part.list_offset(EARLIEST_TIMESTAMP) == (2, -1)
+    assert part.list_offset(MAX_TIMESTAMP) == (2, 70)
 
 
 def test_acks_and_min_insync_replicas(partition):

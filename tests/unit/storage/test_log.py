@@ -18,7 +18,7 @@ from raylog.errors import (
     RecordTooLargeError,
     StorageError,
 )
-from raylog.storage.log import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE
+from raylog.storage.log import LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, TimestampOffset
 
 
 def batch(n: int, start: int = 0, size: int = 100, timestamps=None) -> bytes:
@@ -157,6 +157,37 @@ def test_offsets_for_time_with_out_of_order_timestamps(open_log):
     assert log.offsets_for_time(55).offset == 4
     assert log.offsets_for_time(15).offset == 0
     assert log.offsets_for_time(61) is None
+
+
+def test_max_timestamp_offset_is_the_first_record_of_the_largest_timestamp(open_log):
+    """ListOffsets MAX_TIMESTAMP: the first record carrying the largest timestamp, in whichever
+    segment and batch it is, not the last record nor the first of its batch; the first of
+    several with it; None for a log without records."""
+    log = open_log(segment_bytes=1_024, index_interval_bytes=0)
+    assert log.max_timestamp_offset() is None
+    stamps = [[30, 10, 20], [40, 95, 50], [5, 60, 95], [90, 1, 2]]
+    for i, timestamps in enumerate(stamps):
+        log.append_as_leader(batch(3, 3 * i, timestamps=timestamps), 0)
+    assert log.segment_count > 1
+    assert log.max_timestamp_offset() == TimestampOffset(4, 95)
+    log.append_as_leader(batch(2, 12, timestamps=[96, 96]), 0)
+    assert log.max_timestamp_offset() == TimestampOffset(12, 96)
+
+
+def test_max_timestamp_offset_skips_what_the_log_start_removed_and_finds_markers(open_log):
+    """Records below the log start are not answered (Kafka answers their offset): the next
+    record of the same timestamp is, or None; a transaction marker with the largest timestamp
+    is answered with its own offset, as Kafka does."""
+    log = open_log(index_interval_bytes=0)
+    log.append_as_leader(batch(3, 0, timestamps=[30, 90, 10]), 0)
+    log.append_as_leader(batch(2, 3, timestamps=[90, 50]), 0)
+    assert log.max_timestamp_offset() == TimestampOffset(1, 90)
+    log.increment_log_start_offset(2)
+    assert log.max_timestamp_offset() == TimestampOffset(3, 90)
+    log.increment_log_start_offset(4)
+    assert log.max_timestamp_offset() is None
+    log.append_as_leader(rb.build_marker(5, 0, commit=True, coordinator_epoch=0, now_ms=99), 0)
+    assert log.max_timestamp_offset() == TimestampOffset(5, 99)
 
 
 def test_follower_append_keeps_offsets_and_refuses_going_back(open_log, tmp_path, clock):
