@@ -31,6 +31,7 @@ _LAZY = {
     "NewTopic": "raylog.types",
     "OffsetAndMetadata": "raylog.types",
     "OffsetAndTimestamp": "raylog.types",
+    "OffsetSpec": "raylog.types",
     "Record": "raylog.types",
     "RecordMetadata": "raylog.types",
     "TIMESTAMP_CREATE_TIME": "raylog.types",

@@ -78,6 +78,52 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp_ms = _TIMESTAMP_MS
 
 
+@dataclass(frozen=True)
+class OffsetSpec:
+    """What ``Admin.list_offsets`` looks up in a partition (Kafka's OffsetSpec): make one with
+    :meth:`earliest`, :meth:`latest`, :meth:`max_timestamp`, :meth:`earliest_local`,
+    :meth:`latest_tiered` or :meth:`for_timestamp`. ``timestamp`` is what ListOffsets carries:
+    a time in ms, or Kafka's negative sentinel."""
+
+    timestamp: int
+
+    @classmethod
+    def earliest(cls) -> OffsetSpec:
+        """The log start offset."""
+        return cls(-2)
+
+    @classmethod
+    def latest(cls) -> OffsetSpec:
+        """The high watermark (the last stable offset, read_committed)."""
+        return cls(-1)
+
+    @classmethod
+    def max_timestamp(cls) -> OffsetSpec:
+        """The first record with the partition's largest timestamp, and that timestamp (KIP-734)."""
+        return cls(-3)
+
+    @classmethod
+    def earliest_local(cls) -> OffsetSpec:
+        """The first offset in the leader's local log (the log start without a remote tier)."""
+        return cls(-4)
+
+    @classmethod
+    def latest_tiered(cls) -> OffsetSpec:
+        """The highest offset in the remote tier (-1 without one, KIP-1005)."""
+        return cls(-5)
+
+    @classmethod
+    def for_timestamp(cls, timestamp_ms: int) -> OffsetSpec:
+        """The first record with a timestamp at or after ``timestamp_ms``, and its timestamp.
+
+        Raises:
+            InvalidConfigError: a negative time (the negative values are the sentinels above).
+        """
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise InvalidConfigError(f"timestamp_ms must be a non-negative integer, got {timestamp_ms!r}")
+        return cls(timestamp_ms)
+
+
 class OffsetAndMetadata(NamedTuple):
     """A committed offset: the next record the group will read, free-form metadata, and the
     leader epoch of the last record read before it (-1 if unknown), kept with the offset as

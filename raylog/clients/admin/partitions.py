@@ -5,10 +5,14 @@ kafka-leader-election.sh): :class:`PartitionAdmin`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from raylog.clients.admin.base import AdminBase, checked, raise_first
+from raylog.clients.consumer.consumer_config import ISOLATION_LEVELS
+from raylog.clients.consumer.offset_fetcher import list_offsets
 from raylog.common.requests import PREFERRED_ELECTION, UNCLEAN_ELECTION
 from raylog.errors import InvalidConfigError
-from raylog.types import BrokerInfo, TopicPartition
+from raylog.types import BrokerInfo, OffsetAndTimestamp, OffsetSpec, TopicPartition
 
 #: How much longer than its own timeout a leader's DeleteRecords answer is waited for.
 DELETE_RECORDS_MARGIN_S = 10.0
@@ -43,6 +47,47 @@ class PartitionAdmin(AdminBase):
         for answer in answers.values():
             checked(answer)
         return {tp: answer.low_watermark for tp, answer in answers.items()}
+
+    def list_offsets(
+        self,
+        specs: Mapping[TopicPartition, OffsetSpec],
+        *,
+        isolation_level: str = "read_uncommitted",
+        timeout_ms: int | None = None,
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """Look up an offset in each partition by its :class:`~raylog.types.OffsetSpec`
+        (Kafka's Admin.listOffsets, kafka-get-offsets.sh): the log start, the high watermark
+        (the last stable offset read_committed), the first record with the largest timestamp,
+        the local log start, the highest offset in the remote tier, or the first record at or
+        after a time. Offset and timestamp are -1 where there is no such record below the
+        high watermark (the last stable offset read_committed); the timestamp is -1 for the
+        offsets that are not found by time. The leaders of the partitions asked for the same
+        spec are asked at once.
+
+        Raises:
+            InvalidConfigError: an isolation level other than read_uncommitted and
+                read_committed, or a spec that is not an OffsetSpec.
+            UnknownTopicOrPartitionError, LeaderNotAvailableError, KafkaTimeoutError: the
+                first partition whose leader could not answer within the timeout.
+        """
+        if isolation_level not in ISOLATION_LEVELS:
+            raise InvalidConfigError(
+                f"isolation_level must be one of {sorted(ISOLATION_LEVELS)}, got {isolation_level!r}"
+            )
+        by_timestamp: dict[int, list[TopicPartition]] = {}
+        for tp, spec in specs.items():
+            if not isinstance(spec, OffsetSpec):
+                raise InvalidConfigError(f"the spec of {tp} must be an OffsetSpec, got {spec!r}")
+            by_timestamp.setdefault(spec.timestamp, []).append(TopicPartition(*tp))
+        timeout_s, isolation, token = (
+            self._call_timeout_s(timeout_ms),
+            ISOLATION_LEVELS[isolation_level],
+            self._session.token(),
+        )
+        found = {}
+        for timestamp, tps in by_timestamp.items():
+            found.update(list_offsets(self._cluster, tps, timestamp, timeout_s, isolation, token))
+        return {TopicPartition(*tp): found[TopicPartition(*tp)] for tp in specs}
 
     def alter_partition_reassignments(self, reassignments: dict[TopicPartition, list[int] | None]) -> None:
         """Move partitions to new replica sets (Kafka's AlterPartitionReassignments); also

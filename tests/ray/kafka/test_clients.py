@@ -555,9 +555,10 @@ def test_admin_clients_list_offsets_by_every_spec_kafka_defines(bootstrap, kafka
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin import OffsetSpec as ConfluentSpec
     from kafka import TopicPartition as KafkaPartition
-    from kafka.admin import KafkaAdminClient, OffsetSpec
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import OffsetSpec as KafkaSpec
 
-    from raylog import TopicPartition
+    from raylog import OffsetAndTimestamp, OffsetSpec, TopicPartition
 
     topic = kafka_topic(num_partitions=2)
     stamps = [30, 90, 10, 90, 50]  # the largest twice: offsets 1 and 3
@@ -576,14 +577,23 @@ def test_admin_clients_list_offsets_by_every_spec_kafka_defines(bootstrap, kafka
         found = confluent.list_offsets({tp: ConfluentSpec.max_timestamp()})[tp].result(timeout=DEADLINE_S)
         return found.offset, found.timestamp
 
+    def raylogs(spec: OffsetSpec) -> tuple[int, int]:
+        """raylog's own Admin.list_offsets, for both partitions at once."""
+        found = kafka_admin.list_offsets({TopicPartition(topic, 0): spec, TopicPartition(topic, 1): spec})
+        return tuple(found.values())
+
     try:
-        assert listed(0, OffsetSpec.MAX_TIMESTAMP) == confluent_max() == (1, BASE_TIMESTAMP + 90)
-        assert listed(0, OffsetSpec.EARLIEST_LOCAL) == listed(0, OffsetSpec.EARLIEST) == (0, -1)
-        assert listed(0, OffsetSpec.LATEST_TIERED) == (-1, -1) and listed(0, OffsetSpec.LATEST) == (5, -1)
-        assert listed(1, OffsetSpec.MAX_TIMESTAMP) == (-1, -1) and listed(1, OffsetSpec.EARLIEST_LOCAL) == (0, -1)
+        assert listed(0, KafkaSpec.MAX_TIMESTAMP) == confluent_max() == (1, BASE_TIMESTAMP + 90)
+        assert raylogs(OffsetSpec.max_timestamp()) == (OffsetAndTimestamp(1, BASE_TIMESTAMP + 90), (-1, -1))
+        assert raylogs(OffsetSpec.latest_tiered()) == ((-1, -1), (-1, -1))
+        assert raylogs(OffsetSpec.for_timestamp(BASE_TIMESTAMP + 40)) == ((1, BASE_TIMESTAMP + 90), (-1, -1))
+        assert listed(0, KafkaSpec.EARLIEST_LOCAL) == listed(0, KafkaSpec.EARLIEST) == (0, -1)
+        assert listed(0, KafkaSpec.LATEST_TIERED) == (-1, -1) and listed(0, KafkaSpec.LATEST) == (5, -1)
+        assert listed(1, KafkaSpec.MAX_TIMESTAMP) == (-1, -1) and listed(1, KafkaSpec.EARLIEST_LOCAL) == (0, -1)
         kafka_admin.delete_records({TopicPartition(topic, 0): 2})
-        assert listed(0, OffsetSpec.EARLIEST_LOCAL) == listed(0, OffsetSpec.EARLIEST) == (2, -1)
-        assert listed(0, OffsetSpec.MAX_TIMESTAMP) == confluent_max() == (3, BASE_TIMESTAMP + 90)
+        assert listed(0, KafkaSpec.EARLIEST_LOCAL) == listed(0, KafkaSpec.EARLIEST) == (2, -1)
+        assert listed(0, KafkaSpec.MAX_TIMESTAMP) == confluent_max() == (3, BASE_TIMESTAMP + 90)
+        assert raylogs(OffsetSpec.earliest_local()) == raylogs(OffsetSpec.earliest()) == ((2, -1), (0, -1))
     finally:
         admin.close()
 

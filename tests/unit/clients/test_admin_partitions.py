@@ -3,6 +3,8 @@ reassignments and leader elections through the controller, and what each returns
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from raylog.clients.admin import DELETE_RECORDS_MARGIN_S
@@ -89,3 +91,53 @@ def test_describe_cluster_is_a_copy_of_the_brokers(monkeypatch):
     assert described == brokers
     described.clear()
     assert admin.describe_cluster() == brokers
+
+
+def test_list_offsets_asks_each_leader_with_its_spec_and_isolation_level(monkeypatch):
+    """Each partition's leader gets its spec's ListOffsets timestamp (the partitions of one
+    spec at once) and the isolation level; the answers come back per partition, in the order
+    asked."""
+    from raylog.clients.consumer import offset_fetcher
+    from raylog.protocol import ListOffsetsResponse
+    from raylog.types import OffsetAndTimestamp, OffsetSpec
+
+    cluster = FakeCluster({"t": 3})
+    cluster.metadata().topics["t"].partitions = [SimpleNamespace(partition=p, leader_epoch=4) for p in range(3)]
+    for p in range(3):
+        cluster.leader("t", p).answers["list_offsets"] = lambda ts, epoch, isolation, token, p=p: ListOffsetsResponse(
+            offset=10 * p + (ts if ts < 0 else 100), timestamp_ms=ts if ts >= 0 else -1
+        )
+    monkeypatch.setattr(offset_fetcher, "call", lambda ref, timeout_s: ref)
+    admin, _ = make_admin(monkeypatch, cluster)
+    T2 = TopicPartition("t", 2)
+    specs = {T2: OffsetSpec.max_timestamp(), T0: OffsetSpec.for_timestamp(5), T1: OffsetSpec.max_timestamp()}
+    found = admin.list_offsets(specs, isolation_level="read_committed")
+    assert list(found) == [T2, T0, T1]
+    assert found == {T2: OffsetAndTimestamp(17, -1), T0: OffsetAndTimestamp(100, 5), T1: OffsetAndTimestamp(7, -1)}
+    assert [args[0] for args in cluster.leader("t", 1).sent("list_offsets")] == [-3]
+    assert {args[1:3] for p in range(3) for args in cluster.leader("t", p).sent("list_offsets")} == {(4, 1)}
+    assert [s.timestamp for s in (OffsetSpec.earliest(), OffsetSpec.latest(), OffsetSpec.earliest_local())] == [
+        -2,
+        -1,
+        -4,
+    ]
+    assert OffsetSpec.latest_tiered().timestamp == -5
+
+
+@pytest.mark.parametrize(
+    ("specs", "options"),
+    [({T0: -2}, {}), ({T0: None}, {}), ({}, {"isolation_level": "committed"})],
+    ids=["a bare timestamp", "no spec", "an unknown isolation level"],
+)
+def test_list_offsets_refuses_what_is_not_a_spec_or_an_isolation_level(monkeypatch, specs, options):
+    admin, _ = make_admin(monkeypatch, FakeCluster({"t": 1}))
+    with pytest.raises(InvalidConfigError):
+        admin.list_offsets(specs, **options)
+
+
+@pytest.mark.parametrize("timestamp", [-1, -3, 1.5, True])
+def test_a_timestamp_spec_takes_only_a_non_negative_integer(timestamp):
+    from raylog.types import OffsetSpec
+
+    with pytest.raises(InvalidConfigError):
+        OffsetSpec.for_timestamp(timestamp)
