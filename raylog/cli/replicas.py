@@ -1,12 +1,15 @@
-"""``raylog reassign-partitions``, ``elect-leaders`` and ``delete-records``: where replicas and
-leaders are, and how far back a log starts (Kafka's kafka-reassign-partitions.sh,
-kafka-leader-election.sh and kafka-delete-records.sh).
+"""``raylog reassign-partitions``, ``elect-leaders``, ``delete-records`` and ``get-offsets``:
+where replicas and leaders are, and where a log starts and ends (Kafka's
+kafka-reassign-partitions.sh, kafka-leader-election.sh, kafka-delete-records.sh and
+kafka-get-offsets.sh).
 
 raylog reassign-partitions start TOPIC --partitions 0,1 --replicas 2,0,1 [--wait [--timeout-ms T]]
         move partitions to a new replica set (or change their replication factor); with
         --wait, until every moved partition is in sync on its new replicas
 raylog reassign-partitions list [--json]      reassignments under way
 raylog elect-leaders [TOPIC ...]              leadership back to preferred replicas (or --election-type unclean)
+raylog get-offsets TOPIC [--partitions 0,1] [--time latest|earliest|max-timestamp|earliest-local|latest-tiered|MS]
+        one line TOPIC:PARTITION:OFFSET a partition (-1: none), as kafka-get-offsets.sh prints
 """
 
 from __future__ import annotations
@@ -21,10 +24,30 @@ from raylog.cli.arguments import command, id_list, non_negative_int
 from raylog.cli.connection import connected
 from raylog.cli.output import PROGRESS_INTERVAL_S, Progress, ids_text
 from raylog.errors import KafkaTimeoutError
-from raylog.types import TopicPartition
+from raylog.types import OffsetSpec, TopicPartition
 
 #: How long ``reassign-partitions start --wait`` waits by default.
 REASSIGN_WAIT_MS = 600_000
+#: ``get-offsets --time`` by name, with the numbers kafka-get-offsets.sh takes for them.
+OFFSET_SPECS = {
+    "latest": OffsetSpec.latest(),
+    "earliest": OffsetSpec.earliest(),
+    "max-timestamp": OffsetSpec.max_timestamp(),
+    "earliest-local": OffsetSpec.earliest_local(),
+    "latest-tiered": OffsetSpec.latest_tiered(),
+}
+
+
+def offset_spec(text: str) -> OffsetSpec:
+    """``--time``: a name of :data:`OFFSET_SPECS`, its Kafka number (-1 to -5), or a time in ms."""
+    by_number = {str(spec.timestamp): spec for spec in OFFSET_SPECS.values()}
+    if text in OFFSET_SPECS or text in by_number:
+        return OFFSET_SPECS.get(text) or by_number[text]
+    try:
+        return OffsetSpec.for_timestamp(int(text))
+    except (ValueError, raylog.InvalidConfigError):
+        names = ", ".join(OFFSET_SPECS)
+        raise argparse.ArgumentTypeError(f"expected one of {names}, -1 to -5 or a time in ms, got {text!r}") from None
 
 
 def _reassign_partitions(args: argparse.Namespace) -> int:
@@ -94,6 +117,21 @@ def _delete_records(args: argparse.Namespace) -> int:
     return 0
 
 
+def _get_offsets(args: argparse.Namespace) -> int:
+    with connected(args) as cluster:
+        admin = raylog.Admin(cluster)
+        partitions = args.partitions
+        if partitions is None:
+            (description,) = admin.describe_topics([args.topic])
+            partitions = [p.partition for p in description.partitions]
+        found = admin.list_offsets(
+            {TopicPartition(args.topic, p): args.time for p in partitions}, isolation_level=args.isolation_level
+        )
+    for tp, answer in found.items():
+        print(f"{tp.topic}:{tp.partition}:{answer.offset}")
+    return 0
+
+
 def add_commands(commands: Any) -> None:
     reassign = commands.add_parser("reassign-partitions", help="move partitions to other brokers, change replication")
     actions = reassign.add_subparsers(dest="action", required=True)
@@ -123,4 +161,17 @@ def add_commands(commands: Any) -> None:
     delete.add_argument("--partitions", type=id_list, required=True, help="e.g. 0,1,2")
     delete.add_argument(
         "--offset", type=int, required=True, help="records below it go; -1: below the high watermark (all committed)"
+    )
+    offsets = command(commands, "get-offsets", _get_offsets, "an offset of each partition, by time or a sentinel")
+    offsets.add_argument("topic")
+    offsets.add_argument("--partitions", type=id_list, help="e.g. 0,1,2 (default: every partition)")
+    offsets.add_argument(
+        "--time",
+        type=offset_spec,
+        default=OffsetSpec.latest(),
+        help="latest (-1, the default), earliest (-2), max-timestamp (-3), earliest-local (-4), latest-tiered "
+        "(-5), or a time in ms: the first record at or after it",
+    )
+    offsets.add_argument(
+        "--isolation-level", choices=("read_uncommitted", "read_committed"), default="read_uncommitted"
     )

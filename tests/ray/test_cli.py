@@ -296,9 +296,10 @@ def test_reassign_and_elect_leaders_commands(run, topic):
     assert code == 2
 
 
-def test_delete_records_command(run, topic, cluster):
+def test_delete_records_and_get_offsets_commands(run, topic, cluster):
     """delete-records moves the partitions' log start and prints each low watermark; an
-    offset past the high watermark is refused with its typed error."""
+    offset past the high watermark is refused with its typed error. get-offsets then prints
+    each partition's new log start, or its end, as kafka-get-offsets.sh does."""
     name = topic(num_partitions=2)
     with Producer(cluster, acks="all") as producer:
         for i in range(6):
@@ -309,3 +310,9 @@ def test_delete_records_command(run, topic, cluster):
     assert code == 0 and out.strip() == f"{name}-0\tlow watermark 3"
     code, _, err = run("delete-records", name, "--partitions", "1", "--offset", "9")
     assert code == 1 and err.startswith("raylog: OffsetOutOfRangeError:")
+    code, out, _ = run("get-offsets", name, "--time", "earliest")
+    assert code == 0 and out.splitlines() == [f"{name}:0:3", f"{name}:1:2"]
+    code, out, _ = run("get-offsets", name, "--partitions", "1")  # latest by default
+    assert code == 0 and out.splitlines() == [f"{name}:1:3"]
+    code, _, err = run("get-offsets", "no-such-topic")
+    assert code == 1 and err.startswith("raylog: UnknownTopicOrPartitionError:")

@@ -242,3 +242,20 @@ def test_bench_simulate_groups_runs_the_group_coordinators_schedules(capsys):
     assert out.startswith("4 schedules x 150 steps (seeds 0..3, profile groups)") and ": 0 failed" in out
     totals = dict(item.rsplit(" ", 1) for item in out.split("totals: ", 1)[1].strip().split(", "))
     assert int(totals["generations told"]) > 0 and int(totals["fail-overs"]) > 0
+
+
+def test_get_offsets_time_takes_kafkas_names_numbers_and_times():
+    """``get-offsets --time``: each spec by name or by kafka-get-offsets.sh's number, a time in
+    ms; anything else is a usage error naming what it takes."""
+    import argparse
+
+    from raylog.cli.replicas import offset_spec
+    from raylog.types import OffsetSpec
+
+    assert offset_spec("max-timestamp") == offset_spec("-3") == OffsetSpec.max_timestamp()
+    assert offset_spec("earliest-local") == offset_spec("-4") == OffsetSpec(-4)
+    assert offset_spec("latest") == offset_spec("-1") and offset_spec("-5") == OffsetSpec.latest_tiered()
+    assert offset_spec("1700000000000") == OffsetSpec.for_timestamp(1_700_000_000_000)
+    for bad in ("-6", "soon", "1.5", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="max-timestamp"):
+            offset_spec(bad)
