@@ -50,9 +50,6 @@ MAX_STARTING_REPLICAS = 8
 #: The pause before a push to a replica is made again (its actor was unreachable, e.g. Ray
 #: is restarting it or this process has not yet heard where it restarted, or did not answer).
 PUSH_RETRY_S = 0.5
-#: The pause before a push to a replica is made again (its actor was unreachable, e.g. Ray
-#: is restarting it or this process has not yet heard where it restarted, or did not answer).
-PUSH_RETRY_S = 0.5
 
 
 class ReplicaFleet:
