@@ -7,6 +7,13 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from raylog.common.requests import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 from raylog.errors import InvalidConfigError
 
 
@@ -90,27 +97,27 @@ class OffsetSpec:
     @classmethod
     def earliest(cls) -> OffsetSpec:
         """The log start offset."""
-        return cls(-2)
+        return cls(EARLIEST_TIMESTAMP)
 
     @classmethod
     def latest(cls) -> OffsetSpec:
         """The high watermark (the last stable offset, read_committed)."""
-        return cls(-1)
+        return cls(LATEST_TIMESTAMP)
 
     @classmethod
     def max_timestamp(cls) -> OffsetSpec:
         """The first record with the partition's largest timestamp, and that timestamp (KIP-734)."""
-        return cls(-3)
+        return cls(MAX_TIMESTAMP)
 
     @classmethod
     def earliest_local(cls) -> OffsetSpec:
         """The first offset in the leader's local log (the log start without a remote tier)."""
-        return cls(-4)
+        return cls(EARLIEST_LOCAL_TIMESTAMP)
 
     @classmethod
     def latest_tiered(cls) -> OffsetSpec:
         """The highest offset in the remote tier (-1 without one, KIP-1005)."""
-        return cls(-5)
+        return cls(LATEST_TIERED_TIMESTAMP)
 
     @classmethod
     def for_timestamp(cls, timestamp_ms: int) -> OffsetSpec:

@@ -37,12 +37,13 @@ OFFSET_SPECS = {
     "latest-tiered": OffsetSpec.latest_tiered(),
 }
 
+_NAMED_OR_NUMBERED = {**OFFSET_SPECS, **{str(spec.timestamp): spec for spec in OFFSET_SPECS.values()}}
+
 
 def offset_spec(text: str) -> OffsetSpec:
     """``--time``: a name of :data:`OFFSET_SPECS`, its Kafka number (-1 to -5), or a time in ms."""
-    by_number = {str(spec.timestamp): spec for spec in OFFSET_SPECS.values()}
-    if text in OFFSET_SPECS or text in by_number:
-        return OFFSET_SPECS.get(text) or by_number[text]
+    if text in _NAMED_OR_NUMBERED:
+        return _NAMED_OR_NUMBERED[text]
     try:
         return OffsetSpec.for_timestamp(int(text))
     except (ValueError, raylog.InvalidConfigError):

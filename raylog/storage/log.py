@@ -150,6 +150,32 @@ def first_record_at_or_after(batch: bytes, timestamp_ms: int, start_offset: int)
     return TimestampOffset(int(offsets[i]), int(timestamps[i]))
 
 
+def _first_in_segment(
+    segment: LogSegment, timestamp_ms: int, start_offset: int, end_offset: int, markers: bool = False
+) -> TimestampOffset | None:
+    """The first record of ``segment`` in ``[start_offset, end_offset)`` with a timestamp >=
+    ``timestamp_ms``, found from the time index; with ``markers``, a transaction marker's
+    offset and timestamp where a marker comes first (Kafka's MAX_TIMESTAMP answer), else
+    markers are passed over."""
+    _, size = segment.published
+    start = segment.find_position(segment.time_index.lookup(timestamp_ms), size)
+    if start is None:
+        return None
+    for position, header in segment.records.batch_headers(start, size):
+        if header.base_offset >= end_offset:
+            break
+        if header.max_timestamp < timestamp_ms or header.next_offset <= start_offset:
+            continue
+        if header.attributes & record_batch.CONTROL:
+            if markers and header.base_offset >= start_offset:
+                return TimestampOffset(header.base_offset, header.max_timestamp)
+            continue
+        found = first_record_at_or_after(segment.read(position, position + header.size), timestamp_ms, start_offset)
+        if found is not None:
+            return found
+    return None
+
+
 class Log:
     """See the module docstring. Open with :meth:`open`."""
 
@@ -520,20 +546,10 @@ class Log:
         self._require_online()
         end_offset, start_offset = self._next_offset, self.log_start_offset
         for segment in self._segments:
-            if segment.max_timestamp < timestamp_ms:
-                continue
-            _, size = segment.published
-            start = segment.find_position(segment.time_index.lookup(timestamp_ms), size)
-            if start is None:
-                continue
-            for position, header in segment.records.batch_headers(start, size):
-                if header.base_offset >= end_offset:
-                    break
-                if header.max_timestamp >= timestamp_ms and header.next_offset > start_offset:
-                    batch = segment.read(position, position + header.size)
-                    found = first_record_at_or_after(batch, timestamp_ms, start_offset)
-                    if found is not None:
-                        return found
+            if segment.max_timestamp >= timestamp_ms:
+                found = _first_in_segment(segment, timestamp_ms, start_offset, end_offset)
+                if found is not None:
+                    return found
         return None
 
     def max_timestamp_offset(self) -> TimestampOffset | None:
@@ -544,28 +560,10 @@ class Log:
         None also where DeleteRecords removed every record of that timestamp below the log
         start, where Kafka answers the offset of a record no longer readable."""
         self._require_online()
-        end_offset, start_offset = self._next_offset, self.log_start_offset
         segment = max(self._segments, key=lambda s: s.max_timestamp)  # the first of equals
-        largest = segment.max_timestamp
-        if largest < 0:
+        if segment.max_timestamp < 0:
             return None
-        _, size = segment.published
-        start = segment.find_position(segment.time_index.lookup(largest), size)
-        if start is None:
-            return None
-        for position, header in segment.records.batch_headers(start, size):
-            if header.base_offset >= end_offset:
-                break
-            if header.max_timestamp != largest or header.next_offset <= start_offset:
-                continue
-            if header.attributes & record_batch.CONTROL:
-                if header.base_offset >= start_offset:
-                    return TimestampOffset(header.base_offset, largest)
-                continue
-            found = first_record_at_or_after(segment.read(position, position + header.size), largest, start_offset)
-            if found is not None:
-                return found
-        return None
+        return _first_in_segment(segment, segment.max_timestamp, self.log_start_offset, self._next_offset, markers=True)
 
     def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch whose base offset is ``from_offset`` or above, in offset order."""

@@ -79,14 +79,12 @@ class PartitionAdmin(AdminBase):
             if not isinstance(spec, OffsetSpec):
                 raise InvalidConfigError(f"the spec of {tp} must be an OffsetSpec, got {spec!r}")
             by_timestamp.setdefault(spec.timestamp, []).append(TopicPartition(*tp))
-        timeout_s, isolation, token = (
-            self._call_timeout_s(timeout_ms),
-            ISOLATION_LEVELS[isolation_level],
-            self._session.token(),
-        )
+        timeout_s, token = self._call_timeout_s(timeout_ms), self._session.token()
         found = {}
         for timestamp, tps in by_timestamp.items():
-            found.update(list_offsets(self._cluster, tps, timestamp, timeout_s, isolation, token))
+            found.update(
+                list_offsets(self._cluster, tps, timestamp, timeout_s, ISOLATION_LEVELS[isolation_level], token)
+            )
         return {TopicPartition(*tp): found[TopicPartition(*tp)] for tp in specs}
 
     def alter_partition_reassignments(self, reassignments: dict[TopicPartition, list[int] | None]) -> None:
