@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import re
 import sys
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -236,6 +237,49 @@ class _Config:
 _DAY_MS = 24 * 3600 * 1000
 
 
+def local_retention_problem(unit: str, whole: int, local: int) -> str | None:
+    """What is wrong with ``local.retention.<unit>`` = ``local`` beside ``retention.<unit>`` =
+    ``whole`` on a tiered topic (Kafka's checks: -2 is "as the whole log's"; -1, no limit,
+    only when the whole log has none; never more than the whole log's limit), or None."""
+    if whole != -1 and local == -1:
+        return f"local.retention.{unit} cannot be -1 (no limit) when retention.{unit} is {whole}"
+    if whole != -1 and local > whole:
+        return f"local.retention.{unit} {local} is more than retention.{unit} {whole}"
+    return None
+
+
+def without_secret(text: str, uri: str) -> str:
+    """``text`` with the password of ``uri``'s user info (``s3://key:secret@bucket``) starred out."""
+    try:
+        secret = urllib.parse.urlsplit(uri).password
+    except ValueError:
+        secret = None
+    return text.replace(secret, "***") if secret else text
+
+
+def check_remote_storage(
+    config: Mapping[str, str], previous: Mapping[str, str] | None, remote_log_storage_uri: str
+) -> None:
+    """Kafka's checks of a topic's ``remote.storage.enable`` (``config``, its properties as
+    strings) against the cluster and the topic's ``previous`` config (None: a new topic).
+
+    Raises:
+        InvalidConfigError: tiered storage asked for in a cluster without a remote store, or
+            turned off on a topic that had it.
+    """
+    enabled = config.get("remote.storage.enable") == "true"
+    if enabled and not remote_log_storage_uri:
+        raise InvalidConfigError(
+            "remote.storage.enable: tiered storage is off in this cluster (remote.log.storage.uri "
+            "is not set), so no topic can keep its log in a remote store"
+        )
+    if not enabled and previous is not None and previous.get("remote.storage.enable") == "true":
+        raise InvalidConfigError(
+            "remote.storage.enable cannot be turned off once on: the remote store holds part of "
+            "the topic's log (delete the topic to drop it)"
+        )
+
+
 @dataclass(frozen=True)
 class LogConfig(_Config):
     """How one partition's log stores, indexes, flushes and deletes its data.
@@ -297,6 +341,32 @@ class LogConfig(_Config):
         "than this many bytes (cleanup.policy delete).",
         minimum=-1,
         meanings=((-1, "no size limit"),),
+    )
+    remote_storage_enable: bool = setting(
+        False,
+        "Tiered storage (Kafka's KIP-405): the leader copies each closed segment below the last "
+        "stable offset to the cluster's remote store (remote.log.storage.uri); local.retention.ms "
+        "and local.retention.bytes then bound what stays on the brokers' disks (a segment leaves "
+        "only once copied), retention.ms and retention.bytes the whole log, local and remote, and "
+        "reads below the local log start are served from the store. Refused on a compacted topic "
+        "and in a cluster without a remote store; once on, it cannot be turned off (as in Kafka "
+        "before 3.9): delete the topic instead.",
+    )
+    local_retention_ms: int = setting(
+        -2,
+        "With remote.storage.enable: a segment already copied to the remote store is deleted from "
+        "the brokers' disks once its newest record is older than this (never the active segment). "
+        "At most retention.ms.",
+        minimum=-2,
+        meanings=((-2, "as retention.ms"), (-1, "keep forever, only with retention.ms -1")),
+    )
+    local_retention_bytes: int = setting(
+        -2,
+        "With remote.storage.enable: segments already copied to the remote store are deleted from "
+        "the brokers' disks, oldest first, while the rest of the local log still holds more than "
+        "this many bytes. At most retention.bytes.",
+        minimum=-2,
+        meanings=((-2, "as retention.bytes"), (-1, "no size limit, only with retention.bytes -1")),
     )
     max_message_bytes: int = setting(
         8 * _MIB,
@@ -375,6 +445,20 @@ class LogConfig(_Config):
         above=0,
         meanings=((UNLIMITED_RATE, "no limit"),),
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.remote_storage_enable:
+            self._require(
+                not self.compact,
+                "remote.storage.enable is not supported on a compacted topic (cleanup.policy "
+                f"{self.cleanup_policy}): compaction rewrites segments that the remote store keeps as copied",
+            )
+            for unit in ("ms", "bytes"):
+                problem = local_retention_problem(
+                    unit, getattr(self, f"retention_{unit}"), getattr(self, f"local_retention_{unit}")
+                )
+                self._require(problem is None, str(problem))
 
     @property
     def log_append_time(self) -> bool:
@@ -731,6 +815,20 @@ class ControllerConfig(_Config):
         "comma-separated RULE:pattern/replacement/[LU] tried in order ($1 a group of the "
         "pattern; L or U lower- or upper-cases the result), DEFAULT keeping the subject as is. "
         "E.g. RULE:^CN=(.*?),OU=eng.*$/$1/L,DEFAULT",
+    )
+    remote_log_storage_uri: str = setting(
+        "",
+        "Where tiered storage keeps topics' remote log segments: a pyarrow filesystem URI, "
+        "s3://bucket/prefix (S3 options may ride in the query, e.g. "
+        "?region=eu-west-1 or ?endpoint_override=host:9000&scheme=http), gs://bucket/prefix, "
+        "hdfs://namenode:8020/path or file:///path (a directory every broker node shares). "
+        "Credentials come from the environment or the machine's role. Kafka's "
+        "remote.log.storage.system.enable and its RemoteStorageManager's settings in one: "
+        "empty, tiered storage is off and no topic may set remote.storage.enable.",
+        pattern=(
+            r"|(file|s3|gs|gcs|hdfs|viewfs|abfs|abfss)://\S+",
+            "empty or a URI of a filesystem pyarrow knows (file, s3, gs, gcs, hdfs, viewfs, abfs, abfss)",
+        ),
     )
     listener_name: tuple[tuple[str, str], ...] = setting(
         (),

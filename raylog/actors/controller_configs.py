@@ -47,7 +47,9 @@ class ConfigAdmin(ControllerPart):
         def alter(item: tuple[str, dict[str, Any]]) -> None:
             name, change = item
             require(access, Op.ALTER_CONFIGS, TOPIC, name)
-            record = self.image.alter_config(name, change, incremental=incremental)
+            record = self.image.alter_config(
+                name, change, incremental=incremental, remote_log_storage_uri=self.config.remote_log_storage_uri
+            )
             if not validate_only:
                 self._commit([record])
                 self.fleet.push(list(self.image.topics[name].partitions))

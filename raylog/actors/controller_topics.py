@@ -41,7 +41,12 @@ class TopicAdmin(ControllerPart):
             self._commit(
                 [
                     self.image.create_topic(
-                        new.name, new.num_partitions, new.replication_factor, new.config, live=self.live
+                        new.name,
+                        new.num_partitions,
+                        new.replication_factor,
+                        new.config,
+                        live=self.live,
+                        remote_log_storage_uri=self.config.remote_log_storage_uri,
                     )
                 ]
             )

@@ -31,7 +31,7 @@ from typing import Any
 
 from raylog.common.names import CLUSTER_DEFAULT
 
-from ..config import LISTENER_PREFIX, ControllerConfig, TopicConfig, list_operation
+from ..config import LISTENER_PREFIX, ControllerConfig, TopicConfig, list_operation, without_secret
 from ..errors import InvalidConfigError, InvalidRequestError
 
 #: Topic property -> the broker config that is its default (Kafka's synonyms; the replica and
@@ -45,6 +45,8 @@ TOPIC_SYNONYMS: dict[str, str] = {
     "flush.ms": "log.flush.interval.ms",
     "retention.ms": "log.retention.ms",
     "retention.bytes": "log.retention.bytes",
+    "local.retention.ms": "log.local.retention.ms",
+    "local.retention.bytes": "log.local.retention.bytes",
     "max.message.bytes": "message.max.bytes",
     "message.timestamp.type": "log.message.timestamp.type",
     "message.format.version": "log.message.format.version",
@@ -63,6 +65,9 @@ TOPIC_SYNONYMS: dict[str, str] = {
     "producer.id.expiration.ms": "producer.id.expiration.ms",
     "transaction.partition.verification.enable": "transaction.partition.verification.enable",
 }
+#: Topic properties no broker config defaults (as in Kafka, whose brokers enable tiered
+#: storage but leave each topic to ask for it).
+WITHOUT_SYNONYM = frozenset({"remote.storage.enable"})
 #: Broker config -> the topic property it is the default of.
 TOPIC_DEFAULTS: dict[str, str] = {broker: topic for topic, broker in TOPIC_SYNONYMS.items()}
 #: Configs given when the cluster starts (the controller's settings, and its per-listener
@@ -73,6 +78,8 @@ READ_ONLY = frozenset(ControllerConfig().to_properties()) | {"broker.id", "node.
 PER_BROKER = frozenset({"advertised.listeners"})
 #: Broker configs whose values are comma-separated lists.
 LIST_CONFIGS = frozenset({"log.cleanup.policy"})
+#: Configs whose values are URIs, which may hold a password (shown starred out).
+URI_CONFIGS = frozenset({"remote.log.storage.uri"})
 #: Configs whose values are secrets: described without their value (Kafka's PASSWORD type) and
 #: not logged.
 _SENSITIVE_SUFFIXES = (".password", "sasl.jaas.config")
@@ -134,6 +141,14 @@ def is_sensitive(name: str) -> bool:
 def masked(configs: Mapping[str, str]) -> dict[str, str]:
     """``configs`` fit for a log line: secrets replaced."""
     return {name: "[hidden]" if is_sensitive(name) else value for name, value in configs.items()}
+
+
+def shown(name: str, value: str) -> str | None:
+    """What describing config ``name`` shows of ``value``: nothing of a secret, a URI without
+    the password it may hold (``remote.log.storage.uri``)."""
+    if is_sensitive(name):
+        return None
+    return without_secret(value, value) if name in URI_CONFIGS else value
 
 
 def topic_defaults(*layers: Mapping[str, str]) -> dict[str, str]:

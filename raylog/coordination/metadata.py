@@ -73,7 +73,7 @@ from raylog.common.acl import (
 )
 from raylog.common.names import CLUSTER_DEFAULT, INTERNAL_TOPICS, broker_id_of, check_group_name, validate_topic_name
 
-from ..config import LIST_PROPERTIES, ControllerConfig, TopicConfig, list_operation
+from ..config import LIST_PROPERTIES, ControllerConfig, TopicConfig, check_remote_storage, list_operation
 from ..errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -274,9 +274,11 @@ class MetadataImage:
         config: dict[str, Any] | None = None,
         rng=None,
         live: set[int] | None = None,
+        remote_log_storage_uri: str = "",
     ) -> dict[str, Any]:
         """The record creating a topic, after Kafka's validations; replicas go to the
-        ``live`` brokers (default: every registered broker).
+        ``live`` brokers (default: every registered broker). ``remote_log_storage_uri`` is the
+        cluster's remote store (empty: none; the topic may not ask for tiered storage).
 
         Raises:
             InvalidTopicError, TopicAlreadyExistsError, InvalidPartitionsError,
@@ -286,6 +288,7 @@ class MetadataImage:
         if name in self.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         properties = TopicConfig.from_properties({**self._cluster_topic_defaults(), **(config or {})}).to_properties()
+        check_remote_storage(properties, None, remote_log_storage_uri)
         brokers = sorted(self.brokers if live is None else live)
         replicas = assign_replicas(num_partitions, replication_factor, brokers, rng)
         return {
@@ -297,7 +300,9 @@ class MetadataImage:
             "overrides": sorted({TopicConfig.property_name(key) for key in config or {}}),
         }
 
-    def alter_config(self, name: str, changes: Mapping[str, Any], *, incremental: bool = True) -> dict[str, Any]:
+    def alter_config(
+        self, name: str, changes: Mapping[str, Any], *, incremental: bool = True, remote_log_storage_uri: str = ""
+    ) -> dict[str, Any]:
         """The record altering a topic's config. Incremental (Kafka's
         IncrementalAlterConfigs): a value sets a property, None deletes its override (back
         to the default), ``("append", value)`` / ``("subtract", value)`` add or remove
@@ -306,7 +311,8 @@ class MetadataImage:
         topic's whole set of overrides, and every property it does not set (or sets to
         None) goes back to its default. The result is validated as a whole, so a refused
         change alters nothing. Every topic property applies to live replicas (a segment
-        setting from the next segment on).
+        setting from the next segment on). ``remote_log_storage_uri``: as for
+        :meth:`create_topic`; tiered storage, once on, stays on.
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.
@@ -325,6 +331,7 @@ class MetadataImage:
             else:
                 overrides[prop] = value
         properties = TopicConfig.from_properties({**self._cluster_topic_defaults(), **overrides}).to_properties()
+        check_remote_storage(properties, topic.config, remote_log_storage_uri)
         return {"type": "config", "name": name, "config": properties, "overrides": sorted(overrides)}
 
     def describe_config(self, name: str) -> dict[str, ConfigEntry]:
@@ -397,7 +404,7 @@ class MetadataImage:
         described = {}
         for configs, source in layers:
             for name, value in configs.items():
-                described.setdefault(name, ConfigEntry(None if broker_configs.is_sensitive(name) else value, source))
+                described.setdefault(name, ConfigEntry(broker_configs.shown(name, value), source))
         return dict(sorted(described.items()))
 
     def alter_group_config(

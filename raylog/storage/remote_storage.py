@@ -57,6 +57,7 @@ import msgpack
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from ..config import without_secret
 from ..errors import InvalidConfigError, RemoteResourceNotFoundError, RemoteStorageError
 from . import leader_epoch, producer_snapshot, txn_index
 from .remote_log_metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
@@ -171,9 +172,9 @@ def filesystem_from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
     try:
         return pafs.FileSystem.from_uri(_with_defaults(uri))
     except ValueError as exc:  # pyarrow.ArrowInvalid among them
-        raise InvalidConfigError(_without_secret(f"remote storage URI {uri!r} is not valid: {exc}", uri)) from None
+        raise InvalidConfigError(without_secret(f"remote storage URI {uri!r} is not valid: {exc}", uri)) from None
     except (OSError, pa.ArrowException) as exc:
-        raise RemoteStorageError(_without_secret(f"cannot reach remote storage {uri!r}: {exc}", uri)) from None
+        raise RemoteStorageError(without_secret(f"cannot reach remote storage {uri!r}: {exc}", uri)) from None
 
 
 def _with_defaults(uri: str) -> str:
@@ -187,15 +188,6 @@ def _with_defaults(uri: str) -> str:
     return urllib.parse.urlunsplit(
         parts._replace(query="&".join(filter(None, (parts.query, "allow_delayed_open=true"))))
     )
-
-
-def _without_secret(message: str, uri: str) -> str:
-    """``message`` with the password of ``uri``'s user info starred out."""
-    try:
-        secret = urllib.parse.urlsplit(uri).password
-    except ValueError:
-        secret = None
-    return message.replace(secret, "***") if secret else message
 
 
 @contextlib.contextmanager

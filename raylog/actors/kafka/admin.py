@@ -78,7 +78,7 @@ from raylog.actors.kafka.context import BrokerContext, topic_ids
 from raylog.actors.kafka.coordinator_errors import code_of
 from raylog.common.names import INTERNAL_TOPICS, validate_topic_name
 from raylog.common.requests import PREFERRED_ELECTION
-from raylog.config import LIST_PROPERTIES, ControllerConfig, TopicConfig
+from raylog.config import LIST_PROPERTIES, ControllerConfig, TopicConfig, check_remote_storage
 from raylog.coordination import broker_configs, group_configs
 from raylog.coordination.consumer_group import ConsumerGroupConfig
 from raylog.coordination.placement import MAX_PARTITIONS, assign_replicas
@@ -208,7 +208,7 @@ def _creation(topic: dict, md: dict, defaults: ControllerConfig) -> _Creation:
         raise InvalidRequestError(f"{name!r} is an internal topic: raylog creates it")
     config = {c["name"]: c["value"] for c in topic.get("configs") or () if c["value"] is not None}
     overrides = {TopicConfig.property_name(key) for key in config}
-    TopicConfig.from_properties(config)
+    check_remote_storage(TopicConfig.from_properties(config).to_properties(), None, defaults.remote_log_storage_uri)
     num_partitions, replication_factor = topic["num_partitions"], topic["replication_factor"]
     live = sorted(md["live"])
     assignments = None
@@ -521,7 +521,7 @@ def _synonyms(key: str, entry: Any, broker: bool) -> list[dict]:
     )
     topic_property = broker_configs.TOPIC_DEFAULTS.get(key) if broker else key
     if topic_property in _DEFAULTS:
-        name = broker_configs.TOPIC_SYNONYMS[topic_property]
+        name = broker_configs.TOPIC_SYNONYMS.get(topic_property, topic_property)
         if not broker and entry.source == "dynamic_default_broker":
             synonyms = [{"name": name, "value": entry.value, "source": SOURCES["dynamic_default_broker"]}]
         synonyms.append({"name": name, "value": _DEFAULTS[topic_property], "source": SOURCE_DEFAULT_CONFIG})
