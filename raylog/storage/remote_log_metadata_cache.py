@@ -35,6 +35,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..config import local_retention_problem
 from ..errors import (
     FencedLeaderEpochError,
     InvalidConfigError,
@@ -339,10 +340,9 @@ def _check_limits(unit: str, whole: int, local: int) -> None:
         raise InvalidConfigError(f"retention.{unit} must be an int >= -1, not {whole!r}")
     if type(local) is not int or local < USE_RETENTION:
         raise InvalidConfigError(f"local.retention.{unit} must be an int >= -2, not {local!r}")
-    if whole != UNLIMITED and local == UNLIMITED:
-        raise InvalidConfigError(f"local.retention.{unit} cannot be -1 (no limit) when retention.{unit} is {whole}")
-    if whole != UNLIMITED and local > whole:
-        raise InvalidConfigError(f"local.retention.{unit} {local} is more than retention.{unit} {whole}")
+    problem = local_retention_problem(unit, whole, local)
+    if problem is not None:
+        raise InvalidConfigError(problem)
 
 
 def segments_to_copy(
