@@ -830,6 +830,20 @@ class ControllerConfig(_Config):
             "empty or a URI of a filesystem pyarrow knows (file, s3, gs, gcs, hdfs, viewfs, abfs, abfss)",
         ),
     )
+    remote_log_metadata_topic_num_partitions: int = setting(
+        1,
+        "Partitions of __remote_log_metadata, where the leaders of tiered topics record each "
+        "remote segment's state (created with the first tiered topic); every tiered replica "
+        "reads the partition of its own events. Kafka's default is 50, here each replica is a "
+        "process.",
+        minimum=1,
+    )
+    remote_log_metadata_topic_replication_factor: int = setting(
+        3,
+        "Replicas of each __remote_log_metadata partition, capped at the number of brokers when "
+        "the topic is created (min.insync.replicas is 2 from three replicas up).",
+        minimum=1,
+    )
     listener_name: tuple[tuple[str, str], ...] = setting(
         (),
         "Kafka's per-listener settings, each a property of its own: listener.name.<listener>."

@@ -537,6 +537,14 @@ class LogTruncationError(OffsetOutOfRangeError):
     beyond that point are gone from the log."""
 
 
+@_api(109, "OFFSET_MOVED_TO_TIERED_STORAGE")
+class OffsetMovedToTieredStorageError(ApiError):
+    """The offset asked for is below the local log start of a tiered partition: the remote
+    tier holds it (Kafka's OffsetMovedToTieredStorageException). A leader answers a follower's
+    fetch with it (the follower then starts at the local log start its answer carries) and
+    serves a consumer's fetch from the remote tier."""
+
+
 class RemoteStorageError(RetriableError, ApiError):
     """Tiered storage's object store failed an operation (Kafka's RemoteStorageException): the
     store is unreachable, refused the call, or an I/O error cut a transfer short. Retriable: a

@@ -102,6 +102,8 @@ def cluster(tmp_path_factory):
             # Members of Kafka's consumer protocol learn of a rebalance at their next heartbeat.
             "group.consumer.heartbeat.interval.ms": "500",
             "group.consumer.min.heartbeat.interval.ms": "500",
+            # Tiered storage's store, for the topics that ask for it (tests/ray/test_tiered_storage.py).
+            "remote.log.storage.uri": f"file://{tmp_path_factory.mktemp('remote-tier')}",
         },
     )
     yield handle

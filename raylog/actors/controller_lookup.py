@@ -16,10 +16,8 @@ from raylog.actors.controller_parts import CLUSTER, TOPIC, ControllerPart, requi
 from raylog.actors.replica_fleet import REPLICA_START_TIMEOUT_S, wait_for_event
 from raylog.common.acl import CLUSTER_NAME, ResourceType
 from raylog.common.acl import ACLOperation as Op
-from raylog.common.names import (
-    OFFSETS_TOPIC,
-    TRANSACTION_TOPIC,
-)
+from raylog.common.names import OFFSETS_TOPIC, REMOTE_LOG_METADATA_TOPIC, TRANSACTION_TOPIC
+from raylog.config import TopicConfig
 from raylog.coordination.group import partition_for
 from raylog.errors import (
     CoordinatorNotAvailableError,
@@ -27,6 +25,7 @@ from raylog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raylog.protocol import error_result
+from raylog.storage import remote_log_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +53,23 @@ class ClusterLookup(ControllerPart):
         require(self._caller(session), Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
         return await self._coordinator_of(TRANSACTION_TOPIC, transactional_id)
 
+    async def find_remote_log_metadata_partition(
+        self, topic: str, partition: int, session: str | None = None
+    ) -> tuple[int, Any]:
+        """``(partition, leader actor or None)`` of the ``__remote_log_metadata`` partition that
+        holds the remote segment events of ``topic``'s ``partition`` (a broker's call, from the
+        replicas of a tiered topic); creates the topic, replicated, on the first call.
+
+        Raises:
+            ClusterAuthorizationFailedError: the caller is not a broker.
+            InvalidRequestError: tiered storage is off in this cluster.
+        """
+        require(self._caller(session), Op.CLUSTER_ACTION, CLUSTER, CLUSTER_NAME)
+        if not self.config.remote_log_storage_uri:
+            raise InvalidRequestError("tiered storage is off in this cluster (remote.log.storage.uri is not set)")
+        key = remote_log_metadata.record_key(topic, partition).decode()
+        return await self._coordinator_of(REMOTE_LOG_METADATA_TOPIC, key)
+
     async def _coordinator_of(self, name: str, key: str) -> tuple[int, Any]:
         await self.start()
         if name not in self.image.topics:
@@ -65,22 +81,31 @@ class ClusterLookup(ControllerPart):
         return partition.partition, self.fleet.live_leader(partition)
 
     async def _create_internal_topic(self, name: str) -> None:
-        """Create ``__consumer_offsets`` or ``__transaction_state`` with its configured
-        replicas (at most as many as the cluster has brokers, so that one broker can run
-        groups and transactions) and, as their writes are acks=all, ``min.insync.replicas``
-        2 from three replicas up.
+        """Create ``__consumer_offsets``, ``__transaction_state`` or ``__remote_log_metadata``
+        with its configured replicas (at most as many as the cluster has brokers, so that one
+        broker can run groups and transactions) and, as their writes are acks=all,
+        ``min.insync.replicas`` 2 from three replicas up. The first two are compacted; the
+        third, a history of events every reader replays, keeps everything (as Kafka's).
 
         Raises:
             CoordinatorNotAvailableError: fewer brokers are live than the topic needs (retriable:
                 as in Kafka, clients wait until the cluster can host it fully replicated).
         """
         c = self.config
+        retention = {"cleanup.policy": "compact"}
         if name == OFFSETS_TOPIC:
             partitions, factor, segment_bytes = (
                 c.offsets_topic_num_partitions,
                 c.offsets_topic_replication_factor,
                 c.offsets_topic_segment_bytes,
             )
+        elif name == REMOTE_LOG_METADATA_TOPIC:
+            partitions, factor, segment_bytes = (
+                c.remote_log_metadata_topic_num_partitions,
+                c.remote_log_metadata_topic_replication_factor,
+                TopicConfig().segment_bytes,
+            )
+            retention = {"cleanup.policy": "delete", "retention.ms": "-1"}
         else:
             partitions, factor, segment_bytes = (
                 c.transaction_state_log_num_partitions,
@@ -93,7 +118,7 @@ class ClusterLookup(ControllerPart):
                 f"{name} needs {replication} live brokers to be created, {len(self.live)} are live"
             )
         config = {
-            "cleanup.policy": "compact",
+            **retention,
             "segment.bytes": str(segment_bytes),
             "unclean.leader.election.enable": "false",
             "min.insync.replicas": str(max(1, min(2, replication - 1))),

@@ -75,6 +75,7 @@ from raylog.actors.access import Guard
 from raylog.actors.replica_housekeeping import Housekeeping
 from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S, now_ms
 from raylog.actors.replica_reads import LeaderReads
+from raylog.actors.replica_tiering import Tiering
 from raylog.actors.replica_writes import LeaderWrites
 from raylog.common.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig
@@ -118,7 +119,7 @@ RESTART_REPORT_LOG_EVERY = 50
 logger = logging.getLogger(__name__)
 
 
-class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
+class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping, Tiering):
     """See the module docstring. Concurrency: every step on the partition holds ``_lock``;
     a call that waits is parked in ``_purgatory`` on a condition of that lock."""
 
@@ -141,6 +142,7 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
         *,
         session_key: str,
         acls: tuple[int, Authorizer | None] = (-1, None),
+        remote_log_storage_uri: str = "",
     ):
         logs.configure()
         topic_config = TopicConfig.from_properties(config)
@@ -167,11 +169,16 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
         # them (so that it never serves unchecked), then as pushed (see raylog.actors.access).
         self._guard = Guard(session_key)
         self._guard.apply(*acls)
+        # Tiered storage (see raylog.actors.replica_tiering): the cluster's store, the pump.
+        self._remote_log_storage_uri = remote_log_storage_uri
+        self._tiering: threading.Thread | None = None
+        self._remote_reader = None
         with self._lock:
             if ray.get_runtime_context().was_current_actor_reconstructed:
                 self._take(Restarted())
             else:
                 self._apply_state(state, leader_handle)
+            self._maybe_start_tiering()
         self._start(self._housekeep)
         # What this process holds from now on lives as long as it does (modules, the log and
         # its indexes): out of the collector's sight. When the object store runs full, Ray
@@ -238,6 +245,7 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
         if version > self._config_version:
             self._config_version = version
             self.partition.update_config(TopicConfig.from_properties(properties))
+            self._maybe_start_tiering()
 
     @ray.method(concurrency_group="control")
     def update_quotas(self, version: int, quotas: ClientQuotas) -> None:
@@ -355,7 +363,10 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping):
                     for s in p.producers.describe()
                     if s.current_transaction_start_offset >= 0
                 ],
-                "log_start_offset": p.log.log_start_offset,
+                "log_start_offset": p.log_start_offset,
+                "local_log_start_offset": p.log.log_start_offset,
+                "remote_log_start_offset": p.remote_log_start_offset,
+                "highest_remote_offset": p.highest_remote_offset,
                 "log_end_offset": p.log.log_end_offset,
                 "epochs": p.epochs.entries,
                 "size_bytes": p.log.size_bytes,

@@ -290,7 +290,11 @@ class ReplicaFleet:
             topic_name, PartitionReplicaActor
         )
         options["max_concurrency"] = actor_class.MAX_CONCURRENCY
-        kwargs: dict[str, Any] = {"session_key": self.image.session_key, "acls": self.authorizer()}
+        kwargs: dict[str, Any] = {
+            "session_key": self.image.session_key,
+            "acls": self.authorizer(),
+            "remote_log_storage_uri": self.config.remote_log_storage_uri,
+        }
         if actor_class is GroupCoordinatorActor:
             kwargs["initial_rebalance_delay_ms"] = self.config.group_initial_rebalance_delay_ms
             kwargs["consumer_groups"] = self._consumer_groups

@@ -56,6 +56,8 @@ class ReplicaPart:
     _maybe_propose_isr: Callable[[], None]
     _throttled: Callable[[Any, int, str], Any]
     _controller: Callable[[], Any]
+    _start: Callable[..., threading.Thread]
+    _remote_fetch: Callable[[Any, Any], Any]
 
 
 def now_ms() -> float:

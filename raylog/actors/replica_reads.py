@@ -19,6 +19,7 @@ from raylog.coordination.purgatory import DelayedFetch
 from raylog.errors import (
     AuthorizationError,
     InvalidRequestError,
+    OffsetMovedToTieredStorageError,
     SaslAuthenticationError,
 )
 from raylog.protocol import (
@@ -75,13 +76,16 @@ class LeaderReads(ReplicaPart):
             p = self.partition
             watermarks = (p.high_watermark, p.low_watermark)
             response = p.fetch(request)
-            if response.error_code:
+            if response.error_code and response.error_code != OffsetMovedToTieredStorageError.code:
                 return response
             if request.replica_id >= 0:
                 if (p.high_watermark, p.low_watermark) != watermarks:
                     self._notify()  # wake acks=all producers, consumers, DeleteRecords
                 self._maybe_propose_isr()
-            response = self._await(DelayedFetch(request, response, deadline_ms))
+            if not response.error_code:
+                response = self._await(DelayedFetch(request, response, deadline_ms))
+        if response.error_code:  # below the local log start: the remote tier's
+            return self._remote_fetch(request, response)
         latency_s = (now_ms() - started) / 1000
         metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_s)
         return response

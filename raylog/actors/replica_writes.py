@@ -99,7 +99,7 @@ class LeaderWrites(ReplicaPart):
                 error = self._await_replication(outcome.last_offset + 1, deadline_ms, "produce")
                 if error is not None:
                     return _produce_error(error)
-            log_start_offset = self.partition.log.log_start_offset
+            log_start_offset = self.partition.log_start_offset
         latency_s = (now_ms() - started) / 1000
         metrics.record_produce(self._metric_tags, outcome.record_count, len(request.records), latency_s)
         return ProduceResponse(

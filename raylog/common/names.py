@@ -24,11 +24,12 @@ MAX_TOPIC_NAME_LENGTH = 249
 #: The longest string Kafka's protocol carries (an int16 length): client and transactional ids.
 MAX_ID_BYTES = 32_767
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-#: Topics raylog keeps for itself (consumer offsets, transaction states); users may read
-#: but not create them.
+#: Topics raylog keeps for itself (consumer offsets, transaction states, tiered storage's
+#: remote segment metadata); users may read but not create them.
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC})
+REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_TOPIC, REMOTE_LOG_METADATA_TOPIC})
 #: Longest group id, in bytes of UTF-8: the longest string Kafka's protocol carries (an
 #: int16 length), so any group id Kafka accepts is accepted here and no longer one.
 MAX_GROUP_ID_BYTES = 32_767

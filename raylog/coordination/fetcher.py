@@ -26,7 +26,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import OffsetOutOfRangeError, RaylogError
+from ..errors import OffsetMovedToTieredStorageError, OffsetOutOfRangeError, RaylogError
 from ..protocol import FetchRequest, FetchResponse, error_of
 from ..storage.log import wall_clock_ms
 from .partition import Partition
@@ -143,7 +143,10 @@ class FollowerFetcher:
     def _on_fetch(self, request: FetchRequest, response: FetchResponse) -> Next:
         p = self.partition
         error = error_of(response)
-        if isinstance(error, OffsetOutOfRangeError) and request.offset < response.log_start_offset:
+        if isinstance(error, OffsetOutOfRangeError | OffsetMovedToTieredStorageError) and (
+            request.offset < response.log_start_offset
+        ):
+            # (below a tiered leader's local log start: its answer carries that start, KIP-405)
             p.reset_to_leader_start(response.log_start_offset)
             return Next.AGAIN
         if isinstance(error, OffsetOutOfRangeError) and request.offset > response.log_end_offset >= 0:

@@ -82,6 +82,7 @@ from ..errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetMovedToTieredStorageError,
     OffsetNotAvailableError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
@@ -168,12 +169,47 @@ class Partition:
         self.txn_index = txn_index.TransactionIndex(log.dir)
         self._snapshot_version = -1  # the producer state's version the newest snapshot holds
         self._snapshots_kept_for: tuple | None = None  # the log layout snapshots were last pruned for
+        #: Tiered storage (``remote.storage.enable``), as this replica's tiering pump last
+        #: learned from ``__remote_log_metadata``: the first offset the remote tier holds (None:
+        #: it holds none) and the highest offset copied to it (-1: none).
+        self.remote_log_start_offset: int | None = None
+        self.highest_remote_offset = -1
+        #: Whether the pump has read the metadata to its end once: until then the remote
+        #: tier's extent is unknown, and what may lie in it is not answered.
+        self.remote_tier_ready = False
         log.on_roll = self._snapshot_at_roll
         self._reload_producer_state()
 
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset a consumer may read: the local log's start or, on a tiered partition
+        whose remote tier holds offsets below it, the remote tier's first offset (never below
+        what DeleteRecords asked for): Kafka's UnifiedLog.logStartOffset. The local log's own
+        start is ``log.log_start_offset`` (Kafka's localLogStartOffset)."""
+        local, remote = self.log.log_start_offset, self.remote_log_start_offset
+        if remote is None or remote >= local:
+            return local
+        return max(remote, self.log.checkpointed_log_start_offset)
+
+    def _require_remote_tier_known(self) -> None:
+        """Raises OffsetNotAvailableError (retriable) on a tiered partition whose remote tier's
+        extent is not known yet (its pump has not read ``__remote_log_metadata`` through)."""
+        if self.config.remote_storage_enable and not self.remote_tier_ready:
+            raise OffsetNotAvailableError(f"{self.name}: the remote tier's metadata is still being read")
+
+    def delete_local_segments_below(self, base_offset: int) -> None:
+        """A tiered partition's local retention: delete the local segments below the one at
+        ``base_offset``, which the remote tier holds (the caller checked).
+
+        Raises:
+            StorageError.
+        """
+        if self.log.delete_segments_below(base_offset, "local retention, copied to the remote tier"):
+            self.txn_index.retain(self.log.log_start_offset)
 
     @property
     def is_leader(self) -> bool:
@@ -612,10 +648,19 @@ class Partition:
 
         Raises:
             NotLeaderOrFollowerError, FencedLeaderEpochError, UnknownLeaderEpochError,
-            OffsetOutOfRangeError.
+            OffsetOutOfRangeError, OffsetMovedToTieredStorageError (the remote tier holds
+            ``offset``: a follower starts at the local log start, a consumer is served from
+            the remote tier).
         """
         self._check_epoch(current_leader_epoch)
         self._require_leader()
+        if offset < self.log.log_start_offset:
+            self._require_remote_tier_known()
+        if self.log_start_offset <= offset < self.log.log_start_offset:
+            raise OffsetMovedToTieredStorageError(
+                f"{self.name}: offset {offset} is in the remote tier, below the local log start "
+                f"{self.log.log_start_offset}"
+            )
         if replica_id != CONSUMER_REPLICA_ID:
             if record_fetch:
                 self._follower_fetched(replica_id, offset)
@@ -654,7 +699,7 @@ class Partition:
     def _result(self, data: bytes, aborted: tuple = ()) -> ReadResult:
         log = self.log
         return ReadResult(
-            data, self.high_watermark, log.log_start_offset, log.log_end_offset, self.last_stable_offset, aborted
+            data, self.high_watermark, self.log_start_offset, log.log_end_offset, self.last_stable_offset, aborted
         )
 
     def fetch(self, request: FetchRequest, record_fetch: bool = True) -> FetchResponse:
@@ -670,10 +715,12 @@ class Partition:
                 request.isolation_level,
             )
         except Exception as exc:  # noqa: BLE001 — every error travels back as a code
+            # A follower sent to the remote tier starts at the local log start (KIP-405).
+            moved = isinstance(exc, OffsetMovedToTieredStorageError)
             return FetchResponse(
                 **error_fields(exc),
                 leader_epoch=self.leader_epoch,
-                log_start_offset=self.log.log_start_offset,
+                log_start_offset=self.log.log_start_offset if moved else self.log_start_offset,
                 log_end_offset=self.log.log_end_offset,
             )
         if record_fetch and request.replica_id != CONSUMER_REPLICA_ID:
@@ -716,7 +763,7 @@ class Partition:
     def low_watermark(self) -> int:
         """The smallest log start offset in the ISR (Kafka's low watermark; a follower's as its
         last fetch said, -1 while one has not said)."""
-        starts = [self.log.log_start_offset]
+        starts = [self.log_start_offset]
         starts += [self.followers[r].log_start_offset for r in self.isr if r in self.followers]
         return min(starts)
 
@@ -823,9 +870,10 @@ class Partition:
         """``(offset, timestamp_ms)`` for EARLIEST / LATEST (the LSO read_committed), the first
         record at or after ``timestamp_ms``, or Kafka's other sentinels: MAX_TIMESTAMP (the
         first record with the largest timestamp, with it), EARLIEST_LOCAL (the local log
-        start: the log start, the log having no remote tier) and LATEST_TIERED (-1, for the
-        same reason). ``(-1, -1)`` when no record is found below the HW (the LSO
-        read_committed), as Kafka answers a look-up that lands past what a client may read.
+        start, above EARLIEST's while a remote tier holds older records) and LATEST_TIERED
+        (the highest offset copied to the remote tier, -1 without one). ``(-1, -1)`` when no
+        record is found below the HW (the LSO read_committed), as Kafka answers a look-up that
+        lands past what a client may read.
 
         A new leader's HW may lag what its predecessor had exposed: until it reaches the
         start of this leader's epoch, LATEST and time look-ups are refused with the retriable
@@ -837,7 +885,10 @@ class Partition:
         """
         self._check_epoch(current_leader_epoch)
         self._require_leader()
-        if timestamp_ms in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            self._require_remote_tier_known()
+            return self.log_start_offset, -1
+        if timestamp_ms == EARLIEST_LOCAL_TIMESTAMP:
             return self.log.log_start_offset, -1
         if self.high_watermark < self.leader_epoch_start_offset:
             raise OffsetNotAvailableError(
@@ -848,7 +899,7 @@ class Partition:
         if timestamp_ms == LATEST_TIMESTAMP:
             return end, -1
         if timestamp_ms == LATEST_TIERED_TIMESTAMP:
-            return -1, -1
+            return self.highest_remote_offset, -1
         found = (
             self.log.max_timestamp_offset()
             if timestamp_ms == MAX_TIMESTAMP

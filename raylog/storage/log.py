@@ -75,6 +75,7 @@ from ..errors import (
 from . import cleaner
 from .cleaner import CleanerStats
 from .files import fsync_directory, write_atomically
+from .remote_log_metadata_cache import LocalSegment
 from .segment import DELETED_SUFFIX, AppendedBatch, LogSegment
 from .throttler import Throttler
 from .txn_index import AbortedTxn
@@ -329,6 +330,12 @@ class Log:
     @property
     def log_start_offset(self) -> int:
         return max(self._segments[0].base_offset, self._log_start)
+
+    @property
+    def checkpointed_log_start_offset(self) -> int:
+        """The highest log start asked for (DeleteRecords), which may be below the first
+        segment's base: the local log no longer holds those offsets, a remote tier may."""
+        return self._log_start
 
     @property
     def log_end_offset(self) -> int:
@@ -639,7 +646,9 @@ class Log:
         """Delete the records below ``offset`` (Kafka's DeleteRecords): the log start moves
         there (checkpointed and fsync'd before anything is deleted) and the segments wholly
         below it are deleted, never the active one. An offset at or below the log start
-        changes nothing; the caller bounds it (a leader by its high watermark).
+        deletes nothing, and is checkpointed (:attr:`checkpointed_log_start_offset`: on a
+        tiered partition, whose remote tier may hold offsets below the local log start, it is
+        the partition's log start); the caller bounds it (a leader by its high watermark).
 
         Returns:
             The base offsets of the deleted segments.
@@ -653,6 +662,9 @@ class Log:
         if offset > self._next_offset:
             raise OffsetOutOfRangeError(f"cannot start {self.dir} at {offset}, past its end {self._next_offset}")
         if offset <= self.log_start_offset:
+            if offset > self._log_start:  # a tiered log's start below its local segments
+                self._log_start = offset
+                self._write_log_start()
             return []
         with self._lock:  # (the cleaner may swap segments meanwhile)
             self._log_start = offset
@@ -680,7 +692,9 @@ class Log:
         oldest first, never the active segment and only segments wholly below
         ``high_watermark`` (as Kafka: uncommitted records may yet be needed, and a
         follower's log start must not pass what the leader has committed); only when
-        ``cleanup.policy`` includes ``delete``. The deletions are fsync'd (the directory).
+        ``cleanup.policy`` includes ``delete``, and never on a tiered log
+        (``remote.storage.enable``: its owner deletes copied segments,
+        :meth:`delete_segments_below`). The deletions are fsync'd (the directory).
 
         Returns:
             The base offsets of the deleted segments.
@@ -690,15 +704,51 @@ class Log:
                 is gone from the log all the same; a restart finds and drops it again).
         """
         self._require_online()
-        if not self.config.delete:
+        if not self.config.delete or self.config.remote_storage_enable:
             return []
         with self._lock:  # (the cleaner may swap segments meanwhile)
-            segments = self._segments
-            reasons = self._expired_segments(segments, high_watermark)
-            doomed = len(reasons)
-            if not doomed:
-                return []
-            self._publish(segments[doomed:])
+            doomed = self._drop_oldest(lambda segments: self._expired_segments(segments, high_watermark))
+        return self._deleted(doomed)
+
+    def delete_segments_below(self, base_offset: int, why: str) -> list[int]:
+        """Delete the segments below the one at ``base_offset`` (never the active one): a tiered
+        log's local retention, once the remote store holds them. Deleting them moves the log
+        start offset up to ``base_offset``; the deletions are fsync'd (the directory).
+
+        Returns:
+            The base offsets of the deleted segments (none when the log holds no segment
+            below ``base_offset``).
+
+        Raises:
+            StorageError: as :meth:`apply_retention`.
+        """
+        self._require_online()
+        with self._lock:  # (the cleaner may swap segments meanwhile)
+            doomed = self._drop_oldest(
+                lambda segments: [
+                    why for s, _ in zip(segments, segments[1:], strict=False) if s.base_offset < base_offset
+                ]
+            )
+        return self._deleted(doomed)
+
+    def local_segments(self) -> list[LocalSegment]:
+        """What tiered storage's plans need of each segment, oldest first, the active one last."""
+        segments = self._segments
+        ends = [s.base_offset for s in segments[1:]] + [self._next_offset]
+        return [
+            LocalSegment(s.base_offset, end - 1, s.size, s.max_timestamp, i == len(segments) - 1)
+            for i, (s, end) in enumerate(zip(segments, ends, strict=True))
+        ]
+
+    def _drop_oldest(self, reasons_of: Callable[[tuple[LogSegment, ...]], list[str]]) -> tuple[LogSegment, ...]:
+        """Take the oldest segments out of the log, one per reason ``reasons_of`` gives for the
+        segment list (holding ``_lock``), logging why; they are to be deleted (:meth:`_deleted`)."""
+        segments = self._segments
+        reasons = reasons_of(segments)
+        doomed = len(reasons)
+        if not doomed:
+            return ()
+        self._publish(segments[doomed:])
         logger.info(
             "log %s deletes %d segment(s) for retention (%s): offsets %d to %d, %d bytes; log start offset now %d",
             self.dir,
@@ -709,9 +759,15 @@ class Log:
             sum(s.size for s in segments[:doomed]),
             segments[doomed].base_offset,
         )
-        self._retire(segments[:doomed])
-        fsync_directory(self.dir)
-        return [s.base_offset for s in segments[:doomed]]
+        return segments[:doomed]
+
+    def _deleted(self, segments: tuple[LogSegment, ...]) -> list[int]:
+        """Delete the files of ``segments``, out of the log now, and fsync the directory; their
+        base offsets."""
+        if segments:
+            self._retire(segments)
+            fsync_directory(self.dir)
+        return [s.base_offset for s in segments]
 
     def _retire(self, segments: Iterable[LogSegment]) -> None:
         """Delete the files of ``segments``, out of the log: at once, or, with a positive

@@ -35,7 +35,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..config import local_retention_problem
+from ..config import LogConfig, local_retention_problem
 from ..errors import (
     FencedLeaderEpochError,
     InvalidConfigError,
@@ -321,6 +321,11 @@ class TieredRetentionConfig:
     retention_bytes: int = UNLIMITED
     local_retention_ms: int = USE_RETENTION
     local_retention_bytes: int = USE_RETENTION
+
+    @classmethod
+    def of(cls, config: LogConfig) -> TieredRetentionConfig:
+        """A topic's limits (``config`` checked them already)."""
+        return cls(config.retention_ms, config.retention_bytes, config.local_retention_ms, config.local_retention_bytes)
 
     def __post_init__(self) -> None:
         _check_limits("ms", self.retention_ms, self.local_retention_ms)

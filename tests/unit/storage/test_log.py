@@ -262,6 +262,34 @@ def test_retention_by_time_and_bytes_never_deletes_the_active_segment(open_log, 
     assert sized.segment_count >= 2
 
 
+def test_a_tiered_log_keeps_its_segments_until_its_owner_deletes_the_copied_ones(open_log, clock):
+    """On a tiered log (remote.storage.enable) retention deletes nothing by itself: a segment
+    leaves only through delete_segments_below, once copied; never the active one."""
+    log = open_log(segment_bytes=3_000, retention_ms=60_000, retention_bytes=3_000, remote_storage_enable=True)
+    now = clock()
+    for i in range(20):
+        log.append_as_leader(batch(5, i * 5, timestamps=[now - 120_000 + i] * 5), 0)
+    assert log.apply_retention(log.log_end_offset) == [] and log.log_start_offset == 0
+    segments = log.local_segments()
+    assert [s.base_offset for s in segments] == list(log.segment_base_offsets)
+    assert [s.is_active for s in segments] == [False] * (len(segments) - 1) + [True]
+    assert all(s.last_offset + 1 == t.base_offset for s, t in zip(segments, segments[1:], strict=False))
+    assert (
+        segments[-1].last_offset == log.log_end_offset - 1
+        and segments[0].max_timestamp_ms == now - 120_000 + segments[0].last_offset // 5
+    )
+    assert sum(s.size_bytes for s in segments) == log.size_bytes
+
+    second = segments[1].base_offset
+    assert log.delete_segments_below(second, "local.retention.bytes 3000") == [0]
+    assert log.log_start_offset == second and log.delete_segments_below(second, "again") == []
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 100)
+    assert log.delete_segments_below(10**9, "all") == [s.base_offset for s in segments[1:-1]]
+    assert log.segment_count == 1 and log.log_start_offset == segments[-1].base_offset
+    assert read_all(log).column("offset").to_pylist() == list(range(segments[-1].base_offset, 100))
+
+
 def test_flush_policy_moves_the_recovery_point(open_log, clock):
     """flush.messages and flush.ms fsync and checkpoint the recovery point."""
     log = open_log(flush_messages=10)

@@ -1,0 +1,289 @@
+"""A tiered replica's pump (Kafka's RemoteLogManager in its broker, KIP-405): the thread that
+runs :class:`~raylog.coordination.remote_log_tasks.RemoteLogTasks` for this replica and
+carries out what it decides, and the reads a leader serves from the remote tier.
+
+Once the topic sets ``remote.storage.enable`` (and the cluster has a store,
+``remote.log.storage.uri``), each replica runs a pump. Every round it reads its partition's
+new events from ``__remote_log_metadata``
+(:class:`~raylog.actors.remote_log_metadata_topic.RemoteLogMetadataTopic`) into the tasks' cache
+and the remote reader's, takes the partition's state under the replica's lock (leadership and
+epoch, local segments, last stable offset, log start, epoch history, config), ticks the tasks
+and carries out their actions one after the other without the lock: events published acks=all,
+segments copied to and deleted from the store (:class:`~raylog.storage.remote_storage.RemoteStorageManager`),
+local segments deleted once copied (local retention), orphans swept. It then tells the
+partition what the remote tier holds (:attr:`Partition.remote_log_start_offset
+<raylog.coordination.partition.Partition.remote_log_start_offset>`), which moves the
+partition's log start. A leader leads the tasks in its epoch; a follower applies events and
+runs its own local retention. The log's own retention is off on a tiered topic
+(:meth:`Log.apply_retention <raylog.storage.log.Log.apply_retention>`): a segment leaves the
+disk only once copied.
+
+Reads: a consumer's fetch below the local log start is answered from the remote tier
+(:meth:`Tiering._remote_fetch`, without the replica's lock), read_committed with the aborted
+transactions of both tiers. Until the pump has read the metadata topic to its end once, such a
+fetch and an EARLIEST look-up get the retriable OFFSET_NOT_AVAILABLE: the remote tier's extent
+is not known yet. A store that fails makes remote reads fail with the retriable
+KAFKA_STORAGE_ERROR while the local tail goes on serving, and copying resumes when it is back.
+
+Limitation: Parquet history (``WriteHistory``) is not asked for by any topic setting yet.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import functools
+import logging
+import threading
+
+import numpy as np
+
+from raylog.actors.remote_log_metadata_topic import RemoteLogMetadataTopic
+from raylog.actors.replica_parts import ReplicaPart
+from raylog.common.record_batch import iter_headers
+from raylog.coordination.partition import CONSUMER_REPLICA_ID, READ_COMMITTED
+from raylog.coordination.remote_log_tasks import (
+    Action,
+    CleanOrphans,
+    CopySegment,
+    DeleteLocalSegments,
+    DeleteRemoteSegment,
+    Phase,
+    PublishEvent,
+    RemoteLogTasks,
+    RemoteLogTasksConfig,
+)
+from raylog.errors import (
+    InvalidConfigError,
+    OffsetNotAvailableError,
+    RaylogError,
+    RemoteStorageError,
+    StorageError,
+)
+from raylog.protocol import FetchRequest, FetchResponse, error_fields
+from raylog.storage.log import wall_clock_ms
+from raylog.storage.remote_log_metadata_cache import RemoteLogMetadataCache, TieredRetentionConfig
+from raylog.storage.remote_log_reader import RemoteLogReader
+from raylog.storage.remote_storage import LogSegmentData, RemoteStorageManager
+
+logger = logging.getLogger(__name__)
+
+#: How often an idle pump looks for new segments to copy and new events.
+TIER_INTERVAL_S = 1.0
+#: How long a busy pump's read of the metadata topic waits for its own event to come back.
+READ_BACK_WAIT_MS = 200
+#: The pause after the store or the metadata topic failed.
+TIERING_RETRY_S = 1.0
+#: A failure that repeats is logged at most this often.
+FAILURE_LOG_INTERVAL_S = 60.0
+
+
+class Tiering(ReplicaPart):
+    """See the module docstring. Concurrency: the pump is one thread; ``_remote_reader`` is
+    thread-safe (fetch threads read through it while the pump applies events)."""
+
+    _remote_log_storage_uri: str
+    _tiering: threading.Thread | None
+    _remote_reader: RemoteLogReader | None
+
+    def _maybe_start_tiering(self) -> None:
+        """Start the pump when the topic asks for tiered storage (holding ``_lock``; at start
+        and at each config change: tiered storage, once on, stays on)."""
+        p = self.partition
+        if self._tiering is not None or not p.config.remote_storage_enable or self._stopped.is_set():
+            return
+        if not self._remote_log_storage_uri:
+            logger.error(
+                "%s: remote.storage.enable is on but the cluster has no remote store (remote.log.storage.uri): "
+                "its segments stay on local disk, none is deleted until the store is configured again",
+                p.name,
+            )
+            return
+        self._tiering = self._start(self._tier)
+
+    def _tier(self) -> None:
+        """The pump (see the module docstring), until the replica stops."""
+        store = self._open_store()
+        if store is None:
+            return
+        p = self.partition
+        pump = _Pump(
+            self,
+            store,
+            RemoteLogTasks(p.topic, p.partition, p.broker_id),
+            RemoteLogMetadataTopic(p.topic, p.partition, self._controller, self._guard.broker_token),
+        )
+        self._remote_reader = pump.reader
+        pump.run()
+
+    def _open_store(self) -> RemoteStorageManager | None:
+        """The cluster's store, tried again until it can be set up (None: stopped, or a URI
+        pyarrow refuses, logged)."""
+        while not self._stopped.is_set():
+            try:
+                return RemoteStorageManager.from_uri(self._remote_log_storage_uri)
+            except InvalidConfigError as exc:
+                logger.error("%s: tiered storage is off: %s", self.partition.name, exc)
+                return None
+            except RemoteStorageError as exc:
+                logger.warning("%s: remote store not reachable, trying again: %s", self.partition.name, exc)
+                self._stopped.wait(TIERING_RETRY_S)
+        return None
+
+    def _remote_fetch(self, request: FetchRequest, response: FetchResponse) -> FetchResponse:
+        """Answer a fetch that ``response`` sent to the remote tier (OFFSET_MOVED_TO_TIERED_STORAGE)
+        from it, for a consumer; a follower gets ``response`` as it is (it starts at the local
+        log start the response carries). Called without ``_lock``."""
+        reader = self._remote_reader
+        if request.replica_id != CONSUMER_REPLICA_ID:
+            return response
+        try:
+            with self._lock:
+                p = self.partition
+                if reader is None or not p.remote_tier_ready:
+                    raise OffsetNotAvailableError(f"{p.name}: the remote tier's metadata is still being read")
+                epochs, answered = p.epochs.entries, self._remote_answer(p)
+            data = reader.read(request.offset, request.max_bytes, epochs)
+            aborted: tuple = ()
+            if request.isolation_level == READ_COMMITTED and data:
+                end = _end_offset(data)
+                remote = reader.aborted_transactions(request.offset, end, leader_epoch_history=epochs)
+                with self._lock:
+                    local = self.partition.txn_index.collect(request.offset, end)
+                aborted = tuple(dict.fromkeys(map(tuple, remote + local)))
+        except RemoteStorageError as exc:
+            failed = StorageError(f"{self.partition.name}: remote storage: {exc}")
+            return dataclasses.replace(response, **error_fields(failed))
+        except RaylogError as exc:
+            return dataclasses.replace(response, **error_fields(exc))
+        return dataclasses.replace(answered, records=np.frombuffer(data, dtype=np.uint8), aborted_transactions=aborted)
+
+    @staticmethod
+    def _remote_answer(p) -> FetchResponse:
+        """A fetch answer's watermarks, as of now (holding ``_lock``)."""
+        return FetchResponse(
+            high_watermark=p.high_watermark,
+            log_start_offset=p.log_start_offset,
+            log_end_offset=p.log.log_end_offset,
+            leader_epoch=p.leader_epoch,
+            last_stable_offset=p.last_stable_offset,
+        )
+
+
+def _end_offset(data: bytes) -> int:
+    """The offset after the last batch of ``data`` (whole batches)."""
+    end = -1
+    for _, header in iter_headers(data):
+        end = header.next_offset
+    return end
+
+
+@dataclasses.dataclass(eq=False)
+class _Pump:
+    """One replica's pump (see the module docstring)."""
+
+    replica: Tiering
+    store: RemoteStorageManager
+    tasks: RemoteLogTasks
+    topic: RemoteLogMetadataTopic
+
+    def __post_init__(self) -> None:
+        p = self.replica.partition
+        self.reader = RemoteLogReader(RemoteLogMetadataCache(p.topic, p.partition), self.store, executor=_prefetch())
+        self._logged: dict[str, float] = {}
+
+    def run(self) -> None:
+        stopped = self.replica._stopped
+        wait_s = 0.0
+        while not stopped.wait(wait_s):
+            actions: list[Action] = []
+            wait_s = 0.0 if not self.tasks.idle else TIER_INTERVAL_S
+            try:
+                events = self.topic.poll(max_wait_ms=READ_BACK_WAIT_MS if not self.tasks.idle else 0)
+            except RaylogError as exc:
+                self._failed("reading __remote_log_metadata", exc)
+                events, wait_s = [], TIERING_RETRY_S
+            for event in events:
+                actions += self.tasks.on_metadata_event(event)
+                try:
+                    self.reader.apply(event)
+                except RaylogError:
+                    pass  # refused by every reader alike (the tasks count it)
+            actions += self._tick()
+            self._carry_out(actions)
+            self._tell_partition()
+
+    def _tick(self) -> list[Action]:
+        """Take the role and tick the tasks with the partition's state."""
+        with self.replica._lock:
+            p = self.replica.partition
+            leading, epoch = p.is_leader, p.leader_epoch
+            state = (p.log.local_segments(), p.last_stable_offset, p.log_start_offset, p.epochs.entries)
+            config = RemoteLogTasksConfig(TieredRetentionConfig.of(p.config))
+        now = wall_clock_ms()
+        actions: list[Action] = []
+        if leading and epoch > self.tasks.leader_epoch:
+            actions += self.tasks.become_leader(epoch, now)
+        elif not leading and self.tasks.phase is not Phase.FOLLOWER:
+            self.tasks.become_follower()
+        return actions + self.tasks.tick(now, *state, config)
+
+    def _carry_out(self, actions: list[Action]) -> None:
+        """Do each action, oldest first, and each that its answer asks for next."""
+        queue = collections.deque(actions)
+        while queue and not self.replica._stopped.is_set():
+            action = queue.popleft()
+            try:
+                self._do(action)
+            except (RaylogError, OSError) as exc:
+                self._failed(type(action).__name__, exc)
+                queue.extend(self.tasks.on_action_done(action, False, exc))
+            else:
+                queue.extend(self.tasks.on_action_done(action, True))
+
+    def _do(self, action: Action) -> None:
+        p = self.replica.partition
+        if isinstance(action, PublishEvent):
+            self.topic.publish(action.event)
+        elif isinstance(action, CopySegment):
+            files = LogSegmentData.in_directory(p.log.dir, action.base_offset, action.next_offset)
+            self.store.copy_log_segment_data(action.metadata, files)
+        elif isinstance(action, DeleteRemoteSegment):
+            self.store.delete_log_segment_data(action.metadata)
+        elif isinstance(action, DeleteLocalSegments):
+            with self.replica._lock:
+                p.delete_local_segments_below(action.up_to_base_offset)
+        elif isinstance(action, CleanOrphans):
+            self.store.clean_orphans(p.topic, p.partition, action.keep, action.now_ms - action.min_age_ms)
+        else:  # WriteHistory: no topic setting asks for it yet
+            raise RemoteStorageError(f"{p.name}: {type(action).__name__} is not carried out by this broker")
+
+    def _tell_partition(self) -> None:
+        """What the remote tier holds, for the partition's log start and look-ups."""
+        cache = self.tasks.cache
+        with self.replica._lock:
+            p = self.replica.partition
+            p.remote_log_start_offset = cache.remote_log_start_offset
+            p.highest_remote_offset = cache.highest_copied_offset
+            p.remote_tier_ready = p.remote_tier_ready or self.topic.caught_up
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """Log a failure: at WARNING when new or every FAILURE_LOG_INTERVAL_S, else DEBUG."""
+        name = self.replica.partition.name
+        now = wall_clock_ms() / 1000
+        key = f"{what}: {type(exc).__name__}"
+        level = (
+            logging.DEBUG
+            if now - self._logged.get(key, -FAILURE_LOG_INTERVAL_S) < FAILURE_LOG_INTERVAL_S
+            else logging.WARNING
+        )
+        if level == logging.WARNING:
+            self._logged[key] = now
+        logger.log(level, "%s: tiered storage: %s failed, tried again: %s", name, what, exc)
+
+
+@functools.cache
+def _prefetch() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's thread fetching remote chunks ahead of sequential reads."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="raylog-remote-prefetch")
