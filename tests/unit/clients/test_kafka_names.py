@@ -111,6 +111,7 @@ KAFKA_PYTHON_NAMES = {
     100: "UnknownTopicIdError",
     103: "InconsistentTopicIdError",
     104: "InconsistentClusterIdError",
+    109: "OffsetMovedToTieredStorageError",
     105: "TransactionalIdNotFoundError",
     110: "FencedMemberEpochError",
     111: "UnreleasedInstanceIdError",
