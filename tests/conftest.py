@@ -69,6 +69,23 @@ def restored_raylog_logging():
 
 
 @pytest.fixture(scope="session")
+def s3_server():
+    """The session's :class:`S3Server` (started by the first test that asks for it; moto is
+    imported only then)."""
+    import logging
+    import os
+
+    from tests.unit.object_store import S3Server
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        os.environ.setdefault(name, "testing")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     # Imported here so that tests/unit, which never asks for this fixture, stays free of Ray.
     import ray

@@ -31,23 +31,6 @@ def open_log(tmp_path, clock):
             segment.close()
 
 
-@pytest.fixture(scope="session")
-def s3_server():
-    """The session's :class:`S3Server` (started by the first test that asks for it; moto is
-    imported only then)."""
-    import logging
-    import os
-
-    from tests.unit.object_store import S3Server
-
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        os.environ.setdefault(name, "testing")
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
-    server = S3Server()
-    yield server
-    server.stop()
-
-
 @pytest.fixture(params=["file", "s3"])
 def remote_uri(request, tmp_path):
     """Where a test's remote tier lives, once in a local directory and once in a fresh S3

@@ -27,12 +27,15 @@ class S3Server:
         self._server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         self._server.start()
 
-    def new_bucket(self) -> str:
-        """A fresh bucket's URI (credentials come from the environment, as in production)."""
+    def new_bucket(self, credentials: str = "") -> str:
+        """A fresh bucket's URI. Credentials come from the environment, as in production, or
+        from ``credentials`` (``key:secret``) in the URI, for processes that do not share
+        this one's environment (a Ray cluster's replicas)."""
         bucket = f"raylog-{uuid.uuid4().hex[:16]}"
         query = f"endpoint_override={self.host}:{self.port}&scheme=http&region=us-east-1"
-        pafs.FileSystem.from_uri(f"s3://{bucket}?{query}&allow_bucket_creation=true")[0].create_dir(bucket)
-        return f"s3://{bucket}/tiered?{query}"
+        user = f"{credentials}@" if credentials else ""
+        pafs.FileSystem.from_uri(f"s3://{user}{bucket}?{query}&allow_bucket_creation=true")[0].create_dir(bucket)
+        return f"s3://{user}{bucket}/tiered?{query}"
 
 
 def read_object(filesystem, path: str) -> bytes:

@@ -46,8 +46,9 @@ KCAT_TIMEOUT_S = 60
 
 
 @pytest.fixture(scope="package")
-def kafka_cluster(cluster, tmp_path_factory):
-    """A raylog cluster of three brokers on this node, each running a Kafka listener."""
+def kafka_cluster(cluster, tmp_path_factory, s3_server):
+    """A raylog cluster of three brokers on this node, each running a Kafka listener, its
+    tiered storage in an S3 bucket (moto's server on the loopback)."""
     import raylog
 
     handle = raylog.connect(
@@ -71,6 +72,7 @@ def kafka_cluster(cluster, tmp_path_factory):
             # every leader.imbalance.check.interval.seconds, would race them (it moved that
             # partition between the test's describe and its election once, beside a busy core).
             "auto.leader.rebalance.enable": "false",
+            "remote.log.storage.uri": s3_server.new_bucket(credentials="testing:testing"),
         },
         # raylog's own clients on this handle are admin (created with the cluster): tests
         # that deny everyone something still clean up with them.

@@ -1,0 +1,126 @@
+"""Tiered storage through Kafka's own clients (KIP-405): a topic of three replicas whose old
+segments live in an S3 bucket (moto's server on the loopback) and whose brokers keep only
+``local.retention.bytes``. confluent-kafka and kafka-python, in their default settings,
+read it from offset 0 and get every record once, in order, with its headers and timestamp;
+read_committed never sees an aborted transaction's records, from either tier."""
+
+from __future__ import annotations
+
+import uuid
+
+import ray
+
+from tests.helpers import wait_until
+
+TIMEOUT_S = 60
+PLAIN = 150
+TIERED = {
+    "remote.storage.enable": "true",
+    "segment.bytes": "4096",
+    "local.retention.bytes": "8192",
+    "retention.ms": "-1",
+    "min.insync.replicas": "2",
+}
+
+
+def _states(cluster, name: str) -> list[dict]:
+    handles = ray.get(cluster.controller.replica_handles.remote(name))
+    return ray.get([handles[(0, b)].state.remote() for b in range(3)])
+
+
+def _value(i: int) -> bytes:
+    return b"record-%05d-" % i + b"x" * 60
+
+
+def _produce(bootstrap: str, name: str) -> list[tuple[bytes, int, list]]:
+    """Plain records, an aborted transaction, a committed one, plain records again (each
+    record with a header and a timestamp of its own): what read_committed must read."""
+    from confluent_kafka import Producer
+
+    expected = []
+
+    def send(producer, i: int, keep: bool) -> None:
+        ts = 1_700_000_000_000 + i
+        producer.produce(name, _value(i), key=b"k%d" % (i % 5), timestamp=ts, headers=[("n", b"%d" % i)])
+        if keep:
+            expected.append((_value(i), ts, [("n", b"%d" % i)]))
+
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(PLAIN):
+        send(plain, i, True)
+        plain.poll(0)
+    assert plain.flush(TIMEOUT_S) == 0
+    transactional = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"tiered-{uuid.uuid4().hex[:6]}"})
+    transactional.init_transactions(TIMEOUT_S)
+    for base, commit in ((PLAIN, False), (PLAIN + 50, True)):
+        transactional.begin_transaction()
+        for i in range(base, base + 50):
+            send(transactional, i, commit)
+        assert transactional.flush(TIMEOUT_S) == 0  # in the log before the abort (unsent ones it would purge)
+        if commit:
+            transactional.commit_transaction(TIMEOUT_S)
+        else:
+            transactional.abort_transaction(TIMEOUT_S)
+    for i in range(PLAIN + 100, 2 * PLAIN + 100):
+        send(plain, i, True)
+        plain.poll(0)
+    assert plain.flush(TIMEOUT_S) == 0
+    return expected
+
+
+def test_kafka_clients_read_a_tiered_topic_from_offset_0_on_every_replica(kafka_cluster, kafka_topic, bootstrap):
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    name = kafka_topic(1, 3, **TIERED)
+    expected = _produce(bootstrap, name)
+
+    # Every replica deletes its copied segments past local.retention.bytes (librdkafka's
+    # batches are larger than a segment here: each batch fills one), the aborted
+    # transaction's records now in the remote tier only.
+    def held() -> list[dict] | None:
+        states = _states(kafka_cluster, name)
+        return states if all(s["local_log_start_offset"] > PLAIN + 50 for s in states) else None
+
+    states = wait_until(
+        held,
+        timeout_s=TIMEOUT_S,
+        message="local retention on every replica",
+    )
+    assert all(s["log_start_offset"] == 0 and s["remote_log_start_offset"] == 0 for s in states)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(name, 0, OFFSET_BEGINNING)])
+    got = []
+    while len(got) < len(expected):
+        message = consumer.poll(TIMEOUT_S)
+        assert message is not None and message.error() is None, message and message.error()
+        got.append((message.value(), message.timestamp()[1], message.headers()))
+    consumer.close()
+    assert got == expected
+
+    tp = KafkaTopicPartition(name, 0)
+    for isolation_level, count in (("read_committed", len(expected)), ("read_uncommitted", len(expected) + 50)):
+        reader = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            isolation_level=isolation_level,
+            consumer_timeout_ms=TIMEOUT_S * 1000,
+            enable_auto_commit=False,
+        )
+        reader.assign([tp])
+        reader.seek_to_beginning(tp)
+        records = [r for _, r in zip(range(count), reader, strict=False)]
+        reader.close()
+        values = [r.value for r in records]
+        if isolation_level == "read_committed":
+            assert [(r.value, r.timestamp, [(k, v) for k, v in r.headers]) for r in records] == expected
+        else:
+            assert sorted(values) == sorted(_value(i) for i in range(2 * PLAIN + 100))
