@@ -70,3 +70,44 @@ def read_values(cluster, topic: str, partitions: int = 1, isolation_level: str =
             for tp, records in consumer.poll(timeout_ms=1_000).items():
                 by_partition[tp] += [r.value for r in records]
         return [value for tp in tps for value in by_partition[tp]]
+
+
+#: A tiered topic's settings for the tests: 4 KiB segments, 8 KiB kept on the broker's disk.
+TIERED_TOPIC = {
+    "remote.storage.enable": "true",
+    "segment.bytes": "4096",
+    "local.retention.bytes": "8192",
+    "retention.ms": "-1",
+}
+
+
+@contextlib.contextmanager
+def tiered_topic(cluster, admin, name: str, records: int = 600) -> Iterator[list[tuple]]:
+    """A 1-partition tiered topic ``name`` on ``cluster`` (whose controller has a remote store)
+    holding ``records`` records, each with a key, a header and a timestamp of its own, its
+    copied segments deleted from the broker's disk down to local.retention.bytes: yields the
+    records as ``(key, value, timestamp_ms, headers)``; the topic is deleted on exit."""
+    import ray
+
+    from raylog import NewTopic, Producer
+
+    admin.create_topics([NewTopic(name, 1, 1, config=TIERED_TOPIC)], wait_for_leaders_ms=60_000)
+    try:
+        sent = [
+            (b"k%d" % (i % 7), b"value-%05d-" % i + b"x" * 80, 1_700_000_000_000 + i, [("n", b"%d" % i)])
+            for i in range(records)
+        ]
+        with Producer(cluster, linger_ms=0, batch_size=1024) as producer:
+            for key, value, ts, headers in sent:
+                producer.send(name, value, key=key, timestamp_ms=ts, headers=headers)
+        leader = ray.get(cluster.controller.replica_handles.remote(name))[(0, 0)]
+
+        def held() -> dict | None:
+            state = ray.get(leader.state.remote())
+            return state if state["size_bytes"] <= 8192 + 4096 else None
+
+        state = wait_until(held, timeout_s=60, message="local retention of the tiered topic")
+        assert state["local_log_start_offset"] > records // 2 and state["remote_log_start_offset"] == 0
+        yield sent
+    finally:
+        admin.delete_topics([name])

@@ -1,62 +1,60 @@
 """Tiered storage end to end (KIP-405): a topic with ``remote.storage.enable`` copies its closed
 segments to the session cluster's store (a local directory), keeps only
 ``local.retention.bytes`` on the broker's disk, and still serves every record from offset 0,
-the old ones from the remote tier."""
+the old ones from the remote tier, to raylog's Consumer and to Ray Data."""
 
 from __future__ import annotations
 
+import uuid
+
+import pyarrow as pa
+import pytest
 import ray
 
-from raylog import Consumer, OffsetSpec, Producer, TopicPartition
-from tests.helpers import wait_until
+from raylog import Consumer, OffsetSpec, TopicPartition
+from raylog.data import read_topic
+from tests.helpers import tiered_topic, wait_until
 
-RECORDS = 600
-TIERED = {
-    "remote.storage.enable": "true",
-    "segment.bytes": "4096",
-    "local.retention.bytes": "8192",
-    "retention.ms": "-1",
-}
+
+@pytest.fixture(scope="module")
+def tiered(cluster, admin):
+    name = f"tiered-{uuid.uuid4().hex[:6]}"
+    with tiered_topic(cluster, admin, name) as sent:
+        yield name, sent
 
 
 def _leader_state(cluster, name: str) -> dict:
-    handles = ray.get(cluster.controller.replica_handles.remote(name))
-    return ray.get(handles[(0, 0)].state.remote())
+    return ray.get(ray.get(cluster.controller.replica_handles.remote(name))[(0, 0)].state.remote())
 
 
-def _records() -> list[tuple[bytes, bytes, int, list]]:
-    return [
-        (b"k%d" % (i % 7), b"value-%05d-" % i + b"x" * 80, 1_700_000_000_000 + i, [("n", b"%d" % i)])
-        for i in range(RECORDS)
-    ]
-
-
-def test_a_tiered_topic_serves_every_record_from_offset_0_with_its_disk_held_to_local_retention(cluster, admin, topic):
-    name = topic(1, 1, **TIERED)
-    sent = _records()
-    with Producer(cluster, linger_ms=0, batch_size=1024) as producer:
-        for key, value, ts, headers in sent:
-            producer.send(name, value, key=key, timestamp_ms=ts, headers=headers)
-    # Copied segments leave the local disk down to local.retention.bytes (with the active
-    # segment): the local log starts past 0, the remote tier at 0, the partition at 0.
-    state = wait_until(
-        lambda: (s := _leader_state(cluster, name))["size_bytes"] <= 8192 + 4096 and s,
-        timeout_s=60,
-    )
-    assert state["local_log_start_offset"] > RECORDS // 2 and state["remote_log_start_offset"] == 0
-    assert state["log_start_offset"] == 0
-
+def test_the_partition_starts_at_the_remote_tier_and_its_local_log_past_it(cluster, admin, tiered):
+    name, sent = tiered
+    state = _leader_state(cluster, name)
+    assert (state["log_start_offset"], state["remote_log_start_offset"]) == (0, 0)
     tp = TopicPartition(name, 0)
     assert admin.list_offsets({tp: OffsetSpec.earliest()})[tp].offset == 0
     local = admin.list_offsets({tp: OffsetSpec.earliest_local()})[tp].offset
-    tiered = admin.list_offsets({tp: OffsetSpec.latest_tiered()})[tp].offset
-    assert local == state["local_log_start_offset"] and local - 1 <= tiered < RECORDS
+    tiered_end = admin.list_offsets({tp: OffsetSpec.latest_tiered()})[tp].offset
+    assert local == state["local_log_start_offset"] > 0
+    assert local - 1 <= tiered_end < len(sent)
+    assert admin.list_offsets({tp: OffsetSpec.latest()})[tp].offset == len(sent)
 
+
+def test_a_consumer_reads_every_record_once_in_order_from_both_tiers(cluster, tiered):
+    name, sent = tiered
+    tp = TopicPartition(name, 0)
     with Consumer(cluster, auto_offset_reset="earliest") as consumer:
         consumer.assign([tp])
         got = []
-        wait_until(lambda: got.extend(consumer.poll(timeout_ms=500).get(tp, [])) or len(got) >= RECORDS, timeout_s=60)
-    assert [r.offset for r in got] == list(range(RECORDS))
-    assert [(r.key, r.value, r.timestamp, [tuple(h) for h in r.headers]) for r in got] == [
-        (k, v, t, h) for k, v, t, h in sent
-    ]
+        wait_until(lambda: got.extend(consumer.poll(timeout_ms=500).get(tp, [])) or len(got) >= len(sent), timeout_s=60)
+    assert [r.offset for r in got] == list(range(len(sent)))
+    assert [(r.key, r.value, r.timestamp, [tuple(h) for h in r.headers]) for r in got] == sent
+
+
+def test_ray_data_reads_the_whole_topic_from_both_tiers(cluster, tiered):
+    name, sent = tiered
+    tables = [t for t in ray.get(read_topic(name, cluster=cluster).to_arrow_refs()) if t.num_rows]
+    table = pa.concat_tables(tables).sort_by("offset")
+    assert table.column("offset").to_pylist() == list(range(len(sent)))
+    assert table.column("value").to_pylist() == [v for _, v, _, _ in sent]
+    assert table.column("key").to_pylist() == [k for k, _, _, _ in sent]
