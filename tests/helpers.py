@@ -72,6 +72,14 @@ def read_values(cluster, topic: str, partitions: int = 1, isolation_level: str =
         return [value for tp in tps for value in by_partition[tp]]
 
 
+def only_replica(cluster, name: str):
+    """The actor of the one replica of a 1-partition, 1-replica topic (on whichever broker)."""
+    import ray
+
+    (handle,) = ray.get(cluster.controller.replica_handles.remote(name)).values()
+    return handle
+
+
 #: A tiered topic's settings for the tests: 4 KiB segments, 8 KiB kept on the broker's disk.
 TIERED_TOPIC = {
     "remote.storage.enable": "true",
@@ -100,7 +108,7 @@ def tiered_topic(cluster, admin, name: str, records: int = 600) -> Iterator[list
         with Producer(cluster, linger_ms=0, batch_size=1024) as producer:
             for key, value, ts, headers in sent:
                 producer.send(name, value, key=key, timestamp_ms=ts, headers=headers)
-        leader = ray.get(cluster.controller.replica_handles.remote(name))[(0, 0)]
+        leader = only_replica(cluster, name)
 
         def held() -> dict | None:
             state = ray.get(leader.state.remote())

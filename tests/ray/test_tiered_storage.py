@@ -13,7 +13,7 @@ import ray
 
 from raylog import Consumer, OffsetSpec, TopicPartition
 from raylog.data import read_topic
-from tests.helpers import tiered_topic, wait_until
+from tests.helpers import only_replica, tiered_topic, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def tiered(cluster, admin):
 
 
 def _leader_state(cluster, name: str) -> dict:
-    return ray.get(ray.get(cluster.controller.replica_handles.remote(name))[(0, 0)].state.remote())
+    return ray.get(only_replica(cluster, name).state.remote())
 
 
 def test_the_partition_starts_at_the_remote_tier_and_its_local_log_past_it(cluster, admin, tiered):

@@ -124,3 +124,53 @@ def test_kafka_clients_read_a_tiered_topic_from_offset_0_on_every_replica(kafka_
             assert [(r.value, r.timestamp, [(k, v) for k, v in r.headers]) for r in records] == expected
         else:
             assert sorted(values) == sorted(_value(i) for i in range(2 * PLAIN + 100))
+
+
+def test_with_the_store_down_the_local_tail_serves_remote_reads_fail_retriably_and_copying_resumes(
+    kafka_cluster, kafka_admin, s3_server
+):
+    """The store stops answering (its server down): a fetch below the local log start gets the
+    retriable KAFKA_STORAGE_ERROR, the local tail is read and appended to as before, and
+    nothing more is copied; once the store is back, copying resumes and a read from offset 0
+    gets every record once, in order."""
+    from raylog import Consumer, Producer, TopicPartition
+    from raylog.errors import StorageError
+    from raylog.protocol import FetchRequest, error_of
+    from tests.helpers import only_replica, tiered_topic
+
+    name = f"tiered-down-{uuid.uuid4().hex[:6]}"
+    with tiered_topic(kafka_cluster, kafka_admin, name, records=300) as sent:
+        leader = only_replica(kafka_cluster, name)
+        token = kafka_cluster.session().token()
+        before = ray.get(leader.state.remote())
+        s3_server.stop()
+        try:
+            answer = ray.get(leader.fetch.remote(FetchRequest(0, max_wait_ms=0, session=token)), timeout=TIMEOUT_S)
+            assert isinstance(error_of(answer), StorageError), answer
+            tail = ray.get(
+                leader.fetch.remote(FetchRequest(before["local_log_start_offset"], max_wait_ms=0, session=token)),
+                timeout=TIMEOUT_S,
+            )
+            assert error_of(tail) is None and len(tail.records)
+            more = [(b"k", b"late-%05d" % i + b"y" * 80) for i in range(200)]
+            with Producer(kafka_cluster, linger_ms=0, batch_size=1024) as producer:
+                for key, value in more:
+                    producer.send(name, value, key=key)
+            during = ray.get(leader.state.remote())
+            assert during["highest_remote_offset"] == before["highest_remote_offset"]
+            assert during["segments"] > before["segments"]  # nothing uncopied leaves the disk
+        finally:
+            s3_server.start_again()
+        wait_until(
+            lambda: ray.get(leader.state.remote())["highest_remote_offset"] > len(sent),
+            timeout_s=TIMEOUT_S,
+            message="copying resumed",
+        )
+        tp = TopicPartition(name, 0)
+        with Consumer(kafka_cluster, auto_offset_reset="earliest") as consumer:
+            consumer.assign([tp])
+            got = []
+            total = len(sent) + len(more)
+            wait_until(lambda: got.extend(consumer.poll(timeout_ms=500).get(tp, [])) or len(got) >= total, TIMEOUT_S)
+        assert [r.offset for r in got] == list(range(total))
+        assert [r.value for r in got] == [v for _, v, _, _ in sent] + [v for _, v in more]
