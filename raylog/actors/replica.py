@@ -173,6 +173,7 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping, Tiering):
         self._remote_log_storage_uri = remote_log_storage_uri
         self._tiering: threading.Thread | None = None
         self._remote_reader = None
+        self._tiering_pump = None
         with self._lock:
             if ray.get_runtime_context().was_current_actor_reconstructed:
                 self._take(Restarted())
@@ -367,6 +368,7 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping, Tiering):
                 "local_log_start_offset": p.log.log_start_offset,
                 "remote_log_start_offset": p.remote_log_start_offset,
                 "highest_remote_offset": p.highest_remote_offset,
+                "tiering": self._tiering_state(),
                 "log_end_offset": p.log.log_end_offset,
                 "epochs": p.epochs.entries,
                 "size_bytes": p.log.size_bytes,

@@ -86,6 +86,7 @@ class Tiering(ReplicaPart):
     _remote_log_storage_uri: str
     _tiering: threading.Thread | None
     _remote_reader: RemoteLogReader | None
+    _tiering_pump: _Pump | None
 
     def _maybe_start_tiering(self) -> None:
         """Start the pump when the topic asks for tiered storage (holding ``_lock``; at start
@@ -114,7 +115,7 @@ class Tiering(ReplicaPart):
             RemoteLogTasks(p.topic, p.partition, p.broker_id),
             RemoteLogMetadataTopic(p.topic, p.partition, self._controller, self._guard.broker_token),
         )
-        self._remote_reader = pump.reader
+        self._remote_reader, self._tiering_pump = pump.reader, pump
         pump.run()
 
     def _open_store(self) -> RemoteStorageManager | None:
@@ -159,6 +160,19 @@ class Tiering(ReplicaPart):
             return dataclasses.replace(response, **error_fields(exc))
         return dataclasses.replace(answered, records=np.frombuffer(data, dtype=np.uint8), aborted_transactions=aborted)
 
+    def _tiering_state(self) -> dict | None:
+        """The pump's phase, epoch and counters (None: no pump runs)."""
+        pump = self._tiering_pump
+        if pump is None:
+            return None
+        tasks = pump.tasks
+        return {
+            "phase": tasks.phase.value,
+            "leader_epoch": tasks.leader_epoch,
+            "last_error": pump.last_error,
+            **dataclasses.asdict(tasks.metrics()),
+        }
+
     @staticmethod
     def _remote_answer(p) -> FetchResponse:
         """A fetch answer's watermarks, as of now (holding ``_lock``)."""
@@ -192,6 +206,8 @@ class _Pump:
         p = self.replica.partition
         self.reader = RemoteLogReader(RemoteLogMetadataCache(p.topic, p.partition), self.store, executor=_prefetch())
         self._logged: dict[str, float] = {}
+        #: The last failure, as ``"<what>: <error>"`` (None: none yet).
+        self.last_error: str | None = None
 
     def run(self) -> None:
         stopped = self.replica._stopped
@@ -224,8 +240,10 @@ class _Pump:
         now = wall_clock_ms()
         actions: list[Action] = []
         if leading and epoch > self.tasks.leader_epoch:
+            logger.info("%s: tiered storage: leading the remote tier in leader epoch %d", p.name, epoch)
             actions += self.tasks.become_leader(epoch, now)
         elif not leading and self.tasks.phase is not Phase.FOLLOWER:
+            logger.info("%s: tiered storage: following (leader epoch %d)", p.name, epoch)
             self.tasks.become_follower()
         return actions + self.tasks.tick(now, *state, config)
 
@@ -271,6 +289,7 @@ class _Pump:
     def _failed(self, what: str, exc: BaseException) -> None:
         """Log a failure: at WARNING when new or every FAILURE_LOG_INTERVAL_S, else DEBUG."""
         name = self.replica.partition.name
+        self.last_error = f"{what}: {type(exc).__name__}: {exc}"
         now = wall_clock_ms() / 1000
         key = f"{what}: {type(exc).__name__}"
         level = (

@@ -30,8 +30,9 @@ CONFIG = {"group.initial.rebalance.delay.ms": "0"}
 @pytest.fixture(scope="package")
 def soak_env(tmp_path_factory):
     """The package's SoakCluster (its ``cluster`` the raylog cluster, ``kill_broker`` and
-    ``start_broker`` a broker's node)."""
-    with SoakCluster(data_root=str(tmp_path_factory.mktemp("brokers")), listeners=True, config=CONFIG) as env:
+    ``start_broker`` a broker's node), tiered storage in a directory every node shares."""
+    config = {**CONFIG, "remote.log.storage.uri": f"file://{tmp_path_factory.mktemp('remote-tier')}"}
+    with SoakCluster(data_root=str(tmp_path_factory.mktemp("brokers")), listeners=True, config=config) as env:
         yield env
 
 
