@@ -99,3 +99,20 @@ def test_a_follower_tells_its_log_start_and_deletes_what_the_leader_deleted(fetc
     assert fetcher.on_answer(request, answer) is Next.AGAIN
     assert fetcher.partition.log.log_start_offset == 3
     assert fetcher.next_request().log_start_offset == 3
+
+
+def test_a_follower_sent_to_the_remote_tier_starts_at_the_leaders_local_log_start(fetcher):
+    """KIP-405: a fetch below a tiered leader's local log start is answered
+    OFFSET_MOVED_TO_TIERED_STORAGE with that start; the follower starts its log there (the
+    remote tier holds what is below) and fetches on from it."""
+    from raylog.errors import OffsetMovedToTieredStorageError
+
+    assert fetcher.on_answer(fetcher.next_request(), EpochAnswer(0, UNDEFINED, 0)) is Next.AGAIN  # an empty log
+    request = fetcher.next_request()
+    moved = FetchResponse(
+        **error_fields(OffsetMovedToTieredStorageError("in the remote tier")), log_start_offset=700, log_end_offset=900
+    )
+    assert fetcher.on_answer(request, moved) is Next.AGAIN
+    log = fetcher.partition.log
+    assert (log.log_start_offset, log.log_end_offset) == (700, 700)
+    assert fetcher.next_request().offset == 700

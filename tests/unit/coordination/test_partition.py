@@ -22,6 +22,8 @@ from raylog.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetMovedToTieredStorageError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     PolicyViolationError,
@@ -64,6 +66,41 @@ def test_every_list_offsets_sentinel(partition):
     part.log.increment_log_start_offset(2)
     assert part.list_offset(EARLIEST_LOCAL_TIMESTAMP) == part.list_offset(EARLIEST_TIMESTAMP) == (2, -1)
     assert part.list_offset(MAX_TIMESTAMP) == (2, 70)
+
+
+def test_a_tiered_partition_starts_where_its_remote_tier_does_and_sends_reads_below_its_local_log_there(partition):
+    """On a tiered partition the log start is the remote tier's first offset while it holds
+    offsets below the local log's (never below DeleteRecords'): a consumer's fetch there is
+    sent to the remote tier, a follower's too (its answer carrying the local log start), and
+    until the pump has read the metadata through, what may lie there is not answered."""
+    part = partition(**{"remote.storage.enable": "true", "segment.bytes": "1024"})
+    part.update_config(part.config)  # (the fixture's log was opened with the defaults)
+    for i in range(12):
+        part.append_as_leader(record_batch.build([b"%03d" % i + b"x" * 200], timestamps_ms=[i]), acks=1)
+    local = part.log.segment_base_offsets[2]
+    part.delete_local_segments_below(local)
+    assert part.log.log_start_offset == local
+    with pytest.raises(OffsetNotAvailableError):  # the remote tier's extent not known yet
+        part.list_offset(EARLIEST_TIMESTAMP)
+    with pytest.raises(OffsetNotAvailableError):
+        part.read(0, 1 << 20)
+    part.remote_tier_ready, part.remote_log_start_offset, part.highest_remote_offset = True, 0, local - 1
+    assert part.log_start_offset == 0 and part.list_offset(EARLIEST_TIMESTAMP) == (0, -1)
+    assert part.list_offset(EARLIEST_LOCAL_TIMESTAMP) == (local, -1)
+    assert part.list_offset(LATEST_TIERED_TIMESTAMP) == (local - 1, -1)
+    with pytest.raises(OffsetMovedToTieredStorageError):
+        part.read(1, 1 << 20)
+    answer = part.fetch(FetchRequest(1, replica_id=2))
+    assert isinstance(error_of(answer), OffsetMovedToTieredStorageError) and answer.log_start_offset == local
+    consumer = part.fetch(FetchRequest(local))
+    assert error_of(consumer) is None and consumer.log_start_offset == 0
+
+    part.delete_records(1)  # DeleteRecords below the local log start: the remote tier's part goes
+    assert part.log_start_offset == 1 and part.log.log_start_offset == local
+    with pytest.raises(OffsetOutOfRangeError):
+        part.read(0, 1 << 20)
+    part.remote_log_start_offset = local + 1  # remote retention took every copy below the local log
+    assert part.log_start_offset == local
 
 
 def test_acks_and_min_insync_replicas(partition):
