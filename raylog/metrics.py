@@ -19,6 +19,17 @@ acknowledgement); ``raylog_fetch_bytes_total`` and ``raylog_fetch_latency_second
 ``client_type``: producer or consumer; one observation per response that told its client to
 hold back for its quota).
 
+Per tiered partition replica (tags topic, partition, broker; see
+``raylog.actors.replica_tiering``): ``raylog_remote_copy_segments_total`` and
+``raylog_remote_copy_bytes_total`` (segments copied to the remote store), the copier's lag
+``raylog_remote_copy_lag_segments`` and ``raylog_remote_copy_lag_bytes`` (closed segments below
+the last stable offset not copied yet), ``raylog_remote_delete_segments_total`` and
+``raylog_remote_delete_bytes_total`` (remote retention), ``raylog_remote_log_size_bytes`` (what
+the store holds of the partition), ``raylog_remote_failures_total`` (tag ``action``: copy,
+delete, publish, local_delete, sweep), ``raylog_remote_read_bytes_total`` (bytes fetched from the
+store to serve reads below the local log start) and ``raylog_remote_cache_hits_total`` /
+``raylog_remote_cache_misses_total`` (tag ``cache``: index or chunk).
+
 Per cluster (controller, tag cluster): ``raylog_brokers_live``,
 ``raylog_offline_partitions`` and ``raylog_under_replicated_partitions``.
 
@@ -110,6 +121,43 @@ def record_cleaning(tags: dict[str, str], stats: Any) -> None:
     _counter("raylog_cleaner_bytes_read_total", "bytes the cleaner read").inc(stats.bytes_read, tags)
     removed = stats.records_read - stats.records_kept
     _counter("raylog_cleaner_records_removed_total", "records compaction removed").inc(removed, tags)
+
+
+#: Tiered storage's counters: the pump's (RemoteLogTaskMetrics) and the remote reader's
+#: (RemoteReadStats) field -> (metric, its extra tags).
+TIERING_COUNTERS: dict[str, tuple[str, dict[str, str]]] = {
+    "segments_copied": ("raylog_remote_copy_segments_total", {}),
+    "bytes_copied": ("raylog_remote_copy_bytes_total", {}),
+    "remote_segments_deleted": ("raylog_remote_delete_segments_total", {}),
+    "remote_bytes_deleted": ("raylog_remote_delete_bytes_total", {}),
+    "copy_failures": ("raylog_remote_failures_total", {"action": "copy"}),
+    "deletion_failures": ("raylog_remote_failures_total", {"action": "delete"}),
+    "publish_failures": ("raylog_remote_failures_total", {"action": "publish"}),
+    "local_deletion_failures": ("raylog_remote_failures_total", {"action": "local_delete"}),
+    "sweep_failures": ("raylog_remote_failures_total", {"action": "sweep"}),
+    "remote_bytes_read": ("raylog_remote_read_bytes_total", {}),
+    "index_cache_hits": ("raylog_remote_cache_hits_total", {"cache": "index"}),
+    "chunk_cache_hits": ("raylog_remote_cache_hits_total", {"cache": "chunk"}),
+    "index_cache_misses": ("raylog_remote_cache_misses_total", {"cache": "index"}),
+    "chunk_cache_misses": ("raylog_remote_cache_misses_total", {"cache": "chunk"}),
+}
+
+
+def record_tiering(
+    tags: dict[str, str], increments: dict[str, int], copy_lag_segments: int, copy_lag_bytes: int, remote_bytes: int
+) -> None:
+    """One round of a tiered replica's pump: its counters' ``increments`` (by
+    :data:`TIERING_COUNTERS`' fields) and its gauges."""
+    for field, increment in increments.items():
+        name, extra = TIERING_COUNTERS[field]
+        _counter(name, f"tiered storage: {name.removeprefix('raylog_remote_')}", (*_PARTITION, *extra)).inc(
+            increment, {**tags, **extra}
+        )
+    _gauge("raylog_remote_copy_lag_segments", "closed segments below the LSO not copied yet").set(
+        copy_lag_segments, tags
+    )
+    _gauge("raylog_remote_copy_lag_bytes", "bytes of the segments not copied yet").set(copy_lag_bytes, tags)
+    _gauge("raylog_remote_log_size_bytes", "bytes the remote store holds of the partition").set(remote_bytes, tags)
 
 
 def record_cluster(cluster: str, live_brokers: int, offline: int, under_replicated: int) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -39,6 +40,7 @@ import threading
 
 import numpy as np
 
+from raylog import metrics
 from raylog.actors.remote_log_metadata_topic import RemoteLogMetadataTopic
 from raylog.actors.replica_parts import ReplicaPart
 from raylog.common.record_batch import iter_headers
@@ -208,27 +210,38 @@ class _Pump:
         self._logged: dict[str, float] = {}
         #: The last failure, as ``"<what>: <error>"`` (None: none yet).
         self.last_error: str | None = None
+        self._counted: dict[str, int] = {}  # the counters as last recorded
 
     def run(self) -> None:
+        """Rounds until the replica stops; a round that raised something unforeseen is logged
+        with its traceback and the next one starts after a pause (the pump never dies of it)."""
         stopped = self.replica._stopped
         wait_s = 0.0
         while not stopped.wait(wait_s):
-            actions: list[Action] = []
             wait_s = 0.0 if not self.tasks.idle else TIER_INTERVAL_S
             try:
-                events = self.topic.poll(max_wait_ms=READ_BACK_WAIT_MS if not self.tasks.idle else 0)
-            except RaylogError as exc:
-                self._failed("reading __remote_log_metadata", exc)
-                events, wait_s = [], TIERING_RETRY_S
-            for event in events:
-                actions += self.tasks.on_metadata_event(event)
-                try:
-                    self.reader.apply(event)
-                except RaylogError:
-                    pass  # refused by every reader alike (the tasks count it)
-            actions += self._tick()
-            self._carry_out(actions)
-            self._tell_partition()
+                wait_s = self._round(wait_s)
+            except Exception:  # noqa: BLE001 — logged; the pump must outlive it
+                logger.exception("%s: tiered storage: a round of the pump failed", self.replica.partition.name)
+                wait_s = TIERING_RETRY_S
+
+    def _round(self, wait_s: float) -> float:
+        """Read the new events, tick, carry out; the pause before the next round."""
+        actions: list[Action] = []
+        try:
+            events = self.topic.poll(max_wait_ms=READ_BACK_WAIT_MS if not self.tasks.idle else 0)
+        except RaylogError as exc:
+            self._failed("reading __remote_log_metadata", exc)
+            events, wait_s = [], TIERING_RETRY_S
+        for event in events:
+            actions += self.tasks.on_metadata_event(event)
+            with contextlib.suppress(RaylogError):  # refused by every reader alike (the tasks count it)
+                self.reader.apply(event)
+        actions += self._tick()
+        self._carry_out(actions)
+        self._tell_partition()
+        self._record_metrics()
+        return wait_s
 
     def _tick(self) -> list[Action]:
         """Take the role and tick the tasks with the partition's state."""
@@ -285,6 +298,20 @@ class _Pump:
             p.remote_log_start_offset = cache.remote_log_start_offset
             p.highest_remote_offset = cache.highest_copied_offset
             p.remote_tier_ready = p.remote_tier_ready or self.topic.caught_up
+
+    def _record_metrics(self) -> None:
+        """The counters' increments since the last round, and the gauges."""
+        task_counts = dataclasses.asdict(self.tasks.metrics())
+        now = {**task_counts, **dataclasses.asdict(self.reader.stats())}
+        increments = {f: now[f] - self._counted.get(f, 0) for f in metrics.TIERING_COUNTERS}
+        self._counted = now
+        metrics.record_tiering(
+            self.replica._metric_tags,
+            increments,
+            task_counts["copy_lag_segments"],
+            task_counts["copy_lag_bytes"],
+            self.tasks.cache.remote_size_bytes,
+        )
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """Log a failure: at WARNING when new or every FAILURE_LOG_INTERVAL_S, else DEBUG."""

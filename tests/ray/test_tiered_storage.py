@@ -14,6 +14,7 @@ import ray
 from raylog import Consumer, OffsetSpec, TopicPartition
 from raylog.data import read_topic
 from tests.helpers import only_replica, tiered_topic, wait_until
+from tests.ray.prometheus import scrape, value
 
 
 @pytest.fixture(scope="module")
@@ -58,3 +59,23 @@ def test_ray_data_reads_the_whole_topic_from_both_tiers(cluster, tiered):
     assert table.column("offset").to_pylist() == list(range(len(sent)))
     assert table.column("value").to_pylist() == [v for _, v, _, _ in sent]
     assert table.column("key").to_pylist() == [k for k, _, _, _ in sent]
+
+
+def test_the_pump_and_the_remote_reads_are_in_the_metrics(cluster, tiered):
+    """What was copied, what the store holds, the copier's lag and the remote reads (after the
+    reads above) reach Ray's Prometheus endpoint."""
+    name, _ = tiered
+    state = _leader_state(cluster, name)
+
+    def exported() -> str | None:
+        text = scrape()
+        read = value(text, "raylog_remote_read_bytes_total", topic=name)
+        return text if read and value(text, "raylog_remote_copy_bytes_total", topic=name) else None
+
+    text = wait_until(exported, timeout_s=90, interval_s=1.0, message="the tiered topic's metrics")
+    assert value(text, "raylog_remote_copy_bytes_total", topic=name) == state["tiering"]["bytes_copied"] > 0
+    assert value(text, "raylog_remote_copy_segments_total", topic=name) == state["tiering"]["segments_copied"]
+    assert value(text, "raylog_remote_log_size_bytes", topic=name) > 0
+    assert value(text, "raylog_remote_copy_lag_segments", topic=name) == 0
+    assert value(text, "raylog_remote_cache_misses_total", topic=name, cache="chunk") >= 1
+    assert not value(text, "raylog_remote_failures_total", topic=name, action="copy")
