@@ -85,7 +85,9 @@ class LeaderReads(ReplicaPart):
             if not response.error_code:
                 response = self._await(DelayedFetch(request, response, deadline_ms))
         if response.error_code:  # below the local log start: the remote tier's
-            return self._remote_fetch(request, response)
+            response = self._remote_fetch(request, response)
+            if response.error_code:
+                return response
         latency_s = (now_ms() - started) / 1000
         metrics.record_fetch(self._metric_tags, request.replica_id >= 0, len(response.records), latency_s)
         return response

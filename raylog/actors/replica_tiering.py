@@ -163,17 +163,10 @@ class Tiering(ReplicaPart):
         return dataclasses.replace(answered, records=np.frombuffer(data, dtype=np.uint8), aborted_transactions=aborted)
 
     def _tiering_state(self) -> dict | None:
-        """The pump's phase, epoch and counters (None: no pump runs)."""
+        """The pump's phase, epoch, last error and counters as of its last round (None: no
+        pump runs yet)."""
         pump = self._tiering_pump
-        if pump is None:
-            return None
-        tasks = pump.tasks
-        return {
-            "phase": tasks.phase.value,
-            "leader_epoch": tasks.leader_epoch,
-            "last_error": pump.last_error,
-            **dataclasses.asdict(tasks.metrics()),
-        }
+        return None if pump is None else pump.state
 
     @staticmethod
     def _remote_answer(p) -> FetchResponse:
@@ -211,6 +204,9 @@ class _Pump:
         #: The last failure, as ``"<what>: <error>"`` (None: none yet).
         self.last_error: str | None = None
         self._counted: dict[str, int] = {}  # the counters as last recorded
+        #: The phase, epoch, last error and counters as of the last round (replaced whole:
+        #: other threads read it, never the tasks, which only this thread touches).
+        self.state: dict | None = None
 
     def run(self) -> None:
         """Rounds until the replica stops; a round that raised something unforeseen is logged
@@ -305,6 +301,12 @@ class _Pump:
         now = {**task_counts, **dataclasses.asdict(self.reader.stats())}
         increments = {f: now[f] - self._counted.get(f, 0) for f in metrics.TIERING_COUNTERS}
         self._counted = now
+        self.state = {
+            "phase": self.tasks.phase.value,
+            "leader_epoch": self.tasks.leader_epoch,
+            "last_error": self.last_error,
+            **task_counts,
+        }
         metrics.record_tiering(
             self.replica._metric_tags,
             increments,
