@@ -86,7 +86,13 @@ def s3_server():
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
+def remote_store_dir(tmp_path_factory) -> str:
+    """The session cluster's tiered-storage store (remote.log.storage.uri), a local directory."""
+    return str(tmp_path_factory.mktemp("remote-tier"))
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory, remote_store_dir):
     # Imported here so that tests/unit, which never asks for this fixture, stays free of Ray.
     import ray
     from ray.cluster_utils import Cluster
@@ -120,7 +126,7 @@ def cluster(tmp_path_factory):
             "group.consumer.heartbeat.interval.ms": "500",
             "group.consumer.min.heartbeat.interval.ms": "500",
             # Tiered storage's store, for the topics that ask for it (tests/ray/test_tiered_storage.py).
-            "remote.log.storage.uri": f"file://{tmp_path_factory.mktemp('remote-tier')}",
+            "remote.log.storage.uri": f"file://{remote_store_dir}",
         },
     )
     yield handle

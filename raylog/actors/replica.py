@@ -75,7 +75,7 @@ from raylog.actors.access import Guard
 from raylog.actors.replica_housekeeping import Housekeeping
 from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S, now_ms
 from raylog.actors.replica_reads import LeaderReads
-from raylog.actors.replica_tiering import Tiering
+from raylog.actors.replica_tiering import Tiering, remote_topic_name
 from raylog.actors.replica_writes import LeaderWrites
 from raylog.common.names import NAMESPACE, controller_name
 from raylog.config import TopicConfig
@@ -171,6 +171,7 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping, Tiering):
         self._guard.apply(*acls)
         # Tiered storage (see raylog.actors.replica_tiering): the cluster's store, the pump.
         self._remote_log_storage_uri = remote_log_storage_uri
+        self._remote_topic = remote_topic_name(topic, topic_id)
         self._tiering: threading.Thread | None = None
         self._remote_reader = None
         self._tiering_pump = None
@@ -323,8 +324,9 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping, Tiering):
         self._stop_following()
 
     @ray.method(concurrency_group="control")
-    def delete_data(self) -> None:
-        """Close and remove this replica's log (the topic or this replica is going away).
+    def delete_data(self, topic_deleted: bool = False) -> None:
+        """Close and remove this replica's log (the topic or this replica is going away);
+        with ``topic_deleted``, the partition's objects in the remote tier too.
 
         Raises:
             StorageError: the log was not removed (its broker removes it as a stray log
@@ -332,6 +334,8 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping, Tiering):
         """
         self.close()
         remove_log_dir(self._dir)
+        if topic_deleted:
+            self._delete_remote_partition()
 
     # --- leader: produce ----------------------------------------------------------------
 

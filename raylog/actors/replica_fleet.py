@@ -179,7 +179,7 @@ class ReplicaFleet:
             handle = await asyncio.to_thread(lambda: _remote(cls).options(**options).remote(*args, **kwargs))
             now = self.image.topics.get(name)
             if now is None or now.topic_id != topic.topic_id:
-                await self.remove_replica_actors([handle])  # deleted meanwhile
+                await self.remove_replica_actors([handle], topic_deleted=True)  # deleted meanwhile
                 return
             self._keep_replica(key, handle)
         try:
@@ -376,12 +376,14 @@ class ReplicaFleet:
         keys = [(topic.name, p.partition, b) for p in topic.partitions for b in p.replicas]
         self.ready.difference_update(keys)
         handles = [self.replicas.pop(key, (None, None))[1] for key in keys]
-        return self.remove_replica_actors([h for h in handles if h is not None])
+        return self.remove_replica_actors([h for h in handles if h is not None], topic_deleted=True)
 
-    async def remove_replica_actors(self, handles: list) -> None:
-        """Delete the replicas' data and stop their actors."""
+    async def remove_replica_actors(self, handles: list, topic_deleted: bool = False) -> None:
+        """Delete the replicas' data (with ``topic_deleted``, their partitions' remote objects
+        too) and stop their actors."""
         await asyncio.gather(
-            *(asyncio.wait_for(h.delete_data.remote(), PEER_CALL_TIMEOUT_S) for h in handles), return_exceptions=True
+            *(asyncio.wait_for(h.delete_data.remote(topic_deleted), PEER_CALL_TIMEOUT_S) for h in handles),
+            return_exceptions=True,
         )
         for handle in handles:
             ray.kill(handle, no_restart=True)

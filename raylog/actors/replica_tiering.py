@@ -86,6 +86,7 @@ class Tiering(ReplicaPart):
     thread-safe (fetch threads read through it while the pump applies events)."""
 
     _remote_log_storage_uri: str
+    _remote_topic: str  # see remote_topic_name
     _tiering: threading.Thread | None
     _remote_reader: RemoteLogReader | None
     _tiering_pump: _Pump | None
@@ -110,12 +111,12 @@ class Tiering(ReplicaPart):
         store = self._open_store()
         if store is None:
             return
-        p = self.partition
+        p, name = self.partition, self._remote_topic
         pump = _Pump(
             self,
             store,
-            RemoteLogTasks(p.topic, p.partition, p.broker_id),
-            RemoteLogMetadataTopic(p.topic, p.partition, self._controller, self._guard.broker_token),
+            RemoteLogTasks(name, p.partition, p.broker_id),
+            RemoteLogMetadataTopic(name, p.partition, self._controller, self._guard.broker_token),
         )
         self._remote_reader, self._tiering_pump = pump.reader, pump
         pump.run()
@@ -133,6 +134,20 @@ class Tiering(ReplicaPart):
                 logger.warning("%s: remote store not reachable, trying again: %s", self.partition.name, exc)
                 self._stopped.wait(TIERING_RETRY_S)
         return None
+
+    def _delete_remote_partition(self) -> None:
+        """The topic is deleted: delete the partition's objects in the store (every replica
+        tries; the first does it). A failure is logged: what is left is never read again (a
+        topic created again under the name has another topic id, see :func:`remote_topic_name`)."""
+        p = self.partition
+        if not p.config.remote_storage_enable or not self._remote_log_storage_uri:
+            return
+        try:
+            RemoteStorageManager.from_uri(self._remote_log_storage_uri).delete_partition(
+                self._remote_topic, p.partition
+            )
+        except (InvalidConfigError, RemoteStorageError) as exc:
+            logger.warning("%s: the deleted topic's remote segments are left in the store: %s", p.name, exc)
 
     def _remote_fetch(self, request: FetchRequest, response: FetchResponse) -> FetchResponse:
         """Answer a fetch that ``response`` sent to the remote tier (OFFSET_MOVED_TO_TIERED_STORAGE)
@@ -180,6 +195,15 @@ class Tiering(ReplicaPart):
         )
 
 
+def remote_topic_name(topic: str, topic_id: str) -> str:
+    """The name a topic's partitions go by in the remote tier and in ``__remote_log_metadata``:
+    ``<topic>-<topic id>``, so that a topic deleted and created again under the same name (a new
+    topic id) never takes the old one's copies and events for its own, as Kafka keys them by
+    TopicIdPartition. The store's directory of a partition is then
+    ``<base>/<topic>-<topic id>-<partition>``."""
+    return f"{topic}-{topic_id}"
+
+
 def _end_offset(data: bytes) -> int:
     """The offset after the last batch of ``data`` (whole batches)."""
     end = -1
@@ -198,8 +222,8 @@ class _Pump:
     topic: RemoteLogMetadataTopic
 
     def __post_init__(self) -> None:
-        p = self.replica.partition
-        self.reader = RemoteLogReader(RemoteLogMetadataCache(p.topic, p.partition), self.store, executor=_prefetch())
+        cache = RemoteLogMetadataCache(self.tasks.topic, self.tasks.partition)
+        self.reader = RemoteLogReader(cache, self.store, executor=_prefetch())
         self._logged: dict[str, float] = {}
         #: The last failure, as ``"<what>: <error>"`` (None: none yet).
         self.last_error: str | None = None
@@ -282,7 +306,8 @@ class _Pump:
             with self.replica._lock:
                 p.delete_local_segments_below(action.up_to_base_offset)
         elif isinstance(action, CleanOrphans):
-            self.store.clean_orphans(p.topic, p.partition, action.keep, action.now_ms - action.min_age_ms)
+            cut = action.now_ms - action.min_age_ms
+            self.store.clean_orphans(self.tasks.topic, p.partition, action.keep, cut)
         else:  # WriteHistory: no topic setting asks for it yet
             raise RemoteStorageError(f"{p.name}: {type(action).__name__} is not carried out by this broker")
 

@@ -392,6 +392,19 @@ class RemoteStorageManager:
             metadata.end_offset,
         )
 
+    def delete_partition(self, topic: str, partition: int) -> None:
+        """Delete every object of a partition (its topic is deleted, as Kafka's
+        RemotePartitionDeleteState ends with the partition's objects gone); a partition without
+        any is fine, so it may be repeated.
+
+        Raises:
+            RemoteStorageError: the store failed; what was deleted stays deleted.
+        """
+        path = self.partition_path(topic, partition)
+        with remote_errors("delete", path, missing_is_not_found=False):
+            with contextlib.suppress(FileNotFoundError):
+                self.filesystem.delete_dir(path)
+
     def clean_orphans(
         self, topic: str, partition: int, keep: Iterable[RemoteLogSegmentId], modified_before_ms: int
     ) -> list[str]:

@@ -14,7 +14,8 @@ import signal
 import pyarrow.fs as pafs
 import ray
 
-from raylog import Consumer, TopicPartition
+from raylog import Admin, Consumer, TopicPartition
+from raylog.actors.replica_tiering import remote_topic_name
 from raylog.chaos import remote_log_invariants as invariants
 from raylog.common.names import REMOTE_LOG_METADATA_TOPIC
 from raylog.errors import RaylogError
@@ -35,10 +36,11 @@ TIERED = {
 KILLS = 3
 
 
-def _events(cluster, topic: str) -> list:
-    """Every event of ``topic``-0 in ``__remote_log_metadata``, in the topic's order."""
-    key = remote_log_metadata.record_key(topic, 0)
-    partitions = len(describe_all(cluster))
+def _events(cluster, remote: str) -> list:
+    """Every event of partition 0 of the topic named ``remote`` in the remote tier (see
+    remote_topic_name) in ``__remote_log_metadata``, in the topic's order."""
+    key = remote_log_metadata.record_key(remote, 0)
+    partitions = len(Admin(cluster).describe_topics([REMOTE_LOG_METADATA_TOPIC])[0].partitions)
     events = []
     with Consumer(cluster, auto_offset_reset="earliest") as consumer:
         tps = [TopicPartition(REMOTE_LOG_METADATA_TOPIC, p) for p in range(partitions)]
@@ -48,12 +50,6 @@ def _events(cluster, topic: str) -> list:
             for records in consumer.poll(timeout_ms=1_000).values():
                 events += [remote_log_metadata.decode(r.key, r.value) for r in records if r.key == key]
     return events
-
-
-def describe_all(cluster):
-    from raylog import Admin
-
-    return Admin(cluster).describe_topics([REMOTE_LOG_METADATA_TOPIC])[0].partitions
 
 
 def _stored_ids(store: RemoteStorageManager, topic: str) -> set[RemoteLogSegmentId]:
@@ -101,22 +97,23 @@ def test_the_leader_killed_while_it_copies_and_deletes_loses_nothing_and_leaves_
     assert {v for v in acknowledged if v >= values[0]} <= set(values), "an acknowledged record was lost"
 
     # The last leader cleans up what its predecessors left unfinished, then copies on.
+    remote = remote_topic_name(topic, Admin(cluster).describe_topics([topic])[0].topic_id)
     store = RemoteStorageManager.from_uri(soak.config["remote.log.storage.uri"])
     wait_until(
         lambda: (
             ((t := _leader_tiering(cluster, topic)) or {}).get("phase") == "running"
             and t["copy_lag_segments"] == 0
-            and not invariants.nothing_left_unfinished(invariants.replay(topic, 0, _events(cluster, topic)))
+            and not invariants.nothing_left_unfinished(invariants.replay(remote, 0, _events(cluster, remote)))
         ),
         timeout_s=60,
         message="the last leader's clean-up and copies",
     )
-    cache, copied_once, violations = RemoteLogMetadataCache(topic, 0), invariants.CopiedOnce(), []
-    for event in _events(cluster, topic):
+    cache, copied_once, violations = RemoteLogMetadataCache(remote, 0), invariants.CopiedOnce(), []
+    for event in _events(cluster, remote):
         with contextlib.suppress(RaylogError):  # refused as every reader refuses it
             cache.apply(event)
         violations += copied_once.check(cache)
     violations += invariants.readable_segments_are_whole(cache, store.upload_state)
-    violations += invariants.no_orphans(cache, _stored_ids(store, topic))
+    violations += invariants.no_orphans(cache, _stored_ids(store, remote))
     assert violations == []
     assert cache.segments(), "nothing was copied"

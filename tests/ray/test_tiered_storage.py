@@ -5,6 +5,7 @@ the old ones from the remote tier, to raylog's Consumer and to Ray Data."""
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pyarrow as pa
@@ -79,3 +80,26 @@ def test_the_pump_and_the_remote_reads_are_in_the_metrics(cluster, tiered):
     assert value(text, "raylog_remote_copy_lag_segments", topic=name) == 0
     assert value(text, "raylog_remote_cache_misses_total", topic=name, cache="chunk") >= 1
     assert not value(text, "raylog_remote_failures_total", topic=name, action="copy")
+
+
+def test_a_deleted_tiered_topic_leaves_nothing_in_the_store_and_its_namesake_starts_afresh(
+    cluster, admin, remote_store_dir
+):
+    """Deleting a tiered topic deletes its partitions' remote objects; a topic created again
+    under the same name (a new topic id) neither sees the old copies nor their events: it
+    copies its own records and serves exactly them."""
+    name = f"reborn-{uuid.uuid4().hex[:6]}"
+    with tiered_topic(cluster, admin, name, records=400):
+        (old,) = [e for e in os.listdir(remote_store_dir) if e.startswith(f"{name}-")]
+    assert old not in os.listdir(remote_store_dir)
+    with tiered_topic(cluster, admin, name, records=300) as sent:
+        (new,) = [e for e in os.listdir(remote_store_dir) if e.startswith(f"{name}-")]
+        assert new != old
+        state = _leader_state(cluster, name)
+        assert state["remote_log_start_offset"] == 0 and state["highest_remote_offset"] < len(sent)
+        tp = TopicPartition(name, 0)
+        with Consumer(cluster, auto_offset_reset="earliest") as consumer:
+            consumer.assign([tp])
+            got = []
+            wait_until(lambda: got.extend(consumer.poll(timeout_ms=500).get(tp, [])) or len(got) >= len(sent), 60)
+        assert [r.value for r in got] == [v for _, v, _, _ in sent]

@@ -226,6 +226,22 @@ def test_delete_removes_every_object_and_may_be_repeated(store, segment_files):
         store.fetch_index(metadata(), IndexType.OFFSET)
 
 
+def test_deleting_a_partition_removes_its_objects_only_and_may_be_repeated(store, segment_files):
+    """A deleted topic's partition leaves the store whole; another partition's objects stay."""
+    other = RemoteLogSegmentMetadata(RemoteLogSegmentId("clicks", 4, UUID), 100, 199, 5, 1, 6, ((0, 100),), 10_240)
+    store.copy_log_segment_data(metadata(), segment_files)
+    store.copy_log_segment_data(metadata(start_offset=200), segment_files)
+    store.copy_log_segment_data(other, segment_files)
+    store.delete_partition("clicks", 3)
+    store.delete_partition("clicks", 3)
+    store.delete_partition("never-copied", 0)
+    assert (
+        all(name.startswith("clicks-4/") for name in listing(store))
+        and store.upload_state(other) == UploadState.COMPLETE
+    )
+    assert store.upload_state(metadata()) == UploadState.ABSENT
+
+
 def test_clean_orphans_deletes_only_old_objects_of_ids_not_kept(store_dir, segment_files):
     """The objects of an id not kept go, its manifest first, once all are older than the
     cut-off; a kept id, or an orphan with an object written since, stays; files of other names
