@@ -161,7 +161,7 @@ class Tiering(ReplicaPart):
                 p = self.partition
                 if reader is None or not p.remote_tier_ready:
                     raise OffsetNotAvailableError(f"{p.name}: the remote tier's metadata is still being read")
-                epochs, answered = p.epochs.entries, self._remote_answer(p)
+                epochs, answered = reader.history_for(p.epochs.entries), self._remote_answer(p)
             data = reader.read(request.offset, request.max_bytes, epochs)
             aborted: tuple = ()
             if request.isolation_level == READ_COMMITTED and data:

@@ -962,9 +962,12 @@ class Partition:
         self._after_truncation(before, why, logging.WARNING)
 
     def reset_to_leader_start(self, leader_log_start_offset: int) -> None:
-        """The leader no longer has our next offset: restart our log at its log start."""
+        """The leader no longer has our next offset: restart our log at its log start (on a
+        tiered partition, its local log start: the partition's start, in the remote tier,
+        stays)."""
         before = self.log.log_end_offset
-        self.log.truncate_fully_and_start_at(leader_log_start_offset)
+        tiered = self.config.remote_storage_enable
+        self.log.truncate_fully_and_start_at(leader_log_start_offset, keep_log_start=tiered)
         self._after_truncation(
             before, f"leader {self.leader}'s log starts at {leader_log_start_offset}, past our end: restarting there"
         )

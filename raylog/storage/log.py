@@ -618,8 +618,10 @@ class Log:
             cleaner.truncate_checkpoint(self.dir, self._next_offset)
         return self._next_offset
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete everything and start an empty log at ``offset``.
+    def truncate_fully_and_start_at(self, offset: int, keep_log_start: bool = False) -> None:
+        """Delete everything and start an empty log at ``offset``; the checkpointed log start
+        moves there too, unless ``keep_log_start`` (a tiered log restarting at its leader's
+        local log start: the partition's start, below it, stays).
 
         Raises:
             StorageError: the disk failed; the log is offline (:meth:`revive` finishes the cut).
@@ -636,7 +638,7 @@ class Log:
             self._next_offset = offset
             self._recovery_point = offset
             self._write_recovery_point()
-            self._log_start = offset
+            self._log_start = min(self._log_start, offset) if keep_log_start else offset
             self._write_log_start()
             cleaner.truncate_checkpoint(self.dir, offset)  # (below the new log start: cleans from it)
 

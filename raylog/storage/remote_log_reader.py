@@ -376,6 +376,30 @@ class RemoteLogReader:
             if metadata is None or metadata.state != _FINISHED:
                 self._drop(event.segment_id)
 
+    def history_for(self, local: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The epoch history remote reads of a replica go by: its own (``local``), preceded by
+        the remote tier's below its first entry (:meth:`epoch_history_below`), which a replica
+        that restarted its log at its leader's local log start does not know."""
+        if not local:
+            return list(local)
+        remote = self.epoch_history_below(local[0][1])
+        return remote + [(epoch, start) for epoch, start in local if not remote or epoch > remote[-1][0]]
+
+    def epoch_history_below(self, offset: int) -> list[tuple[int, int]]:
+        """The leader epochs of the readable segments below ``offset``, as ``(epoch, start
+        offset)`` pairs, both rising: the remote tier's epoch history, for a replica whose own
+        starts later (one that restarted its log at its leader's local log start; Kafka restores
+        its epochs from the remote leader-epoch checkpoint then). Where copies of diverged
+        histories overlap, the first copy of each offset range counts."""
+        with self._lock:
+            segments = sorted(self.metadata_cache.segments(_FINISHED), key=lambda m: m.start_offset)
+        history: list[tuple[int, int]] = []
+        for metadata in segments:
+            for epoch, start in metadata.segment_leader_epochs:
+                if start < offset and (not history or epoch > history[-1][0] and start > history[-1][1]):
+                    history.append((epoch, start))
+        return history
+
     def stats(self) -> RemoteReadStats:
         """The counters and cache sizes, as of now."""
         with self._lock:

@@ -412,6 +412,26 @@ def test_the_leader_epoch_history_picks_the_segment(tmp_path, clock, store):
     new.close()
 
 
+def test_the_remote_tiers_epoch_history_serves_a_replica_whose_own_starts_later(writer, store):
+    """A replica that restarted its log at its leader's local log start knows no epoch below
+    it: the history of the readable segments below that start, then its own, reads every
+    offset of the remote tier as the full history does."""
+    for epoch in (0, 1, 2):
+        writer.epochs.assign(epoch, writer.log.log_end_offset)
+        write_records(writer, seed=20 + epoch, batches=25)
+    cache, copied = tier(writer, store)
+    reader = RemoteLogReader(cache, store, chunk_bytes=4_096)
+    local_start = copied[-1].end_offset + 1
+    full = writer.epochs.entries
+    assert reader.epoch_history_below(local_start) == [(e, o) for e, o in full if o < local_start]
+    assert reader.epoch_history_below(0) == []
+    assert reader.history_for(full) == full
+    history = reader.history_for([(full[-1][0], local_start)])  # its own: its first batch's epoch
+    assert history == full
+    for offset in range(0, local_start, 37):
+        assert reader.read(offset, 5_000, history) == reader.read(offset, 5_000, full)
+
+
 def test_offsets_the_remote_tier_does_not_hold_are_out_of_range(writer, store):
     """Below the remote log start (its first segment deleted), past its end, or in an epoch no
     copy holds: OffsetOutOfRangeError; a bad max_bytes: InvalidRequestError. Deleting a

@@ -101,11 +101,16 @@ def test_a_follower_tells_its_log_start_and_deletes_what_the_leader_deleted(fetc
     assert fetcher.next_request().log_start_offset == 3
 
 
-def test_a_follower_sent_to_the_remote_tier_starts_at_the_leaders_local_log_start(fetcher):
+def test_a_follower_sent_to_the_remote_tier_starts_at_the_leaders_local_log_start(open_log, clock):
     """KIP-405: a fetch below a tiered leader's local log start is answered
-    OFFSET_MOVED_TO_TIERED_STORAGE with that start; the follower starts its log there (the
-    remote tier holds what is below) and fetches on from it."""
+    OFFSET_MOVED_TO_TIERED_STORAGE with that start; the follower starts its log there and
+    fetches on from it, its partition's start staying below (the remote tier holds it)."""
     from raylog.errors import OffsetMovedToTieredStorageError
+
+    tiered = TopicConfig.from_properties({"remote.storage.enable": "true"})
+    part = Partition("t", 0, broker_id=2, log=open_log(), config=tiered, clock=clock)
+    part.become_follower(leader=1, leader_epoch=3, replicas=(1, 2), isr=(1, 2), partition_epoch=5)
+    fetcher = FollowerFetcher(part, leader=1, leader_epoch=3, clock=clock)
 
     assert fetcher.on_answer(fetcher.next_request(), EpochAnswer(0, UNDEFINED, 0)) is Next.AGAIN  # an empty log
     request = fetcher.next_request()
@@ -114,5 +119,7 @@ def test_a_follower_sent_to_the_remote_tier_starts_at_the_leaders_local_log_star
     )
     assert fetcher.on_answer(request, moved) is Next.AGAIN
     log = fetcher.partition.log
-    assert (log.log_start_offset, log.log_end_offset) == (700, 700)
+    assert (log.log_start_offset, log.log_end_offset, log.checkpointed_log_start_offset) == (700, 700, 0)
     assert fetcher.next_request().offset == 700
+    part.remote_log_start_offset = 0
+    assert part.log_start_offset == 0
