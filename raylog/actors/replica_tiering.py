@@ -330,6 +330,7 @@ class _Pump:
             "phase": self.tasks.phase.value,
             "leader_epoch": self.tasks.leader_epoch,
             "last_error": self.last_error,
+            "remote_size_bytes": self.tasks.cache.remote_size_bytes,
             **task_counts,
         }
         metrics.record_tiering(
@@ -337,7 +338,7 @@ class _Pump:
             increments,
             task_counts["copy_lag_segments"],
             task_counts["copy_lag_bytes"],
-            self.tasks.cache.remote_size_bytes,
+            self.state["remote_size_bytes"],
         )
 
     def _failed(self, what: str, exc: BaseException) -> None:

@@ -4,7 +4,9 @@ raylog topics create NAME [--partitions N] [--replication-factor R] [--config k=
 raylog topics list [--json]
 raylog topics describe [NAME ...] [--under-replicated-partitions] [--unavailable-partitions] [--json]
         as kafka-topics --describe: leader, epoch, replicas and ISR of each partition and
-        the topic's config overrides; a filter prints only the partitions it names
+        the topic's config overrides; a filter prints only the partitions it names; a tiered
+        topic's partitions also show their leaders' log start and local log start, the highest
+        offset in the remote tier and the bytes in each tier
 raylog topics describe-configs NAME ... [--all] [--json]
         as kafka-configs --describe: a topic's config overrides (--all: every property),
         each with its source: "topic", "dynamic_default_broker" (a cluster-wide broker
@@ -31,10 +33,14 @@ import raylog
 from raylog.cli.arguments import UsageError, command, pairs_argument, positive_int
 from raylog.cli.connection import connected
 from raylog.cli.output import Progress, ids_text, table
+from raylog.errors import RaylogError
 from raylog.types import TopicPartition
 
 if TYPE_CHECKING:
     from raylog.clients.cluster import RaylogCluster
+
+#: Bound on each call asking a tiered partition's leader what it holds in each tier.
+TIERS_TIMEOUT_S = 10.0
 
 
 def _topics_create(args: argparse.Namespace) -> int:
@@ -87,10 +93,16 @@ def _topics_describe(args: argparse.Namespace) -> int:
         described = admin.describe_topics(args.names or None)
         configs = admin.describe_configs([t.name for t in described])
         live = cluster.metadata().live
-    topics = [
-        dict(topic_json(t), config_overrides={k: e.value for k, e in configs[t.name].items() if e.source == "topic"})
-        for t in described
-    ]
+        topics = [
+            _with_tiers(
+                cluster,
+                dict(
+                    topic_json(t),
+                    config_overrides={k: e.value for k, e in configs[t.name].items() if e.source == "topic"},
+                ),
+            )
+            for t in described
+        ]
     filtered = args.under_replicated_partitions or args.unavailable_partitions
     if filtered:
         topics = [dict(t, partitions=[p for p in t["partitions"] if _wanted(p, args, live)]) for t in topics]
@@ -120,10 +132,48 @@ def _describe_text(t: dict, with_topic_line: bool = True) -> str:
         )
     lines += [
         f"\tTopic: {t['name']}\tPartition: {p['partition']}\tLeader: {_leader(p)}\tEpoch: {p['leader_epoch']}\t"
-        f"Replicas: {ids_text(p['replicas'])}\tIsr: {ids_text(p['isr'])}"
+        f"Replicas: {ids_text(p['replicas'])}\tIsr: {ids_text(p['isr'])}{_tiers_text(p.get('tiers'))}"
         for p in t["partitions"]
     ]
     return "\n".join(lines)
+
+
+def _with_tiers(cluster: RaylogCluster, topic: dict) -> dict:
+    """``topic`` (described), each partition of a tiered topic with what its leader holds in
+    each tier under ``tiers`` (None where the leader did not answer)."""
+    if topic["config"].get("remote.storage.enable") != "true":
+        return topic
+    from raylog.transport import call  # (Ray: only for tiered topics)
+
+    handles = call(cluster.controller.replica_handles.remote(topic["name"], 0), TIERS_TIMEOUT_S)
+    for p in topic["partitions"]:
+        handle = handles.get((p["partition"], p["leader"]))
+        try:
+            state = call(handle.state.remote(), TIERS_TIMEOUT_S) if handle is not None else None
+        except RaylogError:
+            state = None
+        p["tiers"] = (
+            None
+            if state is None
+            else {
+                "log_start_offset": state["log_start_offset"],
+                "local_log_start_offset": state["local_log_start_offset"],
+                "highest_remote_offset": state["highest_remote_offset"],
+                "local_bytes": state["size_bytes"],
+                "remote_bytes": (state["tiering"] or {}).get("remote_size_bytes", 0),
+            }
+        )
+    return topic
+
+
+def _tiers_text(tiers: dict | None) -> str:
+    if tiers is None:
+        return ""
+    return (
+        f"\tLogStartOffset: {tiers['log_start_offset']}\tLocalLogStartOffset: {tiers['local_log_start_offset']}"
+        f"\tHighestTieredOffset: {tiers['highest_remote_offset']}\tLocalBytes: {tiers['local_bytes']}"
+        f"\tRemoteBytes: {tiers['remote_bytes']}"
+    )
 
 
 def _topics_describe_configs(args: argparse.Namespace) -> int:

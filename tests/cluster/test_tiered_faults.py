@@ -117,3 +117,40 @@ def test_the_leader_killed_while_it_copies_and_deletes_loses_nothing_and_leaves_
     violations += invariants.no_orphans(cache, _stored_ids(store, remote))
     assert violations == []
     assert cache.segments(), "nothing was copied"
+
+
+def test_a_replica_down_past_the_local_retention_comes_back_at_the_local_log_start_and_leads_the_whole_log(
+    multinode, replicated_topic
+):
+    """A broker is down while its partition's leader copies and deletes locally past where the
+    broker's log ends: back, its replica restarts its log at the leader's local log start (the
+    remote tier holds what is below), catches up, and once it leads, serves every record from
+    offset 0, the old ones from the remote tier through the remote tier's epoch history."""
+    from tests.cluster.test_replication import _lead_from
+
+    cluster, soak = multinode
+    topic = replicated_topic(**{**TIERED, "retention.bytes": "-1"})
+    writer = Writer(cluster, topic)
+    writer.start()
+    try:
+        wait_until(lambda: len(writer.acknowledged) >= 200, timeout_s=60, message="writes")
+        away = next(b for b in describe(cluster, topic).replicas if b != describe(cluster, topic).leader)
+        soak.kill_broker(away)
+        before = len(writer.acknowledged)
+        wait_until(lambda: len(writer.acknowledged) >= before + 1500, timeout_s=120, message="writes while away")
+    finally:
+        acknowledged = writer.finish()
+    handles = ray.get(cluster.controller.replica_handles.remote(topic))
+    leader = describe(cluster, topic).leader
+    wait_until(
+        lambda: ray.get(handles[(0, leader)].state.remote())["local_log_start_offset"] > 400,
+        timeout_s=60,
+        message="the leader's local log past the away replica's end",
+    )
+    soak.start_broker(away)
+    _lead_from(cluster, topic, away)
+    state = ray.get(ray.get(cluster.controller.replica_handles.remote(topic))[(0, away)].state.remote())
+    assert state["local_log_start_offset"] > 0 and state["log_start_offset"] == 0
+    values = read_values(cluster, topic)
+    assert values == sorted(values) and len(set(values)) == len(values), "records out of order or twice"
+    assert set(acknowledged) <= set(values), "an acknowledged record was lost"

@@ -5,6 +5,7 @@ the old ones from the remote tier, to raylog's Consumer and to Ray Data."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 
@@ -103,3 +104,18 @@ def test_a_deleted_tiered_topic_leaves_nothing_in_the_store_and_its_namesake_sta
             got = []
             wait_until(lambda: got.extend(consumer.poll(timeout_ms=500).get(tp, [])) or len(got) >= len(sent), 60)
         assert [r.value for r in got] == [v for _, v, _, _ in sent]
+
+
+def test_topics_describe_shows_each_tier(run, cluster, tiered):
+    """`raylog topics describe` gives a tiered partition's starts and each tier's bytes."""
+    name, sent = tiered
+    code, out, _ = run("topics", "describe", name, "--json")
+    assert code == 0
+    (partition,) = json.loads(out)[0]["partitions"]
+    tiers = partition["tiers"]
+    state = _leader_state(cluster, name)
+    assert tiers["log_start_offset"] == 0 and tiers["local_log_start_offset"] == state["local_log_start_offset"] > 0
+    assert tiers["remote_bytes"] > 0 and 0 < tiers["local_bytes"] <= 8192 + 4096
+    assert tiers["highest_remote_offset"] >= tiers["local_log_start_offset"] - 1
+    code, out, _ = run("topics", "describe", name)
+    assert f"LogStartOffset: 0\tLocalLogStartOffset: {tiers['local_log_start_offset']}" in out
