@@ -58,6 +58,7 @@ class ReplicaPart:
     _controller: Callable[[], Any]
     _start: Callable[..., threading.Thread]
     _remote_fetch: Callable[[Any, Any], Any]
+    _remote_offset_for_time: Callable[[int, Any, int], Any]
 
 
 def now_ms() -> float:

@@ -15,6 +15,7 @@ from raylog import metrics
 from raylog.actors.replica_parts import ReplicaPart, now_ms
 from raylog.common.acl import CLUSTER_NAME, ACLOperation, ResourceType
 from raylog.common.names import validate_client_id
+from raylog.coordination.partition import READ_COMMITTED
 from raylog.coordination.purgatory import DelayedFetch
 from raylog.errors import (
     AuthorizationError,
@@ -97,12 +98,17 @@ class LeaderReads(ReplicaPart):
     ) -> ListOffsetsResponse:
         """Kafka's ListOffsets of this partition; the caller of ``session`` needs DESCRIBE on the topic."""
         with self._lock:
+            p = self.partition
             try:
-                self._guard.require(session, ACLOperation.DESCRIBE, ResourceType.TOPIC, self.partition.topic)
-                offset, timestamp = self.partition.list_offset(timestamp_ms, current_leader_epoch, isolation_level)
+                self._guard.require(session, ACLOperation.DESCRIBE, ResourceType.TOPIC, p.topic)
+                offset, timestamp = p.list_offset(timestamp_ms, current_leader_epoch, isolation_level)
             except Exception as exc:  # noqa: BLE001
                 return ListOffsetsResponse(**error_fields(exc))
-            return ListOffsetsResponse(offset=offset, timestamp_ms=timestamp, leader_epoch=self.partition.leader_epoch)
+            answer = ListOffsetsResponse(offset=offset, timestamp_ms=timestamp, leader_epoch=p.leader_epoch)
+            if timestamp_ms < 0 or p.log_start_offset >= p.log.log_start_offset:
+                return answer  # a sentinel, or nothing below the local log start
+            end = p.last_stable_offset if isolation_level == READ_COMMITTED else p.high_watermark
+        return self._remote_offset_for_time(timestamp_ms, answer, end)
 
     @ray.method(concurrency_group="replication")
     def end_offset_for_epoch(self, epoch: int, session: str | None = None) -> tuple[int, int, int]:

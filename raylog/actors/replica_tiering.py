@@ -63,7 +63,7 @@ from raylog.errors import (
     RemoteStorageError,
     StorageError,
 )
-from raylog.protocol import FetchRequest, FetchResponse, error_fields
+from raylog.protocol import FetchRequest, FetchResponse, ListOffsetsResponse, error_fields
 from raylog.storage.log import wall_clock_ms
 from raylog.storage.remote_log_metadata_cache import RemoteLogMetadataCache, TieredRetentionConfig
 from raylog.storage.remote_log_reader import RemoteLogReader
@@ -176,6 +176,29 @@ class Tiering(ReplicaPart):
         except RaylogError as exc:
             return dataclasses.replace(response, **error_fields(exc))
         return dataclasses.replace(answered, records=np.frombuffer(data, dtype=np.uint8), aborted_transactions=aborted)
+
+    def _remote_offset_for_time(self, timestamp_ms: int, local: ListOffsetsResponse, end: int) -> ListOffsetsResponse:
+        """A time look-up on a tiered partition whose remote tier holds offsets below its local
+        log: the first record at or after ``timestamp_ms`` in the remote tier if there is one
+        below ``end`` and below ``local``'s answer (the local log's), else ``local``; as Kafka
+        searches the remote tier first. Called without ``_lock``."""
+        reader = self._remote_reader
+        with self._lock:
+            p = self.partition
+            if reader is None or not p.remote_tier_ready:
+                return ListOffsetsResponse(
+                    **error_fields(OffsetNotAvailableError(f"{p.name}: the remote tier's metadata is still being read"))
+                )
+            start, history = p.log_start_offset, reader.history_for(p.epochs.entries)
+        try:
+            found = reader.offset_for_timestamp(timestamp_ms, start_offset=start, leader_epoch_history=history)
+        except RemoteStorageError as exc:
+            return ListOffsetsResponse(**error_fields(StorageError(f"{p.name}: remote storage: {exc}")))
+        except RaylogError as exc:
+            return ListOffsetsResponse(**error_fields(exc))
+        if found is None or found.offset >= end or (0 <= local.offset < found.offset):
+            return local
+        return dataclasses.replace(local, offset=found.offset, timestamp_ms=found.timestamp_ms)
 
     def _tiering_state(self) -> dict | None:
         """The pump's phase, epoch, last error and counters as of its last round (None: no

@@ -41,6 +41,12 @@ def test_the_partition_starts_at_the_remote_tier_and_its_local_log_past_it(clust
     assert local == state["local_log_start_offset"] > 0
     assert local - 1 <= tiered_end < len(sent)
     assert admin.list_offsets({tp: OffsetSpec.latest()})[tp].offset == len(sent)
+    # Time look-ups search the remote tier first, then the local log (each record's time is
+    # its offset's: the tiered topic's records are stamped 1_700_000_000_000 + i).
+    for offset in (0, 5, local - 1, local, len(sent) - 1):
+        found = admin.list_offsets({tp: OffsetSpec.for_timestamp(sent[offset][2])})[tp]
+        assert (found.offset, found.timestamp) == (offset, sent[offset][2])
+    assert admin.list_offsets({tp: OffsetSpec.for_timestamp(sent[-1][2] + 1)})[tp].offset == -1
 
 
 def test_a_consumer_reads_every_record_once_in_order_from_both_tiers(cluster, tiered):
