@@ -356,11 +356,12 @@ class _Pump:
             "remote_size_bytes": self.tasks.cache.remote_size_bytes,
             **task_counts,
         }
+        copies = self.tasks.phase is not Phase.FOLLOWER  # (a follower's lag is its leader's to report)
         metrics.record_tiering(
             self.replica._metric_tags,
             increments,
-            task_counts["copy_lag_segments"],
-            task_counts["copy_lag_bytes"],
+            task_counts["copy_lag_segments"] if copies else 0,
+            task_counts["copy_lag_bytes"] if copies else 0,
             self.state["remote_size_bytes"],
         )
 
