@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from raylog import Consumer, Producer
+from raylog import Consumer, Producer, TopicPartition
 from raylog.coordination.quotas import PRODUCER_BYTE_RATE
-from tests.helpers import wait_until
+from tests.helpers import tiered_topic, wait_until
 from tests.ray.prometheus import sample_names, scrape
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "raylog_grafana_dashboard.json"
@@ -98,6 +98,17 @@ def test_every_metric_the_dashboard_queries_is_exported(cluster, admin, topic, d
     finally:
         admin.alter_client_quotas({client: {PRODUCER_BYTE_RATE: None}})
 
+    # A tiered topic whose history a consumer reads: copies, the copier's gauges, remote reads.
+    tiered = f"dashboard-tiered-{uuid.uuid4().hex[:6]}"
+    with tiered_topic(cluster, admin, tiered, records=200) as sent:
+        with Consumer(cluster, auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition(tiered, 0)])
+            got = 0
+            for _ in range(60):  # bounded: a poll waits at most 1 s
+                got += sum(len(r) for r in consumer.poll(timeout_ms=1_000).values())
+                if got == len(sent):
+                    break
+            assert got == len(sent)
     missing: set[str] = set(needed)
 
     def all_exported() -> bool:
