@@ -261,21 +261,22 @@ class _Pump:
         stopped = self.replica._stopped
         wait_s = 0.0
         while not stopped.wait(wait_s):
-            wait_s = 0.0 if not self.tasks.idle else TIER_INTERVAL_S
             try:
-                wait_s = self._round(wait_s)
+                wait_s = self._round()
             except Exception:  # noqa: BLE001 — logged; the pump must outlive it
                 logger.exception("%s: tiered storage: a round of the pump failed", self.replica.partition.name)
                 wait_s = TIERING_RETRY_S
 
-    def _round(self, wait_s: float) -> float:
-        """Read the new events, tick, carry out; the pause before the next round."""
+    def _round(self) -> float:
+        """Read the new events, tick, carry out; the pause before the next round (none while
+        a step waits for its event to come back: the next read waits for it)."""
         actions: list[Action] = []
+        failed = False
         try:
             events = self.topic.poll(max_wait_ms=READ_BACK_WAIT_MS if not self.tasks.idle else 0)
         except RaylogError as exc:
             self._failed("reading __remote_log_metadata", exc)
-            events, wait_s = [], TIERING_RETRY_S
+            events, failed = [], True
         for event in events:
             actions += self.tasks.on_metadata_event(event)
             with contextlib.suppress(RaylogError):  # refused by every reader alike (the tasks count it)
@@ -284,7 +285,9 @@ class _Pump:
         self._carry_out(actions)
         self._tell_partition()
         self._record_metrics()
-        return wait_s
+        if failed:
+            return TIERING_RETRY_S
+        return TIER_INTERVAL_S if self.tasks.idle else 0.0
 
     def _tick(self) -> list[Action]:
         """Take the role and tick the tasks with the partition's state."""
