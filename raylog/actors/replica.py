@@ -36,7 +36,7 @@ the controller's pushes and probes in ``control``. The HW therefore moves howeve
 clients wait on it. Calls beyond a pool's size wait in Ray's queue until one of its calls
 answers. :meth:`state` reports how many calls are parked in each pool (Kafka's purgatory size).
 Background threads: the housekeeping rounds, the follower's fetch loop, ISR proposals, the
-restart report, the cleaner.
+restart report, the cleaner and, on a tiered topic, the tiering pump.
 
 Client quotas (:mod:`raylog.coordination.quotas`, pushed by the controller through
 :meth:`update_quotas`): a leader counts the bytes of each produce request and of each

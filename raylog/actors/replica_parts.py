@@ -9,7 +9,8 @@ parts, each a class of its own module, one job each:
   holds and the purgatory where calls wait;
 - :mod:`~raylog.actors.replica_writes`: produce, transaction markers, DeleteRecords;
 - :mod:`~raylog.actors.replica_reads`: fetch, offset and leader-epoch look-ups;
-- :mod:`~raylog.actors.replica_housekeeping`: retention, flush, checkpoints, compaction.
+- :mod:`~raylog.actors.replica_housekeeping`: retention, flush, checkpoints, compaction;
+- :mod:`~raylog.actors.replica_tiering`: tiered storage's pump and the reads it serves.
 
 Every part holds the replica's lock for each step on the partition and reads the state and
 takes the steps :class:`ReplicaPart` lists, which ``PartitionReplicaActor`` owns.
