@@ -112,7 +112,8 @@ def tiered_topic(cluster, admin, name: str, records: int = 600) -> Iterator[list
 
         def held() -> dict | None:
             state = ray.get(leader.state.remote())
-            return state if state["size_bytes"] <= 8192 + 4096 else None
+            known = state["remote_log_start_offset"] is not None  # (its pump read the metadata through)
+            return state if known and state["size_bytes"] <= 8192 + 4096 else None
 
         state = wait_until(held, timeout_s=60, message="local retention of the tiered topic")
         assert state["local_log_start_offset"] > records // 2 and state["remote_log_start_offset"] == 0

@@ -189,8 +189,12 @@ class Partition:
         """The first offset a consumer may read: the local log's start or, on a tiered partition
         whose remote tier holds offsets below it, the remote tier's first offset (never below
         what DeleteRecords asked for): Kafka's UnifiedLog.logStartOffset. The local log's own
-        start is ``log.log_start_offset`` (Kafka's localLogStartOffset)."""
+        start is ``log.log_start_offset`` (Kafka's localLogStartOffset). Until the pump has read
+        the remote tier's extent, it is the checkpointed start, which is never past the true one
+        (the local start may be: a follower taking that for ours would delete up to it)."""
         local, remote = self.log.log_start_offset, self.remote_log_start_offset
+        if self.config.remote_storage_enable and not self.remote_tier_ready:
+            return self.log.checkpointed_log_start_offset
         if remote is None or remote >= local:
             return local
         return max(remote, self.log.checkpointed_log_start_offset)

@@ -149,7 +149,15 @@ def test_a_replica_down_past_the_local_retention_comes_back_at_the_local_log_sta
     )
     soak.start_broker(away)
     _lead_from(cluster, topic, away)
-    state = ray.get(ray.get(cluster.controller.replica_handles.remote(topic))[(0, away)].state.remote())
+    replica = ray.get(cluster.controller.replica_handles.remote(topic))[(0, away)]
+    # (its pump reads __remote_log_metadata through before the remote tier's start is known:
+    # until then reads below its local log start get OFFSET_NOT_AVAILABLE)
+    wait_until(
+        lambda: ray.get(replica.state.remote())["remote_log_start_offset"] == 0,
+        timeout_s=60,
+        message="the new leader's pump to learn the remote tier's start",
+    )
+    state = ray.get(replica.state.remote())
     assert state["local_log_start_offset"] > 0 and state["log_start_offset"] == 0
     values = read_values(cluster, topic)
     assert values == sorted(values) and len(set(values)) == len(values), "records out of order or twice"

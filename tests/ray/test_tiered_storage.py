@@ -38,7 +38,7 @@ def test_the_partition_starts_at_the_remote_tier_and_its_local_log_past_it(clust
     assert admin.list_offsets({tp: OffsetSpec.earliest()})[tp].offset == 0
     local = admin.list_offsets({tp: OffsetSpec.earliest_local()})[tp].offset
     tiered_end = admin.list_offsets({tp: OffsetSpec.latest_tiered()})[tp].offset
-    assert local == state["local_log_start_offset"] > 0
+    assert local >= state["local_log_start_offset"] > 0  # (the pump may delete locally meanwhile)
     assert local - 1 <= tiered_end < len(sent)
     assert admin.list_offsets({tp: OffsetSpec.latest()})[tp].offset == len(sent)
     # Time look-ups search the remote tier first, then the local log (each record's time is

@@ -84,6 +84,9 @@ def test_a_tiered_partition_starts_where_its_remote_tier_does_and_sends_reads_be
         part.list_offset(EARLIEST_TIMESTAMP)
     with pytest.raises(OffsetNotAvailableError):
         part.read(0, 1 << 20)
+    # Nor does it say it starts at its local start: a follower taking that start for the
+    # partition's would checkpoint it, and never serve the remote tier below it when it leads.
+    assert part.log_start_offset == 0 and part.fetch(FetchRequest(local, replica_id=2)).log_start_offset == 0
     part.remote_tier_ready, part.remote_log_start_offset, part.highest_remote_offset = True, 0, local - 1
     assert part.log_start_offset == 0 and part.list_offset(EARLIEST_TIMESTAMP) == (0, -1)
     assert part.list_offset(EARLIEST_LOCAL_TIMESTAMP) == (local, -1)
