@@ -773,13 +773,14 @@ class Partition:
 
     def follow_log_start(self, leader_log_start_offset: int) -> None:
         """A follower deletes what its leader deleted, up to its own HW (it never deletes
-        records it does not know to be committed).
+        records it does not know to be committed). On a tiered partition the leader's start may
+        be below our local log's: it is checkpointed all the same, as the partition's start.
 
         Raises:
             StorageError.
         """
         target = min(leader_log_start_offset, self.high_watermark)
-        if target > self.log.log_start_offset:
+        if target > self.log.checkpointed_log_start_offset:
             self.log.increment_log_start_offset(target)
             self.txn_index.retain(self.log.log_start_offset)
 

@@ -422,3 +422,25 @@ def test_a_follower_deletes_what_its_leader_deleted_up_to_its_own_high_watermark
     follower.append_as_follower(b"", leader_high_watermark=4)
     follower.follow_log_start(3)
     assert follower.log.log_start_offset == 3
+
+
+def test_a_tiered_follower_follows_a_log_start_below_its_local_one(open_log):
+    """A leader's DeleteRecords below a tiered follower's local log start moves the follower's
+    partition start too (checkpointed), so that once it leads, the deleted records stay deleted
+    even where the remote tier still holds them (Kafka's follower takes the leader's
+    logStartOffset, local or not)."""
+    config = {"remote.storage.enable": "true", "segment.bytes": "1024"}
+    follower = Partition(
+        "t", 0, broker_id=2, log=open_log(**config), config=TopicConfig.from_properties(config)
+    )
+    follower.become_follower(leader=1, leader_epoch=3, replicas=(1, 2), isr=(1, 2))
+    for i in range(12):
+        batch = record_batch.build([b"x" * 200], now_ms=1)
+        stamped = record_batch.stamp(record_batch.read_header(batch), i, 3) + batch[record_batch.STAMP.size :]
+        follower.append_as_follower(stamped, leader_high_watermark=i)
+    local = follower.log.segment_base_offsets[2]
+    follower.delete_local_segments_below(local)
+    follower.follow_log_start(1)
+    assert follower.log.checkpointed_log_start_offset == 1 and follower.log.log_start_offset == local
+    follower.remote_tier_ready, follower.remote_log_start_offset = True, 0
+    assert follower.log_start_offset == 1
