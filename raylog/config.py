@@ -352,6 +352,17 @@ class LogConfig(_Config):
         "and in a cluster without a remote store; once on, it cannot be turned off (as in Kafka "
         "before 3.9): delete the topic instead.",
     )
+    remote_storage_history_enable: bool = setting(
+        False,
+        "With remote.storage.enable: each segment copied to the remote store is also written "
+        "there as a Parquet file in the columns of Spark's Kafka source (key, value, topic, "
+        "partition, offset, timestamp, timestampType, headers; records of aborted transactions "
+        "left out), under <store>/history/<topic>-<topic id>/partition=<p>/ with a manifest of "
+        "offset ranges, and deleted with it. raylog.read_topic and raylog_spark read the history "
+        "from those files in their own tasks and only the rest from the brokers. raylog's own "
+        "setting (Kafka has none): the nearest are Redpanda's Iceberg topics and Confluent's "
+        "Tableflow.",
+    )
     local_retention_ms: int = setting(
         -2,
         "With remote.storage.enable: a segment already copied to the remote store is deleted from "
@@ -448,6 +459,11 @@ class LogConfig(_Config):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._require(
+            self.remote_storage_enable or not self.remote_storage_history_enable,
+            "remote.storage.history.enable needs remote.storage.enable: the history is written as "
+            "segments are copied to the remote store",
+        )
         if self.remote_storage_enable:
             self._require(
                 not self.compact,

@@ -83,6 +83,7 @@ def only_replica(cluster, name: str):
 #: A tiered topic's settings for the tests: 4 KiB segments, 8 KiB kept on the broker's disk.
 TIERED_TOPIC = {
     "remote.storage.enable": "true",
+    "remote.storage.history.enable": "true",
     "segment.bytes": "4096",
     "local.retention.bytes": "8192",
     "retention.ms": "-1",

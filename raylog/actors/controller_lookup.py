@@ -16,7 +16,7 @@ from raylog.actors.controller_parts import CLUSTER, TOPIC, ControllerPart, requi
 from raylog.actors.replica_fleet import REPLICA_START_TIMEOUT_S, wait_for_event
 from raylog.common.acl import CLUSTER_NAME, ResourceType
 from raylog.common.acl import ACLOperation as Op
-from raylog.common.names import OFFSETS_TOPIC, REMOTE_LOG_METADATA_TOPIC, TRANSACTION_TOPIC
+from raylog.common.names import OFFSETS_TOPIC, REMOTE_LOG_METADATA_TOPIC, TRANSACTION_TOPIC, remote_topic_name
 from raylog.config import TopicConfig
 from raylog.coordination.group import partition_for
 from raylog.errors import (
@@ -69,6 +69,26 @@ class ClusterLookup(ControllerPart):
             raise InvalidRequestError("tiered storage is off in this cluster (remote.log.storage.uri is not set)")
         key = remote_log_metadata.record_key(topic, partition).decode()
         return await self._coordinator_of(REMOTE_LOG_METADATA_TOPIC, key)
+
+    async def history_source(self, topic: str, session: str | None = None) -> tuple[str, str] | None:
+        """Where ``topic``'s Parquet history lies, for readers that read it straight from the
+        store (raylog.read_topic, raylog_spark): ``(remote.log.storage.uri, the topic's name
+        there, <topic>-<topic id>)``, or None when the topic keeps none
+        (``remote.storage.history.enable`` off). The URI carries whatever credentials the
+        cluster's does: a caller that may READ the topic may read its records in the store.
+
+        Raises:
+            TopicAuthorizationFailedError: the caller may not READ the topic.
+            UnknownTopicOrPartitionError: no such topic.
+        """
+        await self.start()
+        require(self._caller(session), Op.READ, TOPIC, topic)
+        described = self.image.topics.get(topic)
+        if described is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+        if not TopicConfig.from_properties(described.config).remote_storage_history_enable:
+            return None
+        return self.config.remote_log_storage_uri, remote_topic_name(topic, described.topic_id)
 
     async def _coordinator_of(self, name: str, key: str) -> tuple[int, Any]:
         await self.start()

@@ -75,9 +75,9 @@ from raylog.actors.access import Guard
 from raylog.actors.replica_housekeeping import Housekeeping
 from raylog.actors.replica_parts import PEER_CALL_TIMEOUT_S, REPLICA_BACKOFF_S, now_ms
 from raylog.actors.replica_reads import LeaderReads
-from raylog.actors.replica_tiering import Tiering, remote_topic_name
+from raylog.actors.replica_tiering import Tiering
 from raylog.actors.replica_writes import LeaderWrites
-from raylog.common.names import NAMESPACE, controller_name
+from raylog.common.names import NAMESPACE, controller_name, remote_topic_name
 from raylog.config import TopicConfig
 from raylog.coordination.acls import Authorizer
 from raylog.coordination.fetcher import EpochAnswer, EpochQuery, FollowerFetcher, Next

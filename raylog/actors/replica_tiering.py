@@ -25,7 +25,10 @@ fetch and an EARLIEST look-up get the retriable OFFSET_NOT_AVAILABLE: the remote
 is not known yet. A store that fails makes remote reads fail with the retriable
 KAFKA_STORAGE_ERROR while the local tail goes on serving, and copying resumes when it is back.
 
-Limitation: Parquet history (``WriteHistory``) is not asked for by any topic setting yet.
+History: on a topic that sets ``remote.storage.history.enable`` the leader also writes each
+copied segment as Parquet (:class:`~raylog.storage.history.HistoryWriter`, under the same
+store), its rows decoded from the copy in the store with the aborted transactions of both
+tiers, and deletes the file with the remote segment.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from raylog.coordination.remote_log_tasks import (
     PublishEvent,
     RemoteLogTasks,
     RemoteLogTasksConfig,
+    WriteHistory,
 )
 from raylog.errors import (
     InvalidConfigError,
@@ -64,6 +68,7 @@ from raylog.errors import (
     StorageError,
 )
 from raylog.protocol import FetchRequest, FetchResponse, ListOffsetsResponse, error_fields
+from raylog.storage.history import HistoryWriter, aborted_in, segment_table
 from raylog.storage.log import wall_clock_ms
 from raylog.storage.remote_log_metadata_cache import RemoteLogMetadataCache, TieredRetentionConfig
 from raylog.storage.remote_log_reader import RemoteLogReader
@@ -86,7 +91,7 @@ class Tiering(ReplicaPart):
     thread-safe (fetch threads read through it while the pump applies events)."""
 
     _remote_log_storage_uri: str
-    _remote_topic: str  # see remote_topic_name
+    _remote_topic: str  # see raylog.common.names.remote_topic_name
     _tiering: threading.Thread | None
     _remote_reader: RemoteLogReader | None
     _tiering_pump: _Pump | None
@@ -138,14 +143,14 @@ class Tiering(ReplicaPart):
     def _delete_remote_partition(self) -> None:
         """The topic is deleted: delete the partition's objects in the store (every replica
         tries; the first does it). A failure is logged: what is left is never read again (a
-        topic created again under the name has another topic id, see :func:`remote_topic_name`)."""
+        topic created again under the name has another topic id, see :func:`~raylog.common.names.remote_topic_name`)."""
         p = self.partition
         if not p.config.remote_storage_enable or not self._remote_log_storage_uri:
             return
         try:
-            RemoteStorageManager.from_uri(self._remote_log_storage_uri).delete_partition(
-                self._remote_topic, p.partition
-            )
+            store = RemoteStorageManager.from_uri(self._remote_log_storage_uri)
+            store.delete_partition(self._remote_topic, p.partition)
+            HistoryWriter(store.filesystem, store.base_path).delete_partition(self._remote_topic, p.partition)
         except (InvalidConfigError, RemoteStorageError) as exc:
             logger.warning("%s: the deleted topic's remote segments are left in the store: %s", p.name, exc)
 
@@ -218,15 +223,6 @@ class Tiering(ReplicaPart):
         )
 
 
-def remote_topic_name(topic: str, topic_id: str) -> str:
-    """The name a topic's partitions go by in the remote tier and in ``__remote_log_metadata``:
-    ``<topic>-<topic id>``, so that a topic deleted and created again under the same name (a new
-    topic id) never takes the old one's copies and events for its own, as Kafka keys them by
-    TopicIdPartition. The store's directory of a partition is then
-    ``<base>/<topic>-<topic id>-<partition>``."""
-    return f"{topic}-{topic_id}"
-
-
 def _end_offset(data: bytes) -> int:
     """The offset after the last batch of ``data`` (whole batches)."""
     end = -1
@@ -247,6 +243,7 @@ class _Pump:
     def __post_init__(self) -> None:
         cache = RemoteLogMetadataCache(self.tasks.topic, self.tasks.partition)
         self.reader = RemoteLogReader(cache, self.store, executor=_prefetch())
+        self.history = HistoryWriter(self.store.filesystem, self.store.base_path)
         self._logged: dict[str, float] = {}
         #: The last failure, as ``"<what>: <error>"`` (None: none yet).
         self.last_error: str | None = None
@@ -295,7 +292,7 @@ class _Pump:
             p = self.replica.partition
             leading, epoch = p.is_leader, p.leader_epoch
             state = (p.log.local_segments(), p.last_stable_offset, p.log_start_offset, p.epochs.entries)
-            config = RemoteLogTasksConfig(TieredRetentionConfig.of(p.config))
+            config = RemoteLogTasksConfig(TieredRetentionConfig.of(p.config), p.config.remote_storage_history_enable)
         now = wall_clock_ms()
         actions: list[Action] = []
         if leading and epoch > self.tasks.leader_epoch:
@@ -326,16 +323,38 @@ class _Pump:
         elif isinstance(action, CopySegment):
             files = LogSegmentData.in_directory(p.log.dir, action.base_offset, action.next_offset)
             self.store.copy_log_segment_data(action.metadata, files)
+        elif isinstance(action, WriteHistory):
+            self._write_history(action)
         elif isinstance(action, DeleteRemoteSegment):
             self.store.delete_log_segment_data(action.metadata)
+            if action.history:
+                self.history.delete_segment(action.metadata)
         elif isinstance(action, DeleteLocalSegments):
             with self.replica._lock:
                 p.delete_local_segments_below(action.up_to_base_offset)
-        elif isinstance(action, CleanOrphans):
+        else:
+            assert isinstance(action, CleanOrphans), action
             cut = action.now_ms - action.min_age_ms
             self.store.clean_orphans(self.tasks.topic, p.partition, action.keep, cut)
-        else:  # WriteHistory: no topic setting asks for it yet
-            raise RemoteStorageError(f"{p.name}: {type(action).__name__} is not carried out by this broker")
+            if action.history:
+                self.history.clean_orphans(self.tasks.topic, p.partition, action.now_ms, action.min_age_ms)
+
+    def _write_history(self, action: WriteHistory) -> None:
+        """The copied segment as a history file: its bytes read back from the store (the local
+        copy may be gone by a retry), decoded without the records of transactions aborted in
+        either tier (a marker may lie in a later segment, remote or local)."""
+        metadata, p = action.metadata, self.replica.partition
+        data = self.store.fetch_log_segment(metadata, 0)
+        with self.replica._lock:
+            local = p.txn_index.all()
+            history = self.reader.history_for(p.epochs.entries)
+        remote = self.reader.aborted_entries(
+            metadata.start_offset, metadata.end_offset + 1, leader_epoch_history=history
+        )
+        aborted = list(dict.fromkeys(remote + local))
+        rows = segment_table(data, p.topic, p.partition, aborted)
+        left_out = bool(aborted_in(aborted, metadata.start_offset, metadata.end_offset))
+        self.history.write_segment(metadata, rows, left_out)
 
     def _tell_partition(self) -> None:
         """What the remote tier holds, for the partition's log start and look-ups."""
@@ -357,7 +376,7 @@ class _Pump:
             "leader_epoch": self.tasks.leader_epoch,
             "last_error": self.last_error,
             "remote_size_bytes": self.tasks.cache.remote_size_bytes,
-            **task_counts,
+            **now,
         }
         copies = self.tasks.phase is not Phase.FOLLOWER  # (a follower's lag is its leader's to report)
         metrics.record_tiering(

@@ -124,6 +124,17 @@ def kafka_rows(records: pa.Table, timestamp_types: Any, include_headers: bool) -
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def consumer_rows(rows: pa.Table) -> pa.Table:
+    """Rows of Spark's Kafka source (:func:`kafka_arrow_schema` with headers, e.g. a history
+    file's) as the consumer reads them (:data:`ARROW_SCHEMA`): columns reordered, timestamps
+    back to milliseconds, ``timestampType`` dropped; headers stay null where none."""
+    micros = [record_batch.values_of(chunk.view(pa.int64())) for chunk in rows.column("timestamp").chunks]
+    millis = record_batch.arrow_of(np.concatenate(micros) // 1_000 if micros else np.empty(0, dtype=np.int64))
+    columns = [rows.column(name) for name in ("topic", "partition", "offset")]
+    columns += [millis, *(rows.column(name) for name in ("key", "value", "headers"))]
+    return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
 def null_when_empty(headers: pa.ChunkedArray) -> pa.ChunkedArray:
     """Headers with null for a record without any, as Spark's Kafka source has them (a fetch
     gives null or, from a batch that carries headers, an empty list): each chunk's lists over

@@ -152,3 +152,13 @@ def check_group_name(group_id: str) -> None:
     """Raises InvalidRequestError for "" (Kafka has no default group resource)."""
     if not group_id:
         raise InvalidRequestError("Default group resources are not allowed: name a group")
+
+
+def remote_topic_name(topic: str, topic_id: str) -> str:
+    """The name a topic's partitions go by in the remote tier and in ``__remote_log_metadata``:
+    ``<topic>-<topic id>``, so that a topic deleted and created again under the same name (a new
+    topic id) never takes the old one's copies and events for its own, as Kafka keys them by
+    TopicIdPartition. The store's directory of a partition is then
+    ``<base>/<topic>-<topic id>-<partition>``, of its history
+    ``<base>/history/<topic>-<topic id>/partition=<partition>``."""
+    return f"{topic}-{topic_id}"

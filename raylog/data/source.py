@@ -29,8 +29,11 @@ from ray.data.datasource import Datasource, ReadTask
 
 from raylog.clients.cluster import RaylogCluster
 from raylog.clients.consumer import ARROW_SCHEMA, Consumer
+from raylog.clients.history import HistorySource, history_source
+from raylog.common.history_format import iter_history
+from raylog.common.kafka_columns import consumer_rows
 from raylog.data.offsets import OffsetSpec, _Bounds, _cluster, _groups, _is_offset, _partitions, _resolve, _specs
-from raylog.errors import InvalidConfigError, KafkaTimeoutError, UnknownTopicOrPartitionError
+from raylog.errors import InvalidConfigError, KafkaTimeoutError, RemoteStorageError, UnknownTopicOrPartitionError
 from raylog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -318,6 +321,8 @@ class RaylogDatasource(Datasource):
         self._cluster = cluster
         self._ranges = dict(sorted(ranges.items()))
         self._consumer_config = consumer_config or {}
+        #: Where each topic's Parquet history lies (None: it keeps none), for the read tasks.
+        self._histories = {topic: history_source(cluster, topic) for topic in sorted({tp.topic for tp in ranges})}
         self._timeout_ms = timeout_ms
         self._min_rows_per_task = int(min_rows_per_task)
         self._projection_map: dict[str, str] | None = None
@@ -355,7 +360,13 @@ class RaylogDatasource(Datasource):
         return [
             ReadTask(
                 functools.partial(
-                    _read_pieces, self._cluster, pieces, self._consumer_config, self._timeout_ms, columns
+                    _read_pieces,
+                    self._cluster,
+                    pieces,
+                    self._consumer_config,
+                    self._timeout_ms,
+                    columns,
+                    {tp.topic: self._histories.get(tp.topic) for tp, _, _ in pieces},
                 ),
                 # Rows are unknown up front: a compacted topic has gaps between offsets, and
                 # transaction markers and aborted records take offsets too.
@@ -423,18 +434,24 @@ def read_range(
     *,
     consumer_config: dict[str, Any] | None = None,
     deadline_s: float | None = None,
+    history: HistorySource | None = None,
 ) -> Iterator[pa.Table]:
-    """The records of ``tp`` in ``[start, end)``, one Arrow table per fetched response (no
-    empty ones: an empty range yields nothing) as ``Consumer.poll_arrow`` gives them (headers
-    null where a batch carries none): what a read task of :class:`RaylogDatasource` runs per
-    range (it then gives empty lists for null headers), in any process that can reach Ray.
+    """The records of ``tp`` in ``[start, end)``, one Arrow table per fetched response or
+    history file (no empty ones: an empty range yields nothing) as ``Consumer.poll_arrow``
+    gives them (headers null where a batch carries none): what a read task of
+    :class:`RaylogDatasource` runs per range (it then gives empty lists for null headers), in
+    any process that can reach Ray.
 
     Args:
         consumer_config: keyword arguments for the :class:`Consumer` (not group settings).
         deadline_s: a ``time.monotonic()`` time at which to stop early (with a warning).
+        history: where the topic's Parquet history lies (:func:`history_source`): the part of
+            the range its files hold is read from them here, the rest from the brokers.
 
     Raises:
         KafkaTimeoutError: no record came for READ_STALL_TIMEOUT_S below ``end``."""
+    if start < end and history is not None:
+        start = yield from _read_history(history, tp, start, end, consumer_config or {})
     if start >= end:
         return
     with Consumer(cluster, **(consumer_config or {}), auto_offset_reset="none") as consumer:
@@ -468,17 +485,45 @@ def read_range(
                 yield table if keep == table.num_rows else table.slice(0, keep)
 
 
+def _read_history(
+    history: HistorySource, tp: TopicPartition, start: int, end: int, consumer_config: dict[str, Any]
+) -> Iterator[pa.Table]:
+    """The part of ``[start, end)`` the history files hold, a table a file, as the consumer's
+    rows; returns where the brokers take over (where the files end, or the first file that
+    could not be read: the brokers then serve it from the remote tier)."""
+    read_committed = consumer_config.get("isolation_level", "read_committed") == "read_committed"
+    plan = history.plan(tp.partition, start, end, read_committed)
+    if plan is None:
+        return start
+    tables = iter_history(plan)
+    for listed in plan.files:
+        try:
+            rows = next(tables)
+        except RemoteStorageError as exc:
+            log.warning("%s-%d: history file not readable, reading from the brokers at %d: %s", *tp, start, exc)
+            return start
+        if rows.num_rows:
+            yield consumer_rows(rows)
+        start = min(listed.last_offset + 1, end)
+    return start
+
+
 def _read_pieces(
     cluster: RaylogCluster,
     pieces: list[Piece],
     consumer_config: dict[str, Any],
     timeout_ms: int | None,
     columns: list[str] | None,
+    histories: dict[str, HistorySource | None],
 ) -> Iterator[pa.Table]:
     """A read task: its pieces one after another, within ``timeout_ms`` in all."""
     deadline_s = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
     for tp, start, end in pieces:
-        for table in read_range(cluster, tp, start, end, consumer_config=consumer_config, deadline_s=deadline_s):
+        history = histories.get(tp.topic)
+        ranged = read_range(
+            cluster, tp, start, end, consumer_config=consumer_config, deadline_s=deadline_s, history=history
+        )
+        for table in ranged:
             table = _headers_not_null(table)
             yield table if columns is None else table.select(columns)
 

@@ -501,13 +501,27 @@ class RemoteLogReader:
             CorruptRecordError: a transaction index is not valid.
             RemoteStorageError: the store failed.
         """
+        entries = self.aborted_entries(start_offset, end_offset, leader_epoch_history=leader_epoch_history)
+        return [(entry.producer_id, entry.first_offset) for entry in entries]
+
+    def aborted_entries(
+        self,
+        start_offset: int,
+        end_offset: int,
+        *,
+        leader_epoch_history: Sequence[tuple[int, int]] | None = None,
+    ) -> list[AbortedTxn]:
+        """The entries :meth:`aborted_transactions` answers with, whole (with their marker
+        offsets, as :func:`raylog.storage.history.segment_table` takes them).
+
+        Raises:
+            CorruptRecordError, RemoteStorageError: as :meth:`aborted_transactions`.
+        """
         found = []
         for metadata in self._lineage(start_offset, leader_epoch_history):
             with self._forgotten_if_corrupt(metadata):
                 entries = self._transactions(metadata)
-            for entry in entries:
-                if entry.marker_offset >= start_offset and entry.first_offset < end_offset:
-                    found.append((entry.producer_id, entry.first_offset))
+            found += [e for e in entries if e.marker_offset >= start_offset and e.first_offset < end_offset]
             if metadata.end_offset + 1 >= end_offset and self._first_open_offset(metadata) >= end_offset:
                 break
         return found

@@ -49,16 +49,14 @@ import enum
 import logging
 import os
 import re
-import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import msgpack
-import pyarrow as pa
 import pyarrow.fs as pafs
 
-from ..config import without_secret
-from ..errors import InvalidConfigError, RemoteResourceNotFoundError, RemoteStorageError
+from ..common.object_store import filesystem_from_uri, is_object_store, remote_errors
+from ..errors import RemoteResourceNotFoundError, RemoteStorageError
 from . import leader_epoch, producer_snapshot, txn_index
 from .remote_log_metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
 from .segment import file_name
@@ -142,67 +140,10 @@ class LogSegmentData:
         return (*files, (LOG_SUFFIX, self.log_segment))
 
 
-#: ``pyarrow.fs`` type names of stores without real directories: an object is written without
-#: its parent created first (creating it would only add empty marker objects, a request each).
-_OBJECT_STORES = frozenset({"s3", "gcs"})
 #: Every suffix a segment's objects may have, the manifest first (the order deletion takes).
 _ALL_SUFFIXES = (MANIFEST_SUFFIX, LOG_SUFFIX, *(kind.value for kind in IndexType))
 #: An object's name: ``<20-digit start offset>-<uuid><suffix>``.
 _OBJECT_NAME = re.compile(r"^\d{20}-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(\..+)$")
-
-
-def is_object_store(filesystem: pafs.FileSystem) -> bool:
-    """Whether ``filesystem`` is an object store (S3, GCS): no real directories, no rename,
-    and an object appears whole when its upload completes."""
-    return filesystem.type_name in _OBJECT_STORES
-
-
-def filesystem_from_uri(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The store a URI names and the path within it (``pyarrow.fs.FileSystem.from_uri``; S3
-    options may ride in the query, e.g. ``s3://bucket/prefix?endpoint_override=host:9000&scheme=http``).
-
-    Credentials in the URI (``s3://key:secret@bucket``) work, but the environment or the
-    machine's role is the place for them: errors name the URI with its secret starred out.
-
-    Raises:
-        InvalidConfigError: the URI is not one pyarrow knows.
-        RemoteStorageError: the store could not be reached to set it up (an S3 URI
-            without a region makes pyarrow ask the bucket's region).
-    """
-    try:
-        return pafs.FileSystem.from_uri(_with_defaults(uri))
-    except ValueError as exc:  # pyarrow.ArrowInvalid among them
-        raise InvalidConfigError(without_secret(f"remote storage URI {uri!r} is not valid: {exc}", uri)) from None
-    except (OSError, pa.ArrowException) as exc:
-        raise RemoteStorageError(without_secret(f"cannot reach remote storage {uri!r}: {exc}", uri)) from None
-
-
-def _with_defaults(uri: str) -> str:
-    """``uri`` with raylog's defaults for its store where it does not set them: on S3,
-    ``allow_delayed_open`` (an object that fits in one part is then written with one PutObject
-    request; pyarrow otherwise opens a multipart upload for each, three requests for a
-    1 KiB index: 24 vs 12 ms an object against moto on the loopback)."""
-    parts = urllib.parse.urlsplit(uri)
-    if parts.scheme != "s3" or "allow_delayed_open" in urllib.parse.parse_qs(parts.query):
-        return uri
-    return urllib.parse.urlunsplit(
-        parts._replace(query="&".join(filter(None, (parts.query, "allow_delayed_open=true"))))
-    )
-
-
-@contextlib.contextmanager
-def remote_errors(action: str, path: str, *, missing_is_not_found: bool = True) -> Iterator[None]:
-    """Raise the store's failures in the block as raylog's errors: a missing object as
-    RemoteResourceNotFoundError (or, ``missing_is_not_found`` false, RemoteStorageError),
-    any other ``OSError`` or ``pyarrow.ArrowException`` as RemoteStorageError."""
-    try:
-        yield
-    except FileNotFoundError as exc:
-        if missing_is_not_found:
-            raise RemoteResourceNotFoundError(f"cannot {action} {path}: not found ({exc})") from exc
-        raise RemoteStorageError(f"cannot {action} {path}: {exc}") from exc
-    except (OSError, pa.ArrowException) as exc:
-        raise RemoteStorageError(f"cannot {action} {path}: {exc}") from exc
 
 
 class RemoteStorageManager:

@@ -15,9 +15,8 @@ import pyarrow.fs as pafs
 import ray
 
 from raylog import Admin, Consumer, TopicPartition
-from raylog.actors.replica_tiering import remote_topic_name
 from raylog.chaos import remote_log_invariants as invariants
-from raylog.common.names import REMOTE_LOG_METADATA_TOPIC
+from raylog.common.names import REMOTE_LOG_METADATA_TOPIC, remote_topic_name
 from raylog.errors import RaylogError
 from raylog.storage import remote_log_metadata
 from raylog.storage.remote_log_metadata import RemoteLogSegmentId

@@ -10,6 +10,7 @@ import os
 import uuid
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import ray
 
@@ -69,6 +70,46 @@ def test_ray_data_reads_the_whole_topic_from_both_tiers(cluster, tiered):
     assert table.column("key").to_pylist() == [k for k, _, _, _ in sent]
 
 
+def test_the_history_is_parquet_in_the_store_and_ray_data_reads_it_from_the_files(
+    cluster, admin, tiered, remote_store_dir
+):
+    """remote.storage.history.enable: every copied segment is also a Parquet file in Spark's
+    Kafka-source columns under history/<topic>-<id>/partition=0, listed in the manifest without
+    a gap from offset 0; pyarrow reads the directory as the records sent; read_topic takes the
+    history from the files (the leader serves no remote read for it) and the rest from the
+    broker, every record once, in order."""
+    name, sent = tiered
+    topic_id = admin.describe_topics([name])[0].topic_id
+    directory = os.path.join(remote_store_dir, "history", f"{name}-{topic_id}", "partition=0")
+
+    def listed() -> dict | None:
+        end = _leader_state(cluster, name)["highest_remote_offset"] + 1
+        with open(os.path.join(directory, "_raylog_manifest.json")) as f:
+            manifest = json.load(f)
+        return manifest if manifest["files"] and manifest["files"][-1]["last_offset"] + 1 == end else None
+
+    manifest = wait_until(listed, timeout_s=60, message="the history of every copied segment")
+    files = manifest["files"]
+    assert files[0]["first_offset"] == 0
+    assert all(a["last_offset"] + 1 == b["first_offset"] for a, b in zip(files, files[1:], strict=False))
+    assert not any(f["aborted"] for f in files)
+    end = files[-1]["last_offset"] + 1
+    on_disk = pq.read_table([os.path.join(directory, f["name"]) for f in files], partitioning=None).sort_by("offset")
+    assert on_disk.column("offset").to_pylist() == list(range(end))
+    assert on_disk.column("value").to_pylist() == [v for _, v, _, _ in sent[:end]]
+    assert on_disk.column("topic").to_pylist() == [name] * end
+    assert [[(h["key"], h["value"]) for h in hs] for hs in on_disk.column("headers").to_pylist()] == [
+        h for _, _, _, h in sent[:end]
+    ]
+
+    before = _leader_state(cluster, name)["tiering"]["remote_bytes_read"]
+    table = pa.concat_tables(ray.get(read_topic(name, cluster=cluster).to_arrow_refs())).sort_by("offset")
+    assert table.column("offset").to_pylist() == list(range(len(sent)))
+    assert table.column("timestamp").to_pylist() == [t for _, _, t, _ in sent]
+    assert table.column("headers").to_pylist() == [[{"key": k, "value": v} for k, v in h] for _, _, _, h in sent]
+    assert _leader_state(cluster, name)["tiering"]["remote_bytes_read"] == before
+
+
 def test_the_pump_and_the_remote_reads_are_in_the_metrics(cluster, tiered):
     """What was copied, what the store holds, the copier's lag and the remote reads (after the
     reads above) reach Ray's Prometheus endpoint."""
@@ -99,6 +140,7 @@ def test_a_deleted_tiered_topic_leaves_nothing_in_the_store_and_its_namesake_sta
     with tiered_topic(cluster, admin, name, records=400):
         (old,) = [e for e in os.listdir(remote_store_dir) if e.startswith(f"{name}-")]
     assert old not in os.listdir(remote_store_dir)
+    assert not [e for e in os.listdir(os.path.join(remote_store_dir, "history")) if e.startswith(f"{name}-")]
     with tiered_topic(cluster, admin, name, records=300) as sent:
         (new,) = [e for e in os.listdir(remote_store_dir) if e.startswith(f"{name}-")]
         assert new != old

@@ -22,16 +22,15 @@ import pytest
 
 from raylog.chaos.simulation import ManualClock
 from raylog.common import kafka_columns, record_batch
-from raylog.errors import RemoteResourceNotFoundError, RemoteStorageError
-from raylog.storage.history import (
+from raylog.common.history_format import (
     HISTORY_SCHEMA,
     MANIFEST_NAME,
-    HistoryWriter,
     partition_path,
     plan_history_read,
     read_history,
-    segment_table,
 )
+from raylog.errors import RemoteResourceNotFoundError, RemoteStorageError
+from raylog.storage.history import HistoryWriter, aborted_in, segment_table
 from raylog.storage.remote_log_metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
 from raylog.storage.remote_storage import RemoteStorageManager
 from raylog.storage.txn_index import AbortedTxn
@@ -377,6 +376,35 @@ def test_deleting_a_segment_unlists_then_deletes_and_may_be_repeated(history, ti
     )
     with pytest.raises(RemoteResourceNotFoundError):
         read_history(before)
+
+
+def test_a_read_uncommitted_plan_stops_before_a_file_that_left_aborted_records_out(history, tiered):
+    """A file whose range held records of an aborted transaction says so in the manifest: a
+    read_committed plan goes through it, a read_uncommitted one stops there (the brokers serve
+    it the aborted records too)."""
+    txns = tiered.writer.txns.all()
+    flags = [bool(aborted_in(txns, m.start_offset, m.end_offset)) for m in tiered.segments]
+    assert True in flags[1:], "the fixture's log has no aborted transaction past its first segment"
+    for metadata, table, flag in zip(tiered.segments, tiered.tables, flags, strict=True):
+        history.write_segment(metadata, table, aborted=flag)
+    assert [f.aborted for f in history.manifest(TOPIC, PARTITION).files] == flags
+    first = flags.index(True)
+    committed = plan_history_read(history.filesystem, history.base_path, TOPIC, PARTITION, 0)
+    uncommitted = plan_history_read(history.filesystem, history.base_path, TOPIC, PARTITION, 0, read_committed=False)
+    assert committed.history_end_offset == tiered.segments[-1].end_offset + 1
+    assert uncommitted.history_end_offset == tiered.segments[first].start_offset
+
+
+def test_deleting_a_partition_deletes_its_whole_history(history, tiered):
+    """A deleted topic's partition leaves no file, manifest or directory; deleting it again,
+    or one never written, changes nothing."""
+    write_all(history, tiered)
+    for _ in range(2):
+        history.delete_partition(TOPIC, PARTITION)
+    history.delete_partition(TOPIC, PARTITION + 1)
+    gone = history.filesystem.get_file_info(partition_path(history.base_path, TOPIC, PARTITION))
+    assert gone.type == pafs.FileType.NotFound
+    assert plan(history, 0).files == ()
 
 
 def test_a_plan_is_picklable_for_the_tasks_that_read_it(history, tiered):

@@ -86,3 +86,27 @@ def test_timestamp_types_by_offset_match_each_batchs_range():
         assert got.dtype == np.int32 and got.tolist() == expected
     assert kafka_columns.timestamp_type_values(np.arange(3), True).tolist() == [1, 1, 1]
     assert kafka_columns.timestamp_type_values(np.arange(2), None).tolist() == [0, 0]
+
+
+def test_kafka_source_rows_read_back_as_the_consumers_rows_in_chunks():
+    """Spark's rows (a history file's) become the consumer's again: the same records, offsets,
+    millisecond timestamps and headers (null where none), across chunks."""
+    n = 30
+    batch = record_batch.build(
+        [b"v%d" % i for i in range(n)],
+        keys=[b"k"] * n,
+        timestamps_ms=[1_700_000_000_000 + 7 * i for i in range(n)],
+        headers=[fetched_headers(i) or None for i in range(n)],
+    )
+    fetched = kafka_columns.labelled(TopicPartition("t", 3), record_batch.decode_table(batch))
+    kinds = record_batch.arrow_of(np.zeros(n, dtype=np.int32))
+    rows = kafka_columns.kafka_rows(fetched, kinds, include_headers=True)
+    chunked = pa.concat_tables([rows.slice(0, 11), rows.slice(11)])
+
+    back = kafka_columns.consumer_rows(chunked)
+
+    assert back.schema.equals(kafka_columns.ARROW_SCHEMA)
+    expected = kafka_columns.kafka_rows(fetched, kinds, include_headers=True)
+    assert back.drop_columns(["headers"]).equals(fetched.drop_columns(["headers"]))
+    assert back.column("headers").to_pylist() == expected.column("headers").to_pylist()
+    assert kafka_columns.consumer_rows(rows.slice(0, 0)).num_rows == 0
