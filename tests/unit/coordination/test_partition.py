@@ -430,9 +430,7 @@ def test_a_tiered_follower_follows_a_log_start_below_its_local_one(open_log):
     even where the remote tier still holds them (Kafka's follower takes the leader's
     logStartOffset, local or not)."""
     config = {"remote.storage.enable": "true", "segment.bytes": "1024"}
-    follower = Partition(
-        "t", 0, broker_id=2, log=open_log(**config), config=TopicConfig.from_properties(config)
-    )
+    follower = Partition("t", 0, broker_id=2, log=open_log(**config), config=TopicConfig.from_properties(config))
     follower.become_follower(leader=1, leader_epoch=3, replicas=(1, 2), isr=(1, 2))
     for i in range(12):
         batch = record_batch.build([b"x" * 200], now_ms=1)
