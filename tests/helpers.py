@@ -91,16 +91,20 @@ TIERED_TOPIC = {
 
 
 @contextlib.contextmanager
-def tiered_topic(cluster, admin, name: str, records: int = 600) -> Iterator[list[tuple]]:
+def tiered_topic(cluster, admin, name: str, records: int = 600, **overrides: str) -> Iterator[list[tuple]]:
     """A 1-partition tiered topic ``name`` on ``cluster`` (whose controller has a remote store)
     holding ``records`` records, each with a key, a header and a timestamp of its own, its
-    copied segments deleted from the broker's disk down to local.retention.bytes: yields the
-    records as ``(key, value, timestamp_ms, headers)``; the topic is deleted on exit."""
+    copied segments deleted from the broker's disk down to local.retention.bytes and, with its
+    history on (TIERED_TOPIC's default), each copied segment's history file listed: yields the
+    records as ``(key, value, timestamp_ms, headers)``; the topic is deleted on exit.
+    ``overrides``: topic configs over TIERED_TOPIC's."""
     import ray
 
     from raylog import NewTopic, Producer
+    from raylog.clients.history import history_source
 
-    admin.create_topics([NewTopic(name, 1, 1, config=TIERED_TOPIC)], wait_for_leaders_ms=60_000)
+    config = {**TIERED_TOPIC, **overrides}
+    admin.create_topics([NewTopic(name, 1, 1, config=config)], wait_for_leaders_ms=60_000)
     try:
         sent = [
             (b"k%d" % (i % 7), b"value-%05d-" % i + b"x" * 80, 1_700_000_000_000 + i, [("n", b"%d" % i)])
@@ -114,7 +118,15 @@ def tiered_topic(cluster, admin, name: str, records: int = 600) -> Iterator[list
         def held() -> dict | None:
             state = ray.get(leader.state.remote())
             known = state["remote_log_start_offset"] is not None  # (its pump read the metadata through)
-            return state if known and state["size_bytes"] <= 8192 + 4096 else None
+            return state if known and state["size_bytes"] <= 8192 + 4096 and history_written(state) else None
+
+        def history_written(state: dict) -> bool:
+            history = history_source(cluster, name)
+            if history is None:
+                return True
+            end = state["highest_remote_offset"] + 1
+            plan = history.plan(0, 0, end, read_committed=True)
+            return plan is not None and plan.history_end_offset == end
 
         state = wait_until(held, timeout_s=60, message="local retention of the tiered topic")
         assert state["local_log_start_offset"] > records // 2 and state["remote_log_start_offset"] == 0

@@ -175,6 +175,7 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping, Tiering):
         self._tiering: threading.Thread | None = None
         self._remote_reader = None
         self._tiering_pump = None
+        self._remote_fetches = 0  # consumer fetches answered from the remote tier (under _lock)
         with self._lock:
             if ray.get_runtime_context().was_current_actor_reconstructed:
                 self._take(Restarted())

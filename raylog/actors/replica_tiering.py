@@ -95,6 +95,7 @@ class Tiering(ReplicaPart):
     _tiering: threading.Thread | None
     _remote_reader: RemoteLogReader | None
     _tiering_pump: _Pump | None
+    _remote_fetches: int  # consumer fetches answered from the remote tier (under _lock)
 
     def _maybe_start_tiering(self) -> None:
         """Start the pump when the topic asks for tiered storage (holding ``_lock``; at start
@@ -180,6 +181,8 @@ class Tiering(ReplicaPart):
             return dataclasses.replace(response, **error_fields(failed))
         except RaylogError as exc:
             return dataclasses.replace(response, **error_fields(exc))
+        with self._lock:
+            self._remote_fetches += 1
         return dataclasses.replace(answered, records=np.frombuffer(data, dtype=np.uint8), aborted_transactions=aborted)
 
     def _remote_offset_for_time(self, timestamp_ms: int, local: ListOffsetsResponse, end: int) -> ListOffsetsResponse:
@@ -206,10 +209,12 @@ class Tiering(ReplicaPart):
         return dataclasses.replace(local, offset=found.offset, timestamp_ms=found.timestamp_ms)
 
     def _tiering_state(self) -> dict | None:
-        """The pump's phase, epoch, last error and counters as of its last round (None: no
-        pump runs yet)."""
+        """The pump's phase, epoch, last error and counters as of its last round, and the
+        consumer fetches answered from the remote tier so far (None: no pump runs yet)."""
         pump = self._tiering_pump
-        return None if pump is None else pump.state
+        if pump is None or pump.state is None:
+            return None
+        return {**pump.state, "remote_fetches": self._remote_fetches}
 
     @staticmethod
     def _remote_answer(p) -> FetchResponse:

@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "group": ("group_bench", "consumer group rebalances and group reads, against partitions assigned by hand"),
     "txn": ("txn_bench", "a transactional copier against an at-least-once one, read_committed against uncommitted"),
     "tiered": ("tiered_bench", "a Consumer reading history from the remote tier, against a local log's read"),
+    "tiered-history": ("history_bench", "Ray Data / Spark reads of a topic's Parquet history, against read_parquet"),
     "spark": ("spark_bench", "Ray Data and Spark reads of a topic, against a Consumer and spark.read.parquet"),
     "kafka": ("kafka_bench", "Kafka clients over the listeners against raylog's own clients"),
     "kafka-records": ("kafka_records_bench", "Kafka record batch conversion against aiokafka's Cython codec (no Ray)"),

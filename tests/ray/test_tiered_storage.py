@@ -102,26 +102,26 @@ def test_the_history_is_parquet_in_the_store_and_ray_data_reads_it_from_the_file
         h for _, _, _, h in sent[:end]
     ]
 
-    before = _leader_state(cluster, name)["tiering"]["remote_bytes_read"]
+    before = _leader_state(cluster, name)["tiering"]["remote_fetches"]
     table = pa.concat_tables(ray.get(read_topic(name, cluster=cluster).to_arrow_refs())).sort_by("offset")
     assert table.column("offset").to_pylist() == list(range(len(sent)))
     assert table.column("timestamp").to_pylist() == [t for _, _, t, _ in sent]
     assert table.column("headers").to_pylist() == [[{"key": k, "value": v} for k, v in h] for _, _, _, h in sent]
-    assert _leader_state(cluster, name)["tiering"]["remote_bytes_read"] == before
+    assert _leader_state(cluster, name)["tiering"]["remote_fetches"] == before
 
 
 def test_the_pump_and_the_remote_reads_are_in_the_metrics(cluster, tiered):
     """What was copied, what the store holds, the copier's lag and the remote reads (after the
     reads above) reach Ray's Prometheus endpoint."""
     name, _ = tiered
-    state = _leader_state(cluster, name)
 
-    def exported() -> str | None:
-        text = scrape()
+    def exported() -> tuple[str, dict] | None:
+        text, state = scrape(), _leader_state(cluster, name)  # (an export lags the pump's state)
         read = value(text, "raylog_remote_read_bytes_total", topic=name)
-        return text if read and value(text, "raylog_remote_copy_bytes_total", topic=name) else None
+        copied = value(text, "raylog_remote_copy_bytes_total", topic=name)
+        return (text, state) if read and copied == state["tiering"]["bytes_copied"] else None
 
-    text = wait_until(exported, timeout_s=90, interval_s=1.0, message="the tiered topic's metrics")
+    text, state = wait_until(exported, timeout_s=90, interval_s=1.0, message="the tiered topic's metrics")
     assert value(text, "raylog_remote_copy_bytes_total", topic=name) == state["tiering"]["bytes_copied"] > 0
     assert value(text, "raylog_remote_copy_segments_total", topic=name) == state["tiering"]["segments_copied"]
     assert value(text, "raylog_remote_log_size_bytes", topic=name) > 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
 import raylog
 from raylog import Admin, Consumer, Producer, RaylogCluster, TopicPartition, data, errors
 from raylog.clients.consumer import ARROW_SCHEMA
+from raylog.clients.history import HistorySource, history_source
 from raylog.clients.security import security_settings
 from raylog.common import kafka_columns
 from raylog.errors import InvalidConfigError, InvalidRecordError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
@@ -378,25 +380,81 @@ def ranges_to_spark(
 ) -> DataFrame:
     """The records of ``ranges`` (``{TopicPartition: (start, end)}``, end exclusive) as a
     DataFrame of ``shape`` that Spark reads in its own tasks, one per range with records,
-    when a query runs (each query reads the same ranges again)."""
-    tasks = [(tp.topic, tp.partition, first, stop) for tp, (first, stop) in sorted(ranges.items()) if first < stop]
-    if not tasks:
-        return spark.createDataFrame([], shape.spark_schema)
-    # One Spark partition (one task) per range, as one Ray Data read task per range.
-    rows = spark.sparkContext.parallelize(tasks, len(tasks))
-    return spark.createDataFrame(rows, "topic string, partition int, start long, end long").mapInArrow(
-        functools.partial(_read_ranges, cluster, shape), shape.spark_schema
+    when a query runs (each query reads the same ranges again).
+
+    A topic that keeps its history as Parquet (``remote.storage.history.enable``) is read from
+    those files where they cover a range: by Spark's own Parquet reader when the store is a
+    filesystem Spark reads (``file://``, ``hdfs://``), else by the range's task through pyarrow;
+    the rest of the range from the brokers."""
+    histories = {topic: history_source(cluster, topic) for topic in sorted({tp.topic for tp in ranges})}
+    tasks, files, covered = [], [], []
+    for tp, (first, stop) in sorted(ranges.items()):
+        history = histories[tp.topic]
+        if first < stop and history is not None and _spark_reads(history.uri):
+            plan = history.plan(tp.partition, first, stop, read_committed=True)
+            if plan is not None and plan.files:
+                files += [_spark_path(history.uri, path) for path in plan.paths]
+                covered.append((tp, first, plan.history_end_offset))
+                first = plan.history_end_offset
+        if first < stop:
+            tasks.append((tp.topic, tp.partition, first, stop))
+    frames = [_history_frame(spark, files, covered, shape)] if files else []
+    if tasks or not frames:
+        # One Spark partition (one task) per range, as one Ray Data read task per range.
+        rows = spark.sparkContext.parallelize(tasks, max(1, len(tasks)))
+        frames.append(
+            spark.createDataFrame(rows, "topic string, partition int, start long, end long").mapInArrow(
+                functools.partial(_read_ranges, cluster, shape, histories), shape.spark_schema
+            )
+        )
+    return functools.reduce(DataFrame.unionByName, frames)
+
+
+def _spark_reads(uri: str) -> bool:
+    """Whether Spark's executors read the store a URI names with their own Parquet reader
+    (object stores need connectors a Spark installation may lack: pyarrow reads those)."""
+    return urllib.parse.urlsplit(uri).scheme in ("file", "hdfs")
+
+
+def _spark_path(uri: str, path: str) -> str:
+    """A history file's path in the store (as ``pyarrow.fs`` names it) as a URI Spark reads."""
+    parts = urllib.parse.urlsplit(uri)
+    return f"file://{path}" if parts.scheme == "file" else f"{parts.scheme}://{parts.netloc}/{path.lstrip('/')}"
+
+
+def _history_frame(
+    spark: SparkSession, files: list[str], covered: list[tuple[TopicPartition, int, int]], shape: RowShape
+) -> DataFrame:
+    """The history files' rows of the ``covered`` ranges ``(partition, start, end)``, by
+    Spark's Parquet reader (row groups outside the offsets skipped by their statistics)."""
+    from pyspark.sql import functions as F  # noqa: N812 — Spark's own name for it
+
+    wanted = functools.reduce(
+        lambda a, b: a | b,
+        [
+            (F.col("topic") == tp.topic)
+            & (F.col("partition") == tp.partition)
+            & F.col("offset").between(start, end - 1)
+            for tp, start, end in covered
+        ],
     )
+    frame = spark.read.schema(kafka_schema(True)).parquet(*files).where(wanted)
+    return frame.select(*shape.spark_schema.fieldNames())
 
 
 def _read_ranges(
-    cluster: RaylogCluster, shape: RowShape, batches: Iterator[pa.RecordBatch]
+    cluster: RaylogCluster,
+    shape: RowShape,
+    histories: dict[str, HistorySource | None],
+    batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """In a Spark task: the records of each ``(topic, partition, start, end)`` row, as record
-    batches of ``shape`` (``cluster`` unpickled here connects to Ray first)."""
+    batches of ``shape`` (``cluster`` unpickled here connects to Ray first); a topic's history
+    files read through pyarrow where they cover the range."""
     for batch in batches:
         for topic, partition, start, end in zip(*(column.to_pylist() for column in batch.columns), strict=True):
-            for table in data.read_range(cluster, TopicPartition(topic, partition), start, end):
+            history = histories.get(topic)
+            for table in data.read_range(cluster, TopicPartition(topic, partition), start, end, history=history):
                 yield from shape.rows(table).to_batches()
 
 
