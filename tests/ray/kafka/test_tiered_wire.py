@@ -2,7 +2,9 @@
 segments live in an S3 bucket (moto's server on the loopback) and whose brokers keep only
 ``local.retention.bytes``. confluent-kafka and kafka-python, in their default settings,
 read it from offset 0 and get every record once, in order, with its headers and timestamp;
-read_committed never sees an aborted transaction's records, from either tier."""
+read_committed never sees an aborted transaction's records, from either tier. The topic keeps
+its history as Parquet in the bucket too: Ray Data reads it from there, read_committed from the
+files, read_uncommitted from the files up to the first that left aborted records out."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ TIMEOUT_S = 60
 PLAIN = 150
 TIERED = {
     "remote.storage.enable": "true",
+    "remote.storage.history.enable": "true",
     "segment.bytes": "4096",
     "local.retention.bytes": "8192",
     "retention.ms": "-1",
@@ -26,6 +29,11 @@ TIERED = {
 def _states(cluster, name: str) -> list[dict]:
     handles = ray.get(cluster.controller.replica_handles.remote(name))
     return ray.get([handles[(0, b)].state.remote() for b in range(3)])
+
+
+def _leader_state(cluster, name: str) -> dict:
+    (leader,) = [s for b, s in enumerate(_states(cluster, name)) if s["leader"] == b]
+    return leader
 
 
 def _value(i: int) -> bytes:
@@ -124,6 +132,43 @@ def test_kafka_clients_read_a_tiered_topic_from_offset_0_on_every_replica(kafka_
             assert [(r.value, r.timestamp, [(k, v) for k, v in r.headers]) for r in records] == expected
         else:
             assert sorted(values) == sorted(_value(i) for i in range(2 * PLAIN + 100))
+    _ray_data_reads_the_history_in_the_bucket(kafka_cluster, name, expected)
+
+
+def _ray_data_reads_the_history_in_the_bucket(cluster, name: str, expected: list) -> None:
+    """Each copied segment's history is in the bucket, the aborted transaction's file marked; Ray
+    Data reads every committed record once, in order, read_committed from the files alone (the
+    leader answers no fetch from the remote tier), and read_uncommitted every record."""
+    import pyarrow as pa
+
+    from raylog.clients.history import history_source
+    from raylog.data import read_topic
+
+    history = history_source(cluster, name)
+    assert history is not None and history.uri.startswith("s3://")
+
+    def written():
+        end = _leader_state(cluster, name)["highest_remote_offset"] + 1
+        plan = history.plan(0, 0, end, read_committed=True)
+        return plan if plan is not None and plan.history_end_offset == end > PLAIN + 100 else None
+
+    committed = wait_until(written, timeout_s=TIMEOUT_S, message="the history of every copied segment")
+    uncommitted = history.plan(0, 0, committed.history_end_offset, read_committed=False)
+    assert uncommitted.history_end_offset <= PLAIN < committed.history_end_offset
+    assert any(f.aborted for f in committed.files) and not any(f.aborted for f in uncommitted.files)
+
+    def read(isolation_level: str) -> pa.Table:
+        dataset = read_topic(name, cluster=cluster, consumer_config={"isolation_level": isolation_level})
+        return pa.concat_tables(ray.get(dataset.to_arrow_refs())).sort_by("offset")
+
+    before = _leader_state(cluster, name)["tiering"]["remote_fetches"]
+    table = read("read_committed")
+    assert _leader_state(cluster, name)["tiering"]["remote_fetches"] == before
+    got = zip(table.column("value").to_pylist(), table.column("timestamp").to_pylist(), strict=True)
+    assert [(v, t) for v, t in got] == [(v, t) for v, t, _ in expected]
+    assert sorted(read("read_uncommitted").column("value").to_pylist()) == sorted(
+        _value(i) for i in range(2 * PLAIN + 100)
+    )
 
 
 def test_with_the_store_down_the_local_tail_serves_remote_reads_fail_retriably_and_copying_resumes(
