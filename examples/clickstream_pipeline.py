@@ -19,7 +19,13 @@ throughput and the Spark group's lag over time, and the model against the genera
 ``--verbose`` shows everything else too: INFO lines of Ray, raylog and py4j, the output of
 Ray's actors, and Spark's own logging.
 
-Run: ``.venv/bin/python examples/clickstream_pipeline.py [--clicks N] [--verbose] [--picture PATH]``
+``--remote-storage URI`` (one setting: ``file:///mnt/store``, ``s3://bucket/prefix``, ...) gives
+the cluster a remote store and makes ``clicks`` a tiered topic that keeps its history as
+Parquet there: the brokers keep about 512 KiB of each partition on disk, and at the end Spark
+reads the whole clickstream back from offset 0, its history from the store's Parquet files.
+
+Run: ``.venv/bin/python examples/clickstream_pipeline.py [--clicks N] [--verbose] [--picture PATH]
+[--remote-storage URI]``
 """
 
 from __future__ import annotations
@@ -51,6 +57,14 @@ USERS = 5_000
 BASE_DWELL_MS, DWELL_MS_PER_WORD = 1_500.0, 0.2
 CHUNK = 5_000
 TOPICS = ("clicks", "page-stats", "user-stats")
+#: ``clicks`` with ``--remote-storage``: tiered, its history as Parquet, 256 KiB segments and
+#: about 512 KiB of each partition kept on the broker's disk.
+TIERED_CLICKS = {
+    "remote.storage.enable": "true",
+    "remote.storage.history.enable": "true",
+    "segment.bytes": str(256 << 10),
+    "local.retention.bytes": str(512 << 10),
+}
 #: Where the picture of the run goes by default.
 PICTURE = os.path.join(tempfile.gettempdir(), "raylog-clickstream.png")
 #: Rates in the picture are taken over windows of this many seconds.
@@ -99,17 +113,22 @@ class Tally:
 
 
 @contextlib.contextmanager
-def services(verbose: bool, progress: Progress) -> Iterator[tuple[raylog.RaylogCluster, object]]:
+def services(
+    verbose: bool, progress: Progress, remote_storage: str | None = None
+) -> Iterator[tuple[raylog.RaylogCluster, object]]:
     """raylog (embedded, data in a temporary directory) with the job's topics, and Spark on
-    Ray; everything is removed on leaving."""
+    Ray; everything is removed on leaving (a remote store keeps the history of ``clicks`` as
+    long as the topic lives: it is deleted with it)."""
     started = time.monotonic()
     progress.note("starting raylog and Spark on Ray")
     data_dir = tempfile.mkdtemp(prefix="raylog-clickstream-")
-    cluster = raylog.connect(data_dir=data_dir, cluster_name=f"clickstream-{uuid.uuid4().hex[:8]}")
+    config = {"remote.log.storage.uri": remote_storage} if remote_storage else None
+    cluster = raylog.connect(data_dir=data_dir, cluster_name=f"clickstream-{uuid.uuid4().hex[:8]}", config=config)
     admin = Admin(cluster)
     spark = None
     try:
-        admin.create_topics([NewTopic("clicks", 6), NewTopic("page-stats", 2), NewTopic("user-stats", 2)])
+        clicks = NewTopic("clicks", 6, config=dict(TIERED_CLICKS) if remote_storage else {})
+        admin.create_topics([clicks, NewTopic("page-stats", 2), NewTopic("user-stats", 2)])
         import raylog_spark
 
         spark = raylog_spark.init_spark(
@@ -358,12 +377,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clicks", type=int, default=200_000, help="page views to generate")
     parser.add_argument("--rate", type=float, default=8_000, help="page views per second")
     parser.add_argument("--picture", default=PICTURE, help=f"where the picture of the run goes (default {PICTURE})")
+    parser.add_argument(
+        "--remote-storage",
+        metavar="URI",
+        help="a remote store (file:///dir, s3://bucket/prefix, ...): clicks becomes a tiered topic whose history "
+        "Spark reads back from Parquet files there at the end",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     progress = Progress()
     try:
         configure_output(args.verbose, progress)
-        with services(args.verbose, progress) as (cluster, spark):
+        with services(args.verbose, progress, args.remote_storage) as (cluster, spark):
             admin = Admin(cluster)
             tally, model = Tally(), {}
             stream = aggregate(cluster, spark)
@@ -395,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             describe = admin.describe_topics(list(TOPICS))
             picture = _picture(sampler.samples, tally, args.picture, model)
             lines = summary(args.clicks, produce_s, stream, offsets, describe, model, picture)
+            if args.remote_storage:
+                lines.append(read_history(cluster, spark, args.clicks))
             print(
                 "\nclickstream pipeline: summary",
                 *lines,
@@ -412,6 +439,38 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if stream.records_committed >= args.clicks and model else 1
     finally:
         progress.close()
+
+
+def read_history(cluster: raylog.RaylogCluster, spark, clicks: int) -> str:
+    """Spark reads ``clicks`` back from offset 0 (its history from the store's Parquet files,
+    the rest from the brokers): the summary's line about it.
+
+    Raises:
+        RuntimeError: the read did not give every click once.
+    """
+    from pyspark.sql import functions as F
+
+    import raylog_spark
+    from raylog import OffsetSpec, TopicPartition
+    from raylog.clients.history import history_source
+
+    partitions = [TopicPartition("clicks", p) for p in range(6)]
+    local_start = Admin(cluster).list_offsets({tp: OffsetSpec.earliest_local() for tp in partitions})
+    history = history_source(cluster, "clicks")
+    plans = [history.plan(tp.partition, 0, clicks, read_committed=True) for tp in partitions]
+    in_files = sum(plan.history_end_offset for plan in plans if plan is not None)
+    started = time.monotonic()
+    df = raylog_spark.read_topic(spark, "clicks", cluster=cluster)
+    read = df.agg(F.count("*").alias("n"), F.countDistinct("partition", "offset").alias("distinct")).first()
+    took = time.monotonic() - started
+    if read["n"] != clicks or read["distinct"] != clicks:
+        got = f"{read['n']:,} records ({read['distinct']:,} distinct)"
+        raise RuntimeError(f"reading clicks back gave {got}, not {clicks:,}")
+    below = sum(info.offset for info in local_start.values())
+    return (
+        f"  history           {clicks:,} clicks read back by Spark from offset 0 in {took:.1f} s:"
+        f" {in_files:,} from the store's Parquet files; {below:,} are no longer on the brokers' disks"
+    )
 
 
 def summary(clicks: int, produce_s: float, stream, offsets, describe, model: dict, picture: str) -> list[str]:
