@@ -72,3 +72,15 @@ def remote_errors(action: str, path: str, *, missing_is_not_found: bool = True) 
         raise RemoteStorageError(f"cannot {action} {path}: {exc}") from exc
     except (OSError, pa.ArrowException) as exc:
         raise RemoteStorageError(f"cannot {action} {path}: {exc}") from exc
+
+
+def delete_dir(filesystem: pafs.FileSystem, path: str) -> None:
+    """Delete a directory and everything under it (on an object store, every object under the
+    prefix); one that is not there is fine.
+
+    Raises:
+        RemoteStorageError: the store failed; what was deleted stays deleted.
+    """
+    with remote_errors("delete", path, missing_is_not_found=False):
+        with contextlib.suppress(FileNotFoundError):
+            filesystem.delete_dir(path)

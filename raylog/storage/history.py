@@ -53,7 +53,7 @@ from ..common.history_format import (
     partition_path,
     read_manifest,
 )
-from ..common.object_store import filesystem_from_uri, is_object_store, remote_errors
+from ..common.object_store import delete_dir, filesystem_from_uri, is_object_store, remote_errors
 from ..errors import RemoteStorageError
 from ..types import TopicPartition
 from .remote_log_metadata import RemoteLogSegmentMetadata
@@ -298,15 +298,13 @@ class HistoryWriter:
             RemoteStorageError: the store failed; what was deleted stays deleted.
         """
         directory = self.partition_path(topic, partition)
-        with remote_errors("delete", directory, missing_is_not_found=False):
-            with contextlib.suppress(FileNotFoundError):
-                self.filesystem.delete_dir(directory)
-            # The topic's directory too, once its last partition's is gone (a filesystem with
-            # real directories keeps an empty one; the topic is deleted, nothing writes there).
-            parent = directory.rpartition("/")[0]
-            with contextlib.suppress(FileNotFoundError, OSError):
-                if not self.filesystem.get_file_info(pafs.FileSelector(parent, allow_not_found=True)):
-                    self.filesystem.delete_dir(parent)
+        delete_dir(self.filesystem, directory)
+        # The topic's directory too, once its last partition's is gone (a filesystem with real
+        # directories keeps an empty one; the topic is deleted, nothing writes there).
+        parent = directory.rpartition("/")[0]
+        with contextlib.suppress(FileNotFoundError, OSError):
+            if not self.filesystem.get_file_info(pafs.FileSelector(parent, allow_not_found=True)):
+                self.filesystem.delete_dir(parent)
         logger.info("history of %s-%d deleted", topic, partition)
 
     def orphans(self, topic: str, partition: int) -> list[str]:

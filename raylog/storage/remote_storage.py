@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import msgpack
 import pyarrow.fs as pafs
 
-from ..common.object_store import filesystem_from_uri, is_object_store, remote_errors
+from ..common.object_store import delete_dir, filesystem_from_uri, is_object_store, remote_errors
 from ..errors import RemoteResourceNotFoundError, RemoteStorageError
 from . import leader_epoch, producer_snapshot, txn_index
 from .remote_log_metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
@@ -341,10 +341,7 @@ class RemoteStorageManager:
         Raises:
             RemoteStorageError: the store failed; what was deleted stays deleted.
         """
-        path = self.partition_path(topic, partition)
-        with remote_errors("delete", path, missing_is_not_found=False):
-            with contextlib.suppress(FileNotFoundError):
-                self.filesystem.delete_dir(path)
+        delete_dir(self.filesystem, self.partition_path(topic, partition))
 
     def clean_orphans(
         self, topic: str, partition: int, keep: Iterable[RemoteLogSegmentId], modified_before_ms: int
