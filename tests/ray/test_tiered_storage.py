@@ -110,6 +110,23 @@ def test_the_history_is_parquet_in_the_store_and_ray_data_reads_it_from_the_file
     assert _leader_state(cluster, name)["tiering"]["remote_fetches"] == before
 
 
+def test_a_history_file_gone_sends_the_read_to_the_brokers(cluster, admin, tiered, remote_store_dir):
+    """A file the manifest lists but the store no longer has (retention deleted it after the
+    read was planned, or an operator did): read_topic reads from the brokers from that file on
+    (the remote tier serves it), every record once, in order."""
+    name, sent = tiered
+    topic_id = admin.describe_topics([name])[0].topic_id
+    directory = os.path.join(remote_store_dir, "history", f"{name}-{topic_id}", "partition=0")
+    with open(os.path.join(directory, "_raylog_manifest.json")) as f:
+        files = json.load(f)["files"]
+    os.remove(os.path.join(directory, files[len(files) // 2]["name"]))
+    before = _leader_state(cluster, name)["tiering"]["remote_fetches"]
+    table = pa.concat_tables(ray.get(read_topic(name, cluster=cluster).to_arrow_refs())).sort_by("offset")
+    assert table.column("offset").to_pylist() == list(range(len(sent)))
+    assert table.column("value").to_pylist() == [v for _, v, _, _ in sent]
+    assert _leader_state(cluster, name)["tiering"]["remote_fetches"] > before
+
+
 def test_the_pump_and_the_remote_reads_are_in_the_metrics(cluster, tiered):
     """What was copied, what the store holds, the copier's lag and the remote reads (after the
     reads above) reach Ray's Prometheus endpoint."""
