@@ -66,8 +66,8 @@ TOPIC_SYNONYMS: dict[str, str] = {
     "transaction.partition.verification.enable": "transaction.partition.verification.enable",
 }
 #: Topic properties no broker config defaults (as in Kafka, whose brokers enable tiered
-#: storage but leave each topic to ask for it).
-WITHOUT_SYNONYM = frozenset({"remote.storage.enable"})
+#: storage but leave each topic to ask for it; its Parquet history likewise).
+WITHOUT_SYNONYM = frozenset({"remote.storage.enable", "remote.storage.history.enable"})
 #: Broker config -> the topic property it is the default of.
 TOPIC_DEFAULTS: dict[str, str] = {broker: topic for topic, broker in TOPIC_SYNONYMS.items()}
 #: Configs given when the cluster starts (the controller's settings, and its per-listener
