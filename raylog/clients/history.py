@@ -16,9 +16,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from typing import Any
 
 import pyarrow.fs as pafs
 
+from raylog.clients.cluster import client_handle
+from raylog.clients.security import SECURITY_SETTINGS
 from raylog.common.history_format import HistoryPlan, plan_history_read
 from raylog.common.object_store import filesystem_from_uri
 from raylog.errors import RemoteStorageError
@@ -49,15 +52,19 @@ class HistorySource:
             return None
 
 
-def history_source(cluster, topic: str) -> HistorySource | None:
-    """Where ``topic``'s history files lie (None: it keeps none).
+def history_source(cluster, topic: str, client_config: dict[str, Any] | None = None) -> HistorySource | None:
+    """Where ``topic``'s history files lie (None: it keeps none), asked as the client whose
+    keyword arguments ``client_config`` are (its security settings; none: the handle's user).
 
     Raises:
         TopicAuthorizationFailedError: the client may not READ the topic.
         UnknownTopicOrPartitionError: no such topic.
+        InvalidConfigError, SaslAuthenticationError: as the client's own.
     """
+    settings = [(client_config or {}).get(name) for name in SECURITY_SETTINGS]
+    _, session = client_handle(cluster, HISTORY_SOURCE_TIMEOUT_S, *settings)
     answer = call(
-        cluster.controller.history_source.remote(topic, session=cluster.session().token()),
+        cluster.controller.history_source.remote(topic, session=session.token()),
         HISTORY_SOURCE_TIMEOUT_S,
     )
     return None if answer is None else HistorySource(*answer)

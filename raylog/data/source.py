@@ -322,7 +322,8 @@ class RaylogDatasource(Datasource):
         self._ranges = dict(sorted(ranges.items()))
         self._consumer_config = consumer_config or {}
         #: Where each topic's Parquet history lies (None: it keeps none), for the read tasks.
-        self._histories = {topic: history_source(cluster, topic) for topic in sorted({tp.topic for tp in ranges})}
+        topics = sorted({tp.topic for tp in ranges})
+        self._histories = {topic: history_source(cluster, topic, self._consumer_config) for topic in topics}
         self._timeout_ms = timeout_ms
         self._min_rows_per_task = int(min_rows_per_task)
         self._projection_map: dict[str, str] | None = None
