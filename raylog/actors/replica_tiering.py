@@ -76,7 +76,8 @@ from raylog.storage.remote_storage import LogSegmentData, RemoteStorageManager
 
 logger = logging.getLogger(__name__)
 
-#: How often an idle pump looks for new segments to copy and new events.
+#: How often a pump without work (:attr:`RemoteLogTasks.has_work`) looks for new segments to
+#: copy and new events.
 TIER_INTERVAL_S = 1.0
 #: How long a busy pump's read of the metadata topic waits for its own event to come back.
 READ_BACK_WAIT_MS = 200
@@ -289,7 +290,7 @@ class _Pump:
         self._record_metrics()
         if failed:
             return TIERING_RETRY_S
-        return TIER_INTERVAL_S if self.tasks.idle else 0.0
+        return 0.0 if self.tasks.has_work else TIER_INTERVAL_S
 
     def _tick(self) -> list[Action]:
         """Take the role and tick the tasks with the partition's state."""

@@ -555,6 +555,21 @@ class RemoteLogTasks:
         """Nothing decided is waiting: no job, no answer out (a quiet leader, or a follower)."""
         return self._jobs.idle
 
+    @property
+    def has_work(self) -> bool:
+        """Whether the next tick should come at once: a job is in progress, or a leader's copy
+        slot is free with a history write due or, as of the last tick, a segment ready to copy
+        and no backoff holding copies back (at worst one round too many: the last tick's copy
+        lag may count a copy finished since). Otherwise the pump may pause: were it to pause
+        whenever it is idle, each copy would wait out a pause, one segment per pause however
+        fast the topic grows."""
+        if not self._jobs.idle:
+            return True
+        if self.phase is not Phase.RUNNING:
+            return False
+        copy_due = self._counts["copy_lag_segments"] > 0 and self._now_ms >= self._replan_at_ms.get(_Step.COPY_START, 0)
+        return copy_due or (self._history_due and self._config.write_history)
+
     # --- events -----------------------------------------------------------------------
 
     def _apply(self, event: RemoteLogEvent) -> Exception | None:

@@ -797,3 +797,34 @@ def test_a_deletion_bound_is_kept_during_a_large_clean_up():
     first_copy = len(states) - states[::-1].index(DELETE_FINISHED)
     assert set(states[first_copy:]) == {STARTED, FINISHED}
     assert invariants.nothing_left_unfinished(world.truth) == []
+
+
+def test_the_pump_goes_on_at_once_while_segments_wait_for_their_copy():
+    """Each copy ends with the core idle (its history written). While more segments are ready,
+    ``has_work`` asks the pump for its next round at once (a pump that paused whenever the
+    core was idle copied one segment per pause, however fast the topic grew); once every
+    segment is copied, or while a failed copy waits out its backoff, the pump may pause."""
+    world = World(config=config(history=True))
+    world.elect(1)
+    world.append(35)  # three closed segments
+    core, rounds_idle_with_work = world.cores[1], 0
+    for _ in range(200):  # the pump's rounds: read the events, tick, carry out and answer
+        world.deliver(1)
+        world.tick(1)
+        while world.pool:
+            world.carry_out(world.pool[0])
+            world.answer(world.pool[0])
+        if core.idle and len(world.truth.segments()) < 3:
+            assert core.has_work, "idle with segments still to copy, and no round asked for"
+            rounds_idle_with_work += 1
+        if len(world.history) == 3 and core.idle:
+            break
+    assert rounds_idle_with_work >= 2  # (between the copies: the case that paused)
+    world.tick(1)
+    assert core.idle and not core.has_work
+    world.append(10)  # a fourth segment closes; its first publish fails and backs off
+    world.settle(fail_first(PublishEvent))
+    assert not core.has_work and core.metrics().copy_lag_segments == 1
+    world.now_ms += RETRY_BACKOFF_MS
+    world.settle()
+    assert len(world.history) == 4 and not core.has_work
