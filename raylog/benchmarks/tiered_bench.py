@@ -7,8 +7,8 @@ with its data and its remote store (``remote.log.storage.uri=file://...``) in a 
 directory, two 1-partition topics filled with the same N records (100-byte values, keys
 ``user-<n>``, ``send_arrow``): ``local`` (as every topic) and ``tiered``
 (``remote.storage.enable``, 8 MiB segments, ``local.retention.bytes`` one segment, so all but
-the newest segments are read from the store). The tiered topic is written in 40 rounds at
-16 MB/s of values at most (a sustained stream: a burst outruns any copier); after each the
+the newest segments are read from the store). The tiered topic is written in rounds of 2 MB
+of values, at 16 MB/s at most (a sustained stream: a burst outruns any copier); after each the
 broker's local size of the partition is sampled (the pump copies and deletes while it grows).
 Everything is removed at the end.
 
@@ -51,8 +51,10 @@ from raylog.clients.cluster import RaylogCluster
 VALUE_BYTES = 100
 SEGMENT_BYTES = 8 << 20
 LOCAL_RETENTION_BYTES = SEGMENT_BYTES
-#: The tiered topic is written in this many rounds, its local size sampled after each...
-ROUNDS = 40
+#: The tiered topic is written in rounds of this many bytes of values, its local size sampled
+#: after each (a quarter of a segment: rounds of a fixed count grew with --records, and at 10M
+#: records each was three segments sent at once, a burst, not a stream)...
+ROUND_BYTES = 2_000_000
 #: ...at this rate at most (a sustained stream; a burst outruns any copier, Kafka's too).
 FILL_BYTES_PER_S = 16_000_000
 #: How long the pump may take to copy and delete what the last round wrote.
@@ -120,7 +122,7 @@ class Runner(common.Phases):
         values = common.make_values(self.scale.records, VALUE_BYTES)
         keys = [b"user-%d" % (i % 500) for i in range(self.scale.records)]
         table = pa.table({"key": pa.array(keys), "value": pa.array(values)})
-        step = -(-self.scale.records // ROUNDS)
+        step = ROUND_BYTES // VALUE_BYTES
         with Producer(self.cluster, acks=1) as producer:
             producer.send_arrow(self.local, table)
             began = time.monotonic()
