@@ -17,6 +17,12 @@ raylog topics alter NAME [--config k=v ...] [--delete-config k ...]
 raylog topics add-partitions NAME --partitions N
         grow a topic to N partitions (never fewer); keys then hash over N partitions
 raylog topics delete NAME ...
+raylog topics sync-iceberg NAME [--catalog k=v ...] [--table NAMESPACE.NAME] [--json]
+        register a topic's Parquet history (remote.storage.history.enable) in an Iceberg table
+        (default raylog.NAME) and drop the files retention deleted; run it again at will.
+        --catalog: pyiceberg catalog properties, e.g. type=sql uri=sqlite:////data/iceberg.db
+        (default, for a file:// store: an SQL catalog in <store>/iceberg/catalog.db). Needs
+        the iceberg extra: pip install 'raylog[iceberg]'
 """
 
 from __future__ import annotations
@@ -176,6 +182,20 @@ def _tiers_text(tiers: dict | None) -> str:
     )
 
 
+def _topics_sync_iceberg(args: argparse.Namespace) -> int:
+    """Bring the topic's Iceberg table up to date with its history (see
+    :func:`raylog.clients.history_table.sync_history_table`)."""
+    from raylog.clients.history_table import sync_history_table
+
+    with connected(args) as cluster:
+        done = sync_history_table(cluster, args.name, dict(args.catalog) or None, table=args.table)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(done)))
+    else:
+        print(f"{'.'.join(done.table)}: {done.added} files added, {done.removed} dropped, {done.files} in the table")
+    return 0
+
+
 def _topics_describe_configs(args: argparse.Namespace) -> int:
     """Like kafka-configs --describe: overrides only unless --all."""
     with connected(args) as cluster:
@@ -331,5 +351,14 @@ def add_commands(commands: Any) -> None:
         default=300_000,
         help="wait this long for every partition to have a leader, showing progress (0: return once added)",
     )
+    iceberg = command(actions, "sync-iceberg", _topics_sync_iceberg, "register a topic's history in an Iceberg table")
+    iceberg.add_argument("name")
+    pairs_argument(
+        iceberg,
+        "--catalog",
+        "pyiceberg catalog properties, e.g. type=sql uri=sqlite:////data/iceberg.db (default: <store>/iceberg)",
+    )
+    iceberg.add_argument("--table", help="NAMESPACE.NAME (default: raylog.<topic>)")
+    iceberg.add_argument("--json", action="store_true", help="machine-readable output")
     delete = command(actions, "delete", _topics_delete, "delete topics and their data")
     delete.add_argument("names", nargs="+", metavar="NAME")
