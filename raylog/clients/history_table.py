@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import random
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -40,8 +42,16 @@ DEFAULT_NAMESPACE = "raylog"
 #: A file:// store's directory for the tables' metadata and, without catalog properties, the
 #: SQL catalog's SQLite file (the embedded default).
 ICEBERG_DIR, CATALOG_FILE = "iceberg", "catalog.db"
-#: Commits tried again when another writer committed to the table meanwhile.
-COMMIT_TRIES = 3
+#: The table's properties: no commit retried by pyiceberg itself, which would put an append on
+#: top of another sync's without checking it again, and so register the same files twice; a
+#: sync whose commit is refused plans again against the table as the other left it.
+TABLE_PROPERTIES = {"commit.retry.num-retries": "0"}
+#: What an SQL catalog's database says when two syncs created the same row or table at once.
+RACED_SQL_ERRORS = ("already exists", "database is locked", "UNIQUE constraint failed", "duplicate key value")
+#: Syncs tried again when another writer committed to the table meanwhile (the catalog
+#: refused the commit, or pyiceberg found files the other one dropped), each after a random
+#: pause of up to this many seconds times the try's number.
+COMMIT_TRIES, COMMIT_BACKOFF_S = 10, 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +107,6 @@ def register_history(
     """:func:`sync_history_table` for the history at ``source`` (which
     :func:`~raylog.clients.history.history_source` names), with the same arguments and errors."""
     from pyiceberg.catalog import load_catalog
-    from pyiceberg.exceptions import CommitFailedException
 
     properties = dict(catalog or {})
     local = urlsplit(source.uri).scheme in ("", "file")
@@ -123,28 +132,50 @@ def register_history(
                 missing,
             )
     properties.setdefault("warehouse", _location(source.uri, home))
-    try:
-        iceberg = load_catalog("raylog", **properties)
-    except (ValueError, NotImplementedError) as exc:
-        raise InvalidConfigError(f"catalog properties not usable: {exc}") from exc
     for attempt in range(1, COMMIT_TRIES + 1):
         try:
+            try:
+                iceberg = load_catalog("raylog", **properties)
+            except (ValueError, NotImplementedError) as exc:
+                raise InvalidConfigError(f"catalog properties not usable: {exc}") from exc
             return dataclasses.replace(_sync(iceberg, identifier, wanted), held_back=held_back)
-        except CommitFailedException:
-            if attempt == COMMIT_TRIES:
+        except Exception as exc:
+            if attempt == COMMIT_TRIES or not _raced(exc):
                 raise
-            log.info("%s: another writer committed to %s meanwhile: syncing again", topic, ".".join(identifier))
+            log.info(
+                "%s: another writer committed to %s meanwhile (%s): syncing again", topic, ".".join(identifier), exc
+            )
+            time.sleep(random.uniform(0, COMMIT_BACKOFF_S * attempt))
     raise AssertionError("unreachable")
+
+
+def _raced(exc: Exception) -> bool:
+    """Whether ``exc`` is another writer's doing, which a sync run again gets past: a commit the
+    catalog refused, files another sync dropped first, a namespace or table another created
+    first, or an SQL catalog's own rows or tables written by two at once (SQLAlchemy's errors:
+    SQLite's and PostgreSQL's words for them)."""
+    from pyiceberg.exceptions import (
+        CommitFailedException,
+        NamespaceAlreadyExistsError,
+        TableAlreadyExistsError,
+        ValidationException,
+    )
+
+    raced = (CommitFailedException, ValidationException, NamespaceAlreadyExistsError, TableAlreadyExistsError)
+    return isinstance(exc, raced) or any(s in str(exc) for s in RACED_SQL_ERRORS)
 
 
 def _sync(iceberg, identifier: tuple[str, ...], wanted: dict[int, set[str]]) -> HistoryTableSync:
     from pyiceberg.expressions import And, EqualTo, LessThanOrEqual
 
     iceberg.create_namespace_if_not_exists(identifier[:-1])
-    table = iceberg.create_table_if_not_exists(identifier, schema=HISTORY_SCHEMA)
-    if table.spec().is_unpartitioned():
-        with table.update_spec() as spec:
-            spec.add_identity("partition")
+    table = iceberg.create_table_if_not_exists(identifier, schema=HISTORY_SCHEMA, properties=TABLE_PROPERTIES)
+    if table.spec().is_unpartitioned() or any(table.properties.get(k) != v for k, v in TABLE_PROPERTIES.items()):
+        with table.transaction() as transaction:
+            transaction.set_properties(TABLE_PROPERTIES)
+            if table.spec().is_unpartitioned():
+                with transaction.update_spec() as spec:
+                    spec.add_identity("partition")
         table = iceberg.load_table(identifier)
     added = removed = 0
     for partition, files in sorted(_table_files(table).items()):

@@ -134,3 +134,23 @@ def test_catalog_properties_pyiceberg_refuses_are_a_config_error(store, tiered):
     write_all(history, tiered)
     with pytest.raises(InvalidConfigError, match="catalog"):
         register_history(source, TOPIC, {"type": "no-such-catalog"})
+
+
+def test_syncs_at_once_register_each_file_once(store, tiered):  # noqa: F811
+    """Four syncs of one table at once (as from cron on several hosts), creating it and later
+    dropping what retention deleted: the catalog's commit refuses all but one writer of each
+    snapshot, the others sync again, and every file is in the table once."""
+    import concurrent.futures
+
+    history, source, catalog = store
+    write_all(history, tiered)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: register_history(source, TOPIC, catalog), range(4)))
+        assert sum(r.added for r in results) >= with_rows(tiered.tables)
+        assert scan(catalog, ("raylog", TOPIC)).num_rows == sum(t.num_rows for t in tiered.tables)
+        for doomed in tiered.segments[:3]:
+            history.delete_segment(doomed)
+        results = list(pool.map(lambda _: register_history(source, TOPIC, catalog), range(4)))
+    assert sum(r.removed for r in results) >= with_rows(tiered.tables[:3])
+    offsets = scan(catalog, ("raylog", TOPIC)).column("offset").to_pylist()
+    assert offsets == pa.concat_tables(tiered.tables[3:]).column("offset").to_pylist()
