@@ -86,17 +86,22 @@ def test_kafka_clients_read_a_tiered_topic_from_offset_0_on_every_replica(kafka_
 
     # Every replica deletes its copied segments past local.retention.bytes (librdkafka's
     # batches are larger than a segment here: each batch fills one), the aborted
-    # transaction's records now in the remote tier only.
+    # transaction's records now in the remote tier only, and has read the remote tier's
+    # extent (a follower's pump may read the metadata topic after its log moved on).
     def held() -> list[dict] | None:
         states = _states(kafka_cluster, name)
-        return states if all(s["local_log_start_offset"] > PLAIN + 50 for s in states) else None
+        done = all(
+            s["local_log_start_offset"] > PLAIN + 50 and s["remote_log_start_offset"] is not None for s in states
+        )
+        return states if done else None
 
     states = wait_until(
         held,
         timeout_s=TIMEOUT_S,
         message="local retention on every replica",
     )
-    assert all(s["log_start_offset"] == 0 and s["remote_log_start_offset"] == 0 for s in states)
+    starts = [(s["log_start_offset"], s["remote_log_start_offset"]) for s in states]
+    assert starts == [(0, 0)] * 3, states
 
     consumer = Consumer(
         {
@@ -202,7 +207,9 @@ def test_with_the_store_down_the_local_tail_serves_remote_reads_fail_retriably_a
                 for key, value in more:
                     producer.send(name, value, key=key)
             during = ray.get(leader.state.remote())
-            assert during["highest_remote_offset"] == before["highest_remote_offset"]
+            # Nothing written while the store is down is copied (a copy under way when it went
+            # down may still have finished: the pump goes on at once while segments are ready).
+            assert during["highest_remote_offset"] < len(sent)
             assert during["segments"] > before["segments"]  # nothing uncopied leaves the disk
         finally:
             s3_server.start_again()
