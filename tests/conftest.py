@@ -36,6 +36,31 @@ def pytest_configure(config):
     _without_ray_usage_stats()
 
 
+#: The package whose tests share one multi-node Ray (tests/cluster/conftest.py).
+MULTI_NODE_PACKAGE = "tests/cluster/"
+
+
+def pytest_collection_modifyitems(items):
+    """tests/cluster first, whatever order the paths were given in: a process holds one Ray
+    connection, and the package's multi-node Ray must be shut down before the session's
+    single-node one (``cluster``) starts in the same process."""
+    items.sort(key=lambda item: not item.nodeid.startswith(MULTI_NODE_PACKAGE))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """How pytest-xdist shares the suite out (``-n 2`` in pyproject.toml): a module at a time,
+    so that each module's clusters start once, in collection order, and tests/cluster whole,
+    as the first unit of the worker that takes it (see pytest_collection_modifyitems)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return MULTI_NODE_PACKAGE if nodeid.startswith(MULTI_NODE_PACKAGE) else nodeid.split("::", 1)[0]
+
+    config.option.loadscopereorder = False  # collection order: tests/cluster first
+    return ByModule(config, log)
+
+
 def _without_ray_usage_stats():
     """No usage stats from the test clusters (Ray's default is on). Besides a report agent on
     each head, they start in this process Ray Data's poller thread, which queries a Prometheus
