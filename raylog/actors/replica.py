@@ -321,8 +321,10 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping, Tiering):
             concurrent.futures.wait([cleaning])
 
     def _closing(self) -> None:
-        """End what runs beside the calls (holding ``_lock``): the fetch loop."""
+        """End what runs beside the calls (holding ``_lock``): the fetch loop, and the tiering
+        pump's pause."""
         self._stop_following()
+        self._end_tiering_pause()
 
     @ray.method(concurrency_group="control")
     def delete_data(self, topic_deleted: bool = False) -> None:
@@ -492,9 +494,11 @@ class PartitionReplicaActor(LeaderWrites, LeaderReads, Housekeeping, Tiering):
         return threading.Condition(self._lock)
 
     def _notify(self) -> None:
-        """Wake the parked calls that the partition's change may complete (holding ``_lock``)."""
+        """Wake the parked calls that the partition's change may complete, and a paused tiering
+        pump if a segment is ready to copy (holding ``_lock``)."""
         for op in self._purgatory.wake(self.partition):
             op.token.notify()
+        self._nudge_tiering()
 
 
 @functools.cache
