@@ -216,7 +216,7 @@ class Tiering(ReplicaPart):
         pump = self._tiering_pump
         if pump is not None and pump.pause.paused_at is not None:  # (a pump at work: nothing to look up)
             p = self.partition
-            pump.pause.nudge(p.log.segment_base_offsets[-1], p.last_stable_offset)
+            pump.pause.nudge(p.log.segment_base_offsets[-1], lambda: p.last_stable_offset)
 
     def _end_tiering_pause(self) -> None:
         """The replica is closing: a paused pump goes on at once, and sees it stopped."""
@@ -267,10 +267,11 @@ class PumpPause:
     woken: threading.Event = dataclasses.field(default_factory=threading.Event)
     paused_at: int | None = None
 
-    def nudge(self, active_base_offset: int, last_stable_offset: int) -> None:
-        """Wake the pause if a segment closed since it began is ready to copy."""
+    def nudge(self, active_base_offset: int, last_stable_offset: Callable[[], int]) -> None:
+        """Wake the pause if a segment closed since it began is ready to copy (the LSO looked up
+        only once one has closed)."""
         paused_at = self.paused_at
-        if paused_at is not None and paused_at < active_base_offset <= last_stable_offset:
+        if paused_at is not None and paused_at < active_base_offset <= last_stable_offset():
             self.paused_at = None
             self.woken.set()
 
@@ -280,19 +281,19 @@ class PumpPause:
         lock: threading.RLock,
         stopped: threading.Event,
         active_base_offset: int | None,
-        now: Callable[[], tuple[int, int]],
+        nudge: Callable[[], None],
     ) -> None:
         """Pause up to ``wait_s``, until ``stopped`` (whoever sets it then sets :attr:`woken`
         holding ``lock``) or, given ``active_base_offset`` (the last tick's), until
-        :meth:`nudge` finds a segment ready: checked at once with ``now()``'s ``(active base,
-        LSO)`` holding ``lock``, as the tick's view may be old already."""
+        :meth:`nudge` finds a segment ready: ``nudge()`` (the replica's, holding ``lock``) looks
+        at once, as the tick's view may be old already."""
         with lock:
             self.woken.clear()
             if stopped.is_set():
                 return
             if active_base_offset is not None:
                 self.paused_at = active_base_offset
-                self.nudge(*now())
+                nudge()
         self.woken.wait(wait_s)
         self.paused_at = None
 
@@ -339,7 +340,7 @@ class _Pump:
                     replica._lock,
                     replica._stopped,
                     self._active_base_offset if idle else None,
-                    lambda: (p.log.segment_base_offsets[-1], p.last_stable_offset),
+                    replica._nudge_tiering,
                 )
 
     def _round(self) -> bool | None:

@@ -20,7 +20,8 @@ def paused(pause: PumpPause, active_base: int | None, now: tuple[int, int], stop
     (None: the pause after a failure), ``now`` the log's (active base, LSO) as it begins; the
     thread, and the lock the replica would hold."""
     lock, stopped = threading.RLock(), stopped or threading.Event()
-    thread = threading.Thread(target=pause.wait, args=(HOUR_S, lock, stopped, active_base, lambda: now), daemon=True)
+    nudge = lambda: pause.nudge(now[0], lambda: now[1])  # noqa: E731 — the replica's _nudge_tiering
+    thread = threading.Thread(target=pause.wait, args=(HOUR_S, lock, stopped, active_base, nudge), daemon=True)
     thread.start()
     return thread, lock
 
@@ -35,11 +36,11 @@ def test_a_nudge_wakes_the_pause_only_once_a_segment_closed_since_is_below_the_l
     thread, lock = paused(pause, active_base=100, now=(100, 100))
     assert not ended(thread, 0.2)
     with lock:
-        pause.nudge(100, 150)  # records appended, no segment closed
-        pause.nudge(200, 150)  # the segment [100, 200) closed, but the LSO is below its end
+        pause.nudge(100, lambda: 150)  # records appended, no segment closed
+        pause.nudge(200, lambda: 150)  # the segment [100, 200) closed, but the LSO is below its end
     assert not ended(thread, 0.2)
     with lock:
-        pause.nudge(200, 200)  # every offset of [100, 200) is stable: ready to copy
+        pause.nudge(200, lambda: 200)  # every offset of [100, 200) is stable: ready to copy
     assert ended(thread)
     assert pause.paused_at is None
 
@@ -53,7 +54,7 @@ def test_the_pause_after_a_failure_is_not_cut_short_by_new_segments_but_by_the_s
     pause, stopped = PumpPause(), threading.Event()
     thread, lock = paused(pause, active_base=None, now=(300, 320), stopped=stopped)
     with lock:
-        pause.nudge(400, 400)
+        pause.nudge(400, lambda: 400)
     assert not ended(thread, 0.2)
     stopped.set()  # as the replica's close does: stopped, then the pause's event, holding the lock
     with lock:
