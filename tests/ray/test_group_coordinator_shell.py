@@ -66,6 +66,7 @@ class Shell:
         self.wakeups = ScriptedWakeups(actor._lock)
         actor._condition = lambda: self.wakeups  # every parked call waits on the test's scheduler
         actor._purgatory = Purgatory()
+        actor._tiering_pump = None  # (a compacted topic: never tiered)
         actor._guard = Guard(new_key())  # no authorizer: every call is allowed
         actor._maybe_propose_isr = lambda: None
         actor._initial_rebalance_delay_ms, actor._consumer_groups = 0, None

@@ -109,6 +109,7 @@ def coordinator(peers, tmp_path, monkeypatch):
         self._lock = threading.RLock()
         self._purgatory = Purgatory()
         self._stopped = threading.Event()
+        self._tiering_pump = None  # (never tiered)
         self.partition = part
 
     monkeypatch.setattr(PartitionReplicaActor, "__init__", replica_init)
